@@ -1,0 +1,21 @@
+//! rampart configuration.
+//!
+//! Two layers: the raw, span-preserving TOML document (read through [`reader`]) and the typed
+//! [`Config`] that [`validate`] produces from it. Runtime code only ever sees [`Config`].
+//! ARC2 Proxy files are accepted unchanged (see `shared/ARC2-COMPAT.md`); rampart's own keys are
+//! documented in `docs/configuration.md`.
+
+mod diag;
+mod model;
+mod reader;
+mod validate;
+
+pub use diag::{Diagnostic, Severity};
+pub use model::*;
+pub use validate::{validate, Validated};
+
+/// The file names `rampart run` looks for, in order, when no `--config` is given.
+pub const DEFAULT_PATHS: [&str; 2] = ["./rampart.toml", "/etc/rampart/rampart.toml"];
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,149 @@
+//! The validated, typed configuration. Runtime code sees only these types.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use http::uri::Authority;
+
+/// The whole validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Plain-HTTP listen addresses (HTTP/1.1 and h2c).
+    pub listen_http: Vec<SocketAddr>,
+    /// Number of worker threads, each with its own runtime and `SO_REUSEPORT` listener.
+    pub workers: usize,
+    /// `tracing` filter for diagnostics (ARC2 `logging_level`).
+    pub logging_level: String,
+    /// Master switch for the access log (ARC2 `add_logging`).
+    pub add_logging: bool,
+    /// Capture backtraces on panics (ARC2 `backtracing`).
+    pub backtracing: bool,
+    pub downstream: DownstreamConfig,
+    pub upstream: UpstreamConfig,
+    /// How long a graceful shutdown waits for in-flight requests.
+    pub shutdown_timeout: Duration,
+    /// Domain rules, in file order.
+    pub rules: Vec<RuleConfig>,
+}
+
+/// Client-side (downstream) socket and connection settings.
+#[derive(Debug, Clone)]
+pub struct DownstreamConfig {
+    pub nodelay: bool,
+    pub max_backlog: Option<i32>,
+    pub recv_buffer_size: Option<usize>,
+    pub send_buffer_size: Option<usize>,
+    pub ip_ttl: Option<u32>,
+    pub tcp_keepalive: Option<Duration>,
+    /// Maximum open client connections across all workers.
+    pub max_connections: usize,
+    /// Longest a client may take to send a request head.
+    pub header_read_timeout: Duration,
+}
+
+/// Origin-side (upstream) settings.
+#[derive(Debug, Clone)]
+pub struct UpstreamConfig {
+    pub nodelay: bool,
+    /// Idle pooled connections are closed after this long (ARC2 `proxy_keepalive_sec`).
+    pub keepalive: Duration,
+    /// Longest wait for an origin's response head (ARC2 `proxy_timeout`); `None` = no limit.
+    pub timeout: Option<Duration>,
+    /// Longest wait for a TCP connection to an origin.
+    pub connect_timeout: Duration,
+    /// Most idle pooled connections kept per origin per worker.
+    pub max_idle_per_origin: usize,
+}
+
+/// `Whitelist` / `Blacklist`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuleType {
+    Whitelist,
+    Blacklist,
+}
+
+/// ARC2 `match_type`: how a pattern is compared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MatchType {
+    Equals,
+    StartsWith,
+    EndsWith,
+    Contains,
+    DoesNotEqual,
+    DoesNotContain,
+}
+
+impl MatchType {
+    /// Case-sensitive comparison of `subject` with `pattern`.
+    pub fn matches(self, pattern: &str, subject: &str) -> bool {
+        match self {
+            MatchType::Equals => subject == pattern,
+            MatchType::StartsWith => subject.starts_with(pattern),
+            MatchType::EndsWith => subject.ends_with(pattern),
+            MatchType::Contains => subject.contains(pattern),
+            MatchType::DoesNotEqual => subject != pattern,
+            MatchType::DoesNotContain => !subject.contains(pattern),
+        }
+    }
+}
+
+/// Which host names a rule serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DomainPattern {
+    /// Lower-cased exact host name, e.g. `example.com`.
+    Exact(String),
+    /// `*.example.com`: any host ending in `.example.com` (stored as `.example.com`), not the
+    /// apex itself.
+    Wildcard(String),
+    /// `*`: every host (a catch-all rule).
+    Any,
+}
+
+/// A per-path override (`[[proxy_rules.path_rules]]`).
+#[derive(Debug, Clone)]
+pub struct PathRuleConfig {
+    pub path: String,
+    pub match_type: MatchType,
+    pub rule_type: RuleType,
+    pub max_age_seconds: u64,
+}
+
+/// How a rule picks among several upstreams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RoutingMethod {
+    /// Best-ranked upstream takes all traffic; the next one is used when it cannot be reached.
+    Priority,
+    /// Requests are spread in proportion to each upstream's weight.
+    Weighted,
+    /// Latency-aware choice (currently served as `Priority`).
+    Performance,
+}
+
+/// One origin server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamTarget {
+    /// `host:port` used to connect (and in the access log).
+    pub authority: Authority,
+    /// Weight for `Weighted` routing (≥ 1).
+    pub weight: u32,
+}
+
+/// A `[[proxy_rules]]` entry.
+#[derive(Debug, Clone)]
+pub struct RuleConfig {
+    /// The domain as written (for logs).
+    pub domain_text: String,
+    pub domain: DomainPattern,
+    pub max_age_seconds: u64,
+    /// Rule-level path prefixes; never empty (missing = `["/"]`).
+    pub paths: Vec<String>,
+    pub rule_type: RuleType,
+    pub path_rules: Vec<PathRuleConfig>,
+    /// Origins in preference order; never empty.
+    pub upstreams: Vec<UpstreamTarget>,
+    pub routing_method: RoutingMethod,
+    pub enable_logging: bool,
+    pub ignore_query_string: bool,
+    /// When true, `Whitelist`/`Blacklist` control access (403) instead of only caching.
+    pub strict_path_rules: bool,
+}

@@ -1,0 +1,228 @@
+use super::*;
+
+const ARC2_BENCH: &str = r#"listening_address = "0.0.0.0"
+listening_port_http = 80
+listening_port_https = 443
+logging_level = "error"
+add_caching = true
+add_rate_limiting = false
+add_logging = false
+disable_default_body_limit = false
+add_sql_injection_protection = false
+[[proxy_rules]]
+domain = "localhost"
+max_age_seconds = 3600
+paths = ["/"]
+forward_ipv4 = "127.0.0.1"
+forward_port_http = 81
+rule_type = "Whitelist"
+ignore_query_string = false
+enable_logging = false
+enable_sql_injection_protection = false
+"#;
+
+fn errors(v: &Validated) -> Vec<String> {
+    v.errors().map(|d| d.to_string()).collect()
+}
+
+#[test]
+fn arc2_benchmark_config_is_accepted() {
+    let v = validate(ARC2_BENCH, 4);
+    assert!(errors(&v).is_empty(), "{:?}", v.diagnostics);
+    let c = v.config.expect("config");
+    assert_eq!(c.listen_http, vec!["0.0.0.0:80".parse().expect("addr")]);
+    assert_eq!(c.workers, 4);
+    assert!(!c.add_logging);
+    assert_eq!(c.rules.len(), 1);
+    let r = &c.rules[0];
+    assert_eq!(r.domain, DomainPattern::Exact("localhost".into()));
+    assert_eq!(r.upstreams[0].authority.as_str(), "127.0.0.1:81");
+    assert_eq!(r.max_age_seconds, 3600);
+    // Features of later versions are reported, not silently ignored.
+    let inactive: Vec<_> = v.diagnostics.iter().filter(|d| d.severity == Severity::Inactive).map(|d| d.key.as_str()).collect();
+    assert!(inactive.contains(&"add_caching"), "{inactive:?}");
+    assert!(inactive.contains(&"listening_port_https"), "{inactive:?}");
+    // The missing compression/minification/webp booleans are tolerated with warnings.
+    assert!(v.diagnostics.iter().any(|d| d.key == "proxy_rules[0].enable_minification" && d.severity == Severity::Warning));
+}
+
+#[test]
+fn every_error_is_listed_with_position() {
+    let src = r#"listening_address = "localhost"
+logging_level = "loud"
+proxy_timeout = 70000
+proxy_min_tls_version = "TLS_1_4"
+nodelay = "yes"
+[[proxy_rules]]
+domain = "a.example"
+max_age_seconds = -1
+forward_ipv4 = "300.1.1.1"
+forward_port_http = 8080
+rule_type = "Greylist"
+"#;
+    let v = validate(src, 1);
+    assert!(v.config.is_none());
+    let errs: Vec<_> = v.errors().collect();
+    let keyed: Vec<(&str, usize, usize)> = errs.iter().map(|d| (d.key.as_str(), d.line, d.column)).collect();
+    assert_eq!(
+        keyed,
+        vec![
+            ("listening_address", 1, 21),
+            ("logging_level", 2, 17),
+            ("proxy_timeout", 3, 17),
+            ("proxy_min_tls_version", 4, 25),
+            ("nodelay", 5, 11),
+            ("proxy_rules[0].max_age_seconds", 8, 19),
+            ("proxy_rules[0].forward_ipv4", 9, 16),
+            ("proxy_rules[0].rule_type", 11, 13),
+        ],
+        "{errs:#?}"
+    );
+    assert!(errs[0].message.contains("cannot be parsed"));
+    assert!(errs[1].hint.contains("off, trace, debug, info, warn, error"));
+}
+
+#[test]
+fn syntax_error_has_position() {
+    let v = validate("a = \n[[proxy_rules]\n", 1);
+    let e: Vec<_> = v.errors().collect();
+    assert_eq!(e.len(), 1);
+    assert!(e[0].line >= 1 && e[0].message.contains("not valid TOML"), "{e:?}");
+}
+
+#[test]
+fn unknown_keys_warn_with_line() {
+    let src = "listening_port_htp = 8080\n[[proxy_rules]]\ndomain = \"x\"\nforward_ipv4 = \"127.0.0.1\"\nmax_age = 3\n";
+    let v = validate(src, 1);
+    assert!(v.config.is_some());
+    let unknown: Vec<_> = v.diagnostics.iter().filter(|d| d.message.contains("unknown key")).map(|d| (d.key.as_str(), d.line)).collect();
+    assert_eq!(unknown, vec![("listening_port_htp", 1), ("proxy_rules[0].max_age", 5)]);
+}
+
+#[test]
+fn logging_level_is_a_prefix_test() {
+    let v = validate("logging_level = \"info,hyper=warn\"\n", 1);
+    assert_eq!(v.config.expect("config").logging_level, "info,hyper=warn");
+}
+
+#[test]
+fn domains_wildcards_and_case() {
+    let src = r#"
+[[proxy_rules]]
+domain = "*.Example.COM"
+forward_ipv4 = "127.0.0.1"
+[[proxy_rules]]
+domain = "Exact.Example.com."
+forward_addr = "origin.internal"
+forward_port_http = 9000
+[[proxy_rules]]
+domain = "*"
+forward_ipv6 = "::1"
+forward_port_http = 81
+[[proxy_rules]]
+domain = "a*b.example"
+forward_ipv4 = "127.0.0.1"
+"#;
+    let v = validate(src, 1);
+    assert_eq!(errors(&v).len(), 1, "{:?}", v.diagnostics);
+    assert!(errors(&v)[0].contains("proxy_rules[3].domain"));
+    let v = validate(&src[..src.find("[[proxy_rules]]\ndomain = \"a*b").expect("cut")], 1);
+    let c = v.config.expect("config");
+    assert_eq!(c.rules[0].domain, DomainPattern::Wildcard(".example.com".into()));
+    assert_eq!(c.rules[0].upstreams[0].authority.as_str(), "127.0.0.1:80");
+    assert_eq!(c.rules[1].domain, DomainPattern::Exact("exact.example.com".into()));
+    assert_eq!(c.rules[1].upstreams[0].authority.as_str(), "origin.internal:9000");
+    assert_eq!(c.rules[2].domain, DomainPattern::Any);
+    assert_eq!(c.rules[2].upstreams[0].authority.as_str(), "[::1]:81");
+}
+
+#[test]
+fn routing_locations_rank_primary_then_priority() {
+    let src = r#"
+[[proxy_rules]]
+domain = "lb.example"
+[proxy_rules.routing_rules]
+routing_method = "Priority"
+https_only = false
+enable_health_checks = false
+health_check_interval = 30
+[[proxy_rules.routing_rules.routing_locations]]
+priority = 2
+forward_ipv4 = "10.0.0.2"
+forward_port_http = 8080
+[[proxy_rules.routing_rules.routing_locations]]
+priority = 1
+forward_ipv4 = "10.0.0.1"
+forward_port_http = 8080
+[[proxy_rules.routing_rules.routing_locations]]
+primary = true
+priority = 9
+forward_ipv4 = "10.0.0.9"
+forward_port_http = 8080
+"#;
+    let v = validate(src, 1);
+    let c = v.config.expect("config");
+    let order: Vec<_> = c.rules[0].upstreams.iter().map(|u| u.authority.as_str().to_owned()).collect();
+    assert_eq!(order, ["10.0.0.9:8080", "10.0.0.1:8080", "10.0.0.2:8080"]);
+}
+
+#[test]
+fn rule_without_origin_is_an_error() {
+    let v = validate("[[proxy_rules]]\ndomain = \"x\"\n", 1);
+    let e = errors(&v);
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].contains("no origin"));
+}
+
+#[test]
+fn path_rules_and_match_types() {
+    let src = r#"
+[[proxy_rules]]
+domain = "x"
+forward_ipv4 = "127.0.0.1"
+[[proxy_rules.path_rules]]
+path = "/static"
+match_type = "StartsWith"
+rule_type = "Whitelist"
+max_age_seconds = 86400
+[[proxy_rules.path_rules]]
+path = "/x"
+match_type = "Fuzzy"
+rule_type = "Blacklist"
+max_age_seconds = 0
+"#;
+    let v = validate(src, 1);
+    let e = errors(&v);
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].contains("path_rules[1].match_type") && e[0].contains("12:14"), "{e:?}");
+}
+
+#[test]
+fn wrong_types_never_panic() {
+    let src = r#"
+workers = 0
+listen = "127.0.0.1:80"
+proxy_rules = 5
+"#;
+    let v = validate(src, 1);
+    assert_eq!(errors(&v).len(), 3, "{:?}", v.diagnostics);
+}
+
+#[test]
+fn listen_overrides_address() {
+    let v = validate("listen = [\"127.0.0.1:0\", \"[::1]:8081\"]\n", 2);
+    let c = v.config.expect("config");
+    assert_eq!(c.listen_http.len(), 2);
+    assert_eq!(c.listen_http[1].port(), 8081);
+}
+
+#[test]
+fn match_type_semantics() {
+    use MatchType::*;
+    assert!(Equals.matches("/a", "/a") && !Equals.matches("/a", "/ab"));
+    assert!(StartsWith.matches("/a", "/ab"));
+    assert!(EndsWith.matches(".jpg", "/x.jpg"));
+    assert!(Contains.matches("adm", "/x/admin"));
+    assert!(DoesNotEqual.matches("/a", "/b"));
+    assert!(DoesNotContain.matches("adm", "/x") && !DoesNotContain.matches("adm", "/admin"));
+}

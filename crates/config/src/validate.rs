@@ -1,0 +1,740 @@
+//! `validate()`: the raw TOML document → typed [`Config`], with every problem collected.
+//!
+//! Compatibility target: `shared/ARC2-COMPAT.md`. Every ARC2 key is read here. Keys whose feature
+//! is not implemented yet are accepted and reported as [`Severity::Inactive`] when their value
+//! asks for the feature. Per-rule keys that ARC2 requires but older ARC2 files omit get the lenient
+//! default from ARC2-COMPAT §3 with a warning.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::str::FromStr;
+use std::time::Duration;
+
+use http::uri::Authority;
+
+use crate::diag::{Diagnostic, Severity};
+use crate::model::*;
+use crate::reader::{At, Section, Sink};
+
+/// Result of validating a file: the typed config when there were no errors, and every diagnostic.
+#[derive(Debug)]
+pub struct Validated {
+    pub config: Option<Config>,
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl Validated {
+    pub fn errors(&self) -> impl Iterator<Item = &Diagnostic> {
+        self.diagnostics.iter().filter(|d| d.is_error())
+    }
+}
+
+/// Validates configuration text. `cpus` is the default for `workers`.
+pub fn validate(src: &str, cpus: usize) -> Validated {
+    let mut sink = Sink::new(src);
+    let doc = match toml_edit::Document::parse(src) {
+        Ok(doc) => doc,
+        Err(e) => {
+            sink.push(
+                Severity::Error,
+                "",
+                e.span(),
+                format!("not valid TOML: {}", e.message().trim()),
+                "fix the syntax at this position",
+            );
+            return Validated {
+                config: None,
+                diagnostics: sink.diags,
+            };
+        }
+    };
+    let root = Section::new(doc.as_table(), String::new(), None);
+    let config = read_config(root, &mut sink, cpus);
+    let has_errors = sink.diags.iter().any(Diagnostic::is_error);
+    sink.diags.sort_by_key(|d| (d.line == 0, d.line, d.column));
+    Validated {
+        config: if has_errors { None } else { config },
+        diagnostics: sink.diags,
+    }
+}
+
+const U16: i64 = u16::MAX as i64;
+const U32: i64 = u32::MAX as i64;
+const I64: i64 = i64::MAX;
+
+fn inactive(sink: &mut Sink<'_>, at: &At<impl Sized>, what: &str) {
+    sink.push(
+        Severity::Inactive,
+        &at.key,
+        at.span.clone(),
+        format!("{what} is not implemented in this version of rampart yet; the key is accepted and has no effect"),
+        "",
+    );
+}
+
+fn warn(sink: &mut Sink<'_>, at: &At<impl Sized>, message: impl Into<String>, hint: impl Into<String>) {
+    sink.push(Severity::Warning, &at.key, at.span.clone(), message, hint);
+}
+
+fn error(sink: &mut Sink<'_>, at: &At<impl Sized>, message: impl Into<String>, hint: impl Into<String>) {
+    sink.push(Severity::Error, &at.key, at.span.clone(), message, hint);
+}
+
+fn secs(v: i64) -> Duration {
+    Duration::from_secs(v.max(0) as u64)
+}
+
+fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<Config> {
+    // --- listeners ---
+    let address = s.string(sink, "listening_address");
+    let ip = match &address {
+        Some(a) => match IpAddr::from_str(a.value.trim()) {
+            Ok(ip) => Some(ip),
+            Err(_) => {
+                error(
+                    sink,
+                    a,
+                    format!("Provided listening http address cannot be parsed: {:?}", a.value),
+                    "use an IPv4 or IPv6 address literal such as \"0.0.0.0\", \"127.0.0.1\" or \"::\" (host names are not accepted)",
+                );
+                None
+            }
+        },
+        None => Some(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
+    };
+    let port_http = s.int(sink, "listening_port_http", 0, U16).map_or(80, |p| p.value as u16);
+    if let Some(p) = s.int(sink, "listening_port_https", 0, U16) {
+        inactive(sink, &p, "the HTTPS listener (TLS termination)");
+    }
+    let listen = s.strings(sink, "listen");
+    let mut listen_http = Vec::new();
+    if let Some(list) = &listen {
+        if list.value.is_empty() {
+            error(sink, list, "`listen` is empty", "list at least one address such as \"127.0.0.1:8080\", or remove the key");
+        }
+        for entry in &list.value {
+            match SocketAddr::from_str(entry.value.trim()) {
+                Ok(a) => listen_http.push(a),
+                Err(_) => error(
+                    sink,
+                    entry,
+                    format!("{:?} is not an address with a port", entry.value),
+                    "write \"IP:PORT\", e.g. \"127.0.0.1:8080\" or \"[::1]:8080\"",
+                ),
+            }
+        }
+        if address.is_some() || s.has("listening_port_http") {
+            warn(
+                sink,
+                list,
+                "`listen` replaces `listening_address`/`listening_port_http`, which are ignored",
+                "remove one of them",
+            );
+        }
+    } else if let Some(ip) = ip {
+        listen_http.push(SocketAddr::new(ip, port_http));
+    }
+
+    // --- process ---
+    let workers = s.int(sink, "workers", 1, 1024).map_or(cpus.max(1), |w| w.value as usize);
+    let backtracing = s.bool(sink, "backtracing").is_some_and(|b| b.value);
+    let add_logging = s.bool(sink, "add_logging").is_none_or(|b| b.value);
+    let logging_level = match s.string(sink, "logging_level") {
+        Some(l) => {
+            const LEVELS: [&str; 6] = ["off", "trace", "debug", "info", "warn", "error"];
+            if LEVELS.iter().any(|p| l.value.starts_with(p)) {
+                l.value
+            } else {
+                error(
+                    sink,
+                    &l,
+                    format!("Provided logging level is incorrect: {:?}", l.value),
+                    "select one of those: off, trace, debug, info, warn, error",
+                );
+                "error".to_owned()
+            }
+        }
+        None => "error".to_owned(),
+    };
+    let shutdown_timeout = s.int(sink, "shutdown_timeout_seconds", 0, 3600).map_or(Duration::from_secs(30), |v| secs(v.value));
+
+    // --- features of later versions, accepted ---
+    if let Some(b) = s.bool(sink, "add_caching") {
+        if b.value {
+            inactive(sink, &b, "response caching");
+        }
+    }
+    if let Some(b) = s.bool(sink, "add_rate_limiting") {
+        if b.value {
+            inactive(sink, &b, "rate limiting");
+        }
+    }
+    if let Some(b) = s.bool(sink, "disable_default_body_limit") {
+        inactive(sink, &b, "the default request body limit");
+    }
+    if let Some(k) = s.string(sink, "api_key") {
+        inactive(sink, &k, "the management API");
+    }
+    if let Some(k) = s.string(sink, "azure_table_storage_key") {
+        inactive(sink, &k, "Azure Table Storage log export");
+    }
+    if let Some(b) = s.bool(sink, "add_sql_injection_protection") {
+        if b.value {
+            inactive(sink, &b, "SQL-injection screening");
+        }
+    }
+    if let Some(e) = s.string(sink, "lets_encrypt_contact_email") {
+        inactive(sink, &e, "automatic certificates (ACME)");
+    }
+    if let Some(b) = s.bool(sink, "enable_compression") {
+        if b.value {
+            inactive(sink, &b, "response compression");
+        }
+    }
+    if let Some(f) = s.string(sink, "compression_flags") {
+        inactive(sink, &f, "response compression");
+    }
+    if let Some(v) = s.string(sink, "proxy_min_tls_version") {
+        if ["TLS_1_0", "TLS_1_1", "TLS_1_2", "TLS_1_3"].contains(&v.value.as_str()) {
+            inactive(sink, &v, "TLS to origins");
+        } else {
+            error(
+                sink,
+                &v,
+                format!("Invalid TLS value: {:?}", v.value),
+                "use exactly one of \"TLS_1_0\", \"TLS_1_1\", \"TLS_1_2\", \"TLS_1_3\"",
+            );
+        }
+    }
+
+    // --- sockets ---
+    let max_backlog = match s.int(sink, "max_backlog", i32::MIN as i64, i32::MAX as i64) {
+        Some(b) if b.value <= 0 => {
+            warn(sink, &b, "a backlog of zero or less is ignored; the default (4096) is used", "use a positive number, e.g. 4096");
+            None
+        }
+        Some(b) => Some(b.value as i32),
+        None => None,
+    };
+    if let Some(b) = s.bool(sink, "nonblocking") {
+        if !b.value {
+            warn(sink, &b, "rampart's sockets are always non-blocking; `nonblocking = false` is ignored", "remove the key");
+        }
+    }
+    if let Some(b) = s.bool(sink, "enable_streaming") {
+        if !b.value {
+            warn(
+                sink,
+                &b,
+                "rampart always streams bodies (whole bodies are never buffered); `enable_streaming = false` is ignored",
+                "remove the key",
+            );
+        }
+    }
+    let downstream = DownstreamConfig {
+        nodelay: s.bool(sink, "nodelay").is_none_or(|b| b.value),
+        max_backlog,
+        recv_buffer_size: s.int(sink, "recv_buffer_size", 0, I64).map(|v| v.value as usize).filter(|v| *v > 0),
+        send_buffer_size: s.int(sink, "send_buffer_size", 0, I64).map(|v| v.value as usize).filter(|v| *v > 0),
+        ip_ttl: s.int(sink, "ip_ttl", 0, U32).map(|v| v.value as u32).filter(|v| *v > 0),
+        tcp_keepalive: s.int(sink, "tcp_keep_alive_seconds", 0, I64).filter(|v| v.value > 0).map(|v| secs(v.value)),
+        max_connections: s.int(sink, "max_connections", 1, 10_000_000).map_or(100_000, |v| v.value as usize),
+        header_read_timeout: s.int(sink, "client_header_timeout_seconds", 1, 3600).map_or(Duration::from_secs(30), |v| secs(v.value)),
+    };
+
+    let timeout = match s.int(sink, "proxy_timeout", 0, U16) {
+        Some(t) if t.value == 0 => {
+            warn(sink, &t, "0 disables the origin timeout: a silent origin holds the request forever", "use a number of seconds, e.g. 45");
+            None
+        }
+        Some(t) => Some(secs(t.value)),
+        None => Some(Duration::from_secs(45)),
+    };
+    let upstream = UpstreamConfig {
+        nodelay: s.bool(sink, "proxy_nodelay").is_none_or(|b| b.value),
+        keepalive: s.int(sink, "proxy_keepalive_sec", 0, U32).map_or(Duration::from_secs(120), |v| secs(v.value)),
+        timeout,
+        connect_timeout: s.int(sink, "proxy_connect_timeout_seconds", 1, 3600).map_or(Duration::from_secs(5), |v| secs(v.value)),
+        max_idle_per_origin: s.int(sink, "proxy_max_idle_per_origin", 0, 100_000).map_or(256, |v| v.value as usize),
+    };
+
+    let strict_default = s.bool(sink, "strict_path_rules").is_some_and(|b| b.value);
+
+    // --- rules ---
+    let mut rules = Vec::new();
+    match s.tables(sink, "proxy_rules") {
+        Some(sections) => {
+            for section in sections {
+                if let Some(rule) = read_rule(section, sink, strict_default) {
+                    rules.push(rule);
+                }
+            }
+        }
+        None => sink.push(
+            Severity::Warning,
+            "proxy_rules",
+            None,
+            "no [[proxy_rules]]: every request will be answered 404",
+            "add a [[proxy_rules]] section with a `domain` and an origin (`forward_ipv4` + `forward_port_http`)",
+        ),
+    }
+    check_duplicate_domains(&rules, sink);
+    s.finish(sink);
+
+    Some(Config {
+        listen_http,
+        workers,
+        logging_level,
+        add_logging,
+        backtracing,
+        downstream,
+        upstream,
+        shutdown_timeout,
+        rules,
+    })
+}
+
+fn check_duplicate_domains(rules: &[RuleConfig], sink: &mut Sink<'_>) {
+    for (i, r) in rules.iter().enumerate() {
+        if rules[..i].iter().any(|o| o.domain == r.domain) {
+            sink.push(
+                Severity::Warning,
+                &format!("proxy_rules[{i}].domain"),
+                None,
+                format!("domain {:?} already has an earlier rule; this rule is never used", r.domain_text),
+                "merge the two rules or remove one",
+            );
+        }
+    }
+}
+
+fn parse_domain(sink: &mut Sink<'_>, d: &At<String>) -> Option<DomainPattern> {
+    let text = d.value.trim().to_ascii_lowercase();
+    let text = text.strip_suffix('.').unwrap_or(&text).to_owned();
+    let bad = |sink: &mut Sink<'_>, why: &str| {
+        error(
+            sink,
+            d,
+            format!("{:?} is not a valid domain: {why}", d.value),
+            "write a host name such as \"example.com\", a wildcard \"*.example.com\", or \"*\" for every host",
+        );
+        None
+    };
+    if text == "*" {
+        return Some(DomainPattern::Any);
+    }
+    let (wild, host) = match text.strip_prefix("*.") {
+        Some(rest) => (true, rest),
+        None => (false, text.as_str()),
+    };
+    if host.is_empty() {
+        return bad(sink, "it is empty");
+    }
+    if host.contains('*') {
+        return bad(sink, "`*` is allowed only as the whole first label (`*.example.com`)");
+    }
+    if host.contains(':') && host.parse::<Ipv6Addr>().is_err() {
+        return bad(sink, "it contains a port; rules match the host without its port");
+    }
+    if host.contains(['/', ' ', '?', '#', '@']) {
+        return bad(sink, "it contains characters a host name cannot have");
+    }
+    Some(if wild {
+        DomainPattern::Wildcard(format!(".{host}"))
+    } else {
+        DomainPattern::Exact(host.to_owned())
+    })
+}
+
+fn parse_rule_type(sink: &mut Sink<'_>, v: &At<String>) -> Option<RuleType> {
+    match v.value.as_str() {
+        "Whitelist" => Some(RuleType::Whitelist),
+        "Blacklist" => Some(RuleType::Blacklist),
+        _ => {
+            error(sink, v, format!("unknown rule_type {:?}", v.value), "use \"Whitelist\" or \"Blacklist\" (case-sensitive)");
+            None
+        }
+    }
+}
+
+fn match_type(sink: &mut Sink<'_>, v: &At<String>) -> Option<MatchType> {
+    Some(match v.value.as_str() {
+        "Equals" => MatchType::Equals,
+        "StartsWith" => MatchType::StartsWith,
+        "EndsWith" => MatchType::EndsWith,
+        "Contains" => MatchType::Contains,
+        "DoesNotEqual" => MatchType::DoesNotEqual,
+        "DoesNotContain" => MatchType::DoesNotContain,
+        _ => {
+            error(
+                sink,
+                v,
+                format!("unknown match_type {:?}", v.value),
+                "use one of Equals, StartsWith, EndsWith, Contains, DoesNotEqual, DoesNotContain (case-sensitive)",
+            );
+            return None;
+        }
+    })
+}
+
+/// Reads `forward_addr` / `forward_ipv4` / `forward_ipv6` + ports from a rule or a routing
+/// location. Returns the origin host (precedence addr > ipv4 > ipv6) and the plain-HTTP port.
+fn read_forward(s: &mut Section<'_>, sink: &mut Sink<'_>) -> (Option<String>, Option<At<i64>>, bool) {
+    let mut host = None;
+    let mut had_error = false;
+    if let Some(a) = s.string(sink, "forward_addr") {
+        let v = a.value.trim();
+        if v.is_empty() || v.contains(['/', ' ', '?', '#', '@']) {
+            error(sink, &a, format!("{:?} is not a host name or address", a.value), "write a host name such as \"origin.internal\" or an IP address");
+            had_error = true;
+        } else {
+            host = Some(v.to_owned());
+        }
+    }
+    if let Some(a) = s.string(sink, "forward_ipv4") {
+        match Ipv4Addr::from_str(a.value.trim()) {
+            Ok(ip) => {
+                host.get_or_insert(ip.to_string());
+            }
+            Err(_) => {
+                error(sink, &a, format!("{:?} is not an IPv4 address", a.value), "write four numbers such as \"127.0.0.1\"");
+                had_error = true;
+            }
+        }
+    }
+    if let Some(a) = s.string(sink, "forward_ipv6") {
+        match Ipv6Addr::from_str(a.value.trim().trim_start_matches('[').trim_end_matches(']')) {
+            Ok(ip) => {
+                host.get_or_insert(format!("[{ip}]"));
+            }
+            Err(_) => {
+                error(sink, &a, format!("{:?} is not an IPv6 address", a.value), "write an address such as \"::1\" (without brackets or port)");
+                had_error = true;
+            }
+        }
+    }
+    let port = s.int(sink, "forward_port_http", 0, U16);
+    if let Some(p) = s.int(sink, "forward_port_https", 0, U16) {
+        inactive(sink, &p, "TLS to origins (`forward_port_https`)");
+    }
+    (host, port, had_error)
+}
+
+fn make_target(sink: &mut Sink<'_>, at: &At<impl Sized>, host: &str, port: u16, weight: u32) -> Option<UpstreamTarget> {
+    // A forward_addr may already carry a port ("origin:8080"); keep it then.
+    let text = if host.starts_with('[') || !host.contains(':') {
+        format!("{host}:{port}")
+    } else {
+        host.to_owned()
+    };
+    match Authority::from_str(&text) {
+        Ok(authority) if authority.port_u16().is_some() => Some(UpstreamTarget { authority, weight }),
+        _ => {
+            error(sink, at, format!("{text:?} is not a valid origin address"), "use a host name or IP address and a port");
+            None
+        }
+    }
+}
+
+fn read_rule(mut s: Section<'_>, sink: &mut Sink<'_>, strict_default: bool) -> Option<RuleConfig> {
+    let mut ok = true;
+    let domain_at = s.string(sink, "domain");
+    let domain = match &domain_at {
+        Some(d) => parse_domain(sink, d),
+        None => {
+            s.missing(sink, "domain", Severity::Error, "every [[proxy_rules]] needs a `domain`", "add `domain = \"example.com\"`");
+            None
+        }
+    };
+    ok &= domain.is_some();
+
+    let max_age_seconds = match s.int(sink, "max_age_seconds", 0, I64) {
+        Some(v) => v.value as u64,
+        None => {
+            if !s.has("max_age_seconds") {
+                lenient(&s, sink, "max_age_seconds", "0 (nothing cached)");
+            }
+            0
+        }
+    };
+    let paths = match s.strings(sink, "paths") {
+        Some(list) => {
+            for p in &list.value {
+                if !p.value.starts_with('/') {
+                    warn(sink, p, format!("path {:?} does not start with `/` and matches no request", p.value), "start it with `/`");
+                }
+            }
+            let v: Vec<String> = list.value.into_iter().map(|p| p.value).collect();
+            if v.is_empty() {
+                vec!["/".to_owned()]
+            } else {
+                v
+            }
+        }
+        None => vec!["/".to_owned()],
+    };
+    let rule_type = match s.string(sink, "rule_type") {
+        Some(v) => parse_rule_type(sink, &v).unwrap_or_else(|| {
+            ok = false;
+            RuleType::Whitelist
+        }),
+        None => {
+            if !s.has("rule_type") {
+                lenient(&s, sink, "rule_type", "\"Whitelist\"");
+            }
+            RuleType::Whitelist
+        }
+    };
+    let enable_logging = flag(&mut s, sink, "enable_logging", true);
+    let ignore_query_string = flag(&mut s, sink, "ignore_query_string", true);
+    if flag(&mut s, sink, "enable_sql_injection_protection", true) {
+        if let Some(b) = s.bool(sink, "enable_sql_injection_protection") {
+            inactive(sink, &b, "SQL-injection screening");
+        }
+    }
+    for (key, what) in [
+        ("enable_compression", "response compression"),
+        ("enable_minification", "minification"),
+        ("enable_webp_transformation", "WebP transformation"),
+    ] {
+        if flag(&mut s, sink, key, true) {
+            if let Some(b) = s.bool(sink, key) {
+                inactive(sink, &b, what);
+            }
+        }
+    }
+    for (key, what) in [("compression_flags", "response compression"), ("minification_flags", "minification")] {
+        if let Some(f) = s.string(sink, key) {
+            inactive(sink, &f, what);
+        }
+    }
+    if let Some(v) = s.int(sink, "webp_transformation_min_age", 0, I64) {
+        inactive(sink, &v, "WebP transformation");
+    }
+    if let Some(uas) = s.tables(sink, "disallowed_user_agents") {
+        for mut ua in uas {
+            let agent = ua.string(sink, "user_agent");
+            if agent.is_none() && !ua.has("user_agent") {
+                ua.missing(sink, "user_agent", Severity::Error, "missing `user_agent`", "add `user_agent = \"BadBot\"`");
+                ok = false;
+            }
+            match ua.string(sink, "match_type") {
+                Some(m) => ok &= match_type(sink, &m).is_some(),
+                None if !ua.has("match_type") => {
+                    ua.missing(sink, "match_type", Severity::Error, "missing `match_type`", "add `match_type = \"Contains\"`");
+                    ok = false;
+                }
+                None => ok = false,
+            }
+            if let Some(a) = agent {
+                inactive(sink, &a, "user-agent blocking");
+            }
+            ua.finish(sink);
+        }
+    }
+    let strict_path_rules = s.bool(sink, "strict_path_rules").map_or(strict_default, |b| b.value);
+
+    // path rules
+    let mut path_rules = Vec::new();
+    if let Some(sections) = s.tables(sink, "path_rules") {
+        for mut pr in sections {
+            let path = pr.string(sink, "path");
+            if path.is_none() && !pr.has("path") {
+                pr.missing(sink, "path", Severity::Error, "missing `path`", "add `path = \"/static\"`");
+            }
+            let mt = match pr.string(sink, "match_type") {
+                Some(m) => match_type(sink, &m),
+                None => {
+                    if !pr.has("match_type") {
+                        pr.missing(sink, "match_type", Severity::Error, "missing `match_type`", "add `match_type = \"StartsWith\"`");
+                    }
+                    None
+                }
+            };
+            let rt = match pr.string(sink, "rule_type") {
+                Some(v) => parse_rule_type(sink, &v),
+                None => {
+                    if !pr.has("rule_type") {
+                        lenient(&pr, sink, "rule_type", "\"Whitelist\"");
+                        Some(RuleType::Whitelist)
+                    } else {
+                        None
+                    }
+                }
+            };
+            let age = match pr.int(sink, "max_age_seconds", 0, I64) {
+                Some(v) => Some(v.value as u64),
+                None if !pr.has("max_age_seconds") => {
+                    lenient(&pr, sink, "max_age_seconds", "the rule's max_age_seconds");
+                    Some(max_age_seconds)
+                }
+                None => None,
+            };
+            pr.finish(sink);
+            match (path, mt, rt, age) {
+                (Some(path), Some(match_type), Some(rule_type), Some(max_age_seconds)) => path_rules.push(PathRuleConfig {
+                    path: path.value,
+                    match_type,
+                    rule_type,
+                    max_age_seconds,
+                }),
+                _ => ok = false,
+            }
+        }
+    }
+
+    // origins
+    let (host, port, fwd_error) = read_forward(&mut s, sink);
+    ok &= !fwd_error;
+    let mut upstreams = Vec::new();
+    let mut routing_method = RoutingMethod::Priority;
+    let rule_span_at = At {
+        value: (),
+        key: s.path().to_owned(),
+        span: s.span(),
+    };
+    if let Some(list) = s.strings(sink, "upstreams") {
+        for u in &list.value {
+            match Authority::from_str(u.value.trim()) {
+                Ok(authority) if authority.port_u16().is_some() => upstreams.push(UpstreamTarget { authority, weight: 1 }),
+                _ => {
+                    error(sink, u, format!("{:?} is not HOST:PORT", u.value), "write e.g. \"127.0.0.1:3000\" or \"origin.internal:8080\"");
+                    ok = false;
+                }
+            }
+        }
+    }
+    if let Some(mut rr) = s.table(sink, "routing_rules") {
+        routing_method = match rr.string(sink, "routing_method") {
+            Some(m) => match m.value.as_str() {
+                "Priority" => RoutingMethod::Priority,
+                "Weighted" => RoutingMethod::Weighted,
+                "Performance" => {
+                    warn(sink, &m, "`Performance` routing is served as `Priority` in this version", "");
+                    RoutingMethod::Performance
+                }
+                _ => {
+                    error(sink, &m, format!("unknown routing_method {:?}", m.value), "use \"Priority\", \"Weighted\" or \"Performance\"");
+                    ok = false;
+                    RoutingMethod::Priority
+                }
+            },
+            None => RoutingMethod::Priority,
+        };
+        if let Some(b) = rr.bool(sink, "https_only") {
+            if b.value {
+                inactive(sink, &b, "TLS to origins (`https_only`)");
+            }
+        }
+        if let Some(b) = rr.bool(sink, "enable_health_checks") {
+            if b.value {
+                inactive(sink, &b, "active health checks");
+            }
+        }
+        rr.int(sink, "health_check_interval", 0, U32);
+        rr.string(sink, "health_check_path");
+        let mut ranked = Vec::new();
+        match rr.tables(sink, "routing_locations") {
+            Some(locs) => {
+                for (i, mut loc) in locs.into_iter().enumerate() {
+                    let primary = loc.bool(sink, "primary").is_some_and(|b| b.value);
+                    let priority = loc.int(sink, "priority", 0, U16).map(|p| p.value as u32);
+                    let (h, p, e) = read_forward(&mut loc, sink);
+                    ok &= !e;
+                    let at = At {
+                        value: (),
+                        key: loc.path().to_owned(),
+                        span: loc.span(),
+                    };
+                    match h {
+                        Some(h) => {
+                            let port = p.map_or(80, |p| p.value as u16);
+                            let weight = priority.unwrap_or(1).max(1);
+                            if let Some(t) = make_target(sink, &at, &h, port, weight) {
+                                ranked.push((!primary, priority.unwrap_or(u32::MAX), i, t));
+                            } else {
+                                ok = false;
+                            }
+                        }
+                        None if !e => {
+                            loc.missing(sink, "forward_ipv4", Severity::Error, "this routing location has no address", "add `forward_ipv4 = \"...\"` (or forward_addr / forward_ipv6)");
+                            ok = false;
+                        }
+                        None => {}
+                    }
+                    loc.finish(sink);
+                }
+            }
+            None => {
+                if !rr.has("routing_locations") {
+                    rr.missing(sink, "routing_locations", Severity::Error, "routing_rules needs at least one [[...routing_locations]]", "add a routing location with forward_ipv4 and forward_port_http");
+                }
+                ok = false;
+            }
+        }
+        rr.finish(sink);
+        // primary first, then lower priority number, then file order.
+        ranked.sort_by_key(|(not_primary, prio, i, _)| (*not_primary, *prio, *i));
+        upstreams.extend(ranked.into_iter().map(|(_, _, _, t)| t));
+    } else if let Some(h) = &host {
+        let p = port.as_ref().map_or(80, |p| p.value as u16);
+        match make_target(sink, &rule_span_at, h, p, 1) {
+            Some(t) => upstreams.insert(0, t),
+            None => ok = false,
+        }
+    } else if port.is_some() && upstreams.is_empty() && !fwd_error {
+        s.missing(sink, "forward_ipv4", Severity::Error, "`forward_port_http` is set but no origin address", "add `forward_ipv4 = \"127.0.0.1\"` (or forward_addr / forward_ipv6)");
+        ok = false;
+    }
+    if upstreams.is_empty() && ok && !fwd_error {
+        s.missing(
+            sink,
+            "forward_ipv4",
+            Severity::Error,
+            "this rule has no origin to forward to",
+            "add `forward_ipv4 = \"127.0.0.1\"` and `forward_port_http = 8080` (or forward_addr, forward_ipv6, routing_rules, upstreams)",
+        );
+        ok = false;
+    }
+    s.finish(sink);
+
+    let domain = domain?;
+    if !ok {
+        return None;
+    }
+    Some(RuleConfig {
+        domain_text: domain_at.map(|d| d.value).unwrap_or_default(),
+        domain,
+        max_age_seconds,
+        paths,
+        rule_type,
+        path_rules,
+        upstreams,
+        routing_method,
+        enable_logging,
+        ignore_query_string,
+        strict_path_rules,
+    })
+}
+
+/// A per-rule boolean ARC2 requires; missing → `false` with a warning (ARC2-COMPAT §3 leniency).
+fn flag(s: &mut Section<'_>, sink: &mut Sink<'_>, key: &'static str, required: bool) -> bool {
+    match s.bool(sink, key) {
+        Some(b) => b.value,
+        None => {
+            if required && !s.has(key) {
+                lenient(s, sink, key, "false");
+            }
+            false
+        }
+    }
+}
+
+fn lenient(s: &Section<'_>, sink: &mut Sink<'_>, key: &str, default: &str) {
+    s.missing(
+        sink,
+        key,
+        Severity::Warning,
+        &format!("missing (ARC2 requires it); using {default}"),
+        &format!("add `{key}` to this section"),
+    );
+}
