@@ -10,8 +10,10 @@ use http::uri::Authority;
 pub struct Config {
     /// Plain-HTTP listen addresses (HTTP/1.1 and h2c).
     pub listen_http: Vec<SocketAddr>,
-    /// Number of worker threads, each with its own runtime and `SO_REUSEPORT` listener.
+    /// Number of worker threads.
     pub workers: usize,
+    /// How worker threads are laid out.
+    pub runtime: RuntimeMode,
     /// `tracing` filter for diagnostics (ARC2 `logging_level`).
     pub logging_level: String,
     /// Master switch for the access log (ARC2 `add_logging`).
@@ -24,6 +26,15 @@ pub struct Config {
     pub shutdown_timeout: Duration,
     /// Domain rules, in file order.
     pub rules: Vec<RuleConfig>,
+}
+
+/// Worker layout (`worker_runtime`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuntimeMode {
+    /// One single-threaded runtime per worker, each with its own `SO_REUSEPORT` listener.
+    PerCore,
+    /// One multi-threaded runtime with `workers` threads sharing one listener per address.
+    Shared,
 }
 
 /// Client-side (downstream) socket and connection settings.

@@ -136,6 +136,17 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
 
     // --- process ---
     let workers = s.int(sink, "workers", 1, 1024).map_or(cpus.max(1), |w| w.value as usize);
+    let runtime = match s.string(sink, "worker_runtime") {
+        Some(r) => match r.value.as_str() {
+            "per-core" => RuntimeMode::PerCore,
+            "shared" => RuntimeMode::Shared,
+            _ => {
+                error(sink, &r, format!("unknown worker_runtime {:?}", r.value), "use \"per-core\" (default) or \"shared\"");
+                RuntimeMode::PerCore
+            }
+        },
+        None => RuntimeMode::PerCore,
+    };
     let backtracing = s.bool(sink, "backtracing").is_some_and(|b| b.value);
     let add_logging = s.bool(sink, "add_logging").is_none_or(|b| b.value);
     let logging_level = match s.string(sink, "logging_level") {
@@ -283,6 +294,7 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
     Some(Config {
         listen_http,
         workers,
+        runtime,
         logging_level,
         add_logging,
         backtracing,

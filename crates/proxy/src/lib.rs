@@ -1,1 +1,18 @@
-//! placeholder
+//! rampart's proxy engine: the request pipeline and everything around it.
+//!
+//! ```text
+//! accept (server) → HTTP/1 | HTTP/2 → recv (route, path policy) → pass → fetch (upstream pool)
+//!   → deliver | synth (errors, blocks) → log (access log)
+//! ```
+
+pub mod body;
+pub mod fetch;
+pub mod headers;
+pub mod log;
+pub mod pipeline;
+pub mod recv;
+pub mod server;
+pub mod synth;
+
+pub use log::ACCESS_TARGET;
+pub use server::{Running, Server};

@@ -1,1 +1,305 @@
-fn main() {}
+//! The `rampart` binary: command line, startup, signals. Wiring only; the engine is in
+//! `rampart-proxy` and the configuration in `rampart-config`.
+
+mod demo;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context as _};
+use clap::{Parser, Subcommand};
+use rampart_config::{Config, Diagnostic, Severity, Validated};
+use rampart_proxy::{Running, Server, ACCESS_TARGET};
+use tracing_subscriber::filter::{EnvFilter, LevelFilter, Targets};
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::Layer as _;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+const EXAMPLES: &str = "\
+Examples:
+  rampart demo                                  sample origin + proxy on 127.0.0.1:8080
+  rampart run --config /etc/rampart/rampart.toml
+  rampart check --config rampart.toml           validate, list every problem, exit 0/1
+  rampart proxy --from 127.0.0.1:8080 --to 127.0.0.1:3000
+
+Configuration: ARC2 Proxy TOML files work unchanged; see docs/configuration.md.";
+
+#[derive(Parser, Debug)]
+#[command(name = "rampart", version, about = "A fast, correct caching reverse proxy", after_help = EXAMPLES)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Serve with a configuration file.
+    Run {
+        /// Configuration file (default: ./rampart.toml, then /etc/rampart/rampart.toml).
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+    },
+    /// Validate a configuration file and print every problem (exit 1 on errors).
+    Check {
+        /// Configuration file (default: ./rampart.toml, then /etc/rampart/rampart.toml).
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+    },
+    /// Start a built-in sample origin with rampart in front of it, and print what to try.
+    Demo {
+        /// Where the proxy listens.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: SocketAddr,
+    },
+    /// One-line reverse proxy without a configuration file: every host, every path.
+    Proxy {
+        /// Address to listen on.
+        #[arg(long)]
+        from: SocketAddr,
+        /// Origin to forward to (HOST:PORT).
+        #[arg(long)]
+        to: String,
+        /// Worker threads (default: number of CPUs).
+        #[arg(long)]
+        workers: Option<usize>,
+        /// Log every request to stdout.
+        #[arg(long)]
+        access_log: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run { config } => cmd_run(config),
+        Command::Check { config } => return cmd_check(config),
+        Command::Demo { listen } => cmd_demo(listen),
+        Command::Proxy {
+            from,
+            to,
+            workers,
+            access_log,
+        } => cmd_proxy(from, &to, workers, access_log),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rampart: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// The file to use: the flag, else the first default path that exists.
+fn locate(config: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    if let Some(p) = config {
+        return Ok(p);
+    }
+    for p in rampart_config::DEFAULT_PATHS {
+        if Path::new(p).exists() {
+            return Ok(PathBuf::from(p));
+        }
+    }
+    bail!(
+        "no configuration file: looked for {}.\n\
+         Start with `rampart demo` to see rampart in action, write a rampart.toml (see docs/configuration.md)\n\
+         and run `rampart run --config rampart.toml`, or proxy without a file:\n\
+         `rampart proxy --from 127.0.0.1:8080 --to 127.0.0.1:3000`",
+        rampart_config::DEFAULT_PATHS.join(" and ")
+    )
+}
+
+fn load(path: &Path) -> anyhow::Result<(String, Validated)> {
+    let src = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let v = rampart_config::validate(&src, cpus());
+    Ok((src, v))
+}
+
+fn print_diag(path: &Path, d: &Diagnostic) {
+    let sev = match d.severity {
+        Severity::Error => "error",
+        Severity::Warning => "warning",
+        Severity::Inactive => "accepted, not yet active",
+    };
+    let key = if d.key.is_empty() { String::new() } else { format!("`{}` ", d.key) };
+    if d.line > 0 {
+        eprintln!("{}:{}:{}: {sev}: {key}{}", path.display(), d.line, d.column, d.message);
+    } else {
+        eprintln!("{}: {sev}: {key}{}", path.display(), d.message);
+    }
+    if !d.hint.is_empty() {
+        eprintln!("    fix: {}", d.hint);
+    }
+}
+
+fn cmd_check(config: Option<PathBuf>) -> ExitCode {
+    let (path, v) = match locate(config).and_then(|p| load(&p).map(|(_, v)| (p, v))) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("rampart: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    for d in &v.diagnostics {
+        print_diag(&path, d);
+    }
+    let count = |s| v.diagnostics.iter().filter(|d| d.severity == s).count();
+    let (e, w, i) = (count(Severity::Error), count(Severity::Warning), count(Severity::Inactive));
+    if let Some(c) = &v.config {
+        println!(
+            "{}: configuration OK ({} rule(s), {} listener(s), {} worker(s)); {w} warning(s), {i} key(s) accepted but not yet active",
+            path.display(),
+            c.rules.len(),
+            c.listen_http.len(),
+            c.workers
+        );
+        ExitCode::SUCCESS
+    } else {
+        println!("{}: {e} error(s), {w} warning(s): configuration rejected", path.display());
+        ExitCode::FAILURE
+    }
+}
+
+/// Validates and prints problems; returns the config or an error naming the count.
+fn config_from(path: &Path, src_name: &str, v: Validated) -> anyhow::Result<Config> {
+    for d in &v.diagnostics {
+        if d.severity != Severity::Inactive {
+            print_diag(path, d);
+        }
+    }
+    match v.config {
+        Some(c) => Ok(c),
+        None => bail!("{src_name}: {} error(s); nothing started", v.errors().count()),
+    }
+}
+
+fn init_logging(config: &Config) {
+    let diag_filter = EnvFilter::try_new(format!("{},{ACCESS_TARGET}=off", config.logging_level)).unwrap_or_else(|_| {
+        // ARC2 accepts any value that starts with a level name; fall back to that level.
+        let level = ["off", "trace", "debug", "info", "warn", "error"]
+            .into_iter()
+            .find(|l| config.logging_level.starts_with(l))
+            .unwrap_or("error");
+        EnvFilter::new(format!("{level},{ACCESS_TARGET}=off"))
+    });
+    let diagnostics = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(diag_filter);
+    let access = config.add_logging.then(|| {
+        tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stdout)
+            .with_ansi(false)
+            .with_target(false)
+            .with_level(false)
+            .with_filter(Targets::new().with_target(ACCESS_TARGET, LevelFilter::INFO))
+    });
+    let _ = tracing_subscriber::registry().with(diagnostics).with(access).try_init();
+    if config.backtracing {
+        std::env::set_var("RUST_BACKTRACE", "1");
+    }
+}
+
+/// Binds, starts, prints the listening line, waits for SIGINT/SIGTERM, drains.
+fn serve(config: Config, on_ready: impl FnOnce(&[SocketAddr])) -> anyhow::Result<()> {
+    raise_fd_limit();
+    let workers = config.workers;
+    let server = Server::bind(config)?;
+    let addrs = server.local_addrs().to_vec();
+    let running = server.start()?;
+    for a in &addrs {
+        println!("rampart {} listening on http://{a} ({workers} worker(s))", env!("CARGO_PKG_VERSION"));
+    }
+    on_ready(&addrs);
+    wait_for_signal(&running)?;
+    running.shutdown();
+    running.join();
+    println!("rampart stopped");
+    Ok(())
+}
+
+fn wait_for_signal(_running: &Running) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r?,
+            _ = term.recv() => {}
+        }
+        eprintln!("rampart: shutting down, finishing in-flight requests");
+        Ok::<_, std::io::Error>(())
+    })?;
+    Ok(())
+}
+
+fn cmd_run(config: Option<PathBuf>) -> anyhow::Result<()> {
+    let path = locate(config)?;
+    let (_, v) = load(&path)?;
+    let config = config_from(&path, &path.display().to_string(), v)?;
+    init_logging(&config);
+    serve(config, |_| {})
+}
+
+fn cmd_proxy(from: SocketAddr, to: &str, workers: Option<usize>, access_log: bool) -> anyhow::Result<()> {
+    let src = format!(
+        "listen = [{from:?}]\nworkers = {}\nadd_logging = {access_log}\nlogging_level = \"warn\"\n\
+         [[proxy_rules]]\ndomain = \"*\"\nupstreams = [{to:?}]\nenable_logging = true\n",
+        workers.unwrap_or_else(cpus),
+        from = from.to_string(),
+    );
+    let config = config_from(Path::new("--to"), "rampart proxy", rampart_config::validate(&src, cpus()))?;
+    init_logging(&config);
+    serve(config, |_| {})
+}
+
+fn cmd_demo(listen: SocketAddr) -> anyhow::Result<()> {
+    // The origin runs on its own thread and runtime, on a free loopback port.
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let std_listener = std::net::TcpListener::bind("127.0.0.1:0").context("cannot start the sample origin")?;
+    std_listener.set_nonblocking(true)?;
+    let origin = std_listener.local_addr()?;
+    let origin_thread = std::thread::Builder::new().name("demo-origin".into()).spawn(move || {
+        if let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            rt.block_on(async move {
+                if let Ok(l) = tokio::net::TcpListener::from_std(std_listener) {
+                    demo::serve_origin(l, rx).await;
+                }
+            });
+        }
+    })?;
+    let src = demo::DEMO_CONFIG
+        .replace("{LISTEN}", &listen.to_string())
+        .replace("{ORIGIN_PORT}", &origin.port().to_string());
+    let config = config_from(Path::new("demo.toml"), "embedded demo config", rampart_config::validate(&src, cpus()))?;
+    init_logging(&config);
+    let result = serve(config, |addrs| {
+        if let Some(a) = addrs.first() {
+            println!("\n{}", demo::instructions(*a, origin));
+        }
+    });
+    tx.send_replace(true);
+    let _ = origin_thread.join();
+    result.with_context(|| format!("demo could not start (is {listen} in use? try `rampart demo --listen 127.0.0.1:8081`)"))
+}
+
+/// Raises the open-files soft limit to the hard limit, as a busy proxy needs (like NGINX's
+/// `worker_rlimit_nofile`).
+#[allow(unsafe_code)]
+fn raise_fd_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read/write the struct we pass.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}

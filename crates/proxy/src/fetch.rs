@@ -1,0 +1,245 @@
+//! fetch: choose an upstream, send the request over a pooled keep-alive connection, apply
+//! timeouts, and fail over to the next upstream when one cannot be reached.
+//!
+//! Each worker owns one [`Upstream`] (connection pool), so pooled connections never cross
+//! threads. Upstream health is shared: an origin that refused a connection is skipped by every
+//! worker for [`DOWN_FOR`] (passive health checking), unless it is the only choice left.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use http::uri::{Authority, PathAndQuery, Scheme};
+use http::{Request, Response, Uri};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use rampart_config::{RoutingMethod, RuleConfig, UpstreamConfig, UpstreamTarget};
+
+use crate::body::RequestBody;
+use crate::synth::ProxyError;
+
+/// How long an origin that refused a connection is skipped.
+const DOWN_FOR: Duration = Duration::from_secs(5);
+
+/// One origin and its shared health state.
+#[derive(Debug)]
+pub struct UpstreamState {
+    pub target: UpstreamTarget,
+    /// Milliseconds since `epoch` until which this origin is considered down (0 = up).
+    down_until_ms: AtomicU64,
+}
+
+/// A rule's origins in preference order, with the selection state for its routing method.
+#[derive(Debug)]
+pub struct UpstreamSet {
+    members: Vec<UpstreamState>,
+    method: RoutingMethod,
+    /// For `Weighted`: indices into `members`, each repeated by weight.
+    schedule: Vec<usize>,
+    next: AtomicUsize,
+    epoch: Instant,
+}
+
+impl UpstreamSet {
+    pub fn new(rule: &RuleConfig) -> Self {
+        let members: Vec<_> = rule
+            .upstreams
+            .iter()
+            .map(|t| UpstreamState {
+                target: t.clone(),
+                down_until_ms: AtomicU64::new(0),
+            })
+            .collect();
+        let mut schedule = Vec::new();
+        if rule.routing_method == RoutingMethod::Weighted {
+            // Interleave by weight so consecutive requests spread (1,2,1,2,2 rather than 1,2,2,2).
+            let max = rule.upstreams.iter().map(|t| t.weight).max().unwrap_or(1).min(1000);
+            for round in 0..max {
+                for (i, t) in rule.upstreams.iter().enumerate() {
+                    if t.weight.min(1000) > round {
+                        schedule.push(i);
+                    }
+                }
+            }
+        }
+        UpstreamSet {
+            members,
+            method: rule.routing_method,
+            schedule,
+            next: AtomicUsize::new(0),
+            epoch: Instant::now(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// The order in which to try the origins for one request: the first healthy one by the
+    /// routing method, then the others; origins marked down go last.
+    pub fn order(&self) -> impl Iterator<Item = &UpstreamState> + '_ {
+        let n = self.members.len();
+        let start = match self.method {
+            RoutingMethod::Weighted if !self.schedule.is_empty() => {
+                let k = self.next.fetch_add(1, Ordering::Relaxed) % self.schedule.len();
+                self.schedule[k]
+            }
+            _ => 0,
+        };
+        let now = self.now_ms();
+        let up = move |m: &UpstreamState| m.down_until_ms.load(Ordering::Relaxed) <= now;
+        let rotated = (0..n).map(move |i| &self.members[(start + i) % n]);
+        rotated.clone().filter(move |m| up(m)).chain(rotated.filter(move |m| !up(m)))
+    }
+
+    pub fn mark_down(&self, member: &UpstreamState) {
+        member
+            .down_until_ms
+            .store(self.now_ms() + DOWN_FOR.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    pub fn mark_up(&self, member: &UpstreamState) {
+        if member.down_until_ms.load(Ordering::Relaxed) != 0 {
+            member.down_until_ms.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A worker's connection pool to all origins.
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    client: Client<HttpConnector, RequestBody>,
+    timeout: Option<Duration>,
+    connect_timeout: Duration,
+}
+
+impl Upstream {
+    pub fn new(config: &UpstreamConfig) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(config.nodelay);
+        connector.set_connect_timeout(Some(config.connect_timeout));
+        connector.enforce_http(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .timer(TokioTimer::new())
+            .pool_idle_timeout(config.keepalive)
+            .pool_max_idle_per_host(if config.keepalive.is_zero() { 0 } else { config.max_idle_per_origin })
+            // Requests arrive with their Host header already set by the pipeline.
+            .set_host(false)
+            .build(connector);
+        Upstream {
+            client,
+            timeout: config.timeout,
+            connect_timeout: config.connect_timeout,
+        }
+    }
+
+    /// Sends `req` (origin-form URI, headers already rewritten) to `authority`; waits at most
+    /// `proxy_timeout` for the response head.
+    pub async fn send(&self, mut req: Request<RequestBody>, authority: &Authority) -> Result<Response<Incoming>, ProxyError> {
+        let pq = req.uri().path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
+        let mut parts = http::uri::Parts::default();
+        parts.scheme = Some(Scheme::HTTP);
+        parts.authority = Some(authority.clone());
+        parts.path_and_query = Some(pq);
+        *req.uri_mut() = Uri::from_parts(parts).map_err(|_| ProxyError::BadRequest("request target"))?;
+        let fut = self.client.request(req);
+        let res = match self.timeout {
+            Some(t) => tokio::time::timeout(t, fut).await.map_err(|_| ProxyError::UpstreamTimeout)?,
+            None => fut.await,
+        };
+        res.map_err(|e| self.classify(e))
+    }
+
+    fn classify(&self, e: hyper_util::client::legacy::Error) -> ProxyError {
+        if e.is_connect() {
+            let text = error_chain(&e);
+            if text.contains("timed out") || text.contains("timeout") {
+                ProxyError::UpstreamConnectTimeout(self.connect_timeout)
+            } else {
+                ProxyError::UpstreamConnect(text)
+            }
+        } else {
+            ProxyError::UpstreamProtocol(error_chain(&e))
+        }
+    }
+}
+
+/// The error and its sources on one line, for logs.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(src: &str) -> UpstreamSet {
+        let v = rampart_config::validate(src, 1);
+        let c = v.config.unwrap_or_else(|| panic!("{:?}", v.diagnostics));
+        UpstreamSet::new(&c.rules[0])
+    }
+
+    const LB: &str = r#"
+[[proxy_rules]]
+domain = "x"
+[proxy_rules.routing_rules]
+routing_method = "METHOD"
+https_only = false
+enable_health_checks = false
+health_check_interval = 30
+[[proxy_rules.routing_rules.routing_locations]]
+priority = 1
+forward_ipv4 = "127.0.0.1"
+forward_port_http = 1
+[[proxy_rules.routing_rules.routing_locations]]
+priority = 3
+forward_ipv4 = "127.0.0.1"
+forward_port_http = 2
+"#;
+
+    fn first_port(s: &UpstreamSet) -> u16 {
+        s.order().next().and_then(|m| m.target.authority.port_u16()).unwrap_or(0)
+    }
+
+    #[test]
+    fn priority_fails_over_and_recovers() {
+        let s = set(&LB.replace("METHOD", "Priority"));
+        assert_eq!(first_port(&s), 1);
+        let first = s.order().next().expect("member");
+        s.mark_down(first);
+        assert_eq!(first_port(&s), 2);
+        // The downed origin is still tried last.
+        assert_eq!(s.order().count(), 2);
+        let m = s.order().nth(1).expect("member");
+        s.mark_up(m);
+        assert_eq!(first_port(&s), 1);
+    }
+
+    #[test]
+    fn weighted_spreads_by_weight() {
+        let s = set(&LB.replace("METHOD", "Weighted"));
+        let mut counts = [0; 3];
+        for _ in 0..400 {
+            counts[first_port(&s) as usize] += 1;
+        }
+        assert_eq!(counts[1], 100);
+        assert_eq!(counts[2], 300);
+    }
+}

@@ -1,0 +1,106 @@
+//! Header rewriting at the proxy boundary, both directions.
+//!
+//! Hop-by-hop headers (RFC 9110 §7.6.1) are removed: the fixed list plus every header the
+//! `Connection` header names. Towards the origin rampart adds `X-Forwarded-For` (appended),
+//! `X-Forwarded-Proto`, `X-Forwarded-Host` (replaced: a client must not choose them) and `Via`
+//! (appended); towards the client it adds `Via`.
+
+use http::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, TE, TRAILER, TRANSFER_ENCODING, UPGRADE, VIA};
+use http::Version;
+
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+
+/// Removes hop-by-hop headers, including those listed in `Connection`.
+pub fn strip_hop_by_hop(h: &mut HeaderMap) {
+    // Headers named by Connection (collected first: we cannot remove while borrowing).
+    if h.contains_key(CONNECTION) {
+        let named: Vec<HeaderName> = h
+            .get_all(CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+            .collect();
+        for n in named {
+            h.remove(n);
+        }
+        h.remove(CONNECTION);
+    }
+    for name in [&KEEP_ALIVE, &PROXY_CONNECTION] {
+        if h.contains_key(name) {
+            h.remove(name);
+        }
+    }
+    for name in [TE, TRAILER, TRANSFER_ENCODING, UPGRADE] {
+        if h.contains_key(&name) {
+            h.remove(name);
+        }
+    }
+}
+
+/// The `Via` entry for a message received with `version`.
+pub fn via_value(version: Version) -> HeaderValue {
+    HeaderValue::from_static(match version {
+        Version::HTTP_10 => "1.0 rampart",
+        Version::HTTP_2 => "2 rampart",
+        Version::HTTP_3 => "3 rampart",
+        _ => "1.1 rampart",
+    })
+}
+
+/// Appends a `Via` entry (RFC 9110 §7.6.3).
+pub fn append_via(h: &mut HeaderMap, version: Version) {
+    h.append(VIA, via_value(version));
+}
+
+/// Adds the forwarding headers to a request bound for the origin.
+pub fn add_forwarded(h: &mut HeaderMap, client_ip: &HeaderValue, host: &HeaderValue, proto: &'static str) {
+    let xff = match h.get(&X_FORWARDED_FOR) {
+        Some(prev) => {
+            let mut v = Vec::with_capacity(prev.len() + 2 + client_ip.len());
+            v.extend_from_slice(prev.as_bytes());
+            v.extend_from_slice(b", ");
+            v.extend_from_slice(client_ip.as_bytes());
+            HeaderValue::from_bytes(&v).unwrap_or_else(|_| client_ip.clone())
+        }
+        None => client_ip.clone(),
+    };
+    h.insert(X_FORWARDED_FOR.clone(), xff);
+    h.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static(proto));
+    h.insert(X_FORWARDED_HOST.clone(), host.clone());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strips_fixed_and_connection_named() {
+        let mut h = HeaderMap::new();
+        h.insert(CONNECTION, HeaderValue::from_static("keep-alive, X-Secret"));
+        h.insert("x-secret", HeaderValue::from_static("1"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert(TE, HeaderValue::from_static("trailers"));
+        h.insert(UPGRADE, HeaderValue::from_static("websocket"));
+        h.insert("proxy-connection", HeaderValue::from_static("keep-alive"));
+        h.insert("x-keep", HeaderValue::from_static("1"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1, "{h:?}");
+        assert!(h.contains_key("x-keep"));
+    }
+
+    #[test]
+    fn forwarded_appends_xff_and_replaces_the_rest() {
+        let mut h = HeaderMap::new();
+        h.insert("x-forwarded-for", HeaderValue::from_static("10.0.0.1"));
+        h.insert("x-forwarded-proto", HeaderValue::from_static("https"));
+        add_forwarded(&mut h, &HeaderValue::from_static("127.0.0.1"), &HeaderValue::from_static("a.example"), "http");
+        assert_eq!(h["x-forwarded-for"], "10.0.0.1, 127.0.0.1");
+        assert_eq!(h["x-forwarded-proto"], "http");
+        assert_eq!(h["x-forwarded-host"], "a.example");
+    }
+}

@@ -1,0 +1,50 @@
+//! The access log: one structured line per request on the `access` tracing target.
+//!
+//! Written only when the global `add_logging` and the rule's `enable_logging` are both on; the
+//! pipeline does not even build a record otherwise. Fields: client, host, method, path, status,
+//! bytes (body bytes sent), duration_us (request start to last body byte), upstream, cache.
+
+use std::net::IpAddr;
+use std::time::Instant;
+
+use http::uri::Authority;
+use http::Method;
+
+/// The tracing target of the access log.
+pub const ACCESS_TARGET: &str = "access";
+
+/// Everything one access-log line needs; filled in along the pipeline.
+#[derive(Debug)]
+pub struct AccessRecord {
+    pub start: Instant,
+    pub client: IpAddr,
+    pub host: String,
+    pub method: Method,
+    pub path: String,
+    pub status: u16,
+    pub bytes: u64,
+    pub upstream: Option<Authority>,
+    /// The `X-Arc2-Cache` vocabulary: Miss, Hit, Dynamic, Bypass, Block, ...
+    pub cache: &'static str,
+    /// The body ended with an error (client or origin went away mid-stream).
+    pub aborted: bool,
+}
+
+impl AccessRecord {
+    pub fn write(&self) {
+        let upstream = self.upstream.as_ref().map_or("-", Authority::as_str);
+        tracing::info!(
+            target: ACCESS_TARGET,
+            client = %self.client,
+            host = %self.host,
+            method = %self.method,
+            path = %self.path,
+            status = self.status,
+            bytes = self.bytes,
+            duration_us = self.start.elapsed().as_micros() as u64,
+            upstream,
+            cache = self.cache,
+            aborted = self.aborted,
+        );
+    }
+}

@@ -1,0 +1,224 @@
+//! The request pipeline: recv → (lookup: arrives with the cache) → pass → fetch → deliver | synth.
+//!
+//! [`Pipeline::handle`] is the outer handler: it runs the stages, turns any [`ProxyError`] into
+//! its synthetic response (the map lives in `synth`), and attaches the access-log record. Stages
+//! never build error responses themselves.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::header::{HeaderValue, EXPECT, HOST};
+use http::{HeaderMap, Method, Request, Response, Uri, Version};
+use hyper::body::Incoming;
+use http_body::Body as _;
+
+use crate::body::{ProxyBody, RequestBody};
+use crate::fetch::Upstream;
+use crate::headers::{add_forwarded, append_via, strip_hop_by_hop};
+use crate::log::AccessRecord;
+use crate::recv::{PathDecision, Router, Rule};
+use crate::synth::ProxyError;
+
+/// Per-connection facts the pipeline needs, computed once at accept.
+#[derive(Debug, Clone)]
+pub struct ConnInfo {
+    pub client_ip: IpAddr,
+    /// `client_ip` pre-rendered for `X-Forwarded-For`.
+    pub client_ip_header: HeaderValue,
+    /// `"http"` or `"https"`.
+    pub proto: &'static str,
+}
+
+impl ConnInfo {
+    pub fn new(client_ip: IpAddr, proto: &'static str) -> Self {
+        // invariant: an IP address renders as ASCII digits, dots, colons and hex letters.
+        #[allow(clippy::unwrap_used)]
+        let client_ip_header = HeaderValue::from_str(&client_ip.to_string()).unwrap();
+        ConnInfo {
+            client_ip,
+            client_ip_header,
+            proto,
+        }
+    }
+}
+
+/// One worker's pipeline: shared routing table, worker-local upstream pool.
+#[derive(Debug)]
+pub struct Pipeline {
+    router: Arc<Router>,
+    upstream: Upstream,
+    access_log: bool,
+}
+
+/// What recv decided about a request.
+struct Recv {
+    rule: Arc<Rule>,
+    host: HeaderValue,
+    decision: PathDecision,
+}
+
+impl Pipeline {
+    pub fn new(router: Arc<Router>, upstream: Upstream, access_log: bool) -> Self {
+        Pipeline {
+            router,
+            upstream,
+            access_log,
+        }
+    }
+
+    /// Handles one request end to end. Never fails: errors become synthetic responses.
+    pub async fn handle(&self, conn: &ConnInfo, req: Request<Incoming>) -> Response<ProxyBody> {
+        let start = Instant::now();
+        let recv = match self.recv(&req) {
+            Ok(r) => r,
+            Err(e) => return self.fail(conn, &req, e),
+        };
+        let mut log = (self.access_log && recv.rule.config.enable_logging).then(|| {
+            Box::new(AccessRecord {
+                start,
+                client: conn.client_ip,
+                host: String::from_utf8_lossy(recv.host.as_bytes()).into_owned(),
+                method: req.method().clone(),
+                path: req.uri().path_and_query().map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned()),
+                status: 0,
+                bytes: 0,
+                upstream: None,
+                cache: "Dynamic",
+                aborted: false,
+            })
+        });
+        let cache_label = match recv.decision {
+            PathDecision::Block => {
+                tracing::info!(host = ?recv.host, path = req.uri().path(), "blocked by path rule");
+                let res = ProxyError::BlockedByPathRule.to_response();
+                return finish(res, log, "Block");
+            }
+            PathDecision::Bypass => "Bypass",
+            // Caching arrives with the cache stage; until then every request is passed.
+            PathDecision::Cacheable { .. } | PathDecision::Dynamic => "Dynamic",
+        };
+        let res = match self.pass(conn, &recv, req, log.as_deref_mut()).await {
+            Ok(res) => res,
+            Err(e) => {
+                tracing::error!(
+                    domain = recv.rule.config.domain_text,
+                    side = e.side().as_str(),
+                    status = e.status().as_u16(),
+                    error = %e,
+                    "upstream request failed"
+                );
+                e.to_response()
+            }
+        };
+        finish(res, log, cache_label)
+    }
+
+    /// recv: find the rule by host and apply the path policy.
+    fn recv(&self, req: &Request<Incoming>) -> Result<Recv, ProxyError> {
+        // RFC 9112 §3.2.2: an absolute-form target's authority wins over Host; HTTP/2 carries
+        // the host in :authority, which hyper puts in the URI.
+        let host = match req.uri().authority() {
+            Some(a) => HeaderValue::from_str(a.as_str()).map_err(|_| ProxyError::BadRequest("authority"))?,
+            None => req.headers().get(HOST).cloned().ok_or(ProxyError::MissingHost)?,
+        };
+        let host_str = host.to_str().map_err(|_| ProxyError::BadRequest("host"))?;
+        let rule = self
+            .router
+            .find(host_str)
+            .ok_or_else(|| ProxyError::NoRoute(host_str.to_owned()))?
+            .clone();
+        let decision = rule.decide(req.uri().path());
+        Ok(Recv { rule, host, decision })
+    }
+
+    /// pass → fetch: forward to the rule's upstreams, failing over on connect errors when the
+    /// request has no body (so it can be sent again).
+    async fn pass(
+        &self,
+        conn: &ConnInfo,
+        recv: &Recv,
+        req: Request<Incoming>,
+        mut log: Option<&mut AccessRecord>,
+    ) -> Result<Response<ProxyBody>, ProxyError> {
+        let (mut parts, body) = req.into_parts();
+        let downstream_version = parts.version;
+        let h = &mut parts.headers;
+        strip_hop_by_hop(h);
+        // rampart answers `Expect: 100-continue` itself (hyper sends 100 when the body is read).
+        h.remove(EXPECT);
+        h.insert(HOST, recv.host.clone());
+        add_forwarded(h, &conn.client_ip_header, &recv.host, conn.proto);
+        append_via(h, downstream_version);
+
+        let upstreams = &recv.rule.upstreams;
+        let resendable = body.is_end_stream();
+        let body = if resendable {
+            RequestBody::Empty
+        } else {
+            RequestBody::Stream(body)
+        };
+        // A copy to re-send after a connect failure; only for body-less requests to a rule with
+        // more than one origin, so the common case clones nothing.
+        let spare = (resendable && upstreams.len() > 1).then(|| (parts.method.clone(), parts.uri.clone(), parts.headers.clone()));
+        parts.version = Version::HTTP_11;
+        let mut first = Some(Request::from_parts(parts, body));
+
+        let mut last_err = None;
+        for member in upstreams.order() {
+            let req = match (first.take(), &spare) {
+                (Some(req), _) => req,
+                (None, Some((m, u, hm))) => rebuild(m, u, hm),
+                (None, None) => break,
+            };
+            if let Some(l) = log.as_deref_mut() {
+                l.upstream = Some(member.target.authority.clone());
+            }
+            match self.upstream.send(req, &member.target.authority).await {
+                Ok(res) => {
+                    upstreams.mark_up(member);
+                    return Ok(deliver(res, downstream_version));
+                }
+                Err(e) if e.may_fail_over() => {
+                    tracing::warn!(upstream = %member.target.authority, error = %e, "origin unreachable, marking it down");
+                    upstreams.mark_down(member);
+                    last_err = Some(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last_err.unwrap_or_else(|| ProxyError::UpstreamConnect("no upstream".into())))
+    }
+
+    fn fail(&self, conn: &ConnInfo, req: &Request<Incoming>, e: ProxyError) -> Response<ProxyBody> {
+        tracing::debug!(client = %conn.client_ip, uri = %req.uri(), error = %e, "request refused");
+        e.to_response()
+    }
+}
+
+fn rebuild(method: &Method, uri: &Uri, headers: &HeaderMap) -> Request<RequestBody> {
+    let mut req = Request::new(RequestBody::Empty);
+    *req.method_mut() = method.clone();
+    *req.uri_mut() = uri.clone();
+    *req.version_mut() = Version::HTTP_11;
+    *req.headers_mut() = headers.clone();
+    req
+}
+
+/// deliver: the origin's response, with hop-by-hop headers removed and `Via` added.
+fn deliver(res: Response<Incoming>, downstream_version: Version) -> Response<ProxyBody> {
+    let (mut parts, body) = res.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    append_via(&mut parts.headers, parts.version);
+    parts.version = downstream_version;
+    Response::from_parts(parts, ProxyBody::stream(body))
+}
+
+fn finish(mut res: Response<ProxyBody>, log: Option<Box<AccessRecord>>, cache: &'static str) -> Response<ProxyBody> {
+    if let Some(mut log) = log {
+        log.status = res.status().as_u16();
+        log.cache = cache;
+        res.body_mut().set_log(log);
+    }
+    res
+}

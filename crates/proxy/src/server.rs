@@ -1,0 +1,282 @@
+//! accept: listeners, worker threads, the connection limit and graceful drain.
+//!
+//! Two runtime layouts (`worker_runtime`):
+//! - `per-core` (default): `workers` threads, each with a single-threaded tokio runtime and its
+//!   own `SO_REUSEPORT` listener per address, so the kernel spreads connections and a connection
+//!   never changes thread. Each worker has its own upstream pool.
+//! - `shared`: one multi-threaded runtime with `workers` threads and one listener per address.
+//!
+//! Sockets are bound before any thread starts, so a bind error is reported at startup. On
+//! shutdown every worker stops accepting, lets in-flight requests finish (idle keep-alive
+//! connections are closed at once) for at most `shutdown_timeout`, then returns.
+
+use std::convert::Infallible;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use rampart_config::{Config, RuntimeMode};
+use socket2::{Domain, Protocol, SockRef, Socket, TcpKeepalive, Type};
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+
+use crate::fetch::Upstream;
+use crate::pipeline::{ConnInfo, Pipeline};
+use crate::recv::Router;
+
+/// Listen backlog when `max_backlog` is unset (Linux's default `somaxconn`).
+const DEFAULT_BACKLOG: i32 = 4096;
+
+/// Bound sockets, ready to serve.
+#[derive(Debug)]
+pub struct Server {
+    config: Arc<Config>,
+    /// One entry per worker thread (a single entry for the shared runtime), each holding one
+    /// listener per configured address.
+    sockets: Vec<Vec<std::net::TcpListener>>,
+    local_addrs: Vec<SocketAddr>,
+}
+
+/// A running server: signal it to stop, then join it.
+#[derive(Debug)]
+pub struct Running {
+    shutdown: watch::Sender<bool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Running {
+    /// Starts a graceful shutdown; returns immediately.
+    pub fn shutdown(&self) {
+        self.shutdown.send_replace(true);
+    }
+
+    /// Waits until every worker has drained and stopped.
+    pub fn join(self) {
+        for t in self.threads {
+            if t.join().is_err() {
+                tracing::error!("a worker thread panicked");
+            }
+        }
+    }
+}
+
+fn bind_one(addr: SocketAddr, config: &Config, reuse_port: bool) -> io::Result<std::net::TcpListener> {
+    let d = &config.downstream;
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    if reuse_port {
+        socket.set_reuse_port(true)?;
+    }
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    // Set on the listener so accepted sockets inherit them (buffer sizes must precede listen()).
+    if let Some(n) = d.recv_buffer_size {
+        socket.set_recv_buffer_size(n)?;
+    }
+    if let Some(n) = d.send_buffer_size {
+        socket.set_send_buffer_size(n)?;
+    }
+    if let Some(ttl) = d.ip_ttl {
+        if addr.is_ipv4() {
+            socket.set_ttl_v4(ttl)?;
+        } else {
+            socket.set_unicast_hops_v6(ttl)?;
+        }
+    }
+    socket.set_tcp_nodelay(d.nodelay)?;
+    socket.bind(&addr.into())?;
+    socket.listen(d.max_backlog.unwrap_or(DEFAULT_BACKLOG))?;
+    socket.set_nonblocking(true)?;
+    Ok(socket.into())
+}
+
+impl Server {
+    /// Binds every listener. A port of 0 is resolved once and shared by all workers.
+    pub fn bind(config: Config) -> io::Result<Server> {
+        let per_core = config.runtime == RuntimeMode::PerCore;
+        let groups = if per_core { config.workers.max(1) } else { 1 };
+        let mut sockets: Vec<Vec<std::net::TcpListener>> = (0..groups).map(|_| Vec::new()).collect();
+        let mut local_addrs = Vec::new();
+        for &addr in &config.listen_http {
+            let first = bind_one(addr, &config, per_core).map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))?;
+            let actual = first.local_addr()?;
+            local_addrs.push(actual);
+            sockets[0].push(first);
+            for group in sockets.iter_mut().skip(1) {
+                group.push(bind_one(actual, &config, true)?);
+            }
+        }
+        Ok(Server {
+            config: Arc::new(config),
+            sockets,
+            local_addrs,
+        })
+    }
+
+    /// The addresses actually bound (ports resolved).
+    pub fn local_addrs(&self) -> &[SocketAddr] {
+        &self.local_addrs
+    }
+
+    /// Starts the workers and returns at once.
+    pub fn start(self) -> io::Result<Running> {
+        let (tx, rx) = watch::channel(false);
+        let router = Arc::new(Router::new(&self.config));
+        let shared = Arc::new(Shared {
+            limit: Arc::new(Semaphore::new(self.config.downstream.max_connections)),
+            at_limit: AtomicBool::new(false),
+            config: self.config.clone(),
+        });
+        let mut threads = Vec::new();
+        match self.config.runtime {
+            RuntimeMode::PerCore => {
+                for (i, group) in self.sockets.into_iter().enumerate() {
+                    let (shared, router, rx) = (shared.clone(), router.clone(), rx.clone());
+                    let t = std::thread::Builder::new().name(format!("rampart-w{i}")).spawn(move || {
+                        let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                            Ok(rt) => rt,
+                            Err(e) => return tracing::error!(error = %e, "cannot start worker runtime"),
+                        };
+                        rt.block_on(worker(group, shared, router, rx));
+                    })?;
+                    threads.push(t);
+                }
+            }
+            RuntimeMode::Shared => {
+                let workers = self.config.workers.max(1);
+                let group = self.sockets.into_iter().flatten().collect();
+                let t = std::thread::Builder::new().name("rampart-rt".into()).spawn(move || {
+                    let rt = match tokio::runtime::Builder::new_multi_thread()
+                        .worker_threads(workers)
+                        .thread_name("rampart-w")
+                        .enable_all()
+                        .build()
+                    {
+                        Ok(rt) => rt,
+                        Err(e) => return tracing::error!(error = %e, "cannot start runtime"),
+                    };
+                    rt.block_on(worker(group, shared, router, rx));
+                })?;
+                threads.push(t);
+            }
+        }
+        Ok(Running { shutdown: tx, threads })
+    }
+}
+
+/// State shared by all workers.
+#[derive(Debug)]
+struct Shared {
+    config: Arc<Config>,
+    /// One permit per open client connection.
+    limit: Arc<Semaphore>,
+    /// Set while the limit is reached, so the log line is written once per episode.
+    at_limit: AtomicBool,
+}
+
+/// One worker: an accept loop per listener, sharing this worker's pipeline and pool.
+async fn worker(group: Vec<std::net::TcpListener>, shared: Arc<Shared>, router: Arc<Router>, shutdown: watch::Receiver<bool>) {
+    let upstream = Upstream::new(&shared.config.upstream);
+    let pipeline = Arc::new(Pipeline::new(router, upstream, shared.config.add_logging));
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(shared.config.downstream.header_read_timeout)
+        .keep_alive(true)
+        .pipeline_flush(true);
+    builder.http2().timer(TokioTimer::new()).max_concurrent_streams(256);
+    let builder = Arc::new(builder);
+    let mut loops = Vec::new();
+    for std_listener in group {
+        let listener = match TcpListener::from_std(std_listener) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot register listener");
+                continue;
+            }
+        };
+        loops.push(tokio::spawn(accept_loop(listener, shared.clone(), pipeline.clone(), builder.clone(), shutdown.clone())));
+    }
+    for l in loops {
+        let _ = l.await;
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    pipeline: Arc<Pipeline>,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let graceful = GracefulShutdown::new();
+    let keepalive = shared.config.downstream.tcp_keepalive.map(|t| TcpKeepalive::new().with_time(t));
+    loop {
+        // Take a connection slot first: at the limit, new connections wait in the backlog.
+        let permit = match shared.limit.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                if !shared.at_limit.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        max_connections = shared.config.downstream.max_connections,
+                        "connection limit reached: new connections wait in the listen backlog until others close"
+                    );
+                }
+                tokio::select! {
+                    p = shared.limit.clone().acquire_owned() => match p {
+                        Ok(p) => p,
+                        Err(_) => break,
+                    },
+                    _ = shutdown.changed() => break,
+                }
+            }
+        };
+        if shared.at_limit.swap(false, Ordering::Relaxed) {
+            tracing::warn!("below the connection limit again");
+        }
+        let (stream, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    tracing::error!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = shutdown.changed() => break,
+        };
+        if let Some(ka) = &keepalive {
+            if let Err(e) = SockRef::from(&stream).set_tcp_keepalive(ka) {
+                tracing::debug!(error = %e, "cannot set TCP keep-alive");
+            }
+        }
+        let info = Arc::new(ConnInfo::new(peer.ip().to_canonical(), "http"));
+        let pipeline = pipeline.clone();
+        let svc = service_fn(move |req| {
+            let (pipeline, info) = (pipeline.clone(), info.clone());
+            async move { Ok::<_, Infallible>(pipeline.handle(&info, req).await) }
+        });
+        let conn = builder.serve_connection(TokioIo::new(stream), svc).into_owned();
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    let drain = shared.config.shutdown_timeout;
+    if tokio::time::timeout(drain, graceful.shutdown()).await.is_err() {
+        tracing::warn!(?drain, "drain time over; closing remaining connections");
+    }
+}

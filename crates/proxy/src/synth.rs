@@ -1,0 +1,126 @@
+//! synth: every response rampart generates itself, and the one map from error to status.
+//!
+//! "What happens on a 502?" is answered here: [`ProxyError::status`] is the only place an error
+//! becomes a status code, and [`ProxyError::side`] records whose fault it was (downstream client,
+//! upstream origin, or rampart itself) for logs and metrics. Bodies are short static text.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{HeaderValue, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE};
+use http::{Response, StatusCode};
+
+use crate::body::ProxyBody;
+
+/// Where a failure came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Downstream,
+    Upstream,
+    Internal,
+}
+
+impl Side {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Side::Downstream => "downstream",
+            Side::Upstream => "upstream",
+            Side::Internal => "internal",
+        }
+    }
+}
+
+/// Everything that can end a request with a synthetic response.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    #[error("no rule for host {0:?}")]
+    NoRoute(String),
+    #[error("request has no Host header")]
+    MissingHost,
+    #[error("malformed request: {0}")]
+    BadRequest(&'static str),
+    #[error("blocked by path rule")]
+    BlockedByPathRule,
+    #[error("could not connect to origin: {0}")]
+    UpstreamConnect(String),
+    #[error("origin connect timed out after {0:?}")]
+    UpstreamConnectTimeout(Duration),
+    #[error("origin did not answer within proxy_timeout")]
+    UpstreamTimeout,
+    #[error("origin connection failed: {0}")]
+    UpstreamProtocol(String),
+}
+
+impl ProxyError {
+    /// The one error → status map.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ProxyError::NoRoute(_) => StatusCode::NOT_FOUND,
+            ProxyError::MissingHost | ProxyError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ProxyError::BlockedByPathRule => StatusCode::FORBIDDEN,
+            ProxyError::UpstreamConnect(_) | ProxyError::UpstreamProtocol(_) => StatusCode::BAD_GATEWAY,
+            ProxyError::UpstreamConnectTimeout(_) | ProxyError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
+        }
+    }
+
+    pub fn side(&self) -> Side {
+        match self {
+            ProxyError::NoRoute(_) | ProxyError::MissingHost | ProxyError::BadRequest(_) | ProxyError::BlockedByPathRule => {
+                Side::Downstream
+            }
+            ProxyError::UpstreamConnect(_)
+            | ProxyError::UpstreamConnectTimeout(_)
+            | ProxyError::UpstreamTimeout
+            | ProxyError::UpstreamProtocol(_) => Side::Upstream,
+        }
+    }
+
+    /// Whether another upstream may be tried (nothing was sent to this one).
+    pub fn may_fail_over(&self) -> bool {
+        matches!(self, ProxyError::UpstreamConnect(_) | ProxyError::UpstreamConnectTimeout(_))
+    }
+
+    /// The response the client gets.
+    pub fn to_response(&self) -> Response<ProxyBody> {
+        synth(self.status())
+    }
+}
+
+/// Short plain-text body for a status rampart generates.
+fn body_for(status: StatusCode) -> &'static str {
+    match status {
+        StatusCode::BAD_REQUEST => "400 Bad Request\n",
+        StatusCode::FORBIDDEN => "403 Forbidden: blocked by policy\n",
+        StatusCode::NOT_FOUND => "404 Not Found: no site is configured for this host\n",
+        StatusCode::BAD_GATEWAY => "502 Bad Gateway: the origin could not be reached\n",
+        StatusCode::SERVICE_UNAVAILABLE => "503 Service Unavailable\n",
+        StatusCode::GATEWAY_TIMEOUT => "504 Gateway Timeout: the origin did not answer in time\n",
+        _ => "error\n",
+    }
+}
+
+/// A complete synthetic response: status, short body, no caching by anyone.
+pub fn synth(status: StatusCode) -> Response<ProxyBody> {
+    let body = body_for(status);
+    let mut res = Response::new(ProxyBody::full(Bytes::from_static(body.as_bytes())));
+    *res.status_mut() = status;
+    let h = res.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    h.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
+    h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_map() {
+        assert_eq!(ProxyError::NoRoute("x".into()).status(), 404);
+        assert_eq!(ProxyError::UpstreamConnect("refused".into()).status(), 502);
+        assert_eq!(ProxyError::UpstreamTimeout.status(), 504);
+        assert_eq!(ProxyError::UpstreamTimeout.side(), Side::Upstream);
+        assert_eq!(ProxyError::BlockedByPathRule.status(), 403);
+    }
+}
