@@ -124,7 +124,15 @@ impl<'d> Section<'d> {
         Some((item, span))
     }
 
-    fn wrong_type(&self, sink: &mut Sink<'_>, key: &str, item: &Item, span: Option<Range<usize>>, want: &str, example: &str) {
+    fn wrong_type(
+        &self,
+        sink: &mut Sink<'_>,
+        key: &str,
+        item: &Item,
+        span: Option<Range<usize>>,
+        want: &str,
+        example: &str,
+    ) {
         sink.push(
             Severity::Error,
             &self.key_path(key),
@@ -135,7 +143,14 @@ impl<'d> Section<'d> {
     }
 
     /// Records that a key this section requires is missing.
-    pub(crate) fn missing(&self, sink: &mut Sink<'_>, key: &str, severity: Severity, message: &str, hint: &str) {
+    pub(crate) fn missing(
+        &self,
+        sink: &mut Sink<'_>,
+        key: &str,
+        severity: Severity,
+        message: &str,
+        hint: &str,
+    ) {
         sink.push(severity, &self.key_path(key), self.span(), message, hint);
     }
 
@@ -170,7 +185,13 @@ impl<'d> Section<'d> {
     }
 
     /// An integer in `min..=max`; `unit` names the Rust width or meaning for the message.
-    pub(crate) fn int(&mut self, sink: &mut Sink<'_>, key: &'static str, min: i64, max: i64) -> Option<At<i64>> {
+    pub(crate) fn int(
+        &mut self,
+        sink: &mut Sink<'_>,
+        key: &'static str,
+        min: i64,
+        max: i64,
+    ) -> Option<At<i64>> {
         let (item, span) = self.item(key)?;
         match item.as_value() {
             Some(Value::Integer(i)) => {
@@ -200,7 +221,11 @@ impl<'d> Section<'d> {
     }
 
     /// An array of strings; non-string elements are reported one by one and skipped.
-    pub(crate) fn strings(&mut self, sink: &mut Sink<'_>, key: &'static str) -> Option<At<Vec<At<String>>>> {
+    pub(crate) fn strings(
+        &mut self,
+        sink: &mut Sink<'_>,
+        key: &'static str,
+    ) -> Option<At<Vec<At<String>>>> {
         let (item, span) = self.item(key)?;
         let Some(Value::Array(arr)) = item.as_value() else {
             self.wrong_type(sink, key, item, span, "an array of strings", "[\"...\"]");
@@ -219,7 +244,10 @@ impl<'d> Section<'d> {
                     Severity::Error,
                     &path,
                     other.span(),
-                    format!("expected a string, found {}", type_name(&Item::Value(other.clone()))),
+                    format!(
+                        "expected a string, found {}",
+                        type_name(&Item::Value(other.clone()))
+                    ),
                     "quote the value",
                 ),
             }
@@ -235,7 +263,9 @@ impl<'d> Section<'d> {
     pub(crate) fn table(&mut self, sink: &mut Sink<'_>, key: &'static str) -> Option<Section<'d>> {
         let (item, span) = self.item(key)?;
         match item.as_table_like() {
-            Some(t) if !matches!(item, Item::ArrayOfTables(_)) => Some(Section::new(t, self.key_path(key), span)),
+            Some(t) if !matches!(item, Item::ArrayOfTables(_)) => {
+                Some(Section::new(t, self.key_path(key), span))
+            }
             _ => {
                 self.wrong_type(sink, key, item, span, "a table", "{ ... }");
                 None
@@ -244,7 +274,11 @@ impl<'d> Section<'d> {
     }
 
     /// An array of tables (`[[a.b]]` or an array of inline tables).
-    pub(crate) fn tables(&mut self, sink: &mut Sink<'_>, key: &'static str) -> Option<Vec<Section<'d>>> {
+    pub(crate) fn tables(
+        &mut self,
+        sink: &mut Sink<'_>,
+        key: &'static str,
+    ) -> Option<Vec<Section<'d>>> {
         let (item, span) = self.item(key)?;
         let base = self.key_path(key);
         match item {
@@ -258,7 +292,9 @@ impl<'d> Section<'d> {
                 let mut out = Vec::new();
                 for (i, v) in arr.iter().enumerate() {
                     match v {
-                        Value::InlineTable(t) => out.push(Section::new(t, format!("{base}[{i}]"), v.span())),
+                        Value::InlineTable(t) => {
+                            out.push(Section::new(t, format!("{base}[{i}]"), v.span()))
+                        }
                         other => sink.push(
                             Severity::Error,
                             &format!("{base}[{i}]"),

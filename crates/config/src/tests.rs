@@ -39,11 +39,19 @@ fn arc2_benchmark_config_is_accepted() {
     assert_eq!(r.upstreams[0].authority.as_str(), "127.0.0.1:81");
     assert_eq!(r.max_age_seconds, 3600);
     // Features of later versions are reported, not silently ignored.
-    let inactive: Vec<_> = v.diagnostics.iter().filter(|d| d.severity == Severity::Inactive).map(|d| d.key.as_str()).collect();
+    let inactive: Vec<_> = v
+        .diagnostics
+        .iter()
+        .filter(|d| d.severity == Severity::Inactive)
+        .map(|d| d.key.as_str())
+        .collect();
     assert!(inactive.contains(&"add_caching"), "{inactive:?}");
     assert!(inactive.contains(&"listening_port_https"), "{inactive:?}");
     // The missing compression/minification/webp booleans are tolerated with warnings.
-    assert!(v.diagnostics.iter().any(|d| d.key == "proxy_rules[0].enable_minification" && d.severity == Severity::Warning));
+    assert!(v
+        .diagnostics
+        .iter()
+        .any(|d| d.key == "proxy_rules[0].enable_minification" && d.severity == Severity::Warning));
 }
 
 #[test]
@@ -63,7 +71,10 @@ rule_type = "Greylist"
     let v = validate(src, 1);
     assert!(v.config.is_none());
     let errs: Vec<_> = v.errors().collect();
-    let keyed: Vec<(&str, usize, usize)> = errs.iter().map(|d| (d.key.as_str(), d.line, d.column)).collect();
+    let keyed: Vec<(&str, usize, usize)> = errs
+        .iter()
+        .map(|d| (d.key.as_str(), d.line, d.column))
+        .collect();
     assert_eq!(
         keyed,
         vec![
@@ -79,7 +90,9 @@ rule_type = "Greylist"
         "{errs:#?}"
     );
     assert!(errs[0].message.contains("cannot be parsed"));
-    assert!(errs[1].hint.contains("off, trace, debug, info, warn, error"));
+    assert!(errs[1]
+        .hint
+        .contains("off, trace, debug, info, warn, error"));
 }
 
 #[test]
@@ -87,7 +100,10 @@ fn syntax_error_has_position() {
     let v = validate("a = \n[[proxy_rules]\n", 1);
     let e: Vec<_> = v.errors().collect();
     assert_eq!(e.len(), 1);
-    assert!(e[0].line >= 1 && e[0].message.contains("not valid TOML"), "{e:?}");
+    assert!(
+        e[0].line >= 1 && e[0].message.contains("not valid TOML"),
+        "{e:?}"
+    );
 }
 
 #[test]
@@ -95,8 +111,16 @@ fn unknown_keys_warn_with_line() {
     let src = "listening_port_htp = 8080\n[[proxy_rules]]\ndomain = \"x\"\nforward_ipv4 = \"127.0.0.1\"\nmax_age = 3\n";
     let v = validate(src, 1);
     assert!(v.config.is_some());
-    let unknown: Vec<_> = v.diagnostics.iter().filter(|d| d.message.contains("unknown key")).map(|d| (d.key.as_str(), d.line)).collect();
-    assert_eq!(unknown, vec![("listening_port_htp", 1), ("proxy_rules[0].max_age", 5)]);
+    let unknown: Vec<_> = v
+        .diagnostics
+        .iter()
+        .filter(|d| d.message.contains("unknown key"))
+        .map(|d| (d.key.as_str(), d.line))
+        .collect();
+    assert_eq!(
+        unknown,
+        vec![("listening_port_htp", 1), ("proxy_rules[0].max_age", 5)]
+    );
 }
 
 #[test]
@@ -126,12 +150,24 @@ forward_ipv4 = "127.0.0.1"
     let v = validate(src, 1);
     assert_eq!(errors(&v).len(), 1, "{:?}", v.diagnostics);
     assert!(errors(&v)[0].contains("proxy_rules[3].domain"));
-    let v = validate(&src[..src.find("[[proxy_rules]]\ndomain = \"a*b").expect("cut")], 1);
+    let v = validate(
+        &src[..src.find("[[proxy_rules]]\ndomain = \"a*b").expect("cut")],
+        1,
+    );
     let c = v.config.expect("config");
-    assert_eq!(c.rules[0].domain, DomainPattern::Wildcard(".example.com".into()));
+    assert_eq!(
+        c.rules[0].domain,
+        DomainPattern::Wildcard(".example.com".into())
+    );
     assert_eq!(c.rules[0].upstreams[0].authority.as_str(), "127.0.0.1:80");
-    assert_eq!(c.rules[1].domain, DomainPattern::Exact("exact.example.com".into()));
-    assert_eq!(c.rules[1].upstreams[0].authority.as_str(), "origin.internal:9000");
+    assert_eq!(
+        c.rules[1].domain,
+        DomainPattern::Exact("exact.example.com".into())
+    );
+    assert_eq!(
+        c.rules[1].upstreams[0].authority.as_str(),
+        "origin.internal:9000"
+    );
     assert_eq!(c.rules[2].domain, DomainPattern::Any);
     assert_eq!(c.rules[2].upstreams[0].authority.as_str(), "[::1]:81");
 }
@@ -162,7 +198,11 @@ forward_port_http = 8080
 "#;
     let v = validate(src, 1);
     let c = v.config.expect("config");
-    let order: Vec<_> = c.rules[0].upstreams.iter().map(|u| u.authority.as_str().to_owned()).collect();
+    let order: Vec<_> = c.rules[0]
+        .upstreams
+        .iter()
+        .map(|u| u.authority.as_str().to_owned())
+        .collect();
     assert_eq!(order, ["10.0.0.9:8080", "10.0.0.1:8080", "10.0.0.2:8080"]);
 }
 
@@ -194,7 +234,10 @@ max_age_seconds = 0
     let v = validate(src, 1);
     let e = errors(&v);
     assert_eq!(e.len(), 1, "{e:?}");
-    assert!(e[0].contains("path_rules[1].match_type") && e[0].contains("12:14"), "{e:?}");
+    assert!(
+        e[0].contains("path_rules[1].match_type") && e[0].contains("12:14"),
+        "{e:?}"
+    );
 }
 
 #[test]

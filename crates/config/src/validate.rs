@@ -71,11 +71,21 @@ fn inactive(sink: &mut Sink<'_>, at: &At<impl Sized>, what: &str) {
     );
 }
 
-fn warn(sink: &mut Sink<'_>, at: &At<impl Sized>, message: impl Into<String>, hint: impl Into<String>) {
+fn warn(
+    sink: &mut Sink<'_>,
+    at: &At<impl Sized>,
+    message: impl Into<String>,
+    hint: impl Into<String>,
+) {
     sink.push(Severity::Warning, &at.key, at.span.clone(), message, hint);
 }
 
-fn error(sink: &mut Sink<'_>, at: &At<impl Sized>, message: impl Into<String>, hint: impl Into<String>) {
+fn error(
+    sink: &mut Sink<'_>,
+    at: &At<impl Sized>,
+    message: impl Into<String>,
+    hint: impl Into<String>,
+) {
     sink.push(Severity::Error, &at.key, at.span.clone(), message, hint);
 }
 
@@ -101,7 +111,9 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
         },
         None => Some(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
     };
-    let port_http = s.int(sink, "listening_port_http", 0, U16).map_or(80, |p| p.value as u16);
+    let port_http = s
+        .int(sink, "listening_port_http", 0, U16)
+        .map_or(80, |p| p.value as u16);
     if let Some(p) = s.int(sink, "listening_port_https", 0, U16) {
         inactive(sink, &p, "the HTTPS listener (TLS termination)");
     }
@@ -109,7 +121,12 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
     let mut listen_http = Vec::new();
     if let Some(list) = &listen {
         if list.value.is_empty() {
-            error(sink, list, "`listen` is empty", "list at least one address such as \"127.0.0.1:8080\", or remove the key");
+            error(
+                sink,
+                list,
+                "`listen` is empty",
+                "list at least one address such as \"127.0.0.1:8080\", or remove the key",
+            );
         }
         for entry in &list.value {
             match SocketAddr::from_str(entry.value.trim()) {
@@ -135,13 +152,20 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
     }
 
     // --- process ---
-    let workers = s.int(sink, "workers", 1, 1024).map_or(cpus.max(1), |w| w.value as usize);
+    let workers = s
+        .int(sink, "workers", 1, 1024)
+        .map_or(cpus.max(1), |w| w.value as usize);
     let runtime = match s.string(sink, "worker_runtime") {
         Some(r) => match r.value.as_str() {
             "per-core" => RuntimeMode::PerCore,
             "shared" => RuntimeMode::Shared,
             _ => {
-                error(sink, &r, format!("unknown worker_runtime {:?}", r.value), "use \"per-core\" (default) or \"shared\"");
+                error(
+                    sink,
+                    &r,
+                    format!("unknown worker_runtime {:?}", r.value),
+                    "use \"per-core\" (default) or \"shared\"",
+                );
                 RuntimeMode::PerCore
             }
         },
@@ -166,7 +190,9 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
         }
         None => "error".to_owned(),
     };
-    let shutdown_timeout = s.int(sink, "shutdown_timeout_seconds", 0, 3600).map_or(Duration::from_secs(30), |v| secs(v.value));
+    let shutdown_timeout = s
+        .int(sink, "shutdown_timeout_seconds", 0, 3600)
+        .map_or(Duration::from_secs(30), |v| secs(v.value));
 
     // --- features of later versions, accepted ---
     if let Some(b) = s.bool(sink, "add_caching") {
@@ -220,7 +246,12 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
     // --- sockets ---
     let max_backlog = match s.int(sink, "max_backlog", i32::MIN as i64, i32::MAX as i64) {
         Some(b) if b.value <= 0 => {
-            warn(sink, &b, "a backlog of zero or less is ignored; the default (4096) is used", "use a positive number, e.g. 4096");
+            warn(
+                sink,
+                &b,
+                "a backlog of zero or less is ignored; the default (4096) is used",
+                "use a positive number, e.g. 4096",
+            );
             None
         }
         Some(b) => Some(b.value as i32),
@@ -228,7 +259,12 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
     };
     if let Some(b) = s.bool(sink, "nonblocking") {
         if !b.value {
-            warn(sink, &b, "rampart's sockets are always non-blocking; `nonblocking = false` is ignored", "remove the key");
+            warn(
+                sink,
+                &b,
+                "rampart's sockets are always non-blocking; `nonblocking = false` is ignored",
+                "remove the key",
+            );
         }
     }
     if let Some(b) = s.bool(sink, "enable_streaming") {
@@ -244,17 +280,38 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
     let downstream = DownstreamConfig {
         nodelay: s.bool(sink, "nodelay").is_none_or(|b| b.value),
         max_backlog,
-        recv_buffer_size: s.int(sink, "recv_buffer_size", 0, I64).map(|v| v.value as usize).filter(|v| *v > 0),
-        send_buffer_size: s.int(sink, "send_buffer_size", 0, I64).map(|v| v.value as usize).filter(|v| *v > 0),
-        ip_ttl: s.int(sink, "ip_ttl", 0, U32).map(|v| v.value as u32).filter(|v| *v > 0),
-        tcp_keepalive: s.int(sink, "tcp_keep_alive_seconds", 0, I64).filter(|v| v.value > 0).map(|v| secs(v.value)),
-        max_connections: s.int(sink, "max_connections", 1, 10_000_000).map_or(100_000, |v| v.value as usize),
-        header_read_timeout: s.int(sink, "client_header_timeout_seconds", 1, 3600).map_or(Duration::from_secs(30), |v| secs(v.value)),
+        recv_buffer_size: s
+            .int(sink, "recv_buffer_size", 0, I64)
+            .map(|v| v.value as usize)
+            .filter(|v| *v > 0),
+        send_buffer_size: s
+            .int(sink, "send_buffer_size", 0, I64)
+            .map(|v| v.value as usize)
+            .filter(|v| *v > 0),
+        ip_ttl: s
+            .int(sink, "ip_ttl", 0, U32)
+            .map(|v| v.value as u32)
+            .filter(|v| *v > 0),
+        tcp_keepalive: s
+            .int(sink, "tcp_keep_alive_seconds", 0, I64)
+            .filter(|v| v.value > 0)
+            .map(|v| secs(v.value)),
+        max_connections: s
+            .int(sink, "max_connections", 1, 10_000_000)
+            .map_or(100_000, |v| v.value as usize),
+        header_read_timeout: s
+            .int(sink, "client_header_timeout_seconds", 1, 3600)
+            .map_or(Duration::from_secs(30), |v| secs(v.value)),
     };
 
     let timeout = match s.int(sink, "proxy_timeout", 0, U16) {
         Some(t) if t.value == 0 => {
-            warn(sink, &t, "0 disables the origin timeout: a silent origin holds the request forever", "use a number of seconds, e.g. 45");
+            warn(
+                sink,
+                &t,
+                "0 disables the origin timeout: a silent origin holds the request forever",
+                "use a number of seconds, e.g. 45",
+            );
             None
         }
         Some(t) => Some(secs(t.value)),
@@ -262,10 +319,16 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
     };
     let upstream = UpstreamConfig {
         nodelay: s.bool(sink, "proxy_nodelay").is_none_or(|b| b.value),
-        keepalive: s.int(sink, "proxy_keepalive_sec", 0, U32).map_or(Duration::from_secs(120), |v| secs(v.value)),
+        keepalive: s
+            .int(sink, "proxy_keepalive_sec", 0, U32)
+            .map_or(Duration::from_secs(120), |v| secs(v.value)),
         timeout,
-        connect_timeout: s.int(sink, "proxy_connect_timeout_seconds", 1, 3600).map_or(Duration::from_secs(5), |v| secs(v.value)),
-        max_idle_per_origin: s.int(sink, "proxy_max_idle_per_origin", 0, 100_000).map_or(256, |v| v.value as usize),
+        connect_timeout: s
+            .int(sink, "proxy_connect_timeout_seconds", 1, 3600)
+            .map_or(Duration::from_secs(5), |v| secs(v.value)),
+        max_idle_per_origin: s
+            .int(sink, "proxy_max_idle_per_origin", 0, 100_000)
+            .map_or(256, |v| v.value as usize),
     };
 
     let strict_default = s.bool(sink, "strict_path_rules").is_some_and(|b| b.value);
@@ -312,7 +375,10 @@ fn check_duplicate_domains(rules: &[RuleConfig], sink: &mut Sink<'_>) {
                 Severity::Warning,
                 &format!("proxy_rules[{i}].domain"),
                 None,
-                format!("domain {:?} already has an earlier rule; this rule is never used", r.domain_text),
+                format!(
+                    "domain {:?} already has an earlier rule; this rule is never used",
+                    r.domain_text
+                ),
                 "merge the two rules or remove one",
             );
         }
@@ -342,10 +408,16 @@ fn parse_domain(sink: &mut Sink<'_>, d: &At<String>) -> Option<DomainPattern> {
         return bad(sink, "it is empty");
     }
     if host.contains('*') {
-        return bad(sink, "`*` is allowed only as the whole first label (`*.example.com`)");
+        return bad(
+            sink,
+            "`*` is allowed only as the whole first label (`*.example.com`)",
+        );
     }
     if host.contains(':') && host.parse::<Ipv6Addr>().is_err() {
-        return bad(sink, "it contains a port; rules match the host without its port");
+        return bad(
+            sink,
+            "it contains a port; rules match the host without its port",
+        );
     }
     if host.contains(['/', ' ', '?', '#', '@']) {
         return bad(sink, "it contains characters a host name cannot have");
@@ -362,7 +434,12 @@ fn parse_rule_type(sink: &mut Sink<'_>, v: &At<String>) -> Option<RuleType> {
         "Whitelist" => Some(RuleType::Whitelist),
         "Blacklist" => Some(RuleType::Blacklist),
         _ => {
-            error(sink, v, format!("unknown rule_type {:?}", v.value), "use \"Whitelist\" or \"Blacklist\" (case-sensitive)");
+            error(
+                sink,
+                v,
+                format!("unknown rule_type {:?}", v.value),
+                "use \"Whitelist\" or \"Blacklist\" (case-sensitive)",
+            );
             None
         }
     }
@@ -390,13 +467,21 @@ fn match_type(sink: &mut Sink<'_>, v: &At<String>) -> Option<MatchType> {
 
 /// Reads `forward_addr` / `forward_ipv4` / `forward_ipv6` + ports from a rule or a routing
 /// location. Returns the origin host (precedence addr > ipv4 > ipv6) and the plain-HTTP port.
-fn read_forward(s: &mut Section<'_>, sink: &mut Sink<'_>) -> (Option<String>, Option<At<i64>>, bool) {
+fn read_forward(
+    s: &mut Section<'_>,
+    sink: &mut Sink<'_>,
+) -> (Option<String>, Option<At<i64>>, bool) {
     let mut host = None;
     let mut had_error = false;
     if let Some(a) = s.string(sink, "forward_addr") {
         let v = a.value.trim();
         if v.is_empty() || v.contains(['/', ' ', '?', '#', '@']) {
-            error(sink, &a, format!("{:?} is not a host name or address", a.value), "write a host name such as \"origin.internal\" or an IP address");
+            error(
+                sink,
+                &a,
+                format!("{:?} is not a host name or address", a.value),
+                "write a host name such as \"origin.internal\" or an IP address",
+            );
             had_error = true;
         } else {
             host = Some(v.to_owned());
@@ -408,7 +493,12 @@ fn read_forward(s: &mut Section<'_>, sink: &mut Sink<'_>) -> (Option<String>, Op
                 host.get_or_insert(ip.to_string());
             }
             Err(_) => {
-                error(sink, &a, format!("{:?} is not an IPv4 address", a.value), "write four numbers such as \"127.0.0.1\"");
+                error(
+                    sink,
+                    &a,
+                    format!("{:?} is not an IPv4 address", a.value),
+                    "write four numbers such as \"127.0.0.1\"",
+                );
                 had_error = true;
             }
         }
@@ -419,7 +509,12 @@ fn read_forward(s: &mut Section<'_>, sink: &mut Sink<'_>) -> (Option<String>, Op
                 host.get_or_insert(format!("[{ip}]"));
             }
             Err(_) => {
-                error(sink, &a, format!("{:?} is not an IPv6 address", a.value), "write an address such as \"::1\" (without brackets or port)");
+                error(
+                    sink,
+                    &a,
+                    format!("{:?} is not an IPv6 address", a.value),
+                    "write an address such as \"::1\" (without brackets or port)",
+                );
                 had_error = true;
             }
         }
@@ -431,7 +526,13 @@ fn read_forward(s: &mut Section<'_>, sink: &mut Sink<'_>) -> (Option<String>, Op
     (host, port, had_error)
 }
 
-fn make_target(sink: &mut Sink<'_>, at: &At<impl Sized>, host: &str, port: u16, weight: u32) -> Option<UpstreamTarget> {
+fn make_target(
+    sink: &mut Sink<'_>,
+    at: &At<impl Sized>,
+    host: &str,
+    port: u16,
+    weight: u32,
+) -> Option<UpstreamTarget> {
     // A forward_addr may already carry a port ("origin:8080"); keep it then.
     let text = if host.starts_with('[') || !host.contains(':') {
         format!("{host}:{port}")
@@ -439,9 +540,16 @@ fn make_target(sink: &mut Sink<'_>, at: &At<impl Sized>, host: &str, port: u16, 
         host.to_owned()
     };
     match Authority::from_str(&text) {
-        Ok(authority) if authority.port_u16().is_some() => Some(UpstreamTarget { authority, weight }),
+        Ok(authority) if authority.port_u16().is_some() => {
+            Some(UpstreamTarget { authority, weight })
+        }
         _ => {
-            error(sink, at, format!("{text:?} is not a valid origin address"), "use a host name or IP address and a port");
+            error(
+                sink,
+                at,
+                format!("{text:?} is not a valid origin address"),
+                "use a host name or IP address and a port",
+            );
             None
         }
     }
@@ -453,7 +561,13 @@ fn read_rule(mut s: Section<'_>, sink: &mut Sink<'_>, strict_default: bool) -> O
     let domain = match &domain_at {
         Some(d) => parse_domain(sink, d),
         None => {
-            s.missing(sink, "domain", Severity::Error, "every [[proxy_rules]] needs a `domain`", "add `domain = \"example.com\"`");
+            s.missing(
+                sink,
+                "domain",
+                Severity::Error,
+                "every [[proxy_rules]] needs a `domain`",
+                "add `domain = \"example.com\"`",
+            );
             None
         }
     };
@@ -472,7 +586,15 @@ fn read_rule(mut s: Section<'_>, sink: &mut Sink<'_>, strict_default: bool) -> O
         Some(list) => {
             for p in &list.value {
                 if !p.value.starts_with('/') {
-                    warn(sink, p, format!("path {:?} does not start with `/` and matches no request", p.value), "start it with `/`");
+                    warn(
+                        sink,
+                        p,
+                        format!(
+                            "path {:?} does not start with `/` and matches no request",
+                            p.value
+                        ),
+                        "start it with `/`",
+                    );
                 }
             }
             let v: Vec<String> = list.value.into_iter().map(|p| p.value).collect();
@@ -514,7 +636,10 @@ fn read_rule(mut s: Section<'_>, sink: &mut Sink<'_>, strict_default: bool) -> O
             }
         }
     }
-    for (key, what) in [("compression_flags", "response compression"), ("minification_flags", "minification")] {
+    for (key, what) in [
+        ("compression_flags", "response compression"),
+        ("minification_flags", "minification"),
+    ] {
         if let Some(f) = s.string(sink, key) {
             inactive(sink, &f, what);
         }
@@ -526,13 +651,25 @@ fn read_rule(mut s: Section<'_>, sink: &mut Sink<'_>, strict_default: bool) -> O
         for mut ua in uas {
             let agent = ua.string(sink, "user_agent");
             if agent.is_none() && !ua.has("user_agent") {
-                ua.missing(sink, "user_agent", Severity::Error, "missing `user_agent`", "add `user_agent = \"BadBot\"`");
+                ua.missing(
+                    sink,
+                    "user_agent",
+                    Severity::Error,
+                    "missing `user_agent`",
+                    "add `user_agent = \"BadBot\"`",
+                );
                 ok = false;
             }
             match ua.string(sink, "match_type") {
                 Some(m) => ok &= match_type(sink, &m).is_some(),
                 None if !ua.has("match_type") => {
-                    ua.missing(sink, "match_type", Severity::Error, "missing `match_type`", "add `match_type = \"Contains\"`");
+                    ua.missing(
+                        sink,
+                        "match_type",
+                        Severity::Error,
+                        "missing `match_type`",
+                        "add `match_type = \"Contains\"`",
+                    );
                     ok = false;
                 }
                 None => ok = false,
@@ -543,7 +680,9 @@ fn read_rule(mut s: Section<'_>, sink: &mut Sink<'_>, strict_default: bool) -> O
             ua.finish(sink);
         }
     }
-    let strict_path_rules = s.bool(sink, "strict_path_rules").map_or(strict_default, |b| b.value);
+    let strict_path_rules = s
+        .bool(sink, "strict_path_rules")
+        .map_or(strict_default, |b| b.value);
 
     // path rules
     let mut path_rules = Vec::new();
@@ -551,13 +690,25 @@ fn read_rule(mut s: Section<'_>, sink: &mut Sink<'_>, strict_default: bool) -> O
         for mut pr in sections {
             let path = pr.string(sink, "path");
             if path.is_none() && !pr.has("path") {
-                pr.missing(sink, "path", Severity::Error, "missing `path`", "add `path = \"/static\"`");
+                pr.missing(
+                    sink,
+                    "path",
+                    Severity::Error,
+                    "missing `path`",
+                    "add `path = \"/static\"`",
+                );
             }
             let mt = match pr.string(sink, "match_type") {
                 Some(m) => match_type(sink, &m),
                 None => {
                     if !pr.has("match_type") {
-                        pr.missing(sink, "match_type", Severity::Error, "missing `match_type`", "add `match_type = \"StartsWith\"`");
+                        pr.missing(
+                            sink,
+                            "match_type",
+                            Severity::Error,
+                            "missing `match_type`",
+                            "add `match_type = \"StartsWith\"`",
+                        );
                     }
                     None
                 }
@@ -583,12 +734,14 @@ fn read_rule(mut s: Section<'_>, sink: &mut Sink<'_>, strict_default: bool) -> O
             };
             pr.finish(sink);
             match (path, mt, rt, age) {
-                (Some(path), Some(match_type), Some(rule_type), Some(max_age_seconds)) => path_rules.push(PathRuleConfig {
-                    path: path.value,
-                    match_type,
-                    rule_type,
-                    max_age_seconds,
-                }),
+                (Some(path), Some(match_type), Some(rule_type), Some(max_age_seconds)) => {
+                    path_rules.push(PathRuleConfig {
+                        path: path.value,
+                        match_type,
+                        rule_type,
+                        max_age_seconds,
+                    })
+                }
                 _ => ok = false,
             }
         }
@@ -607,9 +760,17 @@ fn read_rule(mut s: Section<'_>, sink: &mut Sink<'_>, strict_default: bool) -> O
     if let Some(list) = s.strings(sink, "upstreams") {
         for u in &list.value {
             match Authority::from_str(u.value.trim()) {
-                Ok(authority) if authority.port_u16().is_some() => upstreams.push(UpstreamTarget { authority, weight: 1 }),
+                Ok(authority) if authority.port_u16().is_some() => upstreams.push(UpstreamTarget {
+                    authority,
+                    weight: 1,
+                }),
                 _ => {
-                    error(sink, u, format!("{:?} is not HOST:PORT", u.value), "write e.g. \"127.0.0.1:3000\" or \"origin.internal:8080\"");
+                    error(
+                        sink,
+                        u,
+                        format!("{:?} is not HOST:PORT", u.value),
+                        "write e.g. \"127.0.0.1:3000\" or \"origin.internal:8080\"",
+                    );
                     ok = false;
                 }
             }
@@ -621,11 +782,21 @@ fn read_rule(mut s: Section<'_>, sink: &mut Sink<'_>, strict_default: bool) -> O
                 "Priority" => RoutingMethod::Priority,
                 "Weighted" => RoutingMethod::Weighted,
                 "Performance" => {
-                    warn(sink, &m, "`Performance` routing is served as `Priority` in this version", "");
+                    warn(
+                        sink,
+                        &m,
+                        "`Performance` routing is served as `Priority` in this version",
+                        "",
+                    );
                     RoutingMethod::Performance
                 }
                 _ => {
-                    error(sink, &m, format!("unknown routing_method {:?}", m.value), "use \"Priority\", \"Weighted\" or \"Performance\"");
+                    error(
+                        sink,
+                        &m,
+                        format!("unknown routing_method {:?}", m.value),
+                        "use \"Priority\", \"Weighted\" or \"Performance\"",
+                    );
                     ok = false;
                     RoutingMethod::Priority
                 }
@@ -668,7 +839,13 @@ fn read_rule(mut s: Section<'_>, sink: &mut Sink<'_>, strict_default: bool) -> O
                             }
                         }
                         None if !e => {
-                            loc.missing(sink, "forward_ipv4", Severity::Error, "this routing location has no address", "add `forward_ipv4 = \"...\"` (or forward_addr / forward_ipv6)");
+                            loc.missing(
+                                sink,
+                                "forward_ipv4",
+                                Severity::Error,
+                                "this routing location has no address",
+                                "add `forward_ipv4 = \"...\"` (or forward_addr / forward_ipv6)",
+                            );
                             ok = false;
                         }
                         None => {}
@@ -678,7 +855,13 @@ fn read_rule(mut s: Section<'_>, sink: &mut Sink<'_>, strict_default: bool) -> O
             }
             None => {
                 if !rr.has("routing_locations") {
-                    rr.missing(sink, "routing_locations", Severity::Error, "routing_rules needs at least one [[...routing_locations]]", "add a routing location with forward_ipv4 and forward_port_http");
+                    rr.missing(
+                        sink,
+                        "routing_locations",
+                        Severity::Error,
+                        "routing_rules needs at least one [[...routing_locations]]",
+                        "add a routing location with forward_ipv4 and forward_port_http",
+                    );
                 }
                 ok = false;
             }
@@ -694,7 +877,13 @@ fn read_rule(mut s: Section<'_>, sink: &mut Sink<'_>, strict_default: bool) -> O
             None => ok = false,
         }
     } else if port.is_some() && upstreams.is_empty() && !fwd_error {
-        s.missing(sink, "forward_ipv4", Severity::Error, "`forward_port_http` is set but no origin address", "add `forward_ipv4 = \"127.0.0.1\"` (or forward_addr / forward_ipv6)");
+        s.missing(
+            sink,
+            "forward_ipv4",
+            Severity::Error,
+            "`forward_port_http` is set but no origin address",
+            "add `forward_ipv4 = \"127.0.0.1\"` (or forward_addr / forward_ipv6)",
+        );
         ok = false;
     }
     if upstreams.is_empty() && ok && !fwd_error {

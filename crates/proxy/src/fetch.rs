@@ -54,7 +54,13 @@ impl UpstreamSet {
         let mut schedule = Vec::new();
         if rule.routing_method == RoutingMethod::Weighted {
             // Interleave by weight so consecutive requests spread (1,2,1,2,2 rather than 1,2,2,2).
-            let max = rule.upstreams.iter().map(|t| t.weight).max().unwrap_or(1).min(1000);
+            let max = rule
+                .upstreams
+                .iter()
+                .map(|t| t.weight)
+                .max()
+                .unwrap_or(1)
+                .min(1000);
             for round in 0..max {
                 for (i, t) in rule.upstreams.iter().enumerate() {
                     if t.weight.min(1000) > round {
@@ -98,13 +104,17 @@ impl UpstreamSet {
         let now = self.now_ms();
         let up = move |m: &UpstreamState| m.down_until_ms.load(Ordering::Relaxed) <= now;
         let rotated = (0..n).map(move |i| &self.members[(start + i) % n]);
-        rotated.clone().filter(move |m| up(m)).chain(rotated.filter(move |m| !up(m)))
+        rotated
+            .clone()
+            .filter(move |m| up(m))
+            .chain(rotated.filter(move |m| !up(m)))
     }
 
     pub fn mark_down(&self, member: &UpstreamState) {
-        member
-            .down_until_ms
-            .store(self.now_ms() + DOWN_FOR.as_millis() as u64, Ordering::Relaxed);
+        member.down_until_ms.store(
+            self.now_ms() + DOWN_FOR.as_millis() as u64,
+            Ordering::Relaxed,
+        );
     }
 
     pub fn mark_up(&self, member: &UpstreamState) {
@@ -132,7 +142,11 @@ impl Upstream {
             .pool_timer(TokioTimer::new())
             .timer(TokioTimer::new())
             .pool_idle_timeout(config.keepalive)
-            .pool_max_idle_per_host(if config.keepalive.is_zero() { 0 } else { config.max_idle_per_origin })
+            .pool_max_idle_per_host(if config.keepalive.is_zero() {
+                0
+            } else {
+                config.max_idle_per_origin
+            })
             // Requests arrive with their Host header already set by the pipeline.
             .set_host(false)
             .build(connector);
@@ -145,16 +159,27 @@ impl Upstream {
 
     /// Sends `req` (origin-form URI, headers already rewritten) to `authority`; waits at most
     /// `proxy_timeout` for the response head.
-    pub async fn send(&self, mut req: Request<RequestBody>, authority: &Authority) -> Result<Response<Incoming>, ProxyError> {
-        let pq = req.uri().path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
+    pub async fn send(
+        &self,
+        mut req: Request<RequestBody>,
+        authority: &Authority,
+    ) -> Result<Response<Incoming>, ProxyError> {
+        let pq = req
+            .uri()
+            .path_and_query()
+            .cloned()
+            .unwrap_or_else(|| PathAndQuery::from_static("/"));
         let mut parts = http::uri::Parts::default();
         parts.scheme = Some(Scheme::HTTP);
         parts.authority = Some(authority.clone());
         parts.path_and_query = Some(pq);
-        *req.uri_mut() = Uri::from_parts(parts).map_err(|_| ProxyError::BadRequest("request target"))?;
+        *req.uri_mut() =
+            Uri::from_parts(parts).map_err(|_| ProxyError::BadRequest("request target"))?;
         let fut = self.client.request(req);
         let res = match self.timeout {
-            Some(t) => tokio::time::timeout(t, fut).await.map_err(|_| ProxyError::UpstreamTimeout)?,
+            Some(t) => tokio::time::timeout(t, fut)
+                .await
+                .map_err(|_| ProxyError::UpstreamTimeout)?,
             None => fut.await,
         };
         res.map_err(|e| self.classify(e))
@@ -215,7 +240,10 @@ forward_port_http = 2
 "#;
 
     fn first_port(s: &UpstreamSet) -> u16 {
-        s.order().next().and_then(|m| m.target.authority.port_u16()).unwrap_or(0)
+        s.order()
+            .next()
+            .and_then(|m| m.target.authority.port_u16())
+            .unwrap_or(0)
     }
 
     #[test]

@@ -5,7 +5,9 @@
 //! `X-Forwarded-Proto`, `X-Forwarded-Host` (replaced: a client must not choose them) and `Via`
 //! (appended); towards the client it adds `Via`.
 
-use http::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, TE, TRAILER, TRANSFER_ENCODING, UPGRADE, VIA};
+use http::header::{
+    HeaderMap, HeaderName, HeaderValue, CONNECTION, TE, TRAILER, TRANSFER_ENCODING, UPGRADE, VIA,
+};
 use http::Version;
 
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -58,7 +60,12 @@ pub fn append_via(h: &mut HeaderMap, version: Version) {
 }
 
 /// Adds the forwarding headers to a request bound for the origin.
-pub fn add_forwarded(h: &mut HeaderMap, client_ip: &HeaderValue, host: &HeaderValue, proto: &'static str) {
+pub fn add_forwarded(
+    h: &mut HeaderMap,
+    client_ip: &HeaderValue,
+    host: &HeaderValue,
+    proto: &'static str,
+) {
     let xff = match h.get(&X_FORWARDED_FOR) {
         Some(prev) => {
             let mut v = Vec::with_capacity(prev.len() + 2 + client_ip.len());
@@ -98,7 +105,12 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert("x-forwarded-for", HeaderValue::from_static("10.0.0.1"));
         h.insert("x-forwarded-proto", HeaderValue::from_static("https"));
-        add_forwarded(&mut h, &HeaderValue::from_static("127.0.0.1"), &HeaderValue::from_static("a.example"), "http");
+        add_forwarded(
+            &mut h,
+            &HeaderValue::from_static("127.0.0.1"),
+            &HeaderValue::from_static("a.example"),
+            "http",
+        );
         assert_eq!(h["x-forwarded-for"], "10.0.0.1, 127.0.0.1");
         assert_eq!(h["x-forwarded-proto"], "http");
         assert_eq!(h["x-forwarded-host"], "a.example");

@@ -10,8 +10,8 @@ use std::time::Instant;
 
 use http::header::{HeaderValue, EXPECT, HOST};
 use http::{HeaderMap, Method, Request, Response, Uri, Version};
-use hyper::body::Incoming;
 use http_body::Body as _;
+use hyper::body::Incoming;
 
 use crate::body::{ProxyBody, RequestBody};
 use crate::fetch::Upstream;
@@ -80,7 +80,10 @@ impl Pipeline {
                 client: conn.client_ip,
                 host: String::from_utf8_lossy(recv.host.as_bytes()).into_owned(),
                 method: req.method().clone(),
-                path: req.uri().path_and_query().map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned()),
+                path: req
+                    .uri()
+                    .path_and_query()
+                    .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned()),
                 status: 0,
                 bytes: 0,
                 upstream: None,
@@ -119,8 +122,13 @@ impl Pipeline {
         // RFC 9112 §3.2.2: an absolute-form target's authority wins over Host; HTTP/2 carries
         // the host in :authority, which hyper puts in the URI.
         let host = match req.uri().authority() {
-            Some(a) => HeaderValue::from_str(a.as_str()).map_err(|_| ProxyError::BadRequest("authority"))?,
-            None => req.headers().get(HOST).cloned().ok_or(ProxyError::MissingHost)?,
+            Some(a) => HeaderValue::from_str(a.as_str())
+                .map_err(|_| ProxyError::BadRequest("authority"))?,
+            None => req
+                .headers()
+                .get(HOST)
+                .cloned()
+                .ok_or(ProxyError::MissingHost)?,
         };
         let host_str = host.to_str().map_err(|_| ProxyError::BadRequest("host"))?;
         let rule = self
@@ -129,7 +137,11 @@ impl Pipeline {
             .ok_or_else(|| ProxyError::NoRoute(host_str.to_owned()))?
             .clone();
         let decision = rule.decide(req.uri().path());
-        Ok(Recv { rule, host, decision })
+        Ok(Recv {
+            rule,
+            host,
+            decision,
+        })
     }
 
     /// pass → fetch: forward to the rule's upstreams, failing over on connect errors when the
@@ -160,7 +172,13 @@ impl Pipeline {
         };
         // A copy to re-send after a connect failure; only for body-less requests to a rule with
         // more than one origin, so the common case clones nothing.
-        let spare = (resendable && upstreams.len() > 1).then(|| (parts.method.clone(), parts.uri.clone(), parts.headers.clone()));
+        let spare = (resendable && upstreams.len() > 1).then(|| {
+            (
+                parts.method.clone(),
+                parts.uri.clone(),
+                parts.headers.clone(),
+            )
+        });
         parts.version = Version::HTTP_11;
         let mut first = Some(Request::from_parts(parts, body));
 
@@ -214,7 +232,11 @@ fn deliver(res: Response<Incoming>, downstream_version: Version) -> Response<Pro
     Response::from_parts(parts, ProxyBody::stream(body))
 }
 
-fn finish(mut res: Response<ProxyBody>, log: Option<Box<AccessRecord>>, cache: &'static str) -> Response<ProxyBody> {
+fn finish(
+    mut res: Response<ProxyBody>,
+    log: Option<Box<AccessRecord>>,
+    cache: &'static str,
+) -> Response<ProxyBody> {
     if let Some(mut log) = log {
         log.status = res.status().as_u16();
         log.cache = cache;

@@ -73,7 +73,7 @@ impl Router {
                 upstreams: UpstreamSet::new(rc),
             }));
         }
-        wildcard.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+        wildcard.sort_by_key(|w| std::cmp::Reverse(w.0.len()));
         Router {
             rules,
             exact,
@@ -123,9 +123,17 @@ impl Rule {
     /// Applies `path_rules`, `paths` and `rule_type` to a request path (without query).
     pub fn decide(&self, path: &str) -> PathDecision {
         let c = &self.config;
-        let (rule_type, matched, max_age) = match c.path_rules.iter().find(|pr| pr.match_type.matches(&pr.path, path)) {
+        let (rule_type, matched, max_age) = match c
+            .path_rules
+            .iter()
+            .find(|pr| pr.match_type.matches(&pr.path, path))
+        {
             Some(pr) => (pr.rule_type, true, pr.max_age_seconds),
-            None => (c.rule_type, c.paths.iter().any(|p| path.starts_with(p.as_str())), c.max_age_seconds),
+            None => (
+                c.rule_type,
+                c.paths.iter().any(|p| path.starts_with(p.as_str())),
+                c.max_age_seconds,
+            ),
         };
         let outcome = match (rule_type, matched) {
             (RuleType::Whitelist, true) | (RuleType::Blacklist, false) => {
@@ -170,7 +178,8 @@ forward_port_http = 3
 "#;
 
     fn port(r: &Router, host: &str) -> Option<u16> {
-        r.find(host).map(|rule| rule.config.upstreams[0].authority.port_u16().unwrap_or(0))
+        r.find(host)
+            .map(|rule| rule.config.upstreams[0].authority.port_u16().unwrap_or(0))
     }
 
     #[test]
@@ -224,12 +233,27 @@ strict_path_rules = true
 "#,
         );
         let x = r.find("x").expect("rule x");
-        assert_eq!(x.decide("/pub/a"), PathDecision::Cacheable { max_age_seconds: 60 });
+        assert_eq!(
+            x.decide("/pub/a"),
+            PathDecision::Cacheable {
+                max_age_seconds: 60
+            }
+        );
         assert_eq!(x.decide("/other"), PathDecision::Dynamic);
         assert_eq!(x.decide("/pub/private/1"), PathDecision::Bypass);
-        assert_eq!(x.decide("/any/site.css"), PathDecision::Cacheable { max_age_seconds: 600 });
+        assert_eq!(
+            x.decide("/any/site.css"),
+            PathDecision::Cacheable {
+                max_age_seconds: 600
+            }
+        );
         let y = r.find("y").expect("rule y");
         assert_eq!(y.decide("/admin/users"), PathDecision::Block);
-        assert_eq!(y.decide("/"), PathDecision::Cacheable { max_age_seconds: 60 });
+        assert_eq!(
+            y.decide("/"),
+            PathDecision::Cacheable {
+                max_age_seconds: 60
+            }
+        );
     }
 }

@@ -66,7 +66,11 @@ impl Running {
     }
 }
 
-fn bind_one(addr: SocketAddr, config: &Config, reuse_port: bool) -> io::Result<std::net::TcpListener> {
+fn bind_one(
+    addr: SocketAddr,
+    config: &Config,
+    reuse_port: bool,
+) -> io::Result<std::net::TcpListener> {
     let d = &config.downstream;
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     socket.set_reuse_address(true)?;
@@ -102,10 +106,12 @@ impl Server {
     pub fn bind(config: Config) -> io::Result<Server> {
         let per_core = config.runtime == RuntimeMode::PerCore;
         let groups = if per_core { config.workers.max(1) } else { 1 };
-        let mut sockets: Vec<Vec<std::net::TcpListener>> = (0..groups).map(|_| Vec::new()).collect();
+        let mut sockets: Vec<Vec<std::net::TcpListener>> =
+            (0..groups).map(|_| Vec::new()).collect();
         let mut local_addrs = Vec::new();
         for &addr in &config.listen_http {
-            let first = bind_one(addr, &config, per_core).map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))?;
+            let first = bind_one(addr, &config, per_core)
+                .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))?;
             let actual = first.local_addr()?;
             local_addrs.push(actual);
             sockets[0].push(first);
@@ -152,22 +158,27 @@ impl Server {
             RuntimeMode::Shared => {
                 let workers = self.config.workers.max(1);
                 let group = self.sockets.into_iter().flatten().collect();
-                let t = std::thread::Builder::new().name("rampart-rt".into()).spawn(move || {
-                    let rt = match tokio::runtime::Builder::new_multi_thread()
-                        .worker_threads(workers)
-                        .thread_name("rampart-w")
-                        .enable_all()
-                        .build()
-                    {
-                        Ok(rt) => rt,
-                        Err(e) => return tracing::error!(error = %e, "cannot start runtime"),
-                    };
-                    rt.block_on(worker(group, shared, router, rx));
-                })?;
+                let t = std::thread::Builder::new()
+                    .name("rampart-rt".into())
+                    .spawn(move || {
+                        let rt = match tokio::runtime::Builder::new_multi_thread()
+                            .worker_threads(workers)
+                            .thread_name("rampart-w")
+                            .enable_all()
+                            .build()
+                        {
+                            Ok(rt) => rt,
+                            Err(e) => return tracing::error!(error = %e, "cannot start runtime"),
+                        };
+                        rt.block_on(worker(group, shared, router, rx));
+                    })?;
                 threads.push(t);
             }
         }
-        Ok(Running { shutdown: tx, threads })
+        Ok(Running {
+            shutdown: tx,
+            threads,
+        })
     }
 }
 
@@ -182,7 +193,12 @@ struct Shared {
 }
 
 /// One worker: an accept loop per listener, sharing this worker's pipeline and pool.
-async fn worker(group: Vec<std::net::TcpListener>, shared: Arc<Shared>, router: Arc<Router>, shutdown: watch::Receiver<bool>) {
+async fn worker(
+    group: Vec<std::net::TcpListener>,
+    shared: Arc<Shared>,
+    router: Arc<Router>,
+    shutdown: watch::Receiver<bool>,
+) {
     let upstream = Upstream::new(&shared.config.upstream);
     let pipeline = Arc::new(Pipeline::new(router, upstream, shared.config.add_logging));
     let mut builder = auto::Builder::new(TokioExecutor::new());
@@ -190,9 +206,14 @@ async fn worker(group: Vec<std::net::TcpListener>, shared: Arc<Shared>, router: 
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(shared.config.downstream.header_read_timeout)
-        .keep_alive(true)
-        .pipeline_flush(true);
-    builder.http2().timer(TokioTimer::new()).max_concurrent_streams(256);
+        .keep_alive(true);
+    // Not `pipeline_flush(true)`: in hyper it makes the write buffer report "can buffer" always,
+    // which removes backpressure and let a slow client make rampart buffer a whole 1 GiB
+    // download (found by the bounded-memory streaming test).
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(256);
     let builder = Arc::new(builder);
     let mut loops = Vec::new();
     for std_listener in group {
@@ -203,7 +224,13 @@ async fn worker(group: Vec<std::net::TcpListener>, shared: Arc<Shared>, router: 
                 continue;
             }
         };
-        loops.push(tokio::spawn(accept_loop(listener, shared.clone(), pipeline.clone(), builder.clone(), shutdown.clone())));
+        loops.push(tokio::spawn(accept_loop(
+            listener,
+            shared.clone(),
+            pipeline.clone(),
+            builder.clone(),
+            shutdown.clone(),
+        )));
     }
     for l in loops {
         let _ = l.await;
@@ -218,7 +245,11 @@ async fn accept_loop(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let graceful = GracefulShutdown::new();
-    let keepalive = shared.config.downstream.tcp_keepalive.map(|t| TcpKeepalive::new().with_time(t));
+    let keepalive = shared
+        .config
+        .downstream
+        .tcp_keepalive
+        .map(|t| TcpKeepalive::new().with_time(t));
     loop {
         // Take a connection slot first: at the limit, new connections wait in the backlog.
         let permit = match shared.limit.clone().try_acquire_owned() {
@@ -265,7 +296,9 @@ async fn accept_loop(
             let (pipeline, info) = (pipeline.clone(), info.clone());
             async move { Ok::<_, Infallible>(pipeline.handle(&info, req).await) }
         });
-        let conn = builder.serve_connection(TokioIo::new(stream), svc).into_owned();
+        let conn = builder
+            .serve_connection(TokioIo::new(stream), svc)
+            .into_owned();
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             if let Err(e) = conn.await {
@@ -276,7 +309,10 @@ async fn accept_loop(
     }
     drop(listener);
     let drain = shared.config.shutdown_timeout;
-    if tokio::time::timeout(drain, graceful.shutdown()).await.is_err() {
+    if tokio::time::timeout(drain, graceful.shutdown())
+        .await
+        .is_err()
+    {
         tracing::warn!(?drain, "drain time over; closing remaining connections");
     }
 }

@@ -58,16 +58,21 @@ impl ProxyError {
             ProxyError::NoRoute(_) => StatusCode::NOT_FOUND,
             ProxyError::MissingHost | ProxyError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ProxyError::BlockedByPathRule => StatusCode::FORBIDDEN,
-            ProxyError::UpstreamConnect(_) | ProxyError::UpstreamProtocol(_) => StatusCode::BAD_GATEWAY,
-            ProxyError::UpstreamConnectTimeout(_) | ProxyError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
+            ProxyError::UpstreamConnect(_) | ProxyError::UpstreamProtocol(_) => {
+                StatusCode::BAD_GATEWAY
+            }
+            ProxyError::UpstreamConnectTimeout(_) | ProxyError::UpstreamTimeout => {
+                StatusCode::GATEWAY_TIMEOUT
+            }
         }
     }
 
     pub fn side(&self) -> Side {
         match self {
-            ProxyError::NoRoute(_) | ProxyError::MissingHost | ProxyError::BadRequest(_) | ProxyError::BlockedByPathRule => {
-                Side::Downstream
-            }
+            ProxyError::NoRoute(_)
+            | ProxyError::MissingHost
+            | ProxyError::BadRequest(_)
+            | ProxyError::BlockedByPathRule => Side::Downstream,
             ProxyError::UpstreamConnect(_)
             | ProxyError::UpstreamConnectTimeout(_)
             | ProxyError::UpstreamTimeout
@@ -77,7 +82,10 @@ impl ProxyError {
 
     /// Whether another upstream may be tried (nothing was sent to this one).
     pub fn may_fail_over(&self) -> bool {
-        matches!(self, ProxyError::UpstreamConnect(_) | ProxyError::UpstreamConnectTimeout(_))
+        matches!(
+            self,
+            ProxyError::UpstreamConnect(_) | ProxyError::UpstreamConnectTimeout(_)
+        )
     }
 
     /// The response the client gets.
@@ -105,7 +113,10 @@ pub fn synth(status: StatusCode) -> Response<ProxyBody> {
     let mut res = Response::new(ProxyBody::full(Bytes::from_static(body.as_bytes())));
     *res.status_mut() = status;
     let h = res.headers_mut();
-    h.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    h.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
     h.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
     h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     res

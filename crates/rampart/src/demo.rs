@@ -46,34 +46,50 @@ async fn sample_site(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, In
     let mut b = Response::builder();
     let body: Bytes = match req.uri().path() {
         "/" => {
-            b = b.header(CONTENT_TYPE, "text/plain").header(CACHE_CONTROL, "public, max-age=60");
+            b = b
+                .header(CONTENT_TYPE, "text/plain")
+                .header(CACHE_CONTROL, "public, max-age=60");
             Bytes::from_static(b"Hello World!")
         }
         "/image.jpg" => {
-            b = b.header(CONTENT_TYPE, "image/jpeg").header(CACHE_CONTROL, "public, max-age=3600");
+            b = b
+                .header(CONTENT_TYPE, "image/jpeg")
+                .header(CACHE_CONTROL, "public, max-age=3600");
             Bytes::from_static(DEMO_JPEG)
         }
         "/slow" => {
             tokio::time::sleep(Duration::from_millis(500)).await;
-            let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis());
-            b = b.header(CONTENT_TYPE, "text/html; charset=utf-8").header(CACHE_CONTROL, "no-store");
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis());
+            b = b
+                .header(CONTENT_TYPE, "text/html; charset=utf-8")
+                .header(CACHE_CONTROL, "no-store");
             Bytes::from(format!(
                 "<!doctype html><title>slow</title><p>Rendered slowly at {now} ms after the epoch.</p>\n"
             ))
         }
         "/cookie" => {
-            let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-            b = b
-                .header(CONTENT_TYPE, "text/plain")
-                .header(SET_COOKIE, format!("demo_session={now:x}; Path=/; HttpOnly"));
-            Bytes::from_static(b"Here is a cookie. Responses that set cookies are never shared by a cache.\n")
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            b = b.header(CONTENT_TYPE, "text/plain").header(
+                SET_COOKIE,
+                format!("demo_session={now:x}; Path=/; HttpOnly"),
+            );
+            Bytes::from_static(
+                b"Here is a cookie. Responses that set cookies are never shared by a cache.\n",
+            )
         }
         _ => {
-            b = b.status(StatusCode::NOT_FOUND).header(CONTENT_TYPE, "text/plain");
+            b = b
+                .status(StatusCode::NOT_FOUND)
+                .header(CONTENT_TYPE, "text/plain");
             Bytes::from_static(b"not found\n")
         }
     };
-    Ok(b.body(Full::new(body)).unwrap_or_else(|_| Response::new(Full::new(Bytes::new()))))
+    Ok(b.body(Full::new(body))
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()))))
 }
 
 /// Serves the sample site on `listener` until `shutdown` turns true.
@@ -87,7 +103,9 @@ pub async fn serve_origin(listener: TcpListener, mut shutdown: watch::Receiver<b
             },
             _ = shutdown.changed() => return,
         };
-        let conn = builder.serve_connection(TokioIo::new(stream), service_fn(sample_site)).into_owned();
+        let conn = builder
+            .serve_connection(TokioIo::new(stream), service_fn(sample_site))
+            .into_owned();
         tokio::spawn(conn);
     }
 }

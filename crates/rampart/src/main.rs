@@ -118,7 +118,8 @@ fn locate(config: Option<PathBuf>) -> anyhow::Result<PathBuf> {
 }
 
 fn load(path: &Path) -> anyhow::Result<(String, Validated)> {
-    let src = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let src =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let v = rampart_config::validate(&src, cpus());
     Ok((src, v))
 }
@@ -129,9 +130,19 @@ fn print_diag(path: &Path, d: &Diagnostic) {
         Severity::Warning => "warning",
         Severity::Inactive => "accepted, not yet active",
     };
-    let key = if d.key.is_empty() { String::new() } else { format!("`{}` ", d.key) };
+    let key = if d.key.is_empty() {
+        String::new()
+    } else {
+        format!("`{}` ", d.key)
+    };
     if d.line > 0 {
-        eprintln!("{}:{}:{}: {sev}: {key}{}", path.display(), d.line, d.column, d.message);
+        eprintln!(
+            "{}:{}:{}: {sev}: {key}{}",
+            path.display(),
+            d.line,
+            d.column,
+            d.message
+        );
     } else {
         eprintln!("{}: {sev}: {key}{}", path.display(), d.message);
     }
@@ -152,7 +163,11 @@ fn cmd_check(config: Option<PathBuf>) -> ExitCode {
         print_diag(&path, d);
     }
     let count = |s| v.diagnostics.iter().filter(|d| d.severity == s).count();
-    let (e, w, i) = (count(Severity::Error), count(Severity::Warning), count(Severity::Inactive));
+    let (e, w, i) = (
+        count(Severity::Error),
+        count(Severity::Warning),
+        count(Severity::Inactive),
+    );
     if let Some(c) = &v.config {
         println!(
             "{}: configuration OK ({} rule(s), {} listener(s), {} worker(s)); {w} warning(s), {i} key(s) accepted but not yet active",
@@ -163,7 +178,10 @@ fn cmd_check(config: Option<PathBuf>) -> ExitCode {
         );
         ExitCode::SUCCESS
     } else {
-        println!("{}: {e} error(s), {w} warning(s): configuration rejected", path.display());
+        println!(
+            "{}: {e} error(s), {w} warning(s): configuration rejected",
+            path.display()
+        );
         ExitCode::FAILURE
     }
 }
@@ -177,20 +195,26 @@ fn config_from(path: &Path, src_name: &str, v: Validated) -> anyhow::Result<Conf
     }
     match v.config {
         Some(c) => Ok(c),
-        None => bail!("{src_name}: {} error(s); nothing started", v.errors().count()),
+        None => bail!(
+            "{src_name}: {} error(s); nothing started",
+            v.errors().count()
+        ),
     }
 }
 
 fn init_logging(config: &Config) {
-    let diag_filter = EnvFilter::try_new(format!("{},{ACCESS_TARGET}=off", config.logging_level)).unwrap_or_else(|_| {
-        // ARC2 accepts any value that starts with a level name; fall back to that level.
-        let level = ["off", "trace", "debug", "info", "warn", "error"]
-            .into_iter()
-            .find(|l| config.logging_level.starts_with(l))
-            .unwrap_or("error");
-        EnvFilter::new(format!("{level},{ACCESS_TARGET}=off"))
-    });
-    let diagnostics = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(diag_filter);
+    let diag_filter = EnvFilter::try_new(format!("{},{ACCESS_TARGET}=off", config.logging_level))
+        .unwrap_or_else(|_| {
+            // ARC2 accepts any value that starts with a level name; fall back to that level.
+            let level = ["off", "trace", "debug", "info", "warn", "error"]
+                .into_iter()
+                .find(|l| config.logging_level.starts_with(l))
+                .unwrap_or("error");
+            EnvFilter::new(format!("{level},{ACCESS_TARGET}=off"))
+        });
+    let diagnostics = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_filter(diag_filter);
     let access = config.add_logging.then(|| {
         tracing_subscriber::fmt::layer()
             .with_writer(std::io::stdout)
@@ -199,7 +223,10 @@ fn init_logging(config: &Config) {
             .with_level(false)
             .with_filter(Targets::new().with_target(ACCESS_TARGET, LevelFilter::INFO))
     });
-    let _ = tracing_subscriber::registry().with(diagnostics).with(access).try_init();
+    let _ = tracing_subscriber::registry()
+        .with(diagnostics)
+        .with(access)
+        .try_init();
     if config.backtracing {
         std::env::set_var("RUST_BACKTRACE", "1");
     }
@@ -213,7 +240,10 @@ fn serve(config: Config, on_ready: impl FnOnce(&[SocketAddr])) -> anyhow::Result
     let addrs = server.local_addrs().to_vec();
     let running = server.start()?;
     for a in &addrs {
-        println!("rampart {} listening on http://{a} ({workers} worker(s))", env!("CARGO_PKG_VERSION"));
+        println!(
+            "rampart {} listening on http://{a} ({workers} worker(s))",
+            env!("CARGO_PKG_VERSION")
+        );
     }
     on_ready(&addrs);
     wait_for_signal(&running)?;
@@ -224,7 +254,9 @@ fn serve(config: Config, on_ready: impl FnOnce(&[SocketAddr])) -> anyhow::Result
 }
 
 fn wait_for_signal(_running: &Running) -> anyhow::Result<()> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         tokio::select! {
@@ -245,14 +277,23 @@ fn cmd_run(config: Option<PathBuf>) -> anyhow::Result<()> {
     serve(config, |_| {})
 }
 
-fn cmd_proxy(from: SocketAddr, to: &str, workers: Option<usize>, access_log: bool) -> anyhow::Result<()> {
+fn cmd_proxy(
+    from: SocketAddr,
+    to: &str,
+    workers: Option<usize>,
+    access_log: bool,
+) -> anyhow::Result<()> {
     let src = format!(
         "listen = [{from:?}]\nworkers = {}\nadd_logging = {access_log}\nlogging_level = \"warn\"\n\
          [[proxy_rules]]\ndomain = \"*\"\nupstreams = [{to:?}]\nenable_logging = true\n",
         workers.unwrap_or_else(cpus),
         from = from.to_string(),
     );
-    let config = config_from(Path::new("--to"), "rampart proxy", rampart_config::validate(&src, cpus()))?;
+    let config = config_from(
+        Path::new("--to"),
+        "rampart proxy",
+        rampart_config::validate(&src, cpus()),
+    )?;
     init_logging(&config);
     serve(config, |_| {})
 }
@@ -260,22 +301,32 @@ fn cmd_proxy(from: SocketAddr, to: &str, workers: Option<usize>, access_log: boo
 fn cmd_demo(listen: SocketAddr) -> anyhow::Result<()> {
     // The origin runs on its own thread and runtime, on a free loopback port.
     let (tx, rx) = tokio::sync::watch::channel(false);
-    let std_listener = std::net::TcpListener::bind("127.0.0.1:0").context("cannot start the sample origin")?;
+    let std_listener =
+        std::net::TcpListener::bind("127.0.0.1:0").context("cannot start the sample origin")?;
     std_listener.set_nonblocking(true)?;
     let origin = std_listener.local_addr()?;
-    let origin_thread = std::thread::Builder::new().name("demo-origin".into()).spawn(move || {
-        if let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() {
-            rt.block_on(async move {
-                if let Ok(l) = tokio::net::TcpListener::from_std(std_listener) {
-                    demo::serve_origin(l, rx).await;
-                }
-            });
-        }
-    })?;
+    let origin_thread = std::thread::Builder::new()
+        .name("demo-origin".into())
+        .spawn(move || {
+            if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                rt.block_on(async move {
+                    if let Ok(l) = tokio::net::TcpListener::from_std(std_listener) {
+                        demo::serve_origin(l, rx).await;
+                    }
+                });
+            }
+        })?;
     let src = demo::DEMO_CONFIG
         .replace("{LISTEN}", &listen.to_string())
         .replace("{ORIGIN_PORT}", &origin.port().to_string());
-    let config = config_from(Path::new("demo.toml"), "embedded demo config", rampart_config::validate(&src, cpus()))?;
+    let config = config_from(
+        Path::new("demo.toml"),
+        "embedded demo config",
+        rampart_config::validate(&src, cpus()),
+    )?;
     init_logging(&config);
     let result = serve(config, |addrs| {
         if let Some(a) = addrs.first() {
@@ -284,7 +335,11 @@ fn cmd_demo(listen: SocketAddr) -> anyhow::Result<()> {
     });
     tx.send_replace(true);
     let _ = origin_thread.join();
-    result.with_context(|| format!("demo could not start (is {listen} in use? try `rampart demo --listen 127.0.0.1:8081`)"))
+    result.with_context(|| {
+        format!(
+            "demo could not start (is {listen} in use? try `rampart demo --listen 127.0.0.1:8081`)"
+        )
+    })
 }
 
 /// Raises the open-files soft limit to the hard limit, as a busy proxy needs (like NGINX's

@@ -1,0 +1,635 @@
+//! End-to-end tests of the core proxy: real origin, real `rampart` process, real clients.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use http::Request;
+use support::*;
+
+const SIGTERM: i32 = 15;
+const SIGINT: i32 = 2;
+
+#[tokio::test]
+async fn arc2_benchmark_config_proxies_unchanged() {
+    let origin = Origin::new()
+        .route("/", Reply::text("Hello World!"))
+        .start()
+        .await;
+    // ARC2's published benchmark file, byte for byte, with only its ports replaced.
+    let cfg = format!(
+        r#"listening_address = "127.0.0.1"
+listening_port_http = 0
+listening_port_https = 0
+logging_level = "error"
+add_caching = true
+add_rate_limiting = false
+add_logging = false
+disable_default_body_limit = false
+add_sql_injection_protection = false
+[[proxy_rules]]
+domain = "localhost"
+max_age_seconds = 3600
+paths = ["/"]
+forward_ipv4 = "127.0.0.1"
+forward_port_http = {}
+rule_type = "Whitelist"
+ignore_query_string = false
+enable_logging = false
+enable_sql_injection_protection = false
+"#,
+        origin.port()
+    );
+    let proxy = Proxy::start(&cfg);
+    let got = get(&proxy, "localhost", "/").await;
+    assert_eq!(got.status, 200);
+    assert_eq!(got.text(), "Hello World!");
+    let got = get(&proxy, "LOCALHOST:8080", "/").await;
+    assert_eq!(got.status, 200, "host matching ignores case and port");
+    assert_eq!(origin.requests(), 2);
+}
+
+#[tokio::test]
+async fn routes_by_host_with_wildcards_and_refuses_unknown_hosts() {
+    let a = Origin::new().route("*", Reply::text("a")).start().await;
+    let b = Origin::new().route("*", Reply::text("b")).start().await;
+    let cfg = config_for("a.example", &a, "", "")
+        + &format!("[[proxy_rules]]\ndomain = \"*.b.example\"\nforward_ipv4 = \"127.0.0.1\"\nforward_port_http = {}\n", b.port());
+    let proxy = Proxy::start(&cfg);
+    assert_eq!(get(&proxy, "a.example", "/x").await.text(), "a");
+    assert_eq!(get(&proxy, "www.b.example", "/x").await.text(), "b");
+    assert_eq!(get(&proxy, "deep.www.B.EXAMPLE:80", "/x").await.text(), "b");
+    let before = (a.requests(), b.requests());
+    for host in ["b.example", "unknown.example", "a.example.evil"] {
+        let got = get(&proxy, host, "/x").await;
+        assert_eq!(got.status, 404, "{host}");
+        assert!(got.text().contains("no site"), "{}", got.text());
+    }
+    assert_eq!(
+        (a.requests(), b.requests()),
+        before,
+        "nothing forwarded for unknown hosts"
+    );
+}
+
+#[tokio::test]
+async fn whitelist_and_blacklist_paths() {
+    let origin = Origin::new().route("*", Reply::text("ok")).start().await;
+    // Non-strict (default): path rules decide caching, everything is proxied.
+    let cfg = config_for("site", &origin, "", "paths = [\"/pub\"]\n")
+        + "[[proxy_rules.path_rules]]\npath = \"/pub/secret\"\nmatch_type = \"StartsWith\"\nrule_type = \"Blacklist\"\nmax_age_seconds = 0\n";
+    let proxy = Proxy::start(&cfg);
+    for path in ["/pub/a", "/other", "/pub/secret/x"] {
+        assert_eq!(get(&proxy, "site", path).await.status, 200, "{path}");
+    }
+    assert_eq!(origin.requests(), 3);
+
+    // Strict: outside the Whitelist or inside the Blacklist → 403, nothing forwarded.
+    let strict = Proxy::start(&(config_for("site", &origin, "strict_path_rules = true", "paths = [\"/pub\"]\n")
+        + "[[proxy_rules.path_rules]]\npath = \"/pub/secret\"\nmatch_type = \"StartsWith\"\nrule_type = \"Blacklist\"\nmax_age_seconds = 0\n"));
+    assert_eq!(get(&strict, "site", "/pub/a").await.status, 200);
+    let n = origin.requests();
+    for path in ["/other", "/pub/secret/x"] {
+        let got = get(&strict, "site", path).await;
+        assert_eq!(got.status, 403, "{path}");
+    }
+    assert_eq!(
+        origin.requests(),
+        n,
+        "blocked requests never reach the origin"
+    );
+}
+
+#[tokio::test]
+async fn hop_by_hop_headers_are_removed_and_forwarding_headers_added() {
+    let origin = Origin::new()
+        .route(
+            "/",
+            Reply::text("ok")
+                .header("connection", "x-origin-private")
+                .header("x-origin-private", "secret")
+                .header("keep-alive", "timeout=5")
+                .header("x-end-to-end", "kept"),
+        )
+        .start()
+        .await;
+    let proxy = Proxy::start(&config_for("fwd.example", &origin, "", ""));
+    let req = Request::get(proxy.url("/"))
+        .header("host", "fwd.example")
+        .header("connection", "keep-alive, x-client-private")
+        .header("x-client-private", "1")
+        .header("proxy-connection", "keep-alive")
+        .header("te", "trailers")
+        .header("x-forwarded-for", "203.0.113.9")
+        .header("x-forwarded-proto", "https")
+        .header("x-forwarded-host", "spoofed.example")
+        .header("x-client-visible", "yes")
+        .body(empty())
+        .unwrap();
+    let got = send(&client(), req).await;
+    assert_eq!(got.status, 200);
+    let seen = origin.last();
+    let h = &seen.headers;
+    assert!(
+        h.get("x-client-private").is_none(),
+        "Connection-named header forwarded: {h:?}"
+    );
+    assert!(h.get("proxy-connection").is_none() && h.get("te").is_none());
+    assert_eq!(h["x-client-visible"], "yes");
+    assert_eq!(h["host"], "fwd.example");
+    assert_eq!(h["x-forwarded-for"], "203.0.113.9, 127.0.0.1");
+    assert_eq!(h["x-forwarded-proto"], "http");
+    assert_eq!(h["x-forwarded-host"], "fwd.example");
+    assert_eq!(h["via"], "1.1 rampart");
+    assert_eq!(seen.version, http::Version::HTTP_11);
+    // Response side.
+    assert!(
+        got.header("x-origin-private").is_none(),
+        "{:?}",
+        got.headers
+    );
+    assert!(got.header("keep-alive").is_none());
+    assert_eq!(got.header("x-end-to-end"), Some("kept"));
+    assert_eq!(got.header("via"), Some("1.1 rampart"));
+}
+
+#[tokio::test]
+async fn upstream_connections_are_reused() {
+    let origin = Origin::new().route("*", Reply::text("ok")).start().await;
+    let proxy = Proxy::start(&config_for("pool", &origin, "", ""));
+    for _ in 0..5 {
+        // A fresh client each round: new downstream connections, same upstream pool.
+        let c = client();
+        for i in 0..40 {
+            let got = send(
+                &c,
+                Request::get(proxy.url(&format!("/{i}")))
+                    .header("host", "pool")
+                    .body(empty())
+                    .unwrap(),
+            )
+            .await;
+            assert_eq!(got.status, 200);
+        }
+    }
+    assert_eq!(origin.requests(), 200);
+    // Two workers, each with its own pool; sequential requests need one connection each.
+    assert!(
+        origin.connections() <= 4,
+        "origin saw {} connections for 200 requests",
+        origin.connections()
+    );
+}
+
+#[tokio::test]
+async fn unreachable_origin_is_502_and_slow_origin_is_504() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed_port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let slow = Origin::new()
+        .route("/slow", Reply::text("late").delay(Duration::from_secs(4)))
+        .start()
+        .await;
+    let cfg = config_for("slow", &slow, "proxy_timeout = 1", "")
+        + &format!("[[proxy_rules]]\ndomain = \"down\"\nforward_ipv4 = \"127.0.0.1\"\nforward_port_http = {closed_port}\n");
+    let proxy = Proxy::start(&cfg);
+    let got = get(&proxy, "down", "/").await;
+    assert_eq!(got.status, 502);
+    assert!(got.text().contains("could not be reached"));
+    let started = Instant::now();
+    let got = get(&proxy, "slow", "/slow").await;
+    assert_eq!(got.status, 504);
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "timed out by proxy_timeout, not by the origin"
+    );
+    assert!(
+        proxy.wait_for_output("upstream request failed", Duration::from_secs(5)),
+        "{}",
+        proxy.output()
+    );
+}
+
+#[tokio::test]
+async fn fails_over_to_the_next_upstream() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed_port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let live = Origin::new().route("*", Reply::text("live")).start().await;
+    let cfg = format!(
+        "listen = [\"127.0.0.1:0\"]\nworkers = 1\n[[proxy_rules]]\ndomain = \"lb\"\n\
+         upstreams = [\"127.0.0.1:{closed_port}\", \"127.0.0.1:{}\"]\n",
+        live.port()
+    );
+    let proxy = Proxy::start(&cfg);
+    for _ in 0..3 {
+        let got = get(&proxy, "lb", "/").await;
+        assert_eq!((got.status.as_u16(), got.text()), (200, "live".to_owned()));
+    }
+    assert_eq!(live.requests(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_bodies_stream_both_ways_with_bounded_memory() {
+    const GIB: u64 = 1 << 30;
+    let origin = Origin::new()
+        .route("/download", Reply::streamed(GIB))
+        .route_fn("/upload", |s| Reply::text(&s.body_len.to_string()))
+        .start()
+        .await;
+    let proxy = Proxy::start(&config_for("big", &origin, "workers = 1", ""));
+    // Upload 1 GiB.
+    let req = Request::post(proxy.url("/upload"))
+        .header("host", "big")
+        .header("content-length", GIB.to_string())
+        .body(repeat_body(GIB))
+        .unwrap();
+    let got = send(&client(), req).await;
+    assert_eq!(got.status, 200);
+    assert_eq!(
+        got.text(),
+        GIB.to_string(),
+        "origin received the whole upload"
+    );
+    let after_upload = proxy.peak_rss_kib() / 1024;
+    // Download 1 GiB, counting bytes without keeping them.
+    let res = client()
+        .request(
+            Request::get(proxy.url("/download"))
+                .header("host", "big")
+                .body(empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let mut body = res.into_body();
+    let mut n = 0u64;
+    use http_body_util::BodyExt;
+    while let Some(f) = body.frame().await {
+        if let Some(d) = f.unwrap().data_ref() {
+            n += d.len() as u64;
+        }
+    }
+    assert_eq!(n, GIB);
+    let peak_mib = proxy.peak_rss_kib() / 1024;
+    assert!(peak_mib < 64, "proxy peak RSS {peak_mib} MiB (after upload: {after_upload} MiB) after moving 2 GiB: bodies are being buffered");
+}
+
+#[tokio::test]
+async fn expect_100_continue_is_answered() {
+    let origin = Origin::new()
+        .route_fn("/up", |s| Reply::text(&format!("got {}", s.body_len)))
+        .start()
+        .await;
+    let proxy = Proxy::start(&config_for("exp", &origin, "", ""));
+    let addr = proxy.addr;
+    let out = tokio::task::spawn_blocking(move || {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(
+            b"POST /up HTTP/1.1\r\nHost: exp\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n",
+        )
+        .unwrap();
+        let mut buf = [0u8; 256];
+        let n = s.read(&mut buf).unwrap();
+        let interim = String::from_utf8_lossy(&buf[..n]).into_owned();
+        s.write_all(b"hello").unwrap();
+        let mut rest = Vec::new();
+        let mut b = [0u8; 1024];
+        while let Ok(n) = s.read(&mut b) {
+            if n == 0 {
+                break;
+            }
+            rest.extend_from_slice(&b[..n]);
+            if String::from_utf8_lossy(&rest).contains("got 5") {
+                break;
+            }
+        }
+        (interim, String::from_utf8_lossy(&rest).into_owned())
+    })
+    .await
+    .unwrap();
+    assert!(out.0.starts_with("HTTP/1.1 100 Continue"), "{out:?}");
+    assert!(
+        out.1.starts_with("HTTP/1.1 200") && out.1.contains("got 5"),
+        "{out:?}"
+    );
+    assert!(origin.last().headers.get("expect").is_none());
+}
+
+#[tokio::test]
+async fn pipelined_requests_are_answered_in_order() {
+    let origin = Origin::new()
+        .route("/a", Reply::text("first").delay(Duration::from_millis(200)))
+        .route("/b", Reply::text("second"))
+        .route("/c", Reply::text("third"))
+        .start()
+        .await;
+    let proxy = Proxy::start(&config_for("pipe", &origin, "", ""));
+    let addr = proxy.addr;
+    let out = tokio::task::spawn_blocking(move || {
+        raw(
+            addr,
+            b"GET /a HTTP/1.1\r\nHost: pipe\r\n\r\nGET /b HTTP/1.1\r\nHost: pipe\r\n\r\nGET /c HTTP/1.1\r\nHost: pipe\r\nConnection: close\r\n\r\n",
+            Duration::from_secs(5),
+        )
+    })
+    .await
+    .unwrap();
+    let (a, b, c) = (out.find("first"), out.find("second"), out.find("third"));
+    assert!(a.is_some() && b.is_some() && c.is_some(), "{out}");
+    assert!(a < b && b < c, "responses out of order: {out}");
+    assert_eq!(out.matches("HTTP/1.1 200").count(), 3);
+}
+
+#[tokio::test]
+async fn h2c_prior_knowledge() {
+    let origin = Origin::new()
+        .route("/", Reply::text("over h2"))
+        .start()
+        .await;
+    let proxy = Proxy::start(&config_for("h2.example", &origin, "", ""));
+    // Connect to the proxy and send :authority h2.example (an h2c prior-knowledge connection).
+    let mut req = Request::get("/").body(empty()).unwrap();
+    *req.uri_mut() = format!("http://h2.example:{}/", proxy.addr.port())
+        .parse()
+        .unwrap();
+    let stream = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let res = sender.send_request(req).await.unwrap();
+    assert_eq!(res.status(), 200);
+    use http_body_util::BodyExt;
+    assert_eq!(
+        res.into_body().collect().await.unwrap().to_bytes(),
+        "over h2"
+    );
+    let seen = origin.last();
+    assert_eq!(
+        seen.headers["host"],
+        format!("h2.example:{}", proxy.addr.port())
+    );
+    assert_eq!(seen.headers["via"], "2 rampart");
+    assert_eq!(seen.version, http::Version::HTTP_11);
+}
+
+#[tokio::test]
+async fn graceful_shutdown_finishes_in_flight_requests() {
+    let origin = Origin::new()
+        .route(
+            "/slow",
+            Reply::text("finished").delay(Duration::from_millis(1500)),
+        )
+        .start()
+        .await;
+    let mut proxy = Proxy::start(&config_for("drain", &origin, "", ""));
+    let url = proxy.url("/slow");
+    let in_flight = tokio::spawn(async move {
+        send(
+            &client(),
+            Request::get(url)
+                .header("host", "drain")
+                .body(empty())
+                .unwrap(),
+        )
+        .await
+    });
+    // Wait until the origin has the request, then ask rampart to stop.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while origin.requests() == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "request never reached the origin"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    proxy.signal(SIGTERM);
+    let got = in_flight.await.unwrap();
+    assert_eq!(
+        (got.status.as_u16(), got.text()),
+        (200, "finished".to_owned())
+    );
+    let code = tokio::task::spawn_blocking(move || {
+        let code = proxy.wait_exit(Duration::from_secs(10));
+        (code, proxy)
+    })
+    .await
+    .unwrap();
+    assert_eq!(code.0, Some(0), "{}", code.1.output());
+    assert!(
+        std::net::TcpStream::connect(code.1.addr).is_err(),
+        "still accepting after shutdown"
+    );
+}
+
+#[tokio::test]
+async fn connection_limit_is_logged_and_enforced() {
+    let origin = Origin::new().route("*", Reply::text("ok")).start().await;
+    let proxy = Proxy::start(&config_for(
+        "lim",
+        &origin,
+        "max_connections = 2\nworkers = 1",
+        "",
+    ));
+    let addr = proxy.addr;
+    // Two idle keep-alive connections hold both slots.
+    let holders: Vec<_> = tokio::task::spawn_blocking(move || {
+        (0..2)
+            .map(|_| {
+                use std::io::{Read, Write};
+                let mut s = std::net::TcpStream::connect(addr).unwrap();
+                s.write_all(b"GET / HTTP/1.1\r\nHost: lim\r\n\r\n").unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                let mut b = [0u8; 512];
+                let n = s.read(&mut b).unwrap();
+                assert!(String::from_utf8_lossy(&b[..n]).starts_with("HTTP/1.1 200"));
+                s
+            })
+            .collect()
+    })
+    .await
+    .unwrap();
+    // A third connection is accepted by the kernel but not served while the limit holds.
+    let third = tokio::task::spawn_blocking(move || {
+        raw(
+            addr,
+            b"GET / HTTP/1.1\r\nHost: lim\r\nConnection: close\r\n\r\n",
+            Duration::from_millis(700),
+        )
+    });
+    let out = third.await.unwrap();
+    assert!(out.is_empty(), "served beyond the limit: {out}");
+    assert!(
+        proxy.wait_for_output("connection limit reached", Duration::from_secs(5)),
+        "{}",
+        proxy.output()
+    );
+    drop(holders);
+    let out = tokio::task::spawn_blocking(move || {
+        raw(
+            addr,
+            b"GET / HTTP/1.1\r\nHost: lim\r\nConnection: close\r\n\r\n",
+            Duration::from_secs(5),
+        )
+    })
+    .await
+    .unwrap();
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+}
+
+#[tokio::test]
+async fn access_log_has_one_line_per_request() {
+    let origin = Origin::new()
+        .route("*", Reply::text("logged"))
+        .start()
+        .await;
+    let proxy = Proxy::start(&config_for(
+        "log.example",
+        &origin,
+        "add_logging = true",
+        "",
+    ));
+    let got = get(&proxy, "log.example", "/a/b?q=1").await;
+    assert_eq!(got.status, 200);
+    assert!(
+        proxy.wait_for_output("path=/a/b?q=1", Duration::from_secs(5)),
+        "{}",
+        proxy.output()
+    );
+    let out = proxy.stdout.lock().unwrap().clone();
+    let line = out.lines().find(|l| l.contains("path=/a/b?q=1")).unwrap();
+    for field in [
+        "client=127.0.0.1",
+        "host=log.example",
+        "method=GET",
+        "status=200",
+        "bytes=6",
+        "duration_us=",
+        "upstream=",
+        "cache=",
+    ] {
+        assert!(line.contains(field), "missing {field} in {line}");
+    }
+}
+
+#[test]
+fn check_lists_every_error_with_line_and_column() {
+    let path = scratch("bad.toml");
+    std::fs::write(
+        &path,
+        "listening_address = \"localhost\"\nlogging_level = \"chatty\"\nproxy_timeout = 99999\nsurprise = 1\n\
+         [[proxy_rules]]\ndomain = \"x\"\nforward_ipv4 = \"1.2.3\"\nrule_type = \"Greylist\"\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(rampart_bin())
+        .args(["check", "--config", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let p = path.display().to_string();
+    for expected in [
+        format!("{p}:1:21: error: `listening_address`"),
+        format!("{p}:2:17: error: `logging_level`"),
+        format!("{p}:3:17: error: `proxy_timeout`"),
+        format!("{p}:4:1: warning: `surprise` unknown key"),
+        format!("{p}:7:16: error: `proxy_rules[0].forward_ipv4`"),
+        format!("{p}:8:13: error: `proxy_rules[0].rule_type`"),
+    ] {
+        assert!(err.contains(&expected), "missing {expected:?} in:\n{err}");
+    }
+    assert!(err.contains("fix:"), "{err}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("5 error(s)"));
+
+    // A good file passes and reports inactive keys.
+    std::fs::write(
+        &path,
+        "add_caching = true\n[[proxy_rules]]\ndomain = \"x\"\nforward_ipv4 = \"127.0.0.1\"\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(rampart_bin())
+        .args(["check", "--config", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("accepted, not yet active"));
+}
+
+#[test]
+fn run_without_config_says_how_to_start() {
+    let dir = scratch("empty-dir");
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = std::process::Command::new(rampart_bin())
+        .arg("run")
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    if std::path::Path::new("/etc/rampart/rampart.toml").exists() {
+        return; // a machine-wide config would be picked up; nothing to assert here.
+    }
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("rampart demo") && err.contains("--config"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn demo_serves_its_pages_and_stops_on_ctrl_c() {
+    let mut demo = Proxy::spawn(&["demo", "--listen", "127.0.0.1:0"]);
+    assert!(
+        demo.wait_for_output("Press Ctrl-C", Duration::from_secs(5)),
+        "{}",
+        demo.output()
+    );
+    let out = demo.stdout.lock().unwrap().clone();
+    assert!(out.contains("curl -i http://"), "{out}");
+    let c = client();
+    let get = |p: &str| Request::get(demo.url(p)).body(empty()).unwrap();
+    let hello = send(&c, get("/")).await;
+    assert_eq!(hello.text(), "Hello World!");
+    let img = send(&c, get("/image.jpg")).await;
+    assert_eq!(img.header("content-type"), Some("image/jpeg"));
+    assert!(
+        img.body.len() > 70_000 && img.body.starts_with(&[0xFF, 0xD8]),
+        "a real JPEG of ~73 KB"
+    );
+    let cookie = send(&c, get("/cookie")).await;
+    assert!(cookie.header("set-cookie").is_some());
+    let slow = send(&c, get("/slow")).await;
+    assert_eq!(slow.header("cache-control"), Some("no-store"));
+    demo.signal(SIGINT);
+    let code = tokio::task::spawn_blocking(move || demo.wait_exit(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    assert_eq!(code, Some(0));
+}
+
+#[tokio::test]
+async fn one_line_proxy_command() {
+    let origin = Origin::new()
+        .route("*", Reply::text("via proxy cmd"))
+        .start()
+        .await;
+    let to = format!("127.0.0.1:{}", origin.port());
+    let proxy = Proxy::spawn(&[
+        "proxy",
+        "--from",
+        "127.0.0.1:0",
+        "--to",
+        &to,
+        "--workers",
+        "1",
+    ]);
+    let got = get(&proxy, "any.host", "/z").await;
+    assert_eq!(got.text(), "via proxy cmd");
+}
