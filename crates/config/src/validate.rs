@@ -89,6 +89,23 @@ fn error(
     sink.push(Severity::Error, &at.key, at.span.clone(), message, hint);
 }
 
+/// 0 = unset (OS default); above `max` → `max` with a warning (ARC2 accepts the wider range).
+fn clamp(sink: &mut Sink<'_>, v: At<i64>, max: i64, what: &str) -> Option<i64> {
+    if v.value == 0 {
+        return None;
+    }
+    if v.value > max {
+        warn(
+            sink,
+            &v,
+            format!("{} is above {what}; {max} is used", v.value),
+            format!("use at most {max}"),
+        );
+        return Some(max);
+    }
+    Some(v.value)
+}
+
 fn secs(v: i64) -> Duration {
     Duration::from_secs(v.max(0) as u64)
 }
@@ -282,16 +299,30 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
         max_backlog,
         recv_buffer_size: s
             .int(sink, "recv_buffer_size", 0, I64)
-            .map(|v| v.value as usize)
-            .filter(|v| *v > 0),
+            .and_then(|v| {
+                clamp(
+                    sink,
+                    v,
+                    i32::MAX as i64,
+                    "the kernel's largest socket buffer request",
+                )
+            })
+            .map(|v| v as usize),
         send_buffer_size: s
             .int(sink, "send_buffer_size", 0, I64)
-            .map(|v| v.value as usize)
-            .filter(|v| *v > 0),
+            .and_then(|v| {
+                clamp(
+                    sink,
+                    v,
+                    i32::MAX as i64,
+                    "the kernel's largest socket buffer request",
+                )
+            })
+            .map(|v| v as usize),
         ip_ttl: s
             .int(sink, "ip_ttl", 0, U32)
-            .map(|v| v.value as u32)
-            .filter(|v| *v > 0),
+            .and_then(|v| clamp(sink, v, 255, "the largest IP TTL"))
+            .map(|v| v as u32),
         tcp_keepalive: s
             .int(sink, "tcp_keep_alive_seconds", 0, I64)
             .filter(|v| v.value > 0)
@@ -337,8 +368,9 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
     let mut rules = Vec::new();
     match s.tables(sink, "proxy_rules") {
         Some(sections) => {
+            let mut domains = Vec::new();
             for section in sections {
-                if let Some(rule) = read_rule(section, sink, strict_default) {
+                if let Some(rule) = read_rule(section, sink, strict_default, &mut domains) {
                     rules.push(rule);
                 }
             }
@@ -351,7 +383,6 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
             "add a [[proxy_rules]] section with a `domain` and an origin (`forward_ipv4` + `forward_port_http`)",
         ),
     }
-    check_duplicate_domains(&rules, sink);
     s.finish(sink);
 
     Some(Config {
@@ -366,23 +397,6 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
         shutdown_timeout,
         rules,
     })
-}
-
-fn check_duplicate_domains(rules: &[RuleConfig], sink: &mut Sink<'_>) {
-    for (i, r) in rules.iter().enumerate() {
-        if rules[..i].iter().any(|o| o.domain == r.domain) {
-            sink.push(
-                Severity::Warning,
-                &format!("proxy_rules[{i}].domain"),
-                None,
-                format!(
-                    "domain {:?} already has an earlier rule; this rule is never used",
-                    r.domain_text
-                ),
-                "merge the two rules or remove one",
-            );
-        }
-    }
 }
 
 fn parse_domain(sink: &mut Sink<'_>, d: &At<String>) -> Option<DomainPattern> {
@@ -520,6 +534,15 @@ fn read_forward(
         }
     }
     let port = s.int(sink, "forward_port_http", 0, U16);
+    if let Some(p) = port.as_ref().filter(|p| p.value == 0) {
+        error(
+            sink,
+            p,
+            "an origin cannot be on port 0",
+            "use the port the origin listens on, e.g. 8080",
+        );
+        had_error = true;
+    }
     if let Some(p) = s.int(sink, "forward_port_https", 0, U16) {
         inactive(sink, &p, "TLS to origins (`forward_port_https`)");
     }
@@ -555,7 +578,12 @@ fn make_target(
     }
 }
 
-fn read_rule(mut s: Section<'_>, sink: &mut Sink<'_>, strict_default: bool) -> Option<RuleConfig> {
+fn read_rule(
+    mut s: Section<'_>,
+    sink: &mut Sink<'_>,
+    strict_default: bool,
+    domains: &mut Vec<DomainPattern>,
+) -> Option<RuleConfig> {
     let mut ok = true;
     let domain_at = s.string(sink, "domain");
     let domain = match &domain_at {
@@ -572,6 +600,21 @@ fn read_rule(mut s: Section<'_>, sink: &mut Sink<'_>, strict_default: bool) -> O
         }
     };
     ok &= domain.is_some();
+    if let (Some(d), Some(at)) = (&domain, &domain_at) {
+        if domains.contains(d) {
+            warn(
+                sink,
+                at,
+                format!(
+                    "domain {:?} already has an earlier rule; this rule is never used",
+                    at.value
+                ),
+                "merge the two rules or remove one",
+            );
+        } else {
+            domains.push(d.clone());
+        }
+    }
 
     let max_age_seconds = match s.int(sink, "max_age_seconds", 0, I64) {
         Some(v) => v.value as u64,
@@ -751,6 +794,7 @@ fn read_rule(mut s: Section<'_>, sink: &mut Sink<'_>, strict_default: bool) -> O
     let (host, port, fwd_error) = read_forward(&mut s, sink);
     ok &= !fwd_error;
     let mut upstreams = Vec::new();
+    let mut listed = Vec::new();
     let mut routing_method = RoutingMethod::Priority;
     let rule_span_at = At {
         value: (),
@@ -760,10 +804,12 @@ fn read_rule(mut s: Section<'_>, sink: &mut Sink<'_>, strict_default: bool) -> O
     if let Some(list) = s.strings(sink, "upstreams") {
         for u in &list.value {
             match Authority::from_str(u.value.trim()) {
-                Ok(authority) if authority.port_u16().is_some() => upstreams.push(UpstreamTarget {
-                    authority,
-                    weight: 1,
-                }),
+                Ok(authority) if authority.port_u16().is_some_and(|p| p > 0) => {
+                    listed.push(UpstreamTarget {
+                        authority,
+                        weight: 1,
+                    })
+                }
                 _ => {
                     error(
                         sink,
@@ -777,6 +823,14 @@ fn read_rule(mut s: Section<'_>, sink: &mut Sink<'_>, strict_default: bool) -> O
         }
     }
     if let Some(mut rr) = s.table(sink, "routing_rules") {
+        if host.is_some() {
+            warn(
+                sink,
+                &rule_span_at,
+                "`routing_rules` is present, so this rule's own forward_* keys are ignored",
+                "move the origin into a [[...routing_locations]] entry, or remove routing_rules",
+            );
+        }
         routing_method = match rr.string(sink, "routing_method") {
             Some(m) => match m.value.as_str() {
                 "Priority" => RoutingMethod::Priority,
@@ -873,10 +927,10 @@ fn read_rule(mut s: Section<'_>, sink: &mut Sink<'_>, strict_default: bool) -> O
     } else if let Some(h) = &host {
         let p = port.as_ref().map_or(80, |p| p.value as u16);
         match make_target(sink, &rule_span_at, h, p, 1) {
-            Some(t) => upstreams.insert(0, t),
+            Some(t) => upstreams.push(t),
             None => ok = false,
         }
-    } else if port.is_some() && upstreams.is_empty() && !fwd_error {
+    } else if port.is_some() && listed.is_empty() && !fwd_error {
         s.missing(
             sink,
             "forward_ipv4",
@@ -886,6 +940,8 @@ fn read_rule(mut s: Section<'_>, sink: &mut Sink<'_>, strict_default: bool) -> O
         );
         ok = false;
     }
+    // The `upstreams` list (rampart's key) follows the ARC2-configured origins.
+    upstreams.extend(listed);
     if upstreams.is_empty() && ok && !fwd_error {
         s.missing(
             sink,

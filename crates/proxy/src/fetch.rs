@@ -188,7 +188,9 @@ impl Upstream {
     fn classify(&self, e: hyper_util::client::legacy::Error) -> ProxyError {
         if e.is_connect() {
             let text = error_chain(&e);
-            if text.contains("timed out") || text.contains("timeout") {
+            // hyper-util reports its connect timeout as an io::Error of kind TimedOut
+            // ("deadline has elapsed"); the kernel's own as ETIMEDOUT.
+            if is_timeout(&e) {
                 ProxyError::UpstreamConnectTimeout(self.connect_timeout)
             } else {
                 ProxyError::UpstreamConnect(text)
@@ -197,6 +199,22 @@ impl Upstream {
             ProxyError::UpstreamProtocol(error_chain(&e))
         }
     }
+}
+
+fn is_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(c) = cur {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::TimedOut {
+                return true;
+            }
+        }
+        if c.to_string().contains("deadline has elapsed") {
+            return true;
+        }
+        cur = c.source();
+    }
+    false
 }
 
 /// The error and its sources on one line, for logs.

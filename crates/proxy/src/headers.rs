@@ -66,15 +66,17 @@ pub fn add_forwarded(
     host: &HeaderValue,
     proto: &'static str,
 ) {
-    let xff = match h.get(&X_FORWARDED_FOR) {
-        Some(prev) => {
-            let mut v = Vec::with_capacity(prev.len() + 2 + client_ip.len());
+    // Several X-Forwarded-For lines form one list (RFC 9110 §5.3); keep them all, in order.
+    let xff = if h.contains_key(&X_FORWARDED_FOR) {
+        let mut v = Vec::new();
+        for prev in h.get_all(&X_FORWARDED_FOR) {
             v.extend_from_slice(prev.as_bytes());
             v.extend_from_slice(b", ");
-            v.extend_from_slice(client_ip.as_bytes());
-            HeaderValue::from_bytes(&v).unwrap_or_else(|_| client_ip.clone())
         }
-        None => client_ip.clone(),
+        v.extend_from_slice(client_ip.as_bytes());
+        HeaderValue::from_bytes(&v).unwrap_or_else(|_| client_ip.clone())
+    } else {
+        client_ip.clone()
     };
     h.insert(X_FORWARDED_FOR.clone(), xff);
     h.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static(proto));
@@ -104,6 +106,7 @@ mod tests {
     fn forwarded_appends_xff_and_replaces_the_rest() {
         let mut h = HeaderMap::new();
         h.insert("x-forwarded-for", HeaderValue::from_static("10.0.0.1"));
+        h.append("x-forwarded-for", HeaderValue::from_static("10.0.0.2"));
         h.insert("x-forwarded-proto", HeaderValue::from_static("https"));
         add_forwarded(
             &mut h,
@@ -111,7 +114,8 @@ mod tests {
             &HeaderValue::from_static("a.example"),
             "http",
         );
-        assert_eq!(h["x-forwarded-for"], "10.0.0.1, 127.0.0.1");
+        assert_eq!(h.get_all("x-forwarded-for").iter().count(), 1);
+        assert_eq!(h["x-forwarded-for"], "10.0.0.1, 10.0.0.2, 127.0.0.1");
         assert_eq!(h["x-forwarded-proto"], "http");
         assert_eq!(h["x-forwarded-host"], "a.example");
     }

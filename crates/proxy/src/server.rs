@@ -296,13 +296,23 @@ async fn accept_loop(
             let (pipeline, info) = (pipeline.clone(), info.clone());
             async move { Ok::<_, Infallible>(pipeline.handle(&info, req).await) }
         });
-        let conn = builder
-            .serve_connection(TokioIo::new(stream), svc)
-            .into_owned();
-        let conn = graceful.watch(conn);
+        let (watcher, builder, mut stop) = (graceful.watcher(), builder.clone(), shutdown.clone());
+        let first_byte_timeout = shared.config.downstream.header_read_timeout;
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            // A connection that never sends a byte would sit in hyper's protocol detection
+            // forever, holding a connection slot; give it the request-head timeout.
+            let mut first = [0u8; 1];
+            let arrived = tokio::select! {
+                r = tokio::time::timeout(first_byte_timeout, stream.peek(&mut first)) => matches!(r, Ok(Ok(n)) if n > 0),
+                _ = stop.changed() => false,
+            };
+            if arrived {
+                let conn = builder
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .into_owned();
+                if let Err(e) = watcher.watch(conn).await {
+                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                }
             }
             drop(permit);
         });

@@ -202,16 +202,26 @@ fn config_from(path: &Path, src_name: &str, v: Validated) -> anyhow::Result<Conf
     }
 }
 
+/// The diagnostics filter from `logging_level`. ARC2 accepts any value that starts with a level
+/// name ("warning", "errors"); tracing would read such a word as a target name and silence
+/// everything, so a leading word that is not exactly a level becomes the level it starts with.
+fn diagnostics_filter(level: &str) -> EnvFilter {
+    const LEVELS: [&str; 6] = ["off", "trace", "debug", "info", "warn", "error"];
+    let mut parts: Vec<String> = level.split(',').map(|p| p.trim().to_owned()).collect();
+    if let Some(first) = parts.first_mut() {
+        if !first.contains('=') && !LEVELS.contains(&first.as_str()) {
+            if let Some(l) = LEVELS.iter().find(|l| first.starts_with(**l)) {
+                *first = (*l).to_owned();
+            }
+        }
+    }
+    parts.push(format!("{ACCESS_TARGET}=off"));
+    EnvFilter::try_new(parts.join(","))
+        .unwrap_or_else(|_| EnvFilter::new(format!("error,{ACCESS_TARGET}=off")))
+}
+
 fn init_logging(config: &Config) {
-    let diag_filter = EnvFilter::try_new(format!("{},{ACCESS_TARGET}=off", config.logging_level))
-        .unwrap_or_else(|_| {
-            // ARC2 accepts any value that starts with a level name; fall back to that level.
-            let level = ["off", "trace", "debug", "info", "warn", "error"]
-                .into_iter()
-                .find(|l| config.logging_level.starts_with(l))
-                .unwrap_or("error");
-            EnvFilter::new(format!("{level},{ACCESS_TARGET}=off"))
-        });
+    let diag_filter = diagnostics_filter(&config.logging_level);
     let diagnostics = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_filter(diag_filter);
@@ -356,5 +366,30 @@ fn raise_fd_limit() {
             lim.rlim_cur = lim.rlim_max;
             libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn directives(level: &str) -> Vec<String> {
+        let mut d: Vec<String> = diagnostics_filter(level)
+            .to_string()
+            .split(',')
+            .map(str::to_owned)
+            .collect();
+        d.sort();
+        d
+    }
+
+    #[test]
+    fn logging_level_words_that_start_with_a_level_become_that_level() {
+        assert_eq!(directives("warning"), ["access=off", "warn"]);
+        assert_eq!(
+            directives("info,hyper=warn"),
+            ["access=off", "hyper=warn", "info"]
+        );
+        assert_eq!(directives("error"), ["access=off", "error"]);
     }
 }

@@ -633,3 +633,65 @@ async fn one_line_proxy_command() {
     let got = get(&proxy, "any.host", "/z").await;
     assert_eq!(got.text(), "via proxy cmd");
 }
+
+#[tokio::test]
+async fn origin_connect_timeout_is_504() {
+    // A listener that never accepts, with its accept queue full: further SYNs go unanswered,
+    // so connecting to it hangs until rampart's connect timeout.
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket
+        .bind(
+            &"127.0.0.1:0"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+        )
+        .unwrap();
+    socket.listen(0).unwrap();
+    let port = socket.local_addr().unwrap().as_socket().unwrap().port();
+    let mut fillers = Vec::new();
+    for _ in 0..4 {
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        s.set_nonblocking(true).unwrap();
+        let _ = s.connect(
+            &format!("127.0.0.1:{port}")
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+        );
+        fillers.push(s);
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let cfg = format!(
+        "listen = [\"127.0.0.1:0\"]\nworkers = 1\nproxy_connect_timeout_seconds = 1\n[[proxy_rules]]\ndomain = \"hang\"\nupstreams = [\"127.0.0.1:{port}\"]\n"
+    );
+    let proxy = Proxy::start(&cfg);
+    let started = Instant::now();
+    let got = get(&proxy, "hang", "/").await;
+    assert_eq!(got.status, 504, "{}", got.text());
+    assert!(started.elapsed() < Duration::from_secs(5));
+    drop(socket);
+}
+
+#[tokio::test]
+async fn silent_connections_are_closed_after_the_header_timeout() {
+    let origin = Origin::new().route("*", Reply::text("ok")).start().await;
+    let proxy = Proxy::start(&config_for(
+        "quiet",
+        &origin,
+        "client_header_timeout_seconds = 1\nworkers = 1",
+        "",
+    ));
+    let addr = proxy.addr;
+    let started = Instant::now();
+    // Sends nothing; the proxy must close the connection by itself.
+    let out = tokio::task::spawn_blocking(move || raw(addr, b"", Duration::from_secs(10)))
+        .await
+        .unwrap();
+    assert!(out.is_empty() || out.starts_with("HTTP/1.1 408"), "{out}");
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_secs(5),
+        "closed after {waited:?}"
+    );
+}

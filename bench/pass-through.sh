@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Interim benchmark (until the bench suite lands): pass-through proxying, no caching,
+# 1 worker, 64 keep-alive connections. rampart vs NGINX (upstream keepalive, HTTP/1.1 to the
+# origin). Method per shared/BENCHMARKING.md: servers (proxy + origin) pinned to CPU 0, wrk to
+# CPU 1, interleaved rounds, medians; server CPU µs/request from /proc/PID/stat of the proxy.
+#
+# usage: bench/pass-through.sh [ROUNDS] [SECONDS] [RAMPART_BIN]
+set -euo pipefail
+ROUNDS=${1:-3}
+SECS=${2:-10}
+BIN=${3:-target/release/rampart}
+CONNS=${CONNS:-64}
+SERVER_CPU=${SERVER_CPU:-0}
+LOAD_CPU=${LOAD_CPU:-1}
+EXTRA=${RAMPART_EXTRA:-}
+command -v nginx >/dev/null || { echo "needs nginx (apt-get install nginx)"; exit 1; }
+command -v wrk >/dev/null || { echo "needs wrk (apt-get install wrk)"; exit 1; }
+W=$(mktemp -d)
+trap 'kill $(cat $W/*.pid 2>/dev/null) 2>/dev/null; rm -rf $W' EXIT
+CLK=$(getconf CLK_TCK)
+
+ORIGIN_PORT=18981; NGINX_PORT=18982; RAMPART_PORT=18983
+# A 2 KB page, like a rendered template.
+BODY=$(head -c 2048 /dev/zero | tr '\0' 'a')
+cat > $W/origin.conf <<CONF
+worker_processes 1; daemon off; pid $W/origin.nginxpid; error_log stderr error;
+events { worker_connections 4096; }
+http { access_log off; keepalive_requests 10000000;
+  server { listen 127.0.0.1:$ORIGIN_PORT; location / { default_type text/html; return 200 "$BODY"; } } }
+CONF
+cat > $W/nginx.conf <<CONF
+worker_processes 1; daemon off; pid $W/proxy.nginxpid; error_log stderr error;
+events { worker_connections 4096; }
+http { access_log off; keepalive_requests 10000000;
+  upstream origin { server 127.0.0.1:$ORIGIN_PORT; keepalive 32; }
+  server { listen 127.0.0.1:$NGINX_PORT;
+    location / { proxy_pass http://origin; proxy_http_version 1.1; proxy_set_header Connection ""; } } }
+CONF
+# Variants of rampart to compare, "name=extra toml line" separated by ';'.
+VARIANTS=${VARIANTS:-"rampart=$EXTRA"}
+taskset -c $SERVER_CPU nginx -c $W/origin.conf -p $W & echo $! > $W/origin.pid
+taskset -c $SERVER_CPU nginx -c $W/nginx.conf -p $W & echo $! > $W/nginx.pid
+names=(); ports=(); port=$RAMPART_PORT
+IFS=';' read -ra vs <<< "$VARIANTS"
+for v in "${vs[@]}"; do
+  name=${v%%=*}; extra=${v#*=}
+  cat > $W/$name.toml <<CONF
+listen = ["127.0.0.1:$port"]
+workers = 1
+add_logging = false
+logging_level = "error"
+$extra
+[[proxy_rules]]
+domain = "*"
+forward_ipv4 = "127.0.0.1"
+forward_port_http = $ORIGIN_PORT
+CONF
+  taskset -c $SERVER_CPU $BIN run --config $W/$name.toml > $W/$name.log 2>&1 & echo $! > $W/$name.pid
+  names+=($name); ports+=($port); port=$((port+1))
+done
+sleep 1
+# The process doing the work: nginx's worker (child of the master), rampart itself.
+nginx_worker=$(pgrep -P $(cat $W/nginx.pid) | head -1)
+cpu_ticks() { awk '{print $14+$15}' /proc/$1/stat; }
+
+run() { # name pid port
+  local t0=$(cpu_ticks $2)
+  local out=$(taskset -c $LOAD_CPU wrk -t1 -c$CONNS -d${SECS}s --latency http://127.0.0.1:$3/ 2>&1)
+  local t1=$(cpu_ticks $2)
+  local reqs=$(echo "$out" | awk '/requests in/ {print $1}')
+  local rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
+  local p50=$(echo "$out" | awk '$1=="50%" {print $2}')
+  local p99=$(echo "$out" | awk '$1=="99%" {print $2}')
+  local errs=$(echo "$out" | awk '/Non-2xx|Socket errors/ {print}' | tr '\n' ' ')
+  local us=$(awk -v t=$((t1-t0)) -v r=$reqs -v c=$CLK 'BEGIN {printf "%.2f", t/c*1e6/r}')
+  echo "$1 $rps $us $p50 $p99 ${errs:-0}" | tee -a $W/results
+}
+for p in ${ports[@]} $NGINX_PORT; do curl -sf -o /dev/null http://127.0.0.1:$p/ || { echo "port $p not serving"; cat $W/*.log; exit 1; }; done
+for p in ${ports[@]} $NGINX_PORT; do taskset -c $LOAD_CPU wrk -t1 -c$CONNS -d2s http://127.0.0.1:$p/ >/dev/null; done
+echo "name req/s cpu_us/req p50 p99 errors"
+for r in $(seq $ROUNDS); do
+  run nginx $nginx_worker $NGINX_PORT
+  for i in ${!names[@]}; do run ${names[$i]} $(cat $W/${names[$i]}.pid) ${ports[$i]}; done
+done
+echo "--- medians (req/s, server CPU µs/request)"
+for n in $(awk "{print \$1}" $W/results | sort -u); do
+  awk -v n=$n '$1==n {print $2, $3}' $W/results | sort -g -k2 | awk -v n=$n '{a[NR]=$1; b[NR]=$2} END {m=int((NR+1)/2); printf "%-8s %10s req/s  %6s µs/req (cpu min %s max %s)\n", n, a[m], b[m], b[1], b[NR]}'
+done
