@@ -36,14 +36,15 @@ http { access_log off; keepalive_requests 10000000;
   server { listen 127.0.0.1:$NGINX_PORT;
     location / { proxy_pass http://origin; proxy_http_version 1.1; proxy_set_header Connection ""; } } }
 CONF
-# Variants of rampart to compare, "name=extra toml line" separated by ';'.
+# Variants of rampart to compare, "name[:binary]=extra toml line" separated by ';'.
 VARIANTS=${VARIANTS:-"rampart=$EXTRA"}
 taskset -c $SERVER_CPU nginx -c $W/origin.conf -p $W & echo $! > $W/origin.pid
 taskset -c $SERVER_CPU nginx -c $W/nginx.conf -p $W & echo $! > $W/nginx.pid
 names=(); ports=(); port=$RAMPART_PORT
 IFS=';' read -ra vs <<< "$VARIANTS"
 for v in "${vs[@]}"; do
-  name=${v%%=*}; extra=${v#*=}
+  name=${v%%=*}; extra=${v#*=}; bin=$BIN
+  case $name in *:*) bin=${name#*:}; name=${name%%:*};; esac
   cat > $W/$name.toml <<CONF
 listen = ["127.0.0.1:$port"]
 workers = 1
@@ -55,7 +56,7 @@ domain = "*"
 forward_ipv4 = "127.0.0.1"
 forward_port_http = $ORIGIN_PORT
 CONF
-  taskset -c $SERVER_CPU $BIN run --config $W/$name.toml > $W/$name.log 2>&1 & echo $! > $W/$name.pid
+  taskset -c $SERVER_CPU $bin run --config $W/$name.toml > $W/$name.log 2>&1 & echo $! > $W/$name.pid
   names+=($name); ports+=($port); port=$((port+1))
 done
 sleep 1

@@ -288,9 +288,17 @@ forward_ipv4 = "127.0.0.2"
     let e = errors(&v);
     assert_eq!(e.len(), 1, "{e:?}");
     assert!(e[0].contains("port 0"), "{e:?}");
-    let dup = v.diagnostics.iter().find(|d| d.message.contains("earlier rule")).expect("duplicate warning");
+    let dup = v
+        .diagnostics
+        .iter()
+        .find(|d| d.message.contains("earlier rule"))
+        .expect("duplicate warning");
     assert_eq!((dup.key.as_str(), dup.line), ("proxy_rules[2].domain", 10));
-    let ttl = v.diagnostics.iter().find(|d| d.key == "ip_ttl").expect("ttl warning");
+    let ttl = v
+        .diagnostics
+        .iter()
+        .find(|d| d.key == "ip_ttl")
+        .expect("ttl warning");
     assert_eq!(ttl.severity, Severity::Warning);
 
     // `upstreams` follow the routing locations; rule-level forward_* next to routing_rules warns.
@@ -306,8 +314,15 @@ forward_ipv4 = "127.0.0.1"
 forward_port_http = 1
 "#;
     let v = validate(src, 1);
-    assert!(v.diagnostics.iter().any(|d| d.message.contains("forward_* keys are ignored")));
+    assert!(v
+        .diagnostics
+        .iter()
+        .any(|d| d.message.contains("forward_* keys are ignored")));
     let c = v.config.expect("config");
-    let order: Vec<_> = c.rules[0].upstreams.iter().map(|u| u.authority.to_string()).collect();
+    let order: Vec<_> = c.rules[0]
+        .upstreams
+        .iter()
+        .map(|u| u.authority.to_string())
+        .collect();
     assert_eq!(order, ["127.0.0.1:1", "127.0.0.1:3"]);
 }

@@ -262,7 +262,8 @@ static NEXT_FILE: AtomicUsize = AtomicUsize::new(0);
 /// A scratch file path unique to this test process.
 pub fn scratch(name: &str) -> PathBuf {
     let n = NEXT_FILE.fetch_add(1, Ordering::SeqCst);
-    let dir = std::env::temp_dir().join(format!("rampart-e2e-{}", std::process::id()));
+    let dir =
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("e2e-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir.join(format!("{n}-{name}"))
 }
