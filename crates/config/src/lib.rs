@@ -8,7 +8,7 @@
 mod diag;
 mod model;
 mod reader;
-mod validate;
+pub(crate) mod validate;
 
 pub use diag::{Diagnostic, Severity};
 pub use model::*;

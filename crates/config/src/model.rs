@@ -26,6 +26,18 @@ pub struct Config {
     pub shutdown_timeout: Duration,
     /// Domain rules, in file order.
     pub rules: Vec<RuleConfig>,
+    pub cache: CacheConfig,
+}
+
+/// The shared response cache.
+#[derive(Debug, Clone)]
+pub struct CacheConfig {
+    /// ARC2 `add_caching`: master switch.
+    pub enabled: bool,
+    /// Hard byte budget of the in-memory store (`cache_memory`).
+    pub memory: u64,
+    /// Larger bodies stream through uncached (`cache_max_object`).
+    pub max_object: usize,
 }
 
 /// Worker layout (`worker_runtime`).
@@ -157,4 +169,8 @@ pub struct RuleConfig {
     pub ignore_query_string: bool,
     /// When true, `Whitelist`/`Blacklist` control access (403) instead of only caching.
     pub strict_path_rules: bool,
+    /// ARC2 behaviour: `max_age_seconds` replaces the origin's freshness information (the origin's
+    /// `no-store`/`private` still win). Default: the origin's lifetime wins and `max_age_seconds`
+    /// applies when it gives none.
+    pub max_age_overrides_origin: bool,
 }

@@ -184,6 +184,35 @@ impl<'d> Section<'d> {
         }
     }
 
+    /// A string, or an integer given as its decimal text (for sizes such as `cache_memory`).
+    pub(crate) fn string_or_int(
+        &mut self,
+        sink: &mut Sink<'_>,
+        key: &'static str,
+    ) -> Option<At<String>> {
+        let (item, span) = self.item(key)?;
+        let value = match item.as_value() {
+            Some(Value::String(s)) => s.value().clone(),
+            Some(Value::Integer(i)) if *i.value() >= 0 => i.value().to_string(),
+            _ => {
+                self.wrong_type(
+                    sink,
+                    key,
+                    item,
+                    span,
+                    "a size (bytes, or a string such as \"512MiB\")",
+                    "\"512MiB\"",
+                );
+                return None;
+            }
+        };
+        Some(At {
+            value,
+            key: self.key_path(key),
+            span,
+        })
+    }
+
     /// An integer in `min..=max`; `unit` names the Rust width or meaning for the message.
     pub(crate) fn int(
         &mut self,

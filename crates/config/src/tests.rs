@@ -45,7 +45,10 @@ fn arc2_benchmark_config_is_accepted() {
         .filter(|d| d.severity == Severity::Inactive)
         .map(|d| d.key.as_str())
         .collect();
-    assert!(inactive.contains(&"add_caching"), "{inactive:?}");
+    assert!(
+        !inactive.contains(&"add_caching"),
+        "caching is active: {inactive:?}"
+    );
     assert!(inactive.contains(&"listening_port_https"), "{inactive:?}");
     // The missing compression/minification/webp booleans are tolerated with warnings.
     assert!(v
@@ -325,4 +328,19 @@ forward_port_http = 1
         .map(|u| u.authority.to_string())
         .collect();
     assert_eq!(order, ["127.0.0.1:1", "127.0.0.1:3"]);
+}
+
+#[test]
+fn cache_sizes() {
+    let v = validate("cache_memory = \"64MiB\"\ncache_max_object = 1000\n", 1);
+    let c = v.config.expect("config");
+    assert_eq!(c.cache.memory, 64 << 20);
+    assert_eq!(c.cache.max_object, 1000);
+    assert!(c.cache.enabled);
+    let v = validate("cache_memory = \"lots\"\ncache_max_object = -1\n", 1);
+    assert_eq!(errors(&v).len(), 2, "{:?}", v.diagnostics);
+    assert_eq!(validate::parse_size("2GiB"), Some(2 << 30));
+    assert_eq!(validate::parse_size("5MB"), Some(5_000_000));
+    assert_eq!(validate::parse_size("12 K"), Some(12 << 10));
+    assert_eq!(validate::parse_size("99999999999999G"), None);
 }

@@ -89,6 +89,64 @@ fn error(
     sink.push(Severity::Error, &at.key, at.span.clone(), message, hint);
 }
 
+/// A byte size: an integer, or a string such as "512MiB", "64M", "1GB" (K/M/G are binary
+/// multiples, KB/MB/GB decimal ones, KiB/MiB/GiB binary).
+fn size(
+    s: &mut Section<'_>,
+    sink: &mut Sink<'_>,
+    key: &'static str,
+    default: u64,
+    min: u64,
+) -> u64 {
+    let at = s.string_or_int(sink, key);
+    let value = match at {
+        Some(a) => match parse_size(&a.value) {
+            Some(v) => Some((v, a)),
+            None => {
+                error(
+                    sink,
+                    &a,
+                    format!("{:?} is not a size", a.value),
+                    "write a number of bytes or e.g. \"512MiB\", \"64MB\", \"2GiB\"",
+                );
+                return default;
+            }
+        },
+        None => None,
+    };
+    match value {
+        Some((v, a)) if v < min => {
+            error(
+                sink,
+                &a,
+                format!("{v} bytes is too small"),
+                format!("use at least {min} bytes"),
+            );
+            default
+        }
+        Some((v, _)) => v,
+        None => default,
+    }
+}
+
+pub(crate) fn parse_size(text: &str) -> Option<u64> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num.parse().ok()?;
+    let mult: u64 = match unit.trim() {
+        "" | "B" | "b" => 1,
+        "K" | "k" | "KiB" | "kiB" => 1 << 10,
+        "M" | "m" | "MiB" => 1 << 20,
+        "G" | "g" | "GiB" => 1 << 30,
+        "KB" | "kB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        _ => return None,
+    };
+    n.checked_mul(mult)
+}
+
 /// 0 = unset (OS default); above `max` → `max` with a warning (ARC2 accepts the wider range).
 fn clamp(sink: &mut Sink<'_>, v: At<i64>, max: i64, what: &str) -> Option<i64> {
     if v.value == 0 {
@@ -211,12 +269,14 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
         .int(sink, "shutdown_timeout_seconds", 0, 3600)
         .map_or(Duration::from_secs(30), |v| secs(v.value));
 
+    // --- cache ---
+    let cache = CacheConfig {
+        enabled: s.bool(sink, "add_caching").is_none_or(|b| b.value),
+        memory: size(&mut s, sink, "cache_memory", 256 << 20, 4096),
+        max_object: size(&mut s, sink, "cache_max_object", 8 << 20, 1) as usize,
+    };
+
     // --- features of later versions, accepted ---
-    if let Some(b) = s.bool(sink, "add_caching") {
-        if b.value {
-            inactive(sink, &b, "response caching");
-        }
-    }
     if let Some(b) = s.bool(sink, "add_rate_limiting") {
         if b.value {
             inactive(sink, &b, "rate limiting");
@@ -396,6 +456,7 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
         upstream,
         shutdown_timeout,
         rules,
+        cache,
     })
 }
 
@@ -726,6 +787,9 @@ fn read_rule(
     let strict_path_rules = s
         .bool(sink, "strict_path_rules")
         .map_or(strict_default, |b| b.value);
+    let max_age_overrides_origin = s
+        .bool(sink, "max_age_overrides_origin")
+        .is_some_and(|b| b.value);
 
     // path rules
     let mut path_rules = Vec::new();
@@ -970,6 +1034,7 @@ fn read_rule(
         enable_logging,
         ignore_query_string,
         strict_path_rules,
+        max_age_overrides_origin,
     })
 }
 

@@ -11,10 +11,69 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
 use crate::log::AccessRecord;
+use crate::lookup::StoreTicket;
 
 enum Kind {
     Full(Option<Bytes>),
     Stream(Incoming),
+    /// Streamed to the client and collected for the cache at the same time.
+    Tee(Box<Tee>),
+}
+
+/// The cache side of a teed body: chunks are kept (reference-counted, not copied) until the
+/// body ends, then stored as one object. Past the size limit the copy is dropped and the body
+/// simply streams on.
+struct Tee {
+    inner: Incoming,
+    chunks: Vec<Bytes>,
+    size: usize,
+    ticket: Option<Box<StoreTicket>>,
+}
+
+impl Tee {
+    fn on_frame(&mut self, frame: &Option<Result<Frame<Bytes>, hyper::Error>>) {
+        match frame {
+            Some(Ok(f)) => {
+                if let (Some(d), Some(t)) = (f.data_ref(), &self.ticket) {
+                    self.size += d.len();
+                    if self.size > t.max_body() {
+                        self.ticket = None;
+                        self.chunks = Vec::new();
+                        return;
+                    }
+                    self.chunks.push(d.clone());
+                }
+                // hyper stops polling a body once its declared length has been written, so a
+                // length-delimited body is complete when the origin's body says so.
+                if self.inner.is_end_stream() {
+                    self.complete();
+                }
+            }
+            // The origin failed mid-body: never store a truncated response.
+            Some(Err(_)) => {
+                self.ticket = None;
+                self.chunks = Vec::new();
+            }
+            None => self.complete(),
+        }
+    }
+
+    fn complete(&mut self) {
+        if let Some(t) = self.ticket.take() {
+            let body = match self.chunks.len() {
+                0 => Bytes::new(),
+                1 => self.chunks.pop().unwrap_or_default(),
+                _ => {
+                    let mut all = bytes::BytesMut::with_capacity(self.size);
+                    for c in self.chunks.drain(..) {
+                        all.extend_from_slice(&c);
+                    }
+                    all.freeze()
+                }
+            };
+            t.complete(body);
+        }
+    }
 }
 
 /// Body of every response rampart sends downstream.
@@ -40,6 +99,24 @@ impl ProxyBody {
     pub fn stream(body: Incoming) -> Self {
         ProxyBody {
             kind: Kind::Stream(body),
+            log: None,
+        }
+    }
+
+    /// Streams `body` and stores it with `ticket` when it ends completely.
+    pub fn tee(body: Incoming, ticket: Box<StoreTicket>) -> Self {
+        if body.is_end_stream() {
+            // An empty body is never polled: store it now.
+            ticket.complete(Bytes::new());
+            return ProxyBody::stream(body);
+        }
+        ProxyBody {
+            kind: Kind::Tee(Box::new(Tee {
+                inner: body,
+                chunks: Vec::new(),
+                size: 0,
+                ticket: Some(ticket),
+            })),
             log: None,
         }
     }
@@ -76,6 +153,11 @@ impl Body for ProxyBody {
         let frame = match &mut this.kind {
             Kind::Full(b) => b.take().map(|b| Ok(Frame::data(b))),
             Kind::Stream(s) => ready!(Pin::new(s).poll_frame(cx)),
+            Kind::Tee(t) => {
+                let frame = ready!(Pin::new(&mut t.inner).poll_frame(cx));
+                t.on_frame(&frame);
+                frame
+            }
         };
         if let Some(Ok(f)) = &frame {
             if let Some(d) = f.data_ref() {
@@ -95,6 +177,7 @@ impl Body for ProxyBody {
         match &self.kind {
             Kind::Full(b) => b.is_none(),
             Kind::Stream(s) => s.is_end_stream(),
+            Kind::Tee(t) => t.inner.is_end_stream(),
         }
     }
 
@@ -102,6 +185,7 @@ impl Body for ProxyBody {
         match &self.kind {
             Kind::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
             Kind::Stream(s) => s.size_hint(),
+            Kind::Tee(t) => t.inner.size_hint(),
         }
     }
 }

@@ -1,14 +1,15 @@
 //! rampart's proxy engine: the request pipeline and everything around it.
 //!
 //! ```text
-//! accept (server) → HTTP/1 | HTTP/2 → recv (route, path policy) → pass → fetch (upstream pool)
-//!   → deliver | synth (errors, blocks) → log (access log)
+//! accept (server) → HTTP/1 | HTTP/2 → recv (route, path policy) → lookup → hit | miss | pass
+//!   → fetch (upstream pool) → deliver (+ store) | synth (errors, blocks) → log (access log)
 //! ```
 
 pub mod body;
 pub mod fetch;
 pub mod headers;
 pub mod log;
+pub mod lookup;
 pub mod pipeline;
 pub mod recv;
 pub mod server;

@@ -6,7 +6,7 @@
 
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant, SystemTime};
 
 use http::header::{HeaderValue, EXPECT, HOST};
 use http::{HeaderMap, Method, Request, Response, Uri, Version};
@@ -17,8 +17,10 @@ use crate::body::{ProxyBody, RequestBody};
 use crate::fetch::Upstream;
 use crate::headers::{add_forwarded, append_via, strip_hop_by_hop};
 use crate::log::AccessRecord;
+use crate::lookup::{self, Cache, CacheLabel, Found};
 use crate::recv::{PathDecision, Router, Rule};
 use crate::synth::ProxyError;
+use rampart_cache::policy::RulePolicy;
 
 /// Per-connection facts the pipeline needs, computed once at accept.
 #[derive(Debug, Clone)]
@@ -48,6 +50,7 @@ impl ConnInfo {
 pub struct Pipeline {
     router: Arc<Router>,
     upstream: Upstream,
+    cache: Option<Arc<Cache>>,
     access_log: bool,
 }
 
@@ -59,10 +62,16 @@ struct Recv {
 }
 
 impl Pipeline {
-    pub fn new(router: Arc<Router>, upstream: Upstream, access_log: bool) -> Self {
+    pub fn new(
+        router: Arc<Router>,
+        upstream: Upstream,
+        cache: Option<Arc<Cache>>,
+        access_log: bool,
+    ) -> Self {
         Pipeline {
             router,
             upstream,
+            cache,
             access_log,
         }
     }
@@ -91,18 +100,78 @@ impl Pipeline {
                 aborted: false,
             })
         });
-        let cache_label = match recv.decision {
+        let mut label = match recv.decision {
             PathDecision::Block => {
                 tracing::info!(host = ?recv.host, path = req.uri().path(), "blocked by path rule");
-                let res = ProxyError::BlockedByPathRule.to_response();
-                return finish(res, log, "Block");
+                let mut res = ProxyError::BlockedByPathRule.to_response();
+                lookup::label(
+                    res.headers_mut(),
+                    CacheLabel::Block,
+                    "rampart; fwd=bypass; detail=blocked",
+                );
+                return finish(res, log, CacheLabel::Block);
             }
-            PathDecision::Bypass => "Bypass",
-            // Caching arrives with the cache stage; until then every request is passed.
-            PathDecision::Cacheable { .. } | PathDecision::Dynamic => "Dynamic",
+            PathDecision::Bypass => CacheLabel::Bypass,
+            PathDecision::Cacheable { .. } | PathDecision::Dynamic => CacheLabel::Dynamic,
         };
-        let res = match self.pass(conn, &recv, req, log.as_deref_mut()).await {
-            Ok(res) => res,
+
+        // lookup → hit | miss | pass
+        let mut miss = None;
+        if let (Some(cache), PathDecision::Cacheable { max_age_seconds }) =
+            (&self.cache, recv.decision)
+        {
+            let method = req.method();
+            let head = method == Method::HEAD;
+            if max_age_seconds > 0 && (method == Method::GET || head) {
+                let policy = RulePolicy {
+                    default_ttl: Duration::from_secs(max_age_seconds),
+                    override_origin: recv.rule.config.max_age_overrides_origin,
+                };
+                let pq = req.uri().path_and_query().map_or("/", |p| p.as_str());
+                let host = recv.host.to_str().unwrap_or_default();
+                match cache.lookup(
+                    host,
+                    pq,
+                    recv.rule.config.ignore_query_string,
+                    req.headers(),
+                    policy,
+                ) {
+                    Found::Hit(obj) => {
+                        return finish(lookup::hit(&obj, head), log, CacheLabel::Hit)
+                    }
+                    Found::Miss(l) => {
+                        if l.directives.only_if_cached {
+                            let mut res = ProxyError::NotCached.to_response();
+                            lookup::label(
+                                res.headers_mut(),
+                                CacheLabel::Miss,
+                                "rampart; fwd=miss; detail=only-if-cached",
+                            );
+                            return finish(res, log, CacheLabel::Miss);
+                        }
+                        label = if l.forced {
+                            CacheLabel::Bypass
+                        } else if l.had_stale {
+                            CacheLabel::Expired
+                        } else {
+                            CacheLabel::Miss
+                        };
+                        // HEAD misses are passed; only a GET response can be stored.
+                        if !head {
+                            miss = Some(l);
+                        }
+                    }
+                }
+            }
+        }
+
+        // pass → fetch
+        let method = req.method().clone();
+        let fetched = match self
+            .pass(conn, &recv, req, miss.is_some(), log.as_deref_mut())
+            .await
+        {
+            Ok(f) => f,
             Err(e) => {
                 tracing::error!(
                     domain = recv.rule.config.domain_text,
@@ -111,10 +180,62 @@ impl Pipeline {
                     error = %e,
                     "upstream request failed"
                 );
-                e.to_response()
+                let mut res = e.to_response();
+                lookup::label(
+                    res.headers_mut(),
+                    label,
+                    "rampart; fwd=miss; detail=origin-error",
+                );
+                return finish(res, log, label);
             }
         };
-        finish(res, log, cache_label)
+
+        // deliver (+ store)
+        let response_time = SystemTime::now();
+        let (mut parts, body) = fetched.res.into_parts();
+        strip_hop_by_hop(&mut parts.headers);
+        append_via(&mut parts.headers, parts.version);
+        parts.version = fetched.downstream_version;
+        let mut ticket = None;
+        let mut cache_status = match label {
+            CacheLabel::Bypass => "rampart; fwd=bypass",
+            _ => "rampart; fwd=uri-miss",
+        };
+        if let (Some(cache), Some(l), Some(req_headers)) =
+            (&self.cache, &miss, &fetched.req_headers)
+        {
+            match cache.prepare_store(
+                l,
+                &method,
+                req_headers,
+                parts.status,
+                &parts.headers,
+                fetched.request_time,
+                response_time,
+            ) {
+                Ok(t) => {
+                    ticket = Some(t);
+                    cache_status = match label {
+                        CacheLabel::Expired => "rampart; fwd=stale; stored",
+                        CacheLabel::Bypass => "rampart; fwd=request; stored",
+                        _ => "rampart; fwd=miss; stored",
+                    };
+                }
+                Err(why) => {
+                    tracing::debug!(reason = why.as_str(), "response not stored");
+                    if label != CacheLabel::Bypass {
+                        label = CacheLabel::Dynamic;
+                    }
+                    cache_status = "rampart; fwd=miss";
+                }
+            }
+        }
+        lookup::label(&mut parts.headers, label, cache_status);
+        let body = match ticket {
+            Some(t) => ProxyBody::tee(body, t),
+            None => ProxyBody::stream(body),
+        };
+        finish(Response::from_parts(parts, body), log, label)
     }
 
     /// recv: find the rule by host and apply the path policy.
@@ -151,8 +272,9 @@ impl Pipeline {
         conn: &ConnInfo,
         recv: &Recv,
         req: Request<Incoming>,
+        keep_headers: bool,
         mut log: Option<&mut AccessRecord>,
-    ) -> Result<Response<ProxyBody>, ProxyError> {
+    ) -> Result<Fetched, ProxyError> {
         let (mut parts, body) = req.into_parts();
         let downstream_version = parts.version;
         let h = &mut parts.headers;
@@ -180,6 +302,8 @@ impl Pipeline {
             )
         });
         parts.version = Version::HTTP_11;
+        let req_headers = keep_headers.then(|| parts.headers.clone());
+        let request_time = SystemTime::now();
         let mut first = Some(Request::from_parts(parts, body));
 
         let mut last_err = None;
@@ -195,7 +319,12 @@ impl Pipeline {
             match self.upstream.send(req, &member.target.authority).await {
                 Ok(res) => {
                     upstreams.mark_up(member);
-                    return Ok(deliver(res, downstream_version));
+                    return Ok(Fetched {
+                        res,
+                        req_headers,
+                        request_time,
+                        downstream_version,
+                    });
                 }
                 Err(e) if e.may_fail_over() => {
                     tracing::warn!(upstream = %member.target.authority, error = %e, "origin unreachable, marking it down");
@@ -223,23 +352,23 @@ fn rebuild(method: &Method, uri: &Uri, headers: &HeaderMap) -> Request<RequestBo
     req
 }
 
-/// deliver: the origin's response, with hop-by-hop headers removed and `Via` added.
-fn deliver(res: Response<Incoming>, downstream_version: Version) -> Response<ProxyBody> {
-    let (mut parts, body) = res.into_parts();
-    strip_hop_by_hop(&mut parts.headers);
-    append_via(&mut parts.headers, parts.version);
-    parts.version = downstream_version;
-    Response::from_parts(parts, ProxyBody::stream(body))
+/// What fetch brings back.
+struct Fetched {
+    res: Response<Incoming>,
+    /// The request headers as sent to the origin (kept only when the response may be stored).
+    req_headers: Option<HeaderMap>,
+    request_time: SystemTime,
+    downstream_version: Version,
 }
 
 fn finish(
     mut res: Response<ProxyBody>,
     log: Option<Box<AccessRecord>>,
-    cache: &'static str,
+    cache: CacheLabel,
 ) -> Response<ProxyBody> {
     if let Some(mut log) = log {
         log.status = res.status().as_u16();
-        log.cache = cache;
+        log.cache = cache.as_str();
         res.body_mut().set_log(log);
     }
     res

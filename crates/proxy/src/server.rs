@@ -27,6 +27,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
 use crate::fetch::Upstream;
+use crate::lookup::Cache;
 use crate::pipeline::{ConnInfo, Pipeline};
 use crate::recv::Router;
 
@@ -135,7 +136,14 @@ impl Server {
     pub fn start(self) -> io::Result<Running> {
         let (tx, rx) = watch::channel(false);
         let router = Arc::new(Router::new(&self.config));
+        let cache = self.config.cache.enabled.then(|| {
+            Arc::new(Cache::new(
+                self.config.cache.memory,
+                self.config.cache.max_object,
+            ))
+        });
         let shared = Arc::new(Shared {
+            cache,
             limit: Arc::new(Semaphore::new(self.config.downstream.max_connections)),
             at_limit: AtomicBool::new(false),
             config: self.config.clone(),
@@ -186,6 +194,8 @@ impl Server {
 #[derive(Debug)]
 struct Shared {
     config: Arc<Config>,
+    /// The response cache, shared by all workers (`None` when `add_caching = false`).
+    cache: Option<Arc<Cache>>,
     /// One permit per open client connection.
     limit: Arc<Semaphore>,
     /// Set while the limit is reached, so the log line is written once per episode.
@@ -200,7 +210,12 @@ async fn worker(
     shutdown: watch::Receiver<bool>,
 ) {
     let upstream = Upstream::new(&shared.config.upstream);
-    let pipeline = Arc::new(Pipeline::new(router, upstream, shared.config.add_logging));
+    let pipeline = Arc::new(Pipeline::new(
+        router,
+        upstream,
+        shared.cache.clone(),
+        shared.config.add_logging,
+    ));
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()

@@ -49,6 +49,8 @@ pub enum ProxyError {
     UpstreamTimeout,
     #[error("origin connection failed: {0}")]
     UpstreamProtocol(String),
+    #[error("only-if-cached and nothing usable is stored")]
+    NotCached,
 }
 
 impl ProxyError {
@@ -61,9 +63,10 @@ impl ProxyError {
             ProxyError::UpstreamConnect(_) | ProxyError::UpstreamProtocol(_) => {
                 StatusCode::BAD_GATEWAY
             }
-            ProxyError::UpstreamConnectTimeout(_) | ProxyError::UpstreamTimeout => {
-                StatusCode::GATEWAY_TIMEOUT
-            }
+            // RFC 9111 §5.2.1.7: only-if-cached with nothing stored → 504.
+            ProxyError::UpstreamConnectTimeout(_)
+            | ProxyError::UpstreamTimeout
+            | ProxyError::NotCached => StatusCode::GATEWAY_TIMEOUT,
         }
     }
 
@@ -72,7 +75,8 @@ impl ProxyError {
             ProxyError::NoRoute(_)
             | ProxyError::MissingHost
             | ProxyError::BadRequest(_)
-            | ProxyError::BlockedByPathRule => Side::Downstream,
+            | ProxyError::BlockedByPathRule
+            | ProxyError::NotCached => Side::Downstream,
             ProxyError::UpstreamConnect(_)
             | ProxyError::UpstreamConnectTimeout(_)
             | ProxyError::UpstreamTimeout

@@ -117,11 +117,11 @@ pub fn instructions(proxy: SocketAddr, origin: SocketAddr) -> String {
         "rampart demo is running.\n\
          \n  sample origin : http://{origin}\n  rampart       : {base}  (in front of the origin)\n\
          \nTry:\n\
-         \n  curl -i {base}/                  # \"Hello World!\" through the proxy (see Via, X-Forwarded-*)\
-         \n  curl -i {base}/                  # again: with caching (next release) this becomes a hit\
+         \n  curl -i {base}/                  # \"Hello World!\" from the origin: X-Arc2-Cache: Miss\
+         \n  curl -i {base}/                  # again, from the cache: X-Arc2-Cache: Hit, Age\
          \n  curl -s -o /dev/null -w '%{{size_download}} bytes in %{{time_total}}s\\n' {base}/image.jpg\
-         \n  curl -i {base}/slow              # a slow dynamic page (Cache-Control: no-store)\
-         \n  curl -i {base}/cookie            # sets a cookie: never shared by a cache\
+         \n  curl -i {base}/slow              # slow dynamic page, no-store: never cached (Dynamic)\
+         \n  curl -i {base}/cookie            # sets a cookie: never shared by the cache (Dynamic)\
          \n  curl -i -H 'Host: anything.example' {base}/   # every host is routed in the demo config\
          \n  curl -i --http2-prior-knowledge {base}/        # HTTP/2 over cleartext\
          \n\nPress Ctrl-C to stop.\n"

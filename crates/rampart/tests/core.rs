@@ -45,9 +45,15 @@ enable_sql_injection_protection = false
     let got = get(&proxy, "localhost", "/").await;
     assert_eq!(got.status, 200);
     assert_eq!(got.text(), "Hello World!");
+    assert_eq!(got.header("x-arc2-cache"), Some("Miss"));
     let got = get(&proxy, "LOCALHOST:8080", "/").await;
     assert_eq!(got.status, 200, "host matching ignores case and port");
-    assert_eq!(origin.requests(), 2);
+    assert_eq!(
+        got.header("x-arc2-cache"),
+        Some("Hit"),
+        "ARC2 caches for max_age_seconds"
+    );
+    assert_eq!(origin.requests(), 1);
 }
 
 #[tokio::test]
@@ -157,7 +163,7 @@ async fn hop_by_hop_headers_are_removed_and_forwarding_headers_added() {
 #[tokio::test]
 async fn upstream_connections_are_reused() {
     let origin = Origin::new().route("*", Reply::text("ok")).start().await;
-    let proxy = Proxy::start(&config_for("pool", &origin, "", ""));
+    let proxy = Proxy::start(&config_for("pool", &origin, "add_caching = false", ""));
     for _ in 0..5 {
         // A fresh client each round: new downstream connections, same upstream pool.
         let c = client();
@@ -552,7 +558,7 @@ fn check_lists_every_error_with_line_and_column() {
     // A good file passes and reports inactive keys.
     std::fs::write(
         &path,
-        "add_caching = true\n[[proxy_rules]]\ndomain = \"x\"\nforward_ipv4 = \"127.0.0.1\"\n",
+        "add_rate_limiting = true\n[[proxy_rules]]\ndomain = \"x\"\nforward_ipv4 = \"127.0.0.1\"\n",
     )
     .unwrap();
     let out = std::process::Command::new(rampart_bin())
@@ -597,6 +603,13 @@ async fn demo_serves_its_pages_and_stops_on_ctrl_c() {
     let get = |p: &str| Request::get(demo.url(p)).body(empty()).unwrap();
     let hello = send(&c, get("/")).await;
     assert_eq!(hello.text(), "Hello World!");
+    assert_eq!(hello.header("x-arc2-cache"), Some("Miss"));
+    let again = send(&c, get("/")).await;
+    assert_eq!(
+        again.header("x-arc2-cache"),
+        Some("Hit"),
+        "the demo shows a miss, then a hit"
+    );
     let img = send(&c, get("/image.jpg")).await;
     assert_eq!(img.header("content-type"), Some("image/jpeg"));
     assert!(

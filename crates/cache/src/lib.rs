@@ -1,0 +1,15 @@
+//! rampart's shared HTTP cache (RFC 9111).
+//!
+//! - [`control`]: Cache-Control and Pragma directives;
+//! - [`freshness`]: freshness lifetime and age;
+//! - [`vary`]: Vary and variant keys;
+//! - [`key`]: cache keys (host + URL, never shared between hosts);
+//! - [`policy`]: what may be stored, and when a stored response may be used;
+//! - [`store`]: stored objects and the in-memory store with a hard byte budget.
+
+pub mod control;
+pub mod freshness;
+pub mod key;
+pub mod policy;
+pub mod store;
+pub mod vary;

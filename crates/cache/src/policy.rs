@@ -1,0 +1,203 @@
+//! Cache policy: may this response be stored (RFC 9111 §3 plus ARC2's rules), for how long, and
+//! may this stored response answer this request (§4.2, §5.2.1).
+//!
+//! ARC2 compatibility (ARC2-COMPAT §7.1): only GET responses with status 200, 201 or 204 are
+//! stored, never one with `Set-Cookie`. (ARC2 also stores 206; rampart stores full responses and
+//! answers ranges from them instead, so a partial response is never served for another range.)
+//! On top of that the origin's `no-store` and `private` always win, a request with
+//! `Authorization` is shared only when the response allows it (§3.5), and `Vary: *` is never
+//! stored because it can never match.
+
+use std::time::{Duration, SystemTime};
+
+use http::header::{AUTHORIZATION, SET_COOKIE};
+use http::{HeaderMap, Method, StatusCode};
+
+use crate::control::{RequestDirectives, ResponseDirectives};
+use crate::freshness::{self, Lifetime};
+use crate::store::Object;
+use crate::vary::Vary;
+
+/// Per-rule caching settings.
+#[derive(Debug, Clone, Copy)]
+pub struct RulePolicy {
+    /// The rule's `max_age_seconds`: the lifetime when the origin gives none.
+    pub default_ttl: Duration,
+    /// ARC2 behaviour: the rule's TTL replaces the origin's freshness information.
+    pub override_origin: bool,
+}
+
+/// Why a response was not stored (for logs and `Cache-Status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotStored {
+    Method,
+    Status,
+    SetCookie,
+    NoStore,
+    Private,
+    NoCache,
+    Authorization,
+    VaryAny,
+    /// Nothing says how long it stays fresh (or it is already stale).
+    NoLifetime,
+}
+
+impl NotStored {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NotStored::Method => "method",
+            NotStored::Status => "status",
+            NotStored::SetCookie => "set-cookie",
+            NotStored::NoStore => "no-store",
+            NotStored::Private => "private",
+            NotStored::NoCache => "no-cache",
+            NotStored::Authorization => "authorization",
+            NotStored::VaryAny => "vary-star",
+            NotStored::NoLifetime => "no-lifetime",
+        }
+    }
+}
+
+fn status_storable(s: StatusCode) -> bool {
+    matches!(s.as_u16(), 200 | 201 | 204)
+}
+
+/// Statuses that may get a heuristic (here: configured) lifetime, RFC 9110 §15.1.
+fn heuristically_cacheable(s: StatusCode) -> bool {
+    matches!(
+        s.as_u16(),
+        200 | 203 | 204 | 206 | 300 | 301 | 308 | 404 | 405 | 410 | 414 | 501
+    )
+}
+
+/// One request/response exchange, as the storage decision sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Exchange<'a> {
+    pub method: &'a Method,
+    pub req_headers: &'a HeaderMap,
+    pub req: &'a RequestDirectives,
+    pub status: StatusCode,
+    pub res_headers: &'a HeaderMap,
+    pub res: &'a ResponseDirectives,
+    pub vary: &'a Vary,
+    pub response_time: SystemTime,
+}
+
+/// Decides whether a response may be stored; returns its freshness lifetime if so.
+pub fn storable(x: &Exchange<'_>, rule: RulePolicy) -> Result<Duration, NotStored> {
+    let Exchange {
+        method,
+        req_headers,
+        req,
+        status,
+        res_headers,
+        res,
+        vary,
+        response_time,
+    } = *x;
+    if method != Method::GET {
+        return Err(NotStored::Method);
+    }
+    if !status_storable(status) {
+        return Err(NotStored::Status);
+    }
+    if res_headers.contains_key(SET_COOKIE) {
+        return Err(NotStored::SetCookie);
+    }
+    if res.no_store || req.no_store {
+        return Err(NotStored::NoStore);
+    }
+    if res.private {
+        return Err(NotStored::Private);
+    }
+    // Revalidation on every use needs validators and conditional requests; until then a
+    // no-cache response is passed, not stored.
+    if res.no_cache {
+        return Err(NotStored::NoCache);
+    }
+    if req_headers.contains_key(AUTHORIZATION)
+        && !(res.public || res.s_maxage.is_some() || res.must_revalidate)
+    {
+        return Err(NotStored::Authorization);
+    }
+    if *vary == Vary::Any {
+        return Err(NotStored::VaryAny);
+    }
+    let lifetime = if rule.override_origin {
+        rule.default_ttl
+    } else {
+        match freshness::lifetime(status, res_headers, res, response_time) {
+            Lifetime::Explicit(d) => d,
+            // The rule's TTL is rampart's heuristic (RFC 9111 §4.2.2 lets a cache choose one),
+            // applied only where a heuristic is allowed.
+            Lifetime::Heuristic(_) | Lifetime::Unknown
+                if heuristically_cacheable(status) || res.public =>
+            {
+                rule.default_ttl
+            }
+            _ => Duration::ZERO,
+        }
+    };
+    if lifetime.is_zero() {
+        return Err(NotStored::NoLifetime);
+    }
+    Ok(lifetime)
+}
+
+/// Whether a stored object may answer a request without contacting the origin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Usable {
+    /// Fresh (or stale within the client's `max-stale`): serve it.
+    Yes,
+    /// Stale, or the request asks for fresher / revalidated content.
+    No,
+    /// The request carries `Authorization` and the object does not allow sharing it.
+    NotShareable,
+}
+
+pub fn usable(
+    obj: &Object,
+    req_headers: &HeaderMap,
+    req: &RequestDirectives,
+    now: SystemTime,
+) -> Usable {
+    let d = &obj.directives;
+    if req_headers.contains_key(AUTHORIZATION)
+        && !(d.public || d.s_maxage.is_some() || d.must_revalidate)
+    {
+        return Usable::NotShareable;
+    }
+    if req.no_cache {
+        return Usable::No;
+    }
+    let age = obj.age(now);
+    if let Some(max_age) = req.max_age {
+        if age > Duration::from_secs(max_age) {
+            return Usable::No;
+        }
+    }
+    if obj.is_fresh(now) {
+        let left = obj.lifetime.saturating_sub(age);
+        if let Some(min_fresh) = req.min_fresh {
+            if left < Duration::from_secs(min_fresh) {
+                return Usable::No;
+            }
+        }
+        return Usable::Yes;
+    }
+    // Stale: only with the client's consent, and never when the origin forbids it.
+    let forbidden = d.must_revalidate || d.proxy_revalidate || d.s_maxage.is_some() || d.no_cache;
+    match req.max_stale {
+        Some(max_stale)
+            if !forbidden && !obj.invalidated.load(std::sync::atomic::Ordering::Relaxed) =>
+        {
+            let staleness = age.saturating_sub(obj.lifetime);
+            if staleness <= Duration::from_secs(max_stale) {
+                Usable::Yes
+            } else {
+                Usable::No
+            }
+        }
+        _ => Usable::No,
+    }
+}

@@ -1,0 +1,337 @@
+//! Storage: stored objects and the in-memory store with a hard byte budget.
+//!
+//! The index is a `quick_cache` (S3-FIFO-style admission and eviction: one-hit wonders are
+//! evicted early, frequently used objects survive scans) weighted in bytes. An object's weight
+//! counts its body, its headers, its key and a fixed per-entry overhead for the index and the
+//! allocations around it, so the sum of weights bounds the memory the store holds. The store is
+//! shared by all workers; values are `Arc`s, so a hit clones a pointer, never a body.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use http::{HeaderMap, StatusCode};
+
+use crate::control::ResponseDirectives;
+use crate::key::{CacheKey, SlotKey};
+use crate::vary::Vary;
+
+/// Bytes charged per entry on top of key, headers and body: the index slot, the `Arc`s, the
+/// `Object` itself and allocator rounding.
+pub const ENTRY_OVERHEAD: u64 = 320;
+
+/// A stored response.
+#[derive(Debug)]
+pub struct Object {
+    pub status: StatusCode,
+    /// Stored header fields (hop-by-hop removed; `Age` not included).
+    pub headers: HeaderMap,
+    pub body: Bytes,
+    /// When the request that produced it was sent and its response received (RFC 9111 §4.2.3).
+    pub request_time: SystemTime,
+    pub response_time: SystemTime,
+    /// `corrected_initial_age`.
+    pub initial_age: Duration,
+    /// Freshness lifetime in effect.
+    pub lifetime: Duration,
+    pub directives: ResponseDirectives,
+    pub vary: Vary,
+    /// Set by a soft purge: the object is stale from then on, kept for stale-if-error.
+    pub invalidated: AtomicBool,
+    /// Sum of header name and value lengths, computed once for the weight.
+    pub header_bytes: usize,
+}
+
+impl Object {
+    /// The current age (RFC 9111 §4.2.3) at `now`.
+    pub fn age(&self, now: SystemTime) -> Duration {
+        let resident = now.duration_since(self.response_time).unwrap_or_default();
+        self.initial_age + resident
+    }
+
+    /// Whether the object is fresh at `now`.
+    pub fn is_fresh(&self, now: SystemTime) -> bool {
+        !self.invalidated.load(Ordering::Relaxed) && self.age(now) < self.lifetime
+    }
+
+    pub fn invalidate(&self) {
+        self.invalidated.store(true, Ordering::Relaxed);
+    }
+
+    pub fn weight(&self, key_len: usize) -> u64 {
+        ENTRY_OVERHEAD + key_len as u64 + self.header_bytes as u64 + self.body.len() as u64
+    }
+}
+
+/// Sum of the byte lengths of all header names and values.
+pub fn header_bytes(h: &HeaderMap) -> usize {
+    h.iter().map(|(k, v)| k.as_str().len() + v.len() + 4).sum()
+}
+
+/// What one slot holds.
+#[derive(Debug, Clone)]
+pub enum Slot {
+    Object(Arc<Object>),
+    /// The resource varies: look up the variant computed with this `Vary`.
+    Vary(Arc<Vary>),
+}
+
+/// Which entries a purge addresses (the four ARC2 scopes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PurgeScope {
+    /// One URL on one host (all its variants).
+    Exact(CacheKey),
+    /// Every URL on `host` that starts with `prefix`.
+    Prefix { host: Vec<u8>, prefix: Vec<u8> },
+    /// Every URL on `host` that contains `needle`.
+    Contains { host: Vec<u8>, needle: Vec<u8> },
+    /// Everything stored for `host`.
+    Domain(Vec<u8>),
+}
+
+impl PurgeScope {
+    fn matches(&self, key: &CacheKey) -> bool {
+        match self {
+            PurgeScope::Exact(k) => k == key,
+            PurgeScope::Prefix { host, prefix } => {
+                key.host() == host.as_slice() && key.url().starts_with(prefix)
+            }
+            PurgeScope::Contains { host, needle } => {
+                key.host() == host.as_slice()
+                    && (needle.is_empty()
+                        || key
+                            .url()
+                            .windows(needle.len())
+                            .any(|w| w == needle.as_slice()))
+            }
+            PurgeScope::Domain(host) => key.host() == host.as_slice(),
+        }
+    }
+}
+
+#[derive(Clone)]
+struct Weigher;
+
+impl quick_cache::Weighter<SlotKey, Slot> for Weigher {
+    fn weight(&self, key: &SlotKey, val: &Slot) -> u64 {
+        let key_len = key.primary.len() + key.variant.as_ref().map_or(0, Bytes::len);
+        match val {
+            Slot::Object(o) => o.weight(key_len),
+            Slot::Vary(_) => ENTRY_OVERHEAD + key_len as u64,
+        }
+    }
+}
+
+/// The in-memory store.
+pub struct MemoryStore {
+    index: quick_cache::sync::Cache<SlotKey, Slot, Weigher>,
+    max_object: usize,
+}
+
+impl std::fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryStore")
+            .field("weight", &self.index.weight())
+            .field("capacity", &self.index.capacity())
+            .field("entries", &self.index.len())
+            .finish()
+    }
+}
+
+impl MemoryStore {
+    /// A store holding at most `budget` bytes; objects larger than `max_object` bytes of body
+    /// are never stored.
+    pub fn new(budget: u64, max_object: usize) -> Self {
+        // The estimate only sizes the index up front; assume ~4 KiB objects.
+        let estimated = (budget / 4096).clamp(16, 1 << 22) as usize;
+        MemoryStore {
+            index: quick_cache::sync::Cache::with_weighter(estimated, budget.max(1), Weigher),
+            max_object,
+        }
+    }
+
+    pub fn max_object(&self) -> usize {
+        self.max_object
+    }
+
+    pub fn get(&self, key: &SlotKey) -> Option<Slot> {
+        self.index.get(key)
+    }
+
+    /// Stores a slot. Objects bigger than `max_object`, or heavier than the whole budget, are
+    /// refused (returns false).
+    pub fn put(&self, key: SlotKey, slot: Slot) -> bool {
+        if let Slot::Object(o) = &slot {
+            if o.body.len() > self.max_object {
+                return false;
+            }
+        }
+        let w = quick_cache::Weighter::weight(&Weigher, &key, &slot);
+        if w > self.index.capacity() {
+            return false;
+        }
+        self.index.insert(key, slot);
+        true
+    }
+
+    pub fn remove(&self, key: &SlotKey) {
+        self.index.remove(key);
+    }
+
+    /// Removes (or with `soft`, marks stale) every entry in `scope`; returns how many objects
+    /// were affected.
+    pub fn purge(&self, scope: &PurgeScope, soft: bool) -> usize {
+        let mut n = 0;
+        if soft {
+            for (k, v) in self.index.iter() {
+                if scope.matches(&k.primary) {
+                    if let Slot::Object(o) = v {
+                        o.invalidate();
+                        n += 1;
+                    }
+                }
+            }
+        } else {
+            let doomed: Vec<SlotKey> = self
+                .index
+                .iter()
+                .filter(|(k, _)| scope.matches(&k.primary))
+                .map(|(k, _)| k)
+                .collect();
+            for k in doomed {
+                if let Some((_, Slot::Object(_))) = self.index.remove(&k) {
+                    n += 1;
+                }
+            }
+        }
+        n
+    }
+
+    /// Bytes charged to the budget now.
+    pub fn weight(&self) -> u64 {
+        self.index.weight()
+    }
+
+    pub fn capacity(&self) -> u64 {
+        self.index.capacity()
+    }
+
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(body_len: usize) -> Arc<Object> {
+        let now = SystemTime::now();
+        let mut headers = HeaderMap::new();
+        headers.insert("content-type", http::HeaderValue::from_static("text/plain"));
+        Arc::new(Object {
+            status: StatusCode::OK,
+            header_bytes: header_bytes(&headers),
+            headers,
+            body: Bytes::from(vec![b'x'; body_len]),
+            request_time: now,
+            response_time: now,
+            initial_age: Duration::ZERO,
+            lifetime: Duration::from_secs(60),
+            directives: ResponseDirectives::default(),
+            vary: Vary::None,
+            invalidated: AtomicBool::new(false),
+        })
+    }
+
+    fn key(host: &str, url: &str) -> SlotKey {
+        SlotKey {
+            primary: CacheKey::new(host, url, false),
+            variant: None,
+        }
+    }
+
+    #[test]
+    fn budget_holds_while_inserting_ten_times_its_size() {
+        let budget = 1 << 20;
+        let store = MemoryStore::new(budget, 64 << 10);
+        let mut inserted = 0u64;
+        let mut i = 0;
+        while inserted < 10 * budget {
+            let o = object(1000 + (i % 7) * 1000);
+            inserted += o.body.len() as u64;
+            store.put(key("h", &format!("/{i}")), Slot::Object(o));
+            assert!(
+                store.weight() <= store.capacity(),
+                "weight {} over budget",
+                store.weight()
+            );
+            i += 1;
+        }
+        assert!(
+            store.len() > 100,
+            "the store still holds many objects: {}",
+            store.len()
+        );
+        assert!(
+            store.weight() > budget / 2,
+            "and uses its budget: {}",
+            store.weight()
+        );
+    }
+
+    #[test]
+    fn oversized_objects_are_refused() {
+        let store = MemoryStore::new(1 << 20, 1000);
+        assert!(!store.put(key("h", "/big"), Slot::Object(object(1001))));
+        assert!(store.put(key("h", "/ok"), Slot::Object(object(1000))));
+        let tiny = MemoryStore::new(4096, 1 << 20);
+        assert!(!tiny.put(key("h", "/heavier-than-budget"), Slot::Object(object(5000))));
+    }
+
+    #[test]
+    fn purge_scopes() {
+        let store = MemoryStore::new(1 << 20, 1 << 20);
+        for (h, u) in [
+            ("a", "/blog/1"),
+            ("a", "/blog/2"),
+            ("a", "/shop/blog"),
+            ("b", "/blog/1"),
+        ] {
+            store.put(key(h, u), Slot::Object(object(10)));
+        }
+        let prefix = PurgeScope::Prefix {
+            host: b"a".to_vec(),
+            prefix: b"/blog/".to_vec(),
+        };
+        assert_eq!(store.purge(&prefix, false), 2);
+        assert!(
+            store.get(&key("b", "/blog/1")).is_some(),
+            "other hosts untouched"
+        );
+        let contains = PurgeScope::Contains {
+            host: b"a".to_vec(),
+            needle: b"blog".to_vec(),
+        };
+        // Soft purge keeps the object but marks it stale.
+        assert_eq!(store.purge(&contains, true), 1);
+        match store.get(&key("a", "/shop/blog")) {
+            Some(Slot::Object(o)) => assert!(!o.is_fresh(SystemTime::now())),
+            other => panic!("soft-purged object should stay: {other:?}"),
+        }
+        assert_eq!(store.purge(&PurgeScope::Domain(b"b".to_vec()), false), 1);
+        assert_eq!(
+            store.purge(
+                &PurgeScope::Exact(CacheKey::new("a", "/shop/blog", false)),
+                false
+            ),
+            1
+        );
+        assert!(store.is_empty());
+    }
+}
