@@ -10,12 +10,15 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
+use crate::coalesce::InflightBody;
 use crate::log::AccessRecord;
 use crate::lookup::StoreTicket;
 
 enum Kind {
     Full(Option<Bytes>),
     Stream(Incoming),
+    /// A coalesced fetch's body, shared with other clients.
+    Inflight(InflightBody),
     /// Streamed to the client and collected for the cache at the same time.
     Tee(Box<Tee>),
 }
@@ -103,6 +106,14 @@ impl ProxyBody {
         }
     }
 
+    /// Streams a coalesced fetch's body.
+    pub fn inflight(body: InflightBody) -> Self {
+        ProxyBody {
+            kind: Kind::Inflight(body),
+            log: None,
+        }
+    }
+
     /// Streams `body` and stores it with `ticket` when it ends completely.
     pub fn tee(body: Incoming, ticket: Box<StoreTicket>) -> Self {
         if body.is_end_stream() {
@@ -141,22 +152,26 @@ impl Drop for ProxyBody {
     }
 }
 
+/// Errors a response body can end with (origin failure mid-body).
+pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
+
 impl Body for ProxyBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BodyError;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = &mut *self;
-        let frame = match &mut this.kind {
+        let frame: Option<Result<Frame<Bytes>, BodyError>> = match &mut this.kind {
             Kind::Full(b) => b.take().map(|b| Ok(Frame::data(b))),
-            Kind::Stream(s) => ready!(Pin::new(s).poll_frame(cx)),
+            Kind::Stream(s) => ready!(Pin::new(s).poll_frame(cx)).map(|r| r.map_err(Into::into)),
+            Kind::Inflight(s) => ready!(Pin::new(s).poll_frame(cx)).map(|r| r.map_err(Into::into)),
             Kind::Tee(t) => {
                 let frame = ready!(Pin::new(&mut t.inner).poll_frame(cx));
                 t.on_frame(&frame);
-                frame
+                frame.map(|r| r.map_err(Into::into))
             }
         };
         if let Some(Ok(f)) = &frame {
@@ -177,6 +192,7 @@ impl Body for ProxyBody {
         match &self.kind {
             Kind::Full(b) => b.is_none(),
             Kind::Stream(s) => s.is_end_stream(),
+            Kind::Inflight(s) => s.is_end_stream(),
             Kind::Tee(t) => t.inner.is_end_stream(),
         }
     }
@@ -185,6 +201,7 @@ impl Body for ProxyBody {
         match &self.kind {
             Kind::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
             Kind::Stream(s) => s.size_hint(),
+            Kind::Inflight(s) => s.size_hint(),
             Kind::Tee(t) => t.inner.size_hint(),
         }
     }

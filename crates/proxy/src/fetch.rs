@@ -157,6 +157,11 @@ impl Upstream {
         }
     }
 
+    /// The `proxy_timeout` in force (`None` = no limit).
+    pub fn timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+
     /// Sends `req` (origin-form URI, headers already rewritten) to `authority`; waits at most
     /// `proxy_timeout` for the response head.
     pub async fn send(

@@ -6,6 +6,7 @@
 //! ```
 
 pub mod body;
+pub mod coalesce;
 pub mod fetch;
 pub mod headers;
 pub mod log;

@@ -19,6 +19,7 @@ use rampart_cache::store::{header_bytes, MemoryStore, Object, Slot};
 use rampart_cache::vary::Vary;
 
 use crate::body::ProxyBody;
+use crate::coalesce::Coalescer;
 
 pub static X_ARC2_CACHE: HeaderName = HeaderName::from_static("x-arc2-cache");
 pub static X_ARC2_CACHE_AGE: HeaderName = HeaderName::from_static("x-arc2-cache-age");
@@ -75,13 +76,19 @@ pub enum Found {
 #[derive(Debug)]
 pub struct Cache {
     store: MemoryStore,
+    coalescer: Arc<Coalescer>,
 }
 
 impl Cache {
     pub fn new(memory: u64, max_object: usize) -> Self {
         Cache {
             store: MemoryStore::new(memory, max_object),
+            coalescer: Arc::new(Coalescer::default()),
         }
+    }
+
+    pub fn coalescer(&self) -> &Arc<Coalescer> {
+        &self.coalescer
     }
 
     pub fn store(&self) -> &MemoryStore {
@@ -215,6 +222,14 @@ pub struct StoreTicket {
 impl StoreTicket {
     pub fn max_body(&self) -> usize {
         self.cache.store.max_object()
+    }
+
+    pub fn vary(&self) -> &Vary {
+        &self.vary
+    }
+
+    pub fn variant(&self) -> Option<&bytes::Bytes> {
+        self.variant.as_ref()
     }
 
     /// Stores the object with its complete body.

@@ -14,6 +14,7 @@ use http_body::Body as _;
 use hyper::body::Incoming;
 
 use crate::body::{ProxyBody, RequestBody};
+use crate::coalesce::{InflightBody, Role, SharedHead};
 use crate::fetch::Upstream;
 use crate::headers::{add_forwarded, append_via, strip_hop_by_hop};
 use crate::log::AccessRecord;
@@ -21,6 +22,7 @@ use crate::lookup::{self, Cache, CacheLabel, Found};
 use crate::recv::{PathDecision, Router, Rule};
 use crate::synth::ProxyError;
 use rampart_cache::policy::RulePolicy;
+use rampart_cache::vary::Vary;
 
 /// Per-connection facts the pipeline needs, computed once at accept.
 #[derive(Debug, Clone)]
@@ -165,6 +167,42 @@ impl Pipeline {
             }
         }
 
+        // Coalescing: one origin request per resource at a time; later misses wait for it.
+        let mut leader = None;
+        if let (Some(cache), Some(l)) = (&self.cache, &miss) {
+            // A client-forced refresh (no-cache) fetches for itself.
+            if !l.forced {
+                match cache.coalescer().join(&l.key) {
+                    Role::Leader(g) => leader = Some(g),
+                    Role::Waiter(inflight) => {
+                        let wait = self.upstream.timeout().unwrap_or(Duration::from_secs(45));
+                        if let Some(head) = inflight.wait_head(wait).await {
+                            let same_variant = match &head.vary {
+                                Vary::None => true,
+                                v => v
+                                    .variant_key(req.headers())
+                                    .is_some_and(|k| Some(&k) == head.variant.as_ref()),
+                            };
+                            if same_variant {
+                                let mut res = Response::new(ProxyBody::inflight(
+                                    InflightBody::new(inflight, head.length),
+                                ));
+                                *res.status_mut() = head.status;
+                                *res.headers_mut() = head.headers.clone();
+                                lookup::label(
+                                    res.headers_mut(),
+                                    CacheLabel::Miss,
+                                    "rampart; fwd=miss; collapsed",
+                                );
+                                return finish(res, log, CacheLabel::Miss);
+                            }
+                        }
+                        // Released (or another variant): fetch on our own.
+                    }
+                }
+            }
+        }
+
         // pass → fetch
         let method = req.method().clone();
         let fetched = match self
@@ -230,11 +268,28 @@ impl Pipeline {
                 }
             }
         }
-        lookup::label(&mut parts.headers, label, cache_status);
-        let body = match ticket {
-            Some(t) => ProxyBody::tee(body, t),
-            None => ProxyBody::stream(body),
+        let length = parts
+            .headers
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        let body = match (ticket, leader, length) {
+            // Storable with a known length: waiters stream the leader's fetch with it.
+            (Some(t), Some(leader), Some(length)) => {
+                let head = SharedHead {
+                    status: parts.status,
+                    headers: parts.headers.clone(),
+                    vary: t.vary().clone(),
+                    variant: t.variant().cloned(),
+                    length,
+                };
+                ProxyBody::inflight(leader.publish(head, body, t))
+            }
+            // Otherwise the leader guard is dropped here, releasing any waiters at once.
+            (Some(t), _, _) => ProxyBody::tee(body, t),
+            (None, _, _) => ProxyBody::stream(body),
         };
+        lookup::label(&mut parts.headers, label, cache_status);
         finish(Response::from_parts(parts, body), log, label)
     }
 

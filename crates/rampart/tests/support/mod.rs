@@ -43,6 +43,8 @@ pub struct Reply {
     pub delay: Duration,
     /// When set, the body is this many bytes streamed in 64 KiB chunks instead of `body`.
     pub stream_len: Option<u64>,
+    /// When set with `stream_len`, the origin pauses this long after the first chunk.
+    pub pause_after_first: Option<Duration>,
 }
 
 impl Reply {
@@ -53,7 +55,14 @@ impl Reply {
             body: Bytes::copy_from_slice(body.as_bytes()),
             delay: Duration::ZERO,
             stream_len: None,
+            pause_after_first: None,
         }
+    }
+    /// Streams `len` bytes, pausing `pause` after the first 64 KiB chunk.
+    pub fn trickled(len: u64, pause: Duration) -> Self {
+        let mut r = Reply::streamed(len);
+        r.pause_after_first = Some(pause);
+        r
     }
     pub fn status(mut self, s: u16) -> Self {
         self.status = s;
@@ -214,11 +223,63 @@ async fn handle(
     let body: BoxBody = match reply.stream_len {
         Some(len) => {
             res = res.header("content-length", len.to_string());
-            repeat_body(len)
+            match reply.pause_after_first {
+                Some(pause) => {
+                    let first = len.min(CHUNK as u64);
+                    let (tx, rx) =
+                        tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(2);
+                    tokio::spawn(async move {
+                        let _ = tx
+                            .send(Ok(Frame::data(Bytes::from(vec![b'x'; first as usize]))))
+                            .await;
+                        tokio::time::sleep(pause).await;
+                        if len > first {
+                            let _ = tx
+                                .send(Ok(Frame::data(Bytes::from(vec![
+                                    b'x';
+                                    (len - first) as usize
+                                ]))))
+                                .await;
+                        }
+                    });
+                    ChannelBody(rx).boxed()
+                }
+                None => repeat_body(len),
+            }
         }
         None => Full::new(reply.body).boxed(),
     };
     Ok(res.body(body).unwrap())
+}
+
+/// A body fed from a channel.
+pub struct ChannelBody(tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, Infallible>>);
+
+impl hyper::body::Body for ChannelBody {
+    type Data = Bytes;
+    type Error = Infallible;
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.0.poll_recv(cx)
+    }
+}
+
+/// Raises this process's open-files limit (tests that open ~1000 connections).
+#[allow(unsafe_code)]
+pub fn raise_fd_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read/write the struct passed.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
 }
 
 /// A body of `remaining` bytes sent in 64 KiB chunks of a shared buffer.

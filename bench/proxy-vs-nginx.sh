@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Interim benchmark (until the bench suite lands): pass-through proxying, no caching,
-# 1 worker, 64 keep-alive connections. rampart vs NGINX (upstream keepalive, HTTP/1.1 to the
-# origin). Method per shared/BENCHMARKING.md: servers (proxy + origin) pinned to CPU 0, wrk to
+# Interim benchmark (until the bench suite lands), 1 worker, 64 keep-alive connections,
+# rampart vs NGINX (upstream keepalive, HTTP/1.1 to the origin):
+#   MODE=pass (default): no caching, every request to the origin (2 KB page);
+#   MODE=hit: a cached 12-byte "Hello World!" (NGINX proxy_cache; rampart's cache). Method per shared/BENCHMARKING.md: servers (proxy + origin) pinned to CPU 0, wrk to
 # CPU 1, interleaved rounds, medians; server CPU µs/request from /proc/PID/stat of the proxy.
 #
 # usage: bench/pass-through.sh [ROUNDS] [SECONDS] [RAMPART_BIN]
@@ -15,26 +16,37 @@ LOAD_CPU=${LOAD_CPU:-1}
 EXTRA=${RAMPART_EXTRA:-}
 command -v nginx >/dev/null || { echo "needs nginx (apt-get install nginx)"; exit 1; }
 command -v wrk >/dev/null || { echo "needs wrk (apt-get install wrk)"; exit 1; }
-W=$(mktemp -d)
+W=$(mktemp -d); chmod 755 $W  # NGINX workers run unprivileged and write the cache here
 trap 'kill $(cat $W/*.pid 2>/dev/null) 2>/dev/null; rm -rf $W' EXIT
 CLK=$(getconf CLK_TCK)
 
 ORIGIN_PORT=18981; NGINX_PORT=18982; RAMPART_PORT=18983
-# A 2 KB page, like a rendered template.
-BODY=$(head -c 2048 /dev/zero | tr '\0' 'a')
+MODE=${MODE:-pass}
+if [ "$MODE" = hit ]; then
+  BODY="Hello World!"
+  ORIGIN_CC='add_header Cache-Control "max-age=3600";'
+  NGINX_CACHE="proxy_cache_path $W/nginx-cache keys_zone=mycache:60m; "
+  NGINX_LOC_CACHE="proxy_cache mycache; proxy_cache_valid any 60m;"
+  RAMPART_CACHE="add_caching = true"
+else
+  # A 2 KB page, like a rendered template.
+  BODY=$(head -c 2048 /dev/zero | tr '\0' 'a')
+  ORIGIN_CC=""; NGINX_CACHE=""; NGINX_LOC_CACHE=""
+  RAMPART_CACHE="add_caching = false"
+fi
 cat > $W/origin.conf <<CONF
 worker_processes 1; daemon off; pid $W/origin.nginxpid; error_log stderr error;
 events { worker_connections 4096; }
 http { access_log off; keepalive_requests 10000000;
-  server { listen 127.0.0.1:$ORIGIN_PORT; location / { default_type text/html; return 200 "$BODY"; } } }
+  server { listen 127.0.0.1:$ORIGIN_PORT; location / { default_type text/html; $ORIGIN_CC return 200 "$BODY"; } } }
 CONF
 cat > $W/nginx.conf <<CONF
 worker_processes 1; daemon off; pid $W/proxy.nginxpid; error_log stderr error;
 events { worker_connections 4096; }
-http { access_log off; keepalive_requests 10000000;
+http { access_log off; keepalive_requests 10000000; $NGINX_CACHE
   upstream origin { server 127.0.0.1:$ORIGIN_PORT; keepalive 32; }
   server { listen 127.0.0.1:$NGINX_PORT;
-    location / { proxy_pass http://origin; proxy_http_version 1.1; proxy_set_header Connection ""; } } }
+    location / { proxy_pass http://origin; proxy_http_version 1.1; proxy_set_header Connection ""; $NGINX_LOC_CACHE } } }
 CONF
 # Variants of rampart to compare, "name[:binary]=extra toml line" separated by ';'.
 VARIANTS=${VARIANTS:-"rampart=$EXTRA"}
@@ -50,9 +62,11 @@ listen = ["127.0.0.1:$port"]
 workers = 1
 add_logging = false
 logging_level = "error"
+$RAMPART_CACHE
 $extra
 [[proxy_rules]]
 domain = "*"
+max_age_seconds = 3600
 forward_ipv4 = "127.0.0.1"
 forward_port_http = $ORIGIN_PORT
 CONF
@@ -76,7 +90,7 @@ run() { # name pid port
   local us=$(awk -v t=$((t1-t0)) -v r=$reqs -v c=$CLK 'BEGIN {printf "%.2f", t/c*1e6/r}')
   echo "$1 $rps $us $p50 $p99 ${errs:-0}" | tee -a $W/results
 }
-for p in ${ports[@]} $NGINX_PORT; do curl -sf -o /dev/null http://127.0.0.1:$p/ || { echo "port $p not serving"; cat $W/*.log; exit 1; }; done
+for p in ${ports[@]} $NGINX_PORT; do curl -sf -o /dev/null http://127.0.0.1:$p/ || { echo "port $p not serving"; curl -si http://127.0.0.1:$p/ | head -5; cat $W/*.log; exit 1; }; done
 for p in ${ports[@]} $NGINX_PORT; do taskset -c $LOAD_CPU wrk -t1 -c$CONNS -d2s http://127.0.0.1:$p/ >/dev/null; done
 echo "name req/s cpu_us/req p50 p99 errors"
 for r in $(seq $ROUNDS); do

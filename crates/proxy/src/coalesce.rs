@@ -1,0 +1,327 @@
+//! Request coalescing: concurrent misses on one resource send one request to the origin.
+//!
+//! The first miss on a key becomes the *leader* and registers an [`Inflight`]; later misses on
+//! the same key become *waiters*. When the origin's response head arrives the leader decides:
+//!
+//! - storable with a known length (≤ `cache_max_object`): the head is published and a pump task
+//!   reads the origin body into the in-flight buffer (and then into the store). The leader and
+//!   every waiter stream from that buffer as it fills — nobody waits for the whole body, and a
+//!   client that goes away does not stop the fetch the others are reading.
+//! - anything else (not storable, unknown length, origin error, leader cancelled): the waiters
+//!   are released at once and fetch on their own.
+//!
+//! Invariant: an `Inflight` is in the table only while its head is pending or its body is being
+//! pumped; the [`Leader`] guard removes it in every outcome (including drop on cancellation).
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, StatusCode};
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+use rampart_cache::key::CacheKey;
+use rampart_cache::vary::Vary;
+use tokio::sync::watch;
+
+use crate::lookup::StoreTicket;
+
+/// The response head shared with waiters.
+#[derive(Debug)]
+pub struct SharedHead {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub vary: Vary,
+    /// The leader's variant key (when the response varies).
+    pub variant: Option<Bytes>,
+    pub length: u64,
+}
+
+#[derive(Debug, Clone)]
+enum HeadState {
+    Pending,
+    Ready(Arc<SharedHead>),
+    /// Fetch on your own.
+    Released,
+}
+
+#[derive(Default)]
+struct BodyState {
+    chunks: Vec<Bytes>,
+    done: bool,
+    failed: bool,
+    wakers: Vec<Waker>,
+}
+
+/// One in-flight fetch.
+pub struct Inflight {
+    head: watch::Sender<HeadState>,
+    body: Mutex<BodyState>,
+}
+
+impl std::fmt::Debug for Inflight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Inflight")
+    }
+}
+
+/// The table of in-flight fetches (one per process, shared by workers).
+#[derive(Debug, Default)]
+pub struct Coalescer {
+    table: Mutex<HashMap<CacheKey, Arc<Inflight>>>,
+}
+
+/// What a miss becomes.
+#[derive(Debug)]
+pub enum Role {
+    Leader(Leader),
+    Waiter(Arc<Inflight>),
+}
+
+impl Coalescer {
+    pub fn join(self: &Arc<Self>, key: &CacheKey) -> Role {
+        // invariant: the lock is never held across an await or a panic-prone call.
+        let mut table = match self.table.lock() {
+            Ok(t) => t,
+            Err(p) => p.into_inner(),
+        };
+        if let Some(f) = table.get(key) {
+            return Role::Waiter(f.clone());
+        }
+        let (tx, _) = watch::channel(HeadState::Pending);
+        let inflight = Arc::new(Inflight {
+            head: tx,
+            body: Mutex::new(BodyState::default()),
+        });
+        table.insert(key.clone(), inflight.clone());
+        Role::Leader(Leader {
+            coalescer: self.clone(),
+            key: key.clone(),
+            inflight,
+            published: false,
+        })
+    }
+
+    fn remove(&self, key: &CacheKey, inflight: &Arc<Inflight>) {
+        let mut table = match self.table.lock() {
+            Ok(t) => t,
+            Err(p) => p.into_inner(),
+        };
+        if table.get(key).is_some_and(|f| Arc::ptr_eq(f, inflight)) {
+            table.remove(key);
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.table.lock().map_or(0, |t| t.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Inflight {
+    /// Waits (at most `timeout`) for the leader's decision. `None`: fetch on your own.
+    pub async fn wait_head(&self, timeout: Duration) -> Option<Arc<SharedHead>> {
+        let mut rx = self.head.subscribe();
+        let decided = tokio::time::timeout(timeout, async {
+            rx.wait_for(|s| !matches!(s, HeadState::Pending))
+                .await
+                .map(|s| s.clone())
+        })
+        .await;
+        match decided {
+            Ok(Ok(HeadState::Ready(h))) => Some(h),
+            _ => None,
+        }
+    }
+
+    fn with_body<R>(&self, f: impl FnOnce(&mut BodyState) -> R) -> R {
+        let mut b = match self.body.lock() {
+            Ok(b) => b,
+            Err(p) => p.into_inner(),
+        };
+        f(&mut b)
+    }
+
+    fn push(&self, chunk: Bytes) {
+        let wakers = self.with_body(|b| {
+            b.chunks.push(chunk);
+            std::mem::take(&mut b.wakers)
+        });
+        wakers.into_iter().for_each(Waker::wake);
+    }
+
+    fn finish(&self, failed: bool) {
+        let wakers = self.with_body(|b| {
+            b.done = true;
+            b.failed = failed;
+            std::mem::take(&mut b.wakers)
+        });
+        wakers.into_iter().for_each(Waker::wake);
+    }
+}
+
+/// The leader's obligation: publish a head or release the waiters. Dropping it releases them.
+#[derive(Debug)]
+pub struct Leader {
+    coalescer: Arc<Coalescer>,
+    key: CacheKey,
+    inflight: Arc<Inflight>,
+    published: bool,
+}
+
+impl Leader {
+    /// Publishes the head and starts pumping `body` into the shared buffer (and the store, via
+    /// `ticket`); returns the leader's own reader.
+    pub fn publish(
+        mut self,
+        head: SharedHead,
+        body: Incoming,
+        ticket: Box<StoreTicket>,
+    ) -> InflightBody {
+        self.published = true;
+        let inflight = self.inflight.clone();
+        let length = head.length;
+        let head = Arc::new(head);
+        self.inflight.head.send_replace(HeadState::Ready(head));
+        let coalescer = self.coalescer.clone();
+        let key = self.key.clone();
+        tokio::spawn(async move {
+            pump(&inflight, body, ticket).await;
+            coalescer.remove(&key, &inflight);
+        });
+        InflightBody::new(self.inflight.clone(), length)
+    }
+}
+
+impl Drop for Leader {
+    fn drop(&mut self) {
+        if !self.published {
+            self.inflight.head.send_replace(HeadState::Released);
+            self.coalescer.remove(&self.key, &self.inflight);
+        }
+    }
+}
+
+async fn pump(inflight: &Inflight, mut body: Incoming, ticket: Box<StoreTicket>) {
+    use http_body_util::BodyExt;
+    let mut all = Vec::new();
+    let mut size = 0usize;
+    let max = ticket.max_body();
+    let mut ticket = Some(ticket);
+    loop {
+        match body.frame().await {
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    size += data.len();
+                    if size > max {
+                        ticket = None;
+                        all.clear();
+                    } else if ticket.is_some() {
+                        all.push(data.clone());
+                    }
+                    inflight.push(data);
+                }
+            }
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "origin body failed while coalesced clients were reading it");
+                inflight.finish(true);
+                return;
+            }
+            None => break,
+        }
+    }
+    if let Some(t) = ticket {
+        let body = if all.len() == 1 {
+            all.pop().unwrap_or_default()
+        } else {
+            let mut b = bytes::BytesMut::with_capacity(size);
+            for c in &all {
+                b.extend_from_slice(c);
+            }
+            b.freeze()
+        };
+        t.complete(body);
+    }
+    inflight.finish(false);
+}
+
+/// A client's view of an in-flight body: every chunk from the start, as it arrives.
+pub struct InflightBody {
+    inflight: Arc<Inflight>,
+    next: usize,
+    /// Bytes still to come (the origin's Content-Length minus what was read).
+    remaining: u64,
+}
+
+impl std::fmt::Debug for InflightBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("InflightBody")
+    }
+}
+
+/// The origin failed mid-body: the client's response must end with an error, not look whole.
+#[derive(Debug, thiserror::Error)]
+#[error("origin body failed mid-stream")]
+pub struct TruncatedBody;
+
+impl InflightBody {
+    pub fn new(inflight: Arc<Inflight>, length: u64) -> Self {
+        InflightBody {
+            inflight,
+            next: 0,
+            remaining: length,
+        }
+    }
+}
+
+impl Body for InflightBody {
+    type Data = Bytes;
+    type Error = TruncatedBody;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, TruncatedBody>>> {
+        let next = self.next;
+        let polled = self.inflight.with_body(|b| {
+            if let Some(c) = b.chunks.get(next) {
+                Poll::Ready(Some(Ok(c.clone())))
+            } else if b.done {
+                Poll::Ready(if b.failed {
+                    Some(Err(TruncatedBody))
+                } else {
+                    None
+                })
+            } else {
+                if !b.wakers.iter().any(|w| w.will_wake(cx.waker())) {
+                    b.wakers.push(cx.waker().clone());
+                }
+                Poll::Pending
+            }
+        });
+        match polled {
+            Poll::Ready(Some(Ok(c))) => {
+                self.next += 1;
+                self.remaining = self.remaining.saturating_sub(c.len() as u64);
+                Poll::Ready(Some(Ok(Frame::data(c))))
+            }
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e))),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.remaining == 0
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.remaining)
+    }
+}
