@@ -74,7 +74,25 @@ pub fn header_bytes(h: &HeaderMap) -> usize {
 pub enum Slot {
     Object(Arc<Object>),
     /// The resource varies: look up the variant computed with this `Vary`.
-    Vary(Arc<Vary>),
+    Vary(Arc<VaryMarker>),
+}
+
+/// Marks a varying resource. Variant slots are keyed by `generation` + variant key, so removing
+/// the marker (invalidation, purge) makes every old variant unreachable at once, even if the
+/// resource is stored again with the same `Vary` later; the orphans age out of the store.
+#[derive(Debug)]
+pub struct VaryMarker {
+    pub vary: Vary,
+    pub generation: u64,
+}
+
+static GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+fn variant_slot(generation: u64, variant: &[u8]) -> Bytes {
+    let mut b = Vec::with_capacity(8 + variant.len());
+    b.extend_from_slice(&generation.to_be_bytes());
+    b.extend_from_slice(variant);
+    Bytes::from(b)
 }
 
 /// Which entries a purge addresses (the four ARC2 scopes).
@@ -177,6 +195,71 @@ impl MemoryStore {
 
     pub fn remove(&self, key: &SlotKey) {
         self.index.remove(key);
+    }
+
+    /// The stored response for `key` that matches the request (following a Vary marker).
+    pub fn find(&self, key: &CacheKey, request: &HeaderMap) -> Option<Arc<Object>> {
+        let primary = SlotKey {
+            primary: key.clone(),
+            variant: None,
+        };
+        match self.get(&primary)? {
+            Slot::Object(o) => Some(o),
+            Slot::Vary(m) => {
+                let variant = m.vary.variant_key(request)?;
+                match self.get(&SlotKey {
+                    primary: key.clone(),
+                    variant: Some(variant_slot(m.generation, &variant)),
+                })? {
+                    Slot::Object(o) => Some(o),
+                    Slot::Vary(_) => None,
+                }
+            }
+        }
+    }
+
+    /// Stores `obj` for `key`; `variant` is its variant key when it varies.
+    pub fn insert(&self, key: CacheKey, variant: Option<&[u8]>, obj: Arc<Object>) -> bool {
+        let primary = SlotKey {
+            primary: key,
+            variant: None,
+        };
+        let Some(variant) = variant else {
+            return self.put(primary, Slot::Object(obj));
+        };
+        // Reuse the current generation when the resource varies the same way.
+        let generation = match self.get(&primary) {
+            Some(Slot::Vary(m)) if m.vary == obj.vary => m.generation,
+            _ => {
+                let generation = GENERATION.fetch_add(1, Ordering::Relaxed);
+                let marker = Slot::Vary(Arc::new(VaryMarker {
+                    vary: obj.vary.clone(),
+                    generation,
+                }));
+                if !self.put(primary.clone(), marker) {
+                    return false;
+                }
+                generation
+            }
+        };
+        self.put(
+            SlotKey {
+                primary: primary.primary,
+                variant: Some(variant_slot(generation, variant)),
+            },
+            Slot::Object(obj),
+        )
+    }
+
+    /// Invalidates `key` (RFC 9111 §4.4): the object, or every variant of it. Returns whether
+    /// anything was stored.
+    pub fn invalidate(&self, key: &CacheKey) -> bool {
+        self.index
+            .remove(&SlotKey {
+                primary: key.clone(),
+                variant: None,
+            })
+            .is_some()
     }
 
     /// Removes (or with `soft`, marks stale) every entry in `scope`; returns how many objects

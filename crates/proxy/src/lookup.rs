@@ -13,9 +13,9 @@ use http::header::{HeaderName, HeaderValue, AGE, CONTENT_LENGTH};
 use http::{HeaderMap, Method, Response, StatusCode};
 use rampart_cache::control::{RequestDirectives, ResponseDirectives};
 use rampart_cache::freshness;
-use rampart_cache::key::{CacheKey, SlotKey};
+use rampart_cache::key::CacheKey;
 use rampart_cache::policy::{self, NotStored, RulePolicy, Usable};
-use rampart_cache::store::{header_bytes, MemoryStore, Object, Slot};
+use rampart_cache::store::{header_bytes, MemoryStore, Object};
 use rampart_cache::vary::Vary;
 
 use crate::body::ProxyBody;
@@ -126,23 +126,13 @@ impl Cache {
     }
 
     fn find(&self, key: &CacheKey, headers: &HeaderMap) -> Option<Arc<Object>> {
-        let slot = self.store.get(&SlotKey {
-            primary: key.clone(),
-            variant: None,
-        })?;
-        match slot {
-            Slot::Object(o) => Some(o),
-            Slot::Vary(v) => {
-                let variant = v.variant_key(headers)?;
-                match self.store.get(&SlotKey {
-                    primary: key.clone(),
-                    variant: Some(variant),
-                })? {
-                    Slot::Object(o) => Some(o),
-                    Slot::Vary(_) => None,
-                }
-            }
-        }
+        self.store.find(key, headers)
+    }
+
+    /// Invalidates a URL on a host after an unsafe request succeeded (RFC 9111 §4.4).
+    pub fn invalidate(&self, host: &str, pq: &str, ignore_query: bool) -> bool {
+        self.store
+            .invalidate(&CacheKey::new(host, pq, ignore_query))
     }
 
     /// Decides, from the origin's response head, whether to store the body; returns what the
@@ -248,36 +238,7 @@ impl StoreTicket {
             invalidated: Default::default(),
             header_bytes: self.header_bytes,
         };
-        let slot = Slot::Object(Arc::new(obj));
-        match self.variant {
-            None => {
-                store.put(
-                    SlotKey {
-                        primary: self.key,
-                        variant: None,
-                    },
-                    slot,
-                );
-            }
-            Some(variant) => {
-                let stored = store.put(
-                    SlotKey {
-                        primary: self.key.clone(),
-                        variant: Some(variant),
-                    },
-                    slot,
-                );
-                if stored {
-                    store.put(
-                        SlotKey {
-                            primary: self.key,
-                            variant: None,
-                        },
-                        Slot::Vary(Arc::new(self.vary)),
-                    );
-                }
-            }
-        }
+        store.insert(self.key, self.variant.as_deref(), Arc::new(obj));
     }
 }
 

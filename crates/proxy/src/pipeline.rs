@@ -205,6 +205,11 @@ impl Pipeline {
 
         // pass → fetch
         let method = req.method().clone();
+        let unsafe_target = (self.cache.is_some() && !method.is_safe()).then(|| {
+            req.uri()
+                .path_and_query()
+                .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned())
+        });
         let fetched = match self
             .pass(conn, &recv, req, miss.is_some(), log.as_deref_mut())
             .await
@@ -227,6 +232,13 @@ impl Pipeline {
                 return finish(res, log, label);
             }
         };
+
+        if let (Some(cache), Some(pq)) = (&self.cache, unsafe_target) {
+            let status = fetched.res.status();
+            if status.is_success() || status.is_redirection() {
+                invalidate_after_unsafe(cache, &recv, &pq, fetched.res.headers());
+            }
+        }
 
         // deliver (+ store)
         let response_time = SystemTime::now();
@@ -414,6 +426,32 @@ struct Fetched {
     req_headers: Option<HeaderMap>,
     request_time: SystemTime,
     downstream_version: Version,
+}
+
+/// RFC 9111 §4.4: a successful unsafe request invalidates its target and the `Location` and
+/// `Content-Location` URIs on the same host.
+fn invalidate_after_unsafe(cache: &Cache, recv: &Recv, pq: &str, res_headers: &HeaderMap) {
+    let Ok(host) = recv.host.to_str() else { return };
+    let ignore_query = recv.rule.config.ignore_query_string;
+    cache.invalidate(host, pq, ignore_query);
+    for name in [http::header::LOCATION, http::header::CONTENT_LOCATION] {
+        let Some(value) = res_headers.get(&name).and_then(|v| v.to_str().ok()) else {
+            continue;
+        };
+        let Ok(uri) = value.parse::<Uri>() else {
+            continue;
+        };
+        let same_host = match uri.authority() {
+            None => true,
+            Some(a) => crate::recv::strip_port(a.as_str())
+                .eq_ignore_ascii_case(crate::recv::strip_port(host)),
+        };
+        if same_host {
+            if let Some(p) = uri.path_and_query() {
+                cache.invalidate(host, p.as_str(), ignore_query);
+            }
+        }
+    }
 }
 
 fn finish(

@@ -501,3 +501,91 @@ async fn uncacheable_responses_release_waiters_at_once() {
         started.elapsed()
     );
 }
+
+#[tokio::test]
+async fn successful_unsafe_requests_invalidate_the_target_and_location() {
+    let origin = Origin::new()
+        .route(
+            "/item",
+            Reply::text("item").header("vary", "Accept-Encoding"),
+        )
+        .route("/list", Reply::text("list"))
+        .route_fn("/edit", |s| {
+            if s.method == http::Method::POST {
+                Reply::text("saved").status(201).header("location", "/list")
+            } else {
+                Reply::text("form")
+            }
+        })
+        .route("/fail", Reply::text("no").status(500))
+        .start()
+        .await;
+    let proxy = Proxy::start(&config_for("inv.example", &origin, "", ""));
+    for path in ["/item", "/list"] {
+        get(&proxy, "inv.example", path).await;
+        assert_eq!(
+            get(&proxy, "inv.example", path)
+                .await
+                .header("x-arc2-cache"),
+            Some("Hit")
+        );
+    }
+    assert_eq!(origin.requests(), 2);
+    // A failed unsafe request invalidates nothing.
+    let failed = send(
+        &client(),
+        Request::post(proxy.url("/fail"))
+            .header("host", "inv.example")
+            .body(empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(failed.status, 500);
+    assert_eq!(
+        get(&proxy, "inv.example", "/list")
+            .await
+            .header("x-arc2-cache"),
+        Some("Hit")
+    );
+    assert_eq!(
+        get(&proxy, "inv.example", "/item")
+            .await
+            .header("x-arc2-cache"),
+        Some("Hit")
+    );
+    // A successful POST invalidates its Location on the same host.
+    let saved = send(
+        &client(),
+        Request::post(proxy.url("/edit"))
+            .header("host", "inv.example")
+            .body(full("x"))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(saved.status, 201);
+    assert_eq!(
+        get(&proxy, "inv.example", "/list")
+            .await
+            .header("x-arc2-cache"),
+        Some("Miss"),
+        "Location invalidated"
+    );
+    // A successful DELETE invalidates its target, every variant of it.
+    let del = send(
+        &client(),
+        Request::delete(proxy.url("/item"))
+            .header("host", "inv.example")
+            .body(empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(del.status, 200);
+    assert_eq!(
+        get(&proxy, "inv.example", "/item")
+            .await
+            .header("x-arc2-cache"),
+        Some("Miss"),
+        "target invalidated"
+    );
+    assert_eq!(origin.requests(), 7);
+}
