@@ -1,5 +1,7 @@
 //! rampart's shared HTTP cache (RFC 9111).
 //!
+//! - [`conditional`]: conditional requests (304), revalidation validators and 304 merging,
+//!   single byte ranges with If-Range;
 //! - [`control`]: Cache-Control and Pragma directives;
 //! - [`freshness`]: freshness lifetime and age;
 //! - [`vary`]: Vary and variant keys;
@@ -7,6 +9,7 @@
 //! - [`policy`]: what may be stored, and when a stored response may be used;
 //! - [`store`]: stored objects and the in-memory store with a hard byte budget.
 
+pub mod conditional;
 pub mod control;
 pub mod freshness;
 pub mod key;

@@ -39,6 +39,8 @@ pub struct Object {
     pub vary: Vary,
     /// Set by a soft purge: the object is stale from then on, kept for stale-if-error.
     pub invalidated: AtomicBool,
+    /// A background refresh (stale-while-revalidate) is running: start only one.
+    pub refreshing: AtomicBool,
     /// Sum of header name and value lengths, computed once for the weight.
     pub header_bytes: usize,
 }
@@ -57,6 +59,14 @@ impl Object {
 
     pub fn invalidate(&self) {
         self.invalidated.store(true, Ordering::Relaxed);
+    }
+
+    /// The stored `Date`, or when the response was received (for If-Modified-Since).
+    pub fn stored_date(&self) -> SystemTime {
+        self.headers
+            .get(http::header::DATE)
+            .and_then(crate::freshness::http_date)
+            .unwrap_or(self.response_time)
     }
 
     pub fn weight(&self, key_len: usize) -> u64 {
@@ -329,6 +339,7 @@ mod tests {
             directives: ResponseDirectives::default(),
             vary: Vary::None,
             invalidated: AtomicBool::new(false),
+            refreshing: AtomicBool::new(false),
         })
     }
 

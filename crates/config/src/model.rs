@@ -38,6 +38,9 @@ pub struct CacheConfig {
     pub memory: u64,
     /// Larger bodies stream through uncached (`cache_max_object`).
     pub max_object: usize,
+    /// How long past its freshness a stored response may be served when the origin fails
+    /// (`cache_grace_seconds`), unless the origin forbids serving stale.
+    pub grace: std::time::Duration,
 }
 
 /// Worker layout (`worker_runtime`).

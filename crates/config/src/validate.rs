@@ -274,6 +274,9 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
         enabled: s.bool(sink, "add_caching").is_none_or(|b| b.value),
         memory: size(&mut s, sink, "cache_memory", 256 << 20, 4096),
         max_object: size(&mut s, sink, "cache_max_object", 8 << 20, 1) as usize,
+        grace: s
+            .int(sink, "cache_grace_seconds", 0, 365 * 86400)
+            .map_or(Duration::from_secs(10), |v| secs(v.value)),
     };
 
     // --- features of later versions, accepted ---

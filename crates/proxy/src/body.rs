@@ -214,6 +214,17 @@ pub enum RequestBody {
     Stream(Incoming),
 }
 
+impl RequestBody {
+    /// A client's body; one that is already complete (GET and friends) becomes `Empty`.
+    pub fn from_incoming(body: Incoming) -> Self {
+        if body.is_end_stream() {
+            RequestBody::Empty
+        } else {
+            RequestBody::Stream(body)
+        }
+    }
+}
+
 impl std::fmt::Debug for RequestBody {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("RequestBody")

@@ -9,8 +9,11 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use http::header::{HeaderName, HeaderValue, AGE, CONTENT_LENGTH};
+use std::sync::atomic::Ordering;
+
+use http::header::{HeaderName, HeaderValue, AGE, CONTENT_LENGTH, CONTENT_RANGE};
 use http::{HeaderMap, Method, Response, StatusCode};
+use rampart_cache::conditional::{self, RangeAnswer};
 use rampart_cache::control::{RequestDirectives, ResponseDirectives};
 use rampart_cache::freshness;
 use rampart_cache::key::CacheKey;
@@ -59,8 +62,9 @@ pub struct Lookup {
     pub key: CacheKey,
     pub directives: RequestDirectives,
     pub policy: RulePolicy,
-    /// Whether an entry existed (stale) — the response is then labelled `Expired`.
-    pub had_stale: bool,
+    /// The stored response that could not be used as it is (stale, or the client asked for a
+    /// fresher one): revalidated with its validators, served on origin errors when allowed.
+    pub stale: Option<Arc<Object>>,
     /// The request forces a trip to the origin (`no-cache`, `Pragma: no-cache`).
     pub forced: bool,
 }
@@ -97,6 +101,7 @@ impl Cache {
 
     /// lookup: GET/HEAD only (the caller checks). `host` is the routed host, `pq` the request
     /// target.
+    /// With `refresh`, a usable entry is treated as stale (background revalidation).
     pub fn lookup(
         &self,
         host: &str,
@@ -104,15 +109,16 @@ impl Cache {
         ignore_query: bool,
         headers: &HeaderMap,
         policy: RulePolicy,
+        refresh: bool,
     ) -> Found {
         let key = CacheKey::new(host, pq, ignore_query);
         let directives = RequestDirectives::parse(headers);
         let forced = directives.no_cache;
-        let mut had_stale = false;
+        let mut stale = None;
         if let Some(obj) = self.find(&key, headers) {
             match policy::usable(&obj, headers, &directives, SystemTime::now()) {
-                Usable::Yes => return Found::Hit(obj),
-                Usable::No => had_stale = true,
+                Usable::Yes if !refresh => return Found::Hit(obj),
+                Usable::Yes | Usable::No => stale = Some(obj),
                 Usable::NotShareable => {}
             }
         }
@@ -120,13 +126,64 @@ impl Cache {
             key,
             directives,
             policy,
-            had_stale,
+            stale,
             forced,
         })
     }
 
     fn find(&self, key: &CacheKey, headers: &HeaderMap) -> Option<Arc<Object>> {
         self.store.find(key, headers)
+    }
+
+    /// Updates a stored response with a 304 (RFC 9111 §4.3.4) and stores the result; returns
+    /// the object to answer with (its old body, its new headers and freshness).
+    pub fn freshen(
+        &self,
+        lookup: &Lookup,
+        stale: &Object,
+        req_headers: &HeaderMap,
+        not_modified: &HeaderMap,
+        request_time: SystemTime,
+        response_time: SystemTime,
+    ) -> Arc<Object> {
+        let headers = conditional::freshen(&stale.headers, not_modified);
+        let directives = ResponseDirectives::parse(&headers);
+        let exchange = policy::Exchange {
+            method: &Method::GET,
+            req_headers,
+            req: &lookup.directives,
+            status: stale.status,
+            res_headers: &headers,
+            res: &directives,
+            vary: &stale.vary,
+            response_time,
+        };
+        let lifetime = policy::storable(&exchange, lookup.policy).unwrap_or(Duration::ZERO);
+        let obj = Arc::new(Object {
+            status: stale.status,
+            header_bytes: header_bytes(&headers),
+            initial_age: freshness::initial_age(not_modified, request_time, response_time),
+            headers,
+            body: stale.body.clone(),
+            request_time,
+            response_time,
+            lifetime,
+            directives,
+            vary: stale.vary.clone(),
+            invalidated: Default::default(),
+            refreshing: Default::default(),
+        });
+        if lifetime.is_zero() {
+            self.store.invalidate(&lookup.key);
+        } else {
+            let variant = match &obj.vary {
+                Vary::None => None,
+                v => v.variant_key(req_headers),
+            };
+            self.store
+                .insert(lookup.key.clone(), variant.as_deref(), obj.clone());
+        }
+        obj
     }
 
     /// Invalidates a URL on a host after an unsafe request succeeded (RFC 9111 §4.4).
@@ -236,33 +293,142 @@ impl StoreTicket {
             directives: self.directives,
             vary: self.vary.clone(),
             invalidated: Default::default(),
+            refreshing: Default::default(),
             header_bytes: self.header_bytes,
         };
         store.insert(self.key, self.variant.as_deref(), Arc::new(obj));
     }
 }
 
-/// hit: the stored response, with `Age`, `X-Arc2-Cache: Hit`, `X-Arc2-Cache-Age` and
-/// `Cache-Status`. HEAD gets the headers only.
-pub fn hit(obj: &Object, head: bool) -> Response<ProxyBody> {
-    let body = if head {
-        ProxyBody::full(bytes::Bytes::new())
-    } else {
-        ProxyBody::full(obj.body.clone())
-    };
-    let mut res = Response::new(body);
-    *res.status_mut() = obj.status;
-    let mut headers = obj.headers.clone();
-    let age = HeaderValue::from(obj.age(SystemTime::now()).as_secs());
+/// Why a stored response is served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Served {
+    /// Fresh (or within the client's max-stale).
+    Fresh,
+    /// Stale while a background fetch refreshes it (RFC 5861).
+    StaleWhileRevalidate,
+    /// Stale because the origin failed (RFC 5861 stale-if-error, or the grace period).
+    StaleIfError,
+    /// Revalidated with the origin just now (304).
+    Revalidated,
+}
+
+impl Served {
+    fn label(self) -> (CacheLabel, &'static str) {
+        match self {
+            Served::Fresh => (CacheLabel::Hit, "rampart; hit"),
+            Served::StaleWhileRevalidate => (
+                CacheLabel::Hit,
+                "rampart; hit; detail=stale-while-revalidate",
+            ),
+            Served::StaleIfError => (CacheLabel::Hit, "rampart; hit; detail=stale-if-error"),
+            Served::Revalidated => (
+                CacheLabel::Expired,
+                "rampart; fwd=stale; fwd-status=304; stored",
+            ),
+        }
+    }
+}
+
+/// Answers a request from a stored object: 200, or 304 when the client's validators match, or
+/// 206/416 for a byte range of the stored full response. HEAD gets the headers only. Adds
+/// `Age`, `X-Arc2-Cache`, `X-Arc2-Cache-Age` and `Cache-Status`.
+pub fn respond(
+    obj: &Object,
+    req_headers: &HeaderMap,
+    head: bool,
+    served: Served,
+) -> (Response<ProxyBody>, CacheLabel) {
+    let (label, cache_status) = served.label();
+    let now = SystemTime::now();
+    let (status, mut headers, body) =
+        if conditional::not_modified(req_headers, &obj.headers, obj.stored_date()) {
+            (
+                StatusCode::NOT_MODIFIED,
+                conditional::not_modified_headers(&obj.headers),
+                bytes::Bytes::new(),
+            )
+        } else if head || obj.status != StatusCode::OK {
+            (
+                obj.status,
+                obj.headers.clone(),
+                if head {
+                    bytes::Bytes::new()
+                } else {
+                    obj.body.clone()
+                },
+            )
+        } else {
+            let len = obj.body.len() as u64;
+            match conditional::range(req_headers, &obj.headers, len) {
+                RangeAnswer::Full => (obj.status, obj.headers.clone(), obj.body.clone()),
+                RangeAnswer::Partial { start, end } => {
+                    let mut h = obj.headers.clone();
+                    h.insert(
+                        CONTENT_RANGE,
+                        content_range(&format!("bytes {start}-{end}/{len}")),
+                    );
+                    h.insert(CONTENT_LENGTH, HeaderValue::from(end - start + 1));
+                    (
+                        StatusCode::PARTIAL_CONTENT,
+                        h,
+                        obj.body.slice(start as usize..=end as usize),
+                    )
+                }
+                RangeAnswer::Unsatisfiable => {
+                    let mut h = HeaderMap::new();
+                    h.insert(CONTENT_RANGE, content_range(&format!("bytes */{len}")));
+                    h.insert(CONTENT_LENGTH, HeaderValue::from_static("0"));
+                    (StatusCode::RANGE_NOT_SATISFIABLE, h, bytes::Bytes::new())
+                }
+            }
+        };
+    let mut res = Response::new(ProxyBody::full(body));
+    *res.status_mut() = status;
+    let age = HeaderValue::from(obj.age(now).as_secs());
     headers.insert(AGE, age.clone());
-    headers.insert(X_ARC2_CACHE.clone(), CacheLabel::Hit.header());
+    headers.insert(X_ARC2_CACHE.clone(), label.header());
     headers.insert(X_ARC2_CACHE_AGE.clone(), age);
-    headers.insert(
-        CACHE_STATUS.clone(),
-        HeaderValue::from_static("rampart; hit"),
-    );
+    headers.insert(CACHE_STATUS.clone(), HeaderValue::from_static(cache_status));
     *res.headers_mut() = headers;
-    res
+    (res, label)
+}
+
+fn content_range(s: &str) -> HeaderValue {
+    HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static("bytes */0"))
+}
+
+/// RFC 5861 stale-while-revalidate: may this stale object be served while it is refreshed?
+pub fn stale_while_revalidate_allows(obj: &Object, lookup: &Lookup, now: SystemTime) -> bool {
+    let d = &obj.directives;
+    let Some(window) = d.stale_while_revalidate else {
+        return false;
+    };
+    if d.must_revalidate
+        || d.proxy_revalidate
+        || lookup.forced
+        || obj.invalidated.load(Ordering::Relaxed)
+    {
+        return false;
+    }
+    obj.age(now).saturating_sub(obj.lifetime) <= Duration::from_secs(window)
+}
+
+/// May this stale object be served because the origin failed? With the origin's
+/// `stale-if-error` window, or within rampart's grace period unless the origin forbids serving
+/// stale (`must-revalidate`, `proxy-revalidate`, `s-maxage`; RFC 9111 §4.2.4).
+pub fn stale_if_error_allows(obj: &Object, now: SystemTime, grace: Duration) -> bool {
+    let d = &obj.directives;
+    if d.must_revalidate || d.proxy_revalidate {
+        return false;
+    }
+    let staleness = obj.age(now).saturating_sub(obj.lifetime);
+    if let Some(window) = d.stale_if_error {
+        if staleness <= Duration::from_secs(window) {
+            return true;
+        }
+    }
+    d.s_maxage.is_none() && staleness <= grace
 }
 
 /// Labels a response that went to the origin.

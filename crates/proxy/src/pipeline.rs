@@ -1,4 +1,4 @@
-//! The request pipeline: recv → (lookup: arrives with the cache) → pass → fetch → deliver | synth.
+//! The request pipeline: recv → lookup → hit | miss | pass → fetch → deliver (+ store) | synth.
 //!
 //! [`Pipeline::handle`] is the outer handler: it runs the stages, turns any [`ProxyError`] into
 //! its synthetic response (the map lives in `synth`), and attaches the access-log record. Stages
@@ -8,17 +8,21 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use http::header::{HeaderValue, EXPECT, HOST};
-use http::{HeaderMap, Method, Request, Response, Uri, Version};
-use http_body::Body as _;
+use std::sync::atomic::Ordering;
+
+use http::header::{HeaderValue, EXPECT, HOST, IF_MODIFIED_SINCE, IF_NONE_MATCH};
+use http::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
+use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
+use rampart_cache::conditional;
+use rampart_cache::store::Object;
 
 use crate::body::{ProxyBody, RequestBody};
 use crate::coalesce::{InflightBody, Role, SharedHead};
 use crate::fetch::Upstream;
 use crate::headers::{add_forwarded, append_via, strip_hop_by_hop};
 use crate::log::AccessRecord;
-use crate::lookup::{self, Cache, CacheLabel, Found};
+use crate::lookup::{self, Cache, CacheLabel, Found, Served};
 use crate::recv::{PathDecision, Router, Rule};
 use crate::synth::ProxyError;
 use rampart_cache::policy::RulePolicy;
@@ -54,6 +58,17 @@ pub struct Pipeline {
     upstream: Upstream,
     cache: Option<Arc<Cache>>,
     access_log: bool,
+    /// How long past its freshness a stored response may stand in for a failing origin.
+    grace: Duration,
+}
+
+/// Who a request is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// A client's request.
+    Client,
+    /// A background refresh (stale-while-revalidate): revalidate and store, never log.
+    Refresh,
 }
 
 /// What recv decided about a request.
@@ -69,39 +84,59 @@ impl Pipeline {
         upstream: Upstream,
         cache: Option<Arc<Cache>>,
         access_log: bool,
+        grace: Duration,
     ) -> Self {
         Pipeline {
             router,
             upstream,
             cache,
             access_log,
+            grace,
         }
     }
 
     /// Handles one request end to end. Never fails: errors become synthetic responses.
-    pub async fn handle(&self, conn: &ConnInfo, req: Request<Incoming>) -> Response<ProxyBody> {
+    pub async fn handle(
+        self: &Arc<Self>,
+        conn: &Arc<ConnInfo>,
+        req: Request<Incoming>,
+    ) -> Response<ProxyBody> {
+        self.run(conn, req.map(RequestBody::from_incoming), Mode::Client)
+            .await
+    }
+
+    async fn run(
+        self: &Arc<Self>,
+        conn: &Arc<ConnInfo>,
+        req: Request<RequestBody>,
+        mode: Mode,
+    ) -> Response<ProxyBody> {
         let start = Instant::now();
         let recv = match self.recv(&req) {
             Ok(r) => r,
-            Err(e) => return self.fail(conn, &req, e),
+            Err(e) => {
+                tracing::debug!(client = %conn.client_ip, uri = %req.uri(), error = %e, "request refused");
+                return e.to_response();
+            }
         };
-        let mut log = (self.access_log && recv.rule.config.enable_logging).then(|| {
-            Box::new(AccessRecord {
-                start,
-                client: conn.client_ip,
-                host: String::from_utf8_lossy(recv.host.as_bytes()).into_owned(),
-                method: req.method().clone(),
-                path: req
-                    .uri()
-                    .path_and_query()
-                    .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned()),
-                status: 0,
-                bytes: 0,
-                upstream: None,
-                cache: "Dynamic",
-                aborted: false,
-            })
-        });
+        let log = (mode == Mode::Client && self.access_log && recv.rule.config.enable_logging)
+            .then(|| {
+                Box::new(AccessRecord {
+                    start,
+                    client: conn.client_ip,
+                    host: String::from_utf8_lossy(recv.host.as_bytes()).into_owned(),
+                    method: req.method().clone(),
+                    path: req
+                        .uri()
+                        .path_and_query()
+                        .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned()),
+                    status: 0,
+                    bytes: 0,
+                    upstream: None,
+                    cache: "Dynamic",
+                    aborted: false,
+                })
+            });
         let mut label = match recv.decision {
             PathDecision::Block => {
                 tracing::info!(host = ?recv.host, path = req.uri().path(), "blocked by path rule");
@@ -131,15 +166,19 @@ impl Pipeline {
                 };
                 let pq = req.uri().path_and_query().map_or("/", |p| p.as_str());
                 let host = recv.host.to_str().unwrap_or_default();
+                let refresh = mode == Mode::Refresh;
                 match cache.lookup(
                     host,
                     pq,
                     recv.rule.config.ignore_query_string,
                     req.headers(),
                     policy,
+                    refresh,
                 ) {
                     Found::Hit(obj) => {
-                        return finish(lookup::hit(&obj, head), log, CacheLabel::Hit)
+                        let (res, label) =
+                            lookup::respond(&obj, req.headers(), head, Served::Fresh);
+                        return finish(res, log, label);
                     }
                     Found::Miss(l) => {
                         if l.directives.only_if_cached {
@@ -151,9 +190,23 @@ impl Pipeline {
                             );
                             return finish(res, log, CacheLabel::Miss);
                         }
+                        if let Some(stale) = l.stale.as_ref().filter(|_| mode == Mode::Client) {
+                            if lookup::stale_while_revalidate_allows(stale, &l, SystemTime::now()) {
+                                if !stale.refreshing.swap(true, Ordering::Relaxed) {
+                                    self.refresh_in_background(conn, &req, stale.clone());
+                                }
+                                let (res, label) = lookup::respond(
+                                    stale,
+                                    req.headers(),
+                                    head,
+                                    Served::StaleWhileRevalidate,
+                                );
+                                return finish(res, log, label);
+                            }
+                        }
                         label = if l.forced {
                             CacheLabel::Bypass
-                        } else if l.had_stale {
+                        } else if l.stale.is_some() {
                             CacheLabel::Expired
                         } else {
                             CacheLabel::Miss
@@ -174,6 +227,10 @@ impl Pipeline {
             if !l.forced {
                 match cache.coalescer().join(&l.key) {
                     Role::Leader(g) => leader = Some(g),
+                    // Somebody is already fetching it: nothing to refresh.
+                    Role::Waiter(_) if mode == Mode::Refresh => {
+                        return ProxyError::NotCached.to_response()
+                    }
                     Role::Waiter(inflight) => {
                         let wait = self.upstream.timeout().unwrap_or(Duration::from_secs(45));
                         if let Some(head) = inflight.wait_head(wait).await {
@@ -196,6 +253,22 @@ impl Pipeline {
                                 );
                                 return finish(res, log, CacheLabel::Miss);
                             }
+                        } else {
+                            // Released: the leader may have refreshed the entry (304) — look again.
+                            let pq = req.uri().path_and_query().map_or("/", |p| p.as_str());
+                            let host = recv.host.to_str().unwrap_or_default();
+                            if let Found::Hit(obj) = cache.lookup(
+                                host,
+                                pq,
+                                recv.rule.config.ignore_query_string,
+                                req.headers(),
+                                l.policy,
+                                false,
+                            ) {
+                                let (res, label) =
+                                    lookup::respond(&obj, req.headers(), false, Served::Fresh);
+                                return finish(res, log, label);
+                            }
                         }
                         // Released (or another variant): fetch on our own.
                     }
@@ -203,17 +276,32 @@ impl Pipeline {
             }
         }
 
-        // pass → fetch
+        // pass → fetch, revalidating a stale entry with its validators.
         let method = req.method().clone();
         let unsafe_target = (self.cache.is_some() && !method.is_safe()).then(|| {
             req.uri()
                 .path_and_query()
                 .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned())
         });
-        let fetched = match self
-            .pass(conn, &recv, req, miss.is_some(), log.as_deref_mut())
-            .await
-        {
+        let client_conditionals = conditional::client_has_conditionals(req.headers());
+        let revalidating = miss
+            .as_ref()
+            .and_then(|l| l.stale.as_ref())
+            .filter(|_| !client_conditionals);
+        let validators = revalidating.map(|s| conditional::validators(&s.headers));
+        let mut log = log;
+        let fetched = self
+            .pass(
+                conn,
+                &recv,
+                req,
+                miss.is_some(),
+                validators,
+                log.as_deref_mut(),
+            )
+            .await;
+        let stale = miss.as_ref().and_then(|l| l.stale.clone());
+        let fetched = match fetched {
             Ok(f) => f,
             Err(e) => {
                 tracing::error!(
@@ -223,6 +311,13 @@ impl Pipeline {
                     error = %e,
                     "upstream request failed"
                 );
+                if let Some(stale) = stale
+                    .filter(|s| lookup::stale_if_error_allows(s, SystemTime::now(), self.grace))
+                {
+                    let (res, label) =
+                        lookup::respond(&stale, &HeaderMap::new(), false, Served::StaleIfError);
+                    return finish(res, log, label);
+                }
                 let mut res = e.to_response();
                 lookup::label(
                     res.headers_mut(),
@@ -232,16 +327,46 @@ impl Pipeline {
                 return finish(res, log, label);
             }
         };
+        let response_time = SystemTime::now();
+        let status = fetched.res.status();
 
         if let (Some(cache), Some(pq)) = (&self.cache, unsafe_target) {
-            let status = fetched.res.status();
             if status.is_success() || status.is_redirection() {
                 invalidate_after_unsafe(cache, &recv, &pq, fetched.res.headers());
             }
         }
 
+        // The origin confirmed the stale entry (304): freshen it and answer from it.
+        if let (Some(cache), Some(l), Some(stale), Some(req_headers)) =
+            (&self.cache, &miss, &stale, &fetched.req_headers)
+        {
+            if status == StatusCode::NOT_MODIFIED && revalidating.is_some() {
+                let obj = cache.freshen(
+                    l,
+                    stale,
+                    req_headers,
+                    fetched.res.headers(),
+                    fetched.request_time,
+                    response_time,
+                );
+                let (res, label) = lookup::respond(&obj, req_headers, false, Served::Revalidated);
+                return finish(res, log, label);
+            }
+            // The origin is failing: a stale entry may stand in (stale-if-error, grace).
+            if matches!(status.as_u16(), 500 | 502 | 503 | 504)
+                && lookup::stale_if_error_allows(stale, response_time, self.grace)
+            {
+                tracing::warn!(
+                    status = status.as_u16(),
+                    domain = recv.rule.config.domain_text,
+                    "origin error; serving stale"
+                );
+                let (res, label) = lookup::respond(stale, req_headers, false, Served::StaleIfError);
+                return finish(res, log, label);
+            }
+        }
+
         // deliver (+ store)
-        let response_time = SystemTime::now();
         let (mut parts, body) = fetched.res.into_parts();
         strip_hop_by_hop(&mut parts.headers);
         append_via(&mut parts.headers, parts.version);
@@ -305,8 +430,38 @@ impl Pipeline {
         finish(Response::from_parts(parts, body), log, label)
     }
 
+    /// stale-while-revalidate: refreshes `stale` with a background request built from this one
+    /// (same host, target and headers, no body); the response is stored, not sent anywhere.
+    fn refresh_in_background(
+        self: &Arc<Self>,
+        conn: &Arc<ConnInfo>,
+        req: &Request<RequestBody>,
+        stale: Arc<Object>,
+    ) {
+        let mut bg = Request::new(RequestBody::Empty);
+        *bg.method_mut() = Method::GET;
+        *bg.uri_mut() = req.uri().clone();
+        *bg.version_mut() = req.version();
+        *bg.headers_mut() = req.headers().clone();
+        let (me, conn) = (self.clone(), conn.clone());
+        tokio::spawn(async move {
+            // Boxed: `run` spawning `run` would otherwise be an infinitely sized future.
+            let fut: std::pin::Pin<
+                Box<dyn std::future::Future<Output = Response<ProxyBody>> + Send>,
+            > = Box::pin(async move { me.run(&conn, bg, Mode::Refresh).await });
+            let mut body = fut.await.into_body();
+            // Drain it so a teed body reaches the store.
+            while let Some(frame) = body.frame().await {
+                if frame.is_err() {
+                    break;
+                }
+            }
+            stale.refreshing.store(false, Ordering::Relaxed);
+        });
+    }
+
     /// recv: find the rule by host and apply the path policy.
-    fn recv(&self, req: &Request<Incoming>) -> Result<Recv, ProxyError> {
+    fn recv<B>(&self, req: &Request<B>) -> Result<Recv, ProxyError> {
         // RFC 9112 §3.2.2: an absolute-form target's authority wins over Host; HTTP/2 carries
         // the host in :authority, which hyper puts in the URI.
         let host = match req.uri().authority() {
@@ -338,8 +493,9 @@ impl Pipeline {
         &self,
         conn: &ConnInfo,
         recv: &Recv,
-        req: Request<Incoming>,
+        req: Request<RequestBody>,
         keep_headers: bool,
+        validators: Option<(Option<HeaderValue>, Option<HeaderValue>)>,
         mut log: Option<&mut AccessRecord>,
     ) -> Result<Fetched, ProxyError> {
         let (mut parts, body) = req.into_parts();
@@ -351,14 +507,20 @@ impl Pipeline {
         h.insert(HOST, recv.host.clone());
         add_forwarded(h, &conn.client_ip_header, &recv.host, conn.proto);
         append_via(h, downstream_version);
+        // The request as the client made it (before rampart's own validators), for Vary and
+        // for answering from a revalidated entry.
+        let req_headers = keep_headers.then(|| h.clone());
+        if let Some((etag, last_modified)) = validators {
+            if let Some(v) = etag {
+                h.insert(IF_NONE_MATCH, v);
+            }
+            if let Some(v) = last_modified {
+                h.insert(IF_MODIFIED_SINCE, v);
+            }
+        }
 
         let upstreams = &recv.rule.upstreams;
-        let resendable = body.is_end_stream();
-        let body = if resendable {
-            RequestBody::Empty
-        } else {
-            RequestBody::Stream(body)
-        };
+        let resendable = matches!(body, RequestBody::Empty);
         // A copy to re-send after a connect failure; only for body-less requests to a rule with
         // more than one origin, so the common case clones nothing.
         let spare = (resendable && upstreams.len() > 1).then(|| {
@@ -369,7 +531,6 @@ impl Pipeline {
             )
         });
         parts.version = Version::HTTP_11;
-        let req_headers = keep_headers.then(|| parts.headers.clone());
         let request_time = SystemTime::now();
         let mut first = Some(Request::from_parts(parts, body));
 
@@ -402,11 +563,6 @@ impl Pipeline {
             }
         }
         Err(last_err.unwrap_or_else(|| ProxyError::UpstreamConnect("no upstream".into())))
-    }
-
-    fn fail(&self, conn: &ConnInfo, req: &Request<Incoming>, e: ProxyError) -> Response<ProxyBody> {
-        tracing::debug!(client = %conn.client_ip, uri = %req.uri(), error = %e, "request refused");
-        e.to_response()
     }
 }
 

@@ -215,6 +215,7 @@ async fn worker(
         upstream,
         shared.cache.clone(),
         shared.config.add_logging,
+        shared.config.cache.grace,
     ));
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder

@@ -163,12 +163,17 @@ impl Origin {
                     _ = rx.changed() => return,
                 };
                 st.connections.fetch_add(1, Ordering::SeqCst);
-                let (st, routes) = (st.clone(), routes.clone());
+                let (st, routes, mut stop) = (st.clone(), routes.clone(), rx.clone());
                 tokio::spawn(async move {
                     let svc = service_fn(move |req| handle(req, st.clone(), routes.clone()));
-                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(stream), svc)
-                        .await;
+                    let builder =
+                        hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                    let conn = builder.serve_connection(TokioIo::new(stream), svc);
+                    // A stopped origin also drops its open (pooled) connections.
+                    tokio::select! {
+                        _ = conn => {}
+                        _ = stop.changed() => {}
+                    }
                 });
             }
         });
