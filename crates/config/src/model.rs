@@ -27,6 +27,65 @@ pub struct Config {
     /// Domain rules, in file order.
     pub rules: Vec<RuleConfig>,
     pub cache: CacheConfig,
+    pub admin: AdminConfig,
+}
+
+/// The management API and cache purging.
+#[derive(Debug, Clone, Default)]
+pub struct AdminConfig {
+    /// ARC2 `api_key`: enables `/_rampart/...` and authorises PURGE (`Authorization: Bearer`).
+    pub api_key: Option<String>,
+    /// Client addresses allowed to send `PURGE` without the key (`purge_allow`).
+    pub purge_allow: Vec<Cidr>,
+}
+
+/// An IP network such as `10.0.0.0/8` (a bare address is a /32 or /128).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    pub addr: std::net::IpAddr,
+    pub prefix: u8,
+}
+
+impl Cidr {
+    pub fn parse(text: &str) -> Option<Cidr> {
+        let (a, p) = match text.trim().split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (text.trim(), None),
+        };
+        let addr: std::net::IpAddr = a.parse().ok()?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = match p {
+            Some(p) => p.parse::<u8>().ok().filter(|p| *p <= max)?,
+            None => max,
+        };
+        Some(Cidr { addr, prefix })
+    }
+
+    pub fn contains(&self, ip: std::net::IpAddr) -> bool {
+        let ip = match ip {
+            std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, std::net::IpAddr::V4),
+            v4 => v4,
+        };
+        match (self.addr, ip) {
+            (std::net::IpAddr::V4(n), std::net::IpAddr::V4(a)) => {
+                let mask = if self.prefix == 0 {
+                    0
+                } else {
+                    u32::MAX << (32 - self.prefix)
+                };
+                u32::from(n) & mask == u32::from(a) & mask
+            }
+            (std::net::IpAddr::V6(n), std::net::IpAddr::V6(a)) => {
+                let mask = if self.prefix == 0 {
+                    0
+                } else {
+                    u128::MAX << (128 - self.prefix)
+                };
+                u128::from(n) & mask == u128::from(a) & mask
+            }
+            _ => false,
+        }
+    }
 }
 
 /// The shared response cache.

@@ -288,8 +288,32 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
     if let Some(b) = s.bool(sink, "disable_default_body_limit") {
         inactive(sink, &b, "the default request body limit");
     }
-    if let Some(k) = s.string(sink, "api_key") {
-        inactive(sink, &k, "the management API");
+    let api_key = match s.string(sink, "api_key") {
+        Some(k) if k.value.len() < 16 => {
+            warn(
+                sink,
+                &k,
+                "the api_key is short and guessable",
+                "use at least 32 random characters (e.g. `openssl rand -hex 32`)",
+            );
+            Some(k.value)
+        }
+        Some(k) => Some(k.value),
+        None => None,
+    };
+    let mut purge_allow = Vec::new();
+    if let Some(list) = s.strings(sink, "purge_allow") {
+        for entry in &list.value {
+            match Cidr::parse(&entry.value) {
+                Some(c) => purge_allow.push(c),
+                None => error(
+                    sink,
+                    entry,
+                    format!("{:?} is not an IP address or network", entry.value),
+                    "write e.g. \"127.0.0.1\" or \"10.0.0.0/8\"",
+                ),
+            }
+        }
     }
     if let Some(k) = s.string(sink, "azure_table_storage_key") {
         inactive(sink, &k, "Azure Table Storage log export");
@@ -460,6 +484,10 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
         shutdown_timeout,
         rules,
         cache,
+        admin: AdminConfig {
+            api_key,
+            purge_allow,
+        },
     })
 }
 

@@ -5,6 +5,7 @@
 //!   → fetch (upstream pool) → deliver (+ store) | synth (errors, blocks) → log (access log)
 //! ```
 
+pub mod admin;
 pub mod body;
 pub mod coalesce;
 pub mod fetch;

@@ -17,6 +17,7 @@ use hyper::body::Incoming;
 use rampart_cache::conditional;
 use rampart_cache::store::Object;
 
+use crate::admin;
 use crate::body::{ProxyBody, RequestBody};
 use crate::coalesce::{InflightBody, Role, SharedHead};
 use crate::fetch::Upstream;
@@ -27,6 +28,7 @@ use crate::recv::{PathDecision, Router, Rule};
 use crate::synth::ProxyError;
 use rampart_cache::policy::RulePolicy;
 use rampart_cache::vary::Vary;
+use rampart_config::AdminConfig;
 
 /// Per-connection facts the pipeline needs, computed once at accept.
 #[derive(Debug, Clone)]
@@ -60,6 +62,7 @@ pub struct Pipeline {
     access_log: bool,
     /// How long past its freshness a stored response may stand in for a failing origin.
     grace: Duration,
+    admin: Arc<AdminConfig>,
 }
 
 /// Who a request is for.
@@ -85,6 +88,7 @@ impl Pipeline {
         cache: Option<Arc<Cache>>,
         access_log: bool,
         grace: Duration,
+        admin: Arc<AdminConfig>,
     ) -> Self {
         Pipeline {
             router,
@@ -92,6 +96,7 @@ impl Pipeline {
             cache,
             access_log,
             grace,
+            admin,
         }
     }
 
@@ -112,6 +117,22 @@ impl Pipeline {
         mode: Mode,
     ) -> Response<ProxyBody> {
         let start = Instant::now();
+        if mode == Mode::Client
+            && self.admin.api_key.is_some()
+            && req.uri().path().starts_with(admin::ADMIN_PREFIX)
+        {
+            let (path, query) = (req.uri().path(), req.uri().query());
+            if let Some(res) = admin::admin_request(
+                &self.admin,
+                self.cache.as_deref(),
+                req.method(),
+                path,
+                query,
+                req.headers(),
+            ) {
+                return res;
+            }
+        }
         let recv = match self.recv(&req) {
             Ok(r) => r,
             Err(e) => {
@@ -119,6 +140,20 @@ impl Pipeline {
                 return e.to_response();
             }
         };
+        if admin::is_purge(req.method()) {
+            let pq = req.uri().path_and_query().map_or("/", |p| p.as_str());
+            let host = recv.host.to_str().unwrap_or_default();
+            let ignore_query = recv.rule.config.ignore_query_string;
+            return admin::purge_method(
+                &self.admin,
+                self.cache.as_deref(),
+                conn.client_ip,
+                req.headers(),
+                host,
+                pq,
+                ignore_query,
+            );
+        }
         let log = (mode == Mode::Client && self.access_log && recv.rule.config.enable_logging)
             .then(|| {
                 Box::new(AccessRecord {

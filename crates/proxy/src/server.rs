@@ -216,6 +216,7 @@ async fn worker(
         shared.cache.clone(),
         shared.config.add_logging,
         shared.config.cache.grace,
+        Arc::new(shared.config.admin.clone()),
     ));
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder

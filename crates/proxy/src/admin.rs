@@ -1,0 +1,317 @@
+//! The management API and cache purging (synth responses only; nothing here reaches an origin).
+//!
+//! - `PURGE <url>` on any host rampart serves: removes that URL (every variant) from the cache.
+//!   Allowed from `purge_allow` addresses, or with the `api_key` (`Authorization: Bearer KEY` or
+//!   `X-Api-Key: KEY`). Header `X-Purge-Scope: prefix | contains | domain` widens it to the ARC2
+//!   scopes (the URL's path is the prefix or substring); `X-Purge: soft` marks entries stale
+//!   instead of removing them (kept for stale-if-error).
+//! - `/_rampart/...` on any host, only when `api_key` is set, always with the key:
+//!   `GET /_rampart/status` (cache figures as JSON) and
+//!   `POST /_rampart/purge?scope=exact|prefix|contains|domain&host=H[&path=P][&soft=true]`.
+//!
+//! Keys are compared in constant time. Wrong or missing key → 401; PURGE from elsewhere → 403.
+
+use std::net::IpAddr;
+
+use bytes::Bytes;
+use http::header::{HeaderValue, AUTHORIZATION, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE};
+use http::{HeaderMap, Method, Response, StatusCode};
+use rampart_cache::key::CacheKey;
+use rampart_cache::store::PurgeScope;
+use rampart_config::AdminConfig;
+
+use crate::body::ProxyBody;
+use crate::lookup::Cache;
+
+/// Reserved path prefix of the management API.
+pub const ADMIN_PREFIX: &str = "/_rampart/";
+
+/// Whether `method` is the PURGE extension method.
+pub fn is_purge(method: &Method) -> bool {
+    method.as_str() == "PURGE"
+}
+
+/// Constant-time equality (no early exit on the first differing byte).
+fn same(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Whether the request carries the API key.
+pub fn has_key(admin: &AdminConfig, headers: &HeaderMap) -> bool {
+    let Some(key) = admin.api_key.as_deref() else {
+        return false;
+    };
+    let bearer = headers
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        });
+    let x_api_key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
+    [bearer, x_api_key]
+        .into_iter()
+        .flatten()
+        .any(|given| same(given.trim().as_bytes(), key.as_bytes()))
+}
+
+fn json(status: StatusCode, body: String) -> Response<ProxyBody> {
+    let len = body.len();
+    let mut res = Response::new(ProxyBody::full(Bytes::from(body)));
+    *res.status_mut() = status;
+    let h = res.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    h.insert(CONTENT_LENGTH, HeaderValue::from(len));
+    h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    res
+}
+
+fn error(status: StatusCode, message: &str) -> Response<ProxyBody> {
+    json(status, format!("{{\"error\":{}}}\n", quote(message)))
+}
+
+/// A JSON string literal.
+fn quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Decodes `%XX` escapes and `+` (query values); invalid escapes are kept as they are.
+fn percent_decode(s: &str) -> Vec<u8> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' if i + 2 < b.len() => match (hex(b[i + 1]), hex(b[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push(h << 4 | l);
+                    i += 3;
+                    continue;
+                }
+                _ => out.push(b'%'),
+            },
+            b'+' => out.push(b' '),
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    out
+}
+
+fn hex(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    }
+}
+
+fn scope_from(kind: &str, host: &str, path: &[u8], ignore_query: bool) -> Option<PurgeScope> {
+    let host_key = CacheKey::new(host, "/", false).host().to_vec();
+    Some(match kind {
+        "exact" | "" => PurgeScope::Exact(CacheKey::new(
+            host,
+            &String::from_utf8_lossy(path),
+            ignore_query,
+        )),
+        "prefix" => PurgeScope::Prefix {
+            host: host_key,
+            prefix: path.to_vec(),
+        },
+        "contains" => PurgeScope::Contains {
+            host: host_key,
+            needle: path.to_vec(),
+        },
+        "domain" => PurgeScope::Domain(host_key),
+        _ => return None,
+    })
+}
+
+fn purged(n: usize, soft: bool) -> Response<ProxyBody> {
+    json(
+        StatusCode::OK,
+        format!("{{\"purged\":{n},\"soft\":{soft}}}\n"),
+    )
+}
+
+/// `PURGE` for a URL on a routed host.
+pub fn purge_method(
+    admin: &AdminConfig,
+    cache: Option<&Cache>,
+    client: IpAddr,
+    headers: &HeaderMap,
+    host: &str,
+    pq: &str,
+    ignore_query: bool,
+) -> Response<ProxyBody> {
+    if !(admin.purge_allow.iter().any(|c| c.contains(client)) || has_key(admin, headers)) {
+        tracing::warn!(%client, host, pq, "PURGE refused: not from purge_allow and no api_key");
+        return error(
+            StatusCode::FORBIDDEN,
+            "PURGE is not allowed from this address",
+        );
+    }
+    let Some(cache) = cache else {
+        return purged(0, false);
+    };
+    let kind = headers
+        .get("x-purge-scope")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("exact");
+    let soft = headers
+        .get("x-purge")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"soft"));
+    let path = if kind == "exact" {
+        pq
+    } else {
+        pq.split('?').next().unwrap_or(pq)
+    };
+    let Some(scope) = scope_from(
+        &kind.to_ascii_lowercase(),
+        host,
+        path.as_bytes(),
+        ignore_query,
+    ) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "X-Purge-Scope must be exact, prefix, contains or domain",
+        );
+    };
+    let n = cache.store().purge(&scope, soft);
+    tracing::info!(%client, host, pq, scope = kind, soft, purged = n, "purge");
+    purged(n, soft)
+}
+
+/// `/_rampart/...`; `None` when the API is off (the path is then proxied like any other).
+pub fn admin_request(
+    admin: &AdminConfig,
+    cache: Option<&Cache>,
+    method: &Method,
+    path: &str,
+    query: Option<&str>,
+    headers: &HeaderMap,
+) -> Option<Response<ProxyBody>> {
+    admin.api_key.as_ref()?;
+    if !has_key(admin, headers) {
+        let mut res = error(StatusCode::UNAUTHORIZED, "missing or wrong API key");
+        res.headers_mut()
+            .insert("www-authenticate", HeaderValue::from_static("Bearer"));
+        return Some(res);
+    }
+    let params: Vec<(String, Vec<u8>)> = query
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (
+                String::from_utf8_lossy(&percent_decode(k)).into_owned(),
+                percent_decode(v),
+            )
+        })
+        .collect();
+    let param = |name: &str| {
+        params
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_slice())
+    };
+    Some(
+        match (method, path.strip_prefix(ADMIN_PREFIX).unwrap_or("")) {
+            (&Method::GET, "status") => match cache {
+                Some(c) => {
+                    let s = c.store();
+                    json(
+                    StatusCode::OK,
+                    format!(
+                        "{{\"cache\":{{\"entries\":{},\"weight_bytes\":{},\"capacity_bytes\":{},\"in_flight\":{}}}}}\n",
+                        s.len(),
+                        s.weight(),
+                        s.capacity(),
+                        c.coalescer().len()
+                    ),
+                )
+                }
+                None => json(StatusCode::OK, "{\"cache\":null}\n".to_owned()),
+            },
+            (&Method::POST, "purge") => {
+                let Some(host) = param("host").map(|h| String::from_utf8_lossy(h).into_owned())
+                else {
+                    return Some(error(StatusCode::BAD_REQUEST, "purge needs host="));
+                };
+                let kind = param("scope")
+                    .map(|s| String::from_utf8_lossy(s).to_ascii_lowercase())
+                    .unwrap_or_else(|| "exact".into());
+                let path = param("path").unwrap_or(b"/");
+                let soft = param("soft").is_some_and(|v| v == b"true" || v == b"1");
+                if kind != "domain" && param("path").is_none() {
+                    return Some(error(StatusCode::BAD_REQUEST, "this scope needs path="));
+                }
+                let Some(scope) = scope_from(&kind, &host, path, false) else {
+                    return Some(error(
+                        StatusCode::BAD_REQUEST,
+                        "scope must be exact, prefix, contains or domain",
+                    ));
+                };
+                let n = cache.map_or(0, |c| c.store().purge(&scope, soft));
+                tracing::info!(host, scope = kind, soft, purged = n, "purge via API");
+                purged(n, soft)
+            }
+            _ => error(
+                StatusCode::NOT_FOUND,
+                "no such endpoint: use GET /_rampart/status or POST /_rampart/purge",
+            ),
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constant_time_compare_and_decoding() {
+        assert!(same(b"abc", b"abc"));
+        assert!(!same(b"abc", b"abd"));
+        assert!(!same(b"abc", b"ab"));
+        assert_eq!(
+            percent_decode("%2Fblog%2F+x%zz%4"),
+            b"/blog/ x%zz%4".to_vec()
+        );
+        assert_eq!(quote("a\"b\\c\n"), "\"a\\\"b\\\\c\\u000a\"");
+    }
+
+    #[test]
+    fn keys_from_bearer_or_header() {
+        let admin = AdminConfig {
+            api_key: Some("k".repeat(32)),
+            purge_allow: vec![],
+        };
+        let mut h = HeaderMap::new();
+        assert!(!has_key(&admin, &h));
+        h.insert(
+            AUTHORIZATION,
+            HeaderValue::from_str(&format!("Bearer {}", "k".repeat(32)))
+                .unwrap_or(HeaderValue::from_static("x")),
+        );
+        assert!(has_key(&admin, &h));
+        let mut h = HeaderMap::new();
+        h.insert("x-api-key", HeaderValue::from_static("wrong"));
+        assert!(!has_key(&admin, &h));
+    }
+}
