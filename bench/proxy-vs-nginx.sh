@@ -2,7 +2,8 @@
 # Interim benchmark (until the bench suite lands), 1 worker, 64 keep-alive connections,
 # rampart vs NGINX (upstream keepalive, HTTP/1.1 to the origin):
 #   MODE=pass (default): no caching, every request to the origin (2 KB page);
-#   MODE=hit: a cached 12-byte "Hello World!" (NGINX proxy_cache; rampart's cache). Method per shared/BENCHMARKING.md: servers (proxy + origin) pinned to CPU 0, wrk to
+#   MODE=hit: a cached 12-byte "Hello World!" (NGINX proxy_cache; rampart's cache);
+#   MODE=image: a cached 73,000-byte JPEG-sized object (bytes/s matter here). Method per shared/BENCHMARKING.md: servers (proxy + origin) pinned to CPU 0, wrk to
 # CPU 1, interleaved rounds, medians; server CPU µs/request from /proc/PID/stat of the proxy.
 #
 # usage: bench/pass-through.sh [ROUNDS] [SECONDS] [RAMPART_BIN]
@@ -22,7 +23,16 @@ CLK=$(getconf CLK_TCK)
 
 ORIGIN_PORT=18981; NGINX_PORT=18982; RAMPART_PORT=18983
 MODE=${MODE:-pass}
-if [ "$MODE" = hit ]; then
+URL_PATH=/
+if [ "$MODE" = image ]; then
+  head -c 73000 /dev/urandom > $W/img.jpg; chmod 644 $W/img.jpg
+  URL_PATH=/img.jpg
+  BODY="unused"
+  ORIGIN_CC='add_header Cache-Control "max-age=3600";'
+  NGINX_CACHE="proxy_cache_path $W/nginx-cache keys_zone=mycache:60m; "
+  NGINX_LOC_CACHE="proxy_cache mycache; proxy_cache_valid any 60m;"
+  RAMPART_CACHE="add_caching = true"
+elif [ "$MODE" = hit ]; then
   BODY="Hello World!"
   ORIGIN_CC='add_header Cache-Control "max-age=3600";'
   NGINX_CACHE="proxy_cache_path $W/nginx-cache keys_zone=mycache:60m; "
@@ -38,7 +48,9 @@ cat > $W/origin.conf <<CONF
 worker_processes 1; daemon off; pid $W/origin.nginxpid; error_log stderr error;
 events { worker_connections 4096; }
 http { access_log off; keepalive_requests 10000000;
-  server { listen 127.0.0.1:$ORIGIN_PORT; location / { default_type text/html; $ORIGIN_CC return 200 "$BODY"; } } }
+  server { listen 127.0.0.1:$ORIGIN_PORT;
+    location / { default_type text/html; $ORIGIN_CC return 200 "$BODY"; }
+    location = /img.jpg { root $W; default_type image/jpeg; $ORIGIN_CC } } }
 CONF
 cat > $W/nginx.conf <<CONF
 worker_processes 1; daemon off; pid $W/proxy.nginxpid; error_log stderr error;
@@ -80,24 +92,25 @@ cpu_ticks() { awk '{print $14+$15}' /proc/$1/stat; }
 
 run() { # name pid port
   local t0=$(cpu_ticks $2)
-  local out=$(taskset -c $LOAD_CPU wrk -t1 -c$CONNS -d${SECS}s --latency http://127.0.0.1:$3/ 2>&1)
+  local out=$(taskset -c $LOAD_CPU wrk -t1 -c$CONNS -d${SECS}s --latency http://127.0.0.1:$3$URL_PATH 2>&1)
   local t1=$(cpu_ticks $2)
   local reqs=$(echo "$out" | awk '/requests in/ {print $1}')
   local rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
   local p50=$(echo "$out" | awk '$1=="50%" {print $2}')
   local p99=$(echo "$out" | awk '$1=="99%" {print $2}')
   local errs=$(echo "$out" | awk '/Non-2xx|Socket errors/ {print}' | tr '\n' ' ')
+  local xfer=$(echo "$out" | awk '/Transfer\/sec/ {print $2}')
   local us=$(awk -v t=$((t1-t0)) -v r=$reqs -v c=$CLK 'BEGIN {printf "%.2f", t/c*1e6/r}')
-  echo "$1 $rps $us $p50 $p99 ${errs:-0}" | tee -a $W/results
+  echo "$1 $rps $us $p50 $p99 $xfer ${errs:-0}" | tee -a $W/results
 }
-for p in ${ports[@]} $NGINX_PORT; do curl -sf -o /dev/null http://127.0.0.1:$p/ || { echo "port $p not serving"; curl -si http://127.0.0.1:$p/ | head -5; cat $W/*.log; exit 1; }; done
-for p in ${ports[@]} $NGINX_PORT; do taskset -c $LOAD_CPU wrk -t1 -c$CONNS -d2s http://127.0.0.1:$p/ >/dev/null; done
-echo "name req/s cpu_us/req p50 p99 errors"
+for p in ${ports[@]} $NGINX_PORT; do curl -sf -o /dev/null http://127.0.0.1:$p$URL_PATH || { echo "port $p not serving"; curl -si http://127.0.0.1:$p/ | head -5; cat $W/*.log; exit 1; }; done
+for p in ${ports[@]} $NGINX_PORT; do taskset -c $LOAD_CPU wrk -t1 -c$CONNS -d2s http://127.0.0.1:$p$URL_PATH >/dev/null; done
+echo "name req/s cpu_us/req p50 p99 transfer/s errors"
 for r in $(seq $ROUNDS); do
   run nginx $nginx_worker $NGINX_PORT
   for i in ${!names[@]}; do run ${names[$i]} $(cat $W/${names[$i]}.pid) ${ports[$i]}; done
 done
 echo "--- medians (req/s, server CPU µs/request)"
 for n in $(awk "{print \$1}" $W/results | sort -u); do
-  awk -v n=$n '$1==n {print $2, $3}' $W/results | sort -g -k2 | awk -v n=$n '{a[NR]=$1; b[NR]=$2} END {m=int((NR+1)/2); printf "%-8s %10s req/s  %6s µs/req (cpu min %s max %s)\n", n, a[m], b[m], b[1], b[NR]}'
+  awk -v n=$n '$1==n {print $2, $3, $6}' $W/results | sort -g -k2 | awk -v n=$n '{a[NR]=$1; b[NR]=$2; c[NR]=$3} END {m=int((NR+1)/2); printf "%-8s %10s req/s  %6s µs/req (cpu min %s max %s)  %s/s\n", n, a[m], b[m], b[1], b[NR], c[m]}'
 done

@@ -7,55 +7,86 @@
 //! lives under the primary key plus a variant key computed from the request.
 
 use std::fmt;
+use std::hash::{Hash, Hasher};
 
 use bytes::{BufMut, Bytes, BytesMut};
 
 /// Host + path (+ query): what identifies a resource.
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub struct CacheKey(Bytes);
+///
+/// Hashing writes the host and the URL as two pieces, so a [`SlotKeyRef`] built from a
+/// request's borrowed parts hashes the same without building the key (the hit path allocates
+/// nothing for its lookup).
+#[derive(Clone)]
+pub struct CacheKey {
+    bytes: Bytes,
+    host_len: usize,
+}
+
+impl PartialEq for CacheKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.bytes == other.bytes
+    }
+}
+
+impl Eq for CacheKey {}
+
+impl Hash for CacheKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        hash_parts(self.host(), self.url(), state);
+    }
+}
+
+fn hash_parts<H: Hasher>(host: &[u8], url: &[u8], state: &mut H) {
+    state.write(host);
+    state.write_u8(0xff);
+    state.write(url);
+}
+
+/// The host and URL parts of a key, normalised except for the host's case.
+fn parts<'a>(host: &'a str, path_and_query: &'a str, ignore_query: bool) -> (&'a str, &'a str) {
+    let host = strip_port(host);
+    let host = host.strip_suffix('.').unwrap_or(host);
+    let url = if ignore_query {
+        path_and_query.split('?').next().unwrap_or(path_and_query)
+    } else {
+        path_and_query
+    };
+    (host, url)
+}
 
 impl CacheKey {
     /// Builds the key. `host` may carry a port and any case; `path_and_query` is the request
     /// target in origin form.
     pub fn new(host: &str, path_and_query: &str, ignore_query: bool) -> Self {
-        let host = strip_port(host);
-        let host = host.strip_suffix('.').unwrap_or(host);
-        let url = if ignore_query {
-            path_and_query.split('?').next().unwrap_or(path_and_query)
-        } else {
-            path_and_query
-        };
+        let (host, url) = parts(host, path_and_query, ignore_query);
         let mut b = BytesMut::with_capacity(host.len() + 1 + url.len());
         for c in host.bytes() {
             b.put_u8(c.to_ascii_lowercase());
         }
         b.put_u8(0);
         b.put_slice(url.as_bytes());
-        CacheKey(b.freeze())
+        CacheKey {
+            bytes: b.freeze(),
+            host_len: host.len(),
+        }
     }
 
     /// The lower-cased host.
     pub fn host(&self) -> &[u8] {
-        let i = self.0.iter().position(|&c| c == 0).unwrap_or(self.0.len());
-        &self.0[..i]
+        &self.bytes[..self.host_len]
     }
 
     /// Path and query as stored.
     pub fn url(&self) -> &[u8] {
-        let i = self
-            .0
-            .iter()
-            .position(|&c| c == 0)
-            .map_or(self.0.len(), |i| i + 1);
-        &self.0[i..]
+        &self.bytes[self.host_len + 1..]
     }
 
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.bytes.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.bytes.is_empty()
     }
 }
 
@@ -71,11 +102,67 @@ impl fmt::Debug for CacheKey {
 }
 
 /// The key of one stored slot: the resource, and for varying responses the variant.
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(Clone, PartialEq, Eq, Debug)]
 pub struct SlotKey {
     pub primary: CacheKey,
     /// `None`: the object itself (no Vary) or the Vary marker; `Some`: one variant.
     pub variant: Option<Bytes>,
+}
+
+impl Hash for SlotKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.primary.hash(state);
+        match &self.variant {
+            None => state.write_u8(0),
+            Some(v) => {
+                state.write_u8(1);
+                state.write(v);
+            }
+        }
+    }
+}
+
+/// A borrowed primary slot key (`variant: None`) for lookups without allocating.
+#[derive(Debug, Clone, Copy)]
+pub struct SlotKeyRef<'a> {
+    host: &'a str,
+    url: &'a str,
+}
+
+impl<'a> SlotKeyRef<'a> {
+    pub fn new(host: &'a str, path_and_query: &'a str, ignore_query: bool) -> Self {
+        let (host, url) = parts(host, path_and_query, ignore_query);
+        SlotKeyRef { host, url }
+    }
+
+    /// The owned key (built only on a miss).
+    pub fn to_key(&self) -> CacheKey {
+        CacheKey::new(self.host, self.url, false)
+    }
+}
+
+impl Hash for SlotKeyRef<'_> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        let host = self.host.as_bytes();
+        if host.iter().any(u8::is_ascii_uppercase) {
+            let lower = host.to_ascii_lowercase();
+            hash_parts(&lower, self.url.as_bytes(), state);
+        } else {
+            hash_parts(host, self.url.as_bytes(), state);
+        }
+        state.write_u8(0);
+    }
+}
+
+impl quick_cache::Equivalent<SlotKey> for SlotKeyRef<'_> {
+    fn equivalent(&self, key: &SlotKey) -> bool {
+        key.variant.is_none()
+            && key.primary.url() == self.url.as_bytes()
+            && key
+                .primary
+                .host()
+                .eq_ignore_ascii_case(self.host.as_bytes())
+    }
 }
 
 /// `example.com:8080` → `example.com`; `[::1]:8080` → `[::1]`.
@@ -110,6 +197,34 @@ mod tests {
             CacheKey::new("x", "/a?c=2", true)
         );
         assert_eq!(CacheKey::new("[::1]:80", "/", false).host(), b"[::1]");
+    }
+
+    #[test]
+    fn borrowed_keys_hash_and_compare_like_owned_ones() {
+        use std::hash::BuildHasher;
+        let hasher = std::collections::hash_map::RandomState::new();
+        for (host, pq, ignore) in [
+            ("Example.COM:8080", "/a?b=1", false),
+            ("x", "/a?b=1", true),
+            ("[::1]:80", "/", false),
+        ] {
+            let r = SlotKeyRef::new(host, pq, ignore);
+            let owned = SlotKey {
+                primary: CacheKey::new(host, pq, ignore),
+                variant: None,
+            };
+            assert_eq!(hasher.hash_one(r), hasher.hash_one(&owned), "{host}{pq}");
+            assert!(quick_cache::Equivalent::equivalent(&r, &owned));
+            assert_eq!(r.to_key(), owned.primary);
+        }
+        let other = SlotKey {
+            primary: CacheKey::new("example.com", "/a?b=2", false),
+            variant: None,
+        };
+        assert!(!quick_cache::Equivalent::equivalent(
+            &SlotKeyRef::new("example.com", "/a?b=1", false),
+            &other
+        ));
     }
 
     #[test]

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 
 use crate::control::ResponseDirectives;
-use crate::key::{CacheKey, SlotKey};
+use crate::key::{CacheKey, SlotKey, SlotKeyRef};
 use crate::vary::Vary;
 
 /// Bytes charged per entry on top of key, headers and body: the index slot, the `Arc`s, the
@@ -41,7 +41,10 @@ pub struct Object {
     pub invalidated: AtomicBool,
     /// A background refresh (stale-while-revalidate) is running: start only one.
     pub refreshing: AtomicBool,
-    /// Sum of header name and value lengths, computed once for the weight.
+    /// The header block a fresh, full hit sends (the stored fields plus the proxy's fixed
+    /// cache labels), prepared once at store time so a hit clones one map.
+    pub hit_headers: HeaderMap,
+    /// Sum of header name and value lengths of both maps, computed once for the weight.
     pub header_bytes: usize,
 }
 
@@ -208,17 +211,14 @@ impl MemoryStore {
     }
 
     /// The stored response for `key` that matches the request (following a Vary marker).
-    pub fn find(&self, key: &CacheKey, request: &HeaderMap) -> Option<Arc<Object>> {
-        let primary = SlotKey {
-            primary: key.clone(),
-            variant: None,
-        };
-        match self.get(&primary)? {
+    /// The primary lookup borrows the request's parts; only a varying resource builds a key.
+    pub fn find(&self, key: &SlotKeyRef<'_>, request: &HeaderMap) -> Option<Arc<Object>> {
+        match self.index.get(key)? {
             Slot::Object(o) => Some(o),
             Slot::Vary(m) => {
                 let variant = m.vary.variant_key(request)?;
                 match self.get(&SlotKey {
-                    primary: key.clone(),
+                    primary: key.to_key(),
                     variant: Some(variant_slot(m.generation, &variant)),
                 })? {
                     Slot::Object(o) => Some(o),
@@ -330,6 +330,7 @@ mod tests {
         Arc::new(Object {
             status: StatusCode::OK,
             header_bytes: header_bytes(&headers),
+            hit_headers: headers.clone(),
             headers,
             body: Bytes::from(vec![b'x'; body_len]),
             request_time: now,

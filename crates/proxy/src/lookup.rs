@@ -16,7 +16,7 @@ use http::{HeaderMap, Method, Response, StatusCode};
 use rampart_cache::conditional::{self, RangeAnswer};
 use rampart_cache::control::{RequestDirectives, ResponseDirectives};
 use rampart_cache::freshness;
-use rampart_cache::key::CacheKey;
+use rampart_cache::key::{CacheKey, SlotKeyRef};
 use rampart_cache::policy::{self, NotStored, RulePolicy, Usable};
 use rampart_cache::store::{header_bytes, MemoryStore, Object};
 use rampart_cache::vary::Vary;
@@ -111,11 +111,11 @@ impl Cache {
         policy: RulePolicy,
         refresh: bool,
     ) -> Found {
-        let key = CacheKey::new(host, pq, ignore_query);
+        let key = SlotKeyRef::new(host, pq, ignore_query);
         let directives = RequestDirectives::parse(headers);
         let forced = directives.no_cache;
         let mut stale = None;
-        if let Some(obj) = self.find(&key, headers) {
+        if let Some(obj) = self.store.find(&key, headers) {
             match policy::usable(&obj, headers, &directives, SystemTime::now()) {
                 Usable::Yes if !refresh => return Found::Hit(obj),
                 Usable::Yes | Usable::No => stale = Some(obj),
@@ -123,16 +123,12 @@ impl Cache {
             }
         }
         Found::Miss(Lookup {
-            key,
+            key: key.to_key(),
             directives,
             policy,
             stale,
             forced,
         })
-    }
-
-    fn find(&self, key: &CacheKey, headers: &HeaderMap) -> Option<Arc<Object>> {
-        self.store.find(key, headers)
     }
 
     /// Updates a stored response with a 304 (RFC 9111 §4.3.4) and stores the result; returns
@@ -159,9 +155,11 @@ impl Cache {
             response_time,
         };
         let lifetime = policy::storable(&exchange, lookup.policy).unwrap_or(Duration::ZERO);
+        let hit_headers = hit_headers(&headers);
         let obj = Arc::new(Object {
             status: stale.status,
-            header_bytes: header_bytes(&headers),
+            header_bytes: header_bytes(&headers) + header_bytes(&hit_headers),
+            hit_headers,
             initial_age: freshness::initial_age(not_modified, request_time, response_time),
             headers,
             body: stale.body.clone(),
@@ -282,6 +280,7 @@ impl StoreTicket {
     /// Stores the object with its complete body.
     pub fn complete(self, body: bytes::Bytes) {
         let store = &self.cache.store;
+        let hit_headers = hit_headers(&self.headers);
         let obj = Object {
             status: self.status,
             headers: self.headers,
@@ -294,7 +293,8 @@ impl StoreTicket {
             vary: self.vary.clone(),
             invalidated: Default::default(),
             refreshing: Default::default(),
-            header_bytes: self.header_bytes,
+            header_bytes: self.header_bytes + header_bytes(&hit_headers),
+            hit_headers,
         };
         store.insert(self.key, self.variant.as_deref(), Arc::new(obj));
     }
@@ -341,6 +341,21 @@ pub fn respond(
 ) -> (Response<ProxyBody>, CacheLabel) {
     let (label, cache_status) = served.label();
     let now = SystemTime::now();
+    // The hot path: a fresh, full, unconditional hit sends the prepared header block.
+    if served == Served::Fresh
+        && !head
+        && obj.status == StatusCode::OK
+        && !conditional::client_has_conditionals(req_headers)
+        && !req_headers.contains_key(http::header::RANGE)
+    {
+        let mut res = Response::new(ProxyBody::full(obj.body.clone()));
+        let mut headers = obj.hit_headers.clone();
+        let age = age_value(obj.age(now).as_secs());
+        headers.insert(AGE, age.clone());
+        headers.insert(X_ARC2_CACHE_AGE.clone(), age);
+        *res.headers_mut() = headers;
+        return (res, label);
+    }
     let (status, mut headers, body) =
         if conditional::not_modified(req_headers, &obj.headers, obj.stored_date()) {
             (
@@ -385,7 +400,7 @@ pub fn respond(
         };
     let mut res = Response::new(ProxyBody::full(body));
     *res.status_mut() = status;
-    let age = HeaderValue::from(obj.age(now).as_secs());
+    let age = age_value(obj.age(now).as_secs());
     headers.insert(AGE, age.clone());
     headers.insert(X_ARC2_CACHE.clone(), label.header());
     headers.insert(X_ARC2_CACHE_AGE.clone(), age);
@@ -429,6 +444,31 @@ pub fn stale_if_error_allows(obj: &Object, now: SystemTime, grace: Duration) -> 
         }
     }
     d.s_maxage.is_none() && staleness <= grace
+}
+
+/// The header block of a fresh full hit, minus `Age`/`X-Arc2-Cache-Age`.
+fn hit_headers(stored: &HeaderMap) -> HeaderMap {
+    let mut h = stored.clone();
+    h.insert(X_ARC2_CACHE.clone(), CacheLabel::Hit.header());
+    h.insert(
+        CACHE_STATUS.clone(),
+        HeaderValue::from_static("rampart; hit"),
+    );
+    h
+}
+
+/// `Age` values for 0..4096 s, rendered once; later ages are formatted per response.
+fn age_value(secs: u64) -> HeaderValue {
+    static AGES: std::sync::OnceLock<Vec<HeaderValue>> = std::sync::OnceLock::new();
+    let table = AGES.get_or_init(|| {
+        (0..4096u64)
+            .map(|n| HeaderValue::from_static(Box::leak(n.to_string().into_boxed_str())))
+            .collect()
+    });
+    table
+        .get(secs as usize)
+        .cloned()
+        .unwrap_or_else(|| HeaderValue::from(secs))
 }
 
 /// Labels a response that went to the origin.
