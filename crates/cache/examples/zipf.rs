@@ -191,7 +191,9 @@ fn main() {
 
     let mut rng = Rng(seed.max(1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     // Per-key body sizes, log-uniform 1–16 KiB.
-    let sizes: Vec<u32> = (0..keys).map(|_| (1024.0 * 16f64.powf(rng.unit())) as u32).collect();
+    let sizes: Vec<u32> = (0..keys)
+        .map(|_| (1024.0 * 16f64.powf(rng.unit())) as u32)
+        .collect();
     let key_bytes = |k: u32| format!("/object/{k}").len() as u64 + "bench.example".len() as u64 + 1;
     let total: u64 = (0..keys as u32)
         .map(|k| sizes[k as usize] as u64 + ENTRY_OVERHEAD + key_bytes(k))
@@ -207,7 +209,9 @@ fn main() {
     let zipf = Zipf::new(keys, alpha);
     let mut source: Box<dyn FnMut() -> Option<u32>> = match trace_in.filter(|s| !s.is_empty()) {
         Some(path) => {
-            let mut r = BufReader::new(std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}")));
+            let mut r = BufReader::new(
+                std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}")),
+            );
             Box::new(move || {
                 let mut b = [0u8; 4];
                 r.read_exact(&mut b).ok().map(|_| u32::from_le_bytes(b))
@@ -221,15 +225,21 @@ fn main() {
             })
         }
     };
-    let mut writer = (!trace_out.is_empty())
-        .then(|| BufWriter::new(std::fs::File::create(&trace_out).unwrap_or_else(|e| panic!("{trace_out}: {e}"))));
+    let mut writer = (!trace_out.is_empty()).then(|| {
+        BufWriter::new(
+            std::fs::File::create(&trace_out).unwrap_or_else(|e| panic!("{trace_out}: {e}")),
+        )
+    });
 
     let rss_before = rss_kib();
     let store = MemoryStore::new(budget, 1 << 20);
     let mut lru = Lru::new(budget);
     let body_pool = Bytes::from(vec![b'x'; 16 * 1024 + 1]);
     let mut headers = HeaderMap::new();
-    headers.insert("content-type", http::HeaderValue::from_static("application/octet-stream"));
+    headers.insert(
+        "content-type",
+        http::HeaderValue::from_static("application/octet-stream"),
+    );
     let (mut hits, mut lru_hits, mut total_reqs) = (0u64, 0u64, 0u64);
     let now = SystemTime::now();
     let started = Instant::now();
@@ -239,7 +249,10 @@ fn main() {
         }
         total_reqs += 1;
         let url = format!("/object/{k}");
-        if store.find(&SlotKeyRef::new("bench.example", &url, false), &headers).is_some() {
+        if store
+            .find(&SlotKeyRef::new("bench.example", &url, false), &headers)
+            .is_some()
+        {
             hits += 1;
         } else {
             // Own allocation per object, as a real response body would have.
@@ -280,7 +293,10 @@ fn main() {
     println!("requests            {total_reqs}");
     println!("rampart hit ratio   {:.2}%", ratio(hits));
     println!("LRU hit ratio       {:.2}%", ratio(lru_hits));
-    println!("difference          {:+.2} points", ratio(hits) - ratio(lru_hits));
+    println!(
+        "difference          {:+.2} points",
+        ratio(hits) - ratio(lru_hits)
+    );
     println!(
         "store weight        {} MiB of {} MiB budget, {} entries",
         store.weight() >> 20,
@@ -295,7 +311,12 @@ fn main() {
     println!(
         "peak RSS growth     {} MiB ({:+.1}% of the budget)",
         status_kib("VmHWM:").saturating_sub(rss_before) >> 10,
-        100.0 * ((status_kib("VmHWM:").saturating_sub(rss_before) << 10) as f64 / budget as f64 - 1.0)
+        100.0
+            * ((status_kib("VmHWM:").saturating_sub(rss_before) << 10) as f64 / budget as f64
+                - 1.0)
     );
-    println!("elapsed             {:.1} s", started.elapsed().as_secs_f64());
+    println!(
+        "elapsed             {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
 }

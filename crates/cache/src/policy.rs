@@ -40,6 +40,8 @@ pub enum NotStored {
     VaryAny,
     /// Nothing says how long it stays fresh (or it is already stale).
     NoLifetime,
+    /// The body is larger than `cache_max_object`.
+    TooLarge,
 }
 
 impl NotStored {
@@ -54,6 +56,7 @@ impl NotStored {
             NotStored::Authorization => "authorization",
             NotStored::VaryAny => "vary-star",
             NotStored::NoLifetime => "no-lifetime",
+            NotStored::TooLarge => "too-large",
         }
     }
 }

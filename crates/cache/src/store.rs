@@ -177,10 +177,28 @@ impl MemoryStore {
     pub fn new(budget: u64, max_object: usize) -> Self {
         // The estimate only sizes the index up front; assume ~4 KiB objects.
         let estimated = (budget / 4096).clamp(16, 1 << 22) as usize;
-        MemoryStore {
-            index: quick_cache::sync::Cache::with_weighter(estimated, budget.max(1), Weigher),
-            max_object,
-        }
+        // Each shard has its share of the budget and refuses an item heavier than (most of) its
+        // share, so keep shards large enough for the biggest object allowed: at most one
+        // `max_object` per half shard, and no more than the library's default of 4 per CPU.
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let fit = (budget / (2 * (max_object as u64 + ENTRY_OVERHEAD + 4096)).max(1)).max(1);
+        let shards = (fit.min(4 * cpus as u64) as usize).max(1);
+        let shards = 1usize << (usize::BITS - 1 - shards.leading_zeros());
+        let options = quick_cache::OptionsBuilder::new()
+            .estimated_items_capacity(estimated)
+            .weight_capacity(budget.max(1))
+            .shards(shards)
+            .build();
+        let index = match options {
+            Ok(o) => quick_cache::sync::Cache::with_options(
+                o,
+                Weigher,
+                Default::default(),
+                Default::default(),
+            ),
+            Err(_) => quick_cache::sync::Cache::with_weighter(estimated, budget.max(1), Weigher),
+        };
+        MemoryStore { index, max_object }
     }
 
     pub fn max_object(&self) -> usize {
@@ -200,7 +218,8 @@ impl MemoryStore {
             }
         }
         let w = quick_cache::Weighter::weight(&Weigher, &key, &slot);
-        if w > self.index.capacity() {
+        // Heavier than most of a shard: the index would drop it silently; say so instead.
+        if w > self.index.shard_capacity() / 10 * 9 {
             return false;
         }
         self.index.insert(key, slot);
@@ -388,6 +407,10 @@ mod tests {
         assert!(store.put(key("h", "/ok"), Slot::Object(object(1000))));
         let tiny = MemoryStore::new(4096, 1 << 20);
         assert!(!tiny.put(key("h", "/heavier-than-budget"), Slot::Object(object(5000))));
+        // The largest allowed object always fits its shard, whatever the CPU count.
+        let store = MemoryStore::new(16 << 20, 8 << 20);
+        assert!(store.put(key("h", "/max"), Slot::Object(object(8 << 20))));
+        assert!(store.get(&key("h", "/max")).is_some());
     }
 
     #[test]

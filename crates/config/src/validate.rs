@@ -289,6 +289,15 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
         inactive(sink, &b, "the default request body limit");
     }
     let api_key = match s.string(sink, "api_key") {
+        Some(k) if k.value.trim().is_empty() => {
+            error(
+                sink,
+                &k,
+                "the api_key is empty, which would let anyone use the management API",
+                "set a long random secret (e.g. `openssl rand -hex 32`) or remove the key",
+            );
+            None
+        }
         Some(k) if k.value.len() < 16 => {
             warn(
                 sink,

@@ -167,7 +167,12 @@ pub fn purge_method(
         );
     }
     let Some(cache) = cache else {
-        return purged(0, false);
+        return purged(
+            0,
+            headers
+                .get("x-purge")
+                .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"soft")),
+        );
     };
     let kind = headers
         .get("x-purge-scope")

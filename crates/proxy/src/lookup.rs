@@ -222,7 +222,7 @@ impl Cache {
             .and_then(|v| v.parse::<u64>().ok())
             .is_some_and(|n| n > self.store.max_object() as u64);
         if too_big {
-            return Err(NotStored::Status);
+            return Err(NotStored::TooLarge);
         }
         let variant = match &vary {
             Vary::None => None,
@@ -401,9 +401,11 @@ pub fn respond(
     let mut res = Response::new(ProxyBody::full(body));
     *res.status_mut() = status;
     let age = age_value(obj.age(now).as_secs());
-    headers.insert(AGE, age.clone());
+    if label == CacheLabel::Hit {
+        headers.insert(X_ARC2_CACHE_AGE.clone(), age.clone());
+    }
+    headers.insert(AGE, age);
     headers.insert(X_ARC2_CACHE.clone(), label.header());
-    headers.insert(X_ARC2_CACHE_AGE.clone(), age);
     headers.insert(CACHE_STATUS.clone(), HeaderValue::from_static(cache_status));
     *res.headers_mut() = headers;
     (res, label)

@@ -189,6 +189,7 @@ impl Pipeline {
 
         // lookup → hit | miss | pass
         let mut miss = None;
+        let mut looked_up = false;
         if let (Some(cache), PathDecision::Cacheable { max_age_seconds }) =
             (&self.cache, recv.decision)
         {
@@ -202,6 +203,7 @@ impl Pipeline {
                 let pq = req.uri().path_and_query().map_or("/", |p| p.as_str());
                 let host = recv.host.to_str().unwrap_or_default();
                 let refresh = mode == Mode::Refresh;
+                looked_up = true;
                 match cache.lookup(
                     host,
                     pq,
@@ -407,9 +409,11 @@ impl Pipeline {
         append_via(&mut parts.headers, parts.version);
         parts.version = fetched.downstream_version;
         let mut ticket = None;
-        let mut cache_status = match label {
-            CacheLabel::Bypass => "rampart; fwd=bypass",
-            _ => "rampart; fwd=uri-miss",
+        // A request that was never looked up (path policy, method, caching off) bypassed it.
+        let mut cache_status = if label == CacheLabel::Bypass || !looked_up {
+            "rampart; fwd=bypass"
+        } else {
+            "rampart; fwd=uri-miss"
         };
         if let (Some(cache), Some(l), Some(req_headers)) =
             (&self.cache, &miss, &fetched.req_headers)
@@ -477,7 +481,19 @@ impl Pipeline {
         *bg.method_mut() = Method::GET;
         *bg.uri_mut() = req.uri().clone();
         *bg.version_mut() = req.version();
-        *bg.headers_mut() = req.headers().clone();
+        let mut headers = req.headers().clone();
+        // The refresh wants the whole representation: none of the client's preconditions/ranges.
+        for name in [
+            http::header::IF_NONE_MATCH,
+            http::header::IF_MODIFIED_SINCE,
+            http::header::IF_MATCH,
+            http::header::IF_UNMODIFIED_SINCE,
+            http::header::IF_RANGE,
+            http::header::RANGE,
+        ] {
+            headers.remove(name);
+        }
+        *bg.headers_mut() = headers;
         let (me, conn) = (self.clone(), conn.clone());
         tokio::spawn(async move {
             // Boxed: `run` spawning `run` would otherwise be an infinitely sized future.

@@ -94,7 +94,13 @@ impl ProxyError {
 
     /// The response the client gets.
     pub fn to_response(&self) -> Response<ProxyBody> {
-        synth(self.status())
+        match self {
+            ProxyError::NotCached => synth_with(
+                self.status(),
+                "504 Gateway Timeout: not in the cache (only-if-cached)\n",
+            ),
+            _ => synth(self.status()),
+        }
     }
 }
 
@@ -113,7 +119,10 @@ fn body_for(status: StatusCode) -> &'static str {
 
 /// A complete synthetic response: status, short body, no caching by anyone.
 pub fn synth(status: StatusCode) -> Response<ProxyBody> {
-    let body = body_for(status);
+    synth_with(status, body_for(status))
+}
+
+fn synth_with(status: StatusCode, body: &'static str) -> Response<ProxyBody> {
     let mut res = Response::new(ProxyBody::full(Bytes::from_static(body.as_bytes())));
     *res.status_mut() = status;
     let h = res.headers_mut();

@@ -1090,3 +1090,30 @@ async fn memory_budget_holds_while_inserting_ten_times_the_budget() {
         Some("Hit")
     );
 }
+
+#[tokio::test]
+async fn max_stale_and_min_fresh_from_the_client() {
+    let origin = Origin::new()
+        .route("/m", Reply::text("m").header("cache-control", "max-age=2"))
+        .start()
+        .await;
+    let proxy = Proxy::start(&config_for("ms.example", &origin, "", ""));
+    get(&proxy, "ms.example", "/m").await;
+    // min-fresh larger than what is left: not good enough, go to the origin.
+    let fresh_enough =
+        fetch(req(&proxy, "ms.example", "/m").header("cache-control", "min-fresh=30")).await;
+    assert_eq!(fresh_enough.header("x-arc2-cache"), Some("Expired"));
+    assert_eq!(origin.requests(), 2);
+    tokio::time::sleep(Duration::from_millis(3100)).await;
+    // Stale now; a client that accepts 60 s of staleness gets the stored copy.
+    let stale_ok =
+        fetch(req(&proxy, "ms.example", "/m").header("cache-control", "max-stale=60")).await;
+    assert_eq!(stale_ok.header("x-arc2-cache"), Some("Hit"));
+    assert_eq!(origin.requests(), 2);
+    // Without max-stale it is refetched.
+    assert_eq!(
+        get(&proxy, "ms.example", "/m").await.header("x-arc2-cache"),
+        Some("Expired")
+    );
+    assert_eq!(origin.requests(), 3);
+}
