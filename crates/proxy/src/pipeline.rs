@@ -260,8 +260,11 @@ impl Pipeline {
         // Coalescing: one origin request per resource at a time; later misses wait for it.
         let mut leader = None;
         if let (Some(cache), Some(l)) = (&self.cache, &miss) {
-            // A client-forced refresh (no-cache) fetches for itself.
-            if !l.forced {
+            // A client-forced refresh (no-cache) fetches for itself; so do requests for a range
+            // or with preconditions, which a shared full 200 would not answer.
+            let shared_answer_fits = !req.headers().contains_key(http::header::RANGE)
+                && !conditional::client_has_conditionals(req.headers());
+            if !l.forced && (shared_answer_fits || mode == Mode::Refresh) {
                 match cache.coalescer().join(&l.key) {
                     Role::Leader(g) => leader = Some(g),
                     // Somebody is already fetching it: nothing to refresh.
