@@ -1,0 +1,153 @@
+//! The built-in origin every peer proxies to: one process, one thread, pinned like the servers.
+//!
+//! | path | body | caching |
+//! |---|---|---|
+//! | `/hello` | `Hello World!` (12 bytes) | `max-age=3600` |
+//! | `/image.jpg` | a 75,077-byte (73 KiB) JPEG | `max-age=3600` |
+//! | `/template` | a ~2 KB HTML page rendered per request | `no-store` |
+//! | `/dynamic` | a short page with a per-request counter | `no-store` |
+//! | `/__stats` | request counts per path (`path count` lines) | — |
+//!
+//! The counters let the suite check that a cached scenario really hit the cache: the origin's
+//! count for the path must stay flat during a measured run.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+
+/// The JPEG served as `/image.jpg` (the demo's sample image).
+pub static IMAGE: &[u8] = include_bytes!("../../rampart/assets/demo.jpg");
+
+/// Paths the origin counts, in `/__stats` order.
+pub const PATHS: [&str; 4] = ["/hello", "/image.jpg", "/template", "/dynamic"];
+
+#[derive(Default)]
+struct Counters {
+    hits: [AtomicU64; 4],
+}
+
+fn template(n: u64) -> String {
+    let mut rows = String::new();
+    for i in 0..34 {
+        rows.push_str(&format!(
+            "<tr><td>item {i}</td><td>{}</td><td>in stock</td></tr>\n",
+            (i * 37 + n) % 1000
+        ));
+    }
+    format!(
+        "<!doctype html>\n<html><head><title>Catalogue</title><meta charset=utf-8></head>\n<body><h1>Catalogue</h1>\n\
+         <p>Rendered for request {n}.</p>\n<table>\n{rows}</table>\n<footer>rampart-bench origin</footer></body></html>\n"
+    )
+}
+
+async fn serve(
+    req: Request<Incoming>,
+    c: Arc<Counters>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let path = req.uri().path();
+    let idx = PATHS.iter().position(|p| *p == path);
+    let n = idx.map_or(0, |i| c.hits[i].fetch_add(1, Ordering::Relaxed) + 1);
+    let (ctype, cc, body) = match path {
+        "/hello" => (
+            "text/plain",
+            "max-age=3600",
+            Bytes::from_static(b"Hello World!"),
+        ),
+        "/image.jpg" => ("image/jpeg", "max-age=3600", Bytes::from_static(IMAGE)),
+        "/template" => (
+            "text/html; charset=utf-8",
+            "no-store",
+            Bytes::from(template(n)),
+        ),
+        "/dynamic" => (
+            "text/plain",
+            "no-store",
+            Bytes::from(format!("dynamic response {n}\n")),
+        ),
+        "/__stats" => {
+            let mut s = String::new();
+            for (i, p) in PATHS.iter().enumerate() {
+                s.push_str(&format!("{p} {}\n", c.hits[i].load(Ordering::Relaxed)));
+            }
+            ("text/plain", "no-store", Bytes::from(s))
+        }
+        _ => {
+            let mut r = Response::new(Full::new(Bytes::from_static(b"not found\n")));
+            *r.status_mut() = http::StatusCode::NOT_FOUND;
+            return Ok(r);
+        }
+    };
+    let mut r = Response::new(Full::new(body));
+    let h = r.headers_mut();
+    h.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static(ctype),
+    );
+    h.insert(
+        http::header::CACHE_CONTROL,
+        http::HeaderValue::from_static(cc),
+    );
+    Ok(r)
+}
+
+/// Runs the origin on `listen` until the process is killed.
+pub fn run(listen: SocketAddr) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(listen).await?;
+        println!("origin listening on http://{}", listener.local_addr()?);
+        let counters = Arc::new(Counters::default());
+        let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+        loop {
+            let (stream, _) = match listener.accept().await {
+                Ok(x) => x,
+                Err(_) => continue,
+            };
+            let _ = stream.set_nodelay(true);
+            let c = counters.clone();
+            let conn = builder
+                .serve_connection(
+                    TokioIo::new(stream),
+                    service_fn(move |req| serve(req, c.clone())),
+                )
+                .into_owned();
+            tokio::spawn(conn);
+        }
+    })
+}
+
+/// Parses `/__stats` output into counts per path.
+pub fn parse_stats(text: &str) -> Vec<(String, u64)> {
+    text.lines()
+        .filter_map(|l| {
+            let (p, n) = l.split_once(' ')?;
+            Some((p.to_owned(), n.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn template_is_about_two_kilobytes() {
+        let t = template(7);
+        assert!((1800..2600).contains(&t.len()), "{}", t.len());
+        assert_eq!(
+            parse_stats("/hello 3\n/image.jpg 0\n"),
+            vec![("/hello".into(), 3), ("/image.jpg".into(), 0)]
+        );
+        assert!(IMAGE.starts_with(&[0xFF, 0xD8]));
+    }
+}

@@ -1,0 +1,199 @@
+//! Server processes: started pinned (`taskset`) in their own process group, measured through
+//! `/proc` (CPU time and peak memory of the whole process tree), and stopped with the group.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running server (with all its children).
+pub struct Server {
+    child: Child,
+}
+
+impl Server {
+    /// Starts `program args` pinned to `cpus`, in a new process group, output to `log`.
+    pub fn start(
+        cpus: &str,
+        program: &str,
+        args: &[String],
+        env: &[(String, String)],
+        log: &Path,
+    ) -> io::Result<Server> {
+        let out = std::fs::File::create(log)?;
+        let err = out.try_clone()?;
+        let mut cmd = Command::new("taskset");
+        cmd.arg("-c").arg(cpus).arg(program).args(args);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .process_group(0);
+        let child = cmd.spawn()?;
+        Ok(Server { child })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether it is still running.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// CPU time of the whole tree (user + system), in seconds. From each thread's
+    /// `/proc/PID/task/TID/schedstat` (nanoseconds) where available — tick-based utime+stime
+    /// (10 ms resolution) would round short runs to zero.
+    pub fn cpu_seconds(&self) -> f64 {
+        tree(self.pid())
+            .iter()
+            .map(|p| {
+                schedstat_ns(*p).map_or_else(
+                    || cpu_ticks(*p) as f64 / clock_ticks(),
+                    |ns| ns as f64 / 1e9,
+                )
+            })
+            .sum()
+    }
+
+    /// Sum of peak resident memory (VmHWM) of the tree, in bytes.
+    pub fn peak_rss(&self) -> u64 {
+        tree(self.pid())
+            .iter()
+            .map(|p| status_kib(*p, "VmHWM:") * 1024)
+            .sum()
+    }
+
+    /// Stops the process group: SIGTERM, then SIGKILL after a grace period.
+    pub fn stop(mut self) {
+        let pgid = self.pid();
+        let _ = Command::new("kill")
+            .args(["-TERM", "--", &format!("-{pgid}")])
+            .stderr(Stdio::null())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if !self.alive() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{pgid}")])
+            .stderr(Stdio::null())
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+fn clock_ticks() -> f64 {
+    // Linux's USER_HZ is 100 on every mainstream architecture; `getconf CLK_TCK` confirms.
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+/// Fields after the `(comm)` of /proc/PID/stat (comm may contain spaces).
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 2..];
+    Some(rest.split_whitespace().map(str::to_owned).collect())
+}
+
+/// Sum of the on-CPU nanoseconds of every thread of `pid`.
+fn schedstat_ns(pid: u32) -> Option<u64> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut total = 0u64;
+    let mut any = false;
+    for t in tasks.flatten() {
+        let s = std::fs::read_to_string(t.path().join("schedstat")).ok()?;
+        total += s.split_whitespace().next()?.parse::<u64>().ok()?;
+        any = true;
+    }
+    any.then_some(total)
+}
+
+fn cpu_ticks(pid: u32) -> u64 {
+    // After comm: state(0) ppid(1) ... utime(11) stime(12).
+    stat_fields(pid).map_or(0, |f| {
+        f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+            + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+    })
+}
+
+fn status_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// `root` and all its descendants.
+pub fn tree(root: u32) -> Vec<u32> {
+    let mut parent = HashMap::new();
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for e in dir.flatten() {
+            if let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) {
+                if let Some(ppid) =
+                    stat_fields(pid).and_then(|f| f.get(1).and_then(|v| v.parse::<u32>().ok()))
+                {
+                    parent.insert(pid, ppid);
+                }
+            }
+        }
+    }
+    let mut out = vec![root];
+    let mut i = 0;
+    while i < out.len() {
+        let p = out[i];
+        out.extend(parent.iter().filter(|(_, pp)| **pp == p).map(|(c, _)| *c));
+        i += 1;
+    }
+    out
+}
+
+/// Polls until a TCP connection to `addr` succeeds.
+pub fn wait_listening(addr: std::net::SocketAddr, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+/// A free loopback port (bound and released; the suite starts everything right after).
+pub fn free_port() -> io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_tree_and_cpu() {
+        let me = std::process::id();
+        assert!(tree(me).contains(&me));
+        assert!(status_kib(me, "VmHWM:") > 0);
+        let _ = cpu_ticks(me);
+        assert!(schedstat_ns(me).is_some_and(|ns| ns > 0));
+    }
+}

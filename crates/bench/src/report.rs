@@ -1,0 +1,422 @@
+//! The report: `report.md` (tables per scenario with ratios against rampart), `results.json`
+//! (every run, for machines) and SVG charts (throughput, CPU per request and latency per proxy;
+//! latency against connections for `vus`).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use plotters::prelude::*;
+
+use crate::{summarise, Results, Summary};
+
+fn us(v: f64) -> String {
+    if v >= 1e6 {
+        format!("{:.2} s", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{:.2} ms", v / 1e3)
+    } else {
+        format!("{v:.0} µs")
+    }
+}
+
+fn rate(v: f64) -> String {
+    if v >= 1e9 {
+        format!("{:.2} GB/s", v / 1e9)
+    } else if v >= 1e6 {
+        format!("{:.1} MB/s", v / 1e6)
+    } else {
+        format!("{:.0} kB/s", v / 1e3)
+    }
+}
+
+fn count(v: f64) -> String {
+    if v >= 1e4 {
+        format!("{:.1}k", v / 1e3)
+    } else {
+        format!("{v:.0}")
+    }
+}
+
+fn mib(b: u64) -> String {
+    format!("{:.0} MiB", b as f64 / (1u64 << 20) as f64)
+}
+
+fn label_of<'a>(r: &'a Results, peer: &'a str) -> &'a str {
+    r.peers
+        .iter()
+        .find(|(n, _)| n == peer)
+        .map_or(peer, |(_, l)| l.as_str())
+}
+
+/// The one-screen summary printed at the end of a run.
+pub fn summary(r: &Results) -> String {
+    let mut s = String::from("\nsummary (median server CPU µs per request; lower is better)\n");
+    for sc in &r.scenarios {
+        for (li, load) in sc.loads.iter().enumerate() {
+            let mut row: Vec<(String, f64, f64)> = r
+                .peers
+                .iter()
+                .filter_map(|(p, _)| {
+                    summarise(&r.runs, sc.name, li, p).map(|m| (p.clone(), m.cpu_us.0, m.rps.0))
+                })
+                .collect();
+            if row.is_empty() {
+                continue;
+            }
+            row.sort_by(|a, b| a.1.total_cmp(&b.1));
+            let _ = write!(s, "  {:<13} {:<40}", sc.name, load.describe(sc.seconds));
+            for (p, cpu, rps) in row {
+                let _ = write!(s, " {p} {cpu:.1}µs/{}rps", count(rps));
+            }
+            s.push('\n');
+        }
+    }
+    s
+}
+
+pub fn write(out: &Path, r: &Results) -> anyhow::Result<()> {
+    std::fs::write(out.join("results.json"), serde_json::to_string_pretty(r)?)?;
+    let charts = out.join("charts");
+    std::fs::create_dir_all(&charts)?;
+    let mut md = String::new();
+    let _ = writeln!(md, "# rampart benchmark report — {}\n", r.started);
+    if r.quick {
+        md.push_str("> **Quick run** (`--quick`): seconds-long smoke test of the harness. The figures are not meaningful.\n\n");
+    }
+    let _ = writeln!(md, "**Machine:** {}\n", r.machine);
+    let _ = writeln!(md, "**Method:** {} (see shared/BENCHMARKING.md and docs/benchmarks.md). Configs used: `configs/`. Raw runs: `results.json`.\n", r.method);
+    md.push_str("| peer | what runs |\n|---|---|\n");
+    for (n, l) in &r.peers {
+        let _ = writeln!(md, "| `{n}` | {l} |");
+    }
+    if !r.skipped.is_empty() {
+        md.push_str("\nSkipped:\n");
+        for s in &r.skipped {
+            let _ = writeln!(md, "- {s}");
+        }
+    }
+    md.push('\n');
+
+    for sc in &r.scenarios {
+        let _ = writeln!(
+            md,
+            "## `{}`\n\n{}. Path `{}`.\n",
+            sc.name, sc.description, sc.path
+        );
+        if sc.name == "vus" {
+            vus_section(&mut md, r, &charts)?;
+            continue;
+        }
+        for (li, load) in sc.loads.iter().enumerate() {
+            let rows: Vec<(String, Summary)> = r
+                .peers
+                .iter()
+                .filter_map(|(p, _)| summarise(&r.runs, sc.name, li, p).map(|m| (p.clone(), m)))
+                .collect();
+            if rows.is_empty() {
+                continue;
+            }
+            let base = rows
+                .iter()
+                .find(|(p, _)| p == "rampart")
+                .map(|(_, m)| m.clone());
+            let _ = writeln!(md, "### {}\n", load.describe(sc.seconds));
+            md.push_str("| Program | req/s (median, min–max) | server CPU µs/req (min–max) | CPU vs rampart | p50 | p99 | max | errors | transfer | peak RSS | cache check |\n");
+            md.push_str("|---|---|---|---|---|---|---|---|---|---|---|\n");
+            let mut notes = Vec::new();
+            for (p, m) in &rows {
+                let ratio = base.as_ref().map_or("–".to_owned(), |b| {
+                    format!("{:.2}×", m.cpu_us.0 / b.cpu_us.0.max(1e-9))
+                });
+                let check = if sc.cached {
+                    // Each measured run may let through a handful of requests (expiry races, a
+                    // worker's first miss); anything more means the peer did not cache.
+                    if m.origin_requests <= 5 * m.rounds as u64 {
+                        format!("hit ✓ (origin saw {})", m.origin_requests)
+                    } else {
+                        format!("**not cached** (origin saw {})", m.origin_requests)
+                    }
+                } else {
+                    format!("origin saw {}", count(m.origin_requests as f64))
+                };
+                let _ = writeln!(
+                    md,
+                    "| {} | {} ({}–{}) | {:.1} ({:.1}–{:.1}) | {} | {} | {} | {} | {} | {} | {} | {} |",
+                    label_of(r, p),
+                    count(m.rps.0),
+                    count(m.rps.1),
+                    count(m.rps.2),
+                    m.cpu_us.0,
+                    m.cpu_us.1,
+                    m.cpu_us.2,
+                    ratio,
+                    us(m.p50_us),
+                    us(m.p99_us),
+                    us(m.max_us),
+                    m.errors,
+                    rate(m.bytes_per_sec),
+                    mib(m.peak_rss),
+                    check
+                );
+                if m.utilisation < 0.85 {
+                    notes.push(format!(
+                        "{}: the server was busy only {:.0}% of the time — the load generator (or the origin) was the ceiling, so req/s does not rank it; compare CPU µs/request.",
+                        label_of(r, p),
+                        m.utilisation * 100.0
+                    ));
+                }
+            }
+            md.push('\n');
+            for n in notes {
+                let _ = writeln!(md, "- {n}");
+            }
+            let stem = format!("{}-{}", sc.name, li);
+            let names: Vec<String> = rows.iter().map(|(p, _)| p.clone()).collect();
+            bars(
+                &charts.join(format!("{stem}-throughput.svg")),
+                &format!("{} — requests/s (median)", load.describe(sc.seconds)),
+                &names,
+                &rows.iter().map(|(_, m)| m.rps.0).collect::<Vec<_>>(),
+                "req/s",
+            )?;
+            bars(
+                &charts.join(format!("{stem}-cpu.svg")),
+                &format!(
+                    "{} — server CPU µs per request (lower is better)",
+                    load.describe(sc.seconds)
+                ),
+                &names,
+                &rows.iter().map(|(_, m)| m.cpu_us.0).collect::<Vec<_>>(),
+                "µs",
+            )?;
+            latency_bars(
+                &charts.join(format!("{stem}-latency.svg")),
+                &format!("{} — latency p50 / p99 (ms)", load.describe(sc.seconds)),
+                &names,
+                &rows
+                    .iter()
+                    .map(|(_, m)| (m.p50_us / 1e3, m.p99_us / 1e3))
+                    .collect::<Vec<_>>(),
+            )?;
+            let _ = writeln!(md, "\n![throughput](charts/{stem}-throughput.svg) ![cpu](charts/{stem}-cpu.svg) ![latency](charts/{stem}-latency.svg)\n");
+        }
+    }
+    md.push_str("## Caveats\n\n- One machine: the servers and the origin share the server CPU set; the load generator runs on the other. Absolute numbers depend on this machine; ratios and CPU per request travel better.\n- Peers run with their packaged versions and the configs in `configs/`; NGINX appears twice (default proxy settings, and tuned upstream keepalive) as shared/BENCHMARKING.md asks.\n- A cached scenario whose check says *not cached* compares different work.\n");
+    std::fs::write(out.join("report.md"), md)?;
+    Ok(())
+}
+
+fn vus_section(md: &mut String, r: &Results, charts: &Path) -> anyhow::Result<()> {
+    let Some(sc) = r.scenarios.iter().find(|s| s.name == "vus") else {
+        return Ok(());
+    };
+    let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    for (li, load) in sc.loads.iter().enumerate() {
+        let n = match load {
+            crate::load::Load::Oha { connections } => *connections as f64,
+            _ => 0.0,
+        };
+        let rows: Vec<(String, Summary)> = r
+            .peers
+            .iter()
+            .filter_map(|(p, _)| summarise(&r.runs, sc.name, li, p).map(|m| (p.clone(), m)))
+            .collect();
+        if rows.is_empty() {
+            continue;
+        }
+        let base = rows
+            .iter()
+            .find(|(p, _)| p == "rampart")
+            .map(|(_, m)| m.mean_us);
+        let _ = writeln!(md, "### N = {n} ({})\n", load.describe(sc.seconds));
+        md.push_str("| Program | Request Latency (mean) | Delta vs rampart | p50 | p99 | max | Total Requests | errors |\n|---|---|---|---|---|---|---|---|\n");
+        for (p, m) in &rows {
+            let delta = base.map_or("–".to_owned(), |b| {
+                format!("{:+.1}%", (m.mean_us / b.max(1e-9) - 1.0) * 100.0)
+            });
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                label_of(r, p),
+                us(m.mean_us),
+                delta,
+                us(m.p50_us),
+                us(m.p99_us),
+                us(m.max_us),
+                m.requests,
+                m.errors
+            );
+            match series.iter_mut().find(|(name, _)| name == p) {
+                Some((_, pts)) => pts.push((n, m.mean_us / 1e3)),
+                None => series.push((p.clone(), vec![(n, m.mean_us / 1e3)])),
+            }
+        }
+        md.push('\n');
+    }
+    if !series.is_empty() {
+        lines(
+            &charts.join("vus-latency.svg"),
+            "mean latency vs connections (each sends 1 request/s)",
+            &series,
+        )?;
+        md.push_str("![latency vs connections](charts/vus-latency.svg)\n\n");
+    }
+    Ok(())
+}
+
+fn color(i: usize) -> RGBColor {
+    const C: [RGBColor; 10] = [
+        RGBColor(214, 39, 40),
+        RGBColor(31, 119, 180),
+        RGBColor(44, 160, 44),
+        RGBColor(255, 127, 14),
+        RGBColor(148, 103, 189),
+        RGBColor(140, 86, 75),
+        RGBColor(227, 119, 194),
+        RGBColor(127, 127, 127),
+        RGBColor(188, 189, 34),
+        RGBColor(23, 190, 207),
+    ];
+    C[i % C.len()]
+}
+
+type Chart = anyhow::Result<()>;
+
+fn err<E: std::fmt::Display>(e: E) -> anyhow::Error {
+    anyhow::anyhow!("chart: {e}")
+}
+
+/// Horizontal bars, one per peer, value written at the end of each bar.
+fn bars(path: &Path, title: &str, names: &[String], values: &[f64], unit: &str) -> Chart {
+    let n = names.len().max(1);
+    let root = SVGBackend::new(path, (900, 80 + 36 * n as u32)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let max = values.iter().cloned().fold(0.0, f64::max).max(1e-9) * 1.35;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(30)
+        .y_label_area_size(10)
+        .build_cartesian_2d(0f64..max, 0f64..n as f64)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .disable_y_axis()
+        .x_desc(unit)
+        .draw()
+        .map_err(err)?;
+    for (i, (name, v)) in names.iter().zip(values).enumerate() {
+        let y = (n - 1 - i) as f64;
+        chart
+            .draw_series(std::iter::once(Rectangle::new(
+                [(0.0, y + 0.15), (*v, y + 0.85)],
+                color(i).filled(),
+            )))
+            .map_err(err)?;
+        chart
+            .draw_series(std::iter::once(Text::new(
+                format!(" {name}: {}", count(*v)),
+                (*v, y + 0.62),
+                ("sans-serif", 14),
+            )))
+            .map_err(err)?;
+    }
+    root.present().map_err(err)?;
+    Ok(())
+}
+
+/// Two bars per peer: p50 (light) and p99 (dark).
+fn latency_bars(path: &Path, title: &str, names: &[String], values: &[(f64, f64)]) -> Chart {
+    let n = names.len().max(1);
+    let root = SVGBackend::new(path, (900, 80 + 44 * n as u32)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let max = values
+        .iter()
+        .map(|v| v.1.max(v.0))
+        .fold(0.0, f64::max)
+        .max(1e-9)
+        * 1.45;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(30)
+        .y_label_area_size(10)
+        .build_cartesian_2d(0f64..max, 0f64..n as f64)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .disable_y_axis()
+        .x_desc("ms")
+        .draw()
+        .map_err(err)?;
+    for (i, (name, (p50, p99))) in names.iter().zip(values).enumerate() {
+        let y = (n - 1 - i) as f64;
+        let c = color(i);
+        chart
+            .draw_series([
+                Rectangle::new([(0.0, y + 0.5), (*p99, y + 0.85)], c.filled()),
+                Rectangle::new([(0.0, y + 0.12), (*p50, y + 0.47)], c.mix(0.45).filled()),
+            ])
+            .map_err(err)?;
+        chart
+            .draw_series(std::iter::once(Text::new(
+                format!(" {name}: p50 {:.2} / p99 {:.2} ms", p50, p99),
+                (p99.max(*p50), y + 0.6),
+                ("sans-serif", 13),
+            )))
+            .map_err(err)?;
+    }
+    root.present().map_err(err)?;
+    Ok(())
+}
+
+/// Lines of (connections, mean latency ms) per peer.
+fn lines(path: &Path, title: &str, series: &[(String, Vec<(f64, f64)>)]) -> Chart {
+    let root = SVGBackend::new(path, (900, 520)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let xmax = series
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|v| v.0))
+        .fold(1.0, f64::max)
+        * 1.05;
+    let ymax = series
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|v| v.1))
+        .fold(0.0, f64::max)
+        .max(1e-6)
+        * 1.15;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 18))
+        .margin(14)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0f64..xmax, 0f64..ymax)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("connections (N)")
+        .y_desc("mean latency (ms)")
+        .draw()
+        .map_err(err)?;
+    for (i, (name, pts)) in series.iter().enumerate() {
+        let c = color(i);
+        chart
+            .draw_series(LineSeries::new(pts.iter().cloned(), c.stroke_width(2)))
+            .map_err(err)?
+            .label(name.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2)));
+        chart
+            .draw_series(pts.iter().map(|p| Circle::new(*p, 3, c.filled())))
+            .map_err(err)?;
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)?;
+    root.present().map_err(err)?;
+    Ok(())
+}

@@ -1,0 +1,98 @@
+//! Runs `rampart-bench --quick` against rampart and NGINX and checks the harness produced a
+//! sane, complete report. It asserts nothing about speed.
+#![allow(clippy::unwrap_used)]
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn installed(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+#[test]
+fn quick_run_writes_a_complete_report() {
+    let bench = PathBuf::from(env!("CARGO_BIN_EXE_rampart-bench"));
+    let rampart = bench.with_file_name("rampart");
+    assert!(
+        rampart.exists(),
+        "build rampart first (`cargo build --workspace`): {} is missing",
+        rampart.display()
+    );
+    for tool in ["nginx", "wrk", "ab", "h2load", "oha"] {
+        assert!(
+            installed(tool),
+            "{tool} is required for this test (.ci/run installs it)"
+        );
+    }
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("bench-quick-{}", std::process::id()));
+    let status = Command::new(&bench)
+        .args(["--quick", "--peers", "rampart,nginx,nginx-default", "--out"])
+        .arg(&out)
+        .arg("--rampart")
+        .arg(&rampart)
+        .status()
+        .unwrap();
+    assert!(status.success(), "rampart-bench --quick failed");
+
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    for scenario in ["cached-hello", "cached-image", "pass", "close", "h2", "vus"] {
+        assert!(
+            report.contains(&format!("## `{scenario}`")),
+            "no section for {scenario}:\n{report}"
+        );
+    }
+    assert!(
+        report.contains("scenario https: skipped"),
+        "https must say why it is skipped"
+    );
+
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let runs = json["runs"].as_array().unwrap();
+    for scenario in ["cached-hello", "cached-image", "pass", "close", "h2", "vus"] {
+        for peer in ["rampart", "nginx"] {
+            let run = runs
+                .iter()
+                .find(|r| r["scenario"] == scenario && r["peer"] == peer)
+                .unwrap_or_else(|| panic!("no run of {peer} in {scenario}"));
+            assert!(
+                run["result"]["requests"].as_u64().unwrap() > 0,
+                "{peer} {scenario}: no requests"
+            );
+            assert!(run["result"]["rps"].as_f64().unwrap() > 0.0);
+            assert!(
+                run["server_cpu_us_per_request"].as_f64().unwrap() > 0.0,
+                "{peer} {scenario}: no CPU measured"
+            );
+        }
+    }
+    // Cached scenarios really hit in rampart: the origin stays (nearly) flat.
+    let hello = runs
+        .iter()
+        .find(|r| r["scenario"] == "cached-hello" && r["peer"] == "rampart")
+        .unwrap();
+    assert!(hello["origin_requests"].as_u64().unwrap() <= 5, "{hello}");
+    for chart in [
+        "cached-hello-0-throughput.svg",
+        "cached-hello-0-cpu.svg",
+        "pass-0-latency.svg",
+        "vus-latency.svg",
+    ] {
+        let svg = std::fs::read_to_string(out.join("charts").join(chart)).unwrap();
+        assert!(
+            svg.starts_with("<svg") && svg.contains("rampart"),
+            "{chart}"
+        );
+    }
+    for config in ["configs/rampart/rampart.toml", "configs/nginx/nginx.conf"] {
+        assert!(
+            out.join(config).exists(),
+            "{config} not written into the report folder"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
