@@ -153,7 +153,7 @@ fn fd_limit() -> u64 {
 }
 
 fn scenarios(quick: bool, seconds: Option<u64>, rounds: Option<usize>) -> Vec<Scenario> {
-    let s = seconds.unwrap_or(if quick { 1 } else { 4 });
+    let s = seconds.unwrap_or(if quick { 1 } else { 3 });
     let r = rounds.unwrap_or(if quick { 1 } else { 3 });
     let wrk = |c: u32| Load::Wrk {
         connections: c,
@@ -303,6 +303,7 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 fn run(args: RunArgs) -> anyhow::Result<()> {
+    procs::stop_all_on_signal();
     let started = now_utc();
     let root = std::env::current_dir()?;
     let out = args
@@ -544,11 +545,11 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 left % 60
             );
             let before_origin = origin_count(origin_addr, s.path);
-            let cpu0 = r.server.cpu_seconds();
+            let cpu0 = r.server.cpu_sample();
             let t0 = Instant::now();
             let result = run_load(load, &url, s.seconds, &args.load_cpus, &work);
             let wall = t0.elapsed().as_secs_f64();
-            let cpu = r.server.cpu_seconds() - cpu0;
+            let cpu = r.server.cpu_sample().since(&cpu0);
             let origin_requests = origin_count(origin_addr, s.path).saturating_sub(before_origin);
             match result {
                 Some(res) => {

@@ -8,6 +8,68 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Process groups of every server started, so an interrupted run can stop them all.
+static GROUPS: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+
+fn kill_group(pgid: u32, signal: &str) {
+    let _ = Command::new("kill")
+        .args([signal, "--", &format!("-{pgid}")])
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// On SIGINT/SIGTERM: stop every server started so far, then exit (no peer is left running).
+pub fn stop_all_on_signal() {
+    std::thread::spawn(|| {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        rt.block_on(async {
+            let Ok(mut term) =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            else {
+                return;
+            };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        });
+        let groups = GROUPS.lock().map(|g| g.clone()).unwrap_or_default();
+        eprintln!("interrupted: stopping {} server(s)", groups.len());
+        for g in &groups {
+            kill_group(*g, "-TERM");
+        }
+        std::thread::sleep(Duration::from_secs(2));
+        for g in &groups {
+            kill_group(*g, "-KILL");
+        }
+        std::process::exit(130);
+    });
+}
+
+/// CPU time per thread at one moment.
+#[derive(Debug, Clone, Default)]
+pub struct CpuSample {
+    threads: HashMap<u32, u64>,
+}
+
+impl CpuSample {
+    /// Seconds of CPU used between `earlier` and this sample. Threads that ended in between
+    /// (an NGINX cache loader, a recycled Apache child) drop out instead of making the
+    /// difference negative.
+    pub fn since(&self, earlier: &CpuSample) -> f64 {
+        self.threads
+            .iter()
+            .map(|(tid, ns)| ns.saturating_sub(earlier.threads.get(tid).copied().unwrap_or(0)))
+            .sum::<u64>() as f64
+            / 1e9
+    }
+}
+
 /// A running server (with all its children).
 pub struct Server {
     child: Child,
@@ -34,6 +96,9 @@ impl Server {
             .stderr(err)
             .process_group(0);
         let child = cmd.spawn()?;
+        if let Ok(mut g) = GROUPS.lock() {
+            g.push(child.id());
+        }
         Ok(Server { child })
     }
 
@@ -46,19 +111,31 @@ impl Server {
         matches!(self.child.try_wait(), Ok(None))
     }
 
-    /// CPU time of the whole tree (user + system), in seconds. From each thread's
-    /// `/proc/PID/task/TID/schedstat` (nanoseconds) where available — tick-based utime+stime
-    /// (10 ms resolution) would round short runs to zero.
-    pub fn cpu_seconds(&self) -> f64 {
-        tree(self.pid())
-            .iter()
-            .map(|p| {
-                schedstat_ns(*p).map_or_else(
-                    || cpu_ticks(*p) as f64 / clock_ticks(),
-                    |ns| ns as f64 / 1e9,
-                )
-            })
-            .sum()
+    /// On-CPU time (user + system) of every thread of the tree now, from
+    /// `/proc/PID/task/TID/schedstat` (nanoseconds; tick-based utime+stime would round short
+    /// runs to zero). Compare two samples with [`CpuSample::since`].
+    pub fn cpu_sample(&self) -> CpuSample {
+        let mut threads = HashMap::new();
+        for pid in tree(self.pid()) {
+            if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+                for t in tasks.flatten() {
+                    let Some(tid) = t.file_name().to_str().and_then(|s| s.parse::<u32>().ok())
+                    else {
+                        continue;
+                    };
+                    let ns = std::fs::read_to_string(t.path().join("schedstat"))
+                        .ok()
+                        .and_then(|s| {
+                            s.split_whitespace()
+                                .next()
+                                .and_then(|v| v.parse::<u64>().ok())
+                        })
+                        .unwrap_or_else(|| (cpu_ticks(tid) as f64 / clock_ticks() * 1e9) as u64);
+                    threads.insert(tid, ns);
+                }
+            }
+        }
+        CpuSample { threads }
     }
 
     /// Sum of peak resident memory (VmHWM) of the tree, in bytes.
@@ -106,19 +183,6 @@ fn stat_fields(pid: u32) -> Option<Vec<String>> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let rest = &s[s.rfind(')')? + 2..];
     Some(rest.split_whitespace().map(str::to_owned).collect())
-}
-
-/// Sum of the on-CPU nanoseconds of every thread of `pid`.
-fn schedstat_ns(pid: u32) -> Option<u64> {
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
-    let mut total = 0u64;
-    let mut any = false;
-    for t in tasks.flatten() {
-        let s = std::fs::read_to_string(t.path().join("schedstat")).ok()?;
-        total += s.split_whitespace().next()?.parse::<u64>().ok()?;
-        any = true;
-    }
-    any.then_some(total)
 }
 
 fn cpu_ticks(pid: u32) -> u64 {
@@ -194,6 +258,15 @@ mod tests {
         assert!(tree(me).contains(&me));
         assert!(status_kib(me, "VmHWM:") > 0);
         let _ = cpu_ticks(me);
-        assert!(schedstat_ns(me).is_some_and(|ns| ns > 0));
+        let a = Server {
+            child: Command::new("sleep")
+                .arg("0.2")
+                .spawn()
+                .expect("sleep runs"),
+        };
+        let s1 = a.cpu_sample();
+        let s2 = a.cpu_sample();
+        assert!(s2.since(&s1) >= 0.0);
+        a.stop();
     }
 }
