@@ -111,6 +111,9 @@ pub struct Run {
     pub server_cpu_us_per_request: f64,
     /// Server CPU time / wall time during the run (1.0 = one core fully busy).
     pub server_cpu_utilisation: f64,
+    /// How busy the server CPU set was (peer + origin) during the run, 0–1: well below 1 means
+    /// the load generator, not the servers, was the ceiling.
+    pub server_set_utilisation: f64,
     pub peak_rss_bytes: u64,
     /// Requests the origin saw for the scenario's path during the run.
     pub origin_requests: u64,
@@ -210,9 +213,9 @@ fn scenarios(quick: bool, seconds: Option<u64>, rounds: Option<usize>) -> Vec<Sc
         },
         Scenario {
             name: "close",
-            description: "a new connection per request (Connection: close), 32 connections, the 12-byte page: the keep-alive lesson",
+            description: "a new connection per request (Connection: close), 32 connections, the cached 12-byte page: the keep-alive lesson (compare with cached-hello)",
             path: "/hello",
-            cached: false,
+            cached: true,
             h2: false,
             loads: vec![Load::Wrk { connections: 32, close: true }],
             seconds: s,
@@ -513,6 +516,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         total_eta % 60
     );
 
+    let server_cpu_count = cpu_count(&args.server_cpus);
     let started_at = Instant::now();
     let mut spent = 0u64;
     let mut runs = Vec::new();
@@ -546,10 +550,12 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             );
             let before_origin = origin_count(origin_addr, s.path);
             let cpu0 = r.server.cpu_sample();
+            let origin_cpu0 = origin.cpu_sample();
             let t0 = Instant::now();
             let result = run_load(load, &url, s.seconds, &args.load_cpus, &work);
             let wall = t0.elapsed().as_secs_f64();
             let cpu = r.server.cpu_sample().since(&cpu0);
+            let origin_cpu = origin.cpu_sample().since(&origin_cpu0);
             let origin_requests = origin_count(origin_addr, s.path).saturating_sub(before_origin);
             match result {
                 Some(res) => {
@@ -562,6 +568,9 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                         round,
                         server_cpu_us_per_request: cpu * 1e6 / served,
                         server_cpu_utilisation: cpu / wall.max(1e-9),
+                        server_set_utilisation: (cpu + origin_cpu)
+                            / wall.max(1e-9)
+                            / server_cpu_count as f64,
                         peak_rss_bytes: r.server.peak_rss(),
                         origin_requests,
                         result: res,
@@ -620,6 +629,23 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     println!("{}", report::summary(&results));
     println!("report: {}", out.join("report.md").display());
     Ok(())
+}
+
+/// Number of CPUs in a taskset list such as `0`, `0-3` or `0,2`.
+fn cpu_count(list: &str) -> usize {
+    list.split(',')
+        .map(|part| match part.split_once('-') {
+            Some((a, b)) => {
+                b.trim()
+                    .parse::<usize>()
+                    .unwrap_or(0)
+                    .saturating_sub(a.trim().parse().unwrap_or(0))
+                    + 1
+            }
+            None => 1,
+        })
+        .sum::<usize>()
+        .max(1)
 }
 
 fn applies(s: &Scenario, p: &dyn Peer) -> bool {
@@ -705,7 +731,7 @@ pub fn summarise(runs: &[Run], scenario: &str, load_index: usize, peer: &str) ->
         errors: rs.iter().map(|r| r.result.errors).sum(),
         requests: rs.iter().map(|r| r.result.requests).sum(),
         origin_requests: rs.iter().map(|r| r.origin_requests).sum(),
-        utilisation: col(&|r| r.server_cpu_utilisation).0,
+        utilisation: col(&|r| r.server_set_utilisation).0,
         peak_rss: rs.iter().map(|r| r.peak_rss_bytes).max().unwrap_or(0),
         rounds: rs.len(),
     })

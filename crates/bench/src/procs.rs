@@ -257,16 +257,20 @@ mod tests {
         let me = std::process::id();
         assert!(tree(me).contains(&me));
         assert!(status_kib(me, "VmHWM:") > 0);
-        let _ = cpu_ticks(me);
+        // A child that burns CPU for a moment: its tree's CPU time must grow.
         let a = Server {
-            child: Command::new("sleep")
-                .arg("0.2")
+            child: Command::new("sh")
+                .args([
+                    "-c",
+                    "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; sleep 1",
+                ])
                 .spawn()
-                .expect("sleep runs"),
+                .expect("sh runs"),
         };
         let s1 = a.cpu_sample();
+        std::thread::sleep(Duration::from_millis(300));
         let s2 = a.cpu_sample();
-        assert!(s2.since(&s1) >= 0.0);
+        assert!(s2.since(&s1) > 0.01, "measured {}", s2.since(&s1));
         a.stop();
     }
 }

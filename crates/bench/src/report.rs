@@ -10,7 +10,10 @@ use plotters::prelude::*;
 use crate::{summarise, Results, Summary};
 
 fn us(v: f64) -> String {
-    if v >= 1e6 {
+    if v <= 0.0 {
+        // Not reported by this load generator (h2load has no percentiles).
+        "–".to_owned()
+    } else if v >= 1e6 {
         format!("{:.2} s", v / 1e6)
     } else if v >= 1e3 {
         format!("{:.2} ms", v / 1e3)
@@ -160,7 +163,7 @@ pub fn write(out: &Path, r: &Results) -> anyhow::Result<()> {
                 );
                 if m.utilisation < 0.85 {
                     notes.push(format!(
-                        "{}: the server was busy only {:.0}% of the time — the load generator (or the origin) was the ceiling, so req/s does not rank it; compare CPU µs/request.",
+                        "{}: the server CPUs (proxy + origin) were busy only {:.0}% of the time — the load generator was the ceiling, so req/s does not rank it; compare CPU µs/request.",
                         label_of(r, p),
                         m.utilisation * 100.0
                     ));
@@ -189,16 +192,24 @@ pub fn write(out: &Path, r: &Results) -> anyhow::Result<()> {
                 &rows.iter().map(|(_, m)| m.cpu_us.0).collect::<Vec<_>>(),
                 "µs",
             )?;
-            latency_bars(
-                &charts.join(format!("{stem}-latency.svg")),
-                &format!("{} — latency p50 / p99 (ms)", load.describe(sc.seconds)),
-                &names,
-                &rows
-                    .iter()
-                    .map(|(_, m)| (m.p50_us / 1e3, m.p99_us / 1e3))
-                    .collect::<Vec<_>>(),
-            )?;
-            let _ = writeln!(md, "\n![throughput](charts/{stem}-throughput.svg) ![cpu](charts/{stem}-cpu.svg) ![latency](charts/{stem}-latency.svg)\n");
+            let has_percentiles = rows.iter().any(|(_, m)| m.p99_us > 0.0);
+            if has_percentiles {
+                latency_bars(
+                    &charts.join(format!("{stem}-latency.svg")),
+                    &format!("{} — latency p50 / p99 (ms)", load.describe(sc.seconds)),
+                    &names,
+                    &rows
+                        .iter()
+                        .map(|(_, m)| (m.p50_us / 1e3, m.p99_us / 1e3))
+                        .collect::<Vec<_>>(),
+                )?;
+            }
+            let latency = if has_percentiles {
+                format!(" ![latency](charts/{stem}-latency.svg)")
+            } else {
+                String::new()
+            };
+            let _ = writeln!(md, "\n![throughput](charts/{stem}-throughput.svg) ![cpu](charts/{stem}-cpu.svg){latency}\n");
         }
     }
     md.push_str("## Caveats\n\n- One machine: the servers and the origin share the server CPU set; the load generator runs on the other. Absolute numbers depend on this machine; ratios and CPU per request travel better.\n- Peers run with their packaged versions and the configs in `configs/`; NGINX appears twice (default proxy settings, and tuned upstream keepalive) as shared/BENCHMARKING.md asks.\n- A cached scenario whose check says *not cached* compares different work.\n");

@@ -270,10 +270,30 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
         .map_or(Duration::from_secs(30), |v| secs(v.value));
 
     // --- cache ---
+    let memory = size(&mut s, sink, "cache_memory", 256 << 20, 4096);
+    let explicit_max = s.has("cache_max_object");
+    let mut max_object = size(&mut s, sink, "cache_max_object", 8 << 20, 1);
+    // The store keeps an object of `cache_max_object` storable only while it fits in a bit
+    // under half the budget (shards, per-entry overhead).
+    let fits = (memory * 45 / 100).saturating_sub(4608).max(1);
+    if max_object > fits {
+        if explicit_max {
+            sink.push(
+                Severity::Warning,
+                "cache_max_object",
+                None,
+                format!(
+                    "{max_object} bytes cannot fit in a cache of {memory} bytes; {fits} is used"
+                ),
+                "raise cache_memory or lower cache_max_object",
+            );
+        }
+        max_object = fits;
+    }
     let cache = CacheConfig {
         enabled: s.bool(sink, "add_caching").is_none_or(|b| b.value),
-        memory: size(&mut s, sink, "cache_memory", 256 << 20, 4096),
-        max_object: size(&mut s, sink, "cache_max_object", 8 << 20, 1) as usize,
+        memory,
+        max_object: max_object as usize,
         grace: s
             .int(sink, "cache_grace_seconds", 0, 365 * 86400)
             .map_or(Duration::from_secs(10), |v| secs(v.value)),

@@ -177,7 +177,9 @@ pub fn purge_method(
     let kind = headers
         .get("x-purge-scope")
         .and_then(|v| v.to_str().ok())
-        .unwrap_or("exact");
+        .unwrap_or("exact")
+        .trim()
+        .to_ascii_lowercase();
     let soft = headers
         .get("x-purge")
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"soft"));
@@ -186,12 +188,7 @@ pub fn purge_method(
     } else {
         pq.split('?').next().unwrap_or(pq)
     };
-    let Some(scope) = scope_from(
-        &kind.to_ascii_lowercase(),
-        host,
-        path.as_bytes(),
-        ignore_query,
-    ) else {
+    let Some(scope) = scope_from(&kind, host, path.as_bytes(), ignore_query) else {
         return error(
             StatusCode::BAD_REQUEST,
             "X-Purge-Scope must be exact, prefix, contains or domain",

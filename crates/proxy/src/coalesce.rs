@@ -183,6 +183,7 @@ impl Leader {
         head: SharedHead,
         body: Incoming,
         ticket: Box<StoreTicket>,
+        idle: Option<Duration>,
     ) -> InflightBody {
         self.published = true;
         let inflight = self.inflight.clone();
@@ -192,7 +193,7 @@ impl Leader {
         let coalescer = self.coalescer.clone();
         let key = self.key.clone();
         tokio::spawn(async move {
-            pump(&inflight, body, ticket).await;
+            pump(&inflight, body, ticket, idle).await;
             coalescer.remove(&key, &inflight);
         });
         InflightBody::new(self.inflight.clone(), length)
@@ -208,14 +209,36 @@ impl Drop for Leader {
     }
 }
 
-async fn pump(inflight: &Inflight, mut body: Incoming, ticket: Box<StoreTicket>) {
+/// Reads the origin body into the shared buffer. `idle` (the `proxy_timeout`) bounds the wait
+/// for each chunk: an origin that stalls mid-body fails the fetch (readers get an error, later
+/// misses start a new one) instead of holding every reader of the URL forever.
+async fn pump(
+    inflight: &Inflight,
+    mut body: Incoming,
+    ticket: Box<StoreTicket>,
+    idle: Option<Duration>,
+) {
     use http_body_util::BodyExt;
     let mut all = Vec::new();
     let mut size = 0usize;
     let max = ticket.max_body();
     let mut ticket = Some(ticket);
     loop {
-        match body.frame().await {
+        let next = match idle {
+            Some(t) => match tokio::time::timeout(t, body.frame()).await {
+                Ok(f) => f,
+                Err(_) => {
+                    tracing::warn!(
+                        ?t,
+                        "origin stalled mid-body while coalesced clients were reading it"
+                    );
+                    inflight.finish(true);
+                    return;
+                }
+            },
+            None => body.frame().await,
+        };
+        match next {
             Some(Ok(frame)) => {
                 if let Ok(data) = frame.into_data() {
                     size += data.len();

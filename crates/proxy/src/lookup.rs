@@ -428,6 +428,10 @@ pub fn stale_while_revalidate_allows(obj: &Object, lookup: &Lookup, now: SystemT
     {
         return false;
     }
+    // A client that limits the age it accepts asked for something fresher than stale.
+    if lookup.directives.max_age.is_some() || lookup.directives.min_fresh.is_some() {
+        return false;
+    }
     obj.age(now).saturating_sub(obj.lifetime) <= Duration::from_secs(window)
 }
 

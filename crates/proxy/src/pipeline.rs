@@ -262,7 +262,9 @@ impl Pipeline {
         if let (Some(cache), Some(l)) = (&self.cache, &miss) {
             // A client-forced refresh (no-cache) fetches for itself; so do requests for a range
             // or with preconditions, which a shared full 200 would not answer.
+            // An authorised request must not get a response fetched for somebody else.
             let shared_answer_fits = !req.headers().contains_key(http::header::RANGE)
+                && !req.headers().contains_key(http::header::AUTHORIZATION)
                 && !conditional::client_has_conditionals(req.headers());
             if !l.forced && (shared_answer_fits || mode == Mode::Refresh) {
                 match cache.coalescer().join(&l.key) {
@@ -462,7 +464,7 @@ impl Pipeline {
                     variant: t.variant().cloned(),
                     length,
                 };
-                ProxyBody::inflight(leader.publish(head, body, t))
+                ProxyBody::inflight(leader.publish(head, body, t, self.upstream.timeout()))
             }
             // Otherwise the leader guard is dropped here, releasing any waiters at once.
             (Some(t), _, _) => ProxyBody::tee(body, t),
@@ -555,15 +557,16 @@ impl Pipeline {
         let (mut parts, body) = req.into_parts();
         let downstream_version = parts.version;
         let h = &mut parts.headers;
+        // The request as the client made it (before any rewriting and before rampart's own
+        // validators): lookup computes Vary variants from the client's headers, so storing must
+        // too, and a revalidated entry answers the client's own request.
+        let req_headers = keep_headers.then(|| h.clone());
         strip_hop_by_hop(h);
         // rampart answers `Expect: 100-continue` itself (hyper sends 100 when the body is read).
         h.remove(EXPECT);
         h.insert(HOST, recv.host.clone());
         add_forwarded(h, &conn.client_ip_header, &recv.host, conn.proto);
         append_via(h, downstream_version);
-        // The request as the client made it (before rampart's own validators), for Vary and
-        // for answering from a revalidated entry.
-        let req_headers = keep_headers.then(|| h.clone());
         if let Some((etag, last_modified)) = validators {
             if let Some(v) = etag {
                 h.insert(IF_NONE_MATCH, v);

@@ -1117,3 +1117,37 @@ async fn max_stale_and_min_fresh_from_the_client() {
     );
     assert_eq!(origin.requests(), 3);
 }
+
+#[tokio::test]
+async fn an_authorised_request_never_gets_an_anonymous_stored_response() {
+    let origin = Origin::new()
+        .route_fn("/acct", |s| {
+            let who = if s.headers.contains_key("authorization") {
+                "private page"
+            } else {
+                "public page"
+            };
+            Reply::text(who)
+        })
+        .start()
+        .await;
+    let proxy = Proxy::start(&config_for("au.example", &origin, "", ""));
+    assert_eq!(
+        get(&proxy, "au.example", "/acct").await.text(),
+        "public page"
+    );
+    assert_eq!(
+        get(&proxy, "au.example", "/acct")
+            .await
+            .header("x-arc2-cache"),
+        Some("Hit")
+    );
+    let authorised =
+        fetch(req(&proxy, "au.example", "/acct").header("authorization", "Bearer t")).await;
+    assert_eq!(
+        authorised.text(),
+        "private page",
+        "the stored anonymous response was not shared"
+    );
+    assert_eq!(origin.requests(), 2);
+}
