@@ -294,7 +294,28 @@ impl MemoryStore {
 
     /// Removes (or with `soft`, marks stale) every entry in `scope`; returns how many objects
     /// were affected.
+    /// An exact purge is a direct lookup (a CMS purging on every publish must not scan the
+    /// index); the wider scopes scan it.
     pub fn purge(&self, scope: &PurgeScope, soft: bool) -> usize {
+        if let PurgeScope::Exact(key) = scope {
+            if !soft {
+                // Removing the primary slot removes the object, or makes every variant unreachable.
+                return usize::from(self.invalidate(key));
+            }
+            let primary = SlotKey {
+                primary: key.clone(),
+                variant: None,
+            };
+            match self.get(&primary) {
+                Some(Slot::Object(o)) => {
+                    o.invalidate();
+                    return 1;
+                }
+                None => return 0,
+                // Soft-purging a varying resource marks each variant: scan below.
+                Some(Slot::Vary(_)) => {}
+            }
+        }
         let mut n = 0;
         if soft {
             for (k, v) in self.index.iter() {
