@@ -51,6 +51,14 @@ fn label_of<'a>(r: &'a Results, peer: &'a str) -> &'a str {
         .map_or(peer, |(_, l)| l.as_str())
 }
 
+/// Each peer's summary of one load of one scenario, in peer order.
+fn rows(r: &Results, scenario: &str, load_index: usize) -> Vec<(String, Summary)> {
+    r.peers
+        .iter()
+        .filter_map(|(p, _)| summarise(&r.runs, scenario, load_index, p).map(|m| (p.clone(), m)))
+        .collect()
+}
+
 /// The one-screen summary printed at the end of a run.
 pub fn summary(r: &Results) -> String {
     let mut s = String::from("\nsummary (median server CPU µs per request; lower is better)\n");
@@ -111,11 +119,7 @@ pub fn write(out: &Path, r: &Results) -> anyhow::Result<()> {
             continue;
         }
         for (li, load) in sc.loads.iter().enumerate() {
-            let rows: Vec<(String, Summary)> = r
-                .peers
-                .iter()
-                .filter_map(|(p, _)| summarise(&r.runs, sc.name, li, p).map(|m| (p.clone(), m)))
-                .collect();
+            let rows = rows(r, sc.name, li);
             if rows.is_empty() {
                 continue;
             }
@@ -227,11 +231,7 @@ fn vus_section(md: &mut String, r: &Results, charts: &Path) -> anyhow::Result<()
             crate::load::Load::Oha { connections } => *connections as f64,
             _ => 0.0,
         };
-        let rows: Vec<(String, Summary)> = r
-            .peers
-            .iter()
-            .filter_map(|(p, _)| summarise(&r.runs, sc.name, li, p).map(|m| (p.clone(), m)))
-            .collect();
+        let rows = rows(r, sc.name, li);
         if rows.is_empty() {
             continue;
         }

@@ -16,3 +16,6 @@ pub mod key;
 pub mod policy;
 pub mod store;
 pub mod vary;
+
+#[cfg(test)]
+mod testutil;

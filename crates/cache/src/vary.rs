@@ -343,30 +343,9 @@ mod tests {
     use super::*;
     use http::header::{ACCEPT, ACCEPT_LANGUAGE, COOKIE, USER_AGENT};
 
-    /// Deterministic pseudo-random header lines biased towards the syntax's special bytes.
+    /// Pseudo-random header lines biased towards this syntax's special bytes.
     fn arbitrary_lines(seed: u64, count: usize) -> Vec<HeaderValue> {
-        const ALPHABET: &[u8] = b"abcgzipmx-=,;\" \t\\0123456789*.\x80\xff";
-        let mut state = seed;
-        let mut next = move || {
-            state = state
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            (state >> 33) as usize
-        };
-        (0..count)
-            .map(|_| {
-                let len = next() % 24;
-                let bytes: Vec<u8> = (0..len)
-                    .map(|_| {
-                        ALPHABET
-                            .get(next() % ALPHABET.len())
-                            .copied()
-                            .unwrap_or(b'a')
-                    })
-                    .collect();
-                HeaderValue::from_bytes(&bytes).unwrap()
-            })
-            .collect()
+        crate::testutil::arbitrary_lines(seed, count, b"abcgzipmx-=,;\" \t\\0123456789*.\x80\xff")
     }
 
     fn hm(pairs: &[(&str, &str)]) -> HeaderMap {

@@ -63,18 +63,7 @@ impl Tee {
 
     fn complete(&mut self) {
         if let Some(t) = self.ticket.take() {
-            let body = match self.chunks.len() {
-                0 => Bytes::new(),
-                1 => self.chunks.pop().unwrap_or_default(),
-                _ => {
-                    let mut all = bytes::BytesMut::with_capacity(self.size);
-                    for c in self.chunks.drain(..) {
-                        all.extend_from_slice(&c);
-                    }
-                    all.freeze()
-                }
-            };
-            t.complete(body);
+            t.complete_chunks(std::mem::take(&mut self.chunks));
         }
     }
 }

@@ -260,16 +260,7 @@ async fn pump(
         }
     }
     if let Some(t) = ticket {
-        let body = if all.len() == 1 {
-            all.pop().unwrap_or_default()
-        } else {
-            let mut b = bytes::BytesMut::with_capacity(size);
-            for c in &all {
-                b.extend_from_slice(c);
-            }
-            b.freeze()
-        };
-        t.complete(body);
+        t.complete_chunks(all);
     }
     inflight.finish(false);
 }

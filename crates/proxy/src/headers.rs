@@ -16,6 +16,16 @@ static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host"
 static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
+/// The `Content-Length` value, if present and a valid number.
+pub fn content_length(h: &HeaderMap) -> Option<u64> {
+    h.get(http::header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// Removes hop-by-hop headers, including those listed in `Connection`.
 pub fn strip_hop_by_hop(h: &mut HeaderMap) {
     // Headers named by Connection (collected first: we cannot remove while borrowing).

@@ -216,10 +216,7 @@ impl Cache {
             response_time,
         };
         let lifetime = policy::storable(&exchange, lookup.policy)?;
-        let too_big = res_headers
-            .get(CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok())
+        let too_big = crate::headers::content_length(res_headers)
             .is_some_and(|n| n > self.store.max_object() as u64);
         if too_big {
             return Err(NotStored::TooLarge);
@@ -275,6 +272,22 @@ impl StoreTicket {
 
     pub fn variant(&self) -> Option<&bytes::Bytes> {
         self.variant.as_ref()
+    }
+
+    /// Stores the object with its body given as the chunks it arrived in (joined once; a
+    /// single chunk is kept as it is).
+    pub fn complete_chunks(self, mut chunks: Vec<bytes::Bytes>) {
+        let body = if chunks.len() <= 1 {
+            chunks.pop().unwrap_or_default()
+        } else {
+            let mut all =
+                bytes::BytesMut::with_capacity(chunks.iter().map(bytes::Bytes::len).sum());
+            for c in &chunks {
+                all.extend_from_slice(c);
+            }
+            all.freeze()
+        };
+        self.complete(body);
     }
 
     /// Stores the object with its complete body.

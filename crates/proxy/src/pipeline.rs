@@ -449,11 +449,7 @@ impl Pipeline {
                 }
             }
         }
-        let length = parts
-            .headers
-            .get(http::header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok());
+        let length = crate::headers::content_length(&parts.headers);
         let body = match (ticket, leader, length) {
             // Storable with a known length: waiters stream the leader's fetch with it.
             (Some(t), Some(leader), Some(length)) => {
