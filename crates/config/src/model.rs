@@ -28,6 +28,33 @@ pub struct Config {
     pub rules: Vec<RuleConfig>,
     pub cache: CacheConfig,
     pub admin: AdminConfig,
+    pub screen: ScreenConfig,
+}
+
+/// Global request screening (recv): rate limiting, body limit, client addresses.
+#[derive(Debug, Clone)]
+pub struct ScreenConfig {
+    /// ARC2 `add_sql_injection_protection`: the global switch (each rule has its own too).
+    pub sql_injection: bool,
+    /// The global per-client limiter (`add_rate_limiting`, `rate_limit_per_second`,
+    /// `rate_limit_burst`); `None` when rate limiting is off.
+    pub rate_limit: Option<RateLimit>,
+    /// Clients never rate limited (`rate_limit_exempt`; default loopback).
+    pub rate_limit_exempt: Vec<Cidr>,
+    /// Most client addresses each limiter tracks (`rate_limit_max_clients`).
+    pub rate_limit_max_clients: usize,
+    /// Peers whose `X-Forwarded-For` names the real client (`trusted_proxies`).
+    pub trusted_proxies: Vec<Cidr>,
+    /// Default request body limit in bytes (`max_body_size`; 2 MiB unless
+    /// `disable_default_body_limit`); `None` = unlimited.
+    pub body_limit: Option<u64>,
+}
+
+/// A GCRA rate: `per_second` sustained, `burst` at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimit {
+    pub per_second: u32,
+    pub burst: u32,
 }
 
 /// The management API and cache purging.
@@ -124,6 +151,22 @@ pub struct DownstreamConfig {
     pub max_connections: usize,
     /// Longest a client may take to send a request head.
     pub header_read_timeout: Duration,
+    /// Most open connections from one client address (`None` = no per-address limit).
+    pub max_connections_per_ip: Option<usize>,
+    /// Longest pause between two reads of a request body.
+    pub body_idle_timeout: Duration,
+    /// Longest a client may take to send a whole request body (`None` = no limit).
+    pub body_total_timeout: Option<Duration>,
+    /// A connection that moves no bytes for this long is closed (gracefully).
+    pub keepalive_timeout: Duration,
+    /// Largest request head (request line + headers) in bytes; larger → 431.
+    pub max_head_bytes: usize,
+    /// Most header fields in a request; more → 431.
+    pub max_headers: usize,
+    /// HTTP/2: most concurrent streams per connection.
+    pub h2_max_concurrent_streams: u32,
+    /// HTTP/2: largest decoded header list in bytes.
+    pub h2_max_header_list_bytes: u32,
 }
 
 /// Origin-side (upstream) settings.
@@ -235,4 +278,17 @@ pub struct RuleConfig {
     /// `no-store`/`private` still win). Default: the origin's lifetime wins and `max_age_seconds`
     /// applies when it gives none.
     pub max_age_overrides_origin: bool,
+    /// SQL-injection screening for this rule (global and rule switches both on).
+    pub sql_injection: bool,
+    /// `disallowed_user_agents`: a request whose User-Agent matches any entry is blocked.
+    pub disallowed_user_agents: Vec<(MatchType, String)>,
+    /// Clients allowed to use this rule (`allow_ips`; empty = everyone).
+    pub allow_ips: Vec<Cidr>,
+    /// Clients refused by this rule (`deny_ips`), checked after `allow_ips`.
+    pub deny_ips: Vec<Cidr>,
+    /// A per-client limiter for this rule only (`rate_limit_per_second`/`rate_limit_burst`).
+    pub rate_limit: Option<RateLimit>,
+    /// Body limit for this rule (`max_body_size`): `None` = the global one, `Some(None)` =
+    /// unlimited.
+    pub body_limit: Option<Option<u64>>,
 }

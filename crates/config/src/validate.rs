@@ -299,15 +299,8 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
             .map_or(Duration::from_secs(10), |v| secs(v.value)),
     };
 
-    // --- features of later versions, accepted ---
-    if let Some(b) = s.bool(sink, "add_rate_limiting") {
-        if b.value {
-            inactive(sink, &b, "rate limiting");
-        }
-    }
-    if let Some(b) = s.bool(sink, "disable_default_body_limit") {
-        inactive(sink, &b, "the default request body limit");
-    }
+    // --- screening ---
+    let screen = read_screen(&mut s, sink);
     let api_key = match s.string(sink, "api_key") {
         Some(k) if k.value.trim().is_empty() => {
             error(
@@ -330,27 +323,9 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
         Some(k) => Some(k.value),
         None => None,
     };
-    let mut purge_allow = Vec::new();
-    if let Some(list) = s.strings(sink, "purge_allow") {
-        for entry in &list.value {
-            match Cidr::parse(&entry.value) {
-                Some(c) => purge_allow.push(c),
-                None => error(
-                    sink,
-                    entry,
-                    format!("{:?} is not an IP address or network", entry.value),
-                    "write e.g. \"127.0.0.1\" or \"10.0.0.0/8\"",
-                ),
-            }
-        }
-    }
+    let purge_allow = cidrs(&mut s, sink, "purge_allow").unwrap_or_default();
     if let Some(k) = s.string(sink, "azure_table_storage_key") {
         inactive(sink, &k, "Azure Table Storage log export");
-    }
-    if let Some(b) = s.bool(sink, "add_sql_injection_protection") {
-        if b.value {
-            inactive(sink, &b, "SQL-injection screening");
-        }
     }
     if let Some(e) = s.string(sink, "lets_encrypt_contact_email") {
         inactive(sink, &e, "automatic certificates (ACME)");
@@ -449,6 +424,31 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
         header_read_timeout: s
             .int(sink, "client_header_timeout_seconds", 1, 3600)
             .map_or(Duration::from_secs(30), |v| secs(v.value)),
+        max_connections_per_ip: s
+            .int(sink, "max_connections_per_ip", 0, 10_000_000)
+            .filter(|v| v.value > 0)
+            .map(|v| v.value as usize),
+        body_idle_timeout: s
+            .int(sink, "client_body_timeout_seconds", 1, 3600)
+            .map_or(Duration::from_secs(60), |v| secs(v.value)),
+        body_total_timeout: match s.int(sink, "client_body_total_timeout_seconds", 0, I64) {
+            Some(v) if v.value == 0 => None,
+            Some(v) => Some(secs(v.value)),
+            None => Some(Duration::from_secs(300)),
+        },
+        keepalive_timeout: s
+            .int(sink, "client_keepalive_timeout_seconds", 1, 86_400)
+            .map_or(Duration::from_secs(60), |v| secs(v.value)),
+        max_head_bytes: size(&mut s, sink, "max_request_head_size", 64 << 10, 8192).min(16 << 20)
+            as usize,
+        max_headers: s
+            .int(sink, "max_request_headers", 8, 1000)
+            .map_or(100, |v| v.value as usize),
+        h2_max_concurrent_streams: s
+            .int(sink, "h2_max_concurrent_streams", 1, 10_000)
+            .map_or(256, |v| v.value as u32),
+        h2_max_header_list_bytes: size(&mut s, sink, "h2_max_header_list_size", 64 << 10, 1024)
+            .min(16 << 20) as u32,
     };
 
     let timeout = match s.int(sink, "proxy_timeout", 0, U16) {
@@ -500,6 +500,9 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
         ),
     }
     s.finish(sink);
+    for rule in &mut rules {
+        rule.sql_injection &= screen.sql_injection;
+    }
 
     Some(Config {
         listen_http,
@@ -517,6 +520,7 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
             api_key,
             purge_allow,
         },
+        screen,
     })
 }
 
@@ -784,11 +788,7 @@ fn read_rule(
     };
     let enable_logging = flag(&mut s, sink, "enable_logging", true);
     let ignore_query_string = flag(&mut s, sink, "ignore_query_string", true);
-    if flag(&mut s, sink, "enable_sql_injection_protection", true) {
-        if let Some(b) = s.bool(sink, "enable_sql_injection_protection") {
-            inactive(sink, &b, "SQL-injection screening");
-        }
-    }
+    let sql_injection = flag(&mut s, sink, "enable_sql_injection_protection", true);
     for (key, what) in [
         ("enable_compression", "response compression"),
         ("enable_minification", "minification"),
@@ -811,6 +811,7 @@ fn read_rule(
     if let Some(v) = s.int(sink, "webp_transformation_min_age", 0, I64) {
         inactive(sink, &v, "WebP transformation");
     }
+    let mut disallowed_user_agents = Vec::new();
     if let Some(uas) = s.tables(sink, "disallowed_user_agents") {
         for mut ua in uas {
             let agent = ua.string(sink, "user_agent");
@@ -824,8 +825,12 @@ fn read_rule(
                 );
                 ok = false;
             }
+            let mut mt = None;
             match ua.string(sink, "match_type") {
-                Some(m) => ok &= match_type(sink, &m).is_some(),
+                Some(m) => {
+                    mt = match_type(sink, &m);
+                    ok &= mt.is_some();
+                }
                 None if !ua.has("match_type") => {
                     ua.missing(
                         sink,
@@ -838,8 +843,8 @@ fn read_rule(
                 }
                 None => ok = false,
             }
-            if let Some(a) = agent {
-                inactive(sink, &a, "user-agent blocking");
+            if let (Some(a), Some(mt)) = (agent, mt) {
+                disallowed_user_agents.push((mt, a.value));
             }
             ua.finish(sink);
         }
@@ -850,6 +855,10 @@ fn read_rule(
     let max_age_overrides_origin = s
         .bool(sink, "max_age_overrides_origin")
         .is_some_and(|b| b.value);
+    let allow_ips = cidrs(&mut s, sink, "allow_ips").unwrap_or_default();
+    let deny_ips = cidrs(&mut s, sink, "deny_ips").unwrap_or_default();
+    let rate_limit = rate_limit(&mut s, sink, None);
+    let body_limit = s.has("max_body_size").then(|| body_size(&mut s, sink));
 
     // path rules
     let mut path_rules = Vec::new();
@@ -1095,7 +1104,127 @@ fn read_rule(
         ignore_query_string,
         strict_path_rules,
         max_age_overrides_origin,
+        sql_injection,
+        disallowed_user_agents,
+        allow_ips,
+        deny_ips,
+        rate_limit,
+        body_limit,
     })
+}
+
+/// A list of IP networks; every bad entry is reported.
+fn cidrs(s: &mut Section<'_>, sink: &mut Sink<'_>, key: &'static str) -> Option<Vec<Cidr>> {
+    let list = s.strings(sink, key)?;
+    let mut out = Vec::with_capacity(list.value.len());
+    for entry in &list.value {
+        match Cidr::parse(&entry.value) {
+            Some(c) => out.push(c),
+            None => error(
+                sink,
+                entry,
+                format!("{:?} is not an IP address or network", entry.value),
+                "write e.g. \"127.0.0.1\", \"10.0.0.0/8\" or \"2001:db8::/32\"",
+            ),
+        }
+    }
+    Some(out)
+}
+
+/// `rate_limit_per_second` + `rate_limit_burst` in a section. With a `default`, the keys
+/// adjust it; without, the rate is only on when `rate_limit_per_second` is given.
+fn rate_limit(
+    s: &mut Section<'_>,
+    sink: &mut Sink<'_>,
+    default: Option<RateLimit>,
+) -> Option<RateLimit> {
+    let rate = s.int(sink, "rate_limit_per_second", 1, 10_000_000);
+    let burst = s.int(sink, "rate_limit_burst", 1, 10_000_000);
+    let per_second = match (&rate, default) {
+        (Some(r), _) => r.value as u32,
+        (None, Some(d)) => d.per_second,
+        (None, None) => {
+            if let Some(b) = &burst {
+                warn(
+                    sink,
+                    b,
+                    "`rate_limit_burst` without `rate_limit_per_second` has no effect",
+                    "add `rate_limit_per_second = 100`",
+                );
+            }
+            return None;
+        }
+    };
+    let burst = match (burst, default) {
+        (Some(b), _) => b.value as u32,
+        // Twice the rate when unset, as for the global default (100/s, burst 200).
+        (None, Some(d)) if rate.is_none() => d.burst,
+        (None, _) => per_second.saturating_mul(2),
+    };
+    Some(RateLimit { per_second, burst })
+}
+
+/// `max_body_size`: a size, or 0 / "unlimited" for no limit.
+fn body_size(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Option<u64> {
+    if let Some(a) = s.string_or_int(sink, "max_body_size") {
+        if a.value.trim().eq_ignore_ascii_case("unlimited") || a.value.trim() == "0" {
+            return None;
+        }
+        match parse_size(&a.value) {
+            Some(v) => return Some(v),
+            None => error(
+                sink,
+                &a,
+                format!("{:?} is not a size", a.value),
+                "write a number of bytes, e.g. \"10MiB\", or \"unlimited\"",
+            ),
+        }
+    }
+    Some(DEFAULT_BODY_LIMIT)
+}
+
+/// ARC2-COMPAT §9.5: the default request body limit.
+pub const DEFAULT_BODY_LIMIT: u64 = 2 << 20;
+
+fn read_screen(s: &mut Section<'_>, sink: &mut Sink<'_>) -> ScreenConfig {
+    // ARC2 defaults rate limiting to on when the key is omitted (§2.1, production semantics).
+    let on = s.bool(sink, "add_rate_limiting").is_none_or(|b| b.value);
+    let default = RateLimit {
+        per_second: 100,
+        burst: 200,
+    };
+    let configured = rate_limit(s, sink, Some(default));
+    let rate_limit = on.then_some(configured).flatten();
+    let rate_limit_exempt = cidrs(s, sink, "rate_limit_exempt").unwrap_or_else(|| {
+        ["127.0.0.0/8", "::1"]
+            .iter()
+            .filter_map(|c| Cidr::parse(c))
+            .collect()
+    });
+    let rate_limit_max_clients = s
+        .int(sink, "rate_limit_max_clients", 1024, 100_000_000)
+        .map_or(100_000, |v| v.value as usize);
+    let trusted_proxies = cidrs(s, sink, "trusted_proxies").unwrap_or_default();
+    let disabled = s
+        .bool(sink, "disable_default_body_limit")
+        .is_some_and(|b| b.value);
+    let body_limit = if s.has("max_body_size") {
+        body_size(s, sink)
+    } else if disabled {
+        None
+    } else {
+        Some(DEFAULT_BODY_LIMIT)
+    };
+    ScreenConfig {
+        sql_injection: s
+            .bool(sink, "add_sql_injection_protection")
+            .is_some_and(|b| b.value),
+        rate_limit,
+        rate_limit_exempt,
+        rate_limit_max_clients,
+        trusted_proxies,
+        body_limit,
+    }
 }
 
 /// A per-rule boolean ARC2 requires; missing → `false` with a warning (ARC2-COMPAT §3 leniency).
