@@ -3,8 +3,13 @@
 //! carries the real byte count and duration. With logging off the record is `None` and costs a
 //! branch.
 
+use std::future::Future as _;
 use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
 use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use tokio::time::{Instant, Sleep};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
@@ -197,19 +202,146 @@ impl Body for ProxyBody {
 }
 
 /// Body of a request sent upstream: nothing (GET and friends — lets a request be re-sent to
-/// another origin after a connect failure) or the client's body, streamed.
+/// another origin after a connect failure), a body screening has already read in full, or the
+/// client's body, streamed under the request limits.
 pub enum RequestBody {
     Empty,
-    Stream(Incoming),
+    Full(Option<Bytes>),
+    Stream(Box<Limited>),
 }
+
+/// Why a client's request body failed; recorded where the pipeline can see it, since the
+/// upstream client only reports that the body it was sending broke.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyFault {
+    /// More than the body limit (413).
+    TooLarge,
+    /// The client paused longer than the body idle timeout, or took longer than the total
+    /// timeout (408).
+    Timeout,
+    /// The client's framing broke or it went away (400).
+    Broken,
+}
+
+/// Shared record of a body failure (first one wins).
+pub type FaultSlot = Arc<OnceLock<BodyFault>>;
+
+/// Limits a client's request body is read under.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimits {
+    pub max: Option<u64>,
+    pub idle: Duration,
+    pub total: Option<Duration>,
+}
+
+/// A client's body with its limits enforced as it streams.
+pub struct Limited {
+    body: Incoming,
+    max: Option<u64>,
+    seen: u64,
+    idle: Duration,
+    deadline: Option<Instant>,
+    timer: Pin<Box<Sleep>>,
+    fault: FaultSlot,
+    /// A frame read ahead by [`RequestBody::prime`].
+    primed: Option<Frame<Bytes>>,
+}
+
+impl Limited {
+    fn deadline_after_frame(&self) -> Instant {
+        let idle = Instant::now() + self.idle;
+        self.deadline.map_or(idle, |d| d.min(idle))
+    }
+
+    fn fail(&self, f: BodyFault) -> RequestBodyError {
+        let _ = self.fault.set(f);
+        RequestBodyError(f)
+    }
+}
+
+/// The error a request body yields to the upstream client.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("client request body: {0:?}")]
+pub struct RequestBodyError(pub BodyFault);
 
 impl RequestBody {
     /// A client's body; one that is already complete (GET and friends) becomes `Empty`.
-    pub fn from_incoming(body: Incoming) -> Self {
+    pub fn from_incoming(body: Incoming, limits: BodyLimits) -> (Self, Option<FaultSlot>) {
         if body.is_end_stream() {
-            RequestBody::Empty
-        } else {
-            RequestBody::Stream(body)
+            return (RequestBody::Empty, None);
+        }
+        let fault = FaultSlot::default();
+        let deadline = limits.total.map(|t| Instant::now() + t);
+        let first = deadline.map_or(Instant::now() + limits.idle, |d| {
+            d.min(Instant::now() + limits.idle)
+        });
+        let body = RequestBody::Stream(Box::new(Limited {
+            body,
+            max: limits.max,
+            seen: 0,
+            idle: limits.idle,
+            deadline,
+            timer: Box::pin(tokio::time::sleep_until(first)),
+            fault: fault.clone(),
+            primed: None,
+        }));
+        (body, Some(fault))
+    }
+
+    /// Sets the size limit (the rule's, known after routing).
+    pub fn set_limit(&mut self, max: Option<u64>) {
+        if let RequestBody::Stream(s) = self {
+            s.max = max;
+        }
+    }
+
+    /// Where a streamed body records its failure.
+    pub fn fault(&self) -> Option<FaultSlot> {
+        match self {
+            RequestBody::Stream(s) => Some(s.fault.clone()),
+            _ => None,
+        }
+    }
+
+    /// Reads the first frame before anything is sent upstream, so a body that is broken,
+    /// over the limit or never arrives from the start is refused without the origin seeing the
+    /// request.
+    pub async fn prime(&mut self) -> Result<(), RequestBodyError> {
+        if !matches!(self, RequestBody::Stream(_)) {
+            return Ok(());
+        }
+        match std::future::poll_fn(|cx| Pin::new(&mut *self).poll_frame(cx)).await {
+            Some(Ok(frame)) => {
+                if let RequestBody::Stream(s) = self {
+                    s.primed = Some(frame);
+                }
+                Ok(())
+            }
+            Some(Err(e)) => Err(e),
+            None => {
+                *self = RequestBody::Empty;
+                Ok(())
+            }
+        }
+    }
+
+    /// Reads the whole body (under its limits) into memory.
+    pub async fn collect(self) -> Result<Bytes, RequestBodyError> {
+        match self {
+            RequestBody::Empty => Ok(Bytes::new()),
+            RequestBody::Full(b) => Ok(b.unwrap_or_default()),
+            RequestBody::Stream(s) => {
+                let mut stream = RequestBody::Stream(s);
+                let mut out = bytes::BytesMut::new();
+                while let Some(frame) =
+                    std::future::poll_fn(|cx| Pin::new(&mut stream).poll_frame(cx)).await
+                {
+                    if let Ok(data) = frame?.into_data() {
+                        out.extend_from_slice(&data);
+                    }
+                }
+                Ok(out.freeze())
+            }
         }
     }
 }
@@ -222,29 +354,73 @@ impl std::fmt::Debug for RequestBody {
 
 impl Body for RequestBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = RequestBodyError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, RequestBodyError>>> {
         match self.get_mut() {
             RequestBody::Empty => Poll::Ready(None),
-            RequestBody::Stream(s) => Pin::new(s).poll_frame(cx),
+            RequestBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            RequestBody::Stream(s) => {
+                let s = &mut **s;
+                if let Some(frame) = s.primed.take() {
+                    return Poll::Ready(Some(Ok(frame)));
+                }
+                match Pin::new(&mut s.body).poll_frame(cx) {
+                    Poll::Ready(Some(Ok(frame))) => {
+                        if let Some(data) = frame.data_ref() {
+                            s.seen += data.len() as u64;
+                            if s.max.is_some_and(|m| s.seen > m) {
+                                return Poll::Ready(Some(Err(s.fail(BodyFault::TooLarge))));
+                            }
+                        }
+                        let next = s.deadline_after_frame();
+                        s.timer.as_mut().reset(next);
+                        Poll::Ready(Some(Ok(frame)))
+                    }
+                    Poll::Ready(Some(Err(e))) => {
+                        tracing::debug!(error = %e, "client request body failed");
+                        Poll::Ready(Some(Err(s.fail(BodyFault::Broken))))
+                    }
+                    Poll::Ready(None) => Poll::Ready(None),
+                    Poll::Pending => match s.timer.as_mut().poll(cx) {
+                        Poll::Ready(()) => Poll::Ready(Some(Err(s.fail(BodyFault::Timeout)))),
+                        Poll::Pending => Poll::Pending,
+                    },
+                }
+            }
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match self {
             RequestBody::Empty => true,
-            RequestBody::Stream(s) => s.is_end_stream(),
+            RequestBody::Full(b) => b.is_none(),
+            RequestBody::Stream(s) => s.primed.is_none() && s.body.is_end_stream(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match self {
             RequestBody::Empty => SizeHint::with_exact(0),
-            RequestBody::Stream(s) => s.size_hint(),
+            RequestBody::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
+            RequestBody::Stream(s) => {
+                // Incoming's hint counts what is left to read; add the frame read ahead.
+                let extra = s
+                    .primed
+                    .as_ref()
+                    .and_then(|f| f.data_ref())
+                    .map_or(0, |d| d.len() as u64);
+                let inner = s.body.size_hint();
+                let mut hint = SizeHint::new();
+                hint.set_lower(inner.lower() + extra);
+                if let Some(u) = inner.upper() {
+                    hint.set_upper(u + extra);
+                }
+                hint
+            }
         }
     }
 }

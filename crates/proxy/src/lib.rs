@@ -8,12 +8,14 @@
 pub mod admin;
 pub mod body;
 pub mod coalesce;
+pub mod conn;
 pub mod fetch;
 pub mod headers;
 pub mod log;
 pub mod lookup;
 pub mod pipeline;
 pub mod recv;
+pub mod screen;
 pub mod server;
 pub mod synth;
 

@@ -31,6 +31,30 @@ pub struct AccessRecord {
 }
 
 impl AccessRecord {
+    /// A record for a request to `host` from `client` (the address screening resolved).
+    pub fn new<B>(
+        start: Instant,
+        client: IpAddr,
+        host: &http::HeaderValue,
+        req: &http::Request<B>,
+    ) -> Self {
+        AccessRecord {
+            start,
+            client,
+            host: String::from_utf8_lossy(host.as_bytes()).into_owned(),
+            method: req.method().clone(),
+            path: req
+                .uri()
+                .path_and_query()
+                .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned()),
+            status: 0,
+            bytes: 0,
+            upstream: None,
+            cache: "Dynamic",
+            aborted: false,
+        }
+    }
+
     pub fn write(&self) {
         let upstream = self.upstream.as_ref().map_or("-", Authority::as_str);
         tracing::info!(

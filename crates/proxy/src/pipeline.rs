@@ -18,13 +18,14 @@ use rampart_cache::conditional;
 use rampart_cache::store::Object;
 
 use crate::admin;
-use crate::body::{ProxyBody, RequestBody};
+use crate::body::{BodyLimits, ProxyBody, RequestBody};
 use crate::coalesce::{InflightBody, Role, SharedHead};
 use crate::fetch::Upstream;
 use crate::headers::{add_forwarded, append_via, strip_hop_by_hop};
 use crate::log::AccessRecord;
 use crate::lookup::{self, Cache, CacheLabel, Found, Served};
 use crate::recv::{PathDecision, Router, Rule};
+use crate::screen::Screen;
 use crate::synth::ProxyError;
 use rampart_cache::policy::RulePolicy;
 use rampart_cache::vary::Vary;
@@ -63,6 +64,9 @@ pub struct Pipeline {
     /// How long past its freshness a stored response may stand in for a failing origin.
     grace: Duration,
     admin: Arc<AdminConfig>,
+    screen: Arc<Screen>,
+    /// Idle and total timeouts for client request bodies (the size limit is per rule).
+    body_limits: BodyLimits,
 }
 
 /// Who a request is for.
@@ -89,6 +93,8 @@ impl Pipeline {
         access_log: bool,
         grace: Duration,
         admin: Arc<AdminConfig>,
+        screen: Arc<Screen>,
+        body_limits: BodyLimits,
     ) -> Self {
         Pipeline {
             router,
@@ -97,6 +103,8 @@ impl Pipeline {
             access_log,
             grace,
             admin,
+            screen,
+            body_limits,
         }
     }
 
@@ -106,14 +114,16 @@ impl Pipeline {
         conn: &Arc<ConnInfo>,
         req: Request<Incoming>,
     ) -> Response<ProxyBody> {
-        self.run(conn, req.map(RequestBody::from_incoming), Mode::Client)
+        let (parts, body) = req.into_parts();
+        let (body, _) = RequestBody::from_incoming(body, self.body_limits);
+        self.run(conn, Request::from_parts(parts, body), Mode::Client)
             .await
     }
 
     async fn run(
         self: &Arc<Self>,
         conn: &Arc<ConnInfo>,
-        req: Request<RequestBody>,
+        mut req: Request<RequestBody>,
         mode: Mode,
     ) -> Response<ProxyBody> {
         let start = Instant::now();
@@ -140,6 +150,22 @@ impl Pipeline {
                 return e.to_response();
             }
         };
+        // recv: screening (client, rate, size, SQL injection) before anything else happens.
+        let client = self.screen.client_ip(conn.client_ip, req.headers());
+        let fault = req.body().fault();
+        if mode == Mode::Client {
+            if let Err(e) = self.screen_request(&recv, client, &mut req).await {
+                let mut res = e.to_response();
+                lookup::label(
+                    res.headers_mut(),
+                    CacheLabel::Block,
+                    "rampart; fwd=bypass; detail=blocked",
+                );
+                let log = (self.access_log && recv.rule.config.enable_logging)
+                    .then(|| Box::new(AccessRecord::new(start, client, &recv.host, &req)));
+                return finish(res, log, CacheLabel::Block);
+            }
+        }
         if admin::is_purge(req.method()) {
             let pq = req.uri().path_and_query().map_or("/", |p| p.as_str());
             let host = recv.host.to_str().unwrap_or_default();
@@ -155,23 +181,7 @@ impl Pipeline {
             );
         }
         let log = (mode == Mode::Client && self.access_log && recv.rule.config.enable_logging)
-            .then(|| {
-                Box::new(AccessRecord {
-                    start,
-                    client: conn.client_ip,
-                    host: String::from_utf8_lossy(recv.host.as_bytes()).into_owned(),
-                    method: req.method().clone(),
-                    path: req
-                        .uri()
-                        .path_and_query()
-                        .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned()),
-                    status: 0,
-                    bytes: 0,
-                    upstream: None,
-                    cache: "Dynamic",
-                    aborted: false,
-                })
-            });
+            .then(|| Box::new(AccessRecord::new(start, client, &recv.host, &req)));
         let mut label = match recv.decision {
             PathDecision::Block => {
                 tracing::info!(host = ?recv.host, path = req.uri().path(), "blocked by path rule");
@@ -346,6 +356,12 @@ impl Pipeline {
         let fetched = match fetched {
             Ok(f) => f,
             Err(e) => {
+                // A client body that broke (too large, too slow, malformed) is the client's
+                // failure, whatever the upstream client made of it.
+                let e = match fault.as_ref().and_then(|f| f.get()) {
+                    Some(f) => ProxyError::ClientBody(*f),
+                    None => e,
+                };
                 tracing::error!(
                     domain = recv.rule.config.domain_text,
                     side = e.side().as_str(),
@@ -510,6 +526,33 @@ impl Pipeline {
             }
             stale.refreshing.store(false, Ordering::Relaxed);
         });
+    }
+
+    /// recv's screening stage (see `screen.rs`); reads and screens a form or JSON body when
+    /// SQL-injection screening is on, replacing the streamed body with the bytes read.
+    async fn screen_request(
+        &self,
+        recv: &Recv,
+        client: IpAddr,
+        req: &mut Request<RequestBody>,
+    ) -> Result<(), ProxyError> {
+        let kind = self.screen.check_head(&recv.rule, client, req)?;
+        let limit = self.screen.body_limit(&recv.rule);
+        req.body_mut().set_limit(limit);
+        if let (Some(kind), RequestBody::Stream(_)) = (kind, req.body()) {
+            let body = std::mem::replace(req.body_mut(), RequestBody::Empty);
+            let bytes = body
+                .collect()
+                .await
+                .map_err(|e| ProxyError::ClientBody(e.0))?;
+            self.screen
+                .check_body(&recv.rule, client, req.uri().path(), kind, &bytes)?;
+            *req.body_mut() = RequestBody::Full(Some(bytes));
+        }
+        req.body_mut()
+            .prime()
+            .await
+            .map_err(|e| ProxyError::ClientBody(e.0))
     }
 
     /// recv: find the rule by host and apply the path policy.

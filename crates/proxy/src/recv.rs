@@ -16,12 +16,15 @@ use std::sync::Arc;
 use rampart_config::{Config, DomainPattern, RuleConfig, RuleType};
 
 use crate::fetch::UpstreamSet;
+use rampart_screen::ratelimit::Limiter;
 
 /// A validated rule plus its runtime state.
 #[derive(Debug)]
 pub struct Rule {
     pub config: RuleConfig,
     pub upstreams: UpstreamSet,
+    /// This rule's own per-client limiter (`rate_limit_per_second` in the rule).
+    pub limiter: Option<Limiter>,
 }
 
 /// Host → rule lookup, built once at startup and shared by all workers.
@@ -68,9 +71,13 @@ impl Router {
                     any.get_or_insert(i);
                 }
             }
+            let max_clients = config.screen.rate_limit_max_clients;
             rules.push(Arc::new(Rule {
                 config: rc.clone(),
                 upstreams: UpstreamSet::new(rc),
+                limiter: rc
+                    .rate_limit
+                    .map(|r| Limiter::new(r.per_second, r.burst, max_clients)),
             }));
         }
         wildcard.sort_by_key(|w| std::cmp::Reverse(w.0.len()));

@@ -13,19 +13,19 @@
 use std::convert::Infallible;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use rampart_config::{Config, RuntimeMode};
 use socket2::{Domain, Protocol, SockRef, Socket, TcpKeepalive, Type};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
+use crate::conn::{GuardedIo, PerIp};
 use crate::fetch::Upstream;
 use crate::lookup::Cache;
 use crate::pipeline::{ConnInfo, Pipeline};
@@ -142,8 +142,15 @@ impl Server {
                 self.config.cache.max_object,
             ))
         });
+        let screen = Arc::new(crate::screen::Screen::new(&self.config));
         let shared = Arc::new(Shared {
             cache,
+            screen,
+            per_ip: self
+                .config
+                .downstream
+                .max_connections_per_ip
+                .map(PerIp::new),
             limit: Arc::new(Semaphore::new(self.config.downstream.max_connections)),
             at_limit: AtomicBool::new(false),
             config: self.config.clone(),
@@ -196,6 +203,10 @@ struct Shared {
     config: Arc<Config>,
     /// The response cache, shared by all workers (`None` when `add_caching = false`).
     cache: Option<Arc<Cache>>,
+    /// Screening state shared by all workers (rate limiters).
+    screen: Arc<crate::screen::Screen>,
+    /// Open connections per client address (`max_connections_per_ip`).
+    per_ip: Option<Arc<PerIp>>,
     /// One permit per open client connection.
     limit: Arc<Semaphore>,
     /// Set while the limit is reached, so the log line is written once per episode.
@@ -217,20 +228,37 @@ async fn worker(
         shared.config.add_logging,
         shared.config.cache.grace,
         Arc::new(shared.config.admin.clone()),
+        shared.screen.clone(),
+        crate::body::BodyLimits {
+            max: None,
+            idle: shared.config.downstream.body_idle_timeout,
+            total: shared.config.downstream.body_total_timeout,
+        },
     ));
+    let d = &shared.config.downstream;
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(shared.config.downstream.header_read_timeout)
+        .header_read_timeout(d.header_read_timeout)
+        // The framing guard (conn.rs) uses the same limits, so hyper answers 431 for heads the
+        // guard stops following.
+        .max_buf_size(d.max_head_bytes.max(8192))
+        .max_headers(d.max_headers)
         .keep_alive(true);
     // Not `pipeline_flush(true)`: in hyper it makes the write buffer report "can buffer" always,
     // which removes backpressure and let a slow client make rampart buffer a whole 1 GiB
     // download (found by the bounded-memory streaming test).
+    // HTTP/2 flood limits (RFC 9113 §10.5): streams, header list size (also bounds
+    // CONTINUATION sequences), and the reset budgets behind the rapid-reset defence
+    // (CVE-2023-44487): a client that resets more streams than this is sent GOAWAY.
     builder
         .http2()
         .timer(TokioTimer::new())
-        .max_concurrent_streams(256);
+        .max_concurrent_streams(d.h2_max_concurrent_streams)
+        .max_header_list_size(d.h2_max_header_list_bytes)
+        .max_pending_accept_reset_streams(Some(50))
+        .max_local_error_reset_streams(Some(256));
     let builder = Arc::new(builder);
     let mut loops = Vec::new();
     for std_listener in group {
@@ -261,7 +289,8 @@ async fn accept_loop(
     builder: Arc<auto::Builder<TokioExecutor>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let graceful = GracefulShutdown::new();
+    // Every connection task holds a sender; the drain ends when all of them are gone.
+    let (open_tx, mut open_rx) = tokio::sync::mpsc::channel::<()>(1);
     let keepalive = shared
         .config
         .downstream
@@ -307,14 +336,28 @@ async fn accept_loop(
                 tracing::debug!(error = %e, "cannot set TCP keep-alive");
             }
         }
-        let info = Arc::new(ConnInfo::new(peer.ip().to_canonical(), "http"));
+        let ip = peer.ip().to_canonical();
+        let slot = match &shared.per_ip {
+            Some(table) => match table.acquire(ip) {
+                Some(slot) => Some(slot),
+                None => {
+                    tracing::debug!(%peer, "per-address connection limit reached; connection closed");
+                    continue;
+                }
+            },
+            None => None,
+        };
+        let info = Arc::new(ConnInfo::new(ip, "http"));
         let pipeline = pipeline.clone();
         let svc = service_fn(move |req| {
             let (pipeline, info) = (pipeline.clone(), info.clone());
             async move { Ok::<_, Infallible>(pipeline.handle(&info, req).await) }
         });
-        let (watcher, builder, mut stop) = (graceful.watcher(), builder.clone(), shutdown.clone());
-        let first_byte_timeout = shared.config.downstream.header_read_timeout;
+        let (open, builder, mut stop) = (open_tx.clone(), builder.clone(), shutdown.clone());
+        let d = &shared.config.downstream;
+        let first_byte_timeout = d.header_read_timeout;
+        let keepalive_timeout = d.keepalive_timeout;
+        let guard = rampart_screen::h1::Guard::new(d.max_head_bytes.max(8192), d.max_headers);
         tokio::spawn(async move {
             // A connection that never sends a byte would sit in hyper's protocol detection
             // forever, holding a connection slot; give it the request-head timeout.
@@ -323,23 +366,50 @@ async fn accept_loop(
                 r = tokio::time::timeout(first_byte_timeout, stream.peek(&mut first)) => matches!(r, Ok(Ok(n)) if n > 0),
                 _ = stop.changed() => false,
             };
-            if arrived {
-                let conn = builder
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .into_owned();
-                if let Err(e) = watcher.watch(conn).await {
-                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+            if arrived && !*stop.borrow() {
+                let activity = Arc::new(AtomicU64::new(0));
+                let io = GuardedIo::new(stream, guard, activity.clone(), peer);
+                let conn = builder.serve_connection(TokioIo::new(io), svc);
+                tokio::pin!(conn);
+                // Idle timeout for both protocols: a connection that moved no bytes for a whole
+                // period is shut down gracefully (an in-flight request still completes).
+                let mut tick = tokio::time::interval_at(
+                    tokio::time::Instant::now() + keepalive_timeout,
+                    keepalive_timeout,
+                );
+                let (mut seen, mut closing) = (0, false);
+                loop {
+                    tokio::select! {
+                        biased;
+                        r = conn.as_mut() => {
+                            if let Err(e) = r {
+                                tracing::debug!(%peer, error = %e, "connection ended with an error");
+                            }
+                            break;
+                        }
+                        _ = stop.changed(), if !closing => {
+                            conn.as_mut().graceful_shutdown();
+                            closing = true;
+                        }
+                        _ = tick.tick() => {
+                            let now = activity.load(Ordering::Relaxed);
+                            if now == seen && !closing {
+                                tracing::debug!(%peer, "idle connection closed");
+                                conn.as_mut().graceful_shutdown();
+                                closing = true;
+                            }
+                            seen = now;
+                        }
+                    }
                 }
             }
-            drop(permit);
+            drop((permit, slot, open));
         });
     }
     drop(listener);
+    drop(open_tx);
     let drain = shared.config.shutdown_timeout;
-    if tokio::time::timeout(drain, graceful.shutdown())
-        .await
-        .is_err()
-    {
+    if tokio::time::timeout(drain, open_rx.recv()).await.is_err() {
         tracing::warn!(?drain, "drain time over; closing remaining connections");
     }
 }

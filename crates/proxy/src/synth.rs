@@ -7,10 +7,10 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{HeaderValue, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE};
+use http::header::{HeaderValue, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
 use http::{Response, StatusCode};
 
-use crate::body::ProxyBody;
+use crate::body::{BodyFault, ProxyBody};
 
 /// Where a failure came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +51,12 @@ pub enum ProxyError {
     UpstreamProtocol(String),
     #[error("only-if-cached and nothing usable is stored")]
     NotCached,
+    #[error("blocked: {0}")]
+    Blocked(&'static str),
+    #[error("rate limited")]
+    RateLimited { retry_after: Duration, limit: u32 },
+    #[error("request body: {0:?}")]
+    ClientBody(BodyFault),
 }
 
 impl ProxyError {
@@ -59,7 +65,11 @@ impl ProxyError {
         match self {
             ProxyError::NoRoute(_) => StatusCode::NOT_FOUND,
             ProxyError::MissingHost | ProxyError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            ProxyError::BlockedByPathRule => StatusCode::FORBIDDEN,
+            ProxyError::BlockedByPathRule | ProxyError::Blocked(_) => StatusCode::FORBIDDEN,
+            ProxyError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ProxyError::ClientBody(BodyFault::TooLarge) => StatusCode::PAYLOAD_TOO_LARGE,
+            ProxyError::ClientBody(BodyFault::Timeout) => StatusCode::REQUEST_TIMEOUT,
+            ProxyError::ClientBody(BodyFault::Broken) => StatusCode::BAD_REQUEST,
             ProxyError::UpstreamConnect(_) | ProxyError::UpstreamProtocol(_) => {
                 StatusCode::BAD_GATEWAY
             }
@@ -76,6 +86,9 @@ impl ProxyError {
             | ProxyError::MissingHost
             | ProxyError::BadRequest(_)
             | ProxyError::BlockedByPathRule
+            | ProxyError::Blocked(_)
+            | ProxyError::RateLimited { .. }
+            | ProxyError::ClientBody(_)
             | ProxyError::NotCached => Side::Downstream,
             ProxyError::UpstreamConnect(_)
             | ProxyError::UpstreamConnectTimeout(_)
@@ -99,6 +112,18 @@ impl ProxyError {
                 self.status(),
                 "504 Gateway Timeout: not in the cache (only-if-cached)\n",
             ),
+            ProxyError::RateLimited { retry_after, limit } => {
+                let mut res = synth(self.status());
+                // Whole seconds, rounded up, at least 1 (RFC 9110 §10.2.3).
+                let secs = retry_after.as_nanos().div_ceil(1_000_000_000).max(1) as u64;
+                let h = res.headers_mut();
+                h.insert(RETRY_AFTER, HeaderValue::from(secs));
+                // draft-ietf-httpapi-ratelimit-headers: the burst is the limit of the window.
+                h.insert("ratelimit-limit", HeaderValue::from(*limit));
+                h.insert("ratelimit-remaining", HeaderValue::from_static("0"));
+                h.insert("ratelimit-reset", HeaderValue::from(secs));
+                res
+            }
             _ => synth(self.status()),
         }
     }
@@ -109,6 +134,11 @@ fn body_for(status: StatusCode) -> &'static str {
     match status {
         StatusCode::BAD_REQUEST => "400 Bad Request\n",
         StatusCode::FORBIDDEN => "403 Forbidden: blocked by policy\n",
+        StatusCode::REQUEST_TIMEOUT => "408 Request Timeout: the request body stopped arriving\n",
+        StatusCode::PAYLOAD_TOO_LARGE => {
+            "413 Content Too Large: the request body exceeds the limit\n"
+        }
+        StatusCode::TOO_MANY_REQUESTS => "429 Too Many Requests: slow down\n",
         StatusCode::NOT_FOUND => "404 Not Found: no site is configured for this host\n",
         StatusCode::BAD_GATEWAY => "502 Bad Gateway: the origin could not be reached\n",
         StatusCode::SERVICE_UNAVAILABLE => "503 Service Unavailable\n",
@@ -146,5 +176,15 @@ mod tests {
         assert_eq!(ProxyError::UpstreamTimeout.status(), 504);
         assert_eq!(ProxyError::UpstreamTimeout.side(), Side::Upstream);
         assert_eq!(ProxyError::BlockedByPathRule.status(), 403);
+        assert_eq!(ProxyError::ClientBody(BodyFault::TooLarge).status(), 413);
+        assert_eq!(ProxyError::ClientBody(BodyFault::Timeout).status(), 408);
+        let res = ProxyError::RateLimited {
+            retry_after: Duration::from_millis(1500),
+            limit: 200,
+        }
+        .to_response();
+        assert_eq!(res.status(), 429);
+        assert_eq!(res.headers()["retry-after"], "2");
+        assert_eq!(res.headers()["ratelimit-limit"], "200");
     }
 }

@@ -225,6 +225,8 @@ fn init_logging(config: &Config) {
     let diag_filter = diagnostics_filter(&config.logging_level);
     let diagnostics = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
+        // Colours only for a terminal: logs piped to a file or a collector stay plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_filter(diag_filter);
     let access = config.add_logging.then(|| {
         tracing_subscriber::fmt::layer()

@@ -244,7 +244,13 @@ async fn large_bodies_stream_both_ways_with_bounded_memory() {
         .route_fn("/upload", |s| Reply::text(&s.body_len.to_string()))
         .start()
         .await;
-    let proxy = Proxy::start(&config_for("big", &origin, "workers = 1", ""));
+    // A 1 GiB upload: far over the default 2 MiB body limit, so the limit is lifted.
+    let proxy = Proxy::start(&config_for(
+        "big",
+        &origin,
+        "workers = 1\ndisable_default_body_limit = true",
+        "",
+    ));
     // Upload 1 GiB.
     let req = Request::post(proxy.url("/upload"))
         .header("host", "big")
@@ -558,7 +564,7 @@ fn check_lists_every_error_with_line_and_column() {
     // A good file passes and reports inactive keys.
     std::fs::write(
         &path,
-        "add_rate_limiting = true\n[[proxy_rules]]\ndomain = \"x\"\nforward_ipv4 = \"127.0.0.1\"\n",
+        "enable_compression = true\n[[proxy_rules]]\ndomain = \"x\"\nforward_ipv4 = \"127.0.0.1\"\n",
     )
     .unwrap();
     let out = std::process::Command::new(rampart_bin())

@@ -50,15 +50,25 @@ enum State {
     /// `n` body bytes still to come.
     Body(u64),
     /// Chunked body: in the size line (`digits` seen so far, `ext` once past the size).
-    ChunkSize { digits: u8, ext: bool, line: usize },
+    ChunkSize {
+        digits: u8,
+        ext: bool,
+        line: usize,
+    },
     /// Chunked body: a CR was seen at the end of a size line.
-    ChunkSizeLf { last: bool },
+    ChunkSizeLf {
+        last: bool,
+    },
     /// `n` bytes of chunk data, then CRLF.
     ChunkData(u64),
     ChunkDataCr,
     ChunkDataLf,
     /// Trailer section after the last chunk: `at_line_start`, `cr` pending, bytes so far.
-    Trailers { line_len: usize, cr: bool, total: usize },
+    Trailers {
+        line_len: usize,
+        cr: bool,
+        total: usize,
+    },
     /// HTTP/2 or a head the parser will refuse on its own: no more checks.
     Passthrough,
     /// A refusal was issued.
@@ -422,7 +432,10 @@ mod tests {
     #[test]
     fn h2_preface_turns_the_guard_off() {
         let mut g = Guard::new(8192, 100);
-        assert_eq!(g.feed(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00"), Verdict::Pass);
+        assert_eq!(
+            g.feed(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00"),
+            Verdict::Pass
+        );
         assert!(g.is_passthrough());
         assert_eq!(g.feed(b"anything"), Verdict::Pass);
     }
@@ -445,7 +458,11 @@ mod tests {
         ];
         for (bytes, want) in cases {
             let reason = rejected(bytes);
-            assert!(reason.contains(want), "{reason:?} for {:?}", String::from_utf8_lossy(bytes));
+            assert!(
+                reason.contains(want),
+                "{reason:?} for {:?}",
+                String::from_utf8_lossy(bytes)
+            );
             // The parser never sees the head's last byte.
             if let Verdict::Reject { keep, .. } = run(bytes) {
                 assert_eq!(keep, bytes.len() - 1);
@@ -457,7 +474,9 @@ mod tests {
     fn a_bad_second_request_keeps_the_first() {
         let first = b"GET /ok HTTP/1.1\r\nHost: a\r\n\r\n";
         let mut s = first.to_vec();
-        s.extend_from_slice(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nx");
+        s.extend_from_slice(
+            b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nx",
+        );
         match run(&s) {
             Verdict::Reject { keep, .. } => assert!(keep > first.len()),
             v => panic!("{v:?}"),
@@ -481,7 +500,11 @@ mod tests {
             let mut s = head.clone();
             s.extend_from_slice(body);
             let reason = rejected(&s);
-            assert!(reason.contains(want), "{reason:?} for {:?}", String::from_utf8_lossy(body));
+            assert!(
+                reason.contains(want),
+                "{reason:?} for {:?}",
+                String::from_utf8_lossy(body)
+            );
         }
     }
 

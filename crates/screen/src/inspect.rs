@@ -117,7 +117,10 @@ pub fn path(d: &dyn Detector, path: &str) -> Option<Finding> {
     }
     let decoded = percent_decode(raw, false);
     if decoded.windows(2).any(|w| w == b"/*" || w == b"*/") {
-        let start = decoded.iter().position(|&b| b != b'/').unwrap_or(decoded.len());
+        let start = decoded
+            .iter()
+            .position(|&b| b != b'/')
+            .unwrap_or(decoded.len());
         if let Some(fp) = d.detect(&decoded[start..]) {
             return Some(finding(Location::Path, &decoded, fp));
         }
@@ -149,7 +152,12 @@ fn pairs(
 
 /// A query string (without the `?`).
 pub fn query(d: &dyn Detector, query: &str) -> Option<Finding> {
-    pairs(d, query.as_bytes(), Location::QueryName, Location::QueryValue)
+    pairs(
+        d,
+        query.as_bytes(),
+        Location::QueryName,
+        Location::QueryValue,
+    )
 }
 
 /// One `Cookie` header value: `name=value; name2=value2`. Values are checked (percent-decoded,
@@ -311,7 +319,11 @@ mod tests {
         assert_eq!((f.location, f.name.as_str()), (Location::Json, "user"));
         let f = json(d, br#"{"list":["ok","1\u0027 or 1=1 --"]}"#).unwrap();
         assert_eq!(f.name, "list");
-        assert!(json(d, br#"{"query":"running shoes","page":2,"note":"it's fine"}"#).is_none());
+        assert!(json(
+            d,
+            br#"{"query":"running shoes","page":2,"note":"it's fine"}"#
+        )
+        .is_none());
     }
 
     #[test]
@@ -334,7 +346,15 @@ mod tests {
     #[test]
     fn broken_input_never_panics() {
         let d = &Libinjection;
-        for s in [&b"\""[..], b"\"\\", b"\"\\u12", b"{\"a\":\"\\u00e9\"", b"%", b"%%", b"=&=&"] {
+        for s in [
+            &b"\""[..],
+            b"\"\\",
+            b"\"\\u12",
+            b"{\"a\":\"\\u00e9\"",
+            b"%",
+            b"%%",
+            b"=&=&",
+        ] {
             let _ = json(d, s);
             let _ = body(d, BodyKind::Form, s);
             let _ = cookies(d, s);

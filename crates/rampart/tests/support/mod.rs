@@ -258,7 +258,7 @@ async fn handle(
 }
 
 /// A body fed from a channel.
-pub struct ChannelBody(tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, Infallible>>);
+pub struct ChannelBody(pub tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, Infallible>>);
 
 impl hyper::body::Body for ChannelBody {
     type Data = Bytes;
