@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{ready, Context, Poll};
 
-use rampart_screen::h1::{Guard, Verdict};
+use rampart_screen::h1::{Guard, Verdict, POISON};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// The client socket as hyper sees it: reads pass through the framing guard, and every read or
@@ -21,6 +21,8 @@ pub struct GuardedIo<T> {
     phase: Phase,
     activity: Arc<AtomicU64>,
     peer: SocketAddr,
+    /// The part of [`POISON`] not yet handed over.
+    unsent: &'static [u8],
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +40,7 @@ impl<T> GuardedIo<T> {
             phase: Phase::Open,
             activity,
             peer,
+            unsent: &[],
         }
     }
 }
@@ -50,6 +53,10 @@ impl<T: AsyncRead + Unpin> AsyncRead for GuardedIo<T> {
     ) -> Poll<io::Result<()>> {
         let this = &mut *self;
         if this.phase == Phase::Ended {
+            // What did not fit of the poison, then end of stream.
+            let n = buf.remaining().min(this.unsent.len());
+            buf.put_slice(&this.unsent[..n]);
+            this.unsent = &this.unsent[n..];
             return Poll::Ready(Ok(()));
         }
         let before = buf.filled().len();
@@ -70,8 +77,11 @@ impl<T: AsyncRead + Unpin> AsyncRead for GuardedIo<T> {
                 Verdict::Reject { keep, reason } => {
                     tracing::info!(peer = %this.peer, reason, "request refused: ambiguous HTTP/1.1 framing (400, connection closed)");
                     buf.set_filled(before + keep);
-                    // A NUL is invalid anywhere in a head or chunk-size line: hyper answers 400.
-                    buf.put_slice(b"\0");
+                    // hyper answers 400 to it (see rampart_screen::h1); `keep` is less than what
+                    // was read and a read buffer holds far more than a few bytes.
+                    let room = buf.remaining().min(POISON.len());
+                    buf.put_slice(&POISON[..room]);
+                    this.unsent = &POISON[room..];
                     this.phase = Phase::Ended;
                     this.guard = None;
                 }
