@@ -1,0 +1,19 @@
+//! The SQL-injection detector and every extractor in front of it on arbitrary bytes.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use rampart_screen::inspect::{self, BodyKind};
+use rampart_screen::sqli::{Detector, Libinjection};
+
+fuzz_target!(|data: &[u8]| {
+    let d = &Libinjection;
+    let _ = d.detect(data);
+    let _ = inspect::body(d, BodyKind::Json, data);
+    let _ = inspect::body(d, BodyKind::Form, data);
+    let _ = inspect::cookies(d, data);
+    if let Ok(s) = std::str::from_utf8(data) {
+        let _ = inspect::query(d, s);
+        let _ = inspect::path(d, s);
+    }
+    let _ = inspect::percent_decode(data, true);
+});

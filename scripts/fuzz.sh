@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# A short run of every cargo-fuzz target (CONVENTIONS §10): FUZZ_SECONDS each (default 20).
+# Needs a nightly toolchain and cargo-fuzz; without them it says so and exits 0.
+# A crash leaves its input in fuzz/artifacts/<target>/ and fails the run.
+set -euo pipefail
+cd "$(dirname "$0")/../fuzz"
+secs=${FUZZ_SECONDS:-20}
+if ! cargo +nightly --version >/dev/null 2>&1 || ! cargo fuzz --version >/dev/null 2>&1; then
+  echo "fuzz: skipped (needs a nightly toolchain and cargo-fuzz)"
+  exit 0
+fi
+targets=(h1_guard request_head sqli cache_control config)
+echo "fuzz: building the targets"
+cargo +nightly fuzz build 2>&1 | grep -E "^(error|warning: unused)" -A5 || true
+for t in "${targets[@]}"; do
+  mkdir -p "corpus/$t"
+  echo "fuzz: $t for ${secs}s"
+  cargo +nightly fuzz run "$t" "corpus/$t" "seeds/$t" -- \
+    -max_total_time="$secs" -rss_limit_mb=2048 -timeout=10 -print_final_stats=0 2>&1 | tail -n 3
+done
+echo "fuzz: all targets ran without a crash"
