@@ -6,7 +6,11 @@
 #   MODE=image: a cached 73,000-byte JPEG-sized object (bytes/s matter here). Method per shared/BENCHMARKING.md: servers (proxy + origin) pinned to CPU 0, wrk to
 # CPU 1, interleaved rounds, medians; server CPU µs/request from /proc/PID/stat of the proxy.
 #
-# usage: bench/pass-through.sh [ROUNDS] [SECONDS] [RAMPART_BIN]
+# QUERY="?q=running+shoes&page=2" appends a query string to the URL; every rampart rule has
+# enable_sql_injection_protection = true, so a variant with `add_sql_injection_protection = true`
+# screens it (the default variant does not).
+#
+# usage: bench/proxy-vs-nginx.sh [ROUNDS] [SECONDS] [RAMPART_BIN]
 set -euo pipefail
 ROUNDS=${1:-3}
 SECS=${2:-10}
@@ -44,6 +48,7 @@ else
   ORIGIN_CC=""; NGINX_CACHE=""; NGINX_LOC_CACHE=""
   RAMPART_CACHE="add_caching = false"
 fi
+URL_PATH=$URL_PATH${QUERY:-}
 cat > $W/origin.conf <<CONF
 worker_processes 1; daemon off; pid $W/origin.nginxpid; error_log stderr error;
 events { worker_connections 4096; }
@@ -81,6 +86,7 @@ domain = "*"
 max_age_seconds = 3600
 forward_ipv4 = "127.0.0.1"
 forward_port_http = $ORIGIN_PORT
+enable_sql_injection_protection = true
 CONF
   taskset -c $SERVER_CPU $bin run --config $W/$name.toml > $W/$name.log 2>&1 & echo $! > $W/$name.pid
   names+=($name); ports+=($port); port=$((port+1))

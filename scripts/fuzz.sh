@@ -12,10 +12,17 @@ fi
 targets=(h1_guard request_head sqli cache_control config)
 echo "fuzz: building the targets"
 cargo +nightly fuzz build 2>&1 | grep -E "^(error|warning: unused)" -A5 || true
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
 for t in "${targets[@]}"; do
   mkdir -p "corpus/$t"
-  echo "fuzz: $t for ${secs}s"
-  cargo +nightly fuzz run "$t" "corpus/$t" "seeds/$t" -- \
-    -max_total_time="$secs" -rss_limit_mb=2048 -timeout=10 -print_final_stats=0 2>&1 | tail -n 3
+  if cargo +nightly fuzz run "$t" "corpus/$t" "seeds/$t" -- \
+      -max_total_time="$secs" -rss_limit_mb=2048 -timeout=10 >"$log" 2>&1; then
+    echo "fuzz: $t: $(grep -E '^Done' "$log" | tail -n 1)"
+  else
+    tail -n 40 "$log"
+    echo "fuzz: $t FAILED (input saved under fuzz/artifacts/$t/)"
+    exit 1
+  fi
 done
 echo "fuzz: all targets ran without a crash"
