@@ -90,21 +90,23 @@ impl Pipeline {
         router: Arc<Router>,
         upstream: Upstream,
         cache: Option<Arc<Cache>>,
-        access_log: bool,
-        grace: Duration,
-        admin: Arc<AdminConfig>,
         screen: Arc<Screen>,
-        body_limits: BodyLimits,
+        config: &rampart_config::Config,
     ) -> Self {
         Pipeline {
             router,
             upstream,
             cache,
-            access_log,
-            grace,
-            admin,
+            access_log: config.add_logging,
+            grace: config.cache.grace,
+            admin: Arc::new(config.admin.clone()),
             screen,
-            body_limits,
+            body_limits: BodyLimits {
+                // The size limit is the rule's, set once routing has found it.
+                max: None,
+                idle: config.downstream.body_idle_timeout,
+                total: config.downstream.body_total_timeout,
+            },
         }
     }
 

@@ -225,15 +225,8 @@ async fn worker(
         router,
         upstream,
         shared.cache.clone(),
-        shared.config.add_logging,
-        shared.config.cache.grace,
-        Arc::new(shared.config.admin.clone()),
         shared.screen.clone(),
-        crate::body::BodyLimits {
-            max: None,
-            idle: shared.config.downstream.body_idle_timeout,
-            total: shared.config.downstream.body_total_timeout,
-        },
+        &shared.config,
     ));
     let d = &shared.config.downstream;
     let mut builder = auto::Builder::new(TokioExecutor::new());

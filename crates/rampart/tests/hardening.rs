@@ -3,6 +3,8 @@
 //! (rapid reset, CONTINUATION). Each asserts the response, that the connection is closed where
 //! it must be, and what the origin saw.
 
+#![allow(clippy::unwrap_used)]
+
 mod support;
 
 use std::io::{Read, Write};

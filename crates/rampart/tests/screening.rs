@@ -2,6 +2,8 @@
 //! allow/deny lists, rate limits and body limits. Each test asserts what the client got and
 //! what the origin saw (blocked requests never reach it).
 
+#![allow(clippy::unwrap_used)]
+
 mod support;
 
 use std::time::{Duration, Instant};

@@ -283,6 +283,7 @@ fn json_string(doc: &[u8], mut i: usize) -> (Vec<u8>, usize) {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::sqli::Libinjection;

@@ -177,6 +177,7 @@ impl Limiter {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use std::net::Ipv4Addr;

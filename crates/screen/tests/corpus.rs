@@ -108,4 +108,3 @@ fn json_bodies() {
     assert!(fp.len() <= 1, "{fp:#?}");
     assert!(detected * 10 >= attacks.len() * 9);
 }
-
