@@ -10,6 +10,10 @@
 # enable_sql_injection_protection = true, so a variant with `add_sql_injection_protection = true`
 # screens it (the default variant does not).
 #
+# UNIQUE=1 makes wrk send a different `q` value with every request (a Lua counter), so screening
+# cannot reuse a verdict; the rule then sets ignore_query_string = true so rampart still hits its
+# cache (NGINX's cache key includes the query: its column is not comparable in that mode).
+#
 # usage: bench/proxy-vs-nginx.sh [ROUNDS] [SECONDS] [RAMPART_BIN]
 set -euo pipefail
 ROUNDS=${1:-3}
@@ -49,6 +53,19 @@ else
   RAMPART_CACHE="add_caching = false"
 fi
 URL_PATH=$URL_PATH${QUERY:-}
+RULE_EXTRA=""
+WRK_ARGS=()
+if [ "${UNIQUE:-0}" = 1 ]; then
+  RULE_EXTRA="ignore_query_string = true"
+  cat > $W/unique.lua <<'LUA'
+local n = 0
+request = function()
+  n = n + 1
+  return wrk.format("GET", "/?q=running+shoes+size+" .. n .. "&page=2&sort=price")
+end
+LUA
+  WRK_ARGS=(-s $W/unique.lua)
+fi
 cat > $W/origin.conf <<CONF
 worker_processes 1; daemon off; pid $W/origin.nginxpid; error_log stderr error;
 events { worker_connections 4096; }
@@ -87,6 +104,7 @@ max_age_seconds = 3600
 forward_ipv4 = "127.0.0.1"
 forward_port_http = $ORIGIN_PORT
 enable_sql_injection_protection = true
+$RULE_EXTRA
 CONF
   taskset -c $SERVER_CPU $bin run --config $W/$name.toml > $W/$name.log 2>&1 & echo $! > $W/$name.pid
   names+=($name); ports+=($port); port=$((port+1))
@@ -98,7 +116,7 @@ cpu_ticks() { awk '{print $14+$15}' /proc/$1/stat; }
 
 run() { # name pid port
   local t0=$(cpu_ticks $2)
-  local out=$(taskset -c $LOAD_CPU wrk -t1 -c$CONNS -d${SECS}s --latency http://127.0.0.1:$3$URL_PATH 2>&1)
+  local out=$(taskset -c $LOAD_CPU wrk -t1 -c$CONNS -d${SECS}s --latency "${WRK_ARGS[@]}" http://127.0.0.1:$3$URL_PATH 2>&1)
   local t1=$(cpu_ticks $2)
   local reqs=$(echo "$out" | awk '/requests in/ {print $1}')
   local rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')

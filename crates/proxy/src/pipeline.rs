@@ -157,6 +157,9 @@ impl Pipeline {
         let fault = req.body().fault();
         if mode == Mode::Client {
             if let Err(e) = self.screen_request(&recv, client, &mut req).await {
+                if let ProxyError::ClientBody(_) = e {
+                    tracing::info!(%client, domain = recv.rule.config.domain_text, error = %e, status = e.status().as_u16(), "request body refused");
+                }
                 let mut res = e.to_response();
                 lookup::label(
                     res.headers_mut(),
@@ -360,10 +363,17 @@ impl Pipeline {
             Err(e) => {
                 // A client body that broke (too large, too slow, malformed) is the client's
                 // failure, whatever the upstream client made of it.
-                let e = match fault.as_ref().and_then(|f| f.get()) {
-                    Some(f) => ProxyError::ClientBody(*f),
-                    None => e,
-                };
+                if let Some(f) = fault.as_ref().and_then(|f| f.get()) {
+                    let e = ProxyError::ClientBody(*f);
+                    tracing::info!(%client, domain = recv.rule.config.domain_text, error = %e, status = e.status().as_u16(), "request body refused");
+                    let mut res = e.to_response();
+                    lookup::label(
+                        res.headers_mut(),
+                        CacheLabel::Block,
+                        "rampart; fwd=bypass; detail=blocked",
+                    );
+                    return finish(res, log, CacheLabel::Block);
+                }
                 tracing::error!(
                     domain = recv.rule.config.domain_text,
                     side = e.side().as_str(),
@@ -542,6 +552,10 @@ impl Pipeline {
         let limit = self.screen.body_limit(&recv.rule);
         req.body_mut().set_limit(limit);
         if let (Some(kind), RequestBody::Stream(_)) = (kind, req.body()) {
+            // Screening reads the body into memory: never without a bound, even when the
+            // body limit is off.
+            req.body_mut()
+                .set_limit(Some(limit.unwrap_or(crate::screen::MAX_INSPECTED_BODY)));
             let body = std::mem::replace(req.body_mut(), RequestBody::Empty);
             let bytes = body
                 .collect()

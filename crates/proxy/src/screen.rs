@@ -24,6 +24,10 @@ use rampart_screen::sqli::{Detector, Libinjection};
 use crate::recv::Rule;
 use crate::synth::ProxyError;
 
+/// Largest form or JSON body read for SQL-injection screening when the body limit is off;
+/// larger ones are refused (413) while screening is on.
+pub const MAX_INSPECTED_BODY: u64 = 16 << 20;
+
 /// Screening state shared by all workers.
 #[derive(Debug)]
 pub struct Screen {

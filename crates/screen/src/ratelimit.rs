@@ -150,8 +150,13 @@ impl Limiter {
         }
     }
 
-    /// Counts one request from `client`.
+    /// Counts one request from `client`. IPv6 clients are counted per /64 (one subscriber's
+    /// network: a host can pick any address in it).
     pub fn check(&self, client: IpAddr) -> Result<(), Refused> {
+        let client = match client {
+            IpAddr::V6(a) => IpAddr::V6((u128::from(a) & !u128::from(u64::MAX)).into()),
+            v4 => v4,
+        };
         let clock = self.inner.clock();
         let now = clock.now();
         // Publish "now" (relative to the limiter's start, as the stored TATs are) for sweeps,
@@ -206,6 +211,17 @@ mod tests {
         let ip = IpAddr::V4(Ipv4Addr::new(198, 51, 100, 7));
         assert!(l.check(ip).is_ok());
         assert!(l.check(ip).is_err());
+    }
+
+    #[test]
+    fn ipv6_clients_share_their_64() {
+        let l = Limiter::new(1, 1, 1024);
+        let a: IpAddr = "2001:db8:1:2::1".parse().unwrap();
+        let b: IpAddr = "2001:db8:1:2:ffff::9".parse().unwrap();
+        let other: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        assert!(l.check(a).is_ok());
+        assert!(l.check(b).is_err());
+        assert!(l.check(other).is_ok());
     }
 
     #[test]

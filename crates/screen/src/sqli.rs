@@ -22,25 +22,123 @@ impl Detector for Libinjection {
         if !worth_checking(input) {
             return None;
         }
-        let result = libinjectionrs::detect_sqli(input);
-        if !result.is_injection() {
-            return None;
+        if input.len() > MEMO_MAX_VALUE {
+            return run(input);
         }
-        Some(
-            result
-                .fingerprint
-                .map(|f| f.to_string())
-                .unwrap_or_default(),
-        )
+        // Popular values (search terms, filters, cookie values) repeat: remember recent
+        // verdicts per thread instead of tokenizing them again.
+        MEMO.with(|memo| {
+            let mut memo = memo.borrow_mut();
+            if let Some(v) = memo.get(input) {
+                return v.clone();
+            }
+            let verdict = run(input);
+            if memo.len() >= MEMO_ENTRIES {
+                memo.clear();
+            }
+            memo.insert(input.into(), verdict.clone());
+            verdict
+        })
     }
 }
 
-/// Values that cannot carry an injection: empty, or a single run of ASCII letters and digits
-/// (one bare word or number is one SQL token, and libinjection never flags a lone word or
-/// number; `tests::lone_tokens_are_never_flagged` checks that against the engine). This keeps
-/// typical query strings (`page=2&sort=price`) off the tokenizer.
-fn worth_checking(input: &[u8]) -> bool {
-    !input.iter().all(u8::is_ascii_alphanumeric)
+/// Values longer than this are not remembered.
+const MEMO_MAX_VALUE: usize = 128;
+/// Remembered verdicts per thread (at most ~0.6 MiB); the table is emptied when full.
+const MEMO_ENTRIES: usize = 4096;
+
+thread_local! {
+    static MEMO: std::cell::RefCell<std::collections::HashMap<Box<[u8]>, Option<String>>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+/// One libinjection verdict.
+fn run(input: &[u8]) -> Option<String> {
+    let result = libinjectionrs::detect_sqli(input);
+    if !result.is_injection() {
+        return None;
+    }
+    Some(
+        result
+            .fingerprint
+            .map(|f| f.to_string())
+            .unwrap_or_default(),
+    )
+}
+
+/// Values libinjection cannot flag, decided without running it: empty, or plain words.
+/// This keeps typical query strings (`page=2&sort=price`, `q=running+shoes`) off the tokenizer.
+pub fn worth_checking(input: &[u8]) -> bool {
+    !plain_words(input)
+}
+
+/// True for ASCII letters, digits and spaces where every letter-led word, and every pair of
+/// neighbouring words, is absent from libinjection's keyword table, and every digit-led word is
+/// all digits.
+///
+/// Why libinjection cannot flag such a value: with no quote character it is tokenized once, as
+/// it stands (the quote contexts are only tried when a `'` or `"` is present, and the MySQL
+/// re-parse only follows `#` or `--` comments); letters-and-digits words that are not keywords
+/// become bare words (`n`), digit runs become numbers (`1`); multi-word keywords are only formed
+/// by merging two neighbouring words that are themselves a table entry (`ORDER BY`, and
+/// `AT TIME` → `AT TIME ZONE`); so the fingerprint is made of `n` and `1` alone, and no
+/// fingerprint in libinjection's table is (`tests::no_fingerprint_is_only_words_and_numbers`
+/// checks that against the engine's own table). The `sqli` fuzz target checks the whole claim.
+pub fn plain_words(input: &[u8]) -> bool {
+    if input.len() > 512
+        || !input
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || *b == b' ')
+    {
+        return false;
+    }
+    let words = keywords();
+    let mut prev: Option<&[u8]> = None;
+    let mut buf = [0u8; 160];
+    for word in input.split(|&b| b == b' ').filter(|w| !w.is_empty()) {
+        if word[0].is_ascii_digit() {
+            if !word.iter().all(u8::is_ascii_digit) {
+                return false;
+            }
+        } else if word.len() > 64 || words.contains(upper(word, &mut buf)) {
+            return false;
+        }
+        if let Some(p) = prev {
+            let n = p.len() + 1 + word.len();
+            if n <= buf.len() {
+                buf[..p.len()].copy_from_slice(p);
+                buf[p.len()] = b' ';
+                buf[p.len() + 1..n].copy_from_slice(word);
+                buf[..n].make_ascii_uppercase();
+                if words.contains(&buf[..n]) {
+                    return false;
+                }
+            } else {
+                return false;
+            }
+        }
+        prev = Some(word);
+    }
+    true
+}
+
+fn upper<'b>(word: &[u8], buf: &'b mut [u8; 160]) -> &'b [u8] {
+    let b = &mut buf[..word.len()];
+    b.copy_from_slice(word);
+    b.make_ascii_uppercase();
+    b
+}
+
+/// libinjection's keyword table (upper case), as a set.
+fn keywords() -> &'static std::collections::HashSet<&'static [u8]> {
+    static SET: std::sync::OnceLock<std::collections::HashSet<&'static [u8]>> =
+        std::sync::OnceLock::new();
+    SET.get_or_init(|| {
+        libinjectionrs::sqli::sqli_data::SQL_KEYWORDS
+            .iter()
+            .map(|k| k.word.as_bytes())
+            .collect()
+    })
 }
 
 #[cfg(test)]
@@ -75,6 +173,48 @@ mod tests {
             "en-US",
         ] {
             assert_eq!(Libinjection.detect(p.as_bytes()), None, "{p}");
+        }
+    }
+
+    #[test]
+    fn no_fingerprint_is_only_words_and_numbers() {
+        // Fingerprints are stored as `0` + upper-case token types with type 'F'.
+        for k in libinjectionrs::sqli::sqli_data::SQL_KEYWORDS {
+            if k.token_type == b'F' {
+                let shape = &k.word.as_bytes()[1..];
+                assert!(
+                    !shape.iter().all(|&c| c == b'N' || c == b'1'),
+                    "fingerprint {} is made of words and numbers only",
+                    k.word
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn plain_words_are_recognised() {
+        for v in [
+            "running shoes",
+            "running shoes size 10",
+            "2",
+            "price",
+            "a  b",
+            "",
+        ] {
+            assert!(plain_words(v.as_bytes()), "{v}");
+        }
+        for v in [
+            "1 union select 1",
+            "select",
+            "order by",
+            "1union",
+            "x or 1",
+            "at time",
+            "it's",
+            "a-b",
+            "sleep 5",
+        ] {
+            assert!(!plain_words(v.as_bytes()), "{v}");
         }
     }
 
