@@ -10,7 +10,7 @@
 # enable_sql_injection_protection = true, so a variant with `add_sql_injection_protection = true`
 # screens it (the default variant does not).
 #
-# UNIQUE=1 makes wrk send a different `q` value with every request (a Lua counter), so screening
+# UNIQUE=1 makes wrk send a different `q` value with every request (UNIQUE_VALUE + a counter), so screening
 # cannot reuse a verdict; the rule then sets ignore_query_string = true so rampart still hits its
 # cache (NGINX's cache key includes the query: its column is not comparable in that mode).
 #
@@ -57,11 +57,11 @@ RULE_EXTRA=""
 WRK_ARGS=()
 if [ "${UNIQUE:-0}" = 1 ]; then
   RULE_EXTRA="ignore_query_string = true"
-  cat > $W/unique.lua <<'LUA'
+  cat > $W/unique.lua <<LUA
 local n = 0
 request = function()
   n = n + 1
-  return wrk.format("GET", "/?q=running+shoes+size+" .. n .. "&page=2&sort=price")
+  return wrk.format("GET", "/?q=${UNIQUE_VALUE:-running+shoes+size+}" .. n .. "&page=2&sort=price")
 end
 LUA
   WRK_ARGS=(-s $W/unique.lua)

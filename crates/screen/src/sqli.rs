@@ -129,16 +129,39 @@ fn upper<'b>(word: &[u8], buf: &'b mut [u8; 160]) -> &'b [u8] {
     b
 }
 
-/// libinjection's keyword table (upper case), as a set.
-fn keywords() -> &'static std::collections::HashSet<&'static [u8]> {
-    static SET: std::sync::OnceLock<std::collections::HashSet<&'static [u8]>> =
-        std::sync::OnceLock::new();
+/// libinjection's keyword table (upper case), as a set. Only static words are ever inserted,
+/// so a fast non-keyed hash (FNV-1a) is safe here.
+type KeywordSet = std::collections::HashSet<&'static [u8], std::hash::BuildHasherDefault<Fnv>>;
+
+fn keywords() -> &'static KeywordSet {
+    static SET: std::sync::OnceLock<KeywordSet> = std::sync::OnceLock::new();
     SET.get_or_init(|| {
         libinjectionrs::sqli::sqli_data::SQL_KEYWORDS
             .iter()
             .map(|k| k.word.as_bytes())
             .collect()
     })
+}
+
+/// FNV-1a, for short static keys.
+#[derive(Debug)]
+struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl std::hash::Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
 }
 
 #[cfg(test)]
