@@ -12,7 +12,7 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
 # No doc tests (the crates have none); unit, binary and integration tests.
-cargo test --workspace --locked --lib --bins --tests 2>&1 | tee "$log" || status=$?
+cargo test --workspace --locked --no-fail-fast --lib --bins --tests 2>&1 | tee "$log" || status=$?
 # A short run of every fuzz target (FUZZ_SECONDS each); a crash fails the suite.
 ./scripts/fuzz.sh || status=$?
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }

@@ -325,6 +325,27 @@ impl RequestBody {
         }
     }
 
+    /// Reads and drops up to `max` bytes of a body nobody will use, for at most `within`.
+    pub async fn discard(self, max: u64, within: Duration) {
+        let RequestBody::Stream(mut s) = self else {
+            return;
+        };
+        s.max = None;
+        let mut stream = RequestBody::Stream(s);
+        let mut seen = 0u64;
+        let _ = tokio::time::timeout(within, async {
+            while let Some(Ok(frame)) =
+                std::future::poll_fn(|cx| Pin::new(&mut stream).poll_frame(cx)).await
+            {
+                seen += frame.data_ref().map_or(0, |d| d.len() as u64);
+                if seen >= max {
+                    break;
+                }
+            }
+        })
+        .await;
+    }
+
     /// Reads the whole body (under its limits) into memory.
     pub async fn collect(self) -> Result<Bytes, RequestBodyError> {
         match self {

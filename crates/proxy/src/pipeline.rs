@@ -18,7 +18,7 @@ use rampart_cache::conditional;
 use rampart_cache::store::Object;
 
 use crate::admin;
-use crate::body::{BodyLimits, ProxyBody, RequestBody};
+use crate::body::{BodyFault, BodyLimits, ProxyBody, RequestBody};
 use crate::coalesce::{InflightBody, Role, SharedHead};
 use crate::fetch::Upstream;
 use crate::headers::{add_forwarded, append_via, strip_hop_by_hop};
@@ -68,6 +68,10 @@ pub struct Pipeline {
     /// Idle and total timeouts for client request bodies (the size limit is per rule).
     body_limits: BodyLimits,
 }
+
+/// How much of a refused body is read and dropped before answering 413, and for how long.
+const LINGER_BYTES: u64 = 32 << 20;
+const LINGER_TIME: Duration = Duration::from_secs(2);
 
 /// Who a request is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,6 +163,17 @@ impl Pipeline {
             if let Err(e) = self.screen_request(&recv, client, &mut req).await {
                 if let ProxyError::ClientBody(_) = e {
                     tracing::info!(%client, domain = recv.rule.config.domain_text, error = %e, status = e.status().as_u16(), "request body refused");
+                }
+                if let ProxyError::ClientBody(BodyFault::TooLarge) = e {
+                    // An HTTP/1.1 client that is still sending would see the connection reset
+                    // before it reads the 413; read (and drop) a bounded amount first, as
+                    // NGINX's lingering close does. Not for `Expect: 100-continue` (that
+                    // client waits) and not for HTTP/2 (streams are reset on their own).
+                    let expects = req.headers().contains_key(EXPECT);
+                    if !expects && req.version() <= Version::HTTP_11 {
+                        let body = std::mem::replace(req.body_mut(), RequestBody::Empty);
+                        body.discard(LINGER_BYTES, LINGER_TIME).await;
+                    }
                 }
                 let mut res = e.to_response();
                 lookup::label(
