@@ -9,7 +9,7 @@ fn absolute(data: &[u8], step: usize) -> Option<(usize, &'static str)> {
     let mut g = Guard::new(8192, 32);
     let mut at = 0;
     for chunk in data.chunks(step.max(1)) {
-        if let Verdict::Reject { keep, reason } = g.feed(chunk) {
+        if let Verdict::Reject { keep, reason, .. } = g.feed(chunk) {
             return Some((at + keep, reason));
         }
         at += chunk.len();

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{ready, Context, Poll};
 
-use rampart_screen::h1::{Guard, Verdict, POISON};
+use rampart_screen::h1::{Guard, Verdict};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// The client socket as hyper sees it: reads pass through the framing guard, and every read or
@@ -74,14 +74,18 @@ impl<T: AsyncRead + Unpin> AsyncRead for GuardedIo<T> {
                         this.guard = None;
                     }
                 }
-                Verdict::Reject { keep, reason } => {
+                Verdict::Reject {
+                    keep,
+                    reason,
+                    poison,
+                } => {
                     tracing::info!(peer = %this.peer, reason, "request refused: ambiguous HTTP/1.1 framing (400, connection closed)");
                     buf.set_filled(before + keep);
                     // hyper answers 400 to it (see rampart_screen::h1); `keep` is less than what
                     // was read and a read buffer holds far more than a few bytes.
-                    let room = buf.remaining().min(POISON.len());
-                    buf.put_slice(&POISON[..room]);
-                    this.unsent = &POISON[room..];
+                    let room = buf.remaining().min(poison.len());
+                    buf.put_slice(&poison[..room]);
+                    this.unsent = &poison[room..];
                     this.phase = Phase::Ended;
                     this.guard = None;
                 }

@@ -569,8 +569,9 @@ impl Pipeline {
         if let (Some(kind), RequestBody::Stream(_)) = (kind, req.body()) {
             // Screening reads the body into memory: never without a bound, even when the
             // body limit is off.
+            let cap = crate::screen::MAX_INSPECTED_BODY;
             req.body_mut()
-                .set_limit(Some(limit.unwrap_or(crate::screen::MAX_INSPECTED_BODY)));
+                .set_limit(Some(limit.map_or(cap, |l| l.min(cap))));
             let body = std::mem::replace(req.body_mut(), RequestBody::Empty);
             let bytes = body
                 .collect()

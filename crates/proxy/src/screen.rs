@@ -24,8 +24,8 @@ use rampart_screen::sqli::{Detector, Libinjection};
 use crate::recv::Rule;
 use crate::synth::ProxyError;
 
-/// Largest form or JSON body read for SQL-injection screening when the body limit is off;
-/// larger ones are refused (413) while screening is on.
+/// Largest form or JSON body read into memory for SQL-injection screening (or the body limit,
+/// when lower); larger ones are refused (413) while screening is on.
 pub const MAX_INSPECTED_BODY: u64 = 16 << 20;
 
 /// Screening state shared by all workers.
@@ -66,7 +66,7 @@ impl Screen {
             .flat_map(|v| v.split(','))
             .collect();
         for hop in hops.iter().rev() {
-            let Ok(ip) = hop.trim().parse::<IpAddr>() else {
+            let Some(ip) = parse_hop(hop.trim()) else {
                 break;
             };
             let ip = ip.to_canonical();
@@ -154,10 +154,23 @@ impl Screen {
         if let Some(f) = finding {
             return Err(sqli_block(client, &c.domain_text, uri.path(), &f));
         }
-        Ok(req
+        let kind = req
             .headers()
             .get(CONTENT_TYPE)
-            .and_then(|v| BodyKind::from_content_type(v.as_bytes())))
+            .and_then(|v| BodyKind::from_content_type(v.as_bytes()));
+        if kind.is_some() {
+            // A compressed form or JSON body cannot be screened; an origin that inflates it
+            // would see what the screen did not.
+            let encoded = req
+                .headers()
+                .get_all(http::header::CONTENT_ENCODING)
+                .iter()
+                .any(|v| !v.as_bytes().trim_ascii().eq_ignore_ascii_case(b"identity"));
+            if encoded {
+                return Err(refuse("encoded form or JSON body cannot be screened"));
+            }
+        }
+        Ok(kind)
     }
 
     /// Step 5 for a form or JSON body read in full.
@@ -174,6 +187,19 @@ impl Screen {
             None => Ok(()),
         }
     }
+}
+
+/// An `X-Forwarded-For` hop: `IP`, `IP:port` or `[IPv6]:port`.
+fn parse_hop(hop: &str) -> Option<IpAddr> {
+    if let Ok(ip) = hop.parse() {
+        return Some(ip);
+    }
+    if let Some(rest) = hop.strip_prefix('[') {
+        return rest.split(']').next()?.parse().ok();
+    }
+    let (ip, port) = hop.rsplit_once(':')?;
+    port.parse::<u16>().ok()?;
+    ip.parse().ok()
 }
 
 fn sqli_block(client: IpAddr, domain: &str, path: &str, f: &Finding) -> ProxyError {

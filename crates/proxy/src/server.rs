@@ -350,7 +350,9 @@ async fn accept_loop(
         let d = &shared.config.downstream;
         let first_byte_timeout = d.header_read_timeout;
         let keepalive_timeout = d.keepalive_timeout;
-        let guard = rampart_screen::h1::Guard::new(d.max_head_bytes.max(8192), d.max_headers);
+        // Four times hyper's head limit: hyper answers 431 first; the guard's own limit only
+        // catches heads hyper's read buffer let through (it can exceed its limit).
+        let guard = rampart_screen::h1::Guard::new(d.max_head_bytes.max(8192) * 4, d.max_headers);
         tokio::spawn(async move {
             // A connection that never sends a byte would sit in hyper's protocol detection
             // forever, holding a connection slot; give it the request-head timeout.

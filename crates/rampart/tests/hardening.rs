@@ -138,6 +138,19 @@ async fn oversized_heads_get_431() {
     );
     let (out, _) = exchange(addr, big).await;
     assert!(out.starts_with("HTTP/1.1 431"), "{out}");
+    // Far over the limit in one write, with a smuggling attempt behind it: refused, and the
+    // request behind it never reaches anyone.
+    let huge: &'static [u8] = Box::leak(
+        format!(
+            "GET / HTTP/1.1\r\nHost: s\r\nX-Pad: {}\r\n\r\nPOST / HTTP/1.1\r\nHost: s\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            "a".repeat(400 << 10)
+        )
+        .into_bytes()
+        .into_boxed_slice(),
+    );
+    let (out, _) = exchange(addr, huge).await;
+    assert!(out.starts_with("HTTP/1.1 4"), "{out}");
+    assert!(!out.contains("200 OK"), "{out}");
     assert_eq!(origin.requests(), 0);
 }
 

@@ -92,6 +92,17 @@ async fn sql_injection_is_blocked_wherever_it_hides() {
         &send(&c, post(&proxy, "shop", "/api", "application/json", json)).await,
         403,
     );
+    // A compressed JSON body cannot be screened, so it is refused.
+    let mut gz = post(
+        &proxy,
+        "shop",
+        "/api",
+        "application/json",
+        "\u{1f}\u{8b}not really gzip",
+    );
+    gz.headers_mut()
+        .insert("content-encoding", http::HeaderValue::from_static("gzip"));
+    assert_blocked(&send(&c, gz).await, 403);
     assert_eq!(origin.requests(), 0, "a blocked request reached the origin");
 
     // Ordinary traffic passes, bodies intact.
@@ -244,8 +255,9 @@ async fn trusted_proxies_name_the_real_client() {
     // The right-most untrusted hop is the client.
     assert_blocked(&send(&c, req("198.51.100.1, 203.0.113.9")).await, 403);
     assert_eq!(send(&c, req("203.0.113.9, 198.51.100.1")).await.status, 200);
-    // The trusted hop itself is skipped.
+    // The trusted hop itself is skipped; hops may carry a port.
     assert_blocked(&send(&c, req("203.0.113.9, 127.0.0.1")).await, 403);
+    assert_blocked(&send(&c, req("203.0.113.9:4711")).await, 403);
     assert_eq!(origin.requests(), 1);
 
     // Without trust, X-Forwarded-For is ignored for screening.

@@ -45,8 +45,13 @@ const MAX_TRAILERS: usize = 16 * 1024;
 pub enum Verdict {
     /// Hand all of it to the HTTP parser.
     Pass,
-    /// Hand over only `keep` bytes, then [`POISON`], then end of stream.
-    Reject { keep: usize, reason: &'static str },
+    /// Hand over only `keep` bytes, then `poison` ([`POISON`] for a head, a lone NUL inside a
+    /// body), then end of stream.
+    Reject {
+        keep: usize,
+        reason: &'static str,
+        poison: &'static [u8],
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,6 +127,7 @@ impl Guard {
                     return Verdict::Reject {
                         keep: 0,
                         reason: "stream already refused",
+                        poison: b"",
                     }
                 }
                 State::Head => match self.head(input, pos) {
@@ -152,7 +158,13 @@ impl Guard {
                 _ => {
                     if let Err(reason) = self.chunk_byte(input[pos]) {
                         self.state = State::Rejected;
-                        return Verdict::Reject { keep: pos, reason };
+                        // Inside a body a CRLF could complete a chunk for hyper: a lone NUL
+                        // and the end of the stream fail every chunk state.
+                        return Verdict::Reject {
+                            keep: pos,
+                            reason,
+                            poison: b"\0",
+                        };
                     }
                     pos += 1;
                 }
@@ -210,6 +222,7 @@ impl Guard {
                     Err(reason) => Err(Verdict::Reject {
                         keep: end - 1,
                         reason,
+                        poison: POISON,
                     }),
                 }
             }
@@ -218,17 +231,34 @@ impl Guard {
                     self.head.extend_from_slice(fresh);
                 }
                 if self.head.len() > self.max_head {
-                    // The parser refuses it with 431.
-                    self.state = State::Passthrough;
+                    // hyper normally refuses a head this long with 431 long before (the guard's
+                    // limit is a multiple of hyper's), but its read buffer can hold more than
+                    // its limit; never step aside: refuse.
                     self.head = Vec::new();
+                    return Err(Verdict::Reject {
+                        keep: pos,
+                        reason: "request head too large",
+                        poison: POISON,
+                    });
                 }
                 Ok(pos + take)
             }
-            Err(_) => {
-                // The parser refuses it with 400/431 on its own.
+            Err(httparse::Error::TooManyHeaders) => {
+                // hyper has the same number of header slots and parses the same head: it
+                // answers 431 and closes, whatever follows.
                 self.state = State::Passthrough;
                 self.head = Vec::new();
                 Ok(input.len())
+            }
+            Err(_) => {
+                // hyper refuses it too (same parser); refuse here so the guard never steps
+                // aside for anything but HTTP/2.
+                self.head = Vec::new();
+                Err(Verdict::Reject {
+                    keep: pos,
+                    reason: "malformed request head",
+                    poison: POISON,
+                })
             }
         }
     }
@@ -421,10 +451,16 @@ mod tests {
     fn run_bytewise(bytes: &[u8]) -> Verdict {
         let mut g = Guard::new(64 << 10, 100);
         for (i, b) in bytes.iter().enumerate() {
-            if let Verdict::Reject { keep, reason } = g.feed(std::slice::from_ref(b)) {
+            if let Verdict::Reject {
+                keep,
+                reason,
+                poison,
+            } = g.feed(std::slice::from_ref(b))
+            {
                 return Verdict::Reject {
                     keep: i + keep,
                     reason,
+                    poison,
                 };
             }
         }
@@ -536,15 +572,42 @@ mod tests {
     }
 
     #[test]
-    fn heads_the_parser_refuses_are_left_to_it() {
+    fn malformed_and_oversized_heads_are_refused_too() {
         for bytes in [
             &b"GET / HTTP/1.1\r\nHost: a\r\nX: a\r\n b\r\n\r\n"[..],
             b"GET / HTTP/1.1\r\nHost : a\r\n\r\n",
             b"GET / HTTP/1.1\r\nHo\x00st: a\r\n\r\n",
         ] {
-            let mut g = Guard::new(8192, 100);
-            assert_eq!(g.feed(bytes), Verdict::Pass);
-            assert!(g.is_passthrough());
+            assert!(matches!(
+                Guard::new(8192, 100).feed(bytes),
+                Verdict::Reject { .. }
+            ));
         }
+        // Larger than the limit in one read: refused, never passed through.
+        let mut big = b"GET / HTTP/1.1\r\nHost: a\r\nX-Pad: ".to_vec();
+        big.extend(std::iter::repeat_n(b'a', 20_000));
+        big.extend_from_slice(b"\r\n\r\nPOST / HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n");
+        assert!(matches!(
+            Guard::new(8192, 100).feed(&big),
+            Verdict::Reject {
+                keep: 0,
+                reason: "request head too large",
+                ..
+            }
+        ));
+        // Too many fields: left to hyper's identical limit (431).
+        let many = format!("GET / HTTP/1.1\r\nHost: a\r\n{}\r\n", "X: 1\r\n".repeat(10));
+        let mut g = Guard::new(8192, 4);
+        assert_eq!(g.feed(many.as_bytes()), Verdict::Pass);
+        assert!(g.is_passthrough());
+    }
+
+    #[test]
+    fn body_refusals_poison_with_a_lone_nul() {
+        let s = b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0;\x01";
+        assert!(matches!(
+            Guard::new(8192, 100).feed(s),
+            Verdict::Reject { poison: b"\0", .. }
+        ));
     }
 }
