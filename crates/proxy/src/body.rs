@@ -206,7 +206,9 @@ impl Body for ProxyBody {
 /// client's body, streamed under the request limits.
 pub enum RequestBody {
     Empty,
-    Full(Option<Bytes>),
+    /// Bytes read in full (for screening), with their share of the inspection memory budget,
+    /// released when the body is dropped.
+    Full(Option<Bytes>, Option<tokio::sync::OwnedSemaphorePermit>),
     Stream(Box<Limited>),
 }
 
@@ -350,7 +352,7 @@ impl RequestBody {
     pub async fn collect(self) -> Result<Bytes, RequestBodyError> {
         match self {
             RequestBody::Empty => Ok(Bytes::new()),
-            RequestBody::Full(b) => Ok(b.unwrap_or_default()),
+            RequestBody::Full(b, _) => Ok(b.unwrap_or_default()),
             RequestBody::Stream(s) => {
                 let mut stream = RequestBody::Stream(s);
                 let mut out = bytes::BytesMut::new();
@@ -383,7 +385,7 @@ impl Body for RequestBody {
     ) -> Poll<Option<Result<Frame<Bytes>, RequestBodyError>>> {
         match self.get_mut() {
             RequestBody::Empty => Poll::Ready(None),
-            RequestBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            RequestBody::Full(b, _) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
             RequestBody::Stream(s) => {
                 let s = &mut **s;
                 if let Some(frame) = s.primed.take() {
@@ -418,7 +420,7 @@ impl Body for RequestBody {
     fn is_end_stream(&self) -> bool {
         match self {
             RequestBody::Empty => true,
-            RequestBody::Full(b) => b.is_none(),
+            RequestBody::Full(b, _) => b.is_none(),
             RequestBody::Stream(s) => s.primed.is_none() && s.body.is_end_stream(),
         }
     }
@@ -426,7 +428,9 @@ impl Body for RequestBody {
     fn size_hint(&self) -> SizeHint {
         match self {
             RequestBody::Empty => SizeHint::with_exact(0),
-            RequestBody::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
+            RequestBody::Full(b, _) => {
+                SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64))
+            }
             RequestBody::Stream(s) => {
                 // Incoming's hint counts what is left to read; add the frame read ahead.
                 let extra = s

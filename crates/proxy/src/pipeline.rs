@@ -570,8 +570,14 @@ impl Pipeline {
             // Screening reads the body into memory: never without a bound, even when the
             // body limit is off.
             let cap = crate::screen::MAX_INSPECTED_BODY;
-            req.body_mut()
-                .set_limit(Some(limit.map_or(cap, |l| l.min(cap))));
+            let max = limit.map_or(cap, |l| l.min(cap));
+            req.body_mut().set_limit(Some(max));
+            // Reserve the memory first: the declared length, or the most it may be.
+            let declared = crate::headers::content_length(req.headers());
+            let permit = self
+                .screen
+                .reserve_inspection(declared.unwrap_or(max).min(max), self.body_limits.idle)
+                .await?;
             let body = std::mem::replace(req.body_mut(), RequestBody::Empty);
             let bytes = body
                 .collect()
@@ -579,7 +585,7 @@ impl Pipeline {
                 .map_err(|e| ProxyError::ClientBody(e.0))?;
             self.screen
                 .check_body(&recv.rule, client, req.uri().path(), kind, &bytes)?;
-            *req.body_mut() = RequestBody::Full(Some(bytes));
+            *req.body_mut() = RequestBody::Full(Some(bytes), Some(permit));
         }
         req.body_mut()
             .prime()

@@ -13,6 +13,7 @@
 //! `X-Arc2-Cache: Block`. Nothing refused reaches the origin.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, COOKIE, USER_AGENT};
 use http::{HeaderMap, Request};
@@ -28,10 +29,15 @@ use crate::synth::ProxyError;
 /// when lower); larger ones are refused (413) while screening is on.
 pub const MAX_INSPECTED_BODY: u64 = 16 << 20;
 
+/// Memory for form and JSON bodies held for screening at once, across all connections.
+pub const INSPECTION_BUDGET: u64 = 256 << 20;
+
 /// Screening state shared by all workers.
 #[derive(Debug)]
 pub struct Screen {
     detector: Box<dyn Detector>,
+    /// [`INSPECTION_BUDGET`] in KiB permits.
+    inspection: Arc<tokio::sync::Semaphore>,
     limiter: Option<Limiter>,
     exempt: Vec<Cidr>,
     trusted: Vec<Cidr>,
@@ -43,6 +49,9 @@ impl Screen {
         let s = &config.screen;
         Screen {
             detector: Box::new(Libinjection),
+            inspection: Arc::new(tokio::sync::Semaphore::new(
+                (INSPECTION_BUDGET >> 10) as usize,
+            )),
             limiter: s
                 .rate_limit
                 .map(|r| Limiter::new(r.per_second, r.burst, s.rate_limit_max_clients)),
@@ -171,6 +180,26 @@ impl Screen {
             }
         }
         Ok(kind)
+    }
+
+    /// Reserves `bytes` of the inspection budget, waiting at most `within` for others to finish;
+    /// 503 when the budget stays exhausted (many large bodies being screened at once).
+    pub async fn reserve_inspection(
+        &self,
+        bytes: u64,
+        within: std::time::Duration,
+    ) -> Result<tokio::sync::OwnedSemaphorePermit, ProxyError> {
+        let kib = bytes.div_ceil(1024).clamp(1, INSPECTION_BUDGET >> 10) as u32;
+        match tokio::time::timeout(within, self.inspection.clone().acquire_many_owned(kib)).await {
+            Ok(Ok(permit)) => Ok(permit),
+            _ => {
+                tracing::warn!(
+                    bytes,
+                    "request body screening memory exhausted; refusing with 503"
+                );
+                Err(ProxyError::Busy)
+            }
+        }
     }
 
     /// Step 5 for a form or JSON body read in full.

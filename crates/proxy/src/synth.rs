@@ -57,6 +57,8 @@ pub enum ProxyError {
     RateLimited { retry_after: Duration, limit: u32 },
     #[error("request body: {0:?}")]
     ClientBody(BodyFault),
+    #[error("too busy to screen the request body")]
+    Busy,
 }
 
 impl ProxyError {
@@ -70,6 +72,7 @@ impl ProxyError {
             ProxyError::ClientBody(BodyFault::TooLarge) => StatusCode::PAYLOAD_TOO_LARGE,
             ProxyError::ClientBody(BodyFault::Timeout) => StatusCode::REQUEST_TIMEOUT,
             ProxyError::ClientBody(BodyFault::Broken) => StatusCode::BAD_REQUEST,
+            ProxyError::Busy => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::UpstreamConnect(_) | ProxyError::UpstreamProtocol(_) => {
                 StatusCode::BAD_GATEWAY
             }
@@ -94,6 +97,7 @@ impl ProxyError {
             | ProxyError::UpstreamConnectTimeout(_)
             | ProxyError::UpstreamTimeout
             | ProxyError::UpstreamProtocol(_) => Side::Upstream,
+            ProxyError::Busy => Side::Internal,
         }
     }
 
