@@ -4,8 +4,6 @@
 #![no_main]
 
 use std::convert::Infallible;
-use std::sync::atomic::AtomicU64;
-use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::service::service_fn;
@@ -25,7 +23,6 @@ fuzz_target!(|data: &[u8]| {
         let io = GuardedIo::new(
             server,
             Guard::new(8192, 32),
-            Arc::new(AtomicU64::new(0)),
             "127.0.0.1:1".parse().expect("addr"),
         );
         let svc = service_fn(|req: hyper::Request<hyper::body::Incoming>| async move {

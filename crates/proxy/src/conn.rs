@@ -1,25 +1,22 @@
-//! Per-connection plumbing between the socket and hyper: the HTTP/1.1 framing guard, an
-//! activity counter for the idle timeout, and the per-client-address connection table.
+//! Per-connection plumbing between the socket and hyper: the HTTP/1.1 framing guard and the
+//! per-client-address connection table.
 
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{ready, Context, Poll};
 
 use rampart_screen::h1::{Guard, Verdict};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-/// The client socket as hyper sees it: reads pass through the framing guard, and every read or
-/// write bumps `activity`.
+/// The client socket as hyper sees it: reads pass through the framing guard.
 #[derive(Debug)]
 pub struct GuardedIo<T> {
     inner: T,
     guard: Option<Guard>,
     phase: Phase,
-    activity: Arc<AtomicU64>,
     peer: SocketAddr,
     /// The part of [`POISON`] not yet handed over.
     unsent: &'static [u8],
@@ -33,12 +30,11 @@ enum Phase {
 }
 
 impl<T> GuardedIo<T> {
-    pub fn new(inner: T, guard: Guard, activity: Arc<AtomicU64>, peer: SocketAddr) -> Self {
+    pub fn new(inner: T, guard: Guard, peer: SocketAddr) -> Self {
         GuardedIo {
             inner,
             guard: Some(guard),
             phase: Phase::Open,
-            activity,
             peer,
             unsent: &[],
         }
@@ -65,7 +61,6 @@ impl<T: AsyncRead + Unpin> AsyncRead for GuardedIo<T> {
         if after == before {
             return Poll::Ready(Ok(()));
         }
-        this.activity.fetch_add(1, Ordering::Relaxed);
         if let Some(guard) = &mut this.guard {
             match guard.feed(&buf.filled()[before..after]) {
                 Verdict::Pass => {
@@ -101,9 +96,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for GuardedIo<T> {
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let n = ready!(Pin::new(&mut self.inner).poll_write(cx, data))?;
-        self.activity.fetch_add(1, Ordering::Relaxed);
-        Poll::Ready(Ok(n))
+        Pin::new(&mut self.inner).poll_write(cx, data)
     }
 
     fn poll_write_vectored(
@@ -111,9 +104,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for GuardedIo<T> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let n = ready!(Pin::new(&mut self.inner).poll_write_vectored(cx, bufs))?;
-        self.activity.fetch_add(1, Ordering::Relaxed);
-        Poll::Ready(Ok(n))
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {

@@ -342,10 +342,16 @@ async fn accept_loop(
         };
         let info = Arc::new(ConnInfo::new(ip, "http"));
         let pipeline = pipeline.clone();
-        let svc = service_fn(move |req| {
-            let (pipeline, info) = (pipeline.clone(), info.clone());
-            async move { Ok::<_, Infallible>(pipeline.handle(&info, req).await) }
-        });
+        // Requests started on this connection, for the idle timeout.
+        let started = Arc::new(AtomicU64::new(0));
+        let svc = {
+            let started = started.clone();
+            service_fn(move |req| {
+                started.fetch_add(1, Ordering::Relaxed);
+                let (pipeline, info) = (pipeline.clone(), info.clone());
+                async move { Ok::<_, Infallible>(pipeline.handle(&info, req).await) }
+            })
+        };
         let (open, builder, mut stop) = (open_tx.clone(), builder.clone(), shutdown.clone());
         let d = &shared.config.downstream;
         let first_byte_timeout = d.header_read_timeout;
@@ -362,12 +368,13 @@ async fn accept_loop(
                 _ = stop.changed() => false,
             };
             if arrived && !*stop.borrow() {
-                let activity = Arc::new(AtomicU64::new(0));
-                let io = GuardedIo::new(stream, guard, activity.clone(), peer);
+                let io = GuardedIo::new(stream, guard, peer);
                 let conn = builder.serve_connection(TokioIo::new(io), svc);
                 tokio::pin!(conn);
-                // Idle timeout for both protocols: a connection that moved no bytes for a whole
-                // period is shut down gracefully (an in-flight request still completes).
+                // Idle timeout for both protocols: a connection that started no request for a
+                // whole period is shut down gracefully. In-flight requests still complete, and
+                // an HTTP/2 client trickling a header block (which never becomes a request)
+                // cannot keep the connection open.
                 let mut tick = tokio::time::interval_at(
                     tokio::time::Instant::now() + keepalive_timeout,
                     keepalive_timeout,
@@ -387,7 +394,7 @@ async fn accept_loop(
                             closing = true;
                         }
                         _ = tick.tick() => {
-                            let now = activity.load(Ordering::Relaxed);
+                            let now = started.load(Ordering::Relaxed);
                             if now == seen && !closing {
                                 tracing::debug!(%peer, "idle connection closed");
                                 conn.as_mut().graceful_shutdown();

@@ -206,7 +206,7 @@ async fn slowloris_does_not_starve_normal_clients() {
         let got = get(&proxy, "s", "/normal").await;
         assert_eq!(got.status, 200);
         assert!(
-            start.elapsed() < Duration::from_secs(1),
+            start.elapsed() < Duration::from_secs(2),
             "normal client waited {:?}",
             start.elapsed()
         );
@@ -441,4 +441,40 @@ async fn h2_continuation_flood_is_cut_off() {
     );
     assert_eq!(origin.requests(), 0);
     assert_eq!(get(&proxy, "127.0.0.1", "/after").await.status, 200);
+}
+
+#[tokio::test]
+async fn h2_header_trickle_is_closed_by_the_idle_timeout() {
+    let origin = counting_origin().await;
+    let proxy = Proxy::start(&config_for(
+        "127.0.0.1",
+        &origin,
+        "workers = 1\nclient_keepalive_timeout_seconds = 1",
+        "",
+    ));
+    let addr = proxy.addr;
+    let closed_after = tokio::task::spawn_blocking(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(PREFACE).unwrap();
+        s.write_all(&frame(0x4, 0, 0, &[])).unwrap();
+        // A HEADERS frame that announces 200 bytes, then one byte every 200 ms: bytes keep
+        // moving, but no request ever starts.
+        let mut head = frame(0x1, 0x5, 1, &[]);
+        head[2] = 200;
+        s.write_all(&head).unwrap();
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(8) {
+            if s.write_all(&[0x00]).is_err() {
+                break;
+            }
+            if saw_goaway_or_close(&mut s, Duration::from_millis(200)) {
+                break;
+            }
+        }
+        start.elapsed()
+    })
+    .await
+    .unwrap();
+    assert!(closed_after < Duration::from_secs(6), "{closed_after:?}");
+    assert_eq!(origin.requests(), 0);
 }
