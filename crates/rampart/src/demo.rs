@@ -25,6 +25,7 @@ workers = 1
 logging_level = "warn"
 add_logging = true
 add_caching = true
+add_sql_injection_protection = true
 
 [[proxy_rules]]
 domain = "*"                 # every host name (rampart extension; ARC2 files name one domain)
@@ -35,7 +36,7 @@ forward_ipv4 = "127.0.0.1"
 forward_port_http = {ORIGIN_PORT}
 enable_logging = true
 ignore_query_string = false
-enable_sql_injection_protection = false
+enable_sql_injection_protection = true
 enable_compression = false
 enable_minification = false
 enable_webp_transformation = false
@@ -124,6 +125,7 @@ pub fn instructions(proxy: SocketAddr, origin: SocketAddr) -> String {
          \n  curl -i {base}/cookie            # sets a cookie: never shared by the cache (Dynamic)\
          \n  curl -i -H 'Host: anything.example' {base}/   # every host is routed in the demo config\
          \n  curl -i --http2-prior-knowledge {base}/        # HTTP/2 over cleartext\
+         \n  curl -i \"{base}/search?q=1%27%20OR%20%271%27%3D%271\"   # SQL injection: 403, X-Arc2-Cache: Block\
          \n\nPress Ctrl-C to stop.\n"
     )
 }

@@ -626,6 +626,11 @@ async fn demo_serves_its_pages_and_stops_on_ctrl_c() {
     assert!(cookie.header("set-cookie").is_some());
     let slow = send(&c, get("/slow")).await;
     assert_eq!(slow.header("cache-control"), Some("no-store"));
+    // The demo screens for SQL injection, as its printed try-line says.
+    assert!(out.contains("SQL injection: 403"), "{out}");
+    let sqli = send(&c, get("/search?q=1%27%20OR%20%271%27%3D%271")).await;
+    assert_eq!(sqli.status, 403);
+    assert_eq!(sqli.header("x-arc2-cache"), Some("Block"));
     demo.signal(SIGINT);
     let code = tokio::task::spawn_blocking(move || demo.wait_exit(Duration::from_secs(10)))
         .await
