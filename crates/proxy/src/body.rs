@@ -5,7 +5,6 @@
 
 use std::future::Future as _;
 use std::pin::Pin;
-use std::sync::{Arc, OnceLock};
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
@@ -212,8 +211,8 @@ pub enum RequestBody {
     Stream(Box<Limited>),
 }
 
-/// Why a client's request body failed; recorded where the pipeline can see it, since the
-/// upstream client only reports that the body it was sending broke.
+/// Why a client's request body failed. It travels inside the upstream client's error
+/// (`fetch::classify` finds it there), so the client gets 413/408/400, not 502.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BodyFault {
     /// More than the body limit (413).
@@ -224,9 +223,6 @@ pub enum BodyFault {
     /// The client's framing broke or it went away (400).
     Broken,
 }
-
-/// Shared record of a body failure (first one wins).
-pub type FaultSlot = Arc<OnceLock<BodyFault>>;
 
 /// Limits a client's request body is read under.
 #[derive(Debug, Clone, Copy)]
@@ -244,7 +240,6 @@ pub struct Limited {
     idle: Duration,
     deadline: Option<Instant>,
     timer: Pin<Box<Sleep>>,
-    fault: FaultSlot,
     /// A frame read ahead by [`RequestBody::prime`].
     primed: Option<Frame<Bytes>>,
 }
@@ -253,11 +248,6 @@ impl Limited {
     fn deadline_after_frame(&self) -> Instant {
         let idle = Instant::now() + self.idle;
         self.deadline.map_or(idle, |d| d.min(idle))
-    }
-
-    fn fail(&self, f: BodyFault) -> RequestBodyError {
-        let _ = self.fault.set(f);
-        RequestBodyError(f)
     }
 }
 
@@ -268,40 +258,29 @@ pub struct RequestBodyError(pub BodyFault);
 
 impl RequestBody {
     /// A client's body; one that is already complete (GET and friends) becomes `Empty`.
-    pub fn from_incoming(body: Incoming, limits: BodyLimits) -> (Self, Option<FaultSlot>) {
+    pub fn from_incoming(body: Incoming, limits: BodyLimits) -> Self {
         if body.is_end_stream() {
-            return (RequestBody::Empty, None);
+            return RequestBody::Empty;
         }
-        let fault = FaultSlot::default();
         let deadline = limits.total.map(|t| Instant::now() + t);
         let first = deadline.map_or(Instant::now() + limits.idle, |d| {
             d.min(Instant::now() + limits.idle)
         });
-        let body = RequestBody::Stream(Box::new(Limited {
+        RequestBody::Stream(Box::new(Limited {
             body,
             max: limits.max,
             seen: 0,
             idle: limits.idle,
             deadline,
             timer: Box::pin(tokio::time::sleep_until(first)),
-            fault: fault.clone(),
             primed: None,
-        }));
-        (body, Some(fault))
+        }))
     }
 
     /// Sets the size limit (the rule's, known after routing).
     pub fn set_limit(&mut self, max: Option<u64>) {
         if let RequestBody::Stream(s) = self {
             s.max = max;
-        }
-    }
-
-    /// Where a streamed body records its failure.
-    pub fn fault(&self) -> Option<FaultSlot> {
-        match self {
-            RequestBody::Stream(s) => Some(s.fault.clone()),
-            _ => None,
         }
     }
 
@@ -396,7 +375,9 @@ impl Body for RequestBody {
                         if let Some(data) = frame.data_ref() {
                             s.seen += data.len() as u64;
                             if s.max.is_some_and(|m| s.seen > m) {
-                                return Poll::Ready(Some(Err(s.fail(BodyFault::TooLarge))));
+                                return Poll::Ready(Some(Err(RequestBodyError(
+                                    BodyFault::TooLarge,
+                                ))));
                             }
                         }
                         let next = s.deadline_after_frame();
@@ -405,11 +386,13 @@ impl Body for RequestBody {
                     }
                     Poll::Ready(Some(Err(e))) => {
                         tracing::debug!(error = %e, "client request body failed");
-                        Poll::Ready(Some(Err(s.fail(BodyFault::Broken))))
+                        Poll::Ready(Some(Err(RequestBodyError(BodyFault::Broken))))
                     }
                     Poll::Ready(None) => Poll::Ready(None),
                     Poll::Pending => match s.timer.as_mut().poll(cx) {
-                        Poll::Ready(()) => Poll::Ready(Some(Err(s.fail(BodyFault::Timeout)))),
+                        Poll::Ready(()) => {
+                            Poll::Ready(Some(Err(RequestBodyError(BodyFault::Timeout))))
+                        }
                         Poll::Pending => Poll::Pending,
                     },
                 }

@@ -16,7 +16,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use rampart_config::{RoutingMethod, RuleConfig, UpstreamConfig, UpstreamTarget};
 
-use crate::body::RequestBody;
+use crate::body::{RequestBody, RequestBodyError};
 use crate::synth::ProxyError;
 
 /// How long an origin that refused a connection is skipped.
@@ -191,6 +191,14 @@ impl Upstream {
     }
 
     fn classify(&self, e: hyper_util::client::legacy::Error) -> ProxyError {
+        // The client's own request body failed (too large, too slow, broken): its fault.
+        let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+        while let Some(c) = cur {
+            if let Some(RequestBodyError(fault)) = c.downcast_ref::<RequestBodyError>() {
+                return ProxyError::ClientBody(*fault);
+            }
+            cur = c.source();
+        }
         if e.is_connect() {
             let text = error_chain(&e);
             // hyper-util reports its connect timeout as an io::Error of kind TimedOut

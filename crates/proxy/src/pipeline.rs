@@ -120,10 +120,13 @@ impl Pipeline {
         conn: &Arc<ConnInfo>,
         req: Request<Incoming>,
     ) -> Response<ProxyBody> {
-        let (parts, body) = req.into_parts();
-        let (body, _) = RequestBody::from_incoming(body, self.body_limits);
-        self.run(conn, Request::from_parts(parts, body), Mode::Client)
-            .await
+        let limits = self.body_limits;
+        self.run(
+            conn,
+            req.map(|b| RequestBody::from_incoming(b, limits)),
+            Mode::Client,
+        )
+        .await
     }
 
     async fn run(
@@ -158,12 +161,8 @@ impl Pipeline {
         };
         // recv: screening (client, rate, size, SQL injection) before anything else happens.
         let client = self.screen.client_ip(conn.client_ip, req.headers());
-        let fault = req.body().fault();
         if mode == Mode::Client {
             if let Err(e) = self.screen_request(&recv, client, &mut req).await {
-                if let ProxyError::ClientBody(_) = e {
-                    tracing::info!(%client, domain = recv.rule.config.domain_text, error = %e, status = e.status().as_u16(), "request body refused");
-                }
                 if let ProxyError::ClientBody(BodyFault::TooLarge) = e {
                     // An HTTP/1.1 client that is still sending would see the connection reset
                     // before it reads the 413; read (and drop) a bounded amount first, as
@@ -175,15 +174,9 @@ impl Pipeline {
                         body.discard(LINGER_BYTES, LINGER_TIME).await;
                     }
                 }
-                let mut res = e.to_response();
-                lookup::label(
-                    res.headers_mut(),
-                    CacheLabel::Block,
-                    "rampart; fwd=bypass; detail=blocked",
-                );
                 let log = (self.access_log && recv.rule.config.enable_logging)
                     .then(|| Box::new(AccessRecord::new(start, client, &recv.host, &req)));
-                return finish(res, log, CacheLabel::Block);
+                return finish(refused(&e, client, &recv), log, CacheLabel::Block);
             }
         }
         if admin::is_purge(req.method()) {
@@ -205,12 +198,7 @@ impl Pipeline {
         let mut label = match recv.decision {
             PathDecision::Block => {
                 tracing::info!(host = ?recv.host, path = req.uri().path(), "blocked by path rule");
-                let mut res = ProxyError::BlockedByPathRule.to_response();
-                lookup::label(
-                    res.headers_mut(),
-                    CacheLabel::Block,
-                    "rampart; fwd=bypass; detail=blocked",
-                );
+                let res = refused(&ProxyError::BlockedByPathRule, client, &recv);
                 return finish(res, log, CacheLabel::Block);
             }
             PathDecision::Bypass => CacheLabel::Bypass,
@@ -376,18 +364,10 @@ impl Pipeline {
         let fetched = match fetched {
             Ok(f) => f,
             Err(e) => {
-                // A client body that broke (too large, too slow, malformed) is the client's
-                // failure, whatever the upstream client made of it.
-                if let Some(f) = fault.as_ref().and_then(|f| f.get()) {
-                    let e = ProxyError::ClientBody(*f);
-                    tracing::info!(%client, domain = recv.rule.config.domain_text, error = %e, status = e.status().as_u16(), "request body refused");
-                    let mut res = e.to_response();
-                    lookup::label(
-                        res.headers_mut(),
-                        CacheLabel::Block,
-                        "rampart; fwd=bypass; detail=blocked",
-                    );
-                    return finish(res, log, CacheLabel::Block);
+                // A client body that broke (too large, too slow, malformed) while it streamed
+                // to the origin is the client's failure.
+                if let ProxyError::ClientBody(_) = e {
+                    return finish(refused(&e, client, &recv), log, CacheLabel::Block);
                 }
                 tracing::error!(
                     domain = recv.rule.config.domain_text,
@@ -742,6 +722,21 @@ fn invalidate_after_unsafe(cache: &Cache, recv: &Recv, pq: &str, res_headers: &H
             }
         }
     }
+}
+
+/// The response to a request refused by screening or policy: the error's status, labelled
+/// `Block`. Body failures are logged here; other refusals where they were decided.
+fn refused(e: &ProxyError, client: IpAddr, recv: &Recv) -> Response<ProxyBody> {
+    if let ProxyError::ClientBody(_) = e {
+        tracing::info!(%client, domain = recv.rule.config.domain_text, error = %e, status = e.status().as_u16(), "request body refused");
+    }
+    let mut res = e.to_response();
+    lookup::label(
+        res.headers_mut(),
+        CacheLabel::Block,
+        "rampart; fwd=bypass; detail=blocked",
+    );
+    res
 }
 
 fn finish(

@@ -240,44 +240,4 @@ mod tests {
             assert!(!plain_words(v.as_bytes()), "{v}");
         }
     }
-
-    #[test]
-    fn lone_tokens_are_never_flagged() {
-        // The prefilter skips single alphanumeric runs; the engine must agree on them.
-        for w in [
-            "select",
-            "union",
-            "or",
-            "and",
-            "sleep",
-            "benchmark",
-            "version",
-            "1",
-            "0",
-            "null",
-            "drop",
-            "table",
-            "waitfor",
-            "delay",
-            "x",
-            "1e5",
-            "0x41",
-            "abc123",
-            "ORDER",
-            "by",
-            "having",
-            "exec",
-            "xp",
-            "user",
-            "char",
-            "concat",
-            "information",
-            "schema",
-        ] {
-            assert!(
-                !libinjectionrs::detect_sqli(w.as_bytes()).is_injection(),
-                "libinjection flags the lone token {w:?}; the prefilter must not skip it"
-            );
-        }
-    }
 }
