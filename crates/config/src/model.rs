@@ -1,6 +1,7 @@
 //! The validated, typed configuration. Runtime code sees only these types.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use http::uri::Authority;
@@ -29,6 +30,64 @@ pub struct Config {
     pub cache: CacheConfig,
     pub admin: AdminConfig,
     pub screen: ScreenConfig,
+    pub tls: TlsConfig,
+}
+
+/// TLS termination and certificates.
+#[derive(Debug, Clone)]
+pub struct TlsConfig {
+    /// HTTPS listen addresses; empty when no rule has a certificate source (listener off).
+    pub listen_https: Vec<SocketAddr>,
+    /// Oldest protocol version offered to clients (`tls_min_version`; default TLS 1.2).
+    pub min_version: TlsVersion,
+    /// Where the ACME account, issued certificates and the local CA are kept (`state_dir`).
+    pub state_dir: PathBuf,
+    /// The domain whose certificate answers handshakes without SNI or with an unknown name
+    /// (`tls_default_domain`); `None` = such handshakes fail.
+    pub default_domain: Option<String>,
+    /// How often certificate files are checked for changes (`tls_reload_interval_seconds`).
+    pub reload_interval: Duration,
+    pub acme: AcmeConfig,
+}
+
+/// The ACME client (automatic certificates).
+#[derive(Debug, Clone)]
+pub struct AcmeConfig {
+    /// Directory URL (`acme_directory_url`; default Let's Encrypt production).
+    pub directory_url: String,
+    /// ARC2 `lets_encrypt_contact_email`.
+    pub contact: Option<String>,
+    /// Extra trust root for the ACME server's own HTTPS (`acme_ca_file`), for private CAs.
+    pub ca_file: Option<PathBuf>,
+    /// Challenge types in order of preference (`acme_challenges`).
+    pub challenges: Vec<AcmeChallenge>,
+}
+
+/// An ACME challenge type rampart can answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AcmeChallenge {
+    /// `http-01`, answered on the HTTP listener.
+    Http01,
+    /// `tls-alpn-01`, answered on the HTTPS listener.
+    TlsAlpn01,
+}
+
+/// Where a rule's certificate comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CertSource {
+    /// PEM files (`tls_cert_file` + `tls_key_file`), reloaded when they change.
+    Files { cert: PathBuf, key: PathBuf },
+    /// Issued by rampart's local CA (`tls = "internal"`).
+    Internal,
+    /// Obtained from the ACME CA (`lets_encrypt_contact_email` or `tls = "acme"`).
+    Acme,
+}
+
+/// A TLS protocol version floor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum TlsVersion {
+    Tls12,
+    Tls13,
 }
 
 /// Global request screening (recv): rate limiting, body limit, client addresses.
@@ -181,6 +240,11 @@ pub struct UpstreamConfig {
     pub connect_timeout: Duration,
     /// Most idle pooled connections kept per origin per worker.
     pub max_idle_per_origin: usize,
+    /// Oldest TLS version accepted from origins (ARC2 `proxy_min_tls_version`; 1.0 and 1.1 are
+    /// raised to 1.2).
+    pub tls_min_version: TlsVersion,
+    /// Trust roots for origin certificates (`proxy_ca_file`); `None` = the system's roots.
+    pub ca_file: Option<PathBuf>,
 }
 
 /// `Whitelist` / `Blacklist`.
@@ -227,6 +291,17 @@ pub enum DomainPattern {
     Any,
 }
 
+impl DomainPattern {
+    /// Whether `host` (lower-case, without port or trailing dot) is served by this pattern.
+    pub fn matches(&self, host: &str) -> bool {
+        match self {
+            DomainPattern::Exact(d) => d == host,
+            DomainPattern::Wildcard(suffix) => host.len() > suffix.len() && host.ends_with(suffix.as_str()),
+            DomainPattern::Any => true,
+        }
+    }
+}
+
 /// A per-path override (`[[proxy_rules.path_rules]]`).
 #[derive(Debug, Clone)]
 pub struct PathRuleConfig {
@@ -250,8 +325,16 @@ pub enum RoutingMethod {
 /// One origin server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UpstreamTarget {
-    /// `host:port` used to connect (and in the access log).
+    /// `host:port` used to connect over plain HTTP (and in the access log).
     pub authority: Authority,
+    /// `host:port` for TLS (`forward_port_https`, 443 under `https_only`): used for requests
+    /// that arrived over HTTPS, and for every request when `https_only`.
+    pub tls: Option<Authority>,
+    /// Always connect with TLS (`https_only`, or an `https://` entry in `upstreams`).
+    pub https_only: bool,
+    /// The name sent as SNI and verified in the origin's certificate: the origin's host name,
+    /// or the rule's domain when the origin is an IP address (`forward_tls_name` overrides).
+    pub tls_name: String,
     /// Weight for `Weighted` routing (≥ 1).
     pub weight: u32,
 }
@@ -291,4 +374,11 @@ pub struct RuleConfig {
     /// Body limit for this rule (`max_body_size`): `None` = the global one, `Some(None)` =
     /// unlimited.
     pub body_limit: Option<Option<u64>>,
+    /// Where this rule's certificate comes from; `None` = not served over HTTPS.
+    pub cert: Option<CertSource>,
+    /// Answer plain-HTTP requests with a 308 to the same URL over HTTPS (`redirect_to_https`).
+    pub redirect_to_https: bool,
+    /// The `Strict-Transport-Security` value sent on HTTPS responses (`hsts_max_age_seconds`,
+    /// `hsts_include_subdomains`, `hsts_preload`).
+    pub hsts: Option<String>,
 }

@@ -189,9 +189,9 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
     let port_http = s
         .int(sink, "listening_port_http", 0, U16)
         .map_or(80, |p| p.value as u16);
-    if let Some(p) = s.int(sink, "listening_port_https", 0, U16) {
-        inactive(sink, &p, "the HTTPS listener (TLS termination)");
-    }
+    let port_https_at = s.int(sink, "listening_port_https", 0, U16);
+    let port_https = port_https_at.as_ref().map_or(443, |p| p.value as u16);
+    let listen_https_list = s.strings(sink, "listen_https");
     let listen = s.strings(sink, "listen");
     let mut listen_http = Vec::new();
     if let Some(list) = &listen {
@@ -327,9 +327,25 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
     if let Some(k) = s.string(sink, "azure_table_storage_key") {
         inactive(sink, &k, "Azure Table Storage log export");
     }
-    if let Some(e) = s.string(sink, "lets_encrypt_contact_email") {
-        inactive(sink, &e, "automatic certificates (ACME)");
-    }
+    let contact = s.string(sink, "lets_encrypt_contact_email").and_then(|e| {
+        let v = e.value.trim();
+        if v.is_empty() {
+            return None;
+        }
+        if !v.contains('@') || v.contains([' ', ',']) {
+            error(
+                sink,
+                &e,
+                format!("{:?} is not an e-mail address", e.value),
+                "write one address such as \"ops@example.com\"",
+            );
+        }
+        Some(v.trim_start_matches("mailto:").to_owned())
+    });
+    let tls_default = match s.string(sink, "tls") {
+        Some(t) => tls_mode(sink, &t),
+        None => None,
+    };
     if let Some(b) = s.bool(sink, "enable_compression") {
         if b.value {
             inactive(sink, &b, "response compression");
@@ -338,9 +354,23 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
     if let Some(f) = s.string(sink, "compression_flags") {
         inactive(sink, &f, "response compression");
     }
+    let mut proxy_tls_min = TlsVersion::Tls13;
     if let Some(v) = s.string(sink, "proxy_min_tls_version") {
-        if ["TLS_1_0", "TLS_1_1", "TLS_1_2", "TLS_1_3"].contains(&v.value.as_str()) {
-            inactive(sink, &v, "TLS to origins");
+        if v.value == "TLS_1_3" {
+            proxy_tls_min = TlsVersion::Tls13;
+        } else if v.value == "TLS_1_2" {
+            proxy_tls_min = TlsVersion::Tls12;
+        } else if ["TLS_1_0", "TLS_1_1"].contains(&v.value.as_str()) {
+            proxy_tls_min = TlsVersion::Tls12;
+            warn(
+                sink,
+                &v,
+                format!(
+                    "{} is raised to TLS_1_2: rampart's TLS stack (rustls) offers no older versions",
+                    v.value
+                ),
+                "use \"TLS_1_2\" to say what is in force",
+            );
         } else {
             error(
                 sink,
@@ -476,6 +506,84 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
         max_idle_per_origin: s
             .int(sink, "proxy_max_idle_per_origin", 0, 100_000)
             .map_or(256, |v| v.value as usize),
+        tls_min_version: proxy_tls_min,
+        ca_file: file_key(&mut s, sink, "proxy_ca_file"),
+    };
+
+    // --- TLS (HTTPS listener, certificates) ---
+    let min_version = match s.string(sink, "tls_min_version") {
+        Some(v) => match v.value.as_str() {
+            "TLS_1_2" => TlsVersion::Tls12,
+            "TLS_1_3" => TlsVersion::Tls13,
+            _ => {
+                error(
+                    sink,
+                    &v,
+                    format!("Invalid TLS value: {:?}", v.value),
+                    "use \"TLS_1_2\" (default) or \"TLS_1_3\"; rustls offers no older versions",
+                );
+                TlsVersion::Tls12
+            }
+        },
+        None => TlsVersion::Tls12,
+    };
+    let state_dir = match s.string(sink, "state_dir") {
+        Some(d) if !d.value.trim().is_empty() => std::path::PathBuf::from(d.value.trim()),
+        Some(d) => {
+            error(sink, &d, "`state_dir` is empty", "name a directory, e.g. \"/var/lib/rampart\"");
+            default_state_dir()
+        }
+        None => default_state_dir(),
+    };
+    let default_domain = s
+        .string(sink, "tls_default_domain")
+        .map(|d| d.value.trim().trim_end_matches('.').to_ascii_lowercase());
+    let reload_interval = s
+        .int(sink, "tls_reload_interval_seconds", 1, 86_400)
+        .map_or(Duration::from_secs(5), |v| secs(v.value));
+    let directory_url = match s.string(sink, "acme_directory_url") {
+        Some(u) if u.value.starts_with("https://") || u.value.starts_with("http://") => u.value,
+        Some(u) => {
+            error(
+                sink,
+                &u,
+                format!("{:?} is not an http(s) URL", u.value),
+                "write the CA's ACME directory URL, e.g. \"https://acme-staging-v02.api.letsencrypt.org/directory\"",
+            );
+            String::new()
+        }
+        None => LETS_ENCRYPT_PRODUCTION.to_owned(),
+    };
+    let acme_ca_file = file_key(&mut s, sink, "acme_ca_file");
+    let challenges = match s.strings(sink, "acme_challenges") {
+        Some(list) => {
+            let mut out = Vec::new();
+            for c in &list.value {
+                match c.value.as_str() {
+                    "http-01" => out.push(AcmeChallenge::Http01),
+                    "tls-alpn-01" => out.push(AcmeChallenge::TlsAlpn01),
+                    _ => error(
+                        sink,
+                        c,
+                        format!("unknown ACME challenge {:?}", c.value),
+                        "use \"http-01\" and/or \"tls-alpn-01\"",
+                    ),
+                }
+            }
+            if out.is_empty() && list.value.is_empty() {
+                error(sink, &list, "`acme_challenges` is empty", "list \"http-01\" and/or \"tls-alpn-01\"");
+            }
+            out
+        }
+        None => vec![AcmeChallenge::Http01, AcmeChallenge::TlsAlpn01],
+    };
+    // A rule without its own `tls`/files gets this: the global `tls`, else ACME when a contact
+    // e-mail is set.
+    let rule_tls_default = match tls_default {
+        Some(TlsMode::Off) => None,
+        Some(TlsMode::Internal) => Some(CertSource::Internal),
+        Some(TlsMode::Acme) => Some(CertSource::Acme),
+        None => contact.is_some().then_some(CertSource::Acme),
     };
 
     let strict_default = s.bool(sink, "strict_path_rules").is_some_and(|b| b.value);
@@ -486,7 +594,13 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
         Some(sections) => {
             let mut domains = Vec::new();
             for section in sections {
-                if let Some(rule) = read_rule(section, sink, strict_default, &mut domains) {
+                if let Some(rule) = read_rule(
+                    section,
+                    sink,
+                    strict_default,
+                    rule_tls_default.as_ref(),
+                    &mut domains,
+                ) {
                     rules.push(rule);
                 }
             }
@@ -503,6 +617,63 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
     for rule in &mut rules {
         rule.sql_injection &= screen.sql_injection;
     }
+    let has_certs = rules.iter().any(|r| r.cert.is_some());
+    let mut listen_https = Vec::new();
+    if let Some(list) = &listen_https_list {
+        for entry in &list.value {
+            match SocketAddr::from_str(entry.value.trim()) {
+                Ok(a) => listen_https.push(a),
+                Err(_) => error(
+                    sink,
+                    entry,
+                    format!("{:?} is not an address with a port", entry.value),
+                    "write \"IP:PORT\", e.g. \"127.0.0.1:8443\" or \"[::1]:8443\"",
+                ),
+            }
+        }
+    } else if let Some(ip) = ip {
+        listen_https.push(SocketAddr::new(ip, port_https));
+    }
+    if !has_certs {
+        let asked = port_https_at.as_ref().map(|p| (p.key.clone(), p.span.clone())).or_else(|| {
+            listen_https_list.as_ref().map(|l| (l.key.clone(), l.span.clone()))
+        });
+        if let Some((key, span)) = asked {
+            sink.push(
+                Severity::Warning,
+                &key,
+                span,
+                "no rule has a certificate, so the HTTPS listener is off",
+                "give a rule `tls_cert_file` + `tls_key_file`, `tls = \"internal\"`, or set `lets_encrypt_contact_email`",
+            );
+        }
+        listen_https.clear();
+    }
+    if let Some(d) = &default_domain {
+        let known = rules.iter().any(|r| r.cert.is_some() && r.domain.matches(d));
+        if !known {
+            sink.push(
+                Severity::Error,
+                "tls_default_domain",
+                None,
+                format!("tls_default_domain {d:?} is not the domain of a rule with a certificate"),
+                "name the `domain` of a rule that has a certificate source",
+            );
+        }
+    }
+    let tls = TlsConfig {
+        listen_https,
+        min_version,
+        state_dir,
+        default_domain,
+        reload_interval,
+        acme: AcmeConfig {
+            directory_url,
+            contact,
+            ca_file: acme_ca_file,
+            challenges,
+        },
+    };
 
     Some(Config {
         listen_http,
@@ -521,7 +692,66 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
             purge_allow,
         },
         screen,
+        tls,
     })
+}
+
+/// Let's Encrypt's production ACME directory (the default CA).
+pub const LETS_ENCRYPT_PRODUCTION: &str = "https://acme-v02.api.letsencrypt.org/directory";
+
+/// `$XDG_DATA_HOME/rampart`, else `$HOME/.local/share/rampart`, else `./rampart-state`.
+fn default_state_dir() -> std::path::PathBuf {
+    if let Some(d) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
+        return std::path::PathBuf::from(d).join("rampart");
+    }
+    match std::env::var_os("HOME").filter(|d| !d.is_empty()) {
+        Some(h) => std::path::PathBuf::from(h).join(".local/share/rampart"),
+        None => std::path::PathBuf::from("rampart-state"),
+    }
+}
+
+/// The `tls` key's values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TlsMode {
+    Off,
+    Internal,
+    Acme,
+}
+
+fn tls_mode(sink: &mut Sink<'_>, v: &At<String>) -> Option<TlsMode> {
+    match v.value.as_str() {
+        "off" => Some(TlsMode::Off),
+        "internal" => Some(TlsMode::Internal),
+        "acme" => Some(TlsMode::Acme),
+        _ => {
+            error(
+                sink,
+                v,
+                format!("unknown tls mode {:?}", v.value),
+                "use \"internal\" (local CA), \"acme\" (automatic certificates) or \"off\"",
+            );
+            None
+        }
+    }
+}
+
+/// A path to a file that must exist (checked now, so `rampart check` finds a typo).
+fn file_key(
+    s: &mut Section<'_>,
+    sink: &mut Sink<'_>,
+    key: &'static str,
+) -> Option<std::path::PathBuf> {
+    let v = s.string(sink, key)?;
+    let path = std::path::PathBuf::from(v.value.trim());
+    if let Err(e) = std::fs::metadata(&path) {
+        error(
+            sink,
+            &v,
+            format!("cannot read {:?}: {e}", v.value),
+            "give the path of a readable PEM file (relative paths start at rampart's working directory)",
+        );
+    }
+    Some(path)
 }
 
 fn parse_domain(sink: &mut Sink<'_>, d: &At<String>) -> Option<DomainPattern> {
@@ -609,7 +839,7 @@ fn match_type(sink: &mut Sink<'_>, v: &At<String>) -> Option<MatchType> {
 fn read_forward(
     s: &mut Section<'_>,
     sink: &mut Sink<'_>,
-) -> (Option<String>, Option<At<i64>>, bool) {
+) -> (Option<String>, Option<At<i64>>, Option<u16>, bool) {
     let mut host = None;
     let mut had_error = false;
     if let Some(a) = s.string(sink, "forward_addr") {
@@ -668,10 +898,30 @@ fn read_forward(
         );
         had_error = true;
     }
-    if let Some(p) = s.int(sink, "forward_port_https", 0, U16) {
-        inactive(sink, &p, "TLS to origins (`forward_port_https`)");
-    }
-    (host, port, had_error)
+    let port_tls = match s.int(sink, "forward_port_https", 0, U16) {
+        Some(p) if p.value == 0 => {
+            error(
+                sink,
+                &p,
+                "an origin cannot be on port 0",
+                "use the port the origin serves HTTPS on, e.g. 443",
+            );
+            had_error = true;
+            None
+        }
+        p => p.map(|p| p.value as u16),
+    };
+    (host, port, port_tls, had_error)
+}
+
+/// How a target is reached over TLS.
+struct Tls {
+    /// `forward_port_https`.
+    port: Option<u16>,
+    /// `https_only`.
+    only: bool,
+    /// SNI / verified name.
+    name: String,
 }
 
 fn make_target(
@@ -679,18 +929,18 @@ fn make_target(
     at: &At<impl Sized>,
     host: &str,
     port: u16,
+    tls: Tls,
     weight: u32,
 ) -> Option<UpstreamTarget> {
-    // A forward_addr may already carry a port ("origin:8080"); keep it then.
-    let text = if host.starts_with('[') || !host.contains(':') {
+    // A forward_addr may already carry a port ("origin:8080"); keep it then (plain HTTP only).
+    let bare = host.starts_with('[') || !host.contains(':');
+    let text = if bare {
         format!("{host}:{port}")
     } else {
         host.to_owned()
     };
-    match Authority::from_str(&text) {
-        Ok(authority) if authority.port_u16().is_some() => {
-            Some(UpstreamTarget { authority, weight })
-        }
+    let authority = match Authority::from_str(&text) {
+        Ok(a) if a.port_u16().is_some() => a,
         _ => {
             error(
                 sink,
@@ -698,15 +948,34 @@ fn make_target(
                 format!("{text:?} is not a valid origin address"),
                 "use a host name or IP address and a port",
             );
-            None
+            return None;
         }
-    }
+    };
+    // Under `https_only` without `forward_port_https`, TLS goes to 443.
+    let tls_port = tls.port.or(tls.only.then_some(443));
+    let tls_authority = tls_port.and_then(|p| {
+        let h = authority.host();
+        let h = if h.contains(':') && !h.starts_with('[') {
+            format!("[{h}]")
+        } else {
+            h.to_owned()
+        };
+        Authority::from_str(&format!("{h}:{p}")).ok()
+    });
+    Some(UpstreamTarget {
+        authority,
+        tls: tls_authority,
+        https_only: tls.only,
+        tls_name: tls.name,
+        weight,
+    })
 }
 
 fn read_rule(
     mut s: Section<'_>,
     sink: &mut Sink<'_>,
     strict_default: bool,
+    tls_default: Option<&CertSource>,
     domains: &mut Vec<DomainPattern>,
 ) -> Option<RuleConfig> {
     let mut ok = true;
@@ -859,6 +1128,52 @@ fn read_rule(
     let deny_ips = cidrs(&mut s, sink, "deny_ips").unwrap_or_default();
     let rate_limit = rate_limit(&mut s, sink, None);
     let body_limit = s.has("max_body_size").then(|| body_size(&mut s, sink));
+    let (cert, tls_ok) = read_rule_tls(&mut s, sink, domain.as_ref(), tls_default);
+    ok &= tls_ok;
+    let redirect_to_https = s.bool(sink, "redirect_to_https").is_some_and(|b| b.value);
+    let hsts = s
+        .int(sink, "hsts_max_age_seconds", 0, I64)
+        .map(|age| {
+            let mut v = format!("max-age={}", age.value);
+            if s.bool(sink, "hsts_include_subdomains").is_some_and(|b| b.value) {
+                v.push_str("; includeSubDomains");
+            }
+            if s.bool(sink, "hsts_preload").is_some_and(|b| b.value) {
+                v.push_str("; preload");
+            }
+            v
+        });
+    if (redirect_to_https || hsts.is_some()) && cert.is_none() {
+        let key = if redirect_to_https { "redirect_to_https" } else { "hsts_max_age_seconds" };
+        s.missing(
+            sink,
+            key,
+            Severity::Warning,
+            &format!("`{key}` is set but this rule has no certificate, so HTTPS cannot serve it"),
+            "give the rule `tls_cert_file` + `tls_key_file` or `tls = \"internal\"`, or set `lets_encrypt_contact_email`",
+        );
+    }
+    let tls_name_override = s.string(sink, "forward_tls_name").map(|n| n.value.trim().to_owned());
+    let rule_host = match &domain {
+        Some(DomainPattern::Exact(d)) => Some(d.clone()),
+        _ => None,
+    };
+    let tls_name = |origin_host: &str| -> String {
+        if let Some(n) = &tls_name_override {
+            return n.clone();
+        }
+        let bare = origin_host.trim_start_matches('[').trim_end_matches(']');
+        let bare = match bare.parse::<IpAddr>() {
+            Ok(_) => bare,
+            // A forward_addr may carry a port.
+            Err(_) => bare.rsplit_once(':').map_or(bare, |(h, _)| h),
+        };
+        if bare.parse::<IpAddr>().is_ok() {
+            rule_host.clone().unwrap_or_else(|| bare.to_owned())
+        } else {
+            bare.to_owned()
+        }
+    };
 
     // path rules
     let mut path_rules = Vec::new();
@@ -924,7 +1239,7 @@ fn read_rule(
     }
 
     // origins
-    let (host, port, fwd_error) = read_forward(&mut s, sink);
+    let (host, port, port_tls, fwd_error) = read_forward(&mut s, sink);
     ok &= !fwd_error;
     let mut upstreams = Vec::new();
     let mut listed = Vec::new();
@@ -936,9 +1251,17 @@ fn read_rule(
     };
     if let Some(list) = s.strings(sink, "upstreams") {
         for u in &list.value {
-            match Authority::from_str(u.value.trim()) {
+            let text = u.value.trim();
+            let (tls, text) = match text.strip_prefix("https://") {
+                Some(rest) => (true, rest),
+                None => (false, text.strip_prefix("http://").unwrap_or(text)),
+            };
+            match Authority::from_str(text) {
                 Ok(authority) if authority.port_u16().is_some_and(|p| p > 0) => {
                     listed.push(UpstreamTarget {
+                        tls: tls.then(|| authority.clone()),
+                        https_only: tls,
+                        tls_name: tls_name(authority.host()),
                         authority,
                         weight: 1,
                     })
@@ -948,7 +1271,7 @@ fn read_rule(
                         sink,
                         u,
                         format!("{:?} is not HOST:PORT", u.value),
-                        "write e.g. \"127.0.0.1:3000\" or \"origin.internal:8080\"",
+                        "write e.g. \"127.0.0.1:3000\", \"origin.internal:8080\" or \"https://origin.internal:443\"",
                     );
                     ok = false;
                 }
@@ -990,11 +1313,7 @@ fn read_rule(
             },
             None => RoutingMethod::Priority,
         };
-        if let Some(b) = rr.bool(sink, "https_only") {
-            if b.value {
-                inactive(sink, &b, "TLS to origins (`https_only`)");
-            }
-        }
+        let https_only = rr.bool(sink, "https_only").is_some_and(|b| b.value);
         if let Some(b) = rr.bool(sink, "enable_health_checks") {
             if b.value {
                 inactive(sink, &b, "active health checks");
@@ -1008,7 +1327,7 @@ fn read_rule(
                 for (i, mut loc) in locs.into_iter().enumerate() {
                     let primary = loc.bool(sink, "primary").is_some_and(|b| b.value);
                     let priority = loc.int(sink, "priority", 0, U16).map(|p| p.value as u32);
-                    let (h, p, e) = read_forward(&mut loc, sink);
+                    let (h, p, pt, e) = read_forward(&mut loc, sink);
                     ok &= !e;
                     let at = At {
                         value: (),
@@ -1019,7 +1338,12 @@ fn read_rule(
                         Some(h) => {
                             let port = p.map_or(80, |p| p.value as u16);
                             let weight = priority.unwrap_or(1).max(1);
-                            if let Some(t) = make_target(sink, &at, &h, port, weight) {
+                            let tls = Tls {
+                                port: pt,
+                                only: https_only,
+                                name: tls_name(&h),
+                            };
+                            if let Some(t) = make_target(sink, &at, &h, port, tls, weight) {
                                 ranked.push((!primary, priority.unwrap_or(u32::MAX), i, t));
                             } else {
                                 ok = false;
@@ -1059,7 +1383,12 @@ fn read_rule(
         upstreams.extend(ranked.into_iter().map(|(_, _, _, t)| t));
     } else if let Some(h) = &host {
         let p = port.as_ref().map_or(80, |p| p.value as u16);
-        match make_target(sink, &rule_span_at, h, p, 1) {
+        let tls = Tls {
+            port: port_tls,
+            only: false,
+            name: tls_name(h),
+        };
+        match make_target(sink, &rule_span_at, h, p, tls, 1) {
             Some(t) => upstreams.push(t),
             None => ok = false,
         }
@@ -1110,7 +1439,93 @@ fn read_rule(
         deny_ips,
         rate_limit,
         body_limit,
+        cert,
+        redirect_to_https,
+        hsts,
     })
+}
+
+/// A rule's certificate source: its own files or `tls`, else the global default. Returns
+/// whether the keys were valid.
+fn read_rule_tls(
+    s: &mut Section<'_>,
+    sink: &mut Sink<'_>,
+    domain: Option<&DomainPattern>,
+    tls_default: Option<&CertSource>,
+) -> (Option<CertSource>, bool) {
+    let mode_at = s.string(sink, "tls");
+    let mut ok = true;
+    let mode = match &mode_at {
+        Some(m) => {
+            let mode = tls_mode(sink, m);
+            ok &= mode.is_some();
+            mode
+        }
+        None => None,
+    };
+    let cert = file_key(s, sink, "tls_cert_file");
+    let key = file_key(s, sink, "tls_key_file");
+    let source = match (cert, key) {
+        (Some(cert), Some(key)) => {
+            if let Some(m) = mode_at.as_ref().filter(|_| mode != Some(TlsMode::Off)) {
+                warn(
+                    sink,
+                    m,
+                    "this rule has certificate files, so `tls` is ignored",
+                    "remove `tls` or the files",
+                );
+            }
+            Some(CertSource::Files { cert, key })
+        }
+        (Some(_), None) | (None, Some(_)) => {
+            let (have, lack) = if s.has("tls_cert_file") {
+                ("tls_cert_file", "tls_key_file")
+            } else {
+                ("tls_key_file", "tls_cert_file")
+            };
+            s.missing(
+                sink,
+                lack,
+                Severity::Error,
+                &format!("`{have}` needs `{lack}` beside it"),
+                &format!("add `{lack} = \"...\"` (PEM)"),
+            );
+            return (None, false);
+        }
+        (None, None) => match mode {
+            Some(TlsMode::Off) => None,
+            Some(TlsMode::Internal) => Some(CertSource::Internal),
+            Some(TlsMode::Acme) => Some(CertSource::Acme),
+            None => tls_default.cloned(),
+        },
+    };
+    // Automatic certificates need a name to put in them.
+    let automatic = matches!(source, Some(CertSource::Internal | CertSource::Acme));
+    let source = match domain {
+        Some(DomainPattern::Any) if automatic => {
+            if let Some(m) = &mode_at {
+                warn(
+                    sink,
+                    m,
+                    "a catch-all rule (`domain = \"*\"`) cannot get an automatic certificate",
+                    "give it `tls_cert_file` + `tls_key_file`",
+                );
+            }
+            None
+        }
+        Some(DomainPattern::Wildcard(_)) if source == Some(CertSource::Acme) => {
+            s.missing(
+                sink,
+                "tls",
+                Severity::Warning,
+                "ACME cannot validate a wildcard name with http-01 or tls-alpn-01; this rule gets no certificate",
+                "give it `tls_cert_file` + `tls_key_file`, or `tls = \"internal\"`",
+            );
+            None
+        }
+        _ => source,
+    };
+    (source, ok)
 }
 
 /// A list of IP networks; every bad entry is reported.

@@ -1,0 +1,337 @@
+//! Automatic certificates (RFC 8555) with instant-acme: one account per CA directory, one order
+//! per domain, HTTP-01 (answered by the HTTP listener from the store) or TLS-ALPN-01 (answered
+//! by the HTTPS listener's resolver), renewal at two thirds of the lifetime, and retries with
+//! jittered exponential backoff. Nothing here blocks startup: a domain without a certificate
+//! simply fails its handshakes until one arrives.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use instant_acme::{
+    Account, AccountCredentials, AuthorizationStatus, ChallengeType, Identifier, NewAccount,
+    NewOrder, OrderStatus, RetryPolicy,
+};
+use rampart_config::{AcmeChallenge, AcmeConfig, DomainPattern};
+use rcgen::{CertificateParams, CustomExtension, KeyPair};
+
+use crate::der::Validity;
+use crate::pem::{self, Loaded};
+use crate::store::CertStore;
+
+/// First retry after a failed order; doubles up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_secs(60);
+const MAX_BACKOFF: Duration = Duration::from_secs(24 * 3600);
+/// After the CA says `rateLimited`, wait at least this long.
+const RATE_LIMITED_BACKOFF: Duration = Duration::from_secs(3600);
+
+/// Where one CA's account and certificates live: `state_dir/acme/<directory host and path>`.
+pub fn ca_dir(state_dir: &Path, directory_url: &str) -> PathBuf {
+    let tail = directory_url
+        .split_once("://")
+        .map_or(directory_url, |(_, t)| t);
+    let name: String = tail
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' })
+        .collect();
+    state_dir.join("acme").join(name)
+}
+
+fn cert_paths(dir: &Path, domain: &str) -> (PathBuf, PathBuf) {
+    let certs = dir.join("certificates");
+    (
+        certs.join(format!("{domain}.crt")),
+        certs.join(format!("{domain}.key")),
+    )
+}
+
+/// A certificate obtained earlier for `domain`, if it is on disk and readable.
+pub fn stored(state_dir: &Path, cfg: &AcmeConfig, domain: &str) -> Option<Loaded> {
+    let (c, k) = cert_paths(&ca_dir(state_dir, &cfg.directory_url), domain);
+    if !c.exists() {
+        return None;
+    }
+    match pem::load_pair(&c, &k) {
+        Ok(l) => Some(l),
+        Err(e) => {
+            tracing::warn!(domain, error = %e, "stored ACME certificate unusable; ordering a new one");
+            None
+        }
+    }
+}
+
+/// A number in `0..n` that differs between calls (for jitter; not for secrets).
+fn jitter(n: u64) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    if n == 0 {
+        return 0;
+    }
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos(),
+    );
+    h.finish() % n
+}
+
+/// The wait after the `failures`-th consecutive failure: exponential, ±20 % jitter.
+pub fn backoff(failures: u32, rate_limited: bool) -> Duration {
+    let base = FIRST_BACKOFF
+        .saturating_mul(1u32 << failures.saturating_sub(1).min(16))
+        .min(MAX_BACKOFF);
+    let base = if rate_limited {
+        base.max(RATE_LIMITED_BACKOFF)
+    } else {
+        base
+    };
+    let spread = base.as_millis() as u64 * 2 / 5;
+    base - base / 5 + Duration::from_millis(jitter(spread.max(1)))
+}
+
+/// When to start renewing a certificate: at two thirds of its lifetime, a little earlier by a
+/// random amount (up to 1/30 of it) so many domains do not renew at once.
+pub fn renew_time(v: &Validity) -> SystemTime {
+    let life = v.not_after.duration_since(v.not_before).unwrap_or_default();
+    let early = Duration::from_millis(jitter(life.as_millis() as u64 / 30));
+    v.renew_at() - early.min(life / 30)
+}
+
+/// Runs the ACME client for `domains` forever: gets the account (creating it on first use),
+/// then keeps each domain's certificate current.
+pub async fn run(
+    cfg: AcmeConfig,
+    state_dir: PathBuf,
+    domains: Vec<(DomainPattern, String, Option<Validity>)>,
+    store: Arc<CertStore>,
+) {
+    let dir = ca_dir(&state_dir, &cfg.directory_url);
+    let mut failures = 0;
+    let account = loop {
+        match account(&cfg, &dir).await {
+            Ok(a) => break a,
+            Err(e) => {
+                failures += 1;
+                let wait = backoff(failures, false);
+                tracing::warn!(directory = %cfg.directory_url, error = %e, retry_in = ?wait, "ACME account unavailable; HTTPS for ACME domains waits for it");
+                tokio::time::sleep(wait).await;
+            }
+        }
+    };
+    let mut tasks = tokio::task::JoinSet::new();
+    for (pattern, domain, validity) in domains {
+        let (account, store, cfg, dir) = (account.clone(), store.clone(), cfg.clone(), dir.clone());
+        tasks.spawn(keep_current(account, cfg, dir, pattern, domain, validity, store));
+    }
+    while tasks.join_next().await.is_some() {}
+}
+
+async fn account(cfg: &AcmeConfig, dir: &Path) -> Result<Account, String> {
+    let path = dir.join("account.json");
+    let builder = || match &cfg.ca_file {
+        Some(ca) => Account::builder_with_root(ca),
+        None => Account::builder(),
+    };
+    if let Ok(text) = std::fs::read(&path) {
+        let creds: AccountCredentials = serde_json::from_slice(&text)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        return builder()
+            .map_err(|e| e.to_string())?
+            .from_credentials(creds)
+            .await
+            .map_err(|e| e.to_string());
+    }
+    let contact = cfg.contact.as_ref().map(|c| format!("mailto:{c}"));
+    let contacts: Vec<&str> = contact.iter().map(String::as_str).collect();
+    let (account, creds) = builder()
+        .map_err(|e| e.to_string())?
+        .create(
+            &NewAccount {
+                contact: &contacts,
+                terms_of_service_agreed: true,
+                only_return_existing: false,
+            },
+            cfg.directory_url.clone(),
+            None,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    let json = serde_json::to_vec(&creds).map_err(|e| e.to_string())?;
+    pem::write_private(&path, &json).map_err(|e| format!("{}: {e}", path.display()))?;
+    tracing::info!(directory = %cfg.directory_url, id = account.id(), "ACME account created");
+    Ok(account)
+}
+
+/// Keeps one domain's certificate current: order when missing or due, retry with backoff.
+async fn keep_current(
+    account: Account,
+    cfg: AcmeConfig,
+    dir: PathBuf,
+    pattern: DomainPattern,
+    domain: String,
+    mut validity: Option<Validity>,
+    store: Arc<CertStore>,
+) {
+    let mut failures = 0u32;
+    loop {
+        if let Some(v) = &validity {
+            let due = renew_time(v);
+            if let Ok(wait) = due.duration_since(SystemTime::now()) {
+                tracing::debug!(domain, ?wait, "next ACME renewal");
+                tokio::time::sleep(wait).await;
+            }
+        }
+        // Alternate challenge types after failures (the first that works keeps being used).
+        let kind = cfg.challenges[failures as usize % cfg.challenges.len().max(1)];
+        match obtain(&account, &domain, kind, &store).await {
+            Ok((chain, key)) => {
+                let loaded = match pem::parse_pair(chain.as_bytes(), key.as_bytes()) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        failures += 1;
+                        tracing::error!(domain, error = %e, "the CA's certificate cannot be used");
+                        tokio::time::sleep(backoff(failures, false)).await;
+                        continue;
+                    }
+                };
+                let (c, k) = cert_paths(&dir, &domain);
+                if let Err(e) = pem::write_private(&k, key.as_bytes())
+                    .and_then(|()| pem::write_private(&c, chain.as_bytes()))
+                {
+                    tracing::error!(domain, error = %e, "cannot store the certificate; it is served but will be ordered again after a restart");
+                }
+                store.set(&pattern, loaded.key.clone());
+                validity = loaded.validity;
+                failures = 0;
+                tracing::info!(
+                    domain,
+                    challenge = ?kind,
+                    valid_days = validity.map_or(0, |v| days_left(v.not_after)),
+                    "certificate obtained from the ACME CA"
+                );
+                if validity.is_none() {
+                    // Cannot tell its lifetime: check again in a day.
+                    tokio::time::sleep(Duration::from_secs(86_400)).await;
+                }
+            }
+            Err(e) => {
+                failures += 1;
+                let wait = backoff(failures, e.contains("rateLimited"));
+                let serving = store.has(&pattern);
+                tracing::warn!(domain, challenge = ?kind, error = %e, retry_in = ?wait, serving_previous = serving, "ACME order failed");
+                tokio::time::sleep(wait).await;
+                // A stored certificate that is still valid stays in service meanwhile.
+            }
+        }
+    }
+}
+
+/// Whole days from now until `t` (0 if past).
+pub fn days_left(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::now())
+        .unwrap_or_default()
+        .as_secs()
+        / 86_400
+}
+
+/// The self-signed certificate that answers a TLS-ALPN-01 challenge (RFC 8737 §3).
+pub fn alpn_challenge_cert(domain: &str, digest: &[u8]) -> Result<Loaded, String> {
+    let mut params =
+        CertificateParams::new(vec![domain.to_owned()]).map_err(|e| e.to_string())?;
+    params.custom_extensions = vec![CustomExtension::new_acme_identifier(digest)];
+    let key = KeyPair::generate().map_err(|e| e.to_string())?;
+    let cert = params.self_signed(&key).map_err(|e| e.to_string())?;
+    pem::parse_pair(cert.pem().as_bytes(), key.serialize_pem().as_bytes())
+}
+
+/// Challenge answers put in the store for one order; removed when dropped.
+struct Answers<'a> {
+    store: &'a CertStore,
+    tokens: Vec<String>,
+    names: Vec<String>,
+}
+
+impl Drop for Answers<'_> {
+    fn drop(&mut self) {
+        for t in &self.tokens {
+            self.store.clear_http_challenge(t);
+        }
+        for n in &self.names {
+            self.store.clear_alpn_challenge(n);
+        }
+    }
+}
+
+/// One order: authorize `domain` with `kind`, finalize, download. Returns (chain PEM, key PEM).
+async fn obtain(
+    account: &Account,
+    domain: &str,
+    kind: AcmeChallenge,
+    store: &CertStore,
+) -> Result<(String, String), String> {
+    let ids = [Identifier::Dns(domain.to_owned())];
+    let mut order = account
+        .new_order(&NewOrder::new(&ids))
+        .await
+        .map_err(|e| format!("new order: {e}"))?;
+    let mut answers = Answers {
+        store,
+        tokens: Vec::new(),
+        names: Vec::new(),
+    };
+    {
+        let mut auths = order.authorizations();
+        while let Some(auth) = auths.next().await {
+            let mut auth = auth.map_err(|e| format!("authorization: {e}"))?;
+            match auth.status {
+                AuthorizationStatus::Valid => continue,
+                AuthorizationStatus::Pending => {}
+                other => return Err(format!("authorization is {other:?}")),
+            }
+            let wanted = match kind {
+                AcmeChallenge::Http01 => ChallengeType::Http01,
+                AcmeChallenge::TlsAlpn01 => ChallengeType::TlsAlpn01,
+            };
+            let mut challenge = auth
+                .challenge(wanted.clone())
+                .ok_or_else(|| format!("the CA offers no {wanted:?} challenge"))?;
+            let key_auth = challenge.key_authorization();
+            match kind {
+                AcmeChallenge::Http01 => {
+                    store.set_http_challenge(&challenge.token, key_auth.as_str());
+                    answers.tokens.push(challenge.token.clone());
+                }
+                AcmeChallenge::TlsAlpn01 => {
+                    let cert = alpn_challenge_cert(domain, key_auth.digest().as_ref())?;
+                    store.set_alpn_challenge(domain, cert.key);
+                    answers.names.push(domain.to_owned());
+                }
+            }
+            challenge
+                .set_ready()
+                .await
+                .map_err(|e| format!("challenge: {e}"))?;
+        }
+    }
+    let retry = RetryPolicy::new()
+        .initial_delay(Duration::from_millis(500))
+        .timeout(Duration::from_secs(120));
+    let status = order
+        .poll_ready(&retry)
+        .await
+        .map_err(|e| format!("validation: {e}"))?;
+    if status != OrderStatus::Ready {
+        return Err(format!("order is {status:?} after validation"));
+    }
+    drop(answers);
+    let key_pem = order
+        .finalize()
+        .await
+        .map_err(|e| format!("finalize: {e}"))?;
+    let chain = order
+        .poll_certificate(&retry)
+        .await
+        .map_err(|e| format!("certificate: {e}"))?;
+    Ok((chain, key_pem))
+}
