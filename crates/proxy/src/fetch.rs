@@ -12,6 +12,8 @@ use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{Request, Response, Uri};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
+
+use crate::origin::{OriginConnector, OriginTlsError};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use rampart_config::{RoutingMethod, RuleConfig, UpstreamConfig, UpstreamTarget};
@@ -26,6 +28,8 @@ const DOWN_FOR: Duration = Duration::from_secs(5);
 #[derive(Debug)]
 pub struct UpstreamState {
     pub target: UpstreamTarget,
+    /// The pool authority for TLS: `name@host:port` (see `origin.rs`); `None` without TLS.
+    tls_key: Option<Authority>,
     /// Milliseconds since `epoch` until which this origin is considered down (0 = up).
     down_until_ms: AtomicU64,
 }
@@ -47,6 +51,9 @@ impl UpstreamSet {
             .upstreams
             .iter()
             .map(|t| UpstreamState {
+                tls_key: t.tls.as_ref().and_then(|a| {
+                    std::str::FromStr::from_str(&format!("{}@{a}", t.tls_name)).ok()
+                }),
                 target: t.clone(),
                 down_until_ms: AtomicU64::new(0),
             })
@@ -110,6 +117,18 @@ impl UpstreamSet {
             .chain(rotated.filter(move |m| !up(m)))
     }
 
+    /// How a request reaches `member`: (authority for logs, authority for the pool, scheme).
+    /// TLS when the origin is `https_only`, or when the client came over HTTPS and the origin
+    /// has a `forward_port_https`.
+    pub fn route(member: &UpstreamState, https: bool) -> (&Authority, &Authority, Scheme) {
+        match (&member.target.tls, &member.tls_key) {
+            (Some(shown), Some(key)) if member.target.https_only || https => {
+                (shown, key, Scheme::HTTPS)
+            }
+            _ => (&member.target.authority, &member.target.authority, Scheme::HTTP),
+        }
+    }
+
     pub fn mark_down(&self, member: &UpstreamState) {
         member.down_until_ms.store(
             self.now_ms() + DOWN_FOR.as_millis() as u64,
@@ -127,17 +146,17 @@ impl UpstreamSet {
 /// A worker's connection pool to all origins.
 #[derive(Debug, Clone)]
 pub struct Upstream {
-    client: Client<HttpConnector, RequestBody>,
+    client: Client<OriginConnector, RequestBody>,
     timeout: Option<Duration>,
     connect_timeout: Duration,
 }
 
 impl Upstream {
-    pub fn new(config: &UpstreamConfig) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(config.nodelay);
-        connector.set_connect_timeout(Some(config.connect_timeout));
-        connector.enforce_http(true);
+    pub fn new(config: &UpstreamConfig, tls: std::sync::Arc<rustls::ClientConfig>) -> Self {
+        let mut tcp = HttpConnector::new();
+        tcp.set_nodelay(config.nodelay);
+        tcp.set_connect_timeout(Some(config.connect_timeout));
+        let connector = OriginConnector::new(tcp, tls);
         let client = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .timer(TokioTimer::new())
@@ -162,12 +181,13 @@ impl Upstream {
         self.timeout
     }
 
-    /// Sends `req` (origin-form URI, headers already rewritten) to `authority`; waits at most
-    /// `proxy_timeout` for the response head.
+    /// Sends `req` (origin-form URI, headers already rewritten) to `authority` over `scheme`;
+    /// waits at most `proxy_timeout` for the response head.
     pub async fn send(
         &self,
         mut req: Request<RequestBody>,
         authority: &Authority,
+        scheme: Scheme,
     ) -> Result<Response<Incoming>, ProxyError> {
         let pq = req
             .uri()
@@ -175,7 +195,7 @@ impl Upstream {
             .cloned()
             .unwrap_or_else(|| PathAndQuery::from_static("/"));
         let mut parts = http::uri::Parts::default();
-        parts.scheme = Some(Scheme::HTTP);
+        parts.scheme = Some(scheme);
         parts.authority = Some(authority.clone());
         parts.path_and_query = Some(pq);
         *req.uri_mut() =
@@ -196,6 +216,9 @@ impl Upstream {
         while let Some(c) = cur {
             if let Some(RequestBodyError(fault)) = c.downcast_ref::<RequestBodyError>() {
                 return ProxyError::ClientBody(*fault);
+            }
+            if let Some(tls) = c.downcast_ref::<OriginTlsError>() {
+                return ProxyError::UpstreamTls(error_chain(tls));
             }
             cur = c.source();
         }

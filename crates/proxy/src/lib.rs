@@ -13,6 +13,7 @@ pub mod fetch;
 pub mod headers;
 pub mod log;
 pub mod lookup;
+pub mod origin;
 pub mod pipeline;
 pub mod recv;
 pub mod screen;

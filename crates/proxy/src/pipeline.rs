@@ -10,7 +10,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use std::sync::atomic::Ordering;
 
-use http::header::{HeaderValue, EXPECT, HOST, IF_MODIFIED_SINCE, IF_NONE_MATCH};
+use http::header::{
+    HeaderValue, EXPECT, HOST, IF_MODIFIED_SINCE, IF_NONE_MATCH, STRICT_TRANSPORT_SECURITY,
+};
 use http::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
 use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
@@ -20,14 +22,15 @@ use rampart_cache::store::Object;
 use crate::admin;
 use crate::body::{BodyFault, BodyLimits, ProxyBody, RequestBody};
 use crate::coalesce::{InflightBody, Role, SharedHead};
-use crate::fetch::Upstream;
+use crate::fetch::{Upstream, UpstreamSet};
 use crate::headers::{add_forwarded, append_via, strip_hop_by_hop};
 use crate::log::AccessRecord;
 use crate::lookup::{self, Cache, CacheLabel, Found, Served};
 use crate::recv::{PathDecision, Router, Rule};
 use crate::screen::Screen;
-use crate::synth::ProxyError;
+use crate::synth::{self, ProxyError};
 use rampart_cache::policy::RulePolicy;
+use rampart_tls::store::CertStore;
 use rampart_cache::vary::Vary;
 use rampart_config::AdminConfig;
 
@@ -67,7 +70,14 @@ pub struct Pipeline {
     screen: Arc<Screen>,
     /// Idle and total timeouts for client request bodies (the size limit is per rule).
     body_limits: BodyLimits,
+    /// Where ACME http-01 answers are (`None` without automatic certificates).
+    acme: Option<Arc<CertStore>>,
+    /// The HTTPS port named in redirects (`None` = no HTTPS listener).
+    https_port: Option<u16>,
 }
+
+/// Where ACME http-01 challenges are fetched (RFC 8555 §8.3).
+const ACME_CHALLENGE_PREFIX: &str = "/.well-known/acme-challenge/";
 
 /// How much of a refused body is read and dropped before answering 413, and for how long.
 const LINGER_BYTES: u64 = 32 << 20;
@@ -96,6 +106,8 @@ impl Pipeline {
         cache: Option<Arc<Cache>>,
         screen: Arc<Screen>,
         config: &rampart_config::Config,
+        acme: Option<Arc<CertStore>>,
+        https_port: Option<u16>,
     ) -> Self {
         Pipeline {
             router,
@@ -111,7 +123,25 @@ impl Pipeline {
                 idle: config.downstream.body_idle_timeout,
                 total: config.downstream.body_total_timeout,
             },
+            acme,
+            https_port,
         }
+    }
+
+    /// `redirect_to_https`: 308 to the same host and target on the HTTPS listener.
+    fn redirect_to_https(&self, recv: &Recv, req: &Request<RequestBody>) -> Response<ProxyBody> {
+        let host = recv.host.to_str().unwrap_or_default();
+        // Drop the port (keeping IPv6 brackets).
+        let name = match host.rfind(':') {
+            Some(i) if !host[i..].contains(']') => &host[..i],
+            _ => host,
+        };
+        let port = match self.https_port {
+            Some(443) | None => String::new(),
+            Some(p) => format!(":{p}"),
+        };
+        let pq = req.uri().path_and_query().map_or("/", |p| p.as_str());
+        synth::redirect(StatusCode::PERMANENT_REDIRECT, &format!("https://{name}{port}{pq}"))
     }
 
     /// Handles one request end to end. Never fails: errors become synthetic responses.
@@ -132,10 +162,18 @@ impl Pipeline {
     async fn run(
         self: &Arc<Self>,
         conn: &Arc<ConnInfo>,
-        mut req: Request<RequestBody>,
+        req: Request<RequestBody>,
         mode: Mode,
     ) -> Response<ProxyBody> {
         let start = Instant::now();
+        if let Some(store) = &self.acme {
+            if let Some(token) = req.uri().path().strip_prefix(ACME_CHALLENGE_PREFIX) {
+                if let Some(answer) = store.http_challenge(token) {
+                    tracing::info!(client = %conn.client_ip, "answered an ACME http-01 challenge");
+                    return synth::text(StatusCode::OK, answer);
+                }
+            }
+        }
         if mode == Mode::Client
             && self.admin.api_key.is_some()
             && req.uri().path().starts_with(admin::ADMIN_PREFIX)
@@ -159,6 +197,29 @@ impl Pipeline {
                 return e.to_response();
             }
         };
+        if conn.proto == "http" && recv.rule.config.redirect_to_https {
+            return self.redirect_to_https(&recv, &req);
+        }
+        let hsts = match conn.proto {
+            "https" => recv.rule.hsts.clone(),
+            _ => None,
+        };
+        let mut res = self.routed(conn, req, mode, start, recv).await;
+        if let Some(v) = hsts {
+            res.headers_mut().insert(STRICT_TRANSPORT_SECURITY, v);
+        }
+        res
+    }
+
+    /// The request has a rule: screening, purge, lookup, fetch, deliver.
+    async fn routed(
+        self: &Arc<Self>,
+        conn: &Arc<ConnInfo>,
+        mut req: Request<RequestBody>,
+        mode: Mode,
+        start: Instant,
+        recv: Recv,
+    ) -> Response<ProxyBody> {
         // recv: screening (client, rate, size, SQL injection) before anything else happens.
         let client = self.screen.client_ip(conn.client_ip, req.headers());
         if mode == Mode::Client {
@@ -655,10 +716,11 @@ impl Pipeline {
                 (None, Some((m, u, hm))) => rebuild(m, u, hm),
                 (None, None) => break,
             };
+            let (shown, key, scheme) = UpstreamSet::route(member, conn.proto == "https");
             if let Some(l) = log.as_deref_mut() {
-                l.upstream = Some(member.target.authority.clone());
+                l.upstream = Some(shown.clone());
             }
-            match self.upstream.send(req, &member.target.authority).await {
+            match self.upstream.send(req, key, scheme).await {
                 Ok(res) => {
                     upstreams.mark_up(member);
                     return Ok(Fetched {
@@ -669,7 +731,7 @@ impl Pipeline {
                     });
                 }
                 Err(e) if e.may_fail_over() => {
-                    tracing::warn!(upstream = %member.target.authority, error = %e, "origin unreachable, marking it down");
+                    tracing::warn!(upstream = %shown, error = %e, "origin failed before the request was sent; marking it down");
                     upstreams.mark_down(member);
                     last_err = Some(e);
                 }

@@ -25,6 +25,8 @@ pub struct Rule {
     pub upstreams: UpstreamSet,
     /// This rule's own per-client limiter (`rate_limit_per_second` in the rule).
     pub limiter: Option<Limiter>,
+    /// `Strict-Transport-Security` for HTTPS responses, pre-rendered.
+    pub hsts: Option<http::HeaderValue>,
 }
 
 /// Host → rule lookup, built once at startup and shared by all workers.
@@ -78,6 +80,10 @@ impl Router {
                 limiter: rc
                     .rate_limit
                     .map(|r| Limiter::new(r.per_second, r.burst, max_clients)),
+                hsts: rc
+                    .hsts
+                    .as_deref()
+                    .and_then(|v| http::HeaderValue::from_str(v).ok()),
             }));
         }
         wildcard.sort_by_key(|w| std::cmp::Reverse(w.0.len()));

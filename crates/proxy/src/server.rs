@@ -39,9 +39,12 @@ const DEFAULT_BACKLOG: i32 = 4096;
 pub struct Server {
     config: Arc<Config>,
     /// One entry per worker thread (a single entry for the shared runtime), each holding one
-    /// listener per configured address.
-    sockets: Vec<Vec<std::net::TcpListener>>,
+    /// listener per configured address and whether it serves HTTPS.
+    sockets: Vec<Vec<(std::net::TcpListener, bool)>>,
     local_addrs: Vec<SocketAddr>,
+    https_addrs: Vec<SocketAddr>,
+    /// Certificates and the TLS server configuration (`None` without an HTTPS listener).
+    tls: Option<rampart_tls::Tls>,
 }
 
 /// A running server: signal it to stop, then join it.
@@ -103,33 +106,56 @@ fn bind_one(
 }
 
 impl Server {
-    /// Binds every listener. A port of 0 is resolved once and shared by all workers.
+    /// Loads the certificates (files, local CA, stored ACME ones) and binds every listener. A
+    /// port of 0 is resolved once and shared by all workers.
     pub fn bind(config: Config) -> io::Result<Server> {
+        let tls = rampart_tls::start(&config).map_err(io::Error::other)?;
         let per_core = config.runtime == RuntimeMode::PerCore;
         let groups = if per_core { config.workers.max(1) } else { 1 };
-        let mut sockets: Vec<Vec<std::net::TcpListener>> =
+        let mut sockets: Vec<Vec<(std::net::TcpListener, bool)>> =
             (0..groups).map(|_| Vec::new()).collect();
-        let mut local_addrs = Vec::new();
-        for &addr in &config.listen_http {
+        let (mut local_addrs, mut https_addrs) = (Vec::new(), Vec::new());
+        let https = if tls.is_some() {
+            &config.tls.listen_https[..]
+        } else {
+            &[]
+        };
+        let all = config
+            .listen_http
+            .iter()
+            .map(|a| (*a, false))
+            .chain(https.iter().map(|a| (*a, true)));
+        for (addr, is_tls) in all {
             let first = bind_one(addr, &config, per_core)
                 .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))?;
             let actual = first.local_addr()?;
-            local_addrs.push(actual);
-            sockets[0].push(first);
+            if is_tls {
+                https_addrs.push(actual);
+            } else {
+                local_addrs.push(actual);
+            }
+            sockets[0].push((first, is_tls));
             for group in sockets.iter_mut().skip(1) {
-                group.push(bind_one(actual, &config, true)?);
+                group.push((bind_one(actual, &config, true)?, is_tls));
             }
         }
         Ok(Server {
             config: Arc::new(config),
             sockets,
             local_addrs,
+            https_addrs,
+            tls,
         })
     }
 
-    /// The addresses actually bound (ports resolved).
+    /// The plain-HTTP addresses actually bound (ports resolved).
     pub fn local_addrs(&self) -> &[SocketAddr] {
         &self.local_addrs
+    }
+
+    /// The HTTPS addresses actually bound (empty when no rule has a certificate).
+    pub fn https_addrs(&self) -> &[SocketAddr] {
+        &self.https_addrs
     }
 
     /// Starts the workers and returns at once.
@@ -143,7 +169,14 @@ impl Server {
             ))
         });
         let screen = Arc::new(crate::screen::Screen::new(&self.config));
+        let origin_tls = rampart_tls::origin::client_config(&self.config.upstream)
+            .map_err(io::Error::other)?;
+        // Redirects to HTTPS name the port unless it is the default one.
+        let https_port = self.https_addrs.first().map(|a| a.port());
         let shared = Arc::new(Shared {
+            origin_tls,
+            https_port,
+            tls: self.tls.clone(),
             cache,
             screen,
             per_ip: self
@@ -201,6 +234,12 @@ impl Server {
 #[derive(Debug)]
 struct Shared {
     config: Arc<Config>,
+    /// Certificates and the TLS server configuration.
+    tls: Option<rampart_tls::Tls>,
+    /// The client configuration for origins over TLS.
+    origin_tls: Arc<rustls::ClientConfig>,
+    /// The first HTTPS listener's port (for redirects).
+    https_port: Option<u16>,
     /// The response cache, shared by all workers (`None` when `add_caching = false`).
     cache: Option<Arc<Cache>>,
     /// Screening state shared by all workers (rate limiters).
@@ -215,19 +254,25 @@ struct Shared {
 
 /// One worker: an accept loop per listener, sharing this worker's pipeline and pool.
 async fn worker(
-    group: Vec<std::net::TcpListener>,
+    group: Vec<(std::net::TcpListener, bool)>,
     shared: Arc<Shared>,
     router: Arc<Router>,
     shutdown: watch::Receiver<bool>,
 ) {
-    let upstream = Upstream::new(&shared.config.upstream);
+    let upstream = Upstream::new(&shared.config.upstream, shared.origin_tls.clone());
     let pipeline = Arc::new(Pipeline::new(
         router,
         upstream,
         shared.cache.clone(),
         shared.screen.clone(),
         &shared.config,
+        shared.tls.as_ref().map(|t| t.store.clone()),
+        shared.https_port,
     ));
+    let acceptor = shared
+        .tls
+        .as_ref()
+        .map(|t| tokio_rustls::TlsAcceptor::from(t.server.clone()));
     let d = &shared.config.downstream;
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
@@ -254,7 +299,7 @@ async fn worker(
         .max_local_error_reset_streams(Some(256));
     let builder = Arc::new(builder);
     let mut loops = Vec::new();
-    for std_listener in group {
+    for (std_listener, is_tls) in group {
         let listener = match TcpListener::from_std(std_listener) {
             Ok(l) => l,
             Err(e) => {
@@ -262,8 +307,10 @@ async fn worker(
                 continue;
             }
         };
+        let tls = if is_tls { acceptor.clone() } else { None };
         loops.push(tokio::spawn(accept_loop(
             listener,
+            tls,
             shared.clone(),
             pipeline.clone(),
             builder.clone(),
@@ -277,6 +324,7 @@ async fn worker(
 
 async fn accept_loop(
     listener: TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     shared: Arc<Shared>,
     pipeline: Arc<Pipeline>,
     builder: Arc<auto::Builder<TokioExecutor>>,
@@ -340,7 +388,10 @@ async fn accept_loop(
             },
             None => None,
         };
-        let info = Arc::new(ConnInfo::new(ip, "http"));
+        let info = Arc::new(ConnInfo::new(
+            ip,
+            if tls.is_some() { "https" } else { "http" },
+        ));
         let pipeline = pipeline.clone();
         // Requests started on this connection, for the idle timeout.
         let started = Arc::new(AtomicU64::new(0));
@@ -359,49 +410,42 @@ async fn accept_loop(
         // Four times hyper's head limit: hyper answers 431 first; the guard's own limit only
         // catches heads hyper's read buffer let through (it can exceed its limit).
         let guard = rampart_screen::h1::Guard::new(d.max_head_bytes.max(8192) * 4, d.max_headers);
+        let tls = tls.clone();
         tokio::spawn(async move {
-            // A connection that never sends a byte would sit in hyper's protocol detection
-            // forever, holding a connection slot; give it the request-head timeout.
-            let mut first = [0u8; 1];
-            let arrived = tokio::select! {
-                r = tokio::time::timeout(first_byte_timeout, stream.peek(&mut first)) => matches!(r, Ok(Ok(n)) if n > 0),
-                _ = stop.changed() => false,
-            };
-            if arrived && !*stop.borrow() {
-                let io = GuardedIo::new(stream, guard, peer);
-                let conn = builder.serve_connection(TokioIo::new(io), svc);
-                tokio::pin!(conn);
-                // Idle timeout for both protocols: a connection that started no request for a
-                // whole period is shut down gracefully. In-flight requests still complete, and
-                // an HTTP/2 client trickling a header block (which never becomes a request)
-                // cannot keep the connection open.
-                let mut tick = tokio::time::interval_at(
-                    tokio::time::Instant::now() + keepalive_timeout,
-                    keepalive_timeout,
-                );
-                let (mut seen, mut closing) = (0, false);
-                loop {
-                    tokio::select! {
-                        biased;
-                        r = conn.as_mut() => {
-                            if let Err(e) = r {
-                                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            match tls {
+                None => {
+                    // A connection that never sends a byte would sit in hyper's protocol
+                    // detection forever, holding a connection slot; give it the request-head
+                    // timeout.
+                    let mut first = [0u8; 1];
+                    let arrived = tokio::select! {
+                        r = tokio::time::timeout(first_byte_timeout, stream.peek(&mut first)) => matches!(r, Ok(Ok(n)) if n > 0),
+                        _ = stop.changed() => false,
+                    };
+                    if arrived && !*stop.borrow() {
+                        let io = GuardedIo::new(stream, guard, peer);
+                        serve(io, &builder, svc, started, keepalive_timeout, peer, &mut stop).await;
+                    }
+                }
+                Some(acceptor) => {
+                    // The handshake gets the request-head timeout too.
+                    let handshake = tokio::select! {
+                        r = tokio::time::timeout(first_byte_timeout, acceptor.accept(stream)) => r,
+                        _ = stop.changed() => return drop((permit, slot, open)),
+                    };
+                    match handshake {
+                        Ok(Ok(tls)) => {
+                            let alpn = tls.get_ref().1.alpn_protocol();
+                            if alpn == Some(rampart_tls::store::ACME_TLS_ALPN) {
+                                // A TLS-ALPN-01 validation: the handshake was the answer.
+                                tracing::debug!(%peer, "ACME tls-alpn-01 validation handshake");
+                            } else if !*stop.borrow() {
+                                let io = GuardedIo::new(tls, guard, peer);
+                                serve(io, &builder, svc, started, keepalive_timeout, peer, &mut stop).await;
                             }
-                            break;
                         }
-                        _ = stop.changed(), if !closing => {
-                            conn.as_mut().graceful_shutdown();
-                            closing = true;
-                        }
-                        _ = tick.tick() => {
-                            let now = started.load(Ordering::Relaxed);
-                            if now == seen && !closing {
-                                tracing::debug!(%peer, "idle connection closed");
-                                conn.as_mut().graceful_shutdown();
-                                closing = true;
-                            }
-                            seen = now;
-                        }
+                        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
                     }
                 }
             }
@@ -413,5 +457,62 @@ async fn accept_loop(
     let drain = shared.config.shutdown_timeout;
     if tokio::time::timeout(drain, open_rx.recv()).await.is_err() {
         tracing::warn!(?drain, "drain time over; closing remaining connections");
+    }
+}
+
+/// Serves one connection with hyper until it ends, the worker drains, or it stays idle.
+async fn serve<I, S>(
+    io: I,
+    builder: &auto::Builder<TokioExecutor>,
+    svc: S,
+    started: Arc<AtomicU64>,
+    keepalive_timeout: std::time::Duration,
+    peer: SocketAddr,
+    stop: &mut watch::Receiver<bool>,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    S: hyper::service::Service<
+            http::Request<hyper::body::Incoming>,
+            Response = http::Response<crate::body::ProxyBody>,
+            Error = Infallible,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let conn = builder.serve_connection(TokioIo::new(io), svc);
+    tokio::pin!(conn);
+    // Idle timeout for both protocols: a connection that started no request for a whole
+    // period is shut down gracefully. In-flight requests still complete, and an HTTP/2 client
+    // trickling a header block (which never becomes a request) cannot keep the connection
+    // open.
+    let mut tick = tokio::time::interval_at(
+        tokio::time::Instant::now() + keepalive_timeout,
+        keepalive_timeout,
+    );
+    let (mut seen, mut closing) = (0, false);
+    loop {
+        tokio::select! {
+            biased;
+            r = conn.as_mut() => {
+                if let Err(e) = r {
+                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                }
+                break;
+            }
+            _ = stop.changed(), if !closing => {
+                conn.as_mut().graceful_shutdown();
+                closing = true;
+            }
+            _ = tick.tick() => {
+                let now = started.load(Ordering::Relaxed);
+                if now == seen && !closing {
+                    tracing::debug!(%peer, "idle connection closed");
+                    conn.as_mut().graceful_shutdown();
+                    closing = true;
+                }
+                seen = now;
+            }
+        }
     }
 }

@@ -49,6 +49,8 @@ pub enum ProxyError {
     UpstreamTimeout,
     #[error("origin connection failed: {0}")]
     UpstreamProtocol(String),
+    #[error("{0}")]
+    UpstreamTls(String),
     #[error("only-if-cached and nothing usable is stored")]
     NotCached,
     #[error("blocked: {0}")]
@@ -73,7 +75,9 @@ impl ProxyError {
             ProxyError::ClientBody(BodyFault::Timeout) => StatusCode::REQUEST_TIMEOUT,
             ProxyError::ClientBody(BodyFault::Broken) => StatusCode::BAD_REQUEST,
             ProxyError::Busy => StatusCode::SERVICE_UNAVAILABLE,
-            ProxyError::UpstreamConnect(_) | ProxyError::UpstreamProtocol(_) => {
+            ProxyError::UpstreamConnect(_)
+            | ProxyError::UpstreamProtocol(_)
+            | ProxyError::UpstreamTls(_) => {
                 StatusCode::BAD_GATEWAY
             }
             // RFC 9111 §5.2.1.7: only-if-cached with nothing stored → 504.
@@ -96,7 +100,8 @@ impl ProxyError {
             ProxyError::UpstreamConnect(_)
             | ProxyError::UpstreamConnectTimeout(_)
             | ProxyError::UpstreamTimeout
-            | ProxyError::UpstreamProtocol(_) => Side::Upstream,
+            | ProxyError::UpstreamProtocol(_)
+            | ProxyError::UpstreamTls(_) => Side::Upstream,
             ProxyError::Busy => Side::Internal,
         }
     }
@@ -105,7 +110,9 @@ impl ProxyError {
     pub fn may_fail_over(&self) -> bool {
         matches!(
             self,
-            ProxyError::UpstreamConnect(_) | ProxyError::UpstreamConnectTimeout(_)
+            ProxyError::UpstreamConnect(_)
+                | ProxyError::UpstreamConnectTimeout(_)
+                | ProxyError::UpstreamTls(_)
         )
     }
 
@@ -157,15 +164,31 @@ pub fn synth(status: StatusCode) -> Response<ProxyBody> {
 }
 
 fn synth_with(status: StatusCode, body: &'static str) -> Response<ProxyBody> {
-    let mut res = Response::new(ProxyBody::full(Bytes::from_static(body.as_bytes())));
+    text(status, Bytes::from_static(body.as_bytes()))
+}
+
+/// A plain-text response rampart answers itself (not cacheable).
+pub fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<ProxyBody> {
+    let body: Bytes = body.into();
+    let len = body.len();
+    let mut res = Response::new(ProxyBody::full(body));
     *res.status_mut() = status;
     let h = res.headers_mut();
     h.insert(
         CONTENT_TYPE,
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
-    h.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
+    h.insert(CONTENT_LENGTH, HeaderValue::from(len));
     h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    res
+}
+
+/// A redirect to `location` (`redirect_to_https`).
+pub fn redirect(status: StatusCode, location: &str) -> Response<ProxyBody> {
+    let mut res = text(status, format!("{} {location}\n", status.as_u16()));
+    if let Ok(v) = HeaderValue::from_str(location) {
+        res.headers_mut().insert(http::header::LOCATION, v);
+    }
     res
 }
 

@@ -21,6 +21,7 @@ pub static DEMO_JPEG: &[u8] = include_bytes!("../assets/demo.jpg");
 /// The configuration `rampart demo` runs with; `{LISTEN}` and `{ORIGIN_PORT}` are filled in.
 pub const DEMO_CONFIG: &str = r#"# rampart demo: an ARC2-style file plus rampart's own `listen` and `workers` keys.
 listen = ["{LISTEN}"]
+listen_https = ["{LISTEN_HTTPS}"]   # HTTPS for `localhost`, certificate from rampart's local CA
 workers = 1
 logging_level = "warn"
 add_logging = true
@@ -28,7 +29,22 @@ add_caching = true
 add_sql_injection_protection = true
 
 [[proxy_rules]]
-domain = "*"                 # every host name (rampart extension; ARC2 files name one domain)
+domain = "localhost"
+tls = "internal"             # a certificate from rampart's local CA (rampart extension)
+hsts_max_age_seconds = 300   # HTTPS responses carry Strict-Transport-Security
+max_age_seconds = 60
+rule_type = "Whitelist"
+forward_ipv4 = "127.0.0.1"
+forward_port_http = {ORIGIN_PORT}
+enable_logging = true
+ignore_query_string = false
+enable_sql_injection_protection = true
+enable_compression = false
+enable_minification = false
+enable_webp_transformation = false
+
+[[proxy_rules]]
+domain = "*"                 # every other host name (rampart extension; ARC2 files name one domain)
 max_age_seconds = 60
 paths = ["/"]
 rule_type = "Whitelist"
@@ -112,8 +128,21 @@ pub async fn serve_origin(listener: TcpListener, mut shutdown: watch::Receiver<b
 }
 
 /// What `rampart demo` prints once both servers are up.
-pub fn instructions(proxy: SocketAddr, origin: SocketAddr) -> String {
+pub fn instructions(
+    proxy: SocketAddr,
+    https: Option<SocketAddr>,
+    root: &std::path::Path,
+    origin: SocketAddr,
+) -> String {
     let base = format!("http://{proxy}");
+    let tls = match https {
+        Some(a) => format!(
+            "\n  curl -i --cacert {} https://localhost:{}/   # HTTPS (HTTP/2) with a local-CA certificate",
+            root.display(),
+            a.port()
+        ),
+        None => String::new(),
+    };
     format!(
         "rampart demo is running.\n\
          \n  sample origin : http://{origin}\n  rampart       : {base}  (in front of the origin)\n\
@@ -126,6 +155,7 @@ pub fn instructions(proxy: SocketAddr, origin: SocketAddr) -> String {
          \n  curl -i -H 'Host: anything.example' {base}/   # every host is routed in the demo config\
          \n  curl -i --http2-prior-knowledge {base}/        # HTTP/2 over cleartext\
          \n  curl -i \"{base}/search?q=1%27%20OR%20%271%27%3D%271\"   # SQL injection: 403, X-Arc2-Cache: Block\
+         {tls}\
          \n\nPress Ctrl-C to stop.\n"
     )
 }

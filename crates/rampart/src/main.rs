@@ -246,19 +246,30 @@ fn init_logging(config: &Config) {
 }
 
 /// Binds, starts, prints the listening line, waits for SIGINT/SIGTERM, drains.
-fn serve(config: Config, on_ready: impl FnOnce(&[SocketAddr])) -> anyhow::Result<()> {
+fn serve(
+    config: Config,
+    on_ready: impl FnOnce(&[SocketAddr], &[SocketAddr]),
+) -> anyhow::Result<()> {
     raise_fd_limit();
     let workers = config.workers;
     let server = Server::bind(config)?;
     let addrs = server.local_addrs().to_vec();
+    let https = server.https_addrs().to_vec();
     let running = server.start()?;
+    // HTTPS first: a reader waiting for the http line then has both.
+    for a in &https {
+        println!(
+            "rampart {} listening on https://{a} ({workers} worker(s))",
+            env!("CARGO_PKG_VERSION")
+        );
+    }
     for a in &addrs {
         println!(
             "rampart {} listening on http://{a} ({workers} worker(s))",
             env!("CARGO_PKG_VERSION")
         );
     }
-    on_ready(&addrs);
+    on_ready(&addrs, &https);
     wait_for_signal(&running)?;
     running.shutdown();
     running.join();
@@ -287,7 +298,7 @@ fn cmd_run(config: Option<PathBuf>) -> anyhow::Result<()> {
     let (_, v) = load(&path)?;
     let config = config_from(&path, &path.display().to_string(), v)?;
     init_logging(&config);
-    serve(config, |_| {})
+    serve(config, |_, _| {})
 }
 
 fn cmd_proxy(
@@ -308,7 +319,7 @@ fn cmd_proxy(
         rampart_config::validate(&src, cpus()),
     )?;
     init_logging(&config);
-    serve(config, |_| {})
+    serve(config, |_, _| {})
 }
 
 fn cmd_demo(listen: SocketAddr) -> anyhow::Result<()> {
@@ -332,8 +343,13 @@ fn cmd_demo(listen: SocketAddr) -> anyhow::Result<()> {
                 });
             }
         })?;
+    let https = SocketAddr::new(
+        listen.ip(),
+        if listen.port() == 0 { 0 } else { listen.port().saturating_add(363) },
+    );
     let src = demo::DEMO_CONFIG
         .replace("{LISTEN}", &listen.to_string())
+        .replace("{LISTEN_HTTPS}", &https.to_string())
         .replace("{ORIGIN_PORT}", &origin.port().to_string());
     let config = config_from(
         Path::new("demo.toml"),
@@ -341,9 +357,10 @@ fn cmd_demo(listen: SocketAddr) -> anyhow::Result<()> {
         rampart_config::validate(&src, cpus()),
     )?;
     init_logging(&config);
-    let result = serve(config, |addrs| {
+    let root = config.tls.state_dir.join("ca").join("root.pem");
+    let result = serve(config, |addrs, https| {
         if let Some(a) = addrs.first() {
-            println!("\n{}", demo::instructions(*a, origin));
+            println!("\n{}", demo::instructions(*a, https.first().copied(), &root, origin));
         }
     });
     tx.send_replace(true);

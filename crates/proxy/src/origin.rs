@@ -1,0 +1,165 @@
+//! The connector behind the upstream pool: plain TCP, or TCP + TLS (rustls) for origins over
+//! HTTPS.
+//!
+//! The pool keys connections by scheme and authority. A TLS origin's URI carries the name to
+//! send as SNI and to verify in its certificate as the authority's user part
+//! (`https://origin.example@10.0.0.5:443`), so two rules that reach the same address under
+//! different names never share a connection. hyper sends origin-form request targets, so the
+//! user part never reaches the wire.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::Uri;
+use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::ServerName;
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+use tokio_rustls::TlsConnector;
+
+/// A TLS handshake with an origin failed (certificate not trusted, name mismatch, protocol).
+#[derive(Debug, thiserror::Error)]
+#[error("TLS handshake with the origin as {name:?} failed: {source}")]
+pub struct OriginTlsError {
+    pub name: String,
+    #[source]
+    pub source: io::Error,
+}
+
+/// Connects to origins, with TLS where the URI's scheme is `https`.
+#[derive(Clone)]
+pub struct OriginConnector {
+    tcp: HttpConnector,
+    tls: TlsConnector,
+}
+
+impl std::fmt::Debug for OriginConnector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OriginConnector").finish_non_exhaustive()
+    }
+}
+
+impl OriginConnector {
+    pub fn new(mut tcp: HttpConnector, tls: Arc<rustls::ClientConfig>) -> Self {
+        tcp.enforce_http(false);
+        OriginConnector {
+            tcp,
+            tls: TlsConnector::from(tls),
+        }
+    }
+}
+
+/// A connection to an origin.
+#[derive(Debug)]
+pub enum OriginIo {
+    Plain(TokioIo<TcpStream>),
+    Tls(TokioIo<TlsStream<TcpStream>>),
+}
+
+impl Connection for OriginIo {
+    fn connected(&self) -> Connected {
+        match self {
+            OriginIo::Plain(s) => s.connected(),
+            OriginIo::Tls(s) => s.inner().get_ref().0.connected(),
+        }
+    }
+}
+
+impl hyper::rt::Read for OriginIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            OriginIo::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            OriginIo::Tls(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl hyper::rt::Write for OriginIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            OriginIo::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            OriginIo::Tls(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            OriginIo::Plain(s) => Pin::new(s).poll_flush(cx),
+            OriginIo::Tls(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            OriginIo::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            OriginIo::Tls(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            OriginIo::Plain(s) => s.is_write_vectored(),
+            OriginIo::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            OriginIo::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            OriginIo::Tls(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+        }
+    }
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl tower_service::Service<Uri> for OriginConnector {
+    type Response = OriginIo;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<OriginIo, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.tcp.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let tls = uri.scheme_str() == Some("https");
+        let name = uri
+            .authority()
+            .and_then(|a| a.as_str().split_once('@'))
+            .map(|(user, _)| user.to_owned());
+        let connecting = self.tcp.call(uri);
+        let connector = self.tls.clone();
+        Box::pin(async move {
+            let tcp = connecting.await?;
+            if !tls {
+                return Ok(OriginIo::Plain(tcp));
+            }
+            let name = name.unwrap_or_default();
+            let server_name = ServerName::try_from(name.clone()).map_err(|e| OriginTlsError {
+                name: name.clone(),
+                source: io::Error::new(io::ErrorKind::InvalidInput, e),
+            })?;
+            match connector.connect(server_name, tcp.into_inner()).await {
+                Ok(s) => Ok(OriginIo::Tls(TokioIo::new(s))),
+                Err(source) => Err(OriginTlsError { name, source }.into()),
+            }
+        })
+    }
+}
