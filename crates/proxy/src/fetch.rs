@@ -218,7 +218,8 @@ impl Upstream {
                 return ProxyError::ClientBody(*fault);
             }
             if let Some(tls) = c.downcast_ref::<OriginTlsError>() {
-                return ProxyError::UpstreamTls(error_chain(tls));
+                // Its message already holds the rustls error.
+                return ProxyError::UpstreamTls(tls.to_string());
             }
             cur = c.source();
         }

@@ -2,7 +2,8 @@
 //!
 //! Written only when the global `add_logging` and the rule's `enable_logging` are both on; the
 //! pipeline does not even build a record otherwise. Fields: client, host, method, path, status,
-//! bytes (body bytes sent), duration_us (request start to last body byte), upstream, cache.
+//! bytes (body bytes sent), duration_us (request start to last body byte), upstream, cache,
+//! scheme (`http`/`https`) and version (`HTTP/1.1`, `HTTP/2`).
 
 use std::net::IpAddr;
 use std::time::Instant;
@@ -18,6 +19,9 @@ pub const ACCESS_TARGET: &str = "access";
 pub struct AccessRecord {
     pub start: Instant,
     pub client: IpAddr,
+    /// `http` or `https` (how the client connected).
+    pub scheme: &'static str,
+    pub version: http::Version,
     pub host: String,
     pub method: Method,
     pub path: String,
@@ -35,12 +39,15 @@ impl AccessRecord {
     pub fn new<B>(
         start: Instant,
         client: IpAddr,
+        scheme: &'static str,
         host: &http::HeaderValue,
         req: &http::Request<B>,
     ) -> Self {
         AccessRecord {
             start,
             client,
+            scheme,
+            version: req.version(),
             host: String::from_utf8_lossy(host.as_bytes()).into_owned(),
             method: req.method().clone(),
             path: req
@@ -69,6 +76,8 @@ impl AccessRecord {
             upstream,
             cache = self.cache,
             aborted = self.aborted,
+            scheme = self.scheme,
+            version = ?self.version,
         );
     }
 }

@@ -236,7 +236,7 @@ impl Pipeline {
                     }
                 }
                 let log = (self.access_log && recv.rule.config.enable_logging)
-                    .then(|| Box::new(AccessRecord::new(start, client, &recv.host, &req)));
+                    .then(|| Box::new(AccessRecord::new(start, client, conn.proto, &recv.host, &req)));
                 return finish(refused(&e, client, &recv), log, CacheLabel::Block);
             }
         }
@@ -255,7 +255,7 @@ impl Pipeline {
             );
         }
         let log = (mode == Mode::Client && self.access_log && recv.rule.config.enable_logging)
-            .then(|| Box::new(AccessRecord::new(start, client, &recv.host, &req)));
+            .then(|| Box::new(AccessRecord::new(start, client, conn.proto, &recv.host, &req)));
         let mut label = match recv.decision {
             PathDecision::Block => {
                 tracing::info!(host = ?recv.host, path = req.uri().path(), "blocked by path rule");

@@ -22,6 +22,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::sync::watch;
 
+pub mod tls;
+
 pub type BoxBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 
 /// What the origin received for one request.
@@ -150,6 +152,16 @@ impl Origin {
     }
 
     pub async fn start(self) -> OriginHandle {
+        self.start_inner(None).await
+    }
+
+    /// Starts the origin serving HTTPS with `config`.
+    pub async fn start_tls(self, config: Arc<rustls::ServerConfig>) -> OriginHandle {
+        self.start_inner(Some(tokio_rustls::TlsAcceptor::from(config)))
+            .await
+    }
+
+    async fn start_inner(self, tls: Option<tokio_rustls::TlsAcceptor>) -> OriginHandle {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let state = Arc::new(OriginState::default());
@@ -164,15 +176,28 @@ impl Origin {
                 };
                 st.connections.fetch_add(1, Ordering::SeqCst);
                 let (st, routes, mut stop) = (st.clone(), routes.clone(), rx.clone());
+                let tls = tls.clone();
                 tokio::spawn(async move {
                     let svc = service_fn(move |req| handle(req, st.clone(), routes.clone()));
                     let builder =
                         hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-                    let conn = builder.serve_connection(TokioIo::new(stream), svc);
                     // A stopped origin also drops its open (pooled) connections.
-                    tokio::select! {
-                        _ = conn => {}
-                        _ = stop.changed() => {}
+                    match tls {
+                        None => {
+                            let conn = builder.serve_connection(TokioIo::new(stream), svc);
+                            tokio::select! {
+                                _ = conn => {}
+                                _ = stop.changed() => {}
+                            }
+                        }
+                        Some(acceptor) => {
+                            let Ok(stream) = acceptor.accept(stream).await else { return };
+                            let conn = builder.serve_connection(TokioIo::new(stream), svc);
+                            tokio::select! {
+                                _ = conn => {}
+                                _ = stop.changed() => {}
+                            }
+                        }
                     }
                 });
             }
@@ -338,6 +363,8 @@ pub fn scratch(name: &str) -> PathBuf {
 pub struct Proxy {
     pub child: Child,
     pub addr: SocketAddr,
+    /// The HTTPS listener, when the config has one.
+    pub https: Option<SocketAddr>,
     pub stdout: Arc<Mutex<String>>,
     pub stderr: Arc<Mutex<String>>,
 }
@@ -403,9 +430,18 @@ impl Proxy {
                 );
             }
         };
+        // rampart prints its HTTPS lines before the HTTP one.
+        let https = stdout
+            .lock()
+            .unwrap()
+            .split("listening on https://")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|a| a.parse().ok());
         Proxy {
             child,
             addr,
+            https,
             stdout,
             stderr,
         }
