@@ -242,7 +242,18 @@ pub fn alpn_challenge_cert(domain: &str, digest: &[u8]) -> Result<Loaded, String
     params.custom_extensions = vec![CustomExtension::new_acme_identifier(digest)];
     let key = KeyPair::generate().map_err(|e| e.to_string())?;
     let cert = params.self_signed(&key).map_err(|e| e.to_string())?;
-    pem::parse_pair(cert.pem().as_bytes(), key.serialize_pem().as_bytes())
+    // Not through `parse_pair`: webpki refuses to parse a certificate with the critical
+    // acmeIdentifier extension, so the key-matches-certificate check cannot run (the key was
+    // generated for this certificate a line above).
+    let key_der = rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into());
+    let signing = rustls::crypto::aws_lc_rs::default_provider()
+        .key_provider
+        .load_private_key(key_der)
+        .map_err(|e| e.to_string())?;
+    Ok(Loaded {
+        key: Arc::new(rustls::sign::CertifiedKey::new(vec![cert.der().clone()], signing)),
+        validity: None,
+    })
 }
 
 /// Challenge answers put in the store for one order; removed when dropped.

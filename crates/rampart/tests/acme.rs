@@ -1,0 +1,288 @@
+//! Automatic certificates against a real ACME server: Pebble (Let's Encrypt's test CA) with
+//! pebble-challtestsrv answering its DNS queries with 127.0.0.1. `.ci/run` installs both with
+//! `go install`; set `PEBBLE_BIN` / `CHALLTESTSRV_BIN` to use other builds.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rustls::pki_types::CertificateDer;
+use support::tls::{self, TestCa};
+use support::*;
+
+/// A free loopback port (bound, then released for the server that needs a fixed one).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn go_bin(env: &str, name: &str) -> PathBuf {
+    if let Some(p) = std::env::var_os(env) {
+        return PathBuf::from(p);
+    }
+    let gopath = Command::new("go")
+        .args(["env", "GOPATH"])
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| format!("{}/go", std::env::var("HOME").unwrap_or_default()));
+    let p = PathBuf::from(gopath).join("bin").join(name);
+    assert!(
+        p.exists(),
+        "{name} is not installed ({}); `bash .ci/run` installs it, or: go install github.com/letsencrypt/pebble/v2/cmd/{name}@v2.10.1",
+        p.display()
+    );
+    p
+}
+
+/// Pebble and its DNS server; both killed when dropped.
+struct Pebble {
+    children: Vec<Child>,
+    directory: String,
+    management: SocketAddr,
+    /// Trusts Pebble's own HTTPS (directory and management).
+    ca: TestCa,
+    ca_file: PathBuf,
+}
+
+impl Drop for Pebble {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Pebble {
+    /// Starts Pebble validating challenges on `http_port` / `tls_port` (rampart's listeners),
+    /// issuing certificates valid for `validity` seconds.
+    fn start(http_port: u16, tls_port: u16, validity: u64) -> Pebble {
+        let ca = TestCa::new("pebble front CA");
+        let (cert, key) = ca.leaf(&["localhost", "127.0.0.1"]).write("pebble");
+        let ca_file = ca.write("pebble-front-ca");
+        let (listen, mgmt, dns, dns_mgmt) = (free_port(), free_port(), free_port(), free_port());
+        let config = scratch("pebble.json");
+        std::fs::write(
+            &config,
+            format!(
+                r#"{{"pebble": {{
+  "listenAddress": "127.0.0.1:{listen}", "managementListenAddress": "127.0.0.1:{mgmt}",
+  "certificate": {cert:?}, "privateKey": {key:?},
+  "httpPort": {http_port}, "tlsPort": {tls_port},
+  "ocspResponderURL": "", "externalAccountBindingRequired": false,
+  "retryAfter": {{"authz": 1, "order": 1}},
+  "profiles": {{"default": {{"description": "test", "validityPeriod": {validity}}}}}
+}}}}"#
+            ),
+        )
+        .unwrap();
+        let log = |name: &str| std::fs::File::create(scratch(name)).unwrap();
+        let dns_server = Command::new(go_bin("CHALLTESTSRV_BIN", "pebble-challtestsrv"))
+            .args(["-defaultIPv4", "127.0.0.1", "-defaultIPv6", ""])
+            .args(["-dnsserver", &format!("127.0.0.1:{dns}")])
+            .args(["-management", &format!("127.0.0.1:{dns_mgmt}")])
+            .args(["-http01", "", "-https01", "", "-tlsalpn01", "", "-doh", ""])
+            .stdout(log("challtestsrv.log"))
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let pebble = Command::new(go_bin("PEBBLE_BIN", "pebble"))
+            .args(["-config", config.to_str().unwrap()])
+            .args(["-dnsserver", &format!("127.0.0.1:{dns}")])
+            // No artificial delays, no nonce rejections, a fresh validation for every order.
+            .env("PEBBLE_VA_NOSLEEP", "1")
+            .env("PEBBLE_WFE_NONCEREJECT", "0")
+            .env("PEBBLE_AUTHZREUSE", "0")
+            .stdout(log("pebble.log"))
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let p = Pebble {
+            children: vec![dns_server, pebble],
+            directory: format!("https://localhost:{listen}/dir"),
+            management: SocketAddr::from(([127, 0, 0, 1], mgmt)),
+            ca,
+            ca_file,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", listen)).is_err()
+            || std::net::TcpStream::connect(("127.0.0.1", dns_mgmt)).is_err()
+        {
+            assert!(Instant::now() < deadline, "Pebble did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        p
+    }
+
+    /// The root Pebble signs certificates with (from its management interface).
+    async fn issuing_root(&self) -> String {
+        let config = tls::browser(self.ca.roots());
+        let got = tls::get(self.management, "localhost", "/roots/0", &config).await;
+        assert_eq!(got.status, 200);
+        got.text()
+    }
+}
+
+/// A rampart config using `pebble` for `domain`, with fixed ports and `challenges`.
+fn acme_config(
+    pebble: &Pebble,
+    ports: (u16, u16),
+    state: &Path,
+    domain: &str,
+    origin: &OriginHandle,
+    challenges: &str,
+) -> String {
+    format!(
+        "listening_address = \"127.0.0.1\"\nlistening_port_http = {}\nlistening_port_https = {}\n\
+         workers = 1\nlogging_level = \"info\"\nadd_logging = false\n\
+         lets_encrypt_contact_email = \"ops@rampart.test\"\nacme_directory_url = \"{}\"\n\
+         acme_ca_file = {:?}\nacme_challenges = [{challenges}]\nstate_dir = {:?}\n\
+         [[proxy_rules]]\ndomain = \"{domain}\"\nmax_age_seconds = 0\nforward_ipv4 = \"127.0.0.1\"\n\
+         forward_port_http = {}\nrule_type = \"Whitelist\"\nenable_logging = false\nignore_query_string = false\n\
+         enable_sql_injection_protection = false\nenable_compression = false\nenable_minification = false\n\
+         enable_webp_transformation = false\n",
+        ports.0,
+        ports.1,
+        pebble.directory,
+        pebble.ca_file.display().to_string(),
+        state.display().to_string(),
+        origin.port()
+    )
+}
+
+/// Waits until `domain` is served with a certificate that verifies against `root` and is not
+/// `previous`; returns it.
+async fn wait_for_cert(
+    https: SocketAddr,
+    domain: &str,
+    root: &str,
+    previous: Option<&CertificateDer<'static>>,
+    within: Duration,
+    proxy: &Proxy,
+) -> CertificateDer<'static> {
+    let config = tls::browser(tls::roots_from_pem(root));
+    let deadline = Instant::now() + within;
+    loop {
+        if let Ok(s) = tls::connect(https, domain, &config).await {
+            let leaf = tls::peer_leaf(&s);
+            if Some(&leaf) != previous {
+                return leaf;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no (new) certificate for {domain} within {within:?}\n{}",
+            proxy.output()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn mode(p: &Path) -> u32 {
+    std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(p).unwrap().permissions()) & 0o777
+}
+
+#[tokio::test]
+async fn http01_issues_renews_and_survives_a_restart_without_the_ca() {
+    let origin = Origin::new().route("*", Reply::text("secure\n")).start().await;
+    let ports = (free_port(), free_port());
+    // 30-second certificates: renewal is due after about 20 s.
+    let pebble = Pebble::start(ports.0, ports.1, 30);
+    let root = pebble.issuing_root().await;
+    let state = scratch("acme-http01");
+    let conf = acme_config(&pebble, ports, &state, "h.test", &origin, "\"http-01\"");
+    let proxy = Proxy::start(&conf);
+    let https = proxy.https.unwrap();
+
+    let first = wait_for_cert(https, "h.test", &root, None, Duration::from_secs(60), &proxy).await;
+    assert!(proxy.output().contains("answered an ACME http-01 challenge"), "{}", proxy.output());
+    let config = tls::browser(tls::roots_from_pem(&root));
+    let got = tls::get(https, "h.test", "/", &config).await;
+    assert_eq!(got.text(), "secure\n");
+
+    // Stored for restarts, private.
+    let dir = std::fs::read_dir(state.join("acme")).unwrap().next().unwrap().unwrap().path();
+    assert_eq!(mode(&dir.join("account.json")), 0o600);
+    assert_eq!(mode(&dir.join("certificates/h.test.key")), 0o600);
+
+    // Renewed at about two thirds of its 30 s lifetime, without a restart.
+    let renewed = wait_for_cert(
+        https,
+        "h.test",
+        &root,
+        Some(&first),
+        Duration::from_secs(40),
+        &proxy,
+    )
+    .await;
+    assert_ne!(renewed, first);
+
+    // A restart with the CA gone: the stored certificate is served at once.
+    drop(proxy);
+    drop(pebble);
+    let proxy = Proxy::start(&conf);
+    let config = tls::browser(tls::roots_from_pem(&root));
+    let s = tls::connect(proxy.https.unwrap(), "h.test", &config).await;
+    // (It may have expired meanwhile only if the test ran for 30 s since the renewal.)
+    let leaf = tls::peer_leaf(&s.expect("the stored certificate is served"));
+    assert_ne!(leaf, first);
+}
+
+#[tokio::test]
+async fn tls_alpn01_issues_a_certificate() {
+    let origin = Origin::new().route("*", Reply::text("alpn\n")).start().await;
+    let ports = (free_port(), free_port());
+    let pebble = Pebble::start(ports.0, ports.1, 3600);
+    let root = pebble.issuing_root().await;
+    let state = scratch("acme-alpn");
+    let proxy = Proxy::start(&acme_config(
+        &pebble,
+        ports,
+        &state,
+        "t.test",
+        &origin,
+        "\"tls-alpn-01\"",
+    ));
+    let https = proxy.https.unwrap();
+    wait_for_cert(https, "t.test", &root, None, Duration::from_secs(60), &proxy).await;
+    assert!(!proxy.output().contains("answered an ACME http-01 challenge"));
+    assert!(proxy.output().contains("TlsAlpn01"), "{}", proxy.output());
+    let config = tls::browser(tls::roots_from_pem(&root));
+    assert_eq!(tls::get(https, "t.test", "/", &config).await.text(), "alpn\n");
+}
+
+#[tokio::test]
+async fn an_unreachable_ca_never_blocks_startup() {
+    let origin = Origin::new().route("*", Reply::text("plain\n")).start().await;
+    let state = scratch("acme-down");
+    let dead = free_port();
+    let conf = format!(
+        "listening_address = \"127.0.0.1\"\nlistening_port_http = 0\nlistening_port_https = 0\nworkers = 1\n\
+         logging_level = \"info\"\nlets_encrypt_contact_email = \"ops@rampart.test\"\n\
+         acme_directory_url = \"https://127.0.0.1:{dead}/dir\"\nstate_dir = {:?}\n\
+         [[proxy_rules]]\ndomain = \"d.test\"\nmax_age_seconds = 0\nforward_ipv4 = \"127.0.0.1\"\nforward_port_http = {}\n",
+        state.display().to_string(),
+        origin.port()
+    );
+    let started = Instant::now();
+    let proxy = Proxy::start(&conf);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    // Plain HTTP works; HTTPS for the name fails until a certificate exists; the log says why.
+    assert_eq!(get(&proxy, "d.test", "/").await.text(), "plain\n");
+    let any = tls::browser(TestCa::new("x").roots());
+    assert!(tls::connect(proxy.https.unwrap(), "d.test", &any).await.is_err());
+    assert!(
+        proxy.wait_for_output("ACME account unavailable", Duration::from_secs(10)),
+        "{}",
+        proxy.output()
+    );
+}
