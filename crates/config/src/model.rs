@@ -296,7 +296,9 @@ impl DomainPattern {
     pub fn matches(&self, host: &str) -> bool {
         match self {
             DomainPattern::Exact(d) => d == host,
-            DomainPattern::Wildcard(suffix) => host.len() > suffix.len() && host.ends_with(suffix.as_str()),
+            DomainPattern::Wildcard(suffix) => {
+                host.len() > suffix.len() && host.ends_with(suffix.as_str())
+            }
             DomainPattern::Any => true,
         }
     }

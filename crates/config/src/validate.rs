@@ -530,7 +530,12 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
     let state_dir = match s.string(sink, "state_dir") {
         Some(d) if !d.value.trim().is_empty() => std::path::PathBuf::from(d.value.trim()),
         Some(d) => {
-            error(sink, &d, "`state_dir` is empty", "name a directory, e.g. \"/var/lib/rampart\"");
+            error(
+                sink,
+                &d,
+                "`state_dir` is empty",
+                "name a directory, e.g. \"/var/lib/rampart\"",
+            );
             default_state_dir()
         }
         None => default_state_dir(),
@@ -571,7 +576,12 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
                 }
             }
             if out.is_empty() && list.value.is_empty() {
-                error(sink, &list, "`acme_challenges` is empty", "list \"http-01\" and/or \"tls-alpn-01\"");
+                error(
+                    sink,
+                    &list,
+                    "`acme_challenges` is empty",
+                    "list \"http-01\" and/or \"tls-alpn-01\"",
+                );
             }
             out
         }
@@ -635,9 +645,14 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
         listen_https.push(SocketAddr::new(ip, port_https));
     }
     if !has_certs {
-        let asked = port_https_at.as_ref().map(|p| (p.key.clone(), p.span.clone())).or_else(|| {
-            listen_https_list.as_ref().map(|l| (l.key.clone(), l.span.clone()))
-        });
+        let asked = port_https_at
+            .as_ref()
+            .map(|p| (p.key.clone(), p.span.clone()))
+            .or_else(|| {
+                listen_https_list
+                    .as_ref()
+                    .map(|l| (l.key.clone(), l.span.clone()))
+            });
         if let Some((key, span)) = asked {
             sink.push(
                 Severity::Warning,
@@ -650,7 +665,9 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
         listen_https.clear();
     }
     if let Some(d) = &default_domain {
-        let known = rules.iter().any(|r| r.cert.is_some() && r.domain.matches(d));
+        let known = rules
+            .iter()
+            .any(|r| r.cert.is_some() && r.domain.matches(d));
         if !known {
             sink.push(
                 Severity::Error,
@@ -1131,20 +1148,24 @@ fn read_rule(
     let (cert, tls_ok) = read_rule_tls(&mut s, sink, domain.as_ref(), tls_default);
     ok &= tls_ok;
     let redirect_to_https = s.bool(sink, "redirect_to_https").is_some_and(|b| b.value);
-    let hsts = s
-        .int(sink, "hsts_max_age_seconds", 0, I64)
-        .map(|age| {
-            let mut v = format!("max-age={}", age.value);
-            if s.bool(sink, "hsts_include_subdomains").is_some_and(|b| b.value) {
-                v.push_str("; includeSubDomains");
-            }
-            if s.bool(sink, "hsts_preload").is_some_and(|b| b.value) {
-                v.push_str("; preload");
-            }
-            v
-        });
+    let hsts = s.int(sink, "hsts_max_age_seconds", 0, I64).map(|age| {
+        let mut v = format!("max-age={}", age.value);
+        if s.bool(sink, "hsts_include_subdomains")
+            .is_some_and(|b| b.value)
+        {
+            v.push_str("; includeSubDomains");
+        }
+        if s.bool(sink, "hsts_preload").is_some_and(|b| b.value) {
+            v.push_str("; preload");
+        }
+        v
+    });
     if (redirect_to_https || hsts.is_some()) && cert.is_none() {
-        let key = if redirect_to_https { "redirect_to_https" } else { "hsts_max_age_seconds" };
+        let key = if redirect_to_https {
+            "redirect_to_https"
+        } else {
+            "hsts_max_age_seconds"
+        };
         s.missing(
             sink,
             key,
@@ -1153,7 +1174,9 @@ fn read_rule(
             "give the rule `tls_cert_file` + `tls_key_file` or `tls = \"internal\"`, or set `lets_encrypt_contact_email`",
         );
     }
-    let tls_name_override = s.string(sink, "forward_tls_name").map(|n| n.value.trim().to_owned());
+    let tls_name_override = s
+        .string(sink, "forward_tls_name")
+        .map(|n| n.value.trim().to_owned());
     let rule_host = match &domain {
         Some(DomainPattern::Exact(d)) => Some(d.clone()),
         _ => None,

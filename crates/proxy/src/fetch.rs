@@ -47,17 +47,17 @@ pub struct UpstreamSet {
 
 impl UpstreamSet {
     pub fn new(rule: &RuleConfig) -> Self {
-        let members: Vec<_> = rule
-            .upstreams
-            .iter()
-            .map(|t| UpstreamState {
-                tls_key: t.tls.as_ref().and_then(|a| {
-                    std::str::FromStr::from_str(&format!("{}@{a}", t.tls_name)).ok()
-                }),
-                target: t.clone(),
-                down_until_ms: AtomicU64::new(0),
-            })
-            .collect();
+        let members: Vec<_> =
+            rule.upstreams
+                .iter()
+                .map(|t| UpstreamState {
+                    tls_key: t.tls.as_ref().and_then(|a| {
+                        std::str::FromStr::from_str(&format!("{}@{a}", t.tls_name)).ok()
+                    }),
+                    target: t.clone(),
+                    down_until_ms: AtomicU64::new(0),
+                })
+                .collect();
         let mut schedule = Vec::new();
         if rule.routing_method == RoutingMethod::Weighted {
             // Interleave by weight so consecutive requests spread (1,2,1,2,2 rather than 1,2,2,2).
@@ -125,7 +125,11 @@ impl UpstreamSet {
             (Some(shown), Some(key)) if member.target.https_only || https => {
                 (shown, key, Scheme::HTTPS)
             }
-            _ => (&member.target.authority, &member.target.authority, Scheme::HTTP),
+            _ => (
+                &member.target.authority,
+                &member.target.authority,
+                Scheme::HTTP,
+            ),
         }
     }
 

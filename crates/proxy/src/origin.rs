@@ -57,7 +57,8 @@ impl OriginConnector {
 #[derive(Debug)]
 pub enum OriginIo {
     Plain(TokioIo<TcpStream>),
-    Tls(TokioIo<TlsStream<TcpStream>>),
+    /// Boxed: a rustls connection is over 1 KiB.
+    Tls(Box<TokioIo<TlsStream<TcpStream>>>),
 }
 
 impl Connection for OriginIo {
@@ -157,7 +158,7 @@ impl tower_service::Service<Uri> for OriginConnector {
                 source: io::Error::new(io::ErrorKind::InvalidInput, e),
             })?;
             match connector.connect(server_name, tcp.into_inner()).await {
-                Ok(s) => Ok(OriginIo::Tls(TokioIo::new(s))),
+                Ok(s) => Ok(OriginIo::Tls(Box::new(TokioIo::new(s)))),
                 Err(source) => Err(OriginTlsError { name, source }.into()),
             }
         })

@@ -30,9 +30,9 @@ use crate::recv::{PathDecision, Router, Rule};
 use crate::screen::Screen;
 use crate::synth::{self, ProxyError};
 use rampart_cache::policy::RulePolicy;
-use rampart_tls::store::CertStore;
 use rampart_cache::vary::Vary;
 use rampart_config::AdminConfig;
+use rampart_tls::store::CertStore;
 
 /// Per-connection facts the pipeline needs, computed once at accept.
 #[derive(Debug, Clone)]
@@ -141,7 +141,10 @@ impl Pipeline {
             Some(p) => format!(":{p}"),
         };
         let pq = req.uri().path_and_query().map_or("/", |p| p.as_str());
-        synth::redirect(StatusCode::PERMANENT_REDIRECT, &format!("https://{name}{port}{pq}"))
+        synth::redirect(
+            StatusCode::PERMANENT_REDIRECT,
+            &format!("https://{name}{port}{pq}"),
+        )
     }
 
     /// Handles one request end to end. Never fails: errors become synthetic responses.
@@ -235,8 +238,11 @@ impl Pipeline {
                         body.discard(LINGER_BYTES, LINGER_TIME).await;
                     }
                 }
-                let log = (self.access_log && recv.rule.config.enable_logging)
-                    .then(|| Box::new(AccessRecord::new(start, client, conn.proto, &recv.host, &req)));
+                let log = (self.access_log && recv.rule.config.enable_logging).then(|| {
+                    Box::new(AccessRecord::new(
+                        start, client, conn.proto, &recv.host, &req,
+                    ))
+                });
                 return finish(refused(&e, client, &recv), log, CacheLabel::Block);
             }
         }
@@ -255,7 +261,11 @@ impl Pipeline {
             );
         }
         let log = (mode == Mode::Client && self.access_log && recv.rule.config.enable_logging)
-            .then(|| Box::new(AccessRecord::new(start, client, conn.proto, &recv.host, &req)));
+            .then(|| {
+                Box::new(AccessRecord::new(
+                    start, client, conn.proto, &recv.host, &req,
+                ))
+            });
         let mut label = match recv.decision {
             PathDecision::Block => {
                 tracing::info!(host = ?recv.host, path = req.uri().path(), "blocked by path rule");

@@ -169,8 +169,8 @@ impl Server {
             ))
         });
         let screen = Arc::new(crate::screen::Screen::new(&self.config));
-        let origin_tls = rampart_tls::origin::client_config(&self.config.upstream)
-            .map_err(io::Error::other)?;
+        let origin_tls =
+            rampart_tls::origin::client_config(&self.config.upstream).map_err(io::Error::other)?;
         // Redirects to HTTPS name the port unless it is the default one.
         let https_port = self.https_addrs.first().map(|a| a.port());
         let shared = Arc::new(Shared {
@@ -424,7 +424,16 @@ async fn accept_loop(
                     };
                     if arrived && !*stop.borrow() {
                         let io = GuardedIo::new(stream, guard, peer);
-                        serve(io, &builder, svc, started, keepalive_timeout, peer, &mut stop).await;
+                        serve(
+                            io,
+                            &builder,
+                            svc,
+                            started,
+                            keepalive_timeout,
+                            peer,
+                            &mut stop,
+                        )
+                        .await;
                     }
                 }
                 Some(acceptor) => {
@@ -441,7 +450,16 @@ async fn accept_loop(
                                 tracing::debug!(%peer, "ACME tls-alpn-01 validation handshake");
                             } else if !*stop.borrow() {
                                 let io = GuardedIo::new(tls, guard, peer);
-                                serve(io, &builder, svc, started, keepalive_timeout, peer, &mut stop).await;
+                                serve(
+                                    io,
+                                    &builder,
+                                    svc,
+                                    started,
+                                    keepalive_timeout,
+                                    peer,
+                                    &mut stop,
+                                )
+                                .await;
                             }
                         }
                         Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),

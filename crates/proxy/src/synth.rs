@@ -77,9 +77,7 @@ impl ProxyError {
             ProxyError::Busy => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::UpstreamConnect(_)
             | ProxyError::UpstreamProtocol(_)
-            | ProxyError::UpstreamTls(_) => {
-                StatusCode::BAD_GATEWAY
-            }
+            | ProxyError::UpstreamTls(_) => StatusCode::BAD_GATEWAY,
             // RFC 9111 §5.2.1.7: only-if-cached with nothing stored → 504.
             ProxyError::UpstreamConnectTimeout(_)
             | ProxyError::UpstreamTimeout

@@ -345,7 +345,11 @@ fn cmd_demo(listen: SocketAddr) -> anyhow::Result<()> {
         })?;
     let https = SocketAddr::new(
         listen.ip(),
-        if listen.port() == 0 { 0 } else { listen.port().saturating_add(363) },
+        if listen.port() == 0 {
+            0
+        } else {
+            listen.port().saturating_add(363)
+        },
     );
     let src = demo::DEMO_CONFIG
         .replace("{LISTEN}", &listen.to_string())
@@ -360,7 +364,10 @@ fn cmd_demo(listen: SocketAddr) -> anyhow::Result<()> {
     let root = config.tls.state_dir.join("ca").join("root.pem");
     let result = serve(config, |addrs, https| {
         if let Some(a) = addrs.first() {
-            println!("\n{}", demo::instructions(*a, https.first().copied(), &root, origin));
+            println!(
+                "\n{}",
+                demo::instructions(*a, https.first().copied(), &root, origin)
+            );
         }
     });
     tx.send_replace(true);

@@ -193,7 +193,10 @@ fn mode(p: &Path) -> u32 {
 
 #[tokio::test]
 async fn http01_issues_renews_and_survives_a_restart_without_the_ca() {
-    let origin = Origin::new().route("*", Reply::text("secure\n")).start().await;
+    let origin = Origin::new()
+        .route("*", Reply::text("secure\n"))
+        .start()
+        .await;
     let ports = (free_port(), free_port());
     // 30-second certificates: renewal is due after about 20 s.
     let pebble = Pebble::start(ports.0, ports.1, 30);
@@ -203,14 +206,33 @@ async fn http01_issues_renews_and_survives_a_restart_without_the_ca() {
     let proxy = Proxy::start(&conf);
     let https = proxy.https.unwrap();
 
-    let first = wait_for_cert(https, "h.test", &root, None, Duration::from_secs(60), &proxy).await;
-    assert!(proxy.output().contains("answered an ACME http-01 challenge"), "{}", proxy.output());
+    let first = wait_for_cert(
+        https,
+        "h.test",
+        &root,
+        None,
+        Duration::from_secs(60),
+        &proxy,
+    )
+    .await;
+    assert!(
+        proxy
+            .output()
+            .contains("answered an ACME http-01 challenge"),
+        "{}",
+        proxy.output()
+    );
     let config = tls::browser(tls::roots_from_pem(&root));
     let got = tls::get(https, "h.test", "/", &config).await;
     assert_eq!(got.text(), "secure\n");
 
     // Stored for restarts, private.
-    let dir = std::fs::read_dir(state.join("acme")).unwrap().next().unwrap().unwrap().path();
+    let dir = std::fs::read_dir(state.join("acme"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
     assert_eq!(mode(&dir.join("account.json")), 0o600);
     assert_eq!(mode(&dir.join("certificates/h.test.key")), 0o600);
 
@@ -239,7 +261,10 @@ async fn http01_issues_renews_and_survives_a_restart_without_the_ca() {
 
 #[tokio::test]
 async fn tls_alpn01_issues_a_certificate() {
-    let origin = Origin::new().route("*", Reply::text("alpn\n")).start().await;
+    let origin = Origin::new()
+        .route("*", Reply::text("alpn\n"))
+        .start()
+        .await;
     let ports = (free_port(), free_port());
     let pebble = Pebble::start(ports.0, ports.1, 3600);
     let root = pebble.issuing_root().await;
@@ -253,16 +278,32 @@ async fn tls_alpn01_issues_a_certificate() {
         "\"tls-alpn-01\"",
     ));
     let https = proxy.https.unwrap();
-    wait_for_cert(https, "t.test", &root, None, Duration::from_secs(60), &proxy).await;
-    assert!(!proxy.output().contains("answered an ACME http-01 challenge"));
+    wait_for_cert(
+        https,
+        "t.test",
+        &root,
+        None,
+        Duration::from_secs(60),
+        &proxy,
+    )
+    .await;
+    assert!(!proxy
+        .output()
+        .contains("answered an ACME http-01 challenge"));
     assert!(proxy.output().contains("TlsAlpn01"), "{}", proxy.output());
     let config = tls::browser(tls::roots_from_pem(&root));
-    assert_eq!(tls::get(https, "t.test", "/", &config).await.text(), "alpn\n");
+    assert_eq!(
+        tls::get(https, "t.test", "/", &config).await.text(),
+        "alpn\n"
+    );
 }
 
 #[tokio::test]
 async fn an_unreachable_ca_never_blocks_startup() {
-    let origin = Origin::new().route("*", Reply::text("plain\n")).start().await;
+    let origin = Origin::new()
+        .route("*", Reply::text("plain\n"))
+        .start()
+        .await;
     let state = scratch("acme-down");
     let dead = free_port();
     let conf = format!(
@@ -279,7 +320,9 @@ async fn an_unreachable_ca_never_blocks_startup() {
     // Plain HTTP works; HTTPS for the name fails until a certificate exists; the log says why.
     assert_eq!(get(&proxy, "d.test", "/").await.text(), "plain\n");
     let any = tls::browser(TestCa::new("x").roots());
-    assert!(tls::connect(proxy.https.unwrap(), "d.test", &any).await.is_err());
+    assert!(tls::connect(proxy.https.unwrap(), "d.test", &any)
+        .await
+        .is_err());
     assert!(
         proxy.wait_for_output("ACME account unavailable", Duration::from_secs(10)),
         "{}",

@@ -37,7 +37,10 @@ fn files(cert: &Path, key: &Path) -> String {
 
 async fn hello_origin() -> OriginHandle {
     Origin::new()
-        .route("*", Reply::text("hello\n").header("cache-control", "max-age=60"))
+        .route(
+            "*",
+            Reply::text("hello\n").header("cache-control", "max-age=60"),
+        )
         .start()
         .await
 }
@@ -106,13 +109,28 @@ async fn alpn_offers_h2_and_http11() {
     let origin = hello_origin().await;
     let ca = TestCa::new("test CA");
     let (c, k) = ca.leaf(&["a.test"]).write("alpn");
-    let proxy = Proxy::start(&format!("{GLOBAL}{}", rule("a.test", origin.port(), &files(&c, &k))));
+    let proxy = Proxy::start(&format!(
+        "{GLOBAL}{}",
+        rule("a.test", origin.port(), &files(&c, &k))
+    ));
     let https = proxy.https.unwrap();
     let v12_13 = [&rustls::version::TLS13, &rustls::version::TLS12];
     for (offer, want_alpn, want_version) in [
-        (vec![&b"h2"[..], b"http/1.1"], Some(&b"h2"[..]), http::Version::HTTP_2),
-        (vec![&b"http/1.1"[..], b"h2"], Some(&b"h2"[..]), http::Version::HTTP_2),
-        (vec![&b"http/1.1"[..]], Some(&b"http/1.1"[..]), http::Version::HTTP_11),
+        (
+            vec![&b"h2"[..], b"http/1.1"],
+            Some(&b"h2"[..]),
+            http::Version::HTTP_2,
+        ),
+        (
+            vec![&b"http/1.1"[..], b"h2"],
+            Some(&b"h2"[..]),
+            http::Version::HTTP_2,
+        ),
+        (
+            vec![&b"http/1.1"[..]],
+            Some(&b"http/1.1"[..]),
+            http::Version::HTTP_11,
+        ),
         (vec![], None, http::Version::HTTP_11),
     ] {
         let config = tls::client_config(ca.roots(), &offer, &v12_13);
@@ -149,7 +167,10 @@ async fn sessions_resume_on_tls13_and_tls12() {
     let origin = hello_origin().await;
     let ca = TestCa::new("test CA");
     let (c, k) = ca.leaf(&["a.test"]).write("resume");
-    let proxy = Proxy::start(&format!("{GLOBAL}{}", rule("a.test", origin.port(), &files(&c, &k))));
+    let proxy = Proxy::start(&format!(
+        "{GLOBAL}{}",
+        rule("a.test", origin.port(), &files(&c, &k))
+    ));
     let https = proxy.https.unwrap();
     for version in [&rustls::version::TLS13, &rustls::version::TLS12] {
         // One client config = one session cache, as in a browser.
@@ -159,7 +180,10 @@ async fn sessions_resume_on_tls13_and_tls12() {
         // A request, so the TLS 1.3 session tickets sent after the handshake are read.
         let got = tls::request(
             s,
-            Request::get("/").header("host", "a.test").body(empty()).unwrap(),
+            Request::get("/")
+                .header("host", "a.test")
+                .body(empty())
+                .unwrap(),
         )
         .await;
         assert_eq!(got.status, 200);
@@ -196,7 +220,9 @@ async fn certificate_files_are_reloaded_when_they_change() {
     std::fs::write(&c, &second.chain_pem).unwrap();
     std::fs::write(&k, &second.key_pem).unwrap();
     assert!(
-        eventually(Duration::from_secs(10), async || served().await == second.der).await,
+        eventually(Duration::from_secs(10), async || served().await
+            == second.der)
+        .await,
         "the new certificate was not served; {}",
         proxy.output()
     );
@@ -269,7 +295,10 @@ async fn old_protocol_versions_are_refused() {
     // a 1.1 hello with TLS 1.2's extensions would get protocol_version (70). Either way: a
     // fatal alert instead of a ServerHello.
     assert!(reply.len() >= 7, "no alert: {reply:?}");
-    assert_eq!(reply[0], 0x15, "an alert record, not a ServerHello: {reply:?}");
+    assert_eq!(
+        reply[0], 0x15,
+        "an alert record, not a ServerHello: {reply:?}"
+    );
     assert_eq!(reply[5], 2, "fatal: {reply:?}");
     assert!([40, 70].contains(&reply[6]), "{reply:?}");
 
@@ -314,7 +343,9 @@ async fn old_protocol_versions_are_refused() {
         Some(rustls::ProtocolVersion::TLSv1_2)
     );
     let strict = Proxy::start(&format!("tls_min_version = \"TLS_1_3\"\n{conf}"));
-    let err = tls::connect(strict.https.unwrap(), "a.test", &tls12).await.unwrap_err();
+    let err = tls::connect(strict.https.unwrap(), "a.test", &tls12)
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("ProtocolVersion"), "{err}");
 }
 
@@ -344,7 +375,11 @@ async fn redirect_to_https_and_hsts() {
         got.header("location"),
         Some(format!("https://a.test:{}/page?x=1", https.port()).as_str())
     );
-    assert_eq!(got.header("strict-transport-security"), None, "never over plain HTTP");
+    assert_eq!(
+        got.header("strict-transport-security"),
+        None,
+        "never over plain HTTP"
+    );
     assert_eq!(origin.requests(), 0, "a redirect does not reach the origin");
 
     let client = tls::browser(ca.roots());
@@ -370,7 +405,10 @@ async fn http2_over_tls_caches_screens_and_logs_like_http11() {
     let origin = hello_origin().await;
     let ca = TestCa::new("test CA");
     let (c, k) = ca.leaf(&["a.test"]).write("h2");
-    let proxy = Proxy::start(&format!("{GLOBAL}{}", rule("a.test", origin.port(), &files(&c, &k))));
+    let proxy = Proxy::start(&format!(
+        "{GLOBAL}{}",
+        rule("a.test", origin.port(), &files(&c, &k))
+    ));
     let https = proxy.https.unwrap();
     let h2 = tls::browser(ca.roots());
     let h1 = tls::client_config(
@@ -416,7 +454,10 @@ async fn origins_over_tls_are_verified() {
         .route("*", Reply::text("over tls\n"))
         .start_tls(leaf.server_config())
         .await;
-    let plain_origin = Origin::new().route("*", Reply::text("plain\n")).start().await;
+    let plain_origin = Origin::new()
+        .route("*", Reply::text("plain\n"))
+        .start()
+        .await;
     let ca_file = origin_ca.write("origin-ca");
     let other_ca = TestCa::new("someone else").write("other-ca");
     let base = "listening_address = \"127.0.0.1\"\nlistening_port_http = 0\nworkers = 1\nlogging_level = \"warn\"\n";
@@ -439,7 +480,11 @@ async fn origins_over_tls_are_verified() {
     // An untrusted issuer and a wrong name: 502, a clear log line, nothing sent.
     for (ca, name, why) in [
         (other_ca.as_path(), "origin.test", "UnknownIssuer"),
-        (ca_file.as_path(), "wrong.test", "certificate not valid for name"),
+        (
+            ca_file.as_path(),
+            "wrong.test",
+            "certificate not valid for name",
+        ),
     ] {
         let proxy = Proxy::start(&origin_rule(ca, name, ""));
         let got = get(&proxy, "o.test", "/b").await;
@@ -457,11 +502,10 @@ async fn origins_over_tls_are_verified() {
     let old = Origin::new()
         .route("*", Reply::text("tls12\n"))
         .start_tls({
-            let mut c = rustls::ServerConfig::builder_with_protocol_versions(&[
-                &rustls::version::TLS12,
-            ])
-            .with_no_client_auth()
-            .with_cert_resolver(leaf.server_config().cert_resolver.clone());
+            let mut c =
+                rustls::ServerConfig::builder_with_protocol_versions(&[&rustls::version::TLS12])
+                    .with_no_client_auth()
+                    .with_cert_resolver(leaf.server_config().cert_resolver.clone());
             c.alpn_protocols = vec![b"http/1.1".to_vec()];
             std::sync::Arc::new(c)
         })
@@ -476,7 +520,11 @@ async fn origins_over_tls_are_verified() {
     };
     let proxy = Proxy::start(&old_rule("TLS_1_3"));
     assert_eq!(get(&proxy, "o.test", "/").await.status, 502);
-    assert!(proxy.wait_for_output("ProtocolVersion", Duration::from_secs(5)), "{}", proxy.output());
+    assert!(
+        proxy.wait_for_output("ProtocolVersion", Duration::from_secs(5)),
+        "{}",
+        proxy.output()
+    );
     let proxy = Proxy::start(&old_rule("TLS_1_2"));
     assert_eq!(get(&proxy, "o.test", "/").await.text(), "tls12\n");
     // TLS_1_0 is accepted and in effect 1.2.

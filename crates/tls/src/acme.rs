@@ -32,7 +32,13 @@ pub fn ca_dir(state_dir: &Path, directory_url: &str) -> PathBuf {
         .map_or(directory_url, |(_, t)| t);
     let name: String = tail
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
     state_dir.join("acme").join(name)
 }
@@ -122,7 +128,9 @@ pub async fn run(
     let mut tasks = tokio::task::JoinSet::new();
     for (pattern, domain, validity) in domains {
         let (account, store, cfg, dir) = (account.clone(), store.clone(), cfg.clone(), dir.clone());
-        tasks.spawn(keep_current(account, cfg, dir, pattern, domain, validity, store));
+        tasks.spawn(keep_current(
+            account, cfg, dir, pattern, domain, validity, store,
+        ));
     }
     while tasks.join_next().await.is_some() {}
 }
@@ -134,8 +142,8 @@ async fn account(cfg: &AcmeConfig, dir: &Path) -> Result<Account, String> {
         None => Account::builder(),
     };
     if let Ok(text) = std::fs::read(&path) {
-        let creds: AccountCredentials = serde_json::from_slice(&text)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let creds: AccountCredentials =
+            serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", path.display()))?;
         return builder()
             .map_err(|e| e.to_string())?
             .from_credentials(creds)
@@ -237,8 +245,7 @@ pub fn days_left(t: SystemTime) -> u64 {
 
 /// The self-signed certificate that answers a TLS-ALPN-01 challenge (RFC 8737 §3).
 pub fn alpn_challenge_cert(domain: &str, digest: &[u8]) -> Result<Loaded, String> {
-    let mut params =
-        CertificateParams::new(vec![domain.to_owned()]).map_err(|e| e.to_string())?;
+    let mut params = CertificateParams::new(vec![domain.to_owned()]).map_err(|e| e.to_string())?;
     params.custom_extensions = vec![CustomExtension::new_acme_identifier(digest)];
     let key = KeyPair::generate().map_err(|e| e.to_string())?;
     let cert = params.self_signed(&key).map_err(|e| e.to_string())?;
@@ -251,7 +258,10 @@ pub fn alpn_challenge_cert(domain: &str, digest: &[u8]) -> Result<Loaded, String
         .load_private_key(key_der)
         .map_err(|e| e.to_string())?;
     Ok(Loaded {
-        key: Arc::new(rustls::sign::CertifiedKey::new(vec![cert.der().clone()], signing)),
+        key: Arc::new(rustls::sign::CertifiedKey::new(
+            vec![cert.der().clone()],
+            signing,
+        )),
         validity: None,
     })
 }

@@ -98,7 +98,9 @@ pub fn start(config: &Config) -> Result<Option<Tls>, String> {
                 });
             }
             CertSource::Internal => {
-                let Some(name) = cert_name(&rule.domain) else { continue };
+                let Some(name) = cert_name(&rule.domain) else {
+                    continue;
+                };
                 if ca.is_none() {
                     ca = Some(LocalCa::load_or_create(&tls.state_dir)?);
                 }
@@ -108,7 +110,9 @@ pub fn start(config: &Config) -> Result<Option<Tls>, String> {
                 internal.push((rule.domain.clone(), name, loaded.validity));
             }
             CertSource::Acme => {
-                let DomainPattern::Exact(name) = &rule.domain else { continue };
+                let DomainPattern::Exact(name) = &rule.domain else {
+                    continue;
+                };
                 let previous = acme::stored(&tls.state_dir, &tls.acme, name)
                     .filter(|l| l.validity.is_none_or(|v| v.not_after > SystemTime::now()));
                 let validity = match previous {
@@ -131,9 +135,14 @@ pub fn start(config: &Config) -> Result<Option<Tls>, String> {
     let spawned = std::thread::Builder::new()
         .name("rampart-certs".into())
         .spawn(move || {
-            let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
                 Ok(rt) => rt,
-                Err(e) => return tracing::error!(error = %e, "cannot start the certificate manager"),
+                Err(e) => {
+                    return tracing::error!(error = %e, "cannot start the certificate manager")
+                }
             };
             rt.block_on(async move {
                 let mut tasks = tokio::task::JoinSet::new();

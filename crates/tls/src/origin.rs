@@ -48,9 +48,10 @@ pub fn client_config(upstream: &UpstreamConfig) -> Result<Arc<ClientConfig>, Str
             }
         }
     }
-    let mut config = ClientConfig::builder_with_protocol_versions(versions(upstream.tls_min_version))
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    let mut config =
+        ClientConfig::builder_with_protocol_versions(versions(upstream.tls_min_version))
+            .with_root_certificates(roots)
+            .with_no_client_auth();
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }

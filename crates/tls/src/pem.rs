@@ -28,7 +28,8 @@ pub fn parse_pair(cert_pem: &[u8], key_pem: &[u8]) -> Result<Loaded, String> {
         return Err("no CERTIFICATE block in the certificate file".to_owned());
     };
     let validity = der::validity(leaf);
-    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| format!("private key PEM: {e}"))?;
+    let key =
+        PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| format!("private key PEM: {e}"))?;
     let provider = rustls::crypto::aws_lc_rs::default_provider();
     let certified = CertifiedKey::from_der(chain, key, &provider).map_err(|e| match e {
         rustls::Error::InconsistentKeys(_) => {

@@ -19,11 +19,7 @@ pub fn server_config(store: Arc<CertStore>, min: TlsVersion) -> Result<Arc<Serve
     let mut config = ServerConfig::builder_with_protocol_versions(versions(min))
         .with_no_client_auth()
         .with_cert_resolver(store);
-    config.alpn_protocols = vec![
-        b"h2".to_vec(),
-        b"http/1.1".to_vec(),
-        ACME_TLS_ALPN.to_vec(),
-    ];
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec(), ACME_TLS_ALPN.to_vec()];
     config.session_storage = ServerSessionMemoryCache::new(SESSION_CACHE);
     config.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new()
         .map_err(|e| format!("cannot create the session ticket key: {e}"))?;

@@ -191,7 +191,9 @@ impl Origin {
                             }
                         }
                         Some(acceptor) => {
-                            let Ok(stream) = acceptor.accept(stream).await else { return };
+                            let Ok(stream) = acceptor.accept(stream).await else {
+                                return;
+                            };
                             let conn = builder.serve_connection(TokioIo::new(stream), svc);
                             tokio::select! {
                                 _ = conn => {}

@@ -39,7 +39,10 @@ pub struct Leaf {
 impl Leaf {
     /// Writes `<name>.crt` and `<name>.key` to scratch files; returns their paths.
     pub fn write(&self, name: &str) -> (PathBuf, PathBuf) {
-        let (c, k) = (scratch(&format!("{name}.crt")), scratch(&format!("{name}.key")));
+        let (c, k) = (
+            scratch(&format!("{name}.crt")),
+            scratch(&format!("{name}.key")),
+        );
         std::fs::write(&c, &self.chain_pem).unwrap();
         std::fs::write(&k, &self.key_pem).unwrap();
         (c, k)
@@ -69,7 +72,10 @@ impl TestCa {
         dn.push(DnType::CommonName, name);
         p.distinguished_name = dn;
         p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
+        p.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
         let key = KeyPair::generate().unwrap();
         let cert = p.self_signed(&key).unwrap();
         TestCa {
@@ -81,9 +87,8 @@ impl TestCa {
 
     /// Issues a certificate for `names` (ECDSA P-256).
     pub fn leaf(&self, names: &[&str]) -> Leaf {
-        let mut p =
-            CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
-                .unwrap();
+        let mut p = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+            .unwrap();
         p.use_authority_key_identifier_extension = true;
         let key = KeyPair::generate().unwrap();
         let cert = p.signed_by(&key, &self.issuer).unwrap();
@@ -185,8 +190,15 @@ pub async fn request(s: TlsStream<TcpStream>, req: Request<BoxBody>) -> Got {
 }
 
 /// GET `https://{sni}{path}` through rampart's HTTPS listener.
-pub async fn get(proxy_https: SocketAddr, sni: &str, path: &str, config: &Arc<ClientConfig>) -> Got {
-    let s = connect(proxy_https, sni, config).await.expect("TLS handshake");
+pub async fn get(
+    proxy_https: SocketAddr,
+    sni: &str,
+    path: &str,
+    config: &Arc<ClientConfig>,
+) -> Got {
+    let s = connect(proxy_https, sni, config)
+        .await
+        .expect("TLS handshake");
     let h2 = s.get_ref().1.alpn_protocol() == Some(b"h2");
     // HTTP/2 carries the authority in the URI; HTTP/1.1 sends origin-form and Host.
     let req = if h2 {
