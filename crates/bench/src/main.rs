@@ -54,7 +54,7 @@ struct RunArgs {
     /// A seconds-long smoke run of every scenario (1 round, short loads).
     #[arg(long)]
     quick: bool,
-    /// Scenarios to run (comma-separated): cached-hello, cached-image, pass, close, https, h2, vus.
+    /// Scenarios to run (comma-separated): cached-hello, cached-image, pass, close, https, https-close, h2, vus.
     #[arg(long, value_delimiter = ',')]
     scenarios: Option<Vec<String>>,
     /// Peers to include (comma-separated names, e.g. rampart,nginx,varnish).
@@ -93,6 +93,8 @@ pub struct Scenario {
     pub cached: bool,
     /// Over HTTP/2 cleartext (prior knowledge); only peers offering it.
     pub h2: bool,
+    /// Over TLS (HTTP/1.1, `https://127.0.0.1:PORT`); only peers terminating TLS.
+    pub tls: bool,
     pub loads: Vec<Load>,
     /// Seconds per timed run for this scenario.
     pub seconds: u64,
@@ -181,6 +183,7 @@ fn scenarios(quick: bool, seconds: Option<u64>, rounds: Option<usize>) -> Vec<Sc
             path: "/hello",
             cached: true,
             h2: false,
+            tls: false,
             loads: if quick { vec![wrk(16)] } else { vec![wrk(16), wrk(64), wrk(256)] },
             seconds: s,
             rounds: r,
@@ -191,6 +194,7 @@ fn scenarios(quick: bool, seconds: Option<u64>, rounds: Option<usize>) -> Vec<Sc
             path: "/image.jpg",
             cached: true,
             h2: false,
+            tls: false,
             loads: vec![
                 Load::Ab {
                     concurrency: 10,
@@ -207,6 +211,7 @@ fn scenarios(quick: bool, seconds: Option<u64>, rounds: Option<usize>) -> Vec<Sc
             path: "/template",
             cached: false,
             h2: false,
+            tls: false,
             loads: vec![wrk(64)],
             seconds: s,
             rounds: r,
@@ -217,17 +222,30 @@ fn scenarios(quick: bool, seconds: Option<u64>, rounds: Option<usize>) -> Vec<Sc
             path: "/hello",
             cached: true,
             h2: false,
+            tls: false,
             loads: vec![Load::Wrk { connections: 32, close: true }],
             seconds: s,
             rounds: r,
         },
         Scenario {
             name: "https",
-            description: "cached-hello and pass over TLS (needs rampart's TLS, not in this release)",
+            description: "the 12-byte cached page over TLS 1.3 (ECDSA P-256 certificate, keep-alive), wrk at 64 connections",
             path: "/hello",
             cached: true,
             h2: false,
-            loads: vec![],
+            tls: true,
+            loads: vec![wrk(64)],
+            seconds: s,
+            rounds: r,
+        },
+        Scenario {
+            name: "https-close",
+            description: "a new TLS 1.3 connection (full handshake, ECDSA P-256, X25519) per request, 32 connections, the cached 12-byte page: handshakes per second",
+            path: "/hello",
+            cached: true,
+            h2: false,
+            tls: true,
+            loads: vec![Load::Wrk { connections: 32, close: true }],
             seconds: s,
             rounds: r,
         },
@@ -237,6 +255,7 @@ fn scenarios(quick: bool, seconds: Option<u64>, rounds: Option<usize>) -> Vec<Sc
             path: "/hello",
             cached: true,
             h2: true,
+            tls: false,
             loads: vec![Load::H2load {
                 clients: 16,
                 streams: 10,
@@ -251,6 +270,7 @@ fn scenarios(quick: bool, seconds: Option<u64>, rounds: Option<usize>) -> Vec<Sc
             path: "/hello",
             cached: true,
             h2: false,
+            tls: false,
             loads: vus,
             seconds: if quick { 2 } else { 8 },
             rounds: 1,
@@ -279,6 +299,7 @@ struct Running {
     server: procs::Server,
     port: u16,
     h2_port: u16,
+    tls_port: u16,
 }
 
 fn copy_configs(from: &Path, to: &Path) -> std::io::Result<()> {
@@ -334,7 +355,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         .collect();
     if chosen.is_empty() {
         bail!(
-            "no scenario selected; known: cached-hello, cached-image, pass, close, https, h2, vus"
+            "no scenario selected; known: cached-hello, cached-image, pass, close, https, https-close, h2, vus"
         );
     }
 
@@ -413,11 +434,16 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         bail!("the origin did not start");
     }
 
+    let tls_files = peers::TlsFiles::create(&work).context("creating the benchmark certificate")?;
     let mut running = Vec::new();
     for p in candidates {
         let dir = work.join(p.name());
         std::fs::create_dir_all(&dir)?;
-        let (port, h2_port) = (procs::free_port()?, procs::free_port()?);
+        let (port, h2_port, tls_port) = (
+            procs::free_port()?,
+            procs::free_port()?,
+            procs::free_port()?,
+        );
         let setup = peers::Setup {
             dir: &dir,
             port,
@@ -425,6 +451,8 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             origin: origin_addr,
             workers: args.workers,
             rampart: &rampart,
+            tls_port,
+            tls: &tls_files,
         };
         let launch = match p.prepare(&setup) {
             Ok(l) => l,
@@ -477,6 +505,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             server,
             port,
             h2_port,
+            tls_port,
         });
     }
     if running.is_empty() {
@@ -529,8 +558,11 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             if !applies(s, r.peer.as_ref()) {
                 continue;
             }
-            let port = if s.h2 { r.h2_port } else { r.port };
-            let url = format!("http://127.0.0.1:{port}{}", s.path);
+            let url = match (s.tls, s.h2) {
+                (true, _) => format!("https://127.0.0.1:{}{}", r.tls_port, s.path),
+                (false, true) => format!("http://127.0.0.1:{}{}", r.h2_port, s.path),
+                (false, false) => format!("http://127.0.0.1:{}{}", r.port, s.path),
+            };
             if round == 0 {
                 // Warm-up: fill the cache, open pools; not measured.
                 let warm = warmup(load);
@@ -649,7 +681,7 @@ fn cpu_count(list: &str) -> usize {
 }
 
 fn applies(s: &Scenario, p: &dyn Peer) -> bool {
-    (!s.cached || p.caches()) && (!s.h2 || p.h2c())
+    (!s.cached || p.caches()) && (!s.h2 || p.h2c()) && (!s.tls || p.tls())
 }
 
 fn warmup(load: &Load) -> Load {

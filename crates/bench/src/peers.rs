@@ -24,6 +24,48 @@ pub struct Setup<'a> {
     pub workers: usize,
     /// Path to the rampart binary (for the rampart peer).
     pub rampart: &'a Path,
+    /// HTTPS (HTTP/1.1 over TLS) listen port on 127.0.0.1, for peers that terminate TLS.
+    pub tls_port: u16,
+    /// The certificate every TLS peer presents.
+    pub tls: &'a TlsFiles,
+}
+
+/// One ECDSA P-256 certificate for `localhost` / 127.0.0.1, shared by every TLS peer.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    /// PEM certificate.
+    pub cert: PathBuf,
+    /// PEM private key (PKCS#8).
+    pub key: PathBuf,
+    /// Certificate then key in one file (HAProxy's `crt`).
+    pub combined: PathBuf,
+}
+
+impl TlsFiles {
+    /// Generates the certificate into `dir`.
+    pub fn create(dir: &Path) -> io::Result<TlsFiles> {
+        let err = |e: rcgen::Error| io::Error::other(e.to_string());
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(err)?;
+        let params =
+            rcgen::CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+                .map_err(err)?;
+        let cert = params.self_signed(&key).map_err(err)?;
+        let files = TlsFiles {
+            cert: dir.join("bench-cert.pem"),
+            key: dir.join("bench-key.pem"),
+            combined: dir.join("bench-combined.pem"),
+        };
+        fs::write(&files.cert, cert.pem())?;
+        fs::write(&files.key, key.serialize_pem())?;
+        fs::write(
+            &files.combined,
+            format!("{}{}", cert.pem(), key.serialize_pem()),
+        )?;
+        for f in [&files.cert, &files.key, &files.combined] {
+            fs::set_permissions(f, fs::Permissions::from_mode(0o644))?;
+        }
+        Ok(files)
+    }
 }
 
 /// A command line to run in the foreground.
@@ -47,6 +89,10 @@ pub trait Peer: Send + Sync {
     fn caches(&self) -> bool;
     /// Whether it serves HTTP/2 cleartext with prior knowledge on `h2_port`.
     fn h2c(&self) -> bool;
+    /// Whether it terminates TLS on `tls_port` (TLS 1.2/1.3 with `setup.tls`).
+    fn tls(&self) -> bool {
+        false
+    }
     /// Writes the config files into `setup.dir` and returns the foreground command.
     fn prepare(&self, setup: &Setup<'_>) -> io::Result<Launch>;
 }
@@ -94,6 +140,9 @@ impl Peer for Rampart {
     fn h2c(&self) -> bool {
         true
     }
+    fn tls(&self) -> bool {
+        true
+    }
     fn prepare(&self, setup: &Setup<'_>) -> io::Result<Launch> {
         let (dir, _) = prepare_dir(setup.dir)?;
         let SocketAddr::V4(origin) = setup.origin else {
@@ -104,9 +153,16 @@ impl Peer for Rampart {
         };
         let (port, h2_port, workers) = (setup.port, setup.h2_port, setup.workers.max(1));
         let (origin_ip, origin_port) = (origin.ip(), origin.port());
+        let (tls_port, cert, key) = (
+            setup.tls_port,
+            setup.tls.cert.display(),
+            setup.tls.key.display(),
+        );
         let toml = format!(
-            r#"# rampart (rampart-bench): every listener serves HTTP/1.1 and h2c with prior knowledge.
+            r#"# rampart (rampart-bench): every listener serves HTTP/1.1 and h2c with prior knowledge;
+# the HTTPS listener HTTP/1.1 and HTTP/2 (ALPN).
 listen = ["127.0.0.1:{port}", "127.0.0.1:{h2_port}"]
+listen_https = ["127.0.0.1:{tls_port}"]
 workers = {workers}
 add_logging = false
 logging_level = "error"
@@ -125,6 +181,8 @@ enable_sql_injection_protection = false
 enable_compression = false
 enable_minification = false
 enable_webp_transformation = false
+tls_cert_file = "{cert}"
+tls_key_file = "{key}"
 "#
         );
         let config = write_config(&dir, "rampart.toml", &toml)?;
@@ -179,6 +237,9 @@ impl Peer for Nginx {
     fn h2c(&self) -> bool {
         true
     }
+    fn tls(&self) -> bool {
+        true
+    }
     fn prepare(&self, setup: &Setup<'_>) -> io::Result<Launch> {
         nginx_prepare(setup, true, &self.label())
     }
@@ -201,6 +262,9 @@ impl Peer for NginxDefault {
         true
     }
     fn h2c(&self) -> bool {
+        true
+    }
+    fn tls(&self) -> bool {
         true
     }
     fn prepare(&self, setup: &Setup<'_>) -> io::Result<Launch> {
@@ -244,6 +308,16 @@ http {
 
     server {
         listen 127.0.0.1:@H2PORT@ http2;
+@LOCATION@
+    }
+
+    # TLS 1.2/1.3, the same ECDSA P-256 certificate as every TLS peer, a session cache.
+    server {
+        listen 127.0.0.1:@TLSPORT@ ssl;
+        ssl_certificate @CERT@;
+        ssl_certificate_key @KEY@;
+        ssl_protocols TLSv1.2 TLSv1.3;
+        ssl_session_cache shared:SSL:10m;
 @LOCATION@
     }
 }
@@ -303,6 +377,9 @@ fn nginx_prepare(setup: &Setup<'_>, keepalive: bool, label: &str) -> io::Result<
             ("@DIR@", dir_text.clone()),
             ("@PORT@", setup.port.to_string()),
             ("@H2PORT@", setup.h2_port.to_string()),
+            ("@TLSPORT@", setup.tls_port.to_string()),
+            ("@CERT@", setup.tls.cert.display().to_string()),
+            ("@KEY@", setup.tls.key.display().to_string()),
             ("@ORIGIN@", setup.origin.to_string()),
         ],
     );
@@ -457,6 +534,7 @@ defaults
 frontend fe
     bind 127.0.0.1:@PORT@
     bind 127.0.0.1:@H2PORT@ proto h2
+    bind 127.0.0.1:@TLSPORT@ ssl crt @COMBINED@ alpn http/1.1 ssl-min-ver TLSv1.2
     default_backend be
 
 backend be
@@ -493,6 +571,9 @@ impl Peer for HaproxyCache {
     fn h2c(&self) -> bool {
         true
     }
+    fn tls(&self) -> bool {
+        true
+    }
     fn prepare(&self, setup: &Setup<'_>) -> io::Result<Launch> {
         haproxy_prepare(setup, true, &self.label())
     }
@@ -515,6 +596,9 @@ impl Peer for Haproxy {
         false
     }
     fn h2c(&self) -> bool {
+        true
+    }
+    fn tls(&self) -> bool {
         true
     }
     fn prepare(&self, setup: &Setup<'_>) -> io::Result<Launch> {
@@ -544,6 +628,8 @@ fn haproxy_prepare(setup: &Setup<'_>, cache: bool, label: &str) -> io::Result<La
             ("@MAXCONN@", maxconn.to_string()),
             ("@PORT@", setup.port.to_string()),
             ("@H2PORT@", setup.h2_port.to_string()),
+            ("@TLSPORT@", setup.tls_port.to_string()),
+            ("@COMBINED@", setup.tls.combined.display().to_string()),
             ("@ORIGIN@", setup.origin.to_string()),
         ],
     );
@@ -1004,6 +1090,12 @@ mod tests {
         SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), ORIGIN_PORT)
     }
 
+    static TLS: std::sync::LazyLock<TlsFiles> = std::sync::LazyLock::new(|| TlsFiles {
+        cert: PathBuf::from("/tmp/bench-cert.pem"),
+        key: PathBuf::from("/tmp/bench-key.pem"),
+        combined: PathBuf::from("/tmp/bench-combined.pem"),
+    });
+
     fn setup(dir: &Path, origin: SocketAddr) -> Setup<'_> {
         Setup {
             dir,
@@ -1012,6 +1104,8 @@ mod tests {
             origin,
             workers: 2,
             rampart: Path::new("/opt/rampart/bin/rampart"),
+            tls_port: 19_603,
+            tls: &TLS,
         }
     }
 

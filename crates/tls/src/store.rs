@@ -126,12 +126,56 @@ impl ResolvesServerCert for CertStore {
         }
         let found = match &name {
             Some(n) => self.get(n),
-            None => None,
+            // No SNI (a client that connects by IP address): the catch-all rule's certificate.
+            None => read(&self.sites).any.clone(),
         };
         let found = found.or_else(|| self.default_domain.as_deref().and_then(|d| self.get(d)));
         if found.is_none() {
             tracing::debug!(sni = ?name, "TLS handshake refused: no certificate for this name");
         }
         found
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn key(name: &str) -> Arc<CertifiedKey> {
+        let k = rcgen::KeyPair::generate().unwrap();
+        let c = rcgen::CertificateParams::new(vec![name.to_owned()])
+            .unwrap()
+            .self_signed(&k)
+            .unwrap();
+        crate::pem::parse_pair(c.pem().as_bytes(), k.serialize_pem().as_bytes())
+            .unwrap()
+            .key
+    }
+
+    #[test]
+    fn lookup_order_exact_wildcard_any() {
+        let store = CertStore::new(None);
+        let (exact, wild, any) = (key("a.example"), key("*.example"), key("any"));
+        store.set(&DomainPattern::Exact("a.example".into()), exact.clone());
+        store.set(&DomainPattern::Wildcard(".example".into()), wild.clone());
+        assert!(Arc::ptr_eq(&store.get("a.example").unwrap(), &exact));
+        assert!(Arc::ptr_eq(&store.get("b.example").unwrap(), &wild));
+        // One label only, and not the apex.
+        assert!(store.get("x.b.example").is_none());
+        assert!(store.get("example").is_none());
+        store.set(&DomainPattern::Any, any.clone());
+        assert!(Arc::ptr_eq(&store.get("other.test").unwrap(), &any));
+        assert!(store.has(&DomainPattern::Any));
+    }
+
+    #[test]
+    fn challenge_answers_come_and_go() {
+        let store = CertStore::new(None);
+        assert_eq!(store.http_challenge("t"), None);
+        store.set_http_challenge("t", "t.thumb");
+        assert_eq!(store.http_challenge("t").as_deref(), Some("t.thumb"));
+        store.clear_http_challenge("t");
+        assert_eq!(store.http_challenge("t"), None);
     }
 }
