@@ -260,13 +260,13 @@ async fn http01_issues_renews_and_survives_a_restart_without_the_ca() {
 }
 
 #[tokio::test]
-async fn tls_alpn01_issues_a_certificate() {
+async fn tls_alpn01_issues_and_renews_a_certificate() {
     let origin = Origin::new()
         .route("*", Reply::text("alpn\n"))
         .start()
         .await;
     let ports = (free_port(), free_port());
-    let pebble = Pebble::start(ports.0, ports.1, 3600);
+    let pebble = Pebble::start(ports.0, ports.1, 30);
     let root = pebble.issuing_root().await;
     let state = scratch("acme-alpn");
     let proxy = Proxy::start(&acme_config(
@@ -278,7 +278,7 @@ async fn tls_alpn01_issues_a_certificate() {
         "\"tls-alpn-01\"",
     ));
     let https = proxy.https.unwrap();
-    wait_for_cert(
+    let first = wait_for_cert(
         https,
         "t.test",
         &root,
@@ -296,6 +296,21 @@ async fn tls_alpn01_issues_a_certificate() {
         tls::get(https, "t.test", "/", &config).await.text(),
         "alpn\n"
     );
+    // Renewed through tls-alpn-01 too, at about two thirds of the 30 s lifetime.
+    wait_for_cert(
+        https,
+        "t.test",
+        &root,
+        Some(&first),
+        Duration::from_secs(40),
+        &proxy,
+    )
+    .await;
+    let obtained = proxy
+        .output()
+        .matches("certificate obtained from the ACME CA")
+        .count();
+    assert!(obtained >= 2, "{}", proxy.output());
 }
 
 #[tokio::test]
