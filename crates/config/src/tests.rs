@@ -467,7 +467,7 @@ fn lets_encrypt_email_turns_on_acme_for_every_named_domain() {
         "lets_encrypt_contact_email = \"ops@example.com\"\nproxy_min_tls_version = \"TLS_1_1\"\n\
          [[proxy_rules]]\ndomain = \"example.com\"\n{RULE}\
          [[proxy_rules]]\ndomain = \"*.example.net\"\n{RULE}\
-         [[proxy_rules]]\ndomain = \"plain.example\"\ntls = \"off\"\n{RULE}"
+         [[proxy_rules]]\ndomain = \"plain.example\"\ntls = \"off\"\nredirect_to_https = true\n{RULE}"
     );
     let v = validate(&src, 1);
     assert!(errors(&v).is_empty(), "{:?}", v.diagnostics);
@@ -493,6 +493,12 @@ fn lets_encrypt_email_turns_on_acme_for_every_named_domain() {
         .iter()
         .any(|d| d.key.starts_with("proxy_rules[1]") && d.message.contains("wildcard")));
     assert_eq!(c.rules[2].cert, None);
+    // No certificate, so nowhere to redirect to: off, with a warning.
+    assert!(!c.rules[2].redirect_to_https);
+    assert!(v
+        .diagnostics
+        .iter()
+        .any(|d| d.key == "proxy_rules[2].redirect_to_https" && d.severity == Severity::Warning));
     // TLS 1.0/1.1 for origins are accepted and reported as raised to 1.2.
     assert_eq!(c.upstream.tls_min_version, TlsVersion::Tls12);
     assert!(v

@@ -1174,6 +1174,8 @@ fn read_rule(
             "give the rule `tls_cert_file` + `tls_key_file` or `tls = \"internal\"`, or set `lets_encrypt_contact_email`",
         );
     }
+    // Without a certificate there is no HTTPS to send clients to: no redirect (warned above).
+    let redirect_to_https = redirect_to_https && cert.is_some();
     let tls_name_override = s
         .string(sink, "forward_tls_name")
         .map(|n| n.value.trim().to_owned());

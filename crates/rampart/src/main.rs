@@ -374,7 +374,7 @@ fn cmd_demo(listen: SocketAddr) -> anyhow::Result<()> {
     let _ = origin_thread.join();
     result.with_context(|| {
         format!(
-            "demo could not start (is {listen} in use? try `rampart demo --listen 127.0.0.1:8081`)"
+            "demo could not start (is {listen} or {https} in use? try `rampart demo --listen 127.0.0.1:8081`)"
         )
     })
 }
