@@ -21,6 +21,7 @@ pub fn server_config(store: Arc<CertStore>, min: TlsVersion) -> Result<Arc<Serve
         .with_cert_resolver(store);
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec(), ACME_TLS_ALPN.to_vec()];
     config.session_storage = ServerSessionMemoryCache::new(SESSION_CACHE);
+    config.send_tls13_tickets = 1;
     config.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new()
         .map_err(|e| format!("cannot create the session ticket key: {e}"))?;
     Ok(Arc::new(config))
