@@ -5,6 +5,11 @@
 //! which cannot occur in either, so two hosts can never share an entry and purges can address an
 //! entry by host, by URL prefix or by substring. A stored response that varies (RFC 9111 §4.1)
 //! lives under the primary key plus a variant key computed from the request.
+//!
+//! HTTP and HTTPS share entries (ARC2-COMPAT §7.3), except for rules that send the two schemes
+//! to different origins: their HTTPS requests use keys marked [`CacheKey::for_https`], which
+//! never equal the plain ones. Purges and invalidations address both (the marked key is the
+//! same resource: same host, same URL).
 
 use std::fmt;
 use std::hash::{Hash, Hasher};
@@ -20,11 +25,13 @@ use bytes::{BufMut, Bytes, BytesMut};
 pub struct CacheKey {
     bytes: Bytes,
     host_len: usize,
+    /// The HTTPS side of a rule whose schemes reach different origins.
+    https: bool,
 }
 
 impl PartialEq for CacheKey {
     fn eq(&self, other: &Self) -> bool {
-        self.bytes == other.bytes
+        self.https == other.https && self.bytes == other.bytes
     }
 }
 
@@ -32,14 +39,17 @@ impl Eq for CacheKey {}
 
 impl Hash for CacheKey {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        hash_parts(self.host(), self.url(), state);
+        hash_parts(self.host(), self.url(), self.https, state);
     }
 }
 
-fn hash_parts<H: Hasher>(host: &[u8], url: &[u8], state: &mut H) {
+fn hash_parts<H: Hasher>(host: &[u8], url: &[u8], https: bool, state: &mut H) {
     state.write(host);
     state.write_u8(0xff);
     state.write(url);
+    if https {
+        state.write_u8(0xfe);
+    }
 }
 
 /// The host and URL parts of a key, normalised except for the host's case.
@@ -68,7 +78,25 @@ impl CacheKey {
         CacheKey {
             bytes: b.freeze(),
             host_len: host.len(),
+            https: false,
         }
+    }
+
+    /// The key for the HTTPS side of a rule whose schemes reach different origins (`yes`), or
+    /// the shared key.
+    pub fn for_https(mut self, yes: bool) -> Self {
+        self.https = yes;
+        self
+    }
+
+    /// Whether this is the HTTPS side's key (see [`CacheKey::for_https`]).
+    pub fn is_https(&self) -> bool {
+        self.https
+    }
+
+    /// Same host and URL, whatever the scheme mark.
+    pub fn same_resource(&self, other: &CacheKey) -> bool {
+        self.bytes == other.bytes
     }
 
     /// The lower-cased host.
@@ -94,7 +122,8 @@ impl fmt::Debug for CacheKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{}{}",
+            "{}{}{}",
+            if self.https { "https:" } else { "" },
             String::from_utf8_lossy(self.host()),
             String::from_utf8_lossy(self.url())
         )
@@ -127,17 +156,28 @@ impl Hash for SlotKey {
 pub struct SlotKeyRef<'a> {
     host: &'a str,
     url: &'a str,
+    https: bool,
 }
 
 impl<'a> SlotKeyRef<'a> {
     pub fn new(host: &'a str, path_and_query: &'a str, ignore_query: bool) -> Self {
         let (host, url) = parts(host, path_and_query, ignore_query);
-        SlotKeyRef { host, url }
+        SlotKeyRef {
+            host,
+            url,
+            https: false,
+        }
+    }
+
+    /// See [`CacheKey::for_https`].
+    pub fn for_https(mut self, yes: bool) -> Self {
+        self.https = yes;
+        self
     }
 
     /// The owned key (built only on a miss).
     pub fn to_key(&self) -> CacheKey {
-        CacheKey::new(self.host, self.url, false)
+        CacheKey::new(self.host, self.url, false).for_https(self.https)
     }
 }
 
@@ -146,9 +186,9 @@ impl Hash for SlotKeyRef<'_> {
         let host = self.host.as_bytes();
         if host.iter().any(u8::is_ascii_uppercase) {
             let lower = host.to_ascii_lowercase();
-            hash_parts(&lower, self.url.as_bytes(), state);
+            hash_parts(&lower, self.url.as_bytes(), self.https, state);
         } else {
-            hash_parts(host, self.url.as_bytes(), state);
+            hash_parts(host, self.url.as_bytes(), self.https, state);
         }
         state.write_u8(0);
     }
@@ -157,6 +197,7 @@ impl Hash for SlotKeyRef<'_> {
 impl quick_cache::Equivalent<SlotKey> for SlotKeyRef<'_> {
     fn equivalent(&self, key: &SlotKey) -> bool {
         key.variant.is_none()
+            && key.primary.https == self.https
             && key.primary.url() == self.url.as_bytes()
             && key
                 .primary
@@ -225,6 +266,27 @@ mod tests {
             &SlotKeyRef::new("example.com", "/a?b=1", false),
             &other
         ));
+    }
+
+    #[test]
+    fn https_keys_are_apart_but_the_same_resource() {
+        use std::hash::BuildHasher;
+        let hasher = std::collections::hash_map::RandomState::new();
+        let plain = CacheKey::new("example.com", "/a", false);
+        let tls = CacheKey::new("example.com", "/a", false).for_https(true);
+        assert_ne!(plain, tls);
+        assert!(plain.same_resource(&tls));
+        assert_eq!(tls.host(), b"example.com");
+        assert_eq!(tls.url(), b"/a");
+        let r = SlotKeyRef::new("Example.com", "/a", false).for_https(true);
+        let owned = |k: &CacheKey| SlotKey {
+            primary: k.clone(),
+            variant: None,
+        };
+        assert_eq!(hasher.hash_one(r), hasher.hash_one(owned(&tls)));
+        assert!(quick_cache::Equivalent::equivalent(&r, &owned(&tls)));
+        assert!(!quick_cache::Equivalent::equivalent(&r, &owned(&plain)));
+        assert_eq!(r.to_key(), tls);
     }
 
     #[test]

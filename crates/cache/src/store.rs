@@ -125,7 +125,7 @@ pub enum PurgeScope {
 impl PurgeScope {
     fn matches(&self, key: &CacheKey) -> bool {
         match self {
-            PurgeScope::Exact(k) => k == key,
+            PurgeScope::Exact(k) => k.same_resource(key),
             PurgeScope::Prefix { host, prefix } => {
                 key.host() == host.as_slice() && key.url().starts_with(prefix)
             }
@@ -281,15 +281,17 @@ impl MemoryStore {
         )
     }
 
-    /// Invalidates `key` (RFC 9111 §4.4): the object, or every variant of it. Returns whether
-    /// anything was stored.
+    /// Invalidates `key` (RFC 9111 §4.4): the object, or every variant of it, on both schemes
+    /// (see [`CacheKey::for_https`]). Returns whether anything was stored.
     pub fn invalidate(&self, key: &CacheKey) -> bool {
-        self.index
-            .remove(&SlotKey {
-                primary: key.clone(),
-                variant: None,
-            })
-            .is_some()
+        let mut slot = SlotKey {
+            primary: key.clone(),
+            variant: None,
+        };
+        let one = self.index.remove(&slot).is_some();
+        slot.primary = slot.primary.for_https(!key.is_https());
+        let other = self.index.remove(&slot).is_some();
+        one || other
     }
 
     /// Removes (or with `soft`, marks stale) every entry in `scope`; returns how many objects
@@ -298,22 +300,32 @@ impl MemoryStore {
     /// index); the wider scopes scan it.
     pub fn purge(&self, scope: &PurgeScope, soft: bool) -> usize {
         if let PurgeScope::Exact(key) = scope {
-            if !soft {
-                // Removing the primary slot removes the object, or makes every variant unreachable.
-                return usize::from(self.invalidate(key));
-            }
-            let primary = SlotKey {
-                primary: key.clone(),
-                variant: None,
-            };
-            match self.get(&primary) {
-                Some(Slot::Object(o)) => {
-                    o.invalidate();
-                    return 1;
+            // Both schemes' keys (see `CacheKey::for_https`).
+            let mut n = 0;
+            let mut varies = false;
+            for https in [false, true] {
+                let primary = SlotKey {
+                    primary: key.clone().for_https(https),
+                    variant: None,
+                };
+                if !soft {
+                    // Removing the primary slot removes the object, or makes every variant
+                    // unreachable.
+                    n += usize::from(self.index.remove(&primary).is_some());
+                    continue;
                 }
-                None => return 0,
-                // Soft-purging a varying resource marks each variant: scan below.
-                Some(Slot::Vary(_)) => {}
+                match self.get(&primary) {
+                    Some(Slot::Object(o)) => {
+                        o.invalidate();
+                        n += 1;
+                    }
+                    None => {}
+                    // Soft-purging a varying resource marks each variant: scan below.
+                    Some(Slot::Vary(_)) => varies = true,
+                }
+            }
+            if !varies {
+                return n;
             }
         }
         let mut n = 0;
@@ -473,5 +485,32 @@ mod tests {
             1
         );
         assert!(store.is_empty());
+    }
+
+    #[test]
+    fn purges_and_invalidations_reach_both_schemes() {
+        let store = MemoryStore::new(1 << 20, 1 << 20);
+        let https = |h: &str, u: &str| SlotKey {
+            primary: CacheKey::new(h, u, false).for_https(true),
+            variant: None,
+        };
+        let both = |store: &MemoryStore| {
+            store.put(key("a", "/x"), Slot::Object(object(10)));
+            store.put(https("a", "/x"), Slot::Object(object(10)));
+        };
+        both(&store);
+        assert_eq!(store.len(), 2, "the schemes' entries are apart");
+        let exact = PurgeScope::Exact(CacheKey::new("a", "/x", false));
+        assert_eq!(store.purge(&exact, true), 2);
+        assert_eq!(store.purge(&exact, false), 2);
+        assert!(store.is_empty());
+        both(&store);
+        assert!(store.invalidate(&CacheKey::new("a", "/x", false)));
+        assert!(store.is_empty());
+        both(&store);
+        assert!(store.invalidate(&CacheKey::new("a", "/x", false).for_https(true)));
+        assert!(store.is_empty());
+        both(&store);
+        assert_eq!(store.purge(&PurgeScope::Domain(b"a".to_vec()), false), 2);
     }
 }

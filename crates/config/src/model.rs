@@ -292,6 +292,18 @@ pub enum DomainPattern {
 }
 
 impl DomainPattern {
+    /// Whether a certificate for this pattern is valid for `host` (lower-case): a wildcard
+    /// certificate covers exactly one label, unlike [`DomainPattern::matches`] routing.
+    pub fn certificate_covers(&self, host: &str) -> bool {
+        match self {
+            DomainPattern::Exact(d) => d == host,
+            DomainPattern::Wildcard(suffix) => host
+                .strip_suffix(suffix.as_str())
+                .is_some_and(|label| !label.is_empty() && !label.contains('.')),
+            DomainPattern::Any => true,
+        }
+    }
+
     /// Whether `host` (lower-case, without port or trailing dot) is served by this pattern.
     pub fn matches(&self, host: &str) -> bool {
         match self {
@@ -383,4 +395,15 @@ pub struct RuleConfig {
     /// The `Strict-Transport-Security` value sent on HTTPS responses (`hsts_max_age_seconds`,
     /// `hsts_include_subdomains`, `hsts_preload`).
     pub hsts: Option<String>,
+}
+
+impl RuleConfig {
+    /// Whether requests over HTTPS reach a different origin than plain ones (an origin with
+    /// `forward_port_https` and without `https_only`). Such a rule keeps the schemes' cache
+    /// entries apart (ARC2-COMPAT §7.3).
+    pub fn origins_differ_by_scheme(&self) -> bool {
+        self.upstreams
+            .iter()
+            .any(|u| u.tls.is_some() && !u.https_only)
+    }
 }

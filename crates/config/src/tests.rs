@@ -580,7 +580,8 @@ fn bad_tls_values_are_listed_with_positions() {
         "tls = \"yes\"\nproxy_min_tls_version = \"TLS_1_4\"\ntls_default_domain = \"nowhere.example\"\n\
          acme_challenges = [\"dns-01\"]\nproxy_ca_file = \"/nonexistent/ca.pem\"\n\
          [[proxy_rules]]\ndomain = \"a.example\"\nforward_ipv4 = \"127.0.0.1\"\n\
-         tls_cert_file = \"/nonexistent/cert.pem\"\nforward_port_https = 0\n",
+         tls_cert_file = \"/nonexistent/cert.pem\"\nforward_port_https = 0\n\
+         forward_tls_name = \"origin/x y\"\n",
         1,
     );
     assert!(v.config.is_none());
@@ -593,6 +594,7 @@ fn bad_tls_values_are_listed_with_positions() {
         "error at 9:17 `proxy_rules[0].tls_cert_file`",
         "`proxy_rules[0].tls_key_file`",
         "error at 10:22 `proxy_rules[0].forward_port_https`",
+        "error at 11:20 `proxy_rules[0].forward_tls_name`",
         "`tls_default_domain`",
     ] {
         assert!(
@@ -600,4 +602,25 @@ fn bad_tls_values_are_listed_with_positions() {
             "missing {needle:?} in {errs:#?}"
         );
     }
+}
+
+#[test]
+fn tls_default_domain_must_be_covered_by_a_certificate() {
+    let src = |name: &str| {
+        format!(
+            "tls = \"internal\"\ntls_default_domain = \"{name}\"\n\
+             [[proxy_rules]]\ndomain = \"*.wild.example\"\nforward_ipv4 = \"127.0.0.1\"\nforward_port_http = 80\n"
+        )
+    };
+    // A wildcard certificate covers one label only.
+    let v = validate(&src("a.wild.example"), 1);
+    assert!(errors(&v).is_empty(), "{:?}", v.diagnostics);
+    let v = validate(&src("a.b.wild.example"), 1);
+    assert!(
+        errors(&v)
+            .iter()
+            .any(|e| e.contains("`tls_default_domain`")),
+        "{:?}",
+        v.diagnostics
+    );
 }

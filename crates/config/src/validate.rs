@@ -667,7 +667,7 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
     if let Some(d) = &default_domain {
         let known = rules
             .iter()
-            .any(|r| r.cert.is_some() && r.domain.matches(d));
+            .any(|r| r.cert.is_some() && r.domain.certificate_covers(d));
         if !known {
             sink.push(
                 Severity::Error,
@@ -988,6 +988,24 @@ fn make_target(
     })
 }
 
+/// A name rustls can send as SNI and verify: an IP address, or a DNS name of letters, digits,
+/// `-` and `_` in dot-separated labels of 1–63 characters (253 at most in all).
+fn valid_tls_name(name: &str) -> bool {
+    if name.parse::<IpAddr>().is_ok() {
+        return true;
+    }
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            (1..=63).contains(&label.len())
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+}
+
 fn read_rule(
     mut s: Section<'_>,
     sink: &mut Sink<'_>,
@@ -1176,9 +1194,20 @@ fn read_rule(
     }
     // Without a certificate there is no HTTPS to send clients to: no redirect (warned above).
     let redirect_to_https = redirect_to_https && cert.is_some();
-    let tls_name_override = s
-        .string(sink, "forward_tls_name")
-        .map(|n| n.value.trim().to_owned());
+    let tls_name_override = match s.string(sink, "forward_tls_name") {
+        Some(n) if valid_tls_name(n.value.trim()) => Some(n.value.trim().to_owned()),
+        Some(n) => {
+            error(
+                sink,
+                &n,
+                format!("{:?} is not a host name or IP address", n.value),
+                "give the name in the origin's certificate, e.g. \"origin.example.com\"",
+            );
+            ok = false;
+            None
+        }
+        None => None,
+    };
     let rule_host = match &domain {
         Some(DomainPattern::Exact(d)) => Some(d.clone()),
         _ => None,

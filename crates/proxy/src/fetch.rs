@@ -119,17 +119,25 @@ impl UpstreamSet {
 
     /// How a request reaches `member`: (authority for logs, authority for the pool, scheme).
     /// TLS when the origin is `https_only`, or when the client came over HTTPS and the origin
-    /// has a `forward_port_https`.
-    pub fn route(member: &UpstreamState, https: bool) -> (&Authority, &Authority, Scheme) {
+    /// has a `forward_port_https`. Fails closed: a TLS origin whose pool key cannot be built
+    /// (a name the configuration check should have refused) is an error, never plain HTTP.
+    pub fn route(
+        member: &UpstreamState,
+        https: bool,
+    ) -> Result<(&Authority, &Authority, Scheme), ProxyError> {
         match (&member.target.tls, &member.tls_key) {
-            (Some(shown), Some(key)) if member.target.https_only || https => {
-                (shown, key, Scheme::HTTPS)
-            }
-            _ => (
+            (Some(shown), key) if member.target.https_only || https => match key {
+                Some(key) => Ok((shown, key, Scheme::HTTPS)),
+                None => Err(ProxyError::UpstreamTls(format!(
+                    "cannot use {:?} as the origin's TLS name",
+                    member.target.tls_name
+                ))),
+            },
+            _ => Ok((
                 &member.target.authority,
                 &member.target.authority,
                 Scheme::HTTP,
-            ),
+            )),
         }
     }
 
@@ -160,7 +168,7 @@ impl Upstream {
         let mut tcp = HttpConnector::new();
         tcp.set_nodelay(config.nodelay);
         tcp.set_connect_timeout(Some(config.connect_timeout));
-        let connector = OriginConnector::new(tcp, tls);
+        let connector = OriginConnector::new(tcp, tls, config.connect_timeout);
         let client = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .timer(TokioTimer::new())

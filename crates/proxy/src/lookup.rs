@@ -100,18 +100,21 @@ impl Cache {
     }
 
     /// lookup: GET/HEAD only (the caller checks). `host` is the routed host, `pq` the request
-    /// target.
+    /// target; `https_key` for HTTPS requests to a rule whose schemes reach different origins
+    /// (see `CacheKey::for_https`).
     /// With `refresh`, a usable entry is treated as stale (background revalidation).
+    #[allow(clippy::too_many_arguments)]
     pub fn lookup(
         &self,
         host: &str,
         pq: &str,
         ignore_query: bool,
+        https_key: bool,
         headers: &HeaderMap,
         policy: RulePolicy,
         refresh: bool,
     ) -> Found {
-        let key = SlotKeyRef::new(host, pq, ignore_query);
+        let key = SlotKeyRef::new(host, pq, ignore_query).for_https(https_key);
         let directives = RequestDirectives::parse(headers);
         let forced = directives.no_cache;
         let mut stale = None;

@@ -12,6 +12,7 @@ use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use http::Uri;
 use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
@@ -35,6 +36,8 @@ pub struct OriginTlsError {
 pub struct OriginConnector {
     tcp: HttpConnector,
     tls: TlsConnector,
+    /// The TLS handshake's own limit (`proxy_connect_timeout_seconds`).
+    handshake_timeout: Duration,
 }
 
 impl std::fmt::Debug for OriginConnector {
@@ -44,11 +47,16 @@ impl std::fmt::Debug for OriginConnector {
 }
 
 impl OriginConnector {
-    pub fn new(mut tcp: HttpConnector, tls: Arc<rustls::ClientConfig>) -> Self {
+    pub fn new(
+        mut tcp: HttpConnector,
+        tls: Arc<rustls::ClientConfig>,
+        handshake_timeout: Duration,
+    ) -> Self {
         tcp.enforce_http(false);
         OriginConnector {
             tcp,
             tls: TlsConnector::from(tls),
+            handshake_timeout,
         }
     }
 }
@@ -147,6 +155,7 @@ impl tower_service::Service<Uri> for OriginConnector {
             .map(|(user, _)| user.to_owned());
         let connecting = self.tcp.call(uri);
         let connector = self.tls.clone();
+        let limit = self.handshake_timeout;
         Box::pin(async move {
             let tcp = connecting.await?;
             if !tls {
@@ -157,9 +166,20 @@ impl tower_service::Service<Uri> for OriginConnector {
                 name: name.clone(),
                 source: io::Error::new(io::ErrorKind::InvalidInput, e),
             })?;
-            match connector.connect(server_name, tcp.into_inner()).await {
-                Ok(s) => Ok(OriginIo::Tls(Box::new(TokioIo::new(s)))),
-                Err(source) => Err(OriginTlsError { name, source }.into()),
+            // Bounded on its own: a peer that accepts and then stays silent must fail over
+            // like a refused connection, not use up the whole `proxy_timeout`.
+            let handshake = connector.connect(server_name, tcp.into_inner());
+            match tokio::time::timeout(limit, handshake).await {
+                Ok(Ok(s)) => Ok(OriginIo::Tls(Box::new(TokioIo::new(s)))),
+                Ok(Err(source)) => Err(OriginTlsError { name, source }.into()),
+                Err(_) => Err(OriginTlsError {
+                    name,
+                    source: io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("no answer within {}s", limit.as_secs_f64()),
+                    ),
+                }
+                .into()),
             }
         })
     }

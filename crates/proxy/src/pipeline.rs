@@ -292,11 +292,14 @@ impl Pipeline {
                 let pq = req.uri().path_and_query().map_or("/", |p| p.as_str());
                 let host = recv.host.to_str().unwrap_or_default();
                 let refresh = mode == Mode::Refresh;
+                let https_key =
+                    conn.proto == "https" && recv.rule.config.origins_differ_by_scheme();
                 looked_up = true;
                 match cache.lookup(
                     host,
                     pq,
                     recv.rule.config.ignore_query_string,
+                    https_key,
                     req.headers(),
                     policy,
                     refresh,
@@ -392,6 +395,7 @@ impl Pipeline {
                                 host,
                                 pq,
                                 recv.rule.config.ignore_query_string,
+                                l.key.is_https(),
                                 req.headers(),
                                 l.policy,
                                 false,
@@ -726,11 +730,16 @@ impl Pipeline {
                 (None, Some((m, u, hm))) => rebuild(m, u, hm),
                 (None, None) => break,
             };
-            let (shown, key, scheme) = UpstreamSet::route(member, conn.proto == "https");
-            if let Some(l) = log.as_deref_mut() {
-                l.upstream = Some(shown.clone());
-            }
-            match self.upstream.send(req, key, scheme).await {
+            let sent = match UpstreamSet::route(member, conn.proto == "https") {
+                Ok((shown, key, scheme)) => {
+                    if let Some(l) = log.as_deref_mut() {
+                        l.upstream = Some(shown.clone());
+                    }
+                    self.upstream.send(req, key, scheme).await
+                }
+                Err(e) => Err(e),
+            };
+            match sent {
                 Ok(res) => {
                     upstreams.mark_up(member);
                     return Ok(Fetched {
@@ -741,6 +750,10 @@ impl Pipeline {
                     });
                 }
                 Err(e) if e.may_fail_over() => {
+                    let shown = match UpstreamSet::route(member, conn.proto == "https") {
+                        Ok((shown, _, _)) => shown,
+                        Err(_) => &member.target.authority,
+                    };
                     tracing::warn!(upstream = %shown, error = %e, "origin failed before the request was sent; marking it down");
                     upstreams.mark_down(member);
                     last_err = Some(e);

@@ -31,7 +31,6 @@ add_sql_injection_protection = true
 [[proxy_rules]]
 domain = "localhost"
 tls = "internal"             # a certificate from rampart's local CA (rampart extension)
-hsts_max_age_seconds = 300   # HTTPS responses carry Strict-Transport-Security
 max_age_seconds = 60
 rule_type = "Whitelist"
 forward_ipv4 = "127.0.0.1"

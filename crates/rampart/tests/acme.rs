@@ -43,14 +43,29 @@ fn go_bin(env: &str, name: &str) -> PathBuf {
     p
 }
 
+/// Where a Pebble listens and the certificate of its own HTTPS front: kept across a restart.
+#[derive(Clone)]
+struct Layout {
+    http_port: u16,
+    tls_port: u16,
+    validity: u64,
+    listen: u16,
+    mgmt: u16,
+    dns: u16,
+    dns_mgmt: u16,
+    /// Trusts Pebble's own HTTPS (directory and management).
+    ca: std::sync::Arc<TestCa>,
+    ca_file: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+}
+
 /// Pebble and its DNS server; both killed when dropped.
 struct Pebble {
     children: Vec<Child>,
     directory: String,
     management: SocketAddr,
-    /// Trusts Pebble's own HTTPS (directory and management).
-    ca: TestCa,
-    ca_file: PathBuf,
+    layout: Layout,
 }
 
 impl Drop for Pebble {
@@ -69,7 +84,36 @@ impl Pebble {
         let ca = TestCa::new("pebble front CA");
         let (cert, key) = ca.leaf(&["localhost", "127.0.0.1"]).write("pebble");
         let ca_file = ca.write("pebble-front-ca");
-        let (listen, mgmt, dns, dns_mgmt) = (free_port(), free_port(), free_port(), free_port());
+        Pebble::run(Layout {
+            http_port,
+            tls_port,
+            validity,
+            listen: free_port(),
+            mgmt: free_port(),
+            dns: free_port(),
+            dns_mgmt: free_port(),
+            ca: std::sync::Arc::new(ca),
+            ca_file,
+            cert,
+            key,
+        })
+    }
+
+    /// Stops this Pebble and starts a new one on the same addresses: the same directory URL,
+    /// but a CA that knows no account or order of the old one (Pebble keeps them in memory).
+    fn restart(mut self) -> Pebble {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self.children.clear();
+        Pebble::run(self.layout.clone())
+    }
+
+    fn run(l: Layout) -> Pebble {
+        let (listen, mgmt, dns, dns_mgmt) = (l.listen, l.mgmt, l.dns, l.dns_mgmt);
+        let (cert, key, http_port, tls_port, validity) =
+            (&l.cert, &l.key, l.http_port, l.tls_port, l.validity);
         let config = scratch("pebble.json");
         std::fs::write(
             &config,
@@ -110,8 +154,7 @@ impl Pebble {
             children: vec![dns_server, pebble],
             directory: format!("https://localhost:{listen}/dir"),
             management: SocketAddr::from(([127, 0, 0, 1], mgmt)),
-            ca,
-            ca_file,
+            layout: l,
         };
         let deadline = Instant::now() + Duration::from_secs(20);
         while std::net::TcpStream::connect(("127.0.0.1", listen)).is_err()
@@ -125,7 +168,7 @@ impl Pebble {
 
     /// The root Pebble signs certificates with (from its management interface).
     async fn issuing_root(&self) -> String {
-        let config = tls::browser(self.ca.roots());
+        let config = tls::browser(self.layout.ca.roots());
         let got = tls::get(self.management, "localhost", "/roots/0", &config).await;
         assert_eq!(got.status, 200);
         got.text()
@@ -153,7 +196,7 @@ fn acme_config(
         ports.0,
         ports.1,
         pebble.directory,
-        pebble.ca_file.display().to_string(),
+        pebble.layout.ca_file.display().to_string(),
         state.display().to_string(),
         origin.port()
     )
@@ -311,6 +354,61 @@ async fn tls_alpn01_issues_and_renews_a_certificate() {
         .matches("certificate obtained from the ACME CA")
         .count();
     assert!(obtained >= 2, "{}", proxy.output());
+}
+
+#[tokio::test]
+async fn a_ca_that_forgot_the_account_gets_a_new_one() {
+    let origin = Origin::new()
+        .route("*", Reply::text("again\n"))
+        .start()
+        .await;
+    let ports = (free_port(), free_port());
+    let pebble = Pebble::start(ports.0, ports.1, 30);
+    let root = pebble.issuing_root().await;
+    let state = scratch("acme-forgot");
+    let conf = acme_config(&pebble, ports, &state, "f.test", &origin, "\"http-01\"");
+    let proxy = Proxy::start(&conf);
+    let https = proxy.https.unwrap();
+    let first = wait_for_cert(
+        https,
+        "f.test",
+        &root,
+        None,
+        Duration::from_secs(60),
+        &proxy,
+    )
+    .await;
+    // The same directory URL, but a CA without the stored account (like a staging reset).
+    let pebble = pebble.restart();
+    let new_root = pebble.issuing_root().await;
+    assert_ne!(new_root, root, "a restarted Pebble issues from a new root");
+    // The renewal (due after about 20 s) is refused with accountDoesNotExist; rampart
+    // registers a new account and orders again at once.
+    let renewed = wait_for_cert(
+        https,
+        "f.test",
+        &new_root,
+        Some(&first),
+        Duration::from_secs(50),
+        &proxy,
+    )
+    .await;
+    assert_ne!(renewed, first);
+    assert!(
+        proxy
+            .output()
+            .contains("the CA did not know the stored ACME account; registered a new one"),
+        "{}",
+        proxy.output()
+    );
+    let dir = std::fs::read_dir(state.join("acme"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    assert_eq!(mode(&dir.join("account.json")), 0o600);
+    assert!(dir.join("account.json.unknown-to-ca").exists());
 }
 
 #[tokio::test]

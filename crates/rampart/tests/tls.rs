@@ -566,6 +566,133 @@ async fn origins_over_tls_are_verified() {
 }
 
 #[tokio::test]
+async fn schemes_with_different_origins_keep_their_own_cache_entries() {
+    let origin_ca = TestCa::new("origin CA");
+    let tls_origin = Origin::new()
+        .route(
+            "*",
+            Reply::text("from the https origin\n").header("cache-control", "max-age=60"),
+        )
+        .start_tls(origin_ca.leaf(&["origin.test"]).server_config())
+        .await;
+    let plain_origin = Origin::new()
+        .route(
+            "*",
+            Reply::text("from the http origin\n").header("cache-control", "max-age=60"),
+        )
+        .start()
+        .await;
+    let site_ca = TestCa::new("site CA");
+    let (c, k) = site_ca.leaf(&["s.test", "same.test"]).write("site");
+    let ca_file = origin_ca.write("origin-ca");
+    let proxy = Proxy::start(&format!(
+        "{GLOBAL}proxy_ca_file = {:?}\npurge_allow = [\"127.0.0.0/8\"]\n{}{}",
+        ca_file.display().to_string(),
+        rule(
+            "s.test",
+            plain_origin.port(),
+            &format!(
+                "{}forward_port_https = {}\nforward_tls_name = \"origin.test\"\n",
+                files(&c, &k),
+                tls_origin.port()
+            )
+        ),
+        // One origin for both schemes: one shared entry.
+        rule("same.test", plain_origin.port(), &files(&c, &k)),
+    ));
+    let https = proxy.https.unwrap();
+    let browser = tls::browser(site_ca.roots());
+    let plain = |path: &'static str| get(&proxy, "s.test", path);
+
+    assert_eq!(plain("/p").await.text(), "from the http origin\n");
+    let over_tls = tls::get(https, "s.test", "/p", &browser).await;
+    assert_eq!(
+        over_tls.text(),
+        "from the https origin\n",
+        "not the plain entry"
+    );
+    assert_eq!(over_tls.header("x-arc2-cache"), Some("Miss"));
+    // Each scheme hits its own entry.
+    let again = plain("/p").await;
+    assert_eq!(
+        (again.text().as_str(), again.header("x-arc2-cache")),
+        ("from the http origin\n", Some("Hit"))
+    );
+    let again = tls::get(https, "s.test", "/p", &browser).await;
+    assert_eq!(
+        (again.text().as_str(), again.header("x-arc2-cache")),
+        ("from the https origin\n", Some("Hit"))
+    );
+    assert_eq!((plain_origin.requests(), tls_origin.requests()), (1, 1));
+
+    // One PURGE of the URL removes both schemes' entries.
+    let purged = send(
+        &client(),
+        Request::builder()
+            .method("PURGE")
+            .uri(proxy.url("/p"))
+            .header("host", "s.test")
+            .body(empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(purged.status, 200, "{}", purged.text());
+    assert_eq!(plain("/p").await.header("x-arc2-cache"), Some("Miss"));
+    let after = tls::get(https, "s.test", "/p", &browser).await;
+    assert_eq!(after.header("x-arc2-cache"), Some("Miss"));
+    assert_eq!((plain_origin.requests(), tls_origin.requests()), (2, 2));
+
+    // A rule with one origin for both schemes shares the entry.
+    get(&proxy, "same.test", "/q").await;
+    let shared = tls::get(https, "same.test", "/q", &browser).await;
+    assert_eq!(shared.header("x-arc2-cache"), Some("Hit"));
+}
+
+#[tokio::test]
+async fn a_silent_tls_origin_fails_over_after_the_connect_timeout() {
+    // Accepts connections and never answers the handshake.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_port = silent.local_addr().unwrap().port();
+    let held = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let keep = held.clone();
+    std::thread::spawn(move || {
+        for c in silent.incoming().flatten() {
+            keep.lock().unwrap().push(c);
+        }
+    });
+    let origin_ca = TestCa::new("origin CA");
+    let good = Origin::new()
+        .route("*", Reply::text("second origin\n"))
+        .start_tls(origin_ca.leaf(&["origin.test"]).server_config())
+        .await;
+    let proxy = Proxy::start(&format!(
+        "listening_address = \"127.0.0.1\"\nlistening_port_http = 0\nworkers = 1\nlogging_level = \"warn\"\n\
+         proxy_ca_file = {:?}\nproxy_connect_timeout_seconds = 1\nproxy_timeout = 30\n\
+         [[proxy_rules]]\ndomain = \"o.test\"\nmax_age_seconds = 0\nforward_tls_name = \"origin.test\"\n\
+         upstreams = [\"https://127.0.0.1:{silent_port}\", \"https://127.0.0.1:{}\"]\n",
+        origin_ca.write("origin-ca").display().to_string(),
+        good.port()
+    ));
+    let started = Instant::now();
+    let got = get(&proxy, "o.test", "/").await;
+    assert_eq!(got.text(), "second origin\n", "{}", proxy.output());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "waited {:?}: the handshake was not limited by the connect timeout",
+        started.elapsed()
+    );
+    assert!(
+        !held.lock().unwrap().is_empty(),
+        "the silent origin was tried first"
+    );
+    assert!(
+        proxy.wait_for_output("no answer within 1s", Duration::from_secs(5)),
+        "{}",
+        proxy.output()
+    );
+}
+
+#[tokio::test]
 async fn the_local_ca_issues_certificates_that_survive_a_restart() {
     let origin = hello_origin().await;
     let state = scratch("state-internal");
@@ -576,10 +703,14 @@ async fn the_local_ca_issues_certificates_that_survive_a_restart() {
         rule("*.wild.test", origin.port(), "tls = \"internal\"\n")
     );
     let root = state.join("ca").join("root.pem");
+    let mut first_root = None;
     for round in 0..2 {
         let proxy = Proxy::start(&conf);
         let https = proxy.https.unwrap();
         let pem = std::fs::read_to_string(&root).unwrap();
+        // The second start reuses the CA: clients that trusted it keep trusting rampart.
+        let first = first_root.get_or_insert_with(|| pem.clone());
+        assert_eq!(*first, pem, "round {round}: the root changed");
         let client = tls::browser(tls::roots_from_pem(&pem));
         for host in ["a.test", "x.wild.test"] {
             let got = tls::get(https, host, "/", &client).await;
@@ -593,4 +724,13 @@ async fn the_local_ca_issues_certificates_that_survive_a_restart() {
             assert_eq!(mode & 0o777, 0o600, "the CA key is private");
         }
     }
+    // Half a CA is an error at startup, never silently replaced.
+    let key = state.join("ca").join("root.key");
+    std::fs::rename(&key, state.join("root.key.aside")).unwrap();
+    let failed = Proxy::try_start(&conf);
+    assert!(
+        failed.contains("root.key does not"),
+        "startup should fail and name the missing file: {failed}"
+    );
+    assert_eq!(std::fs::read_to_string(&root).unwrap(), first_root.unwrap());
 }

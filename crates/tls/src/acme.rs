@@ -22,8 +22,12 @@ use crate::store::CertStore;
 /// First retry after a failed order; doubles up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_secs(60);
 const MAX_BACKOFF: Duration = Duration::from_secs(24 * 3600);
-/// After the CA says `rateLimited`, wait at least this long.
+/// After the CA says `rateLimited`, wait at least this long (doubling while it lasts).
 const RATE_LIMITED_BACKOFF: Duration = Duration::from_secs(3600);
+/// Limits on one exchange with the CA: a CA (or a middlebox) that accepts a connection and
+/// then stays silent must not stop renewals for good.
+const ACCOUNT_TIMEOUT: Duration = Duration::from_secs(120);
+const ORDER_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Where one CA's account and certificates live: `state_dir/acme/<directory host and path>`.
 pub fn ca_dir(state_dir: &Path, directory_url: &str) -> PathBuf {
@@ -82,16 +86,17 @@ fn jitter(n: u64) -> u64 {
     h.finish() % n
 }
 
-/// The wait after the `failures`-th consecutive failure: exponential, ±20 % jitter.
+/// The wait after the `failures`-th consecutive failure: exponential from 1 minute (from 1 hour
+/// when the CA said `rateLimited`) up to a day, ±20 % jitter.
 pub fn backoff(failures: u32, rate_limited: bool) -> Duration {
-    let base = FIRST_BACKOFF
+    let first = if rate_limited {
+        RATE_LIMITED_BACKOFF
+    } else {
+        FIRST_BACKOFF
+    };
+    let base = first
         .saturating_mul(1u32 << failures.saturating_sub(1).min(16))
         .min(MAX_BACKOFF);
-    let base = if rate_limited {
-        base.max(RATE_LIMITED_BACKOFF)
-    } else {
-        base
-    };
     let spread = base.as_millis() as u64 * 2 / 5;
     base - base / 5 + Duration::from_millis(jitter(spread.max(1)))
 }
@@ -102,6 +107,49 @@ pub fn renew_time(v: &Validity) -> SystemTime {
     let life = v.not_after.duration_since(v.not_before).unwrap_or_default();
     let early = Duration::from_millis(jitter(life.as_millis() as u64 / 30));
     v.renew_at() - early.min(life / 30)
+}
+
+/// The account every domain's orders use, replaced when the CA no longer knows it.
+struct AccountCell {
+    cfg: AcmeConfig,
+    dir: PathBuf,
+    /// The account and how many times it has been replaced.
+    current: tokio::sync::Mutex<(Account, u64)>,
+}
+
+impl AccountCell {
+    async fn get(&self) -> (Account, u64) {
+        self.current.lock().await.clone()
+    }
+
+    /// The CA answered `accountDoesNotExist` for the account of `generation` (a staging CA
+    /// reset, a deactivated account): registers a new one, once for all the domains that saw it.
+    /// Returns whether the account in use is now another one than `generation`'s.
+    async fn replace(&self, generation: u64) -> bool {
+        let mut current = self.current.lock().await;
+        if current.1 != generation {
+            return true;
+        }
+        let path = self.dir.join("account.json");
+        let old = self.dir.join("account.json.unknown-to-ca");
+        if let Err(e) = std::fs::rename(&path, &old) {
+            tracing::warn!(path = %path.display(), error = %e, "cannot set the unknown ACME account aside");
+        }
+        match tokio::time::timeout(ACCOUNT_TIMEOUT, account(&self.cfg, &self.dir)).await {
+            Ok(Ok(a)) => {
+                tracing::warn!(directory = %self.cfg.directory_url, "the CA did not know the stored ACME account; registered a new one");
+                *current = (a, generation + 1);
+                return true;
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(directory = %self.cfg.directory_url, error = %e, "cannot register a new ACME account")
+            }
+            Err(_) => {
+                tracing::warn!(directory = %self.cfg.directory_url, "cannot register a new ACME account: the CA did not answer in time")
+            }
+        }
+        false
+    }
 }
 
 /// Runs the ACME client for `domains` forever: gets the account (creating it on first use),
@@ -115,22 +163,26 @@ pub async fn run(
     let dir = ca_dir(&state_dir, &cfg.directory_url);
     let mut failures = 0;
     let account = loop {
-        match account(&cfg, &dir).await {
+        let attempt = tokio::time::timeout(ACCOUNT_TIMEOUT, account(&cfg, &dir)).await;
+        match attempt.unwrap_or_else(|_| Err("the CA did not answer in time".to_owned())) {
             Ok(a) => break a,
             Err(e) => {
                 failures += 1;
-                let wait = backoff(failures, false);
+                let wait = backoff(failures, e.contains("rateLimited"));
                 tracing::warn!(directory = %cfg.directory_url, error = %e, retry_in = ?wait, "ACME account unavailable; HTTPS for ACME domains waits for it");
                 tokio::time::sleep(wait).await;
             }
         }
     };
+    let cell = Arc::new(AccountCell {
+        cfg: cfg.clone(),
+        dir,
+        current: tokio::sync::Mutex::new((account, 0)),
+    });
     let mut tasks = tokio::task::JoinSet::new();
     for (pattern, domain, validity) in domains {
-        let (account, store, cfg, dir) = (account.clone(), store.clone(), cfg.clone(), dir.clone());
-        tasks.spawn(keep_current(
-            account, cfg, dir, pattern, domain, validity, store,
-        ));
+        let (cell, store, cfg) = (cell.clone(), store.clone(), cfg.clone());
+        tasks.spawn(keep_current(cell, cfg, pattern, domain, validity, store));
     }
     while tasks.join_next().await.is_some() {}
 }
@@ -173,15 +225,17 @@ async fn account(cfg: &AcmeConfig, dir: &Path) -> Result<Account, String> {
 
 /// Keeps one domain's certificate current: order when missing or due, retry with backoff.
 async fn keep_current(
-    account: Account,
+    cell: Arc<AccountCell>,
     cfg: AcmeConfig,
-    dir: PathBuf,
     pattern: DomainPattern,
     domain: String,
     mut validity: Option<Validity>,
     store: Arc<CertStore>,
 ) {
     let mut failures = 0u32;
+    // The challenge type in use: the first in `acme_challenges`, the next one after each
+    // failure; one that worked stays in use for later renewals.
+    let mut choice = 0usize;
     loop {
         if let Some(v) = &validity {
             let due = renew_time(v);
@@ -190,9 +244,12 @@ async fn keep_current(
                 tokio::time::sleep(wait).await;
             }
         }
-        // Alternate challenge types after failures (the first that works keeps being used).
-        let kind = cfg.challenges[failures as usize % cfg.challenges.len().max(1)];
-        match obtain(&account, &domain, kind, &store).await {
+        let kind = cfg.challenges[choice % cfg.challenges.len().max(1)];
+        let (account, generation) = cell.get().await;
+        let attempt =
+            tokio::time::timeout(ORDER_TIMEOUT, obtain(&account, &domain, kind, &store)).await;
+        match attempt.unwrap_or_else(|_| Err("the CA did not finish the order in time".to_owned()))
+        {
             Ok((chain, key)) => {
                 let loaded = match pem::parse_pair(chain.as_bytes(), key.as_bytes()) {
                     Ok(l) => l,
@@ -203,7 +260,7 @@ async fn keep_current(
                         continue;
                     }
                 };
-                let (c, k) = cert_paths(&dir, &domain);
+                let (c, k) = cert_paths(&cell.dir, &domain);
                 if let Err(e) = pem::write_private(&k, key.as_bytes())
                     .and_then(|()| pem::write_private(&c, chain.as_bytes()))
                 {
@@ -224,7 +281,13 @@ async fn keep_current(
                 }
             }
             Err(e) => {
+                if e.contains("accountDoesNotExist") && cell.replace(generation).await {
+                    // Not this domain's failure: order again at once with the new account.
+                    tracing::info!(domain, "ordering again with the new ACME account");
+                    continue;
+                }
                 failures += 1;
+                choice += 1;
                 let wait = backoff(failures, e.contains("rateLimited"));
                 let serving = store.has(&pattern);
                 tracing::warn!(domain, challenge = ?kind, error = %e, retry_in = ?wait, serving_previous = serving, "ACME order failed");

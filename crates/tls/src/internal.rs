@@ -54,6 +54,22 @@ impl LocalCa {
         let dir = state_dir.join("ca");
         let (cert_path, key_path) = (dir.join("root.pem"), dir.join("root.key"));
         let err = |what: &str, e: &dyn std::fmt::Display| format!("local CA: {what}: {e}");
+        match (cert_path.exists(), key_path.exists()) {
+            (true, false) | (false, true) => {
+                // Never replace half a CA silently: clients trust the old root.
+                let (have, missing) = if cert_path.exists() {
+                    (&cert_path, &key_path)
+                } else {
+                    (&key_path, &cert_path)
+                };
+                return Err(format!(
+                    "local CA: {} exists but {} does not; restore it, or remove both files to create a new CA (clients must then trust the new root)",
+                    have.display(),
+                    missing.display()
+                ));
+            }
+            _ => {}
+        }
         if cert_path.exists() && key_path.exists() {
             let key_pem =
                 std::fs::read_to_string(&key_path).map_err(|e| err("reading root.key", &e))?;

@@ -407,6 +407,36 @@ impl Proxy {
         Proxy::spawn(&["run", "--config", path.to_str().unwrap()])
     }
 
+    /// Runs `rampart run` with `toml` expecting it to refuse to start: asserts exit status 1
+    /// and returns what it printed (stdout, then stderr).
+    pub fn try_start(toml: &str) -> String {
+        let path = scratch("rampart.toml");
+        std::fs::write(&path, toml).unwrap();
+        let mut child = Command::new(rampart_bin())
+            .args(["run", "--config", path.to_str().unwrap()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run rampart");
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while child.try_wait().unwrap().is_none() {
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("rampart started, or hung, instead of refusing to start");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out = child.wait_with_output().unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(out.status.code(), Some(1), "{text}");
+        text
+    }
+
     /// Starts the binary with `args`; waits for its "listening on" line.
     pub fn spawn(args: &[&str]) -> Proxy {
         let mut child = Command::new(rampart_bin())
