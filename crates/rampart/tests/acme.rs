@@ -234,30 +234,67 @@ fn mode(p: &Path) -> u32 {
     std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(p).unwrap().permissions()) & 0o777
 }
 
-#[tokio::test]
-async fn http01_issues_renews_and_survives_a_restart_without_the_ca() {
-    let origin = Origin::new()
-        .route("*", Reply::text("secure\n"))
-        .start()
-        .await;
+/// The one CA folder under `state/acme/`.
+fn account_dir(state: &Path) -> PathBuf {
+    std::fs::read_dir(state.join("acme"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path()
+}
+
+/// An origin answering `body`, Pebble issuing 30-second certificates (renewal due after about
+/// 20 s), and rampart ordering one for `domain` with `challenges`. Bind `_origin` and `pebble`
+/// when destructuring it: fields left to `..` are dropped at once.
+struct Issued {
+    _origin: OriginHandle,
+    pebble: Pebble,
+    /// Pebble's issuing root, PEM.
+    root: String,
+    state: PathBuf,
+    conf: String,
+    proxy: Proxy,
+    https: SocketAddr,
+    /// The first certificate served for the domain.
+    first: CertificateDer<'static>,
+}
+
+async fn issued(domain: &str, body: &str, challenges: &str) -> Issued {
+    let origin = Origin::new().route("*", Reply::text(body)).start().await;
     let ports = (free_port(), free_port());
-    // 30-second certificates: renewal is due after about 20 s.
     let pebble = Pebble::start(ports.0, ports.1, 30);
     let root = pebble.issuing_root().await;
-    let state = scratch("acme-http01");
-    let conf = acme_config(&pebble, ports, &state, "h.test", &origin, "\"http-01\"");
+    let state = scratch(&format!("acme-{domain}"));
+    let conf = acme_config(&pebble, ports, &state, domain, &origin, challenges);
     let proxy = Proxy::start(&conf);
     let https = proxy.https.unwrap();
-
-    let first = wait_for_cert(
+    let first = wait_for_cert(https, domain, &root, None, Duration::from_secs(60), &proxy).await;
+    Issued {
+        _origin: origin,
+        pebble,
+        root,
+        state,
+        conf,
+        proxy,
         https,
-        "h.test",
-        &root,
-        None,
-        Duration::from_secs(60),
-        &proxy,
-    )
-    .await;
+        first,
+    }
+}
+
+#[tokio::test]
+async fn http01_issues_renews_and_survives_a_restart_without_the_ca() {
+    let Issued {
+        _origin,
+        pebble,
+        root,
+        state,
+        conf,
+        proxy,
+        https,
+        first,
+        ..
+    } = issued("h.test", "secure\n", "\"http-01\"").await;
     assert!(
         proxy
             .output()
@@ -270,12 +307,7 @@ async fn http01_issues_renews_and_survives_a_restart_without_the_ca() {
     assert_eq!(got.text(), "secure\n");
 
     // Stored for restarts, private.
-    let dir = std::fs::read_dir(state.join("acme"))
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
+    let dir = account_dir(&state);
     assert_eq!(mode(&dir.join("account.json")), 0o600);
     assert_eq!(mode(&dir.join("certificates/h.test.key")), 0o600);
 
@@ -304,32 +336,15 @@ async fn http01_issues_renews_and_survives_a_restart_without_the_ca() {
 
 #[tokio::test]
 async fn tls_alpn01_issues_and_renews_a_certificate() {
-    let origin = Origin::new()
-        .route("*", Reply::text("alpn\n"))
-        .start()
-        .await;
-    let ports = (free_port(), free_port());
-    let pebble = Pebble::start(ports.0, ports.1, 30);
-    let root = pebble.issuing_root().await;
-    let state = scratch("acme-alpn");
-    let proxy = Proxy::start(&acme_config(
-        &pebble,
-        ports,
-        &state,
-        "t.test",
-        &origin,
-        "\"tls-alpn-01\"",
-    ));
-    let https = proxy.https.unwrap();
-    let first = wait_for_cert(
+    let Issued {
+        _origin,
+        pebble: _pebble,
+        root,
+        proxy,
         https,
-        "t.test",
-        &root,
-        None,
-        Duration::from_secs(60),
-        &proxy,
-    )
-    .await;
+        first,
+        ..
+    } = issued("t.test", "alpn\n", "\"tls-alpn-01\"").await;
     assert!(!proxy
         .output()
         .contains("answered an ACME http-01 challenge"));
@@ -358,26 +373,16 @@ async fn tls_alpn01_issues_and_renews_a_certificate() {
 
 #[tokio::test]
 async fn a_ca_that_forgot_the_account_gets_a_new_one() {
-    let origin = Origin::new()
-        .route("*", Reply::text("again\n"))
-        .start()
-        .await;
-    let ports = (free_port(), free_port());
-    let pebble = Pebble::start(ports.0, ports.1, 30);
-    let root = pebble.issuing_root().await;
-    let state = scratch("acme-forgot");
-    let conf = acme_config(&pebble, ports, &state, "f.test", &origin, "\"http-01\"");
-    let proxy = Proxy::start(&conf);
-    let https = proxy.https.unwrap();
-    let first = wait_for_cert(
+    let Issued {
+        _origin,
+        pebble,
+        root,
+        state,
+        proxy,
         https,
-        "f.test",
-        &root,
-        None,
-        Duration::from_secs(60),
-        &proxy,
-    )
-    .await;
+        first,
+        ..
+    } = issued("f.test", "again\n", "\"http-01\"").await;
     // The same directory URL, but a CA without the stored account (like a staging reset).
     let pebble = pebble.restart();
     let new_root = pebble.issuing_root().await;
@@ -401,12 +406,7 @@ async fn a_ca_that_forgot_the_account_gets_a_new_one() {
         "{}",
         proxy.output()
     );
-    let dir = std::fs::read_dir(state.join("acme"))
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
+    let dir = account_dir(&state);
     assert_eq!(mode(&dir.join("account.json")), 0o600);
     assert!(dir.join("account.json.unknown-to-ca").exists());
 }
