@@ -236,6 +236,7 @@ async fn keep_current(
     // The challenge type in use: the first in `acme_challenges`, the next one after each
     // failure; one that worked stays in use for later renewals.
     let mut choice = 0usize;
+    let mut retried_new_account = false;
     loop {
         if let Some(v) = &validity {
             let due = renew_time(v);
@@ -269,6 +270,7 @@ async fn keep_current(
                 store.set(&pattern, loaded.key.clone());
                 validity = loaded.validity;
                 failures = 0;
+                retried_new_account = false;
                 tracing::info!(
                     domain,
                     challenge = ?kind,
@@ -281,8 +283,13 @@ async fn keep_current(
                 }
             }
             Err(e) => {
-                if e.contains("accountDoesNotExist") && cell.replace(generation).await {
-                    // Not this domain's failure: order again at once with the new account.
+                if e.contains("accountDoesNotExist")
+                    && cell.replace(generation).await
+                    && !retried_new_account
+                {
+                    // Not this domain's failure: order again at once with the new account
+                    // (once: a CA that keeps saying so gets the usual backoff).
+                    retried_new_account = true;
                     tracing::info!(domain, "ordering again with the new ACME account");
                     continue;
                 }
