@@ -328,6 +328,28 @@ forward_port_http = 2
     }
 
     #[test]
+    fn tls_origins_get_a_pool_key_for_every_kind_of_name() {
+        // IP-address origins in a catch-all rule are verified by the address itself, IPv6 too.
+        let s = set("[[proxy_rules]]\ndomain = \"*\"\n\
+             upstreams = [\"https://[::1]:8443\", \"https://127.0.0.1:8443\", \"https://origin.test:443\"]\n");
+        let keys: Vec<String> = s
+            .order()
+            .map(|m| match UpstreamSet::route(m, false) {
+                Ok((_, key, scheme)) => format!("{scheme}://{key}"),
+                Err(e) => panic!("{e}"),
+            })
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "https://::1@[::1]:8443",
+                "https://127.0.0.1@127.0.0.1:8443",
+                "https://origin.test@origin.test:443"
+            ]
+        );
+    }
+
+    #[test]
     fn weighted_spreads_by_weight() {
         let s = set(&LB.replace("METHOD", "Weighted"));
         let mut counts = [0; 3];

@@ -730,14 +730,14 @@ impl Pipeline {
                 (None, Some((m, u, hm))) => rebuild(m, u, hm),
                 (None, None) => break,
             };
-            let sent = match UpstreamSet::route(member, conn.proto == "https") {
+            let (shown, sent) = match UpstreamSet::route(member, conn.proto == "https") {
                 Ok((shown, key, scheme)) => {
                     if let Some(l) = log.as_deref_mut() {
                         l.upstream = Some(shown.clone());
                     }
-                    self.upstream.send(req, key, scheme).await
+                    (shown, self.upstream.send(req, key, scheme).await)
                 }
-                Err(e) => Err(e),
+                Err(e) => (&member.target.authority, Err(e)),
             };
             match sent {
                 Ok(res) => {
@@ -750,10 +750,6 @@ impl Pipeline {
                     });
                 }
                 Err(e) if e.may_fail_over() => {
-                    let shown = match UpstreamSet::route(member, conn.proto == "https") {
-                        Ok((shown, _, _)) => shown,
-                        Err(_) => &member.target.authority,
-                    };
                     tracing::warn!(upstream = %shown, error = %e, "origin failed before the request was sent; marking it down");
                     upstreams.mark_down(member);
                     last_err = Some(e);

@@ -175,14 +175,14 @@ pub async fn run(
         }
     };
     let cell = Arc::new(AccountCell {
-        cfg: cfg.clone(),
+        cfg,
         dir,
         current: tokio::sync::Mutex::new((account, 0)),
     });
     let mut tasks = tokio::task::JoinSet::new();
     for (pattern, domain, validity) in domains {
-        let (cell, store, cfg) = (cell.clone(), store.clone(), cfg.clone());
-        tasks.spawn(keep_current(cell, cfg, pattern, domain, validity, store));
+        let (cell, store) = (cell.clone(), store.clone());
+        tasks.spawn(keep_current(cell, pattern, domain, validity, store));
     }
     while tasks.join_next().await.is_some() {}
 }
@@ -226,7 +226,6 @@ async fn account(cfg: &AcmeConfig, dir: &Path) -> Result<Account, String> {
 /// Keeps one domain's certificate current: order when missing or due, retry with backoff.
 async fn keep_current(
     cell: Arc<AccountCell>,
-    cfg: AcmeConfig,
     pattern: DomainPattern,
     domain: String,
     mut validity: Option<Validity>,
@@ -245,7 +244,8 @@ async fn keep_current(
                 tokio::time::sleep(wait).await;
             }
         }
-        let kind = cfg.challenges[choice % cfg.challenges.len().max(1)];
+        let challenges = &cell.cfg.challenges;
+        let kind = challenges[choice % challenges.len().max(1)];
         let (account, generation) = cell.get().await;
         let attempt =
             tokio::time::timeout(ORDER_TIMEOUT, obtain(&account, &domain, kind, &store)).await;
