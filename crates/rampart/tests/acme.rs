@@ -157,8 +157,11 @@ impl Pebble {
             layout: l,
         };
         let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", listen)).is_err()
-            || std::net::TcpStream::connect(("127.0.0.1", dns_mgmt)).is_err()
+        // Every port the tests use: the directory, the management interface (the issuing
+        // root) and the DNS server's management.
+        while [listen, mgmt, dns_mgmt]
+            .iter()
+            .any(|p| std::net::TcpStream::connect(("127.0.0.1", *p)).is_err())
         {
             assert!(Instant::now() < deadline, "Pebble did not start");
             std::thread::sleep(Duration::from_millis(50));
