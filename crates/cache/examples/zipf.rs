@@ -23,7 +23,8 @@ use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 use rampart_cache::control::ResponseDirectives;
 use rampart_cache::key::{CacheKey, SlotKey, SlotKeyRef};
-use rampart_cache::store::{MemoryStore, Object, Slot, ENTRY_OVERHEAD};
+use rampart_cache::index::METADATA_PER_ENTRY as ENTRY_OVERHEAD;
+use rampart_cache::store::{MemoryStore, Object, Slot};
 use rampart_cache::vary::Vary;
 
 /// xorshift64*: small, fast, reproducible.
@@ -260,8 +261,7 @@ fn main() {
             let obj = Object {
                 status: StatusCode::OK,
                 headers: HeaderMap::new(),
-                hit_headers: HeaderMap::new(),
-                header_bytes: 0,
+                headers_charge: 0,
                 body,
                 request_time: now,
                 response_time: now,

@@ -194,7 +194,7 @@ impl Hash for SlotKeyRef<'_> {
     }
 }
 
-impl quick_cache::Equivalent<SlotKey> for SlotKeyRef<'_> {
+impl crate::index::Equivalent<SlotKey> for SlotKeyRef<'_> {
     fn equivalent(&self, key: &SlotKey) -> bool {
         key.variant.is_none()
             && key.primary.https == self.https
@@ -255,14 +255,14 @@ mod tests {
                 variant: None,
             };
             assert_eq!(hasher.hash_one(r), hasher.hash_one(&owned), "{host}{pq}");
-            assert!(quick_cache::Equivalent::equivalent(&r, &owned));
+            assert!(crate::index::Equivalent::equivalent(&r, &owned));
             assert_eq!(r.to_key(), owned.primary);
         }
         let other = SlotKey {
             primary: CacheKey::new("example.com", "/a?b=2", false),
             variant: None,
         };
-        assert!(!quick_cache::Equivalent::equivalent(
+        assert!(!crate::index::Equivalent::equivalent(
             &SlotKeyRef::new("example.com", "/a?b=1", false),
             &other
         ));
@@ -284,8 +284,8 @@ mod tests {
             variant: None,
         };
         assert_eq!(hasher.hash_one(r), hasher.hash_one(owned(&tls)));
-        assert!(quick_cache::Equivalent::equivalent(&r, &owned(&tls)));
-        assert!(!quick_cache::Equivalent::equivalent(&r, &owned(&plain)));
+        assert!(crate::index::Equivalent::equivalent(&r, &owned(&tls)));
+        assert!(!crate::index::Equivalent::equivalent(&r, &owned(&plain)));
         assert_eq!(r.to_key(), tls);
     }
 

@@ -7,11 +7,13 @@
 //! - [`vary`]: Vary and variant keys;
 //! - [`key`]: cache keys (host + URL, never shared between hosts);
 //! - [`policy`]: what may be stored, and when a stored response may be used;
-//! - [`store`]: stored objects and the in-memory store with a hard byte budget.
+//! - [`store`]: stored objects and the in-memory store with a hard byte budget;
+//! - [`index`]: the sharded index under the store, with its admission and eviction policy.
 
 pub mod conditional;
 pub mod control;
 pub mod freshness;
+pub mod index;
 pub mod key;
 pub mod policy;
 pub mod store;

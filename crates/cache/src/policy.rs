@@ -42,6 +42,9 @@ pub enum NotStored {
     NoLifetime,
     /// The body is larger than `cache_max_object`.
     TooLarge,
+    /// No room to collect the body: a quarter of `cache_memory` is already held by bodies
+    /// being collected, or the object would not fit its share of the store.
+    NoRoom,
 }
 
 impl NotStored {
@@ -57,6 +60,7 @@ impl NotStored {
             NotStored::VaryAny => "vary-star",
             NotStored::NoLifetime => "no-lifetime",
             NotStored::TooLarge => "too-large",
+            NotStored::NoRoom => "no-room",
         }
     }
 }

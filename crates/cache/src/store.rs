@@ -1,32 +1,112 @@
 //! Storage: stored objects and the in-memory store with a hard byte budget.
 //!
-//! The index is a `quick_cache` (S3-FIFO-style admission and eviction: one-hit wonders are
-//! evicted early, frequently used objects survive scans) weighted in bytes. An object's weight
-//! counts its body, its headers, its key and a fixed per-entry overhead for the index and the
-//! allocations around it, so the sum of weights bounds the memory the store holds. The store is
-//! shared by all workers; values are `Arc`s, so a hit clones a pointer, never a body.
+//! The store is an [`Index`] (S3-FIFO admission and eviction with an adaptive small queue, see
+//! [`crate::index`]) of weighted slots. An object's weight is what it makes the allocator hold:
+//! its body, its header block, its key, the `Object` itself and the index's own per-entry
+//! memory, each rounded up to the allocator's size classes ([`alloc_size`]). So the sum of the
+//! weights bounds the memory the store holds, whatever the object sizes.
+//!
+//! That only holds if a stored object owns exactly what it is charged for: a body or header
+//! value that is a slice of a connection's read buffer would keep the whole buffer alive. So
+//! objects are built from owned copies ([`owned_body`], [`compact_headers`]): one allocation for
+//! the body, one for all header values.
+//!
+//! Bodies still being collected for the store are charged too: a miss reserves room in the
+//! store ([`MemoryStore::reserve`]) before it keeps any bytes, and at most a quarter of the
+//! budget can be reserved at once.
+//!
+//! The store is shared by all workers; values are `Arc`s, so a hit clones a pointer, never a
+//! body.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use http::{HeaderMap, StatusCode};
+use http::{HeaderMap, HeaderValue, StatusCode};
 
 use crate::control::ResponseDirectives;
+use crate::index::{Index, Inserted, METADATA_PER_ENTRY};
 use crate::key::{CacheKey, SlotKey, SlotKeyRef};
 use crate::vary::Vary;
 
-/// Bytes charged per entry on top of key, headers and body: the index slot, the `Arc`s, the
-/// `Object` itself and allocator rounding. Measured with `examples/zipf.rs` (1M keys, 1–16 KiB
-/// objects): at 512 the process's resident growth stays within 6% of the budget.
-pub const ENTRY_OVERHEAD: u64 = 512;
+/// Bytes the allocator holds for a request of `n` bytes: sizes are rounded up to one of four
+/// classes per power of two (mimalloc's and jemalloc's spacing; glibc's is finer), so this
+/// never undercounts them.
+pub fn alloc_size(n: usize) -> u64 {
+    if n == 0 {
+        return 0;
+    }
+    if n <= 64 {
+        return n.next_multiple_of(8) as u64;
+    }
+    let b = usize::BITS - 1 - (n - 1).leading_zeros();
+    let step = 1usize << (b - 2);
+    n.next_multiple_of(step) as u64
+}
 
+/// What a shared `Bytes` adds once cloned: its reference-counted header.
+const SHARED_BYTES: u64 = 32;
+/// `http`'s header map internals: a bucket (hash, links, name, value), an index slot, an extra
+/// value (a repeated field's second and later lines).
+const MAP_BUCKET: usize = 104;
+const MAP_INDEX: usize = 4;
+const MAP_EXTRA: usize = 72;
+
+/// The charge of a body of `len` owned bytes.
+pub fn body_charge(len: usize) -> u64 {
+    if len == 0 {
+        0
+    } else {
+        alloc_size(len) + SHARED_BYTES
+    }
+}
+
+/// Whether `http` stores this field name without an allocation (a standard name). Names not
+/// listed here are charged as custom ones, which can only overcount.
+fn is_standard(name: &http::header::HeaderName) -> bool {
+    use http::header::*;
+    static STANDARD: [HeaderName; 34] = [
+        ACCEPT_RANGES, ACCESS_CONTROL_ALLOW_ORIGIN, AGE, ALT_SVC, CACHE_CONTROL, CONNECTION,
+        CONTENT_DISPOSITION, CONTENT_ENCODING, CONTENT_LANGUAGE, CONTENT_LENGTH,
+        CONTENT_LOCATION, CONTENT_RANGE, CONTENT_SECURITY_POLICY, CONTENT_TYPE, DATE, ETAG,
+        EXPIRES, LAST_MODIFIED, LINK, LOCATION, PRAGMA, REFERRER_POLICY, RETRY_AFTER, SERVER,
+        SET_COOKIE, STRICT_TRANSPORT_SECURITY, TRANSFER_ENCODING, VARY, VIA, WWW_AUTHENTICATE,
+        X_CONTENT_TYPE_OPTIONS, X_FRAME_OPTIONS, X_XSS_PROTECTION, ACCESS_CONTROL_MAX_AGE,
+    ];
+    STANDARD.contains(name)
+}
+
+/// The charge of a header map built by [`compact_headers`]: its table, its value buffer and
+/// its custom field names.
+pub fn headers_charge(h: &HeaderMap) -> u64 {
+    let cap = h.capacity();
+    let indices = if cap == 0 {
+        0
+    } else {
+        (cap + cap / 3).next_power_of_two()
+    };
+    let extra = h.len() - h.keys_len();
+    let values: usize = h.values().map(HeaderValue::len).sum();
+    let names: u64 = h
+        .keys()
+        .filter(|n| !is_standard(n))
+        .map(|n| alloc_size(n.as_str().len()) + SHARED_BYTES)
+        .sum();
+    alloc_size(indices * MAP_INDEX)
+        + alloc_size(cap * MAP_BUCKET)
+        + alloc_size(extra * MAP_EXTRA)
+        + alloc_size(values)
+        + SHARED_BYTES
+        + names
+}
 /// A stored response.
 #[derive(Debug)]
 pub struct Object {
     pub status: StatusCode,
-    /// Stored header fields (hop-by-hop removed; `Age` not included).
+    /// The header block a fresh, full hit sends: the stored fields (hop-by-hop removed, no
+    /// `Age`) plus the proxy's fixed cache labels, built once at store time (with
+    /// [`compact_headers`]) so a hit clones one map. Other answers replace the labels.
     pub headers: HeaderMap,
     pub body: Bytes,
     /// When the request that produced it was sent and its response received (RFC 9111 §4.2.3).
@@ -42,11 +122,8 @@ pub struct Object {
     pub invalidated: AtomicBool,
     /// A background refresh (stale-while-revalidate) is running: start only one.
     pub refreshing: AtomicBool,
-    /// The header block a fresh, full hit sends (the stored fields plus the proxy's fixed
-    /// cache labels), prepared once at store time so a hit clones one map.
-    pub hit_headers: HeaderMap,
-    /// Sum of header name and value lengths of both maps, computed once for the weight.
-    pub header_bytes: usize,
+    /// What the header block holds ([`headers_charge`]), computed once for the weight.
+    pub headers_charge: u64,
 }
 
 impl Object {
@@ -73,14 +150,66 @@ impl Object {
             .unwrap_or(self.response_time)
     }
 
+    /// Bytes this object makes the allocator hold, with the index's entry under a key of
+    /// `key_len` bytes.
     pub fn weight(&self, key_len: usize) -> u64 {
-        ENTRY_OVERHEAD + key_len as u64 + self.header_bytes as u64 + self.body.len() as u64
+        let vary = match &self.vary {
+            Vary::Fields(f) => alloc_size(f.len() * std::mem::size_of::<http::HeaderName>()),
+            _ => 0,
+        };
+        entry_charge(key_len)
+            + alloc_size(std::mem::size_of::<Object>() + 16)
+            + self.headers_charge
+            + body_charge(self.body.len())
+            + vary
     }
 }
 
-/// Sum of the byte lengths of all header names and values.
-pub fn header_bytes(h: &HeaderMap) -> usize {
-    h.iter().map(|(k, v)| k.as_str().len() + v.len() + 4).sum()
+/// The index entry and key of a slot with a `key_len`-byte key.
+fn entry_charge(key_len: usize) -> u64 {
+    METADATA_PER_ENTRY + alloc_size(key_len) + SHARED_BYTES
+}
+
+/// A copy of `h` that owns its memory: every value in one shared buffer (so the map never keeps
+/// a connection's read buffer alive), room for `extra` more fields.
+pub fn compact_headers(h: &HeaderMap, extra: usize) -> HeaderMap {
+    let total: usize = h.values().map(HeaderValue::len).sum();
+    let mut buf = Vec::with_capacity(total);
+    for v in h.values() {
+        buf.extend_from_slice(v.as_bytes());
+    }
+    let buf = Bytes::from(buf);
+    let mut out = HeaderMap::with_capacity(h.keys_len() + extra);
+    let mut at = 0;
+    for (name, value) in h {
+        let len = value.len();
+        let owned = match HeaderValue::from_maybe_shared(buf.slice(at..at + len)) {
+            Ok(mut v) => {
+                v.set_sensitive(value.is_sensitive());
+                v
+            }
+            // A value `http` accepted is always valid again; copy it alone if not.
+            Err(_) => HeaderValue::from_bytes(value.as_bytes())
+                .unwrap_or_else(|_| HeaderValue::from_static("")),
+        };
+        at += len;
+        out.append(name.clone(), owned);
+    }
+    out
+}
+
+/// The body as one owned allocation of exactly its length (the chunks it arrived in may be
+/// slices of a connection's read buffer).
+pub fn owned_body(chunks: &[Bytes]) -> Bytes {
+    let len = chunks.iter().map(Bytes::len).sum();
+    if len == 0 {
+        return Bytes::new();
+    }
+    let mut v = Vec::with_capacity(len);
+    for c in chunks {
+        v.extend_from_slice(c);
+    }
+    Bytes::from(v)
 }
 
 /// What one slot holds.
@@ -142,74 +271,76 @@ impl PurgeScope {
     }
 }
 
-#[derive(Clone)]
-struct Weigher;
-
-impl quick_cache::Weighter<SlotKey, Slot> for Weigher {
-    fn weight(&self, key: &SlotKey, val: &Slot) -> u64 {
-        let key_len = key.primary.len() + key.variant.as_ref().map_or(0, Bytes::len);
-        match val {
-            Slot::Object(o) => o.weight(key_len),
-            Slot::Vary(_) => ENTRY_OVERHEAD + key_len as u64,
-        }
+fn slot_weight(key: &SlotKey, val: &Slot) -> u64 {
+    let key_len = key.primary.len() + key.variant.as_ref().map_or(0, Bytes::len);
+    match val {
+        Slot::Object(o) => o.weight(key_len),
+        Slot::Vary(_) => entry_charge(key_len) + alloc_size(std::mem::size_of::<VaryMarker>() + 16),
     }
 }
 
 /// The in-memory store.
 pub struct MemoryStore {
-    index: quick_cache::sync::Cache<SlotKey, Slot, Weigher>,
+    index: Index<SlotKey, Slot>,
     max_object: usize,
+    /// Bytes reserved for bodies being collected, all shards.
+    reserved: AtomicU64,
 }
 
 impl std::fmt::Debug for MemoryStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MemoryStore")
-            .field("weight", &self.index.weight())
+            .field("stats", &self.index.stats())
             .field("capacity", &self.index.capacity())
-            .field("entries", &self.index.len())
             .finish()
     }
 }
+
+/// Room held in the store for a body being collected; give it back with
+/// [`MemoryStore::release`].
+#[derive(Debug)]
+pub struct Reservation {
+    key: CacheKey,
+    bytes: u64,
+}
+
+impl Reservation {
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+pub use crate::index::IndexStats as StoreStats;
 
 impl MemoryStore {
     /// A store holding at most `budget` bytes; objects larger than `max_object` bytes of body
     /// are never stored.
     pub fn new(budget: u64, max_object: usize) -> Self {
-        // The estimate only sizes the index up front; assume ~4 KiB objects.
-        let estimated = (budget / 4096).clamp(16, 1 << 22) as usize;
-        // Each shard has its share of the budget and refuses an item heavier than (most of) its
-        // share, so keep shards large enough for the biggest object allowed: at most one
-        // `max_object` per half shard, and no more than the library's default of 4 per CPU.
+        // Each shard has its share of the budget and refuses an item heavier than 90% of it,
+        // so keep shards large enough for the biggest object allowed: at most one `max_object`
+        // per half shard, and no more than 4 shards per CPU.
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let fit = (budget / (2 * (max_object as u64 + ENTRY_OVERHEAD + 4096)).max(1)).max(1);
+        let biggest = body_charge(max_object) + 64 * 1024;
+        let fit = (budget / (2 * biggest).max(1)).max(1);
         let shards = (fit.min(4 * cpus as u64) as usize).max(1);
         let shards = 1usize << (usize::BITS - 1 - shards.leading_zeros());
-        let options = quick_cache::OptionsBuilder::new()
-            .estimated_items_capacity(estimated)
-            .weight_capacity(budget.max(1))
-            .shards(shards)
-            .build();
-        let index = match options {
-            Ok(o) => quick_cache::sync::Cache::with_options(
-                o,
-                Weigher,
-                Default::default(),
-                Default::default(),
-            ),
-            Err(_) => quick_cache::sync::Cache::with_weighter(estimated, budget.max(1), Weigher),
-        };
-        MemoryStore { index, max_object }
+        MemoryStore {
+            index: Index::new(budget.max(1), shards),
+            max_object,
+            reserved: AtomicU64::new(0),
+        }
     }
 
     pub fn max_object(&self) -> usize {
         self.max_object
     }
 
+    /// The slot stored under `key`, counting the access.
     pub fn get(&self, key: &SlotKey) -> Option<Slot> {
         self.index.get(key)
     }
 
-    /// Stores a slot. Objects bigger than `max_object`, or heavier than the whole budget, are
+    /// Stores a slot. Objects bigger than `max_object`, or heavier than most of a shard, are
     /// refused (returns false).
     pub fn put(&self, key: SlotKey, slot: Slot) -> bool {
         if let Slot::Object(o) = &slot {
@@ -217,13 +348,8 @@ impl MemoryStore {
                 return false;
             }
         }
-        let w = quick_cache::Weighter::weight(&Weigher, &key, &slot);
-        // Heavier than most of a shard: the index would drop it silently; say so instead.
-        if w > self.index.shard_capacity() / 10 * 9 {
-            return false;
-        }
-        self.index.insert(key, slot);
-        true
+        let w = slot_weight(&key, &slot);
+        self.index.insert(key, slot, w) != Inserted::TooHeavy
     }
 
     pub fn remove(&self, key: &SlotKey) {
@@ -258,7 +384,7 @@ impl MemoryStore {
             return self.put(primary, Slot::Object(obj));
         };
         // Reuse the current generation when the resource varies the same way.
-        let generation = match self.get(&primary) {
+        let generation = match self.index.peek(&primary) {
             Some(Slot::Vary(m)) if m.vary == obj.vary => m.generation,
             _ => {
                 let generation = GENERATION.fetch_add(1, Ordering::Relaxed);
@@ -279,6 +405,41 @@ impl MemoryStore {
             },
             Slot::Object(obj),
         )
+    }
+
+    /// Holds `bytes` of the budget for a body of `key` being collected, evicting to make room.
+    /// `None` when they cannot be held: more than a quarter of the budget would be reserved,
+    /// or the object would not fit its shard. Give it back with [`MemoryStore::release`]
+    /// (before storing the object, whose own weight then takes the room).
+    pub fn reserve(&self, key: &CacheKey, bytes: u64) -> Option<Reservation> {
+        let limit = self.index.capacity() / 4;
+        let before = self.reserved.fetch_add(bytes, Ordering::Relaxed);
+        if before + bytes > limit || !self.index.reserve(key, bytes) {
+            self.reserved.fetch_sub(bytes, Ordering::Relaxed);
+            return None;
+        }
+        Some(Reservation {
+            key: key.clone(),
+            bytes,
+        })
+    }
+
+    /// Grows a reservation by `more` bytes; false (and the reservation unchanged) if they
+    /// cannot be held.
+    pub fn grow(&self, r: &mut Reservation, more: u64) -> bool {
+        match self.reserve(&r.key, more) {
+            Some(extra) => {
+                r.bytes += extra.bytes;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Gives back a reservation's bytes.
+    pub fn release(&self, r: Reservation) {
+        self.index.release(&r.key, r.bytes);
+        self.reserved.fetch_sub(r.bytes, Ordering::Relaxed);
     }
 
     /// Invalidates `key` (RFC 9111 §4.4): the object, or every variant of it, on both schemes
@@ -314,7 +475,7 @@ impl MemoryStore {
                     n += usize::from(self.index.remove(&primary).is_some());
                     continue;
                 }
-                match self.get(&primary) {
+                match self.index.peek(&primary) {
                     Some(Slot::Object(o)) => {
                         o.invalidate();
                         n += 1;
@@ -330,37 +491,46 @@ impl MemoryStore {
         }
         let mut n = 0;
         if soft {
-            for (k, v) in self.index.iter() {
+            self.index.for_each(|k, v| {
                 if scope.matches(&k.primary) {
                     if let Slot::Object(o) = v {
                         o.invalidate();
                         n += 1;
                     }
                 }
-            }
+            });
         } else {
-            let doomed: Vec<SlotKey> = self
-                .index
+            let removed = self.index.remove_if(|k, _| scope.matches(&k.primary));
+            n = removed
                 .iter()
-                .filter(|(k, _)| scope.matches(&k.primary))
-                .map(|(k, _)| k)
-                .collect();
-            for k in doomed {
-                if let Some((_, Slot::Object(_))) = self.index.remove(&k) {
-                    n += 1;
-                }
-            }
+                .filter(|s| matches!(s, Slot::Object(_)))
+                .count();
         }
         n
     }
 
-    /// Bytes charged to the budget now.
+    /// Entries, weights, reservations and evictions now.
+    pub fn stats(&self) -> StoreStats {
+        self.index.stats()
+    }
+
+    /// Bytes charged to the budget now (stored objects; reservations not included).
     pub fn weight(&self) -> u64 {
         self.index.weight()
     }
 
+    /// Bytes reserved for bodies being collected.
+    pub fn reserved(&self) -> u64 {
+        self.reserved.load(Ordering::Relaxed)
+    }
+
     pub fn capacity(&self) -> u64 {
         self.index.capacity()
+    }
+
+    /// The largest weight one slot may have.
+    pub fn shard_capacity(&self) -> u64 {
+        self.index.shard_capacity()
     }
 
     pub fn len(&self) -> usize {
@@ -382,8 +552,7 @@ mod tests {
         headers.insert("content-type", http::HeaderValue::from_static("text/plain"));
         Arc::new(Object {
             status: StatusCode::OK,
-            header_bytes: header_bytes(&headers),
-            hit_headers: headers.clone(),
+            headers_charge: headers_charge(&headers),
             headers,
             body: Bytes::from(vec![b'x'; body_len]),
             request_time: now,

@@ -208,22 +208,34 @@ pub fn admin_request(
     };
     Some(
         match (method, path.strip_prefix(ADMIN_PREFIX).unwrap_or("")) {
-            (&Method::GET, "status") => match cache {
-                Some(c) => {
-                    let s = c.store();
-                    json(
+            (&Method::GET, "status") => {
+                let cache = match cache {
+                    Some(c) => {
+                        let s = c.store().stats();
+                        format!(
+                            "{{\"entries\":{},\"weight_bytes\":{},\"reserved_bytes\":{},\"capacity_bytes\":{},\"evictions\":{},\"in_flight\":{}}}",
+                            s.entries,
+                            s.weight,
+                            s.reserved,
+                            c.store().capacity(),
+                            s.evictions,
+                            c.coalescer().len()
+                        )
+                    }
+                    None => "null".to_owned(),
+                };
+                // The process's resident memory beside the cache's weight, so a mismatch shows.
+                let process = match process_memory() {
+                    Some((rss, peak)) => {
+                        format!("{{\"rss_bytes\":{rss},\"peak_rss_bytes\":{peak}}}")
+                    }
+                    None => "null".to_owned(),
+                };
+                json(
                     StatusCode::OK,
-                    format!(
-                        "{{\"cache\":{{\"entries\":{},\"weight_bytes\":{},\"capacity_bytes\":{},\"in_flight\":{}}}}}\n",
-                        s.len(),
-                        s.weight(),
-                        s.capacity(),
-                        c.coalescer().len()
-                    ),
+                    format!("{{\"cache\":{cache},\"process\":{process}}}\n"),
                 )
-                }
-                None => json(StatusCode::OK, "{\"cache\":null}\n".to_owned()),
-            },
+            }
             (&Method::POST, "purge") => {
                 let Some(host) = param("host").map(|h| String::from_utf8_lossy(h).into_owned())
                 else {
@@ -253,6 +265,20 @@ pub fn admin_request(
             ),
         },
     )
+}
+
+/// Resident and peak resident memory of this process, in bytes (Linux `/proc`).
+fn process_memory() -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(|kib| kib * 1024)
+    };
+    Some((field("VmRSS:")?, field("VmHWM:")?))
 }
 
 #[cfg(test)]

@@ -27,13 +27,11 @@ enum Kind {
     Tee(Box<Tee>),
 }
 
-/// The cache side of a teed body: chunks are kept (reference-counted, not copied) until the
-/// body ends, then stored as one object. Past the size limit the copy is dropped and the body
-/// simply streams on.
+/// The cache side of a teed body: each chunk is copied into the ticket's buffer as it passes
+/// (see [`StoreTicket::push`]) and the object is stored when the body ends. Past the size limit,
+/// or without room in the store, the ticket is dropped and the body simply streams on.
 struct Tee {
     inner: Incoming,
-    chunks: Vec<Bytes>,
-    size: usize,
     ticket: Option<Box<StoreTicket>>,
 }
 
@@ -41,14 +39,11 @@ impl Tee {
     fn on_frame(&mut self, frame: &Option<Result<Frame<Bytes>, hyper::Error>>) {
         match frame {
             Some(Ok(f)) => {
-                if let (Some(d), Some(t)) = (f.data_ref(), &self.ticket) {
-                    self.size += d.len();
-                    if self.size > t.max_body() {
+                if let (Some(d), Some(t)) = (f.data_ref(), &mut self.ticket) {
+                    if !t.push(d) {
                         self.ticket = None;
-                        self.chunks = Vec::new();
                         return;
                     }
-                    self.chunks.push(d.clone());
                 }
                 // hyper stops polling a body once its declared length has been written, so a
                 // length-delimited body is complete when the origin's body says so.
@@ -57,17 +52,14 @@ impl Tee {
                 }
             }
             // The origin failed mid-body: never store a truncated response.
-            Some(Err(_)) => {
-                self.ticket = None;
-                self.chunks = Vec::new();
-            }
+            Some(Err(_)) => self.ticket = None,
             None => self.complete(),
         }
     }
 
     fn complete(&mut self) {
         if let Some(t) = self.ticket.take() {
-            t.complete_chunks(std::mem::take(&mut self.chunks));
+            t.finish();
         }
     }
 }
@@ -111,14 +103,12 @@ impl ProxyBody {
     pub fn tee(body: Incoming, ticket: Box<StoreTicket>) -> Self {
         if body.is_end_stream() {
             // An empty body is never polled: store it now.
-            ticket.complete(Bytes::new());
+            ticket.finish();
             return ProxyBody::stream(body);
         }
         ProxyBody {
             kind: Kind::Tee(Box::new(Tee {
                 inner: body,
-                chunks: Vec::new(),
-                size: 0,
                 ticket: Some(ticket),
             })),
             log: None,

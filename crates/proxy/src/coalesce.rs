@@ -219,9 +219,6 @@ async fn pump(
     idle: Option<Duration>,
 ) {
     use http_body_util::BodyExt;
-    let mut all = Vec::new();
-    let mut size = 0usize;
-    let max = ticket.max_body();
     let mut ticket = Some(ticket);
     loop {
         let next = match idle {
@@ -241,12 +238,9 @@ async fn pump(
         match next {
             Some(Ok(frame)) => {
                 if let Ok(data) = frame.into_data() {
-                    size += data.len();
-                    if size > max {
+                    // Past the size limit or without room in the store: stream on, unstored.
+                    if ticket.as_mut().is_some_and(|t| !t.push(&data)) {
                         ticket = None;
-                        all.clear();
-                    } else if ticket.is_some() {
-                        all.push(data.clone());
                     }
                     inflight.push(data);
                 }
@@ -260,7 +254,7 @@ async fn pump(
         }
     }
     if let Some(t) = ticket {
-        t.complete_chunks(all);
+        t.finish();
     }
     inflight.finish(false);
 }

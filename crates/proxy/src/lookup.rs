@@ -18,7 +18,9 @@ use rampart_cache::control::{RequestDirectives, ResponseDirectives};
 use rampart_cache::freshness;
 use rampart_cache::key::{CacheKey, SlotKeyRef};
 use rampart_cache::policy::{self, NotStored, RulePolicy, Usable};
-use rampart_cache::store::{header_bytes, MemoryStore, Object};
+use rampart_cache::store::{
+    body_charge, compact_headers, headers_charge, MemoryStore, Object, Reservation,
+};
 use rampart_cache::vary::Vary;
 
 use crate::body::ProxyBody;
@@ -158,11 +160,10 @@ impl Cache {
             response_time,
         };
         let lifetime = policy::storable(&exchange, lookup.policy).unwrap_or(Duration::ZERO);
-        let hit_headers = hit_headers(&headers);
+        let headers = hit_headers(&headers);
         let obj = Arc::new(Object {
             status: stale.status,
-            header_bytes: header_bytes(&headers) + header_bytes(&hit_headers),
-            hit_headers,
+            headers_charge: headers_charge(&headers),
             initial_age: freshness::initial_age(not_modified, request_time, response_time),
             headers,
             body: stale.body.clone(),
@@ -228,47 +229,63 @@ impl Cache {
             Vary::None => None,
             v => Some(v.variant_key(req_headers).ok_or(NotStored::VaryAny)?),
         };
-        let mut headers = res_headers.clone();
-        headers.remove(AGE);
+        // The body is collected in memory charged to the store: hold room for it first (all of
+        // it when its length is known, else as it arrives).
+        let expected = crate::headers::content_length(res_headers).map(|n| n as usize);
+        let reservation = self
+            .store
+            .reserve(&lookup.key, body_charge(expected.unwrap_or(0)))
+            .ok_or(NotStored::NoRoom)?;
+        let mut stored = res_headers.clone();
+        stored.remove(AGE);
+        let headers = hit_headers(&stored);
         Ok(Box::new(StoreTicket {
             cache: self.clone(),
             key: lookup.key.clone(),
             variant,
             status,
             initial_age: freshness::initial_age(res_headers, request_time, response_time),
-            header_bytes: header_bytes(&headers),
             headers,
             request_time,
             response_time,
             lifetime,
             directives,
             vary,
+            body: Vec::with_capacity(expected.unwrap_or(0)),
+            expected,
+            reservation: Some(reservation),
         }))
     }
 }
 
-/// Everything needed to store a response once its body has been read.
+/// Everything needed to store a response, and its body as it is collected. The body is
+/// copied into one buffer this ticket owns (the chunks it arrives in are slices of the origin
+/// connection's read buffer, which a stored object must not keep alive), in room reserved in the
+/// store; dropping the ticket gives the room back.
 #[derive(Debug)]
 pub struct StoreTicket {
     cache: Arc<Cache>,
     key: CacheKey,
     variant: Option<bytes::Bytes>,
     status: StatusCode,
+    /// The header block of a hit (see [`Object::headers`]), compacted at store time.
     headers: HeaderMap,
-    header_bytes: usize,
     request_time: SystemTime,
     response_time: SystemTime,
     initial_age: Duration,
     lifetime: Duration,
     directives: ResponseDirectives,
     vary: Vary,
+    body: Vec<u8>,
+    /// The origin's Content-Length.
+    expected: Option<usize>,
+    reservation: Option<Reservation>,
 }
 
-impl StoreTicket {
-    pub fn max_body(&self) -> usize {
-        self.cache.store.max_object()
-    }
+/// Reservations for bodies of unknown length grow by at least this much at a time.
+const RESERVE_STEP: usize = 64 * 1024;
 
+impl StoreTicket {
     pub fn vary(&self) -> &Vary {
         &self.vary
     }
@@ -277,42 +294,74 @@ impl StoreTicket {
         self.variant.as_ref()
     }
 
-    /// Stores the object with its body given as the chunks it arrived in (joined once; a
-    /// single chunk is kept as it is).
-    pub fn complete_chunks(self, mut chunks: Vec<bytes::Bytes>) {
-        let body = if chunks.len() <= 1 {
-            chunks.pop().unwrap_or_default()
-        } else {
-            let mut all =
-                bytes::BytesMut::with_capacity(chunks.iter().map(bytes::Bytes::len).sum());
-            for c in &chunks {
-                all.extend_from_slice(c);
+    /// Adds the next chunk of the body. False when the body will not be stored (larger than
+    /// `cache_max_object`, or no room for it in the store): drop the ticket then.
+    pub fn push(&mut self, chunk: &[u8]) -> bool {
+        let store = &self.cache.store;
+        let len = self.body.len() + chunk.len();
+        if len > store.max_object() {
+            return false;
+        }
+        if len > self.body.capacity() {
+            // The buffer grows to the announced length, or doubles (never past the limit);
+            // the store is charged for what the buffer will hold before it grows.
+            let want = match self.expected {
+                Some(n) if n >= len => n,
+                _ => len
+                    .max(2 * self.body.capacity())
+                    .max(RESERVE_STEP)
+                    .min(store.max_object()),
+            };
+            let Some(r) = self.reservation.as_mut() else {
+                return false;
+            };
+            let need = body_charge(want);
+            if need > r.bytes() && !store.grow(r, need - r.bytes()) {
+                return false;
             }
-            all.freeze()
-        };
-        self.complete(body);
+            self.body.reserve_exact(want - self.body.len());
+        }
+        self.body.extend_from_slice(chunk);
+        true
     }
 
-    /// Stores the object with its complete body.
-    pub fn complete(self, body: bytes::Bytes) {
-        let store = &self.cache.store;
-        let hit_headers = hit_headers(&self.headers);
+    /// The body is complete: store the object.
+    pub fn finish(mut self: Box<Self>) {
+        let mut body = std::mem::take(&mut self.body);
+        if body.capacity() != body.len() {
+            // Exactly its length, so the object holds what it is charged for.
+            body = body.as_slice().to_vec();
+        }
+        if let Some(r) = self.reservation.take() {
+            self.cache.store.release(r);
+        }
+        let headers = std::mem::take(&mut self.headers);
         let obj = Object {
             status: self.status,
-            headers: self.headers,
-            body,
+            headers_charge: headers_charge(&headers),
+            headers,
+            body: bytes::Bytes::from(body),
             request_time: self.request_time,
             response_time: self.response_time,
             initial_age: self.initial_age,
             lifetime: self.lifetime,
-            directives: self.directives,
-            vary: self.vary.clone(),
+            directives: std::mem::take(&mut self.directives),
+            vary: std::mem::take(&mut self.vary),
             invalidated: Default::default(),
             refreshing: Default::default(),
-            header_bytes: self.header_bytes + header_bytes(&hit_headers),
-            hit_headers,
         };
-        store.insert(self.key, self.variant.as_deref(), Arc::new(obj));
+        let variant = self.variant.take();
+        self.cache
+            .store
+            .insert(self.key.clone(), variant.as_deref(), Arc::new(obj));
+    }
+}
+
+impl Drop for StoreTicket {
+    fn drop(&mut self) {
+        if let Some(r) = self.reservation.take() {
+            self.cache.store.release(r);
+        }
     }
 }
 
@@ -365,7 +414,7 @@ pub fn respond(
         && !req_headers.contains_key(http::header::RANGE)
     {
         let mut res = Response::new(ProxyBody::full(obj.body.clone()));
-        let mut headers = obj.hit_headers.clone();
+        let mut headers = obj.headers.clone();
         let age = age_value(obj.age(now).as_secs());
         headers.insert(AGE, age.clone());
         headers.insert(X_ARC2_CACHE_AGE.clone(), age);
@@ -468,9 +517,10 @@ pub fn stale_if_error_allows(obj: &Object, now: SystemTime, grace: Duration) -> 
     d.s_maxage.is_none() && staleness <= grace
 }
 
-/// The header block of a fresh full hit, minus `Age`/`X-Arc2-Cache-Age`.
+/// The header block of a fresh full hit, minus `Age`/`X-Arc2-Cache-Age`: an owned copy of
+/// the stored fields (see [`compact_headers`]) with the hit labels.
 fn hit_headers(stored: &HeaderMap) -> HeaderMap {
-    let mut h = stored.clone();
+    let mut h = compact_headers(stored, 2);
     h.insert(X_ARC2_CACHE.clone(), CacheLabel::Hit.header());
     h.insert(
         CACHE_STATUS.clone(),
