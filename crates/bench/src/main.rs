@@ -6,6 +6,7 @@
 //! generator rather than the server was the ceiling.
 
 mod load;
+mod memory;
 mod origin;
 mod peers;
 mod procs;
@@ -47,6 +48,8 @@ enum Cmd {
         #[arg(long)]
         listen: SocketAddr,
     },
+    /// The cache's memory budget measured as process RSS through HTTP (issue 11's goal).
+    Memory(memory::MemoryArgs),
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -141,6 +144,7 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Some(Cmd::Origin { listen }) => origin::run(listen),
+        Some(Cmd::Memory(args)) => memory::run(args),
         None => run(cli.run),
     }
 }

@@ -29,6 +29,15 @@ pub static IMAGE: &[u8] = include_bytes!("../../rampart/assets/demo.jpg");
 /// Paths the origin counts, in `/__stats` order.
 pub const PATHS: [&str; 4] = ["/hello", "/image.jpg", "/template", "/dynamic"];
 
+const BLOB_MAX: usize = 8 << 20;
+
+/// The bytes `/blob` answers with (slices of one buffer, so the origin allocates nothing per
+/// request).
+fn blob() -> &'static Bytes {
+    static BLOB: std::sync::OnceLock<Bytes> = std::sync::OnceLock::new();
+    BLOB.get_or_init(|| Bytes::from(vec![b'b'; BLOB_MAX]))
+}
+
 #[derive(Default)]
 struct Counters {
     hits: [AtomicU64; 4],
@@ -72,6 +81,17 @@ async fn serve(
             "no-store",
             Bytes::from(format!("dynamic response {n}\n")),
         ),
+        // `size` bytes (at most 8 MiB), cacheable: the memory benchmark's objects.
+        "/blob" => {
+            let size = req
+                .uri()
+                .query()
+                .and_then(|q| q.split('&').find_map(|p| p.strip_prefix("size=")))
+                .and_then(|v| v.parse::<usize>().ok())
+                .unwrap_or(100_000)
+                .min(BLOB_MAX);
+            ("application/octet-stream", "max-age=3600", blob().slice(..size))
+        }
         "/__stats" => {
             let mut s = String::new();
             for (i, p) in PATHS.iter().enumerate() {

@@ -193,7 +193,7 @@ fn cpu_ticks(pid: u32) -> u64 {
     })
 }
 
-fn status_kib(pid: u32, field: &str) -> u64 {
+pub fn status_kib(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {

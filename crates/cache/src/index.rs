@@ -37,7 +37,7 @@
 
 use std::collections::VecDeque;
 use std::hash::{BuildHasher, Hash};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use hashbrown::HashTable;
@@ -61,8 +61,11 @@ impl<K: Eq> Equivalent<K> for K {
 pub const METADATA_PER_ENTRY: u64 = 256;
 
 const MAX_FREQ: u8 = 3;
+/// An entry of the main queue unused while this many times the shard's capacity was inserted is
+/// evicted first (see `Shard::sweep_main`).
+const IDLE_CAPACITIES: u64 = 2;
 /// Slots per page of the slab.
-const PAGE: usize = 512;
+const PAGE: usize = 128;
 
 struct Entry<K, V> {
     key: K,
@@ -70,6 +73,8 @@ struct Entry<K, V> {
     hash: u64,
     weight: u64,
     freq: AtomicU8,
+    /// The shard's insert clock at the entry's last use (insert or hit).
+    last_used: AtomicU64,
     in_main: bool,
 }
 
@@ -180,6 +185,8 @@ struct Shard<K, V> {
     target_small: u64,
     ghost: Ghost,
     evictions: u64,
+    /// Bytes inserted so far: the clock entries' last use is read on.
+    clock: u64,
 }
 
 /// What [`Index::insert`] did.
@@ -210,6 +217,7 @@ impl<K, V> Shard<K, V> {
             target_small: capacity / 10,
             ghost: Ghost::new(),
             evictions: 0,
+            clock: 0,
         }
     }
 
@@ -303,6 +311,9 @@ impl<K, V> Shard<K, V> {
     /// Evicts one entry (moving hit entries along the way). Returns it, or `None` when the
     /// shard holds nothing.
     fn evict_one(&mut self) -> Option<Entry<K, V>> {
+        if let Some(e) = self.sweep_main() {
+            return Some(e);
+        }
         loop {
             let from_small =
                 self.small_len > 0 && (self.small_weight > self.target_small || self.main_len == 0);
@@ -340,6 +351,32 @@ impl<K, V> Shard<K, V> {
             self.evictions += 1;
             return Some(entry);
         }
+    }
+
+    /// Evicts the main queue's oldest entry if a plain LRU would have evicted it long ago: more
+    /// than twice the shard's capacity has been inserted since its last use. Such an entry was
+    /// reused once but no longer is (a page that was popular for a while); without this it
+    /// would sit in the main queue until the small queue shrank to its target, shortening the
+    /// life of every new entry meanwhile. Only the queue's front is looked at: the sweep never
+    /// moves the main queue's hand, so it costs its policy nothing.
+    fn sweep_main(&mut self) -> Option<Entry<K, V>> {
+        let idx = self.pop_live(true)?;
+        let stamp = self.slot(idx).stamp;
+        let idle = self.entry(idx).map_or(0, |e| {
+            self.clock
+                .saturating_sub(e.last_used.load(Ordering::Relaxed))
+        });
+        if idle <= IDLE_CAPACITIES * self.capacity {
+            // Still in use, or not idle for long enough: back to the front, for the main
+            // queue's own turn.
+            self.main.push_front(QueueItem { idx, stamp });
+            return None;
+        }
+        let entry = self.unlink(idx);
+        let cap = self.len().max(64);
+        self.ghost.push(entry.hash, true, cap);
+        self.evictions += 1;
+        Some(entry)
     }
 
     /// Evicts until `extra` more bytes fit; returns the evicted entries (dropped by the caller
@@ -473,6 +510,9 @@ impl<K: Hash + Eq, V: Clone, S: BuildHasher> Index<K, V, S> {
         if f < MAX_FREQ {
             e.freq.store(f + 1, Ordering::Relaxed);
         }
+        if e.last_used.load(Ordering::Relaxed) != shard.clock {
+            e.last_used.store(shard.clock, Ordering::Relaxed);
+        }
         Some(e.value.clone())
     }
 
@@ -521,12 +561,15 @@ impl<K: Hash + Eq, V: Clone, S: BuildHasher> Index<K, V, S> {
                 if !shard.make_room(weight, &mut evicted) {
                     return Inserted::TooHeavy;
                 }
+                shard.clock += weight;
+                let clock = shard.clock;
                 let idx = shard.alloc(Entry {
                     key,
                     value,
                     hash,
                     weight,
                     freq: AtomicU8::new(0),
+                    last_used: AtomicU64::new(clock),
                     in_main: to_main,
                 });
                 let stamp = shard.slot(idx).stamp;

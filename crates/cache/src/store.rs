@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 
 use crate::control::ResponseDirectives;
 use crate::index::{Index, Inserted, METADATA_PER_ENTRY};
@@ -77,15 +77,12 @@ fn is_standard(name: &http::header::HeaderName) -> bool {
     STANDARD.contains(name)
 }
 
-/// The charge of a header map built by [`compact_headers`]: its table, its value buffer and
-/// its custom field names.
+/// The charge of a header map built by [`compact_headers`]: its index, its entries (exactly
+/// one per field name), its repeated lines, its value buffer and its custom field names.
 pub fn headers_charge(h: &HeaderMap) -> u64 {
-    let cap = h.capacity();
-    let indices = if cap == 0 {
-        0
-    } else {
-        (cap + cap / 3).next_power_of_two()
-    };
+    // `capacity()` is three quarters of the index's length (a power of two).
+    let indices = h.capacity() * 4 / 3;
+    let entries = h.keys_len();
     let extra = h.len() - h.keys_len();
     let values: usize = h.values().map(HeaderValue::len).sum();
     let names: u64 = h
@@ -94,7 +91,7 @@ pub fn headers_charge(h: &HeaderMap) -> u64 {
         .map(|n| alloc_size(n.as_str().len()) + SHARED_BYTES)
         .sum();
     alloc_size(indices * MAP_INDEX)
-        + alloc_size(cap * MAP_BUCKET)
+        + alloc_size(entries * MAP_BUCKET)
         + alloc_size(extra * MAP_EXTRA)
         + alloc_size(values)
         + SHARED_BYTES
@@ -170,16 +167,18 @@ fn entry_charge(key_len: usize) -> u64 {
     METADATA_PER_ENTRY + alloc_size(key_len) + SHARED_BYTES
 }
 
-/// A copy of `h` that owns its memory: every value in one shared buffer (so the map never keeps
-/// a connection's read buffer alive), room for `extra` more fields.
-pub fn compact_headers(h: &HeaderMap, extra: usize) -> HeaderMap {
+/// A copy of `h` that owns its memory, with the fields of `set` inserted (replacing any of the
+/// same name): every value in one shared buffer, so the map never keeps a connection's read
+/// buffer alive, and a table of exactly its length (a cloned map's entries are not over-allocated
+/// as a growing one's are).
+pub fn compact_headers(h: &HeaderMap, set: &[(&HeaderName, &HeaderValue)]) -> HeaderMap {
     let total: usize = h.values().map(HeaderValue::len).sum();
     let mut buf = Vec::with_capacity(total);
     for v in h.values() {
         buf.extend_from_slice(v.as_bytes());
     }
     let buf = Bytes::from(buf);
-    let mut out = HeaderMap::with_capacity(h.keys_len() + extra);
+    let mut out = HeaderMap::with_capacity(h.keys_len() + set.len());
     let mut at = 0;
     for (name, value) in h {
         let len = value.len();
@@ -195,7 +194,10 @@ pub fn compact_headers(h: &HeaderMap, extra: usize) -> HeaderMap {
         at += len;
         out.append(name.clone(), owned);
     }
-    out
+    for (name, value) in set {
+        out.insert((*name).clone(), (*value).clone());
+    }
+    out.clone()
 }
 
 /// The body as one owned allocation of exactly its length (the chunks it arrived in may be

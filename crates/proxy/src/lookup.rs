@@ -520,13 +520,12 @@ pub fn stale_if_error_allows(obj: &Object, now: SystemTime, grace: Duration) -> 
 /// The header block of a fresh full hit, minus `Age`/`X-Arc2-Cache-Age`: an owned copy of
 /// the stored fields (see [`compact_headers`]) with the hit labels.
 fn hit_headers(stored: &HeaderMap) -> HeaderMap {
-    let mut h = compact_headers(stored, 2);
-    h.insert(X_ARC2_CACHE.clone(), CacheLabel::Hit.header());
-    h.insert(
-        CACHE_STATUS.clone(),
-        HeaderValue::from_static("rampart; hit"),
-    );
-    h
+    static HIT: HeaderValue = HeaderValue::from_static("rampart; hit");
+    let label = CacheLabel::Hit.header();
+    compact_headers(
+        stored,
+        &[(&X_ARC2_CACHE, &label), (&CACHE_STATUS, &HIT)],
+    )
 }
 
 /// `Age` values for 0..4096 s, rendered once; later ages are formatted per response.
