@@ -314,11 +314,19 @@ async fn measure(
     )?;
     if !procs::wait_listening(addr, Duration::from_secs(10)) {
         server.stop();
-        bail!("rampart did not start (see {})", dir.join("rampart.log").display());
+        bail!(
+            "rampart did not start (see {})",
+            dir.join("rampart.log").display()
+        );
     }
     let pid = server.pid();
     let fill = phase(args, addr, pid, w).await?;
-    admin(addr, "POST", &format!("/_rampart/purge?host={HOST}&scope=domain")).await?;
+    admin(
+        addr,
+        "POST",
+        &format!("/_rampart/purge?host={HOST}&scope=domain"),
+    )
+    .await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss_after_purge = rss(pid);
     let refill = phase(args, addr, pid, w).await?;
@@ -333,7 +341,12 @@ async fn measure(
 }
 
 /// Fetches every object of the workload once; returns the phase's figures.
-async fn phase(args: &MemoryArgs, addr: SocketAddr, pid: u32, w: Workload) -> anyhow::Result<Phase> {
+async fn phase(
+    args: &MemoryArgs,
+    addr: SocketAddr,
+    pid: u32,
+    w: Workload,
+) -> anyhow::Result<Phase> {
     let total = w.requests(args);
     let next = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));

@@ -90,7 +90,11 @@ async fn serve(
                 .and_then(|v| v.parse::<usize>().ok())
                 .unwrap_or(100_000)
                 .min(BLOB_MAX);
-            ("application/octet-stream", "max-age=3600", blob().slice(..size))
+            (
+                "application/octet-stream",
+                "max-age=3600",
+                blob().slice(..size),
+            )
         }
         "/__stats" => {
             let mut s = String::new();

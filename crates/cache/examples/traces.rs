@@ -40,14 +40,14 @@ impl Rng {
     pub fn new(seed: u64) -> Self {
         Rng(seed.max(1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
     }
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
     pub fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 }
 
@@ -78,7 +78,7 @@ impl Zipf {
 /// The body size of key `k` (log-uniform 256 B – 64 KiB, fixed per key).
 pub fn body_size(k: u32) -> usize {
     let mut r = Rng::new(u64::from(k) + 0x5EED);
-    r.next();
+    r.next_u64();
     (256.0 * 256f64.powf(r.unit())) as usize
 }
 
@@ -108,10 +108,14 @@ pub fn loop_scan(keys: usize, requests: usize, seed: u64) -> Trace {
     let mut scan = hot;
     let requests = (0..requests)
         .map(|_| {
-            if rng.next() & 1 == 0 {
-                (rng.next() % u64::from(hot)) as u32
+            if rng.next_u64() & 1 == 0 {
+                (rng.next_u64() % u64::from(hot)) as u32
             } else {
-                scan = if scan + 1 >= keys as u32 { hot } else { scan + 1 };
+                scan = if scan + 1 >= keys as u32 {
+                    hot
+                } else {
+                    scan + 1
+                };
                 scan
             }
         })
@@ -143,7 +147,7 @@ pub fn new_hot(one_offs: usize, every: usize, name: &str) -> Trace {
         requests.push(i as u32);
         hot.push(false);
         for (j, slot) in slots.iter_mut().enumerate() {
-            if (i + j * every / HOT) % every == 0 {
+            if (i + j * every / HOT).is_multiple_of(every) {
                 requests.push(slot.0);
                 hot.push(true);
                 slot.1 += 1;

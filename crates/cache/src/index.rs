@@ -138,7 +138,8 @@ impl Ghost {
                 self.count(was, false);
             }
             None => {
-                self.table.insert_unique(hash, (hash, seq, from_main), |e| e.0);
+                self.table
+                    .insert_unique(hash, (hash, seq, from_main), |e| e.0);
             }
         }
         self.count(from_main, true);

@@ -3,7 +3,7 @@
 //! filling a store, and the store's weight must cover them. The objects are built as the proxy
 //! builds them: header values that are slices of a large read buffer, compacted; a body copied
 //! out of the chunks it arrived in.
-#![allow(unsafe_code)]
+#![allow(unsafe_code, clippy::unwrap_used)]
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};

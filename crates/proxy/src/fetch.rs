@@ -163,6 +163,9 @@ pub struct Upstream {
     connect_timeout: Duration,
 }
 
+/// The largest read buffer of an origin connection.
+const ORIGIN_READ_BUFFER: usize = 64 * 1024;
+
 impl Upstream {
     pub fn new(config: &UpstreamConfig, tls: std::sync::Arc<rustls::ClientConfig>) -> Self {
         let mut tcp = HttpConnector::new();
@@ -180,6 +183,10 @@ impl Upstream {
             })
             // Requests arrive with their Host header already set by the pipeline.
             .set_host(false)
+            // Each pooled connection's read buffer grows up to this (hyper's default is ~400
+            // KiB): large bodies then cost idle connections 64 KiB each at most, and a body
+            // still arrives in reads of up to 64 KiB.
+            .http1_max_buf_size(ORIGIN_READ_BUFFER)
             .build(connector);
         Upstream {
             client,

@@ -522,10 +522,7 @@ pub fn stale_if_error_allows(obj: &Object, now: SystemTime, grace: Duration) -> 
 fn hit_headers(stored: &HeaderMap) -> HeaderMap {
     static HIT: HeaderValue = HeaderValue::from_static("rampart; hit");
     let label = CacheLabel::Hit.header();
-    compact_headers(
-        stored,
-        &[(&X_ARC2_CACHE, &label), (&CACHE_STATUS, &HIT)],
-    )
+    compact_headers(stored, &[(&X_ARC2_CACHE, &label), (&CACHE_STATUS, &HIT)])
 }
 
 /// `Age` values for 0..4096 s, rendered once; later ages are formatted per response.
