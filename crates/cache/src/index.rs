@@ -708,3 +708,68 @@ impl<K: Hash + Eq, V: Clone, S: BuildHasher> Index<K, V, S> {
         self.len() == 0
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one_shard(capacity: u64) -> Index<u32, u32> {
+        Index::new(capacity, 1)
+    }
+
+    #[test]
+    fn weights_reservations_and_replacement_are_accounted() {
+        let idx = one_shard(1000);
+        assert_eq!(idx.insert(1, 10, 100), Inserted::New);
+        assert_eq!(idx.insert(1, 11, 300), Inserted::Replaced);
+        assert_eq!((idx.get(&1), idx.weight(), idx.len()), (Some(11), 300, 1));
+        assert!(idx.reserve(&2, 600));
+        // 300 stored + 600 reserved: a 200-byte entry evicts the stored one.
+        assert_eq!(idx.insert(3, 30, 200), Inserted::New);
+        assert_eq!((idx.peek(&1), idx.stats().reserved), (None, 600));
+        idx.release(&2, 600);
+        assert_eq!(idx.stats().reserved, 0);
+        assert_eq!(
+            idx.insert(4, 40, 901),
+            Inserted::TooHeavy,
+            "over 90% of a shard"
+        );
+        assert_eq!(idx.remove(&3), Some(30));
+        assert!(idx.is_empty() && idx.weight() == 0);
+    }
+
+    #[test]
+    fn a_hit_new_entry_survives_one_offs_and_a_returning_key_goes_to_main() {
+        let idx = one_shard(100 * 10);
+        idx.insert(0, 0, 10);
+        assert_eq!(idx.get(&0), Some(0));
+        // 150 one-offs through a 100-entry shard: the hit key is promoted, not evicted.
+        for k in 1..=150 {
+            idx.insert(k, k, 10);
+        }
+        assert_eq!(idx.peek(&0), Some(0));
+        // Key 1 was evicted unused; it comes back from the ghost history into the main queue.
+        assert_eq!(idx.peek(&1), None);
+        idx.insert(1, 1, 10);
+        assert!(idx.stats().main_weight >= 20, "{:?}", idx.stats());
+    }
+
+    #[test]
+    fn remove_if_empties_and_the_index_refills() {
+        let idx = one_shard(10_000);
+        for k in 0..500 {
+            idx.insert(k, k, 10);
+        }
+        assert_eq!(idx.remove_if(|k, _| k % 2 == 0).len(), 250);
+        assert_eq!(idx.len(), 250);
+        assert_eq!(idx.remove_if(|_, _| true).len(), 250);
+        assert!(idx.is_empty());
+        for k in 0..500 {
+            idx.insert(k, k, 10);
+        }
+        assert_eq!((idx.len(), idx.weight()), (500, 5000));
+        let mut seen = 0;
+        idx.for_each(|_, _| seen += 1);
+        assert_eq!(seen, 500);
+    }
+}

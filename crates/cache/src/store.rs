@@ -558,11 +558,6 @@ impl MemoryStore {
         self.index.capacity()
     }
 
-    /// The largest weight one slot may have.
-    pub fn shard_capacity(&self) -> u64 {
-        self.index.shard_capacity()
-    }
-
     pub fn len(&self) -> usize {
         self.index.len()
     }
