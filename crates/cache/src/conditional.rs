@@ -118,6 +118,44 @@ pub fn not_modified(req: &HeaderMap, stored: &HeaderMap, stored_date: SystemTime
     modified <= since
 }
 
+/// For a request answered from a stored response: true when its `If-Match` or
+/// `If-Unmodified-Since` precondition fails, so the answer is 412 Precondition Failed
+/// (RFC 9110 §13.2.2, steps 1–2, which come before If-None-Match and Range).
+///
+/// - `If-Match`, when it has a line, decides alone: `*` (as the sole element) holds for any
+///   stored representation; otherwise some element must match the stored `ETag` by STRONG
+///   comparison (a weak tag on either side never matches, nor does a stored response without
+///   a valid `ETag`). Malformed elements match nothing.
+/// - Otherwise `If-Unmodified-Since` fails when the stored `Last-Modified` is later than its
+///   date. It is ignored when it is not exactly one line with a valid HTTP-date, and when the
+///   stored response has no (consistent, valid) `Last-Modified` (§13.1.4: "MUST ignore … if the
+///   resource does not have a modification date available").
+pub fn precondition_failed(req: &HeaderMap, stored: &HeaderMap) -> bool {
+    if req.contains_key(IF_MATCH) {
+        let elements: Vec<ListElement<'_>> = req
+            .get_all(IF_MATCH)
+            .iter()
+            .flat_map(|line| TagList::new(line.as_bytes()))
+            .collect();
+        if let [ListElement::Wildcard] = elements.as_slice() {
+            return false;
+        }
+        let Some(current) = stored_etag(stored) else {
+            return true;
+        };
+        return !elements
+            .iter()
+            .any(|element| matches!(element, ListElement::Tag(tag) if tag.strong_eq(&current)));
+    }
+    match (
+        single_line_date(req, &IF_UNMODIFIED_SINCE),
+        consistent_date(stored, &LAST_MODIFIED),
+    ) {
+        (Some(since), Some(modified)) => modified > since,
+        _ => false,
+    }
+}
+
 /// The stored validators to send when the cache revalidates: the ETag value and the
 /// Last-Modified value, each if present (first line only; invalid Last-Modified dates dropped).
 ///
@@ -615,6 +653,50 @@ mod tests {
             ("if-none-match-x", b"\"a\""),
         ]);
         assert!(!client_has_conditionals(&req));
+    }
+
+    // --- precondition_failed -------------------------------------------------------------------
+
+    #[test]
+    fn if_match_uses_strong_comparison() {
+        let stored = map(&[("etag", b"\"v1\""), ("last-modified", &date(T0))]);
+        let fails = |pairs: &[(&str, &[u8])]| precondition_failed(&map(pairs), &stored);
+        assert!(!fails(&[]));
+        assert!(!fails(&[("if-match", b"\"v1\"")]));
+        assert!(!fails(&[("if-match", b"\"v0\", \"v1\"")]));
+        assert!(!fails(&[("if-match", b"\"v0\""), ("if-match", b"\"v1\"")]));
+        assert!(!fails(&[("if-match", b"*")]));
+        assert!(fails(&[("if-match", b"\"v2\"")]));
+        assert!(fails(&[("if-match", b"W/\"v1\"")]));
+        assert!(fails(&[("if-match", b"v1")]));
+        assert!(fails(&[("if-match", b"")]));
+        assert!(fails(&[("if-match", b"*, \"v2\"")]));
+        // If-Match decides alone: a satisfied If-Unmodified-Since does not rescue it.
+        assert!(fails(&[("if-match", b"\"v2\""), ("if-unmodified-since", &date(T0 + 10))]));
+        assert!(!fails(&[("if-match", b"\"v1\""), ("if-unmodified-since", &date(T0 - 10))]));
+        // A weak or missing stored ETag matches no tag, only `*`.
+        let weak_stored = map(&[("etag", b"W/\"v1\"")]);
+        assert!(precondition_failed(&map(&[("if-match", b"W/\"v1\"")]), &weak_stored));
+        assert!(precondition_failed(&map(&[("if-match", b"\"v1\"")]), &HeaderMap::new()));
+        assert!(!precondition_failed(&map(&[("if-match", b"*")]), &HeaderMap::new()));
+    }
+
+    #[test]
+    fn if_unmodified_since_compares_last_modified() {
+        let stored = map(&[("last-modified", &date(T0))]);
+        let fails = |pairs: &[(&str, &[u8])]| precondition_failed(&map(pairs), &stored);
+        assert!(!fails(&[("if-unmodified-since", &date(T0))]));
+        assert!(!fails(&[("if-unmodified-since", &date(T0 + 1))]));
+        assert!(fails(&[("if-unmodified-since", &date(T0 - 1))]));
+        // Invalid or repeated dates are ignored.
+        assert!(!fails(&[("if-unmodified-since", b"yesterday")]));
+        assert!(!fails(&[
+            ("if-unmodified-since", &date(T0 - 1)),
+            ("if-unmodified-since", &date(T0 - 1)),
+        ]));
+        // No modification date: ignored.
+        let req = map(&[("if-unmodified-since", &date(T0 - 1))]);
+        assert!(!precondition_failed(&req, &map(&[("date", &date(T0))])));
     }
 
     // --- entity-tag lists ----------------------------------------------------------------------

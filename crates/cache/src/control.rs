@@ -30,10 +30,16 @@ pub struct ResponseDirectives {
     pub s_maxage: Option<u64>,
     /// `no-store` (§5.2.2.5).
     pub no_store: bool,
-    /// `no-cache`, qualified or not (a shared cache treats the qualified form like the plain one).
+    /// `no-cache` without field names (§5.2.2.4): never reused without revalidation.
     pub no_cache: bool,
-    /// `private`, qualified or not (a shared cache must not store either form).
+    /// `no-cache="field, …"`: the listed fields are withheld from reuse (rampart stores the
+    /// response without them), the rest is reusable.
+    pub no_cache_fields: bool,
+    /// `private` without field names (§5.2.2.7): a shared cache must not store the response.
     pub private: bool,
+    /// `private="field, …"`: a shared cache must not store the listed fields but may store the
+    /// rest of the response (rampart does, without them).
+    pub private_fields: bool,
     /// `public` (§5.2.2.9).
     pub public: bool,
     /// `must-revalidate` (§5.2.2.2).
@@ -55,14 +61,23 @@ pub struct ResponseDirectives {
     /// A freshness directive (max-age, s-maxage) was present with an invalid value or more than
     /// once with different values: the response must be treated as stale (RFC 9111 §4.2.1 / §5.2).
     pub invalid_freshness: bool,
+    /// The directives came from `CDN-Cache-Control` (RFC 9213), which replaces `Cache-Control`
+    /// and `Expires` for rampart's own decisions.
+    pub targeted: bool,
 }
 
 impl ResponseDirectives {
-    /// Parses every `Cache-Control` line of `headers`.
+    /// The directives rampart follows for a response: a valid, non-empty `CDN-Cache-Control`
+    /// (see [`crate::targeted`]), else every `Cache-Control` line.
     ///
     /// Never fails: malformed parts are ignored, except that a malformed or conflicting
     /// `max-age` / `s-maxage` sets [`invalid_freshness`](Self::invalid_freshness).
     pub fn parse(headers: &HeaderMap) -> Self {
+        crate::targeted::parse(headers).unwrap_or_else(|| Self::parse_cache_control(headers))
+    }
+
+    /// Parses every `Cache-Control` line of `headers`, ignoring any targeted field.
+    pub fn parse_cache_control(headers: &HeaderMap) -> Self {
         let mut d = Self::default();
         for line in headers.get_all(CACHE_CONTROL) {
             for dir in Directives::new(line.as_bytes()) {
@@ -74,9 +89,17 @@ impl ResponseDirectives {
                 } else if eq(name, "no-store") {
                     d.no_store = true;
                 } else if eq(name, "no-cache") {
-                    d.no_cache = true;
+                    if dir.arg.field_names().is_some() {
+                        d.no_cache_fields = true;
+                    } else {
+                        d.no_cache = true;
+                    }
                 } else if eq(name, "private") {
-                    d.private = true;
+                    if dir.arg.field_names().is_some() {
+                        d.private_fields = true;
+                    } else {
+                        d.private = true;
+                    }
                 } else if eq(name, "public") {
                     d.public = true;
                 } else if eq(name, "must-revalidate") {
@@ -98,6 +121,38 @@ impl ResponseDirectives {
         }
         d
     }
+}
+
+impl ResponseDirectives {
+    /// The fields a qualified `private="…"` or `no-cache="…"` withholds from a stored copy,
+    /// lower-cased; empty when neither is qualified. (Allocates: called when storing only.)
+    pub fn withheld_fields(&self, headers: &HeaderMap) -> Vec<Vec<u8>> {
+        if !(self.private_fields || self.no_cache_fields) {
+            return Vec::new();
+        }
+        if self.targeted {
+            return crate::targeted::qualified_fields(headers);
+        }
+        let mut out = Vec::new();
+        for line in headers.get_all(CACHE_CONTROL) {
+            for dir in Directives::new(line.as_bytes()) {
+                if eq(dir.name, "private") || eq(dir.name, "no-cache") {
+                    if let Some(names) = dir.arg.field_names() {
+                        out.extend(names.map(<[u8]>::to_ascii_lowercase));
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// The field names of a qualified directive's list (`#field-name`): comma-separated, each
+/// without surrounding whitespace; empty elements and elements that are not tokens are skipped.
+pub(crate) fn field_names(list: &[u8]) -> impl Iterator<Item = &[u8]> {
+    list.split(|&b| b == b',')
+        .map(trim_ows)
+        .filter(|n| !n.is_empty() && n.iter().all(|&b| is_tchar(b)))
 }
 
 /// Request directives (RFC 9111 §5.2.1), plus `Pragma: no-cache` (§5.4) when the request has no
@@ -263,7 +318,21 @@ enum Arg<'a> {
     Invalid,
 }
 
-impl Arg<'_> {
+impl<'a> Arg<'a> {
+    /// The field names of a qualified `private` / `no-cache` (token or quoted form); `None`
+    /// when there is no argument, it is invalid, or it names no field (then the directive is
+    /// the unqualified one). A quoted list holding escapes is taken as written: field names
+    /// never contain a backslash, so such an element is skipped.
+    fn field_names(self) -> Option<impl Iterator<Item = &'a [u8]>> {
+        let list = match self {
+            Arg::Token(t) | Arg::Quoted(t) => t,
+            Arg::None | Arg::Invalid => return None,
+        };
+        let mut names = field_names(list).peekable();
+        names.peek()?;
+        Some(names)
+    }
+
     /// The argument as `delta-seconds`, accepting both the token and quoted-string forms.
     fn delta(self) -> Option<u64> {
         match self {

@@ -26,14 +26,12 @@ use crate::control::{parse_delta_seconds, trim_ows, ResponseDirectives};
 pub enum Lifetime {
     /// From s-maxage, max-age or Expires.
     Explicit(Duration),
-    /// Heuristic (§4.2.2): 10% of Date − Last-Modified, capped at `HEURISTIC_CAP` (1 day).
+    /// Heuristic (§4.2.2): 10% of Date − Last-Modified (the caller bounds it: rampart uses the
+    /// rule's `max_age_seconds`).
     Heuristic(Duration),
     /// Nothing to go by.
     Unknown,
 }
-
-/// The upper bound of a heuristic freshness lifetime: 24 hours.
-pub const HEURISTIC_CAP: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// Status codes that are heuristically cacheable by default (RFC 9110 §15.1).
 const HEURISTICALLY_CACHEABLE: [u16; 12] =
@@ -46,7 +44,10 @@ const HEURISTICALLY_CACHEABLE: [u16; 12] =
 /// Heuristic only when no explicit lifetime and (status is heuristically cacheable by default —
 /// 200, 203, 204, 206, 300, 301, 308, 404, 405, 410, 414, 501 — or `public` is present), and
 /// Last-Modified is present and earlier than Date (or response_time). The heuristic lifetime is
-/// 10% of that interval, rounded down to whole seconds, at most [`HEURISTIC_CAP`].
+/// 10% of that interval, rounded down to whole seconds.
+///
+/// Directives from `CDN-Cache-Control` (`dirs.targeted`) replace `Expires` too (RFC 9213 §2.2):
+/// then only their `s-maxage` / `max-age` are explicit.
 pub fn lifetime(
     status: StatusCode,
     headers: &HeaderMap,
@@ -64,6 +65,7 @@ pub fn lifetime(
         DateField::Absent | DateField::Invalid => response_time,
     };
     match date_field(headers, &EXPIRES) {
+        _ if dirs.targeted => {}
         DateField::Absent => {}
         DateField::Invalid => return Lifetime::Explicit(Duration::ZERO),
         DateField::Valid(expires) => return Lifetime::Explicit(since(expires, date)),
@@ -79,7 +81,7 @@ pub fn lifetime(
         // Not earlier than Date (sub-second differences cannot occur with HTTP-dates).
         return Lifetime::Unknown;
     }
-    Lifetime::Heuristic(Duration::from_secs(interval / 10).min(HEURISTIC_CAP))
+    Lifetime::Heuristic(Duration::from_secs(interval / 10))
 }
 
 /// §4.2.3: corrected_initial_age = max(apparent_age, age_value + response_delay), where
@@ -429,15 +431,46 @@ mod tests {
     }
 
     #[test]
-    fn heuristic_capped_at_one_day() {
+    fn heuristic_is_not_capped_here() {
         let h = headers(&[(DATE, date(T0)), (LAST_MODIFIED, date(T0 - 365 * DAY))]);
-        assert_eq!(life(200, &h, at(T0)), Lifetime::Heuristic(HEURISTIC_CAP));
+        assert_eq!(
+            life(200, &h, at(T0)),
+            Lifetime::Heuristic(Duration::from_secs(365 * DAY / 10))
+        );
         let h = headers(&[
             (DATE, date(T0)),
             (LAST_MODIFIED, v("Thu, 01 Jan 1970 00:00:00 GMT")),
         ]);
-        assert_eq!(life(200, &h, at(T0)), Lifetime::Heuristic(HEURISTIC_CAP));
-        assert_eq!(HEURISTIC_CAP, Duration::from_secs(86_400));
+        assert_eq!(
+            life(200, &h, at(T0)),
+            Lifetime::Heuristic(Duration::from_secs(T0 / 10))
+        );
+    }
+
+    #[test]
+    fn targeted_directives_ignore_expires() {
+        let h = headers(&[
+            (DATE, date(T0)),
+            (EXPIRES, date(T0 + HOUR)),
+            (LAST_MODIFIED, date(T0 - 10 * HOUR)),
+        ]);
+        let dirs = ResponseDirectives {
+            targeted: true,
+            ..ResponseDirectives::default()
+        };
+        assert_eq!(
+            lifetime(StatusCode::OK, &h, &dirs, at(T0)),
+            Lifetime::Heuristic(Duration::from_secs(HOUR))
+        );
+        let dirs = ResponseDirectives {
+            targeted: true,
+            max_age: Some(60),
+            ..ResponseDirectives::default()
+        };
+        assert_eq!(
+            lifetime(StatusCode::OK, &h, &dirs, at(T0)),
+            Lifetime::Explicit(Duration::from_secs(60))
+        );
     }
 
     #[test]

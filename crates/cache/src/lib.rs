@@ -17,6 +17,7 @@ pub mod index;
 pub mod key;
 pub mod policy;
 pub mod store;
+pub mod targeted;
 pub mod vary;
 
 #[cfg(test)]

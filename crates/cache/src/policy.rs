@@ -25,6 +25,24 @@ pub struct RulePolicy {
     pub default_ttl: Duration,
     /// ARC2 behaviour: the rule's TTL replaces the origin's freshness information.
     pub override_origin: bool,
+    /// What a response without an explicit lifetime gets (`cache_heuristic`).
+    pub heuristic: Heuristic,
+    /// Store responses with `Set-Cookie` when they are explicitly cacheable for a shared cache
+    /// (`store_set_cookie`).
+    pub store_set_cookie: bool,
+}
+
+/// The lifetime of a response that gives no explicit one (`cache_heuristic`, RFC 9111 §4.2.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Heuristic {
+    /// ARC2: the rule's `max_age_seconds`, validator or not.
+    #[default]
+    MaxAge,
+    /// 10% of the time since `Last-Modified`, at most `max_age_seconds`; without
+    /// `Last-Modified`, none (the response is not stored).
+    LastModified,
+    /// Only explicit freshness (`s-maxage`, `max-age`, `Expires`).
+    None,
 }
 
 /// Why a response was not stored (for logs and `Cache-Status`).
@@ -108,9 +126,6 @@ pub fn storable(x: &Exchange<'_>, rule: RulePolicy) -> Result<Duration, NotStore
     if !status_storable(status) {
         return Err(NotStored::Status);
     }
-    if res_headers.contains_key(SET_COOKIE) {
-        return Err(NotStored::SetCookie);
-    }
     if res.no_store || req.no_store {
         return Err(NotStored::NoStore);
     }
@@ -130,18 +145,30 @@ pub fn storable(x: &Exchange<'_>, rule: RulePolicy) -> Result<Duration, NotStore
     if *vary == Vary::Any {
         return Err(NotStored::VaryAny);
     }
+    let origin = freshness::lifetime(status, res_headers, res, response_time);
+    // Set-Cookie is per user: stored only when the operator allows it and the origin says the
+    // response is meant for shared caches (an explicit lifetime or `public`), unless a
+    // qualified `private` / `no-cache` withholds the field itself from the stored copy.
+    if res_headers.contains_key(SET_COOKIE) && !withholds(res, res_headers, SET_COOKIE.as_str()) {
+        let explicit = matches!(origin, Lifetime::Explicit(d) if !d.is_zero()) || res.public;
+        if !(rule.store_set_cookie && explicit) {
+            return Err(NotStored::SetCookie);
+        }
+    }
     let lifetime = if rule.override_origin {
         rule.default_ttl
     } else {
-        match freshness::lifetime(status, res_headers, res, response_time) {
-            Lifetime::Explicit(d) => d,
+        match (origin, rule.heuristic) {
+            (Lifetime::Explicit(d), _) => d,
             // The rule's TTL is rampart's heuristic (RFC 9111 §4.2.2 lets a cache choose one),
             // applied only where a heuristic is allowed.
-            Lifetime::Heuristic(_) | Lifetime::Unknown
+            (Lifetime::Heuristic(_) | Lifetime::Unknown, Heuristic::MaxAge)
                 if heuristically_cacheable(status) || res.public =>
             {
                 rule.default_ttl
             }
+            // §4.2.2's typical heuristic, bounded by the rule's TTL.
+            (Lifetime::Heuristic(d), Heuristic::LastModified) => d.min(rule.default_ttl),
             _ => Duration::ZERO,
         }
     };
@@ -149,6 +176,15 @@ pub fn storable(x: &Exchange<'_>, rule: RulePolicy) -> Result<Duration, NotStore
         return Err(NotStored::NoLifetime);
     }
     Ok(lifetime)
+}
+
+/// Whether a qualified `private` / `no-cache` lists `field` (lower-case).
+fn withholds(res: &ResponseDirectives, headers: &HeaderMap, field: &str) -> bool {
+    (res.private_fields || res.no_cache_fields)
+        && res
+            .withheld_fields(headers)
+            .iter()
+            .any(|n| n.eq_ignore_ascii_case(field.as_bytes()))
 }
 
 /// Whether a stored object may answer a request without contacting the origin.
@@ -178,12 +214,16 @@ pub fn usable(
         return Usable::No;
     }
     let age = obj.age(now);
+    let fresh = obj.is_fresh(now);
     if let Some(max_age) = req.max_age {
-        if age > Duration::from_secs(max_age) {
+        // RFC 8246 §2.1: a fresh `immutable` response is not revalidated because a browser
+        // reloads (it sends `max-age=0`); `no-cache` above still asks for that. A stale one is
+        // treated as any other.
+        if age > Duration::from_secs(max_age) && !(d.immutable && fresh) {
             return Usable::No;
         }
     }
-    if obj.is_fresh(now) {
+    if fresh {
         let left = obj.lifetime.saturating_sub(age);
         if let Some(min_fresh) = req.min_fresh {
             if left < Duration::from_secs(min_fresh) {

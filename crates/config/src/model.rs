@@ -186,6 +186,23 @@ pub struct CacheConfig {
     /// How long past its freshness a stored response may be served when the origin fails
     /// (`cache_grace_seconds`), unless the origin forbids serving stale.
     pub grace: std::time::Duration,
+    /// The default `cache_heuristic` of rules.
+    pub heuristic: CacheHeuristic,
+    /// The default `store_set_cookie` of rules.
+    pub store_set_cookie: bool,
+}
+
+/// What a response without an explicit lifetime gets (`cache_heuristic`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CacheHeuristic {
+    /// `"max_age"` (ARC2): the rule's `max_age_seconds`.
+    #[default]
+    MaxAge,
+    /// `"last_modified"`: 10% of the time since `Last-Modified` (RFC 9111 §4.2.2), at most
+    /// `max_age_seconds`; none without `Last-Modified`.
+    LastModified,
+    /// `"none"`: only explicit freshness.
+    None,
 }
 
 /// Worker layout (`worker_runtime`).
@@ -375,6 +392,10 @@ pub struct RuleConfig {
     /// `no-store`/`private` still win). Default: the origin's lifetime wins and `max_age_seconds`
     /// applies when it gives none.
     pub max_age_overrides_origin: bool,
+    /// `cache_heuristic` (the global one unless the rule sets its own).
+    pub cache_heuristic: CacheHeuristic,
+    /// `store_set_cookie` (the global one unless the rule sets its own).
+    pub store_set_cookie: bool,
     /// SQL-injection screening for this rule (global and rule switches both on).
     pub sql_injection: bool,
     /// `disallowed_user_agents`: a request whose User-Agent matches any entry is blocked.

@@ -297,6 +297,8 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
         grace: s
             .int(sink, "cache_grace_seconds", 0, 365 * 86400)
             .map_or(Duration::from_secs(10), |v| secs(v.value)),
+        heuristic: cache_heuristic(&mut s, sink).unwrap_or_default(),
+        store_set_cookie: s.bool(sink, "store_set_cookie").is_some_and(|b| b.value),
     };
 
     // --- screening ---
@@ -608,6 +610,7 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
                     section,
                     sink,
                     strict_default,
+                    &cache,
                     rule_tls_default.as_ref(),
                     &mut domains,
                 ) {
@@ -733,6 +736,25 @@ enum TlsMode {
     Off,
     Internal,
     Acme,
+}
+
+/// `cache_heuristic` (global or per rule); `None` when absent or invalid (reported).
+fn cache_heuristic(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Option<CacheHeuristic> {
+    let v = s.string(sink, "cache_heuristic")?;
+    match v.value.as_str() {
+        "max_age" => Some(CacheHeuristic::MaxAge),
+        "last_modified" => Some(CacheHeuristic::LastModified),
+        "none" => Some(CacheHeuristic::None),
+        other => {
+            error(
+                sink,
+                &v,
+                format!("unknown cache_heuristic {other:?}"),
+                "use \"max_age\" (default, ARC2), \"last_modified\" (RFC 9111 §4.2.2) or \"none\"",
+            );
+            None
+        }
+    }
 }
 
 fn tls_mode(sink: &mut Sink<'_>, v: &At<String>) -> Option<TlsMode> {
@@ -1010,6 +1032,7 @@ fn read_rule(
     mut s: Section<'_>,
     sink: &mut Sink<'_>,
     strict_default: bool,
+    cache: &CacheConfig,
     tls_default: Option<&CertSource>,
     domains: &mut Vec<DomainPattern>,
 ) -> Option<RuleConfig> {
@@ -1159,6 +1182,10 @@ fn read_rule(
     let max_age_overrides_origin = s
         .bool(sink, "max_age_overrides_origin")
         .is_some_and(|b| b.value);
+    let cache_heuristic = cache_heuristic(&mut s, sink).unwrap_or(cache.heuristic);
+    let store_set_cookie = s
+        .bool(sink, "store_set_cookie")
+        .map_or(cache.store_set_cookie, |b| b.value);
     let allow_ips = cidrs(&mut s, sink, "allow_ips").unwrap_or_default();
     let deny_ips = cidrs(&mut s, sink, "deny_ips").unwrap_or_default();
     let rate_limit = rate_limit(&mut s, sink, None);
@@ -1487,6 +1514,8 @@ fn read_rule(
         ignore_query_string,
         strict_path_rules,
         max_age_overrides_origin,
+        cache_heuristic,
+        store_set_cookie,
         sql_injection,
         disallowed_user_agents,
         allow_ips,

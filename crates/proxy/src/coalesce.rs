@@ -259,12 +259,17 @@ async fn pump(
     inflight.finish(false);
 }
 
-/// A client's view of an in-flight body: every chunk from the start, as it arrives.
+/// A client's view of an in-flight body: every chunk from the start as it arrives, or the
+/// bytes of one range of it (a range request answered from a whole-object fetch).
 pub struct InflightBody {
     inflight: Arc<Inflight>,
+    /// The next chunk to read.
     next: usize,
-    /// Bytes still to come (the origin's Content-Length minus what was read).
-    remaining: u64,
+    /// The offset of chunk `next` in the body.
+    pos: u64,
+    /// The bytes sent: `start..end` (the whole body unless cut with [`InflightBody::range`]).
+    start: u64,
+    end: u64,
 }
 
 impl std::fmt::Debug for InflightBody {
@@ -283,8 +288,22 @@ impl InflightBody {
         InflightBody {
             inflight,
             next: 0,
-            remaining: length,
+            pos: 0,
+            start: 0,
+            end: length,
         }
+    }
+
+    /// Only bytes `first..=last` of the body (a 206's content); the fetch itself goes on to
+    /// the end for the store and the other readers.
+    pub fn range(mut self, first: u64, last: u64) -> Self {
+        self.start = first;
+        self.end = last.saturating_add(1).min(self.end).max(first);
+        self
+    }
+
+    fn remaining(&self) -> u64 {
+        self.end.saturating_sub(self.pos.max(self.start))
     }
 }
 
@@ -296,40 +315,57 @@ impl Body for InflightBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, TruncatedBody>>> {
-        let next = self.next;
-        let polled = self.inflight.with_body(|b| {
-            if let Some(c) = b.chunks.get(next) {
-                Poll::Ready(Some(Ok(c.clone())))
-            } else if b.done {
-                Poll::Ready(if b.failed {
-                    Some(Err(TruncatedBody))
+        loop {
+            if self.pos >= self.end {
+                return Poll::Ready(None);
+            }
+            let next = self.next;
+            let polled = self.inflight.with_body(|b| {
+                if let Some(c) = b.chunks.get(next) {
+                    Poll::Ready(Some(Ok(c.clone())))
+                } else if b.done {
+                    Poll::Ready(if b.failed {
+                        Some(Err(TruncatedBody))
+                    } else {
+                        None
+                    })
                 } else {
-                    None
-                })
-            } else {
-                if !b.wakers.iter().any(|w| w.will_wake(cx.waker())) {
-                    b.wakers.push(cx.waker().clone());
+                    if !b.wakers.iter().any(|w| w.will_wake(cx.waker())) {
+                        b.wakers.push(cx.waker().clone());
+                    }
+                    Poll::Pending
                 }
-                Poll::Pending
+            });
+            let chunk = match polled {
+                Poll::Ready(Some(Ok(c))) => c,
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
+                // The origin sent less than it announced: hyper reports that to the client.
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => return Poll::Pending,
+            };
+            let at = self.pos;
+            let len = chunk.len() as u64;
+            self.next += 1;
+            self.pos = at + len;
+            // The part of this chunk inside start..end, if any.
+            let from = self.start.max(at);
+            let to = self.end.min(at + len);
+            if from < to {
+                let piece = if from == at && to == at + len {
+                    chunk
+                } else {
+                    chunk.slice((from - at) as usize..(to - at) as usize)
+                };
+                return Poll::Ready(Some(Ok(Frame::data(piece))));
             }
-        });
-        match polled {
-            Poll::Ready(Some(Ok(c))) => {
-                self.next += 1;
-                self.remaining = self.remaining.saturating_sub(c.len() as u64);
-                Poll::Ready(Some(Ok(Frame::data(c))))
-            }
-            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e))),
-            Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending => Poll::Pending,
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.remaining == 0
+        self.remaining() == 0
     }
 
     fn size_hint(&self) -> SizeHint {
-        SizeHint::with_exact(self.remaining)
+        SizeHint::with_exact(self.remaining())
     }
 }

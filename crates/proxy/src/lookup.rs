@@ -15,6 +15,7 @@ use http::header::{HeaderName, HeaderValue, AGE, CONTENT_LENGTH, CONTENT_RANGE};
 use http::{HeaderMap, Method, Response, StatusCode};
 use rampart_cache::conditional::{self, RangeAnswer};
 use rampart_cache::control::{RequestDirectives, ResponseDirectives};
+use rampart_cache::targeted::CDN_CACHE_CONTROL;
 use rampart_cache::freshness;
 use rampart_cache::key::{CacheKey, SlotKeyRef};
 use rampart_cache::policy::{self, NotStored, RulePolicy, Usable};
@@ -147,8 +148,16 @@ impl Cache {
         request_time: SystemTime,
         response_time: SystemTime,
     ) -> Arc<Object> {
-        let headers = conditional::freshen(&stale.headers, not_modified);
-        let directives = ResponseDirectives::parse(&headers);
+        let merged = conditional::freshen(&stale.headers, not_modified);
+        // The stored copy has no CDN-Cache-Control any more: unless the 304 brings one, the
+        // directives it was stored under still hold.
+        let directives = if stale.directives.targeted && !not_modified.contains_key(&CDN_CACHE_CONTROL)
+        {
+            stale.directives.clone()
+        } else {
+            ResponseDirectives::parse(&merged)
+        };
+        let headers = stored_headers(&merged, &directives);
         let exchange = policy::Exchange {
             method: &Method::GET,
             req_headers,
@@ -236,9 +245,7 @@ impl Cache {
             .store
             .reserve(&lookup.key, body_charge(expected.unwrap_or(0)))
             .ok_or(NotStored::NoRoom)?;
-        let mut stored = res_headers.clone();
-        stored.remove(AGE);
-        let headers = hit_headers(&stored);
+        let headers = hit_headers(&stored_headers(res_headers, &directives));
         Ok(Box::new(StoreTicket {
             cache: self.clone(),
             key: lookup.key.clone(),
@@ -421,8 +428,12 @@ pub fn respond(
         *res.headers_mut() = headers;
         return (res, label);
     }
-    let (status, mut headers, body) =
-        if conditional::not_modified(req_headers, &obj.headers, obj.stored_date()) {
+    let (status, mut headers, body) = if conditional::precondition_failed(req_headers, &obj.headers)
+    {
+        let mut h = HeaderMap::new();
+        h.insert(CONTENT_LENGTH, HeaderValue::from_static("0"));
+        (StatusCode::PRECONDITION_FAILED, h, bytes::Bytes::new())
+    } else if conditional::not_modified(req_headers, &obj.headers, obj.stored_date()) {
             (
                 StatusCode::NOT_MODIFIED,
                 conditional::not_modified_headers(&obj.headers),
@@ -519,6 +530,21 @@ pub fn stale_if_error_allows(obj: &Object, now: SystemTime, grace: Duration) -> 
 
 /// The header block of a fresh full hit, minus `Age`/`X-Arc2-Cache-Age`: an owned copy of
 /// the stored fields (see [`compact_headers`]) with the hit labels.
+/// The fields a stored copy keeps: not `Age` (recomputed per answer), not `CDN-Cache-Control`
+/// (rampart is its target; it is not forwarded), and none that a qualified `private="…"` /
+/// `no-cache="…"` withholds from shared reuse.
+fn stored_headers(res_headers: &HeaderMap, directives: &ResponseDirectives) -> HeaderMap {
+    let mut stored = res_headers.clone();
+    for name in directives.withheld_fields(res_headers) {
+        if let Ok(name) = HeaderName::from_bytes(&name) {
+            stored.remove(name);
+        }
+    }
+    stored.remove(AGE);
+    stored.remove(&CDN_CACHE_CONTROL);
+    stored
+}
+
 fn hit_headers(stored: &HeaderMap) -> HeaderMap {
     static HIT: HeaderValue = HeaderValue::from_static("rampart; hit");
     let label = CacheLabel::Hit.header();

@@ -29,9 +29,11 @@ use crate::lookup::{self, Cache, CacheLabel, Found, Served};
 use crate::recv::{PathDecision, Router, Rule};
 use crate::screen::Screen;
 use crate::synth::{self, ProxyError};
-use rampart_cache::policy::RulePolicy;
+use rampart_cache::conditional::RangeAnswer;
+use rampart_cache::policy::{Heuristic, RulePolicy};
+use rampart_cache::targeted::CDN_CACHE_CONTROL;
 use rampart_cache::vary::Vary;
-use rampart_config::AdminConfig;
+use rampart_config::{AdminConfig, CacheHeuristic};
 use rampart_tls::store::CertStore;
 
 /// Per-connection facts the pipeline needs, computed once at accept.
@@ -285,9 +287,16 @@ impl Pipeline {
             let method = req.method();
             let head = method == Method::HEAD;
             if max_age_seconds > 0 && (method == Method::GET || head) {
+                let rule = &recv.rule.config;
                 let policy = RulePolicy {
                     default_ttl: Duration::from_secs(max_age_seconds),
-                    override_origin: recv.rule.config.max_age_overrides_origin,
+                    override_origin: rule.max_age_overrides_origin,
+                    heuristic: match rule.cache_heuristic {
+                        CacheHeuristic::MaxAge => Heuristic::MaxAge,
+                        CacheHeuristic::LastModified => Heuristic::LastModified,
+                        CacheHeuristic::None => Heuristic::None,
+                    },
+                    store_set_cookie: rule.store_set_cookie,
                 };
                 let pq = req.uri().path_and_query().map_or("/", |p| p.as_str());
                 let host = recv.host.to_str().unwrap_or_default();
@@ -349,6 +358,21 @@ impl Pipeline {
             }
         }
 
+        // A range miss fetches the whole representation as a shared (coalesced) fetch, so
+        // range-only traffic (players, download managers) fills the cache; the client's range
+        // is cut from that fetch as it streams.
+        let mut widened = None;
+        if miss.as_ref().is_some_and(|l| !l.forced)
+            && mode == Mode::Client
+            && req.headers().contains_key(http::header::RANGE)
+            && widenable(req.headers())
+            && matches!(req.body(), RequestBody::Empty)
+        {
+            widened = Some(req.headers().clone());
+            req.headers_mut().remove(http::header::RANGE);
+            req.headers_mut().remove(http::header::IF_RANGE);
+        }
+
         // Coalescing: one origin request per resource at a time; later misses wait for it.
         let mut leader = None;
         if let (Some(cache), Some(l)) = (&self.cache, &miss) {
@@ -375,11 +399,17 @@ impl Pipeline {
                                     .is_some_and(|k| Some(&k) == head.variant.as_ref()),
                             };
                             if same_variant {
-                                let mut res = Response::new(ProxyBody::inflight(
+                                let mut headers = head.headers.clone();
+                                let (status, body) = cut_range(
+                                    widened.as_ref(),
+                                    head.status,
+                                    &mut headers,
                                     InflightBody::new(inflight, head.length),
-                                ));
-                                *res.status_mut() = head.status;
-                                *res.headers_mut() = head.headers.clone();
+                                    head.length,
+                                );
+                                let mut res = Response::new(body);
+                                *res.status_mut() = status;
+                                *res.headers_mut() = headers;
                                 lookup::label(
                                     res.headers_mut(),
                                     CacheLabel::Miss,
@@ -400,8 +430,9 @@ impl Pipeline {
                                 l.policy,
                                 false,
                             ) {
+                                let client_headers = widened.as_ref().unwrap_or(req.headers());
                                 let (res, label) =
-                                    lookup::respond(&obj, req.headers(), false, Served::Fresh);
+                                    lookup::respond(&obj, client_headers, false, Served::Fresh);
                                 return finish(res, log, label);
                             }
                         }
@@ -410,6 +441,18 @@ impl Pipeline {
                 }
             }
         }
+
+        // Only a leader's fetch can go on for the store after the client's range is sent.
+        if leader.is_none() {
+            if let Some(client_headers) = widened.take() {
+                *req.headers_mut() = client_headers;
+            }
+        }
+        // The request as the client sent it, to re-send with its range when the whole
+        // representation turns out not to be storable.
+        let range_request = widened
+            .as_ref()
+            .map(|_| (req.uri().clone(), req.version()));
 
         // pass → fetch, revalidating a stale entry with its validators.
         let method = req.method().clone();
@@ -489,7 +532,9 @@ impl Pipeline {
                     fetched.request_time,
                     response_time,
                 );
-                let (res, label) = lookup::respond(&obj, req_headers, false, Served::Revalidated);
+                let client_headers = widened.as_ref().unwrap_or(req_headers);
+                let (res, label) =
+                    lookup::respond(&obj, client_headers, false, Served::Revalidated);
                 return finish(res, log, label);
             }
             // The origin is failing: a stale entry may stand in (stale-if-error, grace).
@@ -501,13 +546,15 @@ impl Pipeline {
                     domain = recv.rule.config.domain_text,
                     "origin error; serving stale"
                 );
-                let (res, label) = lookup::respond(stale, req_headers, false, Served::StaleIfError);
+                let client_headers = widened.as_ref().unwrap_or(req_headers);
+                let (res, label) =
+                    lookup::respond(stale, client_headers, false, Served::StaleIfError);
                 return finish(res, log, label);
             }
         }
 
         // deliver (+ store)
-        let (mut parts, body) = fetched.res.into_parts();
+        let (mut parts, mut body) = fetched.res.into_parts();
         strip_hop_by_hop(&mut parts.headers);
         append_via(&mut parts.headers, parts.version);
         parts.version = fetched.downstream_version;
@@ -547,7 +594,52 @@ impl Pipeline {
                 }
             }
         }
-        let length = crate::headers::content_length(&parts.headers);
+        // rampart is the CDN cache `CDN-Cache-Control` targets (RFC 9213): it stops here.
+        if self.cache.is_some() {
+            parts.headers.remove(&CDN_CACHE_CONTROL);
+        }
+        let mut length = crate::headers::content_length(&parts.headers);
+        // A range request whose whole representation turned out not to be shareable (not
+        // storable, or of unknown length): ask the origin again, for the range this time.
+        if let (Some(client_headers), Some((uri, version))) = (widened.take(), range_request) {
+            let shared = ticket.is_some() && leader.is_some() && length.is_some();
+            if parts.status == StatusCode::OK && !shared {
+                drop((body, ticket.take(), leader.take()));
+                let mut again = Request::new(RequestBody::Empty);
+                *again.uri_mut() = uri;
+                *again.version_mut() = version;
+                *again.headers_mut() = client_headers;
+                let fetched = match self
+                    .pass(conn, &recv, again, false, None, log.as_deref_mut())
+                    .await
+                {
+                    Ok(f) => f,
+                    Err(e) => {
+                        let mut res = e.to_response();
+                        lookup::label(
+                            res.headers_mut(),
+                            label,
+                            "rampart; fwd=miss; detail=origin-error",
+                        );
+                        return finish(res, log, label);
+                    }
+                };
+                (parts, body) = fetched.res.into_parts();
+                strip_hop_by_hop(&mut parts.headers);
+                append_via(&mut parts.headers, parts.version);
+                parts.version = fetched.downstream_version;
+                if self.cache.is_some() {
+                    parts.headers.remove(&CDN_CACHE_CONTROL);
+                }
+                length = crate::headers::content_length(&parts.headers);
+                if label != CacheLabel::Bypass {
+                    label = CacheLabel::Dynamic;
+                }
+                cache_status = "rampart; fwd=miss";
+            } else {
+                widened = Some(client_headers);
+            }
+        }
         let body = match (ticket, leader, length) {
             // Storable with a known length: waiters stream the leader's fetch with it.
             (Some(t), Some(leader), Some(length)) => {
@@ -558,7 +650,16 @@ impl Pipeline {
                     variant: t.variant().cloned(),
                     length,
                 };
-                ProxyBody::inflight(leader.publish(head, body, t, self.upstream.timeout()))
+                let fetch = leader.publish(head, body, t, self.upstream.timeout());
+                let (status, body) = cut_range(
+                    widened.as_ref(),
+                    parts.status,
+                    &mut parts.headers,
+                    fetch,
+                    length,
+                );
+                parts.status = status;
+                body
             }
             // Otherwise the leader guard is dropped here, releasing any waiters at once.
             (Some(t), _, _) => ProxyBody::tee(body, t),
@@ -568,7 +669,7 @@ impl Pipeline {
         finish(Response::from_parts(parts, body), log, label)
     }
 
-    /// stale-while-revalidate: refreshes `stale` with a background request built from this one
+        /// stale-while-revalidate: refreshes `stale` with a background request built from this one
     /// (same host, target and headers, no body); the response is stored, not sent anywhere.
     fn refresh_in_background(
         self: &Arc<Self>,
@@ -832,3 +933,60 @@ fn finish(
     }
     res
 }
+
+/// Whether a range request may be widened into a shared whole-object fetch: nothing makes
+/// another client's answer unfit for it (`Authorization`, preconditions other than If-Range).
+fn widenable(h: &HeaderMap) -> bool {
+    use http::header::{AUTHORIZATION, IF_MATCH, IF_MODIFIED_SINCE, IF_NONE_MATCH};
+    use http::header::IF_UNMODIFIED_SINCE;
+    ![
+        AUTHORIZATION,
+        IF_MATCH,
+        IF_NONE_MATCH,
+        IF_MODIFIED_SINCE,
+        IF_UNMODIFIED_SINCE,
+    ]
+    .iter()
+    .any(|n| h.contains_key(n))
+}
+
+/// The answer to a widened range request from a whole 200 streaming in `body`: 206 with the
+/// range, 416 when it is outside the representation, or the whole 200 when the range does not
+/// apply (If-Range not matching, several ranges, another unit). Anything but a 200 is sent as is.
+fn cut_range(
+    client: Option<&HeaderMap>,
+    status: StatusCode,
+    headers: &mut HeaderMap,
+    body: InflightBody,
+    length: u64,
+) -> (StatusCode, ProxyBody) {
+    use http::header::{CONTENT_LENGTH, CONTENT_RANGE};
+    let Some(client) = client.filter(|_| status == StatusCode::OK) else {
+        return (status, ProxyBody::inflight(body));
+    };
+    let content_range = |s: String| {
+        HeaderValue::from_str(&s).unwrap_or_else(|_| HeaderValue::from_static("bytes */0"))
+    };
+    match conditional::range(client, headers, length) {
+        RangeAnswer::Full => (status, ProxyBody::inflight(body)),
+        RangeAnswer::Partial { start, end } => {
+            headers.insert(
+                CONTENT_RANGE,
+                content_range(format!("bytes {start}-{end}/{length}")),
+            );
+            headers.insert(CONTENT_LENGTH, HeaderValue::from(end - start + 1));
+            (
+                StatusCode::PARTIAL_CONTENT,
+                ProxyBody::inflight(body.range(start, end)),
+            )
+        }
+        RangeAnswer::Unsatisfiable => {
+            let mut h = HeaderMap::new();
+            h.insert(CONTENT_RANGE, content_range(format!("bytes */{length}")));
+            h.insert(CONTENT_LENGTH, HeaderValue::from_static("0"));
+            *headers = h;
+            (StatusCode::RANGE_NOT_SATISFIABLE, ProxyBody::full(bytes::Bytes::new()))
+        }
+    }
+}
+
