@@ -1,18 +1,25 @@
-//! Cache-Control / Pragma parsing of request and response headers from arbitrary bytes.
+//! Cache-Control / Pragma / CDN-Cache-Control parsing of request and response headers from
+//! arbitrary bytes, and the fields a qualified `private` / `no-cache` withholds.
 #![no_main]
 
 use http::header::{HeaderMap, HeaderValue, CACHE_CONTROL, PRAGMA};
 use libfuzzer_sys::fuzz_target;
 use rampart_cache::control::{RequestDirectives, ResponseDirectives};
+use rampart_cache::targeted::CDN_CACHE_CONTROL;
 
 fuzz_target!(|data: &[u8]| {
     let mut headers = HeaderMap::new();
+    let mut targeted = HeaderMap::new();
     for part in data.split(|&b| b == b'\n') {
         if let Ok(v) = HeaderValue::from_bytes(part) {
             headers.append(CACHE_CONTROL, v.clone());
-            headers.append(PRAGMA, v);
+            headers.append(PRAGMA, v.clone());
+            targeted.append(&CDN_CACHE_CONTROL, v);
         }
     }
-    let _ = ResponseDirectives::parse(&headers);
+    for h in [&headers, &targeted] {
+        let d = ResponseDirectives::parse(h);
+        let _ = d.withheld_fields(h);
+    }
     let _ = RequestDirectives::parse(&headers);
 });

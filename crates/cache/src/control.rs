@@ -759,15 +759,36 @@ mod tests {
 
     #[test]
     fn response_qualified_no_cache_and_private() {
-        let d = resp(&[r#"no-cache="Set-Cookie, Authorization", max-age=5"#]);
-        assert!(d.no_cache);
+        let h = map(
+            CACHE_CONTROL,
+            &[br#"no-cache="Set-Cookie, Authorization", max-age=5"#],
+        );
+        let d = ResponseDirectives::parse(&h);
+        assert!(d.no_cache_fields && !d.no_cache);
         assert_eq!(d.max_age, Some(5));
         assert!(!d.invalid_freshness);
-        let d = resp(&[r#"private="a,b\"c, max-age=9", max-age=7"#]);
-        assert!(d.private);
+        assert_eq!(
+            d.withheld_fields(&h),
+            vec![b"set-cookie".to_vec(), b"authorization".to_vec()]
+        );
+        // Elements that are not field names are skipped; one name is enough to qualify it.
+        let h = map(CACHE_CONTROL, &[br#"private="a,b\"c, max-age=9", max-age=7"#]);
+        let d = ResponseDirectives::parse(&h);
+        assert!(d.private_fields && !d.private);
         assert_eq!(d.max_age, Some(7));
+        assert_eq!(d.withheld_fields(&h), vec![b"a".to_vec()]);
+        // The token form is accepted too.
         let d = resp(&["private=set-cookie, no-cache=x"]);
-        assert!(d.private && d.no_cache);
+        assert!(d.private_fields && d.no_cache_fields && !d.private && !d.no_cache);
+        // An empty or invalid list is the unqualified directive (the safe reading).
+        for v in [r#"private="""#, r#"private=" , ""#, "private=", r#"private="=""#] {
+            let d = resp(&[v]);
+            assert!(d.private && !d.private_fields, "{v}");
+        }
+        assert!(resp(&["no-cache="]).no_cache);
+        // Unqualified, nothing is withheld.
+        let h = map(CACHE_CONTROL, &[b"private, no-cache"]);
+        assert!(ResponseDirectives::parse(&h).withheld_fields(&h).is_empty());
     }
 
     #[test]
@@ -894,7 +915,8 @@ mod tests {
         );
         let d = ResponseDirectives::parse(&h);
         assert_eq!(d.max_age, Some(60));
-        assert!(d.no_store && d.no_cache && d.must_revalidate);
+        // `no-cache="☃, x"`: the non-token element is skipped, `x` qualifies it.
+        assert!(d.no_store && d.no_cache_fields && !d.no_cache && d.must_revalidate);
         assert!(
             d.invalid_freshness,
             "max-age with a non-ASCII digit is invalid"
