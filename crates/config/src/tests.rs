@@ -351,6 +351,59 @@ fn cache_sizes() {
 }
 
 #[test]
+fn cache_heuristic_and_store_set_cookie() {
+    let rule = "forward_ipv4 = \"127.0.0.1\"\nmax_age_seconds = 60\n";
+    // Defaults: ARC2's behaviour.
+    let v = validate(&format!("[[proxy_rules]]\ndomain = \"a\"\n{rule}"), 1);
+    let c = v.config.expect("config");
+    assert_eq!(c.cache.heuristic, CacheHeuristic::MaxAge);
+    assert!(!c.cache.store_set_cookie);
+    assert_eq!(c.rules[0].cache_heuristic, CacheHeuristic::MaxAge);
+    assert!(!c.rules[0].store_set_cookie);
+    // Global values are the rules' defaults; a rule may set its own.
+    let v = validate(
+        &format!(
+            "cache_heuristic = \"last_modified\"\nstore_set_cookie = true\n\
+             [[proxy_rules]]\ndomain = \"a\"\n{rule}\
+             [[proxy_rules]]\ndomain = \"b\"\n{rule}cache_heuristic = \"none\"\nstore_set_cookie = false\n"
+        ),
+        1,
+    );
+    assert!(errors(&v).is_empty(), "{:?}", v.diagnostics);
+    let c = v.config.expect("config");
+    assert_eq!(c.cache.heuristic, CacheHeuristic::LastModified);
+    assert_eq!(
+        (c.rules[0].cache_heuristic, c.rules[0].store_set_cookie),
+        (CacheHeuristic::LastModified, true)
+    );
+    assert_eq!(
+        (c.rules[1].cache_heuristic, c.rules[1].store_set_cookie),
+        (CacheHeuristic::None, false)
+    );
+    // Bad values are listed with their positions.
+    let v = validate(
+        &format!(
+            "cache_heuristic = \"heuristic\"\n[[proxy_rules]]\ndomain = \"a\"\n{rule}\
+             cache_heuristic = 3\nstore_set_cookie = \"yes\"\n"
+        ),
+        1,
+    );
+    assert!(v.config.is_none());
+    let errs = errors(&v);
+    for needle in [
+        "error at 1:19 `cache_heuristic`",
+        "error at 6:19 `proxy_rules[0].cache_heuristic`",
+        "error at 7:20 `proxy_rules[0].store_set_cookie`",
+    ] {
+        assert!(
+            errs.iter().any(|e| e.contains(needle)),
+            "missing {needle:?} in {errs:#?}"
+        );
+    }
+    assert!(errs.iter().any(|e| e.contains("\"last_modified\"")), "{errs:#?}");
+}
+
+#[test]
 fn screening_defaults_follow_arc2() {
     let v = validate(
         "[[proxy_rules]]\ndomain = \"a\"\nforward_ipv4 = \"127.0.0.1\"\nenable_sql_injection_protection = true\n",
