@@ -672,13 +672,28 @@ mod tests {
         assert!(fails(&[("if-match", b"")]));
         assert!(fails(&[("if-match", b"*, \"v2\"")]));
         // If-Match decides alone: a satisfied If-Unmodified-Since does not rescue it.
-        assert!(fails(&[("if-match", b"\"v2\""), ("if-unmodified-since", &date(T0 + 10))]));
-        assert!(!fails(&[("if-match", b"\"v1\""), ("if-unmodified-since", &date(T0 - 10))]));
+        assert!(fails(&[
+            ("if-match", b"\"v2\""),
+            ("if-unmodified-since", &date(T0 + 10))
+        ]));
+        assert!(!fails(&[
+            ("if-match", b"\"v1\""),
+            ("if-unmodified-since", &date(T0 - 10))
+        ]));
         // A weak or missing stored ETag matches no tag, only `*`.
         let weak_stored = map(&[("etag", b"W/\"v1\"")]);
-        assert!(precondition_failed(&map(&[("if-match", b"W/\"v1\"")]), &weak_stored));
-        assert!(precondition_failed(&map(&[("if-match", b"\"v1\"")]), &HeaderMap::new()));
-        assert!(!precondition_failed(&map(&[("if-match", b"*")]), &HeaderMap::new()));
+        assert!(precondition_failed(
+            &map(&[("if-match", b"W/\"v1\"")]),
+            &weak_stored
+        ));
+        assert!(precondition_failed(
+            &map(&[("if-match", b"\"v1\"")]),
+            &HeaderMap::new()
+        ));
+        assert!(!precondition_failed(
+            &map(&[("if-match", b"*")]),
+            &HeaderMap::new()
+        ));
     }
 
     #[test]

@@ -772,7 +772,10 @@ mod tests {
             vec![b"set-cookie".to_vec(), b"authorization".to_vec()]
         );
         // Elements that are not field names are skipped; one name is enough to qualify it.
-        let h = map(CACHE_CONTROL, &[br#"private="a,b\"c, max-age=9", max-age=7"#]);
+        let h = map(
+            CACHE_CONTROL,
+            &[br#"private="a,b\"c, max-age=9", max-age=7"#],
+        );
         let d = ResponseDirectives::parse(&h);
         assert!(d.private_fields && !d.private);
         assert_eq!(d.max_age, Some(7));
@@ -781,7 +784,12 @@ mod tests {
         let d = resp(&["private=set-cookie, no-cache=x"]);
         assert!(d.private_fields && d.no_cache_fields && !d.private && !d.no_cache);
         // An empty or invalid list is the unqualified directive (the safe reading).
-        for v in [r#"private="""#, r#"private=" , ""#, "private=", r#"private="=""#] {
+        for v in [
+            r#"private="""#,
+            r#"private=" , ""#,
+            "private=",
+            r#"private="=""#,
+        ] {
             let d = resp(&[v]);
             assert!(d.private && !d.private_fields, "{v}");
         }

@@ -129,14 +129,15 @@ impl<'a> Seen<'a> {
             Some(Value::Integer(n)) if n >= 0 => Some((n as u64).min(DELTA_SECONDS_MAX)),
             _ => None,
         };
-        let qualified = |v: Option<Value<'_>>| {
-            matches!(v, Some(Value::String(s)) if crate::control::field_names(s).next().is_some())
-        };
+        let qualified = |v: Option<Value<'_>>| matches!(v, Some(Value::String(s)) if crate::control::field_names(s).next().is_some());
         let mut d = ResponseDirectives {
             targeted: true,
             ..ResponseDirectives::default()
         };
-        for (slot, value) in [(&mut d.max_age, self.max_age), (&mut d.s_maxage, self.s_maxage)] {
+        for (slot, value) in [
+            (&mut d.max_age, self.max_age),
+            (&mut d.s_maxage, self.s_maxage),
+        ] {
             if value.is_some() {
                 *slot = seconds(value);
                 d.invalid_freshness |= slot.is_none();
@@ -216,7 +217,9 @@ impl<'a> Dictionary<'a> {
     fn key(&mut self) -> Result<&'a [u8], ParseError> {
         match self.peek() {
             Some(b) if b.is_ascii_lowercase() || b == b'*' => Ok(self.take(|b| {
-                b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'_' | b'-' | b'.' | b'*')
+                b.is_ascii_lowercase()
+                    || b.is_ascii_digit()
+                    || matches!(b, b'_' | b'-' | b'.' | b'*')
             })),
             _ => Err(ParseError),
         }
@@ -274,9 +277,7 @@ impl<'a> Dictionary<'a> {
         if int.len() > 15 {
             return Err(ParseError);
         }
-        let n = int
-            .iter()
-            .fold(0i64, |n, &d| n * 10 + i64::from(d - b'0'));
+        let n = int.iter().fold(0i64, |n, &d| n * 10 + i64::from(d - b'0'));
         Ok(Value::Integer(if negative { -n } else { n }))
     }
 
@@ -402,7 +403,13 @@ mod tests {
         assert!(d.must_revalidate && d.public);
         // `none` is not a directive but makes the field non-empty: nothing restricts storing.
         let d = cdn(&["none"]).unwrap();
-        assert_eq!(d, ResponseDirectives { targeted: true, ..Default::default() });
+        assert_eq!(
+            d,
+            ResponseDirectives {
+                targeted: true,
+                ..Default::default()
+            }
+        );
     }
 
     #[test]
@@ -411,15 +418,15 @@ mod tests {
         assert_eq!(cdn(&[""]), None);
         assert_eq!(cdn(&["   "]), None);
         for bad in [
-            "Max-Age=60",         // keys are lower-case
-            "max-age=60,",        // trailing comma
-            "max-age=60,,public", // empty member
-            "max-age=\"60",       // unterminated string
+            "Max-Age=60",               // keys are lower-case
+            "max-age=60,",              // trailing comma
+            "max-age=60,,public",       // empty member
+            "max-age=\"60",             // unterminated string
             "max-age=1234567890123456", // 16-digit integer
-            "max-age=60 public",  // no comma
+            "max-age=60 public",        // no comma
             "no-store=?2",
-            "private=\"a\\x\"",   // bad escape
-            "max-age=6.0001",     // 4 fractional digits
+            "private=\"a\\x\"", // bad escape
+            "max-age=6.0001",   // 4 fractional digits
             "=60",
         ] {
             assert_eq!(cdn(&[bad]), None, "{bad:?}");
@@ -439,7 +446,13 @@ mod tests {
 
     #[test]
     fn wrong_types_err_on_the_safe_side() {
-        for v in ["max-age=6.5", "max-age=\"60\"", "max-age=-1", "max-age=abc", "max-age"] {
+        for v in [
+            "max-age=6.5",
+            "max-age=\"60\"",
+            "max-age=-1",
+            "max-age=abc",
+            "max-age",
+        ] {
             let d = cdn(&[v]).unwrap();
             assert!(d.invalid_freshness && d.max_age.is_none(), "{v:?}");
         }
@@ -456,7 +469,9 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert(
             &CDN_CACHE_CONTROL,
-            HeaderValue::from_static("max-age=60, private=\"set-cookie, x-user\", no-cache=\"x-a\""),
+            HeaderValue::from_static(
+                "max-age=60, private=\"set-cookie, x-user\", no-cache=\"x-a\"",
+            ),
         );
         assert_eq!(
             qualified_fields(&h),
@@ -469,8 +484,8 @@ mod tests {
 
     #[test]
     fn parameters_inner_lists_and_other_items_parse() {
-        let d = cdn(&["max-age=60;a=1;b, x=(1 2 \"s\");q=?0, y=:aGk=:, z=tok/en, w=1.5, *k"])
-            .unwrap();
+        let d =
+            cdn(&["max-age=60;a=1;b, x=(1 2 \"s\");q=?0, y=:aGk=:, z=tok/en, w=1.5, *k"]).unwrap();
         assert_eq!(d.max_age, Some(60));
         let d = cdn(&["  max-age=60 ,\tpublic  "]).unwrap();
         assert!(d.public);

@@ -400,7 +400,10 @@ fn cache_heuristic_and_store_set_cookie() {
             "missing {needle:?} in {errs:#?}"
         );
     }
-    assert!(errs.iter().any(|e| e.contains("\"last_modified\"")), "{errs:#?}");
+    assert!(
+        errs.iter().any(|e| e.contains("\"last_modified\"")),
+        "{errs:#?}"
+    );
 }
 
 #[test]

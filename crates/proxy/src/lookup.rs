@@ -15,13 +15,13 @@ use http::header::{HeaderName, HeaderValue, AGE, CONTENT_LENGTH, CONTENT_RANGE};
 use http::{HeaderMap, Method, Response, StatusCode};
 use rampart_cache::conditional::{self, RangeAnswer};
 use rampart_cache::control::{RequestDirectives, ResponseDirectives};
-use rampart_cache::targeted::CDN_CACHE_CONTROL;
 use rampart_cache::freshness;
 use rampart_cache::key::{CacheKey, SlotKeyRef};
 use rampart_cache::policy::{self, NotStored, RulePolicy, Usable};
 use rampart_cache::store::{
     body_charge, compact_headers, headers_charge, MemoryStore, Object, Reservation,
 };
+use rampart_cache::targeted::CDN_CACHE_CONTROL;
 use rampart_cache::vary::Vary;
 
 use crate::body::ProxyBody;
@@ -151,12 +151,12 @@ impl Cache {
         let merged = conditional::freshen(&stale.headers, not_modified);
         // The stored copy has no CDN-Cache-Control any more: unless the 304 brings one, the
         // directives it was stored under still hold.
-        let directives = if stale.directives.targeted && !not_modified.contains_key(&CDN_CACHE_CONTROL)
-        {
-            stale.directives.clone()
-        } else {
-            ResponseDirectives::parse(&merged)
-        };
+        let directives =
+            if stale.directives.targeted && !not_modified.contains_key(&CDN_CACHE_CONTROL) {
+                stale.directives.clone()
+            } else {
+                ResponseDirectives::parse(&merged)
+            };
         let headers = stored_headers(&merged, &directives);
         let exchange = policy::Exchange {
             method: &Method::GET,
@@ -434,46 +434,46 @@ pub fn respond(
         h.insert(CONTENT_LENGTH, HeaderValue::from_static("0"));
         (StatusCode::PRECONDITION_FAILED, h, bytes::Bytes::new())
     } else if conditional::not_modified(req_headers, &obj.headers, obj.stored_date()) {
-            (
-                StatusCode::NOT_MODIFIED,
-                conditional::not_modified_headers(&obj.headers),
-                bytes::Bytes::new(),
-            )
-        } else if head || obj.status != StatusCode::OK {
-            (
-                obj.status,
-                obj.headers.clone(),
-                if head {
-                    bytes::Bytes::new()
-                } else {
-                    obj.body.clone()
-                },
-            )
-        } else {
-            let len = obj.body.len() as u64;
-            match conditional::range(req_headers, &obj.headers, len) {
-                RangeAnswer::Full => (obj.status, obj.headers.clone(), obj.body.clone()),
-                RangeAnswer::Partial { start, end } => {
-                    let mut h = obj.headers.clone();
-                    h.insert(
-                        CONTENT_RANGE,
-                        content_range(&format!("bytes {start}-{end}/{len}")),
-                    );
-                    h.insert(CONTENT_LENGTH, HeaderValue::from(end - start + 1));
-                    (
-                        StatusCode::PARTIAL_CONTENT,
-                        h,
-                        obj.body.slice(start as usize..=end as usize),
-                    )
-                }
-                RangeAnswer::Unsatisfiable => {
-                    let mut h = HeaderMap::new();
-                    h.insert(CONTENT_RANGE, content_range(&format!("bytes */{len}")));
-                    h.insert(CONTENT_LENGTH, HeaderValue::from_static("0"));
-                    (StatusCode::RANGE_NOT_SATISFIABLE, h, bytes::Bytes::new())
-                }
+        (
+            StatusCode::NOT_MODIFIED,
+            conditional::not_modified_headers(&obj.headers),
+            bytes::Bytes::new(),
+        )
+    } else if head || obj.status != StatusCode::OK {
+        (
+            obj.status,
+            obj.headers.clone(),
+            if head {
+                bytes::Bytes::new()
+            } else {
+                obj.body.clone()
+            },
+        )
+    } else {
+        let len = obj.body.len() as u64;
+        match conditional::range(req_headers, &obj.headers, len) {
+            RangeAnswer::Full => (obj.status, obj.headers.clone(), obj.body.clone()),
+            RangeAnswer::Partial { start, end } => {
+                let mut h = obj.headers.clone();
+                h.insert(
+                    CONTENT_RANGE,
+                    content_range(&format!("bytes {start}-{end}/{len}")),
+                );
+                h.insert(CONTENT_LENGTH, HeaderValue::from(end - start + 1));
+                (
+                    StatusCode::PARTIAL_CONTENT,
+                    h,
+                    obj.body.slice(start as usize..=end as usize),
+                )
             }
-        };
+            RangeAnswer::Unsatisfiable => {
+                let mut h = HeaderMap::new();
+                h.insert(CONTENT_RANGE, content_range(&format!("bytes */{len}")));
+                h.insert(CONTENT_LENGTH, HeaderValue::from_static("0"));
+                (StatusCode::RANGE_NOT_SATISFIABLE, h, bytes::Bytes::new())
+            }
+        }
+    };
     let mut res = Response::new(ProxyBody::full(body));
     *res.status_mut() = status;
     let age = age_value(obj.age(now).as_secs());

@@ -450,9 +450,7 @@ impl Pipeline {
         }
         // The request as the client sent it, to re-send with its range when the whole
         // representation turns out not to be storable.
-        let range_request = widened
-            .as_ref()
-            .map(|_| (req.uri().clone(), req.version()));
+        let range_request = widened.as_ref().map(|_| (req.uri().clone(), req.version()));
 
         // pass → fetch, revalidating a stale entry with its validators.
         let method = req.method().clone();
@@ -669,7 +667,7 @@ impl Pipeline {
         finish(Response::from_parts(parts, body), log, label)
     }
 
-        /// stale-while-revalidate: refreshes `stale` with a background request built from this one
+    /// stale-while-revalidate: refreshes `stale` with a background request built from this one
     /// (same host, target and headers, no body); the response is stored, not sent anywhere.
     fn refresh_in_background(
         self: &Arc<Self>,
@@ -937,8 +935,8 @@ fn finish(
 /// Whether a range request may be widened into a shared whole-object fetch: nothing makes
 /// another client's answer unfit for it (`Authorization`, preconditions other than If-Range).
 fn widenable(h: &HeaderMap) -> bool {
-    use http::header::{AUTHORIZATION, IF_MATCH, IF_MODIFIED_SINCE, IF_NONE_MATCH};
     use http::header::IF_UNMODIFIED_SINCE;
+    use http::header::{AUTHORIZATION, IF_MATCH, IF_MODIFIED_SINCE, IF_NONE_MATCH};
     ![
         AUTHORIZATION,
         IF_MATCH,
@@ -985,8 +983,10 @@ fn cut_range(
             h.insert(CONTENT_RANGE, content_range(format!("bytes */{length}")));
             h.insert(CONTENT_LENGTH, HeaderValue::from_static("0"));
             *headers = h;
-            (StatusCode::RANGE_NOT_SATISFIABLE, ProxyBody::full(bytes::Bytes::new()))
+            (
+                StatusCode::RANGE_NOT_SATISFIABLE,
+                ProxyBody::full(bytes::Bytes::new()),
+            )
         }
     }
 }
-

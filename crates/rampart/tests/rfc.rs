@@ -45,7 +45,9 @@ fn heuristic_origin() -> Origin {
         .route_fn("/lm-old", |_| {
             Reply::text("old").header("last-modified", &ago(10 * 3600))
         })
-        .route_fn("/lm-new", |_| Reply::text("new").header("last-modified", &ago(5)))
+        .route_fn("/lm-new", |_| {
+            Reply::text("new").header("last-modified", &ago(5))
+        })
         .route("/plain", Reply::text("plain"))
         .route(
             "/explicit",
@@ -94,8 +96,13 @@ async fn heuristic_last_modified_needs_a_validator() {
 #[tokio::test]
 async fn heuristic_lifetime_is_capped_at_max_age_seconds() {
     let origin = heuristic_origin().start().await;
-    let toml = config_for("h.example", &origin, "", "cache_heuristic = \"last_modified\"")
-        .replace("max_age_seconds = 60", "max_age_seconds = 1");
+    let toml = config_for(
+        "h.example",
+        &origin,
+        "",
+        "cache_heuristic = \"last_modified\"",
+    )
+    .replace("max_age_seconds = 60", "max_age_seconds = 1");
     let proxy = Proxy::start(&toml);
     let (_, b, n) = twice(&proxy, &origin, "h.example", "/lm-old").await;
     assert_eq!((b.header("x-arc2-cache"), n), (Some("Hit"), 1));
@@ -132,7 +139,10 @@ fn heuristic_with_an_unknown_value_is_a_config_error() {
     );
     let out = Proxy::try_start(&toml);
     assert!(out.contains("cache_heuristic"), "{out}");
-    assert!(out.contains("last_modified"), "the hint names the valid values: {out}");
+    assert!(
+        out.contains("last_modified"),
+        "the hint names the valid values: {out}"
+    );
 }
 
 // --- CDN-Cache-Control (RFC 9213) --------------------------------------------------------------
@@ -172,7 +182,11 @@ async fn cdn_cache_control_takes_precedence_and_stops_here() {
     assert_eq!((b.header("x-arc2-cache"), n), (Some("Hit"), 1));
     for got in [&a, &b] {
         assert_eq!(got.header("cdn-cache-control"), None, "not forwarded");
-        assert_eq!(got.header("cache-control"), Some("no-store"), "for the others");
+        assert_eq!(
+            got.header("cache-control"),
+            Some("no-store"),
+            "for the others"
+        );
     }
 
     let (a, b, n) = twice(&proxy, &origin, "cdn.example", "/cdn-no-store").await;
@@ -195,10 +209,7 @@ async fn cdn_cache_control_takes_precedence_and_stops_here() {
 async fn cdn_cache_control_replaces_expires_too() {
     let expires = http_date(SystemTime::now() + Duration::from_secs(3600));
     let origin = Origin::new()
-        .route(
-            "/expires",
-            Reply::text("a").header("expires", &expires),
-        )
+        .route("/expires", Reply::text("a").header("expires", &expires))
         .route(
             "/targeted",
             Reply::text("b")
@@ -258,7 +269,11 @@ async fn set_cookie_is_not_stored_by_default() {
     let proxy = Proxy::start(&config_for("k.example", &origin, "", ""));
     for path in ["/explicit", "/implicit", "/private"] {
         let (a, b, n) = twice(&proxy, &origin, "k.example", path).await;
-        assert_eq!((b.header("x-arc2-cache"), n), (Some("Dynamic"), 2), "{path}");
+        assert_eq!(
+            (b.header("x-arc2-cache"), n),
+            (Some("Dynamic"), 2),
+            "{path}"
+        );
         assert!(a.header("set-cookie").is_some() && b.header("set-cookie").is_some());
     }
 }
@@ -266,15 +281,28 @@ async fn set_cookie_is_not_stored_by_default() {
 #[tokio::test]
 async fn store_set_cookie_stores_explicitly_shared_responses_with_their_cookie() {
     let origin = cookie_origin().start().await;
-    let proxy = Proxy::start(&config_for("k.example", &origin, "store_set_cookie = true", ""));
+    let proxy = Proxy::start(&config_for(
+        "k.example",
+        &origin,
+        "store_set_cookie = true",
+        "",
+    ));
     let (a, b, n) = twice(&proxy, &origin, "k.example", "/explicit").await;
     assert_eq!((b.header("x-arc2-cache"), n), (Some("Hit"), 1));
     assert_eq!(a.header("set-cookie"), Some("s=1"));
-    assert_eq!(b.header("set-cookie"), Some("s=1"), "reused with its Set-Cookie");
+    assert_eq!(
+        b.header("set-cookie"),
+        Some("s=1"),
+        "reused with its Set-Cookie"
+    );
     // Not explicitly cacheable, or private: still never stored.
     for path in ["/implicit", "/private"] {
         let (_, b, n) = twice(&proxy, &origin, "k.example", path).await;
-        assert_eq!((b.header("x-arc2-cache"), n), (Some("Dynamic"), 2), "{path}");
+        assert_eq!(
+            (b.header("x-arc2-cache"), n),
+            (Some("Dynamic"), 2),
+            "{path}"
+        );
     }
 
     // A rule can turn it off again.
@@ -294,7 +322,11 @@ async fn qualified_private_and_no_cache_store_the_rest_of_the_response() {
     let proxy = Proxy::start(&config_for("k.example", &origin, "", ""));
     let (a, b, n) = twice(&proxy, &origin, "k.example", "/qualified").await;
     assert_eq!((b.header("x-arc2-cache"), n), (Some("Hit"), 1));
-    assert_eq!(a.header("set-cookie"), Some("s=4"), "the origin's answer keeps it");
+    assert_eq!(
+        a.header("set-cookie"),
+        Some("s=4"),
+        "the origin's answer keeps it"
+    );
     assert_eq!(b.header("set-cookie"), None, "the shared copy does not");
     assert_eq!(b.text(), "d");
 
@@ -332,19 +364,41 @@ async fn private_wins_over_lifetimes_on_any_line() {
     let proxy = Proxy::start(&config_for("p.example", &origin, "", ""));
     for path in ["/one-line", "/two-lines", "/max-age"] {
         let (a, b, n) = twice(&proxy, &origin, "p.example", path).await;
-        assert_eq!((b.header("x-arc2-cache"), n), (Some("Dynamic"), 2), "{path}");
+        assert_eq!(
+            (b.header("x-arc2-cache"), n),
+            (Some("Dynamic"), 2),
+            "{path}"
+        );
         assert!(a.headers.get_all("cache-control").iter().count() >= 1);
     }
     // With Authorization too: s-maxage would allow sharing it, private does not.
     let before = origin.requests();
     for _ in 0..2 {
-        let got = fetch(&proxy, "p.example", "/two-lines", &[("authorization", "Basic eDp5")]).await;
+        let got = fetch(
+            &proxy,
+            "p.example",
+            "/two-lines",
+            &[("authorization", "Basic eDp5")],
+        )
+        .await;
         assert_eq!(got.header("x-arc2-cache"), Some("Dynamic"));
     }
     assert_eq!(origin.requests(), before + 2);
     // s-maxage alone is shared, even with Authorization.
-    let a = fetch(&proxy, "p.example", "/shared", &[("authorization", "Basic eDp5")]).await;
-    let b = fetch(&proxy, "p.example", "/shared", &[("authorization", "Basic eDp5")]).await;
+    let a = fetch(
+        &proxy,
+        "p.example",
+        "/shared",
+        &[("authorization", "Basic eDp5")],
+    )
+    .await;
+    let b = fetch(
+        &proxy,
+        "p.example",
+        "/shared",
+        &[("authorization", "Basic eDp5")],
+    )
+    .await;
     assert_eq!(a.header("x-arc2-cache"), Some("Miss"));
     assert_eq!(b.header("x-arc2-cache"), Some("Hit"));
 }
@@ -379,10 +433,20 @@ async fn immutable_is_not_revalidated_on_reload_while_fresh_only() {
 
     fetch(&proxy, "i.example", "/immutable", &[]).await;
     let got = fetch(&proxy, "i.example", "/immutable", &reload).await;
-    assert_eq!(got.header("x-arc2-cache"), Some("Hit"), "a reload does not revalidate it");
+    assert_eq!(
+        got.header("x-arc2-cache"),
+        Some("Hit"),
+        "a reload does not revalidate it"
+    );
     assert_eq!(origin.requests(), 1);
     // no-cache still asks for validation.
-    let got = fetch(&proxy, "i.example", "/immutable", &[("cache-control", "no-cache")]).await;
+    let got = fetch(
+        &proxy,
+        "i.example",
+        "/immutable",
+        &[("cache-control", "no-cache")],
+    )
+    .await;
     assert_eq!(got.text(), "i");
     assert_eq!(origin.requests(), 2);
 
@@ -401,7 +465,11 @@ async fn immutable_is_not_revalidated_on_reload_while_fresh_only() {
     assert_eq!(got.text(), "s");
     assert_eq!(origin.requests(), before + 1);
     assert_eq!(
-        origin.last().headers.get("if-none-match").and_then(|v| v.to_str().ok()),
+        origin
+            .last()
+            .headers
+            .get("if-none-match")
+            .and_then(|v| v.to_str().ok()),
         Some("\"s1\"")
     );
 }
@@ -410,7 +478,9 @@ async fn immutable_is_not_revalidated_on_reload_while_fresh_only() {
 
 /// 200,000 bytes whose content tells where each byte is.
 fn pattern() -> String {
-    (0..200_000u32).map(|i| char::from(b'a' + (i % 26) as u8)).collect()
+    (0..200_000u32)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect()
 }
 
 #[tokio::test]
@@ -429,13 +499,22 @@ async fn a_range_miss_fetches_and_stores_the_whole_object() {
         .await;
     let proxy = Proxy::start(&config_for("r.example", &origin, "", ""));
 
-    let got = fetch(&proxy, "r.example", "/video", &[("range", "bytes=1000-1999")]).await;
+    let got = fetch(
+        &proxy,
+        "r.example",
+        "/video",
+        &[("range", "bytes=1000-1999")],
+    )
+    .await;
     assert_eq!(got.status, StatusCode::PARTIAL_CONTENT);
     assert_eq!(got.header("content-range"), Some("bytes 1000-1999/200000"));
     assert_eq!(got.text(), &body[1000..2000]);
     assert_eq!(origin.requests(), 1);
     let seen = origin.last();
-    assert!(!seen.headers.contains_key("range"), "the origin was asked for everything");
+    assert!(
+        !seen.headers.contains_key("range"),
+        "the origin was asked for everything"
+    );
 
     // The rest is served from the store.
     let got = fetch(&proxy, "r.example", "/video", &[("range", "bytes=150000-")]).await;
@@ -528,7 +607,11 @@ async fn a_range_of_an_object_over_cache_max_object_is_asked_of_the_origin_again
         assert_eq!(got.status, StatusCode::PARTIAL_CONTENT);
         assert_eq!(got.text(), &body[100..200]);
     }
-    assert_eq!(origin.requests(), 4, "never stored: two requests for each range");
+    assert_eq!(
+        origin.requests(),
+        4,
+        "never stored: two requests for each range"
+    );
 }
 
 // --- If-Match / If-Unmodified-Since on hits ----------------------------------------------------
@@ -644,12 +727,18 @@ async fn interim_responses_are_neither_cached_nor_leaked() {
         };
         let first = ask().await.unwrap();
         assert!(first.starts_with("HTTP/1.1 200 OK\r\n"), "{first}");
-        assert!(!first.contains(" 103 ") && !first.contains(" 102 "), "{first}");
+        assert!(
+            !first.contains(" 103 ") && !first.contains(" 102 "),
+            "{first}"
+        );
         assert!(!first.to_ascii_lowercase().contains("link:"), "{first}");
         assert!(first.ends_with("hello"), "{first}");
         let second = ask().await.unwrap();
         assert!(second.starts_with("HTTP/1.1 200 OK\r\n"), "{second}");
-        assert!(second.to_ascii_lowercase().contains("x-arc2-cache: hit"), "{second}");
+        assert!(
+            second.to_ascii_lowercase().contains("x-arc2-cache: hit"),
+            "{second}"
+        );
         assert!(!second.to_ascii_lowercase().contains("link:"), "{second}");
         assert_eq!(requests.load(Ordering::SeqCst), 1);
     }
