@@ -614,6 +614,72 @@ async fn a_range_of_an_object_over_cache_max_object_is_asked_of_the_origin_again
     );
 }
 
+#[tokio::test]
+async fn a_range_of_an_object_of_unknown_length_is_asked_of_the_origin_again() {
+    let body = pattern();
+    let whole = body.clone();
+    let origin = Origin::new()
+        .route_fn("/chunked", move |seen| match seen.headers.get("range") {
+            Some(_) => Reply::text(&whole[0..10])
+                .status(206)
+                .header("content-range", "bytes 0-9/200000"),
+            None => Reply::chunked(&whole).header("cache-control", "max-age=60"),
+        })
+        .start()
+        .await;
+    let proxy = Proxy::start(&config_for("r.example", &origin, "", ""));
+    let got = fetch(&proxy, "r.example", "/chunked", &[("range", "bytes=0-9")]).await;
+    assert_eq!(got.status, StatusCode::PARTIAL_CONTENT);
+    assert_eq!(got.text(), &body[0..10]);
+    assert_eq!(origin.requests(), 2);
+    // The whole response, asked for without a range, is stored as usual.
+    let got = fetch(&proxy, "r.example", "/chunked", &[]).await;
+    assert_eq!(got.body.len(), 200_000);
+    let got = fetch(&proxy, "r.example", "/chunked", &[("range", "bytes=0-9")]).await;
+    assert_eq!(got.header("x-arc2-cache"), Some("Hit"));
+    assert_eq!(got.text(), &body[0..10]);
+    assert_eq!(origin.requests(), 3);
+}
+
+#[tokio::test]
+async fn concurrent_ranges_of_one_object_share_one_fetch() {
+    let body = pattern();
+    let origin = Origin::new()
+        .route(
+            "/shared",
+            Reply::text(&body)
+                .header("cache-control", "max-age=60")
+                .delay(Duration::from_millis(300)),
+        )
+        .start()
+        .await;
+    let proxy = Proxy::start(&config_for("r.example", &origin, "", ""));
+    let ranges = ["bytes=0-99", "bytes=100000-100099", "bytes=-5", "bytes=0-"];
+    let asks = ranges.map(|r| {
+        let url = proxy.url("/shared");
+        tokio::spawn(async move {
+            let req = Request::get(url)
+                .header("host", "r.example")
+                .header("range", r)
+                .body(empty())
+                .unwrap();
+            send(&client(), req).await
+        })
+    });
+    let mut answers = Vec::new();
+    for a in asks {
+        answers.push(a.await.unwrap());
+    }
+    assert_eq!(origin.requests(), 1, "one whole-object fetch for every range");
+    assert_eq!(answers[0].text(), &body[..100]);
+    assert_eq!(answers[1].text(), &body[100_000..100_100]);
+    assert_eq!(answers[2].text(), &body[199_995..]);
+    assert_eq!(answers[3].text(), body);
+    for a in &answers {
+        assert_eq!(a.status, StatusCode::PARTIAL_CONTENT);
+    }
+}
+
 // --- If-Match / If-Unmodified-Since on hits ----------------------------------------------------
 
 #[tokio::test]

@@ -47,6 +47,8 @@ pub struct Reply {
     pub stream_len: Option<u64>,
     /// When set with `stream_len`, the origin pauses this long after the first chunk.
     pub pause_after_first: Option<Duration>,
+    /// Send `body` chunked (no Content-Length), in two frames.
+    pub chunked: bool,
 }
 
 impl Reply {
@@ -58,7 +60,14 @@ impl Reply {
             delay: Duration::ZERO,
             stream_len: None,
             pause_after_first: None,
+            chunked: false,
         }
+    }
+    /// `body` without a Content-Length (chunked transfer coding).
+    pub fn chunked(body: &str) -> Self {
+        let mut r = Reply::text(body);
+        r.chunked = true;
+        r
     }
     /// Streams `len` bytes, pausing `pause` after the first 64 KiB chunk.
     pub fn trickled(len: u64, pause: Duration) -> Self {
@@ -278,6 +287,17 @@ async fn handle(
                 }
                 None => repeat_body(len),
             }
+        }
+        None if reply.chunked => {
+            let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(2);
+            let half = reply.body.len() / 2;
+            let body = reply.body;
+            tokio::spawn(async move {
+                for part in [body.slice(..half), body.slice(half..)] {
+                    let _ = tx.send(Ok(Frame::data(part))).await;
+                }
+            });
+            ChannelBody(rx).boxed()
         }
         None => Full::new(reply.body).boxed(),
     };
