@@ -18,8 +18,7 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     for h in [&headers, &targeted] {
-        let d = ResponseDirectives::parse(h);
-        let _ = d.withheld_fields(h);
+        let _ = ResponseDirectives::parse(h).withheld();
     }
     let _ = RequestDirectives::parse(&headers);
 });

@@ -5,7 +5,8 @@
 //! (token characters, optional whitespace, `delta-seconds`) the other modules of this crate share.
 //!
 //! Invariants:
-//! - Parsing never panics and never allocates: every header line is scanned as borrowed bytes,
+//! - Parsing never panics and allocates only for the field list of a qualified `private` /
+//!   `no-cache` (`withheld`): every header line is scanned as borrowed bytes,
 //!   whatever they contain (obs-text, control characters, unterminated quoted strings).
 //! - Directives are comma-separated across all header lines; a quoted string never spans lines,
 //!   and commas inside a quoted string do not split directives.
@@ -16,7 +17,7 @@
 //!   `max-age=60 junk` is an invalid freshness directive (stale).
 //! - Every `delta-seconds` value is clamped to [`DELTA_SECONDS_MAX`] (2^31, RFC 9111 §1.2.2).
 
-use http::header::{HeaderMap, CACHE_CONTROL, PRAGMA};
+use http::header::{HeaderMap, HeaderName, CACHE_CONTROL, PRAGMA};
 
 /// The value a too-large `delta-seconds` is treated as (RFC 9111 §1.2.2: 2^31).
 pub(crate) const DELTA_SECONDS_MAX: u64 = 2_147_483_648;
@@ -64,6 +65,10 @@ pub struct ResponseDirectives {
     /// The directives came from `CDN-Cache-Control` (RFC 9213), which replaces `Cache-Control`
     /// and `Expires` for rampart's own decisions.
     pub targeted: bool,
+    /// The fields named by a qualified `private` / `no-cache` (lower-case): withheld from the
+    /// stored copy and from anything shared with other clients. `None` when neither is
+    /// qualified (the only case that allocates while parsing).
+    pub withheld: Option<std::sync::Arc<[HeaderName]>>,
 }
 
 impl ResponseDirectives {
@@ -119,32 +124,41 @@ impl ResponseDirectives {
                 }
             }
         }
+        if d.private_fields || d.no_cache_fields {
+            let names = headers
+                .get_all(CACHE_CONTROL)
+                .iter()
+                .flat_map(|line| Directives::new(line.as_bytes()))
+                .filter(|dir| eq(dir.name, "private") || eq(dir.name, "no-cache"))
+                .filter_map(|dir| dir.arg.field_names())
+                .flatten();
+            d.withheld = Some(header_names(names));
+        }
         d
     }
 }
 
 impl ResponseDirectives {
-    /// The fields a qualified `private="…"` or `no-cache="…"` withholds from a stored copy,
-    /// lower-cased; empty when neither is qualified. (Allocates: called when storing only.)
-    pub fn withheld_fields(&self, headers: &HeaderMap) -> Vec<Vec<u8>> {
-        if !(self.private_fields || self.no_cache_fields) {
-            return Vec::new();
-        }
-        if self.targeted {
-            return crate::targeted::qualified_fields(headers);
-        }
-        let mut out = Vec::new();
-        for line in headers.get_all(CACHE_CONTROL) {
-            for dir in Directives::new(line.as_bytes()) {
-                if eq(dir.name, "private") || eq(dir.name, "no-cache") {
-                    if let Some(names) = dir.arg.field_names() {
-                        out.extend(names.map(<[u8]>::to_ascii_lowercase));
-                    }
-                }
+    /// The fields a qualified `private="…"` or `no-cache="…"` withholds from shared reuse.
+    pub fn withheld(&self) -> &[HeaderName] {
+        self.withheld.as_deref().unwrap_or_default()
+    }
+}
+
+/// Field names as `HeaderName`s (lower-cased), without duplicates; names that are not valid
+/// field names are dropped (such a field cannot be in a response anyway).
+pub(crate) fn header_names<'a>(
+    names: impl Iterator<Item = &'a [u8]>,
+) -> std::sync::Arc<[HeaderName]> {
+    let mut out: Vec<HeaderName> = Vec::new();
+    for n in names {
+        if let Ok(n) = HeaderName::from_bytes(n) {
+            if !out.contains(&n) {
+                out.push(n);
             }
         }
-        out
     }
+    out.into()
 }
 
 /// The field names of a qualified directive's list (`#field-name`): comma-separated, each
@@ -767,10 +781,7 @@ mod tests {
         assert!(d.no_cache_fields && !d.no_cache);
         assert_eq!(d.max_age, Some(5));
         assert!(!d.invalid_freshness);
-        assert_eq!(
-            d.withheld_fields(&h),
-            vec![b"set-cookie".to_vec(), b"authorization".to_vec()]
-        );
+        assert_eq!(d.withheld(), ["set-cookie", "authorization"]);
         // Elements that are not field names are skipped; one name is enough to qualify it.
         let h = map(
             CACHE_CONTROL,
@@ -779,7 +790,7 @@ mod tests {
         let d = ResponseDirectives::parse(&h);
         assert!(d.private_fields && !d.private);
         assert_eq!(d.max_age, Some(7));
-        assert_eq!(d.withheld_fields(&h), vec![b"a".to_vec()]);
+        assert_eq!(d.withheld(), ["a"]);
         // The token form is accepted too.
         let d = resp(&["private=set-cookie, no-cache=x"]);
         assert!(d.private_fields && d.no_cache_fields && !d.private && !d.no_cache);
@@ -796,7 +807,7 @@ mod tests {
         assert!(resp(&["no-cache="]).no_cache);
         // Unqualified, nothing is withheld.
         let h = map(CACHE_CONTROL, &[b"private, no-cache"]);
-        assert!(ResponseDirectives::parse(&h).withheld_fields(&h).is_empty());
+        assert!(ResponseDirectives::parse(&h).withheld().is_empty());
     }
 
     #[test]

@@ -149,7 +149,7 @@ pub fn storable(x: &Exchange<'_>, rule: RulePolicy) -> Result<Duration, NotStore
     // Set-Cookie is per user: stored only when the operator allows it and the origin says the
     // response is meant for shared caches (an explicit lifetime or `public`), unless a
     // qualified `private` / `no-cache` withholds the field itself from the stored copy.
-    if res_headers.contains_key(SET_COOKIE) && !withholds(res, res_headers, SET_COOKIE.as_str()) {
+    if res_headers.contains_key(SET_COOKIE) && !withholds(res, &SET_COOKIE) {
         let explicit = matches!(origin, Lifetime::Explicit(d) if !d.is_zero()) || res.public;
         if !(rule.store_set_cookie && explicit) {
             return Err(NotStored::SetCookie);
@@ -178,13 +178,9 @@ pub fn storable(x: &Exchange<'_>, rule: RulePolicy) -> Result<Duration, NotStore
     Ok(lifetime)
 }
 
-/// Whether a qualified `private` / `no-cache` lists `field` (lower-case).
-fn withholds(res: &ResponseDirectives, headers: &HeaderMap, field: &str) -> bool {
-    (res.private_fields || res.no_cache_fields)
-        && res
-            .withheld_fields(headers)
-            .iter()
-            .any(|n| n.eq_ignore_ascii_case(field.as_bytes()))
+/// Whether a qualified `private` / `no-cache` lists `field`.
+fn withholds(res: &ResponseDirectives, field: &http::HeaderName) -> bool {
+    res.withheld().contains(field)
 }
 
 /// Whether a stored object may answer a request without contacting the origin.

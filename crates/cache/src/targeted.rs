@@ -65,24 +65,6 @@ fn field(headers: &HeaderMap) -> Option<Cow<'_, [u8]>> {
     Some(Cow::Owned(all))
 }
 
-/// The names listed by a qualified `private="…"` or `no-cache="…"` in a valid
-/// `CDN-Cache-Control` (lower-case, as written).
-pub fn qualified_fields(headers: &HeaderMap) -> Vec<Vec<u8>> {
-    let Some(field) = field(headers) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for member in Dictionary::new(&field) {
-        let Ok((key, value)) = member else {
-            return Vec::new();
-        };
-        if let (b"private" | b"no-cache", Value::String(s)) = (key, value) {
-            out.extend(crate::control::field_names(s).map(<[u8]>::to_vec));
-        }
-    }
-    out
-}
-
 /// The last value of each directive rampart knows.
 #[derive(Default)]
 struct Seen<'a> {
@@ -148,6 +130,16 @@ impl<'a> Seen<'a> {
         d.no_cache = restrictive(self.no_cache) && !d.no_cache_fields;
         d.private_fields = qualified(self.private);
         d.private = restrictive(self.private) && !d.private_fields;
+        if d.private_fields || d.no_cache_fields {
+            let names = [self.private, self.no_cache]
+                .into_iter()
+                .filter_map(|v| match v {
+                    Some(Value::String(s)) => Some(crate::control::field_names(s)),
+                    _ => None,
+                })
+                .flatten();
+            d.withheld = Some(crate::control::header_names(names));
+        }
         d.public = permissive(self.public);
         d.must_revalidate = restrictive(self.must_revalidate);
         d.proxy_revalidate = restrictive(self.proxy_revalidate);
@@ -466,17 +458,9 @@ mod tests {
     fn qualified_private_and_no_cache() {
         let d = cdn(&["max-age=60, private=\"set-cookie, x-user\""]).unwrap();
         assert!(!d.private && d.private_fields);
-        let mut h = HeaderMap::new();
-        h.insert(
-            &CDN_CACHE_CONTROL,
-            HeaderValue::from_static(
-                "max-age=60, private=\"set-cookie, x-user\", no-cache=\"x-a\"",
-            ),
-        );
-        assert_eq!(
-            qualified_fields(&h),
-            vec![b"set-cookie".to_vec(), b"x-user".to_vec(), b"x-a".to_vec()]
-        );
+        let d =
+            cdn(&["max-age=60, private=\"set-cookie, x-user\", no-cache=\"x-a, x-user\""]).unwrap();
+        assert_eq!(d.withheld(), ["set-cookie", "x-user", "x-a"]);
         // An empty list is the unqualified form.
         let d = cdn(&["private=\"\""]).unwrap();
         assert!(d.private && !d.private_fields);
@@ -498,7 +482,6 @@ mod tests {
             h.append(&CDN_CACHE_CONTROL, line.clone());
             h.append(&CDN_CACHE_CONTROL, line);
             let _ = parse(&h);
-            let _ = qualified_fields(&h);
         }
     }
 }

@@ -84,14 +84,57 @@ pub enum Found {
 pub struct Cache {
     store: MemoryStore,
     coalescer: Arc<Coalescer>,
+    /// URLs whose whole representation a range miss could not store (see [`Cache::refuse_widening`]).
+    unwidenable: std::sync::Mutex<std::collections::HashMap<CacheKey, std::time::Instant>>,
 }
+
+/// How long a range request for a URL whose whole representation could not be stored goes
+/// straight to the origin with its `Range` (Varnish calls such a marker hit-for-pass).
+pub const UNWIDENABLE_FOR: Duration = Duration::from_secs(60);
+/// At most this many such URLs are remembered: when full, the expired ones are dropped, or all
+/// of them if none has expired (forgetting costs one whole-object try per URL).
+const UNWIDENABLE_MAX: usize = 4096;
 
 impl Cache {
     pub fn new(memory: u64, max_object: usize) -> Self {
         Cache {
             store: MemoryStore::new(memory, max_object),
             coalescer: Arc::new(Coalescer::default()),
+            unwidenable: Default::default(),
         }
+    }
+
+    /// Whether a range miss on `key` may fetch the whole representation to store it: not while
+    /// an earlier try found it unstorable (no-store, too large, no length, …).
+    pub fn may_widen(&self, key: &CacheKey) -> bool {
+        let mut map = match self.unwidenable.lock() {
+            Ok(m) => m,
+            Err(p) => p.into_inner(),
+        };
+        match map.get(key) {
+            Some(at) if at.elapsed() < UNWIDENABLE_FOR => false,
+            Some(_) => {
+                map.remove(key);
+                true
+            }
+            None => true,
+        }
+    }
+
+    /// Remembers that `key`'s whole representation could not be shared and stored, so range
+    /// requests for it go to the origin with their range for [`UNWIDENABLE_FOR`].
+    pub fn refuse_widening(&self, key: &CacheKey) {
+        let mut map = match self.unwidenable.lock() {
+            Ok(m) => m,
+            Err(p) => p.into_inner(),
+        };
+        if map.len() >= UNWIDENABLE_MAX {
+            map.retain(|_, at| at.elapsed() < UNWIDENABLE_FOR);
+            if map.len() >= UNWIDENABLE_MAX {
+                map.clear();
+            }
+        }
+        map.insert(key.clone(), std::time::Instant::now());
     }
 
     pub fn coalescer(&self) -> &Arc<Coalescer> {
@@ -301,6 +344,11 @@ impl StoreTicket {
         self.variant.as_ref()
     }
 
+    /// The fields a qualified `private` / `no-cache` withholds from other clients.
+    pub fn withheld(&self) -> &[HeaderName] {
+        self.directives.withheld()
+    }
+
     /// Adds the next chunk of the body. False when the body will not be stored (larger than
     /// `cache_max_object`, or no room for it in the store): drop the ticket then.
     pub fn push(&mut self, chunk: &[u8]) -> bool {
@@ -428,8 +476,10 @@ pub fn respond(
         *res.headers_mut() = headers;
         return (res, label);
     }
-    let (status, mut headers, body) = if conditional::precondition_failed(req_headers, &obj.headers)
-    {
+    // RFC 9110 §13.2.1: preconditions apply to what would otherwise be a 2xx.
+    let failed =
+        obj.status.is_success() && conditional::precondition_failed(req_headers, &obj.headers);
+    let (status, mut headers, body) = if failed {
         let mut h = HeaderMap::new();
         h.insert(CONTENT_LENGTH, HeaderValue::from_static("0"));
         (StatusCode::PRECONDITION_FAILED, h, bytes::Bytes::new())
@@ -528,23 +578,21 @@ pub fn stale_if_error_allows(obj: &Object, now: SystemTime, grace: Duration) -> 
     d.s_maxage.is_none() && staleness <= grace
 }
 
-/// The header block of a fresh full hit, minus `Age`/`X-Arc2-Cache-Age`: an owned copy of
-/// the stored fields (see [`compact_headers`]) with the hit labels.
 /// The fields a stored copy keeps: not `Age` (recomputed per answer), not `CDN-Cache-Control`
 /// (rampart is its target; it is not forwarded), and none that a qualified `private="…"` /
 /// `no-cache="…"` withholds from shared reuse.
 fn stored_headers(res_headers: &HeaderMap, directives: &ResponseDirectives) -> HeaderMap {
     let mut stored = res_headers.clone();
-    for name in directives.withheld_fields(res_headers) {
-        if let Ok(name) = HeaderName::from_bytes(&name) {
-            stored.remove(name);
-        }
+    for name in directives.withheld() {
+        stored.remove(name);
     }
     stored.remove(AGE);
     stored.remove(&CDN_CACHE_CONTROL);
     stored
 }
 
+/// The header block of a fresh full hit, minus `Age`/`X-Arc2-Cache-Age`: an owned copy of
+/// the stored fields (see [`compact_headers`]) with the hit labels.
 fn hit_headers(stored: &HeaderMap) -> HeaderMap {
     static HIT: HeaderValue = HeaderValue::from_static("rampart; hit");
     let label = CacheLabel::Hit.header();

@@ -367,6 +367,10 @@ impl Pipeline {
             && req.headers().contains_key(http::header::RANGE)
             && widenable(req.headers())
             && matches!(req.body(), RequestBody::Empty)
+            // Not while an earlier try found the whole representation unstorable.
+            && (self.cache.as_ref())
+                .zip(miss.as_ref())
+                .is_some_and(|(c, l)| c.may_widen(&l.key))
         {
             widened = Some(req.headers().clone());
             req.headers_mut().remove(http::header::RANGE);
@@ -495,8 +499,10 @@ impl Pipeline {
                 if let Some(stale) = stale
                     .filter(|s| lookup::stale_if_error_allows(s, SystemTime::now(), self.grace))
                 {
+                    // The request was sent on: only a widened range request's headers remain.
+                    let client_headers = widened.clone().unwrap_or_default();
                     let (res, label) =
-                        lookup::respond(&stale, &HeaderMap::new(), false, Served::StaleIfError);
+                        lookup::respond(&stale, &client_headers, false, Served::StaleIfError);
                     return finish(res, log, label);
                 }
                 let mut res = e.to_response();
@@ -602,6 +608,9 @@ impl Pipeline {
         if let (Some(client_headers), Some((uri, version))) = (widened.take(), range_request) {
             let shared = ticket.is_some() && leader.is_some() && length.is_some();
             if parts.status == StatusCode::OK && !shared {
+                if let (Some(cache), Some(l)) = (&self.cache, &miss) {
+                    cache.refuse_widening(&l.key);
+                }
                 drop((body, ticket.take(), leader.take()));
                 let mut again = Request::new(RequestBody::Empty);
                 *again.uri_mut() = uri;
@@ -641,9 +650,15 @@ impl Pipeline {
         let body = match (ticket, leader, length) {
             // Storable with a known length: waiters stream the leader's fetch with it.
             (Some(t), Some(leader), Some(length)) => {
+                // Other clients get what the store keeps: no field a qualified `private` /
+                // `no-cache` withholds (the leader's own client gets them all).
+                let mut shared = parts.headers.clone();
+                for name in t.withheld() {
+                    shared.remove(name);
+                }
                 let head = SharedHead {
                     status: parts.status,
-                    headers: parts.headers.clone(),
+                    headers: shared,
                     vary: t.vary().clone(),
                     variant: t.variant().cloned(),
                     length,
