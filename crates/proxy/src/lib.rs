@@ -15,6 +15,7 @@ pub mod log;
 pub mod lookup;
 pub mod origin;
 pub mod pipeline;
+pub mod ranges;
 pub mod recv;
 pub mod screen;
 pub mod server;

@@ -26,10 +26,10 @@ use crate::fetch::{Upstream, UpstreamSet};
 use crate::headers::{add_forwarded, append_via, strip_hop_by_hop};
 use crate::log::AccessRecord;
 use crate::lookup::{self, Cache, CacheLabel, Found, Served};
+use crate::ranges::{self, Widened};
 use crate::recv::{PathDecision, Router, Rule};
 use crate::screen::Screen;
 use crate::synth::{self, ProxyError};
-use rampart_cache::conditional::RangeAnswer;
 use rampart_cache::policy::{Heuristic, RulePolicy};
 use rampart_cache::targeted::CDN_CACHE_CONTROL;
 use rampart_cache::vary::Vary;
@@ -358,24 +358,11 @@ impl Pipeline {
             }
         }
 
-        // A range miss fetches the whole representation as a shared (coalesced) fetch, so
-        // range-only traffic (players, download managers) fills the cache; the client's range
-        // is cut from that fetch as it streams.
-        let mut widened = None;
-        if miss.as_ref().is_some_and(|l| !l.forced)
-            && mode == Mode::Client
-            && req.headers().contains_key(http::header::RANGE)
-            && widenable(req.headers())
-            && matches!(req.body(), RequestBody::Empty)
-            // Not while an earlier try found the whole representation unstorable.
-            && (self.cache.as_ref())
-                .zip(miss.as_ref())
-                .is_some_and(|(c, l)| c.may_widen(&l.key))
-        {
-            widened = Some(req.headers().clone());
-            req.headers_mut().remove(http::header::RANGE);
-            req.headers_mut().remove(http::header::IF_RANGE);
-        }
+        // A range miss becomes a shared whole-object fetch (see `ranges.rs`).
+        let mut widened = match (&self.cache, &miss) {
+            (Some(cache), Some(l)) if mode == Mode::Client => Widened::new(&mut req, cache, l),
+            _ => None,
+        };
 
         // Coalescing: one origin request per resource at a time; later misses wait for it.
         let mut leader = None;
@@ -404,8 +391,8 @@ impl Pipeline {
                             };
                             if same_variant {
                                 let mut headers = head.headers.clone();
-                                let (status, body) = cut_range(
-                                    widened.as_ref(),
+                                let (status, body) = ranges::cut_range(
+                                    widened.as_ref().map(|w| &w.headers),
                                     head.status,
                                     &mut headers,
                                     InflightBody::new(inflight, head.length),
@@ -434,7 +421,8 @@ impl Pipeline {
                                 l.policy,
                                 false,
                             ) {
-                                let client_headers = widened.as_ref().unwrap_or(req.headers());
+                                let client_headers =
+                                    widened.as_ref().map_or(req.headers(), |w| &w.headers);
                                 let (res, label) =
                                     lookup::respond(&obj, client_headers, false, Served::Fresh);
                                 return finish(res, log, label);
@@ -448,13 +436,10 @@ impl Pipeline {
 
         // Only a leader's fetch can go on for the store after the client's range is sent.
         if leader.is_none() {
-            if let Some(client_headers) = widened.take() {
-                *req.headers_mut() = client_headers;
+            if let Some(w) = widened.take() {
+                w.restore(&mut req);
             }
         }
-        // The request as the client sent it, to re-send with its range when the whole
-        // representation turns out not to be storable.
-        let range_request = widened.as_ref().map(|_| (req.uri().clone(), req.version()));
 
         // pass → fetch, revalidating a stale entry with its validators.
         let method = req.method().clone();
@@ -500,18 +485,13 @@ impl Pipeline {
                     .filter(|s| lookup::stale_if_error_allows(s, SystemTime::now(), self.grace))
                 {
                     // The request was sent on: only a widened range request's headers remain.
-                    let client_headers = widened.clone().unwrap_or_default();
+                    let none = HeaderMap::new();
+                    let client_headers = widened.as_ref().map_or(&none, |w| &w.headers);
                     let (res, label) =
-                        lookup::respond(&stale, &client_headers, false, Served::StaleIfError);
+                        lookup::respond(&stale, client_headers, false, Served::StaleIfError);
                     return finish(res, log, label);
                 }
-                let mut res = e.to_response();
-                lookup::label(
-                    res.headers_mut(),
-                    label,
-                    "rampart; fwd=miss; detail=origin-error",
-                );
-                return finish(res, log, label);
+                return finish(origin_error(&e, label), log, label);
             }
         };
         let response_time = SystemTime::now();
@@ -536,7 +516,7 @@ impl Pipeline {
                     fetched.request_time,
                     response_time,
                 );
-                let client_headers = widened.as_ref().unwrap_or(req_headers);
+                let client_headers = widened.as_ref().map_or(req_headers, |w| &w.headers);
                 let (res, label) =
                     lookup::respond(&obj, client_headers, false, Served::Revalidated);
                 return finish(res, log, label);
@@ -550,7 +530,7 @@ impl Pipeline {
                     domain = recv.rule.config.domain_text,
                     "origin error; serving stale"
                 );
-                let client_headers = widened.as_ref().unwrap_or(req_headers);
+                let client_headers = widened.as_ref().map_or(req_headers, |w| &w.headers);
                 let (res, label) =
                     lookup::respond(stale, client_headers, false, Served::StaleIfError);
                 return finish(res, log, label);
@@ -558,10 +538,7 @@ impl Pipeline {
         }
 
         // deliver (+ store)
-        let (mut parts, mut body) = fetched.res.into_parts();
-        strip_hop_by_hop(&mut parts.headers);
-        append_via(&mut parts.headers, parts.version);
-        parts.version = fetched.downstream_version;
+        let (mut parts, mut body) = downstream(fetched.res, fetched.downstream_version);
         let mut ticket = None;
         // A request that was never looked up (path policy, method, caching off) bypassed it.
         let mut cache_status = if label == CacheLabel::Bypass || !looked_up {
@@ -603,48 +580,25 @@ impl Pipeline {
             parts.headers.remove(&CDN_CACHE_CONTROL);
         }
         let mut length = crate::headers::content_length(&parts.headers);
-        // A range request whose whole representation turned out not to be shareable (not
-        // storable, or of unknown length): ask the origin again, for the range this time.
-        if let (Some(client_headers), Some((uri, version))) = (widened.take(), range_request) {
-            let shared = ticket.is_some() && leader.is_some() && length.is_some();
-            if parts.status == StatusCode::OK && !shared {
-                if let (Some(cache), Some(l)) = (&self.cache, &miss) {
-                    cache.refuse_widening(&l.key);
-                }
+        // A widened range request whose whole representation is not shareable (not storable,
+        // or of unknown length): ask the origin again, for the range this time.
+        let shared = ticket.is_some() && leader.is_some() && length.is_some();
+        if let (Some(cache), Some(l), false) = (&self.cache, &miss, shared) {
+            if let Some(w) = widened.take().filter(|_| parts.status == StatusCode::OK) {
+                cache.refuse_widening(&l.key);
                 drop((body, ticket.take(), leader.take()));
-                let mut again = Request::new(RequestBody::Empty);
-                *again.uri_mut() = uri;
-                *again.version_mut() = version;
-                *again.headers_mut() = client_headers;
-                let fetched = match self
-                    .pass(conn, &recv, again, false, None, log.as_deref_mut())
-                    .await
-                {
+                let again = self.pass(conn, &recv, w.request(), false, None, log.as_deref_mut());
+                let fetched = match again.await {
                     Ok(f) => f,
-                    Err(e) => {
-                        let mut res = e.to_response();
-                        lookup::label(
-                            res.headers_mut(),
-                            label,
-                            "rampart; fwd=miss; detail=origin-error",
-                        );
-                        return finish(res, log, label);
-                    }
+                    Err(e) => return finish(origin_error(&e, label), log, label),
                 };
-                (parts, body) = fetched.res.into_parts();
-                strip_hop_by_hop(&mut parts.headers);
-                append_via(&mut parts.headers, parts.version);
-                parts.version = fetched.downstream_version;
-                if self.cache.is_some() {
-                    parts.headers.remove(&CDN_CACHE_CONTROL);
-                }
+                (parts, body) = downstream(fetched.res, fetched.downstream_version);
+                parts.headers.remove(&CDN_CACHE_CONTROL);
                 length = crate::headers::content_length(&parts.headers);
                 if label != CacheLabel::Bypass {
                     label = CacheLabel::Dynamic;
                 }
                 cache_status = "rampart; fwd=miss";
-            } else {
-                widened = Some(client_headers);
             }
         }
         let body = match (ticket, leader, length) {
@@ -664,8 +618,8 @@ impl Pipeline {
                     length,
                 };
                 let fetch = leader.publish(head, body, t, self.upstream.timeout());
-                let (status, body) = cut_range(
-                    widened.as_ref(),
+                let (status, body) = ranges::cut_range(
+                    widened.as_ref().map(|w| &w.headers),
                     parts.status,
                     &mut parts.headers,
                     fetch,
@@ -947,61 +901,23 @@ fn finish(
     res
 }
 
-/// Whether a range request may be widened into a shared whole-object fetch: nothing makes
-/// another client's answer unfit for it (`Authorization`, preconditions other than If-Range).
-fn widenable(h: &HeaderMap) -> bool {
-    use http::header::IF_UNMODIFIED_SINCE;
-    use http::header::{AUTHORIZATION, IF_MATCH, IF_MODIFIED_SINCE, IF_NONE_MATCH};
-    ![
-        AUTHORIZATION,
-        IF_MATCH,
-        IF_NONE_MATCH,
-        IF_MODIFIED_SINCE,
-        IF_UNMODIFIED_SINCE,
-    ]
-    .iter()
-    .any(|n| h.contains_key(n))
+/// An origin response's head made ready for the client: hop-by-hop fields out, `Via` in, the
+/// client's HTTP version.
+fn downstream(res: Response<Incoming>, version: Version) -> (http::response::Parts, Incoming) {
+    let (mut parts, body) = res.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    append_via(&mut parts.headers, parts.version);
+    parts.version = version;
+    (parts, body)
 }
 
-/// The answer to a widened range request from a whole 200 streaming in `body`: 206 with the
-/// range, 416 when it is outside the representation, or the whole 200 when the range does not
-/// apply (If-Range not matching, several ranges, another unit). Anything but a 200 is sent as is.
-fn cut_range(
-    client: Option<&HeaderMap>,
-    status: StatusCode,
-    headers: &mut HeaderMap,
-    body: InflightBody,
-    length: u64,
-) -> (StatusCode, ProxyBody) {
-    use http::header::{CONTENT_LENGTH, CONTENT_RANGE};
-    let Some(client) = client.filter(|_| status == StatusCode::OK) else {
-        return (status, ProxyBody::inflight(body));
-    };
-    let content_range = |s: String| {
-        HeaderValue::from_str(&s).unwrap_or_else(|_| HeaderValue::from_static("bytes */0"))
-    };
-    match conditional::range(client, headers, length) {
-        RangeAnswer::Full => (status, ProxyBody::inflight(body)),
-        RangeAnswer::Partial { start, end } => {
-            headers.insert(
-                CONTENT_RANGE,
-                content_range(format!("bytes {start}-{end}/{length}")),
-            );
-            headers.insert(CONTENT_LENGTH, HeaderValue::from(end - start + 1));
-            (
-                StatusCode::PARTIAL_CONTENT,
-                ProxyBody::inflight(body.range(start, end)),
-            )
-        }
-        RangeAnswer::Unsatisfiable => {
-            let mut h = HeaderMap::new();
-            h.insert(CONTENT_RANGE, content_range(format!("bytes */{length}")));
-            h.insert(CONTENT_LENGTH, HeaderValue::from_static("0"));
-            *headers = h;
-            (
-                StatusCode::RANGE_NOT_SATISFIABLE,
-                ProxyBody::full(bytes::Bytes::new()),
-            )
-        }
-    }
+/// rampart's own 502/504 for an origin failure, with the label decided for the request.
+fn origin_error(e: &ProxyError, label: CacheLabel) -> Response<ProxyBody> {
+    let mut res = e.to_response();
+    lookup::label(
+        res.headers_mut(),
+        label,
+        "rampart; fwd=miss; detail=origin-error",
+    );
+    res
 }
