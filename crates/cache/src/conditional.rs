@@ -132,20 +132,7 @@ pub fn not_modified(req: &HeaderMap, stored: &HeaderMap, stored_date: SystemTime
 ///   resource does not have a modification date available").
 pub fn precondition_failed(req: &HeaderMap, stored: &HeaderMap) -> bool {
     if req.contains_key(IF_MATCH) {
-        let elements: Vec<ListElement<'_>> = req
-            .get_all(IF_MATCH)
-            .iter()
-            .flat_map(|line| TagList::new(line.as_bytes()))
-            .collect();
-        if let [ListElement::Wildcard] = elements.as_slice() {
-            return false;
-        }
-        let Some(current) = stored_etag(stored) else {
-            return true;
-        };
-        return !elements
-            .iter()
-            .any(|element| matches!(element, ListElement::Tag(tag) if tag.strong_eq(&current)));
+        return !tag_list_matches(req, &IF_MATCH, stored, |a, b| a.strong_eq(b));
     }
     match (
         single_line_date(req, &IF_UNMODIFIED_SINCE),
@@ -396,8 +383,20 @@ impl<'a> Iterator for TagList<'a> {
 /// Whether `If-None-Match` matches the stored representation (weak comparison), i.e. its
 /// condition is false and a GET/HEAD gets 304.
 fn if_none_match_matches(req: &HeaderMap, stored: &HeaderMap) -> bool {
+    tag_list_matches(req, &IF_NONE_MATCH, stored, |a, b| a.weak_eq(b))
+}
+
+/// Whether the entity-tag list in the request's `name` field (all its lines) matches the stored
+/// representation: `*` as the sole element matches any; otherwise some element must equal the
+/// stored `ETag` by `eq` (a stored response without a valid `ETag` matches no tag).
+fn tag_list_matches(
+    req: &HeaderMap,
+    name: &HeaderName,
+    stored: &HeaderMap,
+    eq: fn(&EntityTag<'_>, &EntityTag<'_>) -> bool,
+) -> bool {
     let elements: Vec<ListElement<'_>> = req
-        .get_all(IF_NONE_MATCH)
+        .get_all(name)
         .iter()
         .flat_map(|line| TagList::new(line.as_bytes()))
         .collect();
@@ -409,7 +408,7 @@ fn if_none_match_matches(req: &HeaderMap, stored: &HeaderMap) -> bool {
     };
     elements
         .iter()
-        .any(|element| matches!(element, ListElement::Tag(tag) if tag.weak_eq(&current)))
+        .any(|element| matches!(element, ListElement::Tag(tag) if eq(tag, &current)))
 }
 
 // --- dates -------------------------------------------------------------------------------------

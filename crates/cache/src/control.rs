@@ -286,6 +286,12 @@ pub(crate) fn is_ows(b: u8) -> bool {
     b == b' ' || b == b'\t'
 }
 
+/// `bytes` split after its longest prefix whose bytes all satisfy `pred`.
+pub(crate) fn split_while(bytes: &[u8], pred: impl Fn(u8) -> bool) -> (&[u8], &[u8]) {
+    let n = bytes.iter().position(|&b| !pred(b)).unwrap_or(bytes.len());
+    bytes.split_at(n)
+}
+
 /// `bytes` without leading and trailing optional whitespace.
 pub(crate) fn trim_ows(bytes: &[u8]) -> &[u8] {
     let start = bytes
@@ -397,21 +403,11 @@ impl<'a> Directives<'a> {
     }
 
     fn skip_while(&mut self, pred: impl Fn(u8) -> bool) {
-        let n = self
-            .rest
-            .iter()
-            .position(|&b| !pred(b))
-            .unwrap_or(self.rest.len());
-        self.rest = self.rest.get(n..).unwrap_or_default();
+        self.rest = split_while(self.rest, pred).1;
     }
 
     fn take_token(&mut self) -> &'a [u8] {
-        let n = self
-            .rest
-            .iter()
-            .position(|&b| !is_tchar(b))
-            .unwrap_or(self.rest.len());
-        let (token, rest) = self.rest.split_at(n);
+        let (token, rest) = split_while(self.rest, is_tchar);
         self.rest = rest;
         token
     }

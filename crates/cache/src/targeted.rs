@@ -20,7 +20,7 @@ use std::borrow::Cow;
 
 use http::header::{HeaderMap, HeaderName};
 
-use crate::control::{ResponseDirectives, DELTA_SECONDS_MAX};
+use crate::control::{split_while, ResponseDirectives, DELTA_SECONDS_MAX};
 
 /// The targeted field rampart implements (its whole target list).
 pub static CDN_CACHE_CONTROL: HeaderName = HeaderName::from_static("cdn-cache-control");
@@ -186,21 +186,11 @@ impl<'a> Dictionary<'a> {
     }
 
     fn eat(&mut self, pred: impl Fn(u8) -> bool) {
-        let n = self
-            .rest
-            .iter()
-            .position(|&b| !pred(b))
-            .unwrap_or(self.rest.len());
-        self.rest = self.rest.get(n..).unwrap_or_default();
+        self.rest = split_while(self.rest, pred).1;
     }
 
     fn take(&mut self, pred: impl Fn(u8) -> bool) -> &'a [u8] {
-        let n = self
-            .rest
-            .iter()
-            .position(|&b| !pred(b))
-            .unwrap_or(self.rest.len());
-        let (taken, rest) = self.rest.split_at(n);
+        let (taken, rest) = split_while(self.rest, pred);
         self.rest = rest;
         taken
     }
