@@ -425,18 +425,8 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     }
 
     // Origin.
-    let origin_port = procs::free_port()?;
-    let origin_addr: SocketAddr = format!("127.0.0.1:{origin_port}").parse()?;
-    let origin = procs::Server::start(
-        &args.server_cpus,
-        &me.to_string_lossy(),
-        &["origin".into(), "--listen".into(), origin_addr.to_string()],
-        &[],
-        &work.join("origin.log"),
-    )?;
-    if !procs::wait_listening(origin_addr, Duration::from_secs(10)) {
-        bail!("the origin did not start");
-    }
+    let (origin, origin_addr) =
+        procs::Server::origin(&args.server_cpus, &me, &work.join("origin.log"))?;
 
     let tls_files = peers::TlsFiles::create(&work).context("creating the benchmark certificate")?;
     let mut running = Vec::new();

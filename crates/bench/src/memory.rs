@@ -186,17 +186,8 @@ pub fn run(args: MemoryArgs) -> anyhow::Result<()> {
     }
     let dir = std::env::temp_dir().join(format!("rampart-bench-memory-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let origin_addr: SocketAddr = format!("127.0.0.1:{}", procs::free_port()?).parse()?;
-    let origin = procs::Server::start(
-        &args.origin_cpus,
-        &me.to_string_lossy(),
-        &["origin".into(), "--listen".into(), origin_addr.to_string()],
-        &[],
-        &dir.join("origin.log"),
-    )?;
-    if !procs::wait_listening(origin_addr, Duration::from_secs(10)) {
-        bail!("the origin did not start");
-    }
+    let (origin, origin_addr) =
+        procs::Server::origin(&args.origin_cpus, &me, &dir.join("origin.log"))?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
