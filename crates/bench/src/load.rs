@@ -1,5 +1,5 @@
-//! Load generators: wrk, ab, h2load and oha, driven as processes and their output parsed.
-//! Nothing here generates load itself.
+//! Load generators: wrk, ab, h2load and oha, driven as processes and their output parsed, and
+//! the suite's own `vus` generator (`vus.rs`, run as `rampart-bench vus` in its own process).
 
 use std::process::Command;
 use std::time::Duration;
@@ -15,6 +15,11 @@ pub struct LoadResult {
     pub bytes_per_sec: f64,
     pub latency_mean_us: f64,
     pub latency_p50_us: f64,
+    /// Reported by the `vus` generator only (0 elsewhere).
+    #[serde(default)]
+    pub latency_p90_us: f64,
+    #[serde(default)]
+    pub latency_p95_us: f64,
     pub latency_p99_us: f64,
     pub latency_max_us: f64,
     /// Non-2xx/3xx responses, socket errors, timeouts, failed requests.
@@ -34,8 +39,10 @@ pub enum Load {
         streams: u32,
         requests: u32,
     },
-    /// oha open loop: `connections` connections, `connections` requests/s in total.
-    Oha { connections: u32 },
+    /// ARC2's k6 shape (`rampart-bench vus`): `users` keep-alive connections each sending a
+    /// request then sleeping 1 s, started over `ramp_seconds` (0: all at once), then held for
+    /// the scenario's seconds.
+    Vus { users: u32, ramp_seconds: u64 },
 }
 
 impl Load {
@@ -44,8 +51,13 @@ impl Load {
             Load::Wrk { .. } => "wrk",
             Load::Ab { .. } => "ab",
             Load::H2load { .. } => "h2load",
-            Load::Oha { .. } => "oha",
+            Load::Vus { .. } => "rampart-bench vus",
         }
+    }
+
+    /// Built into this binary: nothing to install.
+    pub fn builtin(&self) -> bool {
+        matches!(self, Load::Vus { .. })
     }
 
     pub fn describe(&self, seconds: u64) -> String {
@@ -67,9 +79,14 @@ impl Load {
                 streams,
                 requests,
             } => format!("h2load -c {clients} -m {streams} -n {requests}"),
-            Load::Oha { connections } => {
-                format!("oha -c {connections} -q {connections} -z {seconds}s")
-            }
+            Load::Vus {
+                users,
+                ramp_seconds: 0,
+            } => format!("{users} users at once, {seconds} s, 1 req/s each"),
+            Load::Vus {
+                users,
+                ramp_seconds,
+            } => format!("{users} users, {ramp_seconds} s ramp + {seconds} s, 1 req/s each"),
         }
     }
 
@@ -129,19 +146,23 @@ impl Load {
                     url,
                 ]);
             }
-            Load::Oha { connections } => {
-                c = Command::new("oha");
+            Load::Vus {
+                users,
+                ramp_seconds,
+            } => {
+                c = Command::new(
+                    std::env::current_exe().unwrap_or_else(|_| "rampart-bench".into()),
+                );
                 c.args([
-                    "--no-tui",
-                    "--output-format",
-                    "json",
-                    "-c",
-                    &connections.to_string(),
-                    "-q",
-                    &connections.to_string(),
-                    "-z",
-                    &format!("{seconds}s"),
+                    "vus",
+                    "--url",
                     url,
+                    "--users",
+                    &users.to_string(),
+                    "--ramp-seconds",
+                    &ramp_seconds.to_string(),
+                    "--hold-seconds",
+                    &seconds.to_string(),
                 ]);
             }
         }
@@ -158,9 +179,27 @@ impl Load {
                 parse_ab(stdout, &csv)
             }
             Load::H2load { .. } => parse_h2load(stdout),
-            Load::Oha { .. } => parse_oha(stdout),
+            Load::Vus { .. } => parse_vus(stdout),
         }
     }
+}
+
+/// The `vus` generator's JSON line.
+pub fn parse_vus(out: &str) -> Option<LoadResult> {
+    let v: crate::vus::VusReport = serde_json::from_str(out.trim()).ok()?;
+    Some(LoadResult {
+        requests: v.requests,
+        seconds: v.seconds,
+        rps: v.requests as f64 / v.seconds.max(1e-9),
+        bytes_per_sec: v.bytes as f64 / v.seconds.max(1e-9),
+        latency_mean_us: v.mean_us,
+        latency_p50_us: v.p50_us,
+        latency_p90_us: v.p90_us,
+        latency_p95_us: v.p95_us,
+        latency_p99_us: v.p99_us,
+        latency_max_us: v.max_us,
+        errors: v.errors,
+    })
 }
 
 /// `51.00us`, `3.48ms`, `1.2s`, `2m` → microseconds.
@@ -294,44 +333,6 @@ pub fn parse_h2load(out: &str) -> Option<LoadResult> {
     (r.requests > 0).then_some(r)
 }
 
-/// oha's `--output-format json`.
-pub fn parse_oha(out: &str) -> Option<LoadResult> {
-    let v: serde_json::Value = serde_json::from_str(out.trim()).ok()?;
-    let s = &v["summary"];
-    let pct = &v["latencyPercentiles"];
-    let secs = |x: &serde_json::Value| x.as_f64().map(|s| s * 1e6);
-    let total = s["total"].as_f64()?;
-    let rps = s["requestsPerSec"].as_f64()?;
-    let ok: u64 = v["statusCodeDistribution"]
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .filter(|(k, _)| k.starts_with('2') || k.starts_with('3'))
-                .filter_map(|(_, n)| n.as_u64())
-                .sum()
-        })
-        .unwrap_or(0);
-    let all: u64 = v["statusCodeDistribution"]
-        .as_object()
-        .map(|m| m.values().filter_map(|n| n.as_u64()).sum())
-        .unwrap_or(0);
-    let socket_errors: u64 = v["errorDistribution"]
-        .as_object()
-        .map(|m| m.values().filter_map(|n| n.as_u64()).sum())
-        .unwrap_or(0);
-    Some(LoadResult {
-        requests: ok,
-        seconds: total,
-        rps,
-        bytes_per_sec: s["sizePerSec"].as_f64().unwrap_or(0.0),
-        latency_mean_us: secs(&s["average"]).unwrap_or(0.0),
-        latency_p50_us: secs(&pct["p50"]).unwrap_or(0.0),
-        latency_p99_us: secs(&pct["p99"]).unwrap_or(0.0),
-        latency_max_us: secs(&s["slowest"]).unwrap_or(0.0),
-        errors: all - ok + socket_errors,
-    })
-}
-
 /// Whether a tool is installed.
 pub fn installed(tool: &str) -> bool {
     Command::new("sh")
@@ -344,6 +345,7 @@ pub fn installed(tool: &str) -> bool {
 pub fn expected(load: &Load, seconds: u64) -> Duration {
     match load {
         Load::Ab { .. } | Load::H2load { .. } => Duration::from_secs(seconds.min(10)),
+        Load::Vus { ramp_seconds, .. } => Duration::from_secs(seconds + ramp_seconds + 1),
         _ => Duration::from_secs(seconds),
     }
 }
@@ -407,14 +409,5 @@ Transfer/sec:      8.98MB
         assert!((r.rps - 8103.73).abs() < 1e-6);
         assert!((r.latency_max_us - 2050.0).abs() < 1e-6);
         assert!((r.latency_mean_us - 450.0).abs() < 1e-6);
-    }
-
-    #[test]
-    fn oha_output() {
-        let out = r#"{"summary":{"successRate":1.0,"total":15.0,"slowest":0.01,"fastest":0.0001,"average":0.0002,"requestsPerSec":100.0,"totalData":1200,"sizePerRequest":12,"sizePerSec":80.0},
-        "latencyPercentiles":{"p50":0.00015,"p99":0.002},"statusCodeDistribution":{"200":1498,"503":2},"errorDistribution":{"connection closed":1}}"#;
-        let r = parse_oha(out).expect("parsed");
-        assert_eq!((r.requests, r.errors), (1498, 3));
-        assert!((r.latency_p99_us - 2000.0).abs() < 1e-6);
     }
 }

@@ -5,12 +5,14 @@
 //! per request from /proc, a check that cached scenarios really hit, and a flag when the load
 //! generator rather than the server was the ceiling.
 
+mod floor;
 mod load;
 mod memory;
 mod origin;
 mod peers;
 mod procs;
 mod report;
+mod vus;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -50,6 +52,13 @@ enum Cmd {
     },
     /// The cache's memory budget measured as process RSS through HTTP (issue 11's goal).
     Memory(memory::MemoryArgs),
+    /// ARC2's k6 load shape against one URL; prints a JSON summary (used by the suite).
+    Vus(vus::VusArgs),
+    /// The fixed-response floor server (started by the suite itself).
+    Floor {
+        #[arg(long)]
+        listen: SocketAddr,
+    },
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -57,7 +66,7 @@ struct RunArgs {
     /// A seconds-long smoke run of every scenario (1 round, short loads).
     #[arg(long)]
     quick: bool,
-    /// Scenarios to run (comma-separated): cached-hello, cached-image, pass, close, https, https-close, h2, vus.
+    /// Scenarios to run (comma-separated): cached-hello, cached-image, pass, close, https, https-close, h2, vus, burst.
     #[arg(long, value_delimiter = ',')]
     scenarios: Option<Vec<String>>,
     /// Peers to include (comma-separated names, e.g. rampart,nginx,varnish).
@@ -102,6 +111,10 @@ pub struct Scenario {
     /// Seconds per timed run for this scenario.
     pub seconds: u64,
     pub rounds: usize,
+    /// Each peer is restarted before each run (peak RSS then belongs to that run alone).
+    pub fresh: bool,
+    /// Only these peers take part (None: every applicable peer).
+    pub only: Option<&'static [&'static str]>,
 }
 
 /// One measured run.
@@ -120,6 +133,9 @@ pub struct Run {
     /// the load generator, not the servers, was the ceiling.
     pub server_set_utilisation: f64,
     pub peak_rss_bytes: u64,
+    /// Resident memory of the tree just before the run (after the warm-up).
+    #[serde(default)]
+    pub rss_before_bytes: u64,
     /// Requests the origin saw for the scenario's path during the run.
     pub origin_requests: u64,
 }
@@ -145,6 +161,8 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Some(Cmd::Origin { listen }) => origin::run(listen),
         Some(Cmd::Memory(args)) => memory::run(args),
+        Some(Cmd::Vus(args)) => vus::run(args),
+        Some(Cmd::Floor { listen }) => floor::run(listen),
         None => run(cli.run),
     }
 }
@@ -168,18 +186,28 @@ fn scenarios(quick: bool, seconds: Option<u64>, rounds: Option<usize>) -> Vec<Sc
         connections: c,
         close: false,
     };
-    // Open-loop steps: as far as this machine's open-file limit allows (each connection costs a
-    // file on the client and two on a proxy).
-    let max_vus = (fd_limit().saturating_sub(1000) / 2).min(20_000) as u32;
-    let vus: Vec<Load> = if quick {
-        vec![Load::Oha { connections: 20 }]
-    } else {
-        [100u32, 1_000, 5_000, 10_000, 15_000, 20_000]
-            .into_iter()
-            .filter(|n| *n <= max_vus)
-            .map(|n| Load::Oha { connections: n })
-            .collect()
+    // ARC2's steps, as far as this machine's open-file limit allows: a cached hit costs a proxy
+    // one file per connection; 1,000 are kept for everything else.
+    let steps = vus_steps(fd_limit());
+    let users = |ramp_seconds: u64| -> Vec<Load> {
+        if quick {
+            vec![Load::Vus {
+                users: 20,
+                ramp_seconds: ramp_seconds.min(1),
+            }]
+        } else {
+            steps
+                .iter()
+                .map(|&users| Load::Vus {
+                    users,
+                    ramp_seconds,
+                })
+                .collect()
+        }
     };
+    // The seeds compared rampart with NGINX; the floor places both.
+    const VUS_PEERS: &[&str] = &["rampart", "nginx", "floor"];
+    let vus_seconds = seconds.unwrap_or(if quick { 2 } else { 30 });
     vec![
         Scenario {
             name: "cached-hello",
@@ -191,6 +219,8 @@ fn scenarios(quick: bool, seconds: Option<u64>, rounds: Option<usize>) -> Vec<Sc
             loads: if quick { vec![wrk(16)] } else { vec![wrk(16), wrk(64), wrk(256)] },
             seconds: s,
             rounds: r,
+            fresh: false,
+            only: None,
         },
         Scenario {
             name: "cached-image",
@@ -208,6 +238,8 @@ fn scenarios(quick: bool, seconds: Option<u64>, rounds: Option<usize>) -> Vec<Sc
             ],
             seconds: s,
             rounds: r,
+            fresh: false,
+            only: None,
         },
         Scenario {
             name: "pass",
@@ -219,6 +251,8 @@ fn scenarios(quick: bool, seconds: Option<u64>, rounds: Option<usize>) -> Vec<Sc
             loads: vec![wrk(64)],
             seconds: s,
             rounds: r,
+            fresh: false,
+            only: None,
         },
         Scenario {
             name: "close",
@@ -230,6 +264,8 @@ fn scenarios(quick: bool, seconds: Option<u64>, rounds: Option<usize>) -> Vec<Sc
             loads: vec![Load::Wrk { connections: 32, close: true }],
             seconds: s,
             rounds: r,
+            fresh: false,
+            only: None,
         },
         Scenario {
             name: "https",
@@ -241,6 +277,8 @@ fn scenarios(quick: bool, seconds: Option<u64>, rounds: Option<usize>) -> Vec<Sc
             loads: vec![wrk(64)],
             seconds: s,
             rounds: r,
+            fresh: false,
+            only: None,
         },
         Scenario {
             name: "https-close",
@@ -252,6 +290,8 @@ fn scenarios(quick: bool, seconds: Option<u64>, rounds: Option<usize>) -> Vec<Sc
             loads: vec![Load::Wrk { connections: 32, close: true }],
             seconds: s,
             rounds: r,
+            fresh: false,
+            only: None,
         },
         Scenario {
             name: "h2",
@@ -267,19 +307,49 @@ fn scenarios(quick: bool, seconds: Option<u64>, rounds: Option<usize>) -> Vec<Sc
             }],
             seconds: s,
             rounds: r,
+            fresh: false,
+            only: None,
         },
         Scenario {
             name: "vus",
-            description: "ARC2's shape: N connections each sending one request per second (open loop, oha -q N), cached 12 bytes; latency at a fixed rate",
+            description: "ARC2's published benchmark as its k6 script ran it: N virtual users, each on a keep-alive connection sending GET then sleeping 1 s; users start over a 5 s ramp, then hold for the run; cached 12 bytes; each peer restarted before each run",
             path: "/hello",
             cached: true,
             h2: false,
             tls: false,
-            loads: vus,
-            seconds: if quick { 2 } else { 8 },
-            rounds: 1,
+            loads: users(5),
+            seconds: vus_seconds,
+            rounds: rounds.unwrap_or(1),
+            fresh: true,
+            only: Some(VUS_PEERS),
+        },
+        Scenario {
+            name: "burst",
+            description: "as vus, but all N users connect at once (no ramp): the arrival storm real traffic also brings",
+            path: "/hello",
+            cached: true,
+            h2: false,
+            tls: false,
+            loads: users(0),
+            seconds: vus_seconds,
+            rounds: rounds.unwrap_or(1),
+            fresh: true,
+            only: Some(VUS_PEERS),
         },
     ]
+}
+
+/// 100, 1,000, 5,000, 10,000, 15,000, then the highest thousand the open-file limit allows.
+fn vus_steps(fd_limit: u64) -> Vec<u32> {
+    let max = (fd_limit.saturating_sub(1_000) / 1_000 * 1_000).min(20_000) as u32;
+    let mut steps: Vec<u32> = [100u32, 1_000, 5_000, 10_000, 15_000]
+        .into_iter()
+        .filter(|n| *n <= max)
+        .collect();
+    if steps.last().is_some_and(|l| *l < max) {
+        steps.push(max);
+    }
+    steps
 }
 
 fn now_utc() -> String {
@@ -301,6 +371,9 @@ fn origin_count(origin: SocketAddr, path: &str) -> u64 {
 struct Running {
     peer: Box<dyn Peer>,
     server: procs::Server,
+    launch: peers::Launch,
+    env: Vec<(String, String)>,
+    log: PathBuf,
     port: u16,
     h2_port: u16,
     tls_port: u16,
@@ -359,7 +432,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         .collect();
     if chosen.is_empty() {
         bail!(
-            "no scenario selected; known: cached-hello, cached-image, pass, close, https, https-close, h2, vus"
+            "no scenario selected; known: cached-hello, cached-image, pass, close, https, https-close, h2, vus, burst"
         );
     }
 
@@ -373,6 +446,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         let missing: Vec<&str> = s
             .loads
             .iter()
+            .filter(|l| !l.builtin())
             .map(Load::tool)
             .filter(|t| !load::installed(t))
             .collect();
@@ -404,6 +478,8 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         let present = if p.name() == "rampart" {
             rampart.exists()
+        } else if p.is_floor() {
+            true
         } else {
             load::installed(p.binary()) || Path::new("/usr/sbin").join(p.binary()).exists()
         };
@@ -425,7 +501,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     }
 
     // Origin.
-    let (origin, origin_addr) =
+    let (mut origin, origin_addr) =
         procs::Server::origin(&args.server_cpus, &me, &work.join("origin.log"))?;
 
     let tls_files = peers::TlsFiles::create(&work).context("creating the benchmark certificate")?;
@@ -471,7 +547,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             ),
             ("GOMAXPROCS".to_owned(), args.workers.to_string()),
         ];
-        let server = procs::Server::start(
+        let mut server = procs::Server::start(
             &args.server_cpus,
             &launch.program,
             &launch.args,
@@ -497,6 +573,9 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         running.push(Running {
             peer: p,
             server,
+            launch,
+            env,
+            log: dir.join("stdout.log"),
             port,
             h2_port,
             tls_port,
@@ -557,7 +636,23 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 (false, true) => format!("http://127.0.0.1:{}{}", r.h2_port, s.path),
                 (false, false) => format!("http://127.0.0.1:{}{}", r.port, s.path),
             };
-            if round == 0 {
+            if s.fresh {
+                // A new process for this run alone (its peak RSS is this run's).
+                r.server.stop();
+                r.server = procs::Server::start(
+                    &args.server_cpus,
+                    &r.launch.program,
+                    &r.launch.args,
+                    &r.env,
+                    &r.log,
+                )?;
+                let addr: SocketAddr = format!("127.0.0.1:{}", r.port).parse()?;
+                if !procs::wait_listening(addr, Duration::from_secs(20)) {
+                    eprintln!("    {} did not start again; run skipped", r.peer.name());
+                    continue;
+                }
+            }
+            if round == 0 || s.fresh {
                 // Warm-up: fill the cache, open pools; not measured.
                 let warm = warmup(load);
                 let _ = run_load(&warm, &url, 1, &args.load_cpus, &work);
@@ -574,6 +669,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 left / 60,
                 left % 60
             );
+            let rss_before = r.server.rss();
             let before_origin = origin_count(origin_addr, s.path);
             let cpu0 = r.server.cpu_sample();
             let origin_cpu0 = origin.cpu_sample();
@@ -598,6 +694,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                             / wall.max(1e-9)
                             / server_cpu_count as f64,
                         peak_rss_bytes: r.server.peak_rss(),
+                        rss_before_bytes: rss_before,
                         origin_requests,
                         result: res,
                     });
@@ -620,7 +717,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         .iter()
         .map(|r| (r.peer.name().to_owned(), r.peer.label()))
         .collect();
-    for r in running {
+    for mut r in running {
         r.server.stop();
     }
     origin.stop();
@@ -675,7 +772,12 @@ fn cpu_count(list: &str) -> usize {
 }
 
 fn applies(s: &Scenario, p: &dyn Peer) -> bool {
-    (!s.cached || p.caches()) && (!s.h2 || p.h2c()) && (!s.tls || p.tls())
+    (!s.cached || p.caches())
+        && (!s.h2 || p.h2c())
+        && (!s.tls || p.tls())
+        && s.only.is_none_or(|only| only.contains(&p.name()))
+        // The floor answers every request with the 12-byte page.
+        && (!p.is_floor() || s.path == "/hello")
 }
 
 fn warmup(load: &Load) -> Load {
@@ -691,7 +793,7 @@ fn warmup(load: &Load) -> Load {
             streams: *streams,
             requests: 1_000,
         },
-        Load::Oha { .. } => Load::Wrk {
+        Load::Vus { .. } => Load::Wrk {
             connections: 8,
             close: false,
         },
@@ -750,6 +852,8 @@ pub fn summarise(runs: &[Run], scenario: &str, load_index: usize, peer: &str) ->
         rps: col(&|r| r.result.rps),
         cpu_us: col(&|r| r.server_cpu_us_per_request),
         p50_us: col(&|r| r.result.latency_p50_us).0,
+        p90_us: col(&|r| r.result.latency_p90_us).0,
+        p95_us: col(&|r| r.result.latency_p95_us).0,
         p99_us: col(&|r| r.result.latency_p99_us).0,
         mean_us: col(&|r| r.result.latency_mean_us).0,
         max_us: col(&|r| r.result.latency_max_us).0,
@@ -759,6 +863,11 @@ pub fn summarise(runs: &[Run], scenario: &str, load_index: usize, peer: &str) ->
         origin_requests: rs.iter().map(|r| r.origin_requests).sum(),
         utilisation: col(&|r| r.server_set_utilisation).0,
         peak_rss: rs.iter().map(|r| r.peak_rss_bytes).max().unwrap_or(0),
+        rss_growth: rs
+            .iter()
+            .map(|r| r.peak_rss_bytes.saturating_sub(r.rss_before_bytes))
+            .max()
+            .unwrap_or(0),
         rounds: rs.len(),
     })
 }
@@ -769,6 +878,8 @@ pub struct Summary {
     pub rps: (f64, f64, f64),
     pub cpu_us: (f64, f64, f64),
     pub p50_us: f64,
+    pub p90_us: f64,
+    pub p95_us: f64,
     pub p99_us: f64,
     pub mean_us: f64,
     pub max_us: f64,
@@ -778,5 +889,7 @@ pub struct Summary {
     pub origin_requests: u64,
     pub utilisation: f64,
     pub peak_rss: u64,
+    /// Peak RSS minus RSS before the run (largest over rounds): what the load added.
+    pub rss_growth: u64,
     pub rounds: usize,
 }

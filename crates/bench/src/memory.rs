@@ -186,7 +186,7 @@ pub fn run(args: MemoryArgs) -> anyhow::Result<()> {
     }
     let dir = std::env::temp_dir().join(format!("rampart-bench-memory-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let (origin, origin_addr) =
+    let (mut origin, origin_addr) =
         procs::Server::origin(&args.origin_cpus, &me, &dir.join("origin.log"))?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -292,7 +292,7 @@ async fn measure(
     );
     let config = dir.join("rampart.toml");
     std::fs::write(&config, toml)?;
-    let server = procs::Server::start(
+    let mut server = procs::Server::start(
         &args.server_cpus,
         &rampart.to_string_lossy(),
         &[

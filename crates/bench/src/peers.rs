@@ -95,6 +95,11 @@ pub trait Peer: Send + Sync {
     }
     /// Writes the config files into `setup.dir` and returns the foreground command.
     fn prepare(&self, setup: &Setup<'_>) -> io::Result<Launch>;
+    /// The suite's own fixed-response yardstick (`rampart-bench floor`): no proxying, no
+    /// config, only scenarios for the 12-byte `/hello` over cleartext HTTP/1.1.
+    fn is_floor(&self) -> bool {
+        false
+    }
 }
 
 /// All peers, rampart first.
@@ -109,7 +114,53 @@ pub fn all() -> Vec<Box<dyn Peer>> {
         Box::new(Squid),
         Box::new(Caddy),
         Box::new(Apache),
+        Box::new(Floor),
     ]
+}
+
+// ---------------------------------------------------------------------------------------------
+// the floor
+// ---------------------------------------------------------------------------------------------
+
+/// `rampart-bench floor` (see `floor.rs`): one read and one write per request, the cost below
+/// which no HTTP server on this machine can go. Reports divide every program's CPU per request
+/// by the floor's from the same run.
+#[derive(Debug, Clone, Copy)]
+pub struct Floor;
+
+impl Peer for Floor {
+    fn name(&self) -> &'static str {
+        "floor"
+    }
+    fn label(&self) -> String {
+        "floor: fixed-response epoll server (one read, one write per request)".to_owned()
+    }
+    fn binary(&self) -> &'static str {
+        "rampart-bench"
+    }
+    fn install_hint(&self) -> &'static str {
+        "built with rampart-bench"
+    }
+    fn caches(&self) -> bool {
+        true
+    }
+    fn h2c(&self) -> bool {
+        false
+    }
+    fn is_floor(&self) -> bool {
+        true
+    }
+    fn prepare(&self, setup: &Setup<'_>) -> io::Result<Launch> {
+        prepare_dir(setup.dir)?;
+        Ok(Launch {
+            program: std::env::current_exe()?.to_string_lossy().into_owned(),
+            args: vec![
+                "floor".to_owned(),
+                "--listen".to_owned(),
+                format!("127.0.0.1:{}", setup.port),
+            ],
+        })
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1137,7 +1188,8 @@ mod tests {
                 "haproxy",
                 "squid",
                 "caddy",
-                "apache"
+                "apache",
+                "floor"
             ]
         );
         for p in all() {
@@ -1156,12 +1208,12 @@ mod tests {
             .filter(|p| !p.h2c())
             .map(|p| p.name())
             .collect();
-        assert_eq!(no_h2c, ["squid"]);
+        assert_eq!(no_h2c, ["squid", "floor"]);
     }
 
     #[test]
     fn every_peer_writes_its_config() -> io::Result<()> {
-        for peer in all() {
+        for peer in all().into_iter().filter(|p| !p.is_floor()) {
             let name = peer.name();
             let dir = temp_dir(name);
             let launch = peer.prepare(&setup(&dir, origin()))?;

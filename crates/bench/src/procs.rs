@@ -150,6 +150,14 @@ impl Server {
         CpuSample { threads }
     }
 
+    /// Sum of resident memory (VmRSS) of the tree now, in bytes.
+    pub fn rss(&self) -> u64 {
+        tree(self.pid())
+            .iter()
+            .map(|p| status_kib(*p, "VmRSS:") * 1024)
+            .sum()
+    }
+
     /// Sum of peak resident memory (VmHWM) of the tree, in bytes.
     pub fn peak_rss(&self) -> u64 {
         tree(self.pid())
@@ -159,7 +167,7 @@ impl Server {
     }
 
     /// Stops the process group: SIGTERM, then SIGKILL after a grace period.
-    pub fn stop(mut self) {
+    pub fn stop(&mut self) {
         let pgid = self.pid();
         let _ = Command::new("kill")
             .args(["-TERM", "--", &format!("-{pgid}")])
@@ -270,7 +278,7 @@ mod tests {
         assert!(tree(me).contains(&me));
         assert!(status_kib(me, "VmHWM:") > 0);
         // A child that burns CPU for a moment: its tree's CPU time must grow.
-        let a = Server {
+        let mut a = Server {
             child: Command::new("sh")
                 .args([
                     "-c",

@@ -114,8 +114,8 @@ pub fn write(out: &Path, r: &Results) -> anyhow::Result<()> {
             "## `{}`\n\n{}. Path `{}`.\n",
             sc.name, sc.description, sc.path
         );
-        if sc.name == "vus" {
-            vus_section(&mut md, r, &charts)?;
+        if sc.fresh {
+            users_section(&mut md, r, sc, &charts)?;
             continue;
         }
         for (li, load) in sc.loads.iter().enumerate() {
@@ -127,9 +127,10 @@ pub fn write(out: &Path, r: &Results) -> anyhow::Result<()> {
                 .iter()
                 .find(|(p, _)| p == "rampart")
                 .map(|(_, m)| m.clone());
+            let floor = floor_cpu(&rows);
             let _ = writeln!(md, "### {}\n", load.describe(sc.seconds));
-            md.push_str("| Program | req/s (median, min–max) | server CPU µs/req (min–max) | CPU vs rampart | p50 | p99 | max | errors | transfer | peak RSS | cache check |\n");
-            md.push_str("|---|---|---|---|---|---|---|---|---|---|---|\n");
+            md.push_str("| Program | req/s (median, min–max) | server CPU µs/req (min–max) | CPU vs rampart | × floor | p50 | p99 | max | errors | transfer | peak RSS | cache check |\n");
+            md.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
             let mut notes = Vec::new();
             for (p, m) in &rows {
                 let ratio = base.as_ref().map_or("–".to_owned(), |b| {
@@ -148,7 +149,7 @@ pub fn write(out: &Path, r: &Results) -> anyhow::Result<()> {
                 };
                 let _ = writeln!(
                     md,
-                    "| {} | {} ({}–{}) | {:.1} ({:.1}–{:.1}) | {} | {} | {} | {} | {} | {} | {} | {} |",
+                    "| {} | {} ({}–{}) | {:.1} ({:.1}–{:.1}) | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                     label_of(r, p),
                     count(m.rps.0),
                     count(m.rps.1),
@@ -157,6 +158,7 @@ pub fn write(out: &Path, r: &Results) -> anyhow::Result<()> {
                     m.cpu_us.1,
                     m.cpu_us.2,
                     ratio,
+                    times_floor(m, floor),
                     us(m.p50_us),
                     us(m.p99_us),
                     us(m.max_us),
@@ -221,14 +223,33 @@ pub fn write(out: &Path, r: &Results) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn vus_section(md: &mut String, r: &Results, charts: &Path) -> anyhow::Result<()> {
-    let Some(sc) = r.scenarios.iter().find(|s| s.name == "vus") else {
-        return Ok(());
-    };
-    let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+/// The floor's median CPU per request in these rows, if it took part.
+fn floor_cpu(rows: &[(String, Summary)]) -> Option<f64> {
+    rows.iter()
+        .find(|(p, _)| p == "floor")
+        .map(|(_, m)| m.cpu_us.0)
+        .filter(|c| *c > 0.0)
+}
+
+fn times_floor(m: &Summary, floor: Option<f64>) -> String {
+    floor.map_or("–".to_owned(), |f| format!("{:.2}×", m.cpu_us.0 / f))
+}
+
+/// `vus` and `burst`: one table per N in the seeds' format (mean latency and its delta against
+/// rampart first), with the percentiles, errors, peak RSS of that run's fresh process (and what
+/// the run added to it, per connection) and CPU per request against the floor; then charts of
+/// mean and p99 against N.
+fn users_section(
+    md: &mut String,
+    r: &Results,
+    sc: &crate::Scenario,
+    charts: &Path,
+) -> anyhow::Result<()> {
+    let mut mean: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    let mut p99: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
     for (li, load) in sc.loads.iter().enumerate() {
         let n = match load {
-            crate::load::Load::Oha { connections } => *connections as f64,
+            crate::load::Load::Vus { users, .. } => f64::from(*users),
             _ => 0.0,
         };
         let rows = rows(r, sc.name, li);
@@ -239,38 +260,58 @@ fn vus_section(md: &mut String, r: &Results, charts: &Path) -> anyhow::Result<()
             .iter()
             .find(|(p, _)| p == "rampart")
             .map(|(_, m)| m.mean_us);
+        let floor = floor_cpu(&rows);
         let _ = writeln!(md, "### N = {n} ({})\n", load.describe(sc.seconds));
-        md.push_str("| Program | Request Latency (mean) | Delta vs rampart | p50 | p99 | max | Total Requests | errors |\n|---|---|---|---|---|---|---|---|\n");
+        md.push_str("| Program | Request Latency (mean) | Delta vs rampart | p50 | p90 | p95 | p99 | max | Total Requests | errors | peak RSS | RSS per connection | CPU µs/req | × floor |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
         for (p, m) in &rows {
             let delta = base.map_or("–".to_owned(), |b| {
                 format!("{:+.1}%", (m.mean_us / b.max(1e-9) - 1.0) * 100.0)
             });
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} KiB | {:.1} | {} |",
                 label_of(r, p),
                 us(m.mean_us),
                 delta,
                 us(m.p50_us),
+                us(m.p90_us),
+                us(m.p95_us),
                 us(m.p99_us),
                 us(m.max_us),
                 m.requests,
-                m.errors
+                m.errors,
+                mib(m.peak_rss),
+                m.rss_growth as f64 / 1024.0 / n.max(1.0),
+                m.cpu_us.0,
+                times_floor(m, floor),
             );
-            match series.iter_mut().find(|(name, _)| name == p) {
-                Some((_, pts)) => pts.push((n, m.mean_us / 1e3)),
-                None => series.push((p.clone(), vec![(n, m.mean_us / 1e3)])),
+            for (series, v) in [(&mut mean, m.mean_us), (&mut p99, m.p99_us)] {
+                match series.iter_mut().find(|(name, _)| name == p) {
+                    Some((_, pts)) => pts.push((n, v / 1e3)),
+                    None => series.push((p.clone(), vec![(n, v / 1e3)])),
+                }
             }
         }
         md.push('\n');
     }
-    if !series.is_empty() {
+    if !mean.is_empty() {
+        let stem = sc.name;
         lines(
-            &charts.join("vus-latency.svg"),
-            "mean latency vs connections (each sends 1 request/s)",
-            &series,
+            &charts.join(format!("{stem}-mean.svg")),
+            &format!("{stem}: mean latency vs users (each sends 1 request/s)"),
+            "mean latency (ms)",
+            &mean,
         )?;
-        md.push_str("![latency vs connections](charts/vus-latency.svg)\n\n");
+        lines(
+            &charts.join(format!("{stem}-p99.svg")),
+            &format!("{stem}: p99 latency vs users"),
+            "p99 latency (ms)",
+            &p99,
+        )?;
+        let _ = writeln!(
+            md,
+            "![mean latency vs users](charts/{stem}-mean.svg) ![p99 latency vs users](charts/{stem}-p99.svg)\n"
+        );
     }
     Ok(())
 }
@@ -384,7 +425,7 @@ fn latency_bars(path: &Path, title: &str, names: &[String], values: &[(f64, f64)
 }
 
 /// Lines of (connections, mean latency ms) per peer.
-fn lines(path: &Path, title: &str, series: &[(String, Vec<(f64, f64)>)]) -> Chart {
+fn lines(path: &Path, title: &str, y_desc: &str, series: &[(String, Vec<(f64, f64)>)]) -> Chart {
     let root = SVGBackend::new(path, (900, 520)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let xmax = series
@@ -407,8 +448,8 @@ fn lines(path: &Path, title: &str, series: &[(String, Vec<(f64, f64)>)]) -> Char
         .map_err(err)?;
     chart
         .configure_mesh()
-        .x_desc("connections (N)")
-        .y_desc("mean latency (ms)")
+        .x_desc("users / connections (N)")
+        .y_desc(y_desc)
         .draw()
         .map_err(err)?;
     for (i, (name, pts)) in series.iter().enumerate() {
