@@ -222,9 +222,50 @@ pub struct BodyLimits {
     pub total: Option<Duration>,
 }
 
+/// A client's request body as its connection delivers it: from rampart's HTTP/1.1 server or
+/// from hyper's HTTP/2 server.
+#[derive(Debug)]
+pub enum ClientBody {
+    Empty,
+    H1(crate::h1::body::Incoming),
+    H2(Incoming),
+}
+
+impl Body for ClientBody {
+    type Data = Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        match self.get_mut() {
+            ClientBody::Empty => Poll::Ready(None),
+            ClientBody::H1(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
+            ClientBody::H2(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ClientBody::Empty => true,
+            ClientBody::H1(b) => b.is_end_stream(),
+            ClientBody::H2(b) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            ClientBody::Empty => SizeHint::with_exact(0),
+            ClientBody::H1(b) => b.size_hint(),
+            ClientBody::H2(b) => b.size_hint(),
+        }
+    }
+}
+
 /// A client's body with its limits enforced as it streams.
 pub struct Limited {
-    body: Incoming,
+    body: ClientBody,
     max: Option<u64>,
     seen: u64,
     idle: Duration,
@@ -248,7 +289,7 @@ pub struct RequestBodyError(pub BodyFault);
 
 impl RequestBody {
     /// A client's body; one that is already complete (GET and friends) becomes `Empty`.
-    pub fn from_incoming(body: Incoming, limits: BodyLimits) -> Self {
+    pub fn from_client(body: ClientBody, limits: BodyLimits) -> Self {
         if body.is_end_stream() {
             return RequestBody::Empty;
         }

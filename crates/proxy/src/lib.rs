@@ -10,6 +10,7 @@ pub mod body;
 pub mod coalesce;
 pub mod conn;
 pub mod fetch;
+pub mod h1;
 pub mod headers;
 pub mod log;
 pub mod lookup;

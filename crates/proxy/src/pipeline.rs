@@ -10,6 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use std::sync::atomic::Ordering;
 
+use crate::body::ClientBody;
 use http::header::{
     HeaderValue, EXPECT, HOST, IF_MODIFIED_SINCE, IF_NONE_MATCH, STRICT_TRANSPORT_SECURITY,
 };
@@ -153,12 +154,12 @@ impl Pipeline {
     pub async fn handle(
         self: &Arc<Self>,
         conn: &Arc<ConnInfo>,
-        req: Request<Incoming>,
+        req: Request<ClientBody>,
     ) -> Response<ProxyBody> {
         let limits = self.body_limits;
         self.run(
             conn,
-            req.map(|b| RequestBody::from_incoming(b, limits)),
+            req.map(|b| RequestBody::from_client(b, limits)),
             Mode::Client,
         )
         .await

@@ -17,16 +17,18 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use bytes::BytesMut;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
 use rampart_config::{Config, RuntimeMode};
 use socket2::{Domain, Protocol, SockRef, Socket, TcpKeepalive, Type};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
-use crate::conn::{GuardedIo, PerIp};
+use crate::body::ClientBody;
+use crate::conn::PerIp;
 use crate::fetch::Upstream;
+use crate::h1;
 use crate::lookup::Cache;
 use crate::pipeline::{ConnInfo, Pipeline};
 use crate::recv::Router;
@@ -274,24 +276,12 @@ async fn worker(
         .as_ref()
         .map(|t| tokio_rustls::TlsAcceptor::from(t.server.clone()));
     let d = &shared.config.downstream;
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(d.header_read_timeout)
-        // The framing guard (conn.rs) uses the same limits, so hyper answers 431 for heads the
-        // guard stops following.
-        .max_buf_size(d.max_head_bytes.max(8192))
-        .max_headers(d.max_headers)
-        .keep_alive(true);
-    // Not `pipeline_flush(true)`: in hyper it makes the write buffer report "can buffer" always,
-    // which removes backpressure and let a slow client make rampart buffer a whole 1 GiB
-    // download (found by the bounded-memory streaming test).
+    // HTTP/1.1 is rampart's own server (h1/); HTTP/2 is hyper's.
     // HTTP/2 flood limits (RFC 9113 §10.5): streams, header list size (also bounds
     // CONTINUATION sequences), and the reset budgets behind the rapid-reset defence
     // (CVE-2023-44487): a client that resets more streams than this is sent GOAWAY.
+    let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     builder
-        .http2()
         .timer(TokioTimer::new())
         .max_concurrent_streams(d.h2_max_concurrent_streams)
         .max_header_list_size(d.h2_max_header_list_bytes)
@@ -327,7 +317,7 @@ async fn accept_loop(
     tls: Option<tokio_rustls::TlsAcceptor>,
     shared: Arc<Shared>,
     pipeline: Arc<Pipeline>,
-    builder: Arc<auto::Builder<TokioExecutor>>,
+    builder: Arc<hyper::server::conn::http2::Builder<TokioExecutor>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     // Every connection task holds a sender; the drain ends when all of them are gone.
@@ -393,54 +383,32 @@ async fn accept_loop(
             if tls.is_some() { "https" } else { "http" },
         ));
         let pipeline = pipeline.clone();
-        // Requests started on this connection, for the idle timeout.
-        let started = Arc::new(AtomicU64::new(0));
-        let svc = {
-            let started = started.clone();
-            service_fn(move |req| {
-                started.fetch_add(1, Ordering::Relaxed);
-                let (pipeline, info) = (pipeline.clone(), info.clone());
-                async move { Ok::<_, Infallible>(pipeline.handle(&info, req).await) }
-            })
-        };
         let (open, builder, mut stop) = (open_tx.clone(), builder.clone(), shutdown.clone());
         let d = &shared.config.downstream;
-        let first_byte_timeout = d.header_read_timeout;
-        let keepalive_timeout = d.keepalive_timeout;
-        // Four times hyper's head limit: hyper answers 431 first; the guard's own limit only
-        // catches heads hyper's read buffer let through (it can exceed its limit).
-        let guard = rampart_screen::h1::Guard::new(d.max_head_bytes.max(8192) * 4, d.max_headers);
+        let limits = h1::Limits {
+            max_head: d.max_head_bytes,
+            max_headers: d.max_headers,
+            header_read_timeout: d.header_read_timeout,
+            keepalive_timeout: d.keepalive_timeout,
+        };
         let tls = tls.clone();
-        tokio::spawn(async move {
+        let task = async move {
+            let conn = Conn {
+                pipeline,
+                info,
+                builder,
+                limits,
+                peer,
+            };
+            // Each protocol's state in its own allocation: the task itself stays small, and an
+            // idle HTTP/1.1 connection holds only what h1::serve needs between requests.
             match tls {
-                None => {
-                    // A connection that never sends a byte would sit in hyper's protocol
-                    // detection forever, holding a connection slot; give it the request-head
-                    // timeout.
-                    let mut first = [0u8; 1];
-                    let arrived = tokio::select! {
-                        r = tokio::time::timeout(first_byte_timeout, stream.peek(&mut first)) => matches!(r, Ok(Ok(n)) if n > 0),
-                        _ = stop.changed() => false,
-                    };
-                    if arrived && !*stop.borrow() {
-                        let io = GuardedIo::new(stream, guard, peer);
-                        serve(
-                            io,
-                            &builder,
-                            svc,
-                            started,
-                            keepalive_timeout,
-                            peer,
-                            &mut stop,
-                        )
-                        .await;
-                    }
-                }
-                Some(acceptor) => {
+                None => Box::pin(conn.serve(stream, &mut stop)).await,
+                Some(acceptor) => Box::pin(async {
                     // The handshake gets the request-head timeout too.
                     let handshake = tokio::select! {
-                        r = tokio::time::timeout(first_byte_timeout, acceptor.accept(stream)) => r,
-                        _ = stop.changed() => return drop((permit, slot, open)),
+                        r = tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream)) => r,
+                        _ = stop.changed() => return,
                     };
                     match handshake {
                         Ok(Ok(tls)) => {
@@ -448,27 +416,21 @@ async fn accept_loop(
                             if alpn == Some(rampart_tls::store::ACME_TLS_ALPN) {
                                 // A TLS-ALPN-01 validation: the handshake was the answer.
                                 tracing::debug!(%peer, "ACME tls-alpn-01 validation handshake");
-                            } else if !*stop.borrow() {
-                                let io = GuardedIo::new(tls, guard, peer);
-                                serve(
-                                    io,
-                                    &builder,
-                                    svc,
-                                    started,
-                                    keepalive_timeout,
-                                    peer,
-                                    &mut stop,
-                                )
-                                .await;
+                            } else if alpn == Some(b"h2") {
+                                conn.serve_h2(tls, &mut stop).await;
+                            } else {
+                                conn.serve(tls, &mut stop).await;
                             }
                         }
                         Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
                         Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
                     }
-                }
+                })
+                .await,
             }
             drop((permit, slot, open));
-        });
+        };
+        tokio::spawn(task);
     }
     drop(listener);
     drop(open_tx);
@@ -478,58 +440,106 @@ async fn accept_loop(
     }
 }
 
-/// Serves one connection with hyper until it ends, the worker drains, or it stays idle.
-async fn serve<I, S>(
-    io: I,
-    builder: &auto::Builder<TokioExecutor>,
-    svc: S,
-    started: Arc<AtomicU64>,
-    keepalive_timeout: std::time::Duration,
+/// What a connection task needs.
+struct Conn {
+    pipeline: Arc<Pipeline>,
+    info: Arc<ConnInfo>,
+    builder: Arc<hyper::server::conn::http2::Builder<TokioExecutor>>,
+    limits: h1::Limits,
     peer: SocketAddr,
-    stop: &mut watch::Receiver<bool>,
-) where
-    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-    S: hyper::service::Service<
-            http::Request<hyper::body::Incoming>,
-            Response = http::Response<crate::body::ProxyBody>,
-            Error = Infallible,
-        > + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-{
-    let conn = builder.serve_connection(TokioIo::new(io), svc);
-    tokio::pin!(conn);
-    // Idle timeout for both protocols: a connection that started no request for a whole
-    // period is shut down gracefully. In-flight requests still complete, and an HTTP/2 client
-    // trickling a header block (which never becomes a request) cannot keep the connection
-    // open.
-    let mut tick = tokio::time::interval_at(
-        tokio::time::Instant::now() + keepalive_timeout,
-        keepalive_timeout,
-    );
-    let (mut seen, mut closing) = (0, false);
-    loop {
-        tokio::select! {
-            biased;
-            r = conn.as_mut() => {
-                if let Err(e) = r {
-                    tracing::debug!(%peer, error = %e, "connection ended with an error");
-                }
+}
+
+impl Conn {
+    /// Reads the first bytes: the HTTP/2 preface goes to hyper's HTTP/2 server, anything else
+    /// to rampart's HTTP/1.1 server. A connection that sends nothing within the request-head
+    /// timeout is closed (it would hold a connection slot).
+    async fn serve<I>(self, mut io: I, stop: &mut watch::Receiver<bool>)
+    where
+        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let mut first = BytesMut::new();
+        let deadline = tokio::time::Instant::now() + self.limits.header_read_timeout;
+        loop {
+            let read = tokio::select! {
+                r = tokio::time::timeout_at(deadline, h1::read_some(&mut io)) => r,
+                _ = stop.changed() => return,
+            };
+            match read {
+                Ok(Ok(b)) if !b.is_empty() => first.extend_from_slice(&b),
+                _ => return,
+            }
+            let n = first.len().min(h1::H2_PREFACE.len());
+            if first[..n] != h1::H2_PREFACE[..n] {
                 break;
             }
-            _ = stop.changed(), if !closing => {
-                conn.as_mut().graceful_shutdown();
-                closing = true;
+            if n == h1::H2_PREFACE.len() {
+                return Box::pin(self.serve_h2(h1::Rewind::new(first.freeze(), io), stop)).await;
             }
-            _ = tick.tick() => {
-                let now = started.load(Ordering::Relaxed);
-                if now == seen && !closing {
-                    tracing::debug!(%peer, "idle connection closed");
+        }
+        let (pipeline, info) = (self.pipeline, self.info);
+        let serving = h1::serve(
+            io,
+            first,
+            self.limits,
+            move |req| {
+                let (pipeline, info) = (pipeline.clone(), info.clone());
+                // Boxed: the connection's own state stays small between requests.
+                Box::pin(async move { pipeline.handle(&info, req).await })
+            },
+            stop,
+        );
+        serving.await;
+    }
+
+    /// Serves HTTP/2 with hyper until the connection ends, the worker drains, or no request
+    /// starts for a whole keep-alive period.
+    async fn serve_h2<I>(self, io: I, stop: &mut watch::Receiver<bool>)
+    where
+        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let started = Arc::new(AtomicU64::new(0));
+        let svc = {
+            let (started, pipeline, info) = (started.clone(), self.pipeline, self.info);
+            service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                started.fetch_add(1, Ordering::Relaxed);
+                let (pipeline, info) = (pipeline.clone(), info.clone());
+                async move { Ok::<_, Infallible>(pipeline.handle(&info, req.map(ClientBody::H2)).await) }
+            })
+        };
+        let conn = self.builder.serve_connection(TokioIo::new(io), svc);
+        tokio::pin!(conn);
+        // Idle timeout: a connection that started no request for a whole period is shut down
+        // gracefully. In-flight requests still complete, and a client trickling a header block
+        // (which never becomes a request) cannot keep the connection open.
+        let keepalive_timeout = self.limits.keepalive_timeout;
+        let mut tick = tokio::time::interval_at(
+            tokio::time::Instant::now() + keepalive_timeout,
+            keepalive_timeout,
+        );
+        let (mut seen, mut closing) = (0, false);
+        let peer = self.peer;
+        loop {
+            tokio::select! {
+                biased;
+                r = conn.as_mut() => {
+                    if let Err(e) = r {
+                        tracing::debug!(%peer, error = %e, "connection ended with an error");
+                    }
+                    break;
+                }
+                _ = stop.changed(), if !closing => {
                     conn.as_mut().graceful_shutdown();
                     closing = true;
                 }
-                seen = now;
+                _ = tick.tick() => {
+                    let now = started.load(Ordering::Relaxed);
+                    if now == seen && !closing {
+                        tracing::debug!(%peer, "idle connection closed");
+                        conn.as_mut().graceful_shutdown();
+                        closing = true;
+                    }
+                    seen = now;
+                }
             }
         }
     }

@@ -39,6 +39,10 @@ pub enum ProxyError {
     MissingHost,
     #[error("malformed request: {0}")]
     BadRequest(&'static str),
+    #[error("request head over the size or field-count limit")]
+    HeadTooLarge,
+    #[error("HTTP version other than 1.0 or 1.1")]
+    VersionNotSupported,
     #[error("blocked by path rule")]
     BlockedByPathRule,
     #[error("could not connect to origin: {0}")]
@@ -69,6 +73,8 @@ impl ProxyError {
         match self {
             ProxyError::NoRoute(_) => StatusCode::NOT_FOUND,
             ProxyError::MissingHost | ProxyError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ProxyError::HeadTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            ProxyError::VersionNotSupported => StatusCode::HTTP_VERSION_NOT_SUPPORTED,
             ProxyError::BlockedByPathRule | ProxyError::Blocked(_) => StatusCode::FORBIDDEN,
             ProxyError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ProxyError::ClientBody(BodyFault::TooLarge) => StatusCode::PAYLOAD_TOO_LARGE,
@@ -90,6 +96,8 @@ impl ProxyError {
             ProxyError::NoRoute(_)
             | ProxyError::MissingHost
             | ProxyError::BadRequest(_)
+            | ProxyError::HeadTooLarge
+            | ProxyError::VersionNotSupported
             | ProxyError::BlockedByPathRule
             | ProxyError::Blocked(_)
             | ProxyError::RateLimited { .. }

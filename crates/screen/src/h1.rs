@@ -361,6 +361,27 @@ impl Guard {
     }
 }
 
+/// How a request's body is delimited (RFC 9112 §6.3), once its head passed [`framing`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// No body.
+    None,
+    /// Exactly this many bytes (more than zero).
+    Length(u64),
+    /// `Transfer-Encoding: chunked`.
+    Chunked,
+}
+
+/// The checks of the list above on one complete head: the body's framing when the head is
+/// unambiguous, the reason to refuse it otherwise.
+pub fn framing(req: &httparse::Request<'_, '_>) -> Result<Framing, &'static str> {
+    Ok(match check(req)? {
+        State::Body(n) => Framing::Length(n),
+        State::ChunkSize { .. } => Framing::Chunked,
+        _ => Framing::None,
+    })
+}
+
 /// Checks a complete head and returns the state its body starts in.
 fn check(req: &httparse::Request<'_, '_>) -> Result<State, &'static str> {
     let method = req.method.unwrap_or("");

@@ -1,0 +1,215 @@
+//! recv, first step: a request head from the bytes a connection has read, parsed once.
+//!
+//! `httparse` finds the head; [`rampart_screen::h1::framing`] refuses anything whose message
+//! boundaries two HTTP/1.1 implementations could read differently (the request-smuggling
+//! checks); the `http` request is built over the one buffer the head arrived in: the target and
+//! every field value are slices of it, not copies.
+
+use bytes::{Bytes, BytesMut};
+use http::header::{HeaderName, HeaderValue, CONNECTION, EXPECT};
+use http::{HeaderMap, Method, Uri, Version};
+use rampart_screen::h1::Framing;
+
+/// Offset and length of a piece of the head.
+type Span = (usize, usize);
+
+/// Why a head was refused; each becomes a status and the connection closes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeadError {
+    /// Malformed, or ambiguous framing (400).
+    Bad(&'static str),
+    /// Longer than the head limit, or more fields than allowed (431).
+    TooLarge,
+    /// Not HTTP/1.0 or HTTP/1.1 (505).
+    Version,
+}
+
+/// A complete, accepted request head.
+#[derive(Debug)]
+pub struct Head {
+    pub method: Method,
+    pub uri: Uri,
+    pub version: Version,
+    pub headers: HeaderMap,
+    pub framing: Framing,
+    /// The client allows the connection to carry another request after this one.
+    pub keep_alive: bool,
+    /// `Expect: 100-continue`.
+    pub expects_continue: bool,
+}
+
+/// Parses the head at the start of `buf`. `Ok(None)`: incomplete (read more, unless `buf` is
+/// already over `max_head`). On success the head's bytes are split off `buf`.
+pub fn parse(
+    buf: &mut BytesMut,
+    max_head: usize,
+    max_headers: usize,
+) -> Result<Option<Head>, HeadError> {
+    // Tolerate empty lines before a request line (RFC 9112 §2.2), as most servers do.
+    let blank = buf
+        .iter()
+        .take_while(|b| **b == b'\r' || **b == b'\n')
+        .count();
+    if blank > 0 {
+        let _ = buf.split_to(blank);
+    }
+    if buf.is_empty() {
+        return Ok(None);
+    }
+    let mut stack = [httparse::EMPTY_HEADER; 64];
+    let mut heap = Vec::new();
+    let slots: &mut [httparse::Header<'_>] = if max_headers <= stack.len() {
+        &mut stack[..max_headers]
+    } else {
+        heap.resize(max_headers, httparse::EMPTY_HEADER);
+        &mut heap
+    };
+    let mut req = httparse::Request::new(slots);
+    let len = match req.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => {
+            return if buf.len() > max_head {
+                Err(HeadError::TooLarge)
+            } else {
+                Ok(None)
+            };
+        }
+        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooLarge),
+        Err(httparse::Error::Version) => return Err(HeadError::Version),
+        Err(_) => return Err(HeadError::Bad("malformed request head")),
+    };
+    if len > max_head {
+        return Err(HeadError::TooLarge);
+    }
+    let framing = rampart_screen::h1::framing(&req).map_err(HeadError::Bad)?;
+    let version = if req.version == Some(0) {
+        Version::HTTP_10
+    } else {
+        Version::HTTP_11
+    };
+    let method = Method::from_bytes(req.method.unwrap_or("").as_bytes())
+        .map_err(|_| HeadError::Bad("invalid method"))?;
+    // Where the target and each field lie, to slice the frozen buffer afterwards.
+    let base = buf.as_ptr() as usize;
+    let at = |s: &[u8]| (s.as_ptr() as usize - base, s.len());
+    let target = at(req.path.unwrap_or("").as_bytes());
+    let n = req.headers.len();
+    let mut on_stack = [((0, 0), (0, 0)); 64];
+    let mut on_heap = Vec::new();
+    let ranges: &mut [(Span, Span)] = if n <= on_stack.len() {
+        &mut on_stack[..n]
+    } else {
+        on_heap.resize(n, ((0, 0), (0, 0)));
+        &mut on_heap
+    };
+    for (r, h) in ranges.iter_mut().zip(req.headers.iter()) {
+        *r = (at(h.name.as_bytes()), at(h.value));
+    }
+    let head: Bytes = buf.split_to(len).freeze();
+    let uri = Uri::from_maybe_shared(head.slice(target.0..target.0 + target.1))
+        .map_err(|_| HeadError::Bad("invalid request target"))?;
+    let mut headers = HeaderMap::with_capacity(n);
+    let mut keep_alive = version == Version::HTTP_11;
+    let mut expects_continue = false;
+    for &((ns, nl), (vs, vl)) in ranges.iter() {
+        let name = HeaderName::from_bytes(&head[ns..ns + nl])
+            .map_err(|_| HeadError::Bad("invalid field name"))?;
+        let value = HeaderValue::from_maybe_shared(head.slice(vs..vs + vl))
+            .map_err(|_| HeadError::Bad("invalid field value"))?;
+        if name == CONNECTION {
+            for token in value.as_bytes().split(|b| *b == b',') {
+                let token = token.trim_ascii();
+                if token.eq_ignore_ascii_case(b"close") {
+                    keep_alive = false;
+                } else if token.eq_ignore_ascii_case(b"keep-alive") && version == Version::HTTP_10 {
+                    keep_alive = true;
+                }
+            }
+        } else if name == EXPECT && value.as_bytes().eq_ignore_ascii_case(b"100-continue") {
+            expects_continue = version == Version::HTTP_11;
+        }
+        headers.append(name, value);
+    }
+    Ok(Some(Head {
+        method,
+        uri,
+        version,
+        headers,
+        framing,
+        keep_alive,
+        expects_continue,
+    }))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn one(raw: &[u8]) -> Result<Option<Head>, HeadError> {
+        parse(&mut BytesMut::from(raw), 8192, 100)
+    }
+
+    #[test]
+    fn a_head_and_what_follows() {
+        let mut buf = BytesMut::from(
+            &b"\r\nGET /a?b=1 HTTP/1.1\r\nHost: x\r\nX-Two: 1\r\nx-two: 2\r\n\r\nGET /next"[..],
+        );
+        let h = parse(&mut buf, 8192, 100).unwrap().unwrap();
+        assert_eq!(
+            (h.method, h.uri.to_string()),
+            (Method::GET, "/a?b=1".to_owned())
+        );
+        assert_eq!(h.headers.get_all("x-two").iter().count(), 2);
+        assert_eq!((h.framing, h.keep_alive), (Framing::None, true));
+        assert_eq!(&buf[..], b"GET /next");
+        assert!(parse(&mut buf, 8192, 100).unwrap().is_none());
+    }
+
+    #[test]
+    fn keep_alive_by_version_and_connection() {
+        let h = one(b"GET / HTTP/1.0\r\n\r\n").unwrap().unwrap();
+        assert!(!h.keep_alive);
+        let h = one(b"GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert!(h.keep_alive);
+        let h = one(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: x, close\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert!(!h.keep_alive);
+        let h =
+            one(b"PUT / HTTP/1.1\r\nHost: a\r\nExpect: 100-Continue\r\nContent-Length: 3\r\n\r\n")
+                .unwrap()
+                .unwrap();
+        assert!(h.expects_continue);
+        assert_eq!(h.framing, Framing::Length(3));
+    }
+
+    #[test]
+    fn refusals() {
+        assert_eq!(
+            one(b"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n").err(),
+            Some(HeadError::Bad("Content-Length together with Transfer-Encoding"))
+        );
+        assert_eq!(
+            one(b"GET / HTTP/1.1\r\n\r\n").err(),
+            Some(HeadError::Bad("missing Host"))
+        );
+        assert_eq!(
+            one(b"GET / HTTP/2.0\r\n\r\n").err(),
+            Some(HeadError::Version)
+        );
+        assert_eq!(
+            one(b"GET / HTTP/1.1\r\nHost : a\r\n\r\n").err(),
+            Some(HeadError::Bad("malformed request head"))
+        );
+        let long = [&b"GET / HTTP/1.1\r\nHost: a\r\nX: "[..], &[b'a'; 9000]].concat();
+        assert_eq!(one(&long).err(), Some(HeadError::TooLarge));
+        let many: Vec<u8> = (0..101)
+            .flat_map(|i| format!("X-{i}: 1\r\n").into_bytes())
+            .collect();
+        let raw = [&b"GET / HTTP/1.1\r\nHost: a\r\n"[..], &many, b"\r\n"].concat();
+        assert_eq!(one(&raw).err(), Some(HeadError::TooLarge));
+    }
+}
