@@ -1,16 +1,15 @@
-//! The whole request-head path: arbitrary bytes from a client through the framing guard into
-//! hyper's HTTP/1.1 server (as rampart runs it), answered by a trivial service. Must never panic
-//! or hang; a refused stream must end with a response or a close.
+//! The whole HTTP/1.1 connection as rampart serves it: arbitrary bytes from a client into
+//! `rampart_proxy::h1::serve` with a handler that reads the request body as the pipeline would.
+//! Must never panic or hang; a refused stream ends with a response or a close.
 #![no_main]
 
-use std::convert::Infallible;
 use std::time::Duration;
 
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use bytes::{Bytes, BytesMut};
+use http_body_util::BodyExt as _;
 use libfuzzer_sys::fuzz_target;
-use rampart_proxy::conn::GuardedIo;
-use rampart_screen::h1::Guard;
+use rampart_proxy::body::ProxyBody;
+use rampart_proxy::h1;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fuzz_target!(|data: &[u8]| {
@@ -20,19 +19,27 @@ fuzz_target!(|data: &[u8]| {
         .expect("runtime");
     rt.block_on(async {
         let (client, server) = tokio::io::duplex(1 << 16);
-        let io = GuardedIo::new(
+        let (_stop_tx, mut stop) = tokio::sync::watch::channel(false);
+        let limits = h1::Limits {
+            max_head: 8192,
+            max_headers: 32,
+            header_read_timeout: Duration::from_millis(500),
+            keepalive_timeout: Duration::from_millis(500),
+        };
+        let serve = h1::serve(
             server,
-            Guard::new(8192, 32),
-            "127.0.0.1:1".parse().expect("addr"),
+            BytesMut::new(),
+            limits,
+            |req| async move {
+                let n = req
+                    .into_body()
+                    .collect()
+                    .await
+                    .map_or(0, |b| b.to_bytes().len());
+                http::Response::new(ProxyBody::full(Bytes::from(n.to_string())))
+            },
+            &mut stop,
         );
-        let svc = service_fn(|req: hyper::Request<hyper::body::Incoming>| async move {
-            // Read the body as the pipeline would.
-            let _ = http_body_util_collect(req.into_body()).await;
-            Ok::<_, Infallible>(hyper::Response::new(String::from("ok")))
-        });
-        let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-        builder.http1().max_buf_size(8192).max_headers(32);
-        let conn = builder.serve_connection(TokioIo::new(io), svc);
         let drive = async {
             let (mut r, mut w) = tokio::io::split(client);
             let _ = w.write_all(data).await;
@@ -41,20 +48,8 @@ fuzz_target!(|data: &[u8]| {
             let _ = r.read_to_end(&mut out).await;
         };
         let _ = tokio::time::timeout(Duration::from_secs(2), async {
-            tokio::join!(conn, drive)
+            tokio::join!(serve, drive)
         })
         .await;
     });
 });
-
-async fn http_body_util_collect(mut body: hyper::body::Incoming) -> usize {
-    use hyper::body::Body;
-    let mut n = 0;
-    while let Some(frame) = std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)).await {
-        match frame {
-            Ok(f) => n += f.data_ref().map_or(0, |d| d.len()),
-            Err(_) => break,
-        }
-    }
-    n
-}
