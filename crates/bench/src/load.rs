@@ -1,4 +1,4 @@
-//! Load generators: wrk, ab, h2load and oha, driven as processes and their output parsed, and
+//! Load generators: wrk, ab and h2load, driven as processes and their output parsed, and
 //! the suite's own `vus` generator (`vus.rs`, run as `rampart-bench vus` in its own process).
 
 use std::process::Command;

@@ -455,7 +455,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 "wrk" => "apt-get install wrk",
                 "ab" => "apt-get install apache2-utils",
                 "h2load" => "apt-get install nghttp2-client",
-                _ => "cargo install oha",
+                _ => "see docs/benchmarks.md",
             };
             skipped.push(format!(
                 "scenario {}: skipped — {t} is not installed ({hint})",
