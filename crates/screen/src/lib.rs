@@ -5,8 +5,8 @@
 //!   values a request carries (decoded path, query names and values, cookies, form and JSON
 //!   bodies) and runs the detector over them.
 //! - [`ratelimit`]: per-client GCRA limiters (governor) over a key table of bounded size.
-//! - [`h1`]: an HTTP/1.1 framing guard that follows message boundaries byte for byte and
-//!   refuses every request an origin could frame differently (RFC 9112).
+//! - [`h1`]: the request-head checks that refuse every request an origin could frame
+//!   differently (RFC 9112); rampart's HTTP/1.1 server applies them to each head it parses.
 
 pub mod h1;
 pub mod inspect;

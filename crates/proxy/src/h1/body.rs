@@ -14,7 +14,7 @@ use std::task::{Context, Poll, Waker};
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 
-/// Longest chunk-size line and trailer section accepted (as the framing guard).
+/// Longest chunk-size line and trailer section accepted.
 const MAX_CHUNK_LINE: usize = 4096;
 const MAX_TRAILERS: usize = 16 * 1024;
 
@@ -410,6 +410,11 @@ mod tests {
             b"g\r\n",
             b"1234567890abcdef0\r\n",
             b";\r\n",
+            b"\r\n",
+            b"0x5\r\nhello\r\n0\r\n\r\n",
+            b"-1\r\n",
+            b"ffffffffffffffffff\r\n",
+            b"5;a\x00b\r\n",
             b"0\r\nBad\x01: x\r\n\r\n",
         ] {
             assert!(decode_all(Decoder::chunked(), bad, 1).is_err(), "{bad:?}");
