@@ -390,6 +390,7 @@ async fn accept_loop(
             max_headers: d.max_headers,
             header_read_timeout: d.header_read_timeout,
             keepalive_timeout: d.keepalive_timeout,
+            body_idle_timeout: d.body_idle_timeout,
         };
         let tls = tls.clone();
         let task = async move {

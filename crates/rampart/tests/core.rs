@@ -357,6 +357,141 @@ async fn pipelined_requests_are_answered_in_order() {
     assert_eq!(out.matches("HTTP/1.1 200").count(), 3);
 }
 
+/// Writes `parts` one after the other (each once everything before it that `until` names has
+/// come back), then reads to the end; returns everything read. Blocking; 5 s per read.
+fn conversation(addr: std::net::SocketAddr, parts: &[(&[u8], &str)]) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut got = Vec::new();
+    let mut b = [0u8; 4096];
+    for (bytes, until) in parts {
+        s.write_all(bytes).unwrap();
+        while !String::from_utf8_lossy(&got).contains(until) {
+            match s.read(&mut b) {
+                Ok(0) | Err(_) => return String::from_utf8_lossy(&got).into_owned(),
+                Ok(n) => got.extend_from_slice(&b[..n]),
+            }
+        }
+    }
+    while let Ok(n) = s.read(&mut b) {
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&b[..n]);
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+#[tokio::test]
+async fn an_origin_may_answer_while_the_request_body_still_streams() {
+    let origin = Origin::new()
+        .answer_before_body("/up")
+        .route(
+            "/up",
+            Reply::text("early").header("cache-control", "no-store"),
+        )
+        .route("*", Reply::text("fine").header("cache-control", "no-store"))
+        .start()
+        .await;
+    let proxy = Proxy::start(&config_for("d", &origin, "", ""));
+    let addr = proxy.addr;
+    let out = tokio::task::spawn_blocking(move || {
+        conversation(
+            addr,
+            &[
+                // Half the body: the answer must come back before the rest is sent.
+                (
+                    b"POST /up HTTP/1.1\r\nHost: d\r\nContent-Length: 10\r\n\r\nhello",
+                    "early",
+                ),
+                // The rest, then a second request on the same connection.
+                (
+                    b"worldGET /next HTTP/1.1\r\nHost: d\r\nConnection: close\r\n\r\n",
+                    "fine",
+                ),
+            ],
+        )
+    })
+    .await
+    .unwrap();
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    assert!(out.contains("early") && out.contains("fine"), "{out}");
+    assert_eq!(out.matches("HTTP/1.1 200").count(), 2, "{out}");
+    // The origin got the whole body, after it had answered.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while origin.body_bytes() < 10 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(origin.body_bytes(), 10);
+    assert_eq!(origin.seen().last().unwrap().uri.path(), "/next");
+}
+
+#[tokio::test]
+async fn an_error_answered_before_the_body_is_read_closes_the_connection() {
+    let origin = Origin::new().route("*", Reply::text("fine")).start().await;
+    let proxy = Proxy::start(&config_for("e", &origin, "", "max_body_size = \"1KiB\""));
+    let addr = proxy.addr;
+    // A declared length over the limit: 413 at once, and the connection cannot go on (the
+    // body was never read), so the answer says `Connection: close` and the proxy closes.
+    let started = std::time::Instant::now();
+    let out = tokio::task::spawn_blocking(move || {
+        conversation(
+            addr,
+            &[(
+                b"POST /up HTTP/1.1\r\nHost: e\r\nContent-Length: 5000\r\n\r\nxxxx",
+                "\r\n\r\n",
+            )],
+        )
+    })
+    .await
+    .unwrap();
+    assert!(out.starts_with("HTTP/1.1 413"), "{out}");
+    assert!(
+        out.to_ascii_lowercase().contains("connection: close"),
+        "{out}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(4), "left open");
+    assert_eq!(origin.requests(), 0);
+}
+
+#[tokio::test]
+async fn a_small_unread_body_is_skipped_and_the_next_request_served() {
+    let origin = Origin::new()
+        .route(
+            "/c",
+            Reply::text("cached").header("cache-control", "max-age=60"),
+        )
+        .route("*", Reply::text("fine").header("cache-control", "no-store"))
+        .start()
+        .await;
+    let proxy = Proxy::start(&config_for("k", &origin, "", ""));
+    assert_eq!(get(&proxy, "k", "/c").await.text(), "cached");
+    let addr = proxy.addr;
+    // A hit never reads the request body: its 5 bytes are skipped and the pipelined request
+    // behind them is served on the same connection.
+    let out = tokio::task::spawn_blocking(move || {
+        conversation(
+            addr,
+            &[(
+                b"GET /c HTTP/1.1\r\nHost: k\r\nContent-Length: 5\r\n\r\nhelloGET /d HTTP/1.1\r\nHost: k\r\nConnection: close\r\n\r\n",
+                "fine",
+            )],
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.matches("HTTP/1.1 200").count(), 2, "{out}");
+    let (c, d) = (out.find("cached"), out.find("fine"));
+    assert!(c.is_some() && c < d, "{out}");
+    let paths: Vec<String> = origin
+        .seen()
+        .iter()
+        .map(|s| s.uri.path().to_owned())
+        .collect();
+    assert_eq!(paths, ["/c", "/d"], "the body was not taken for a request");
+}
+
 #[tokio::test]
 async fn h2c_prior_knowledge() {
     let origin = Origin::new()

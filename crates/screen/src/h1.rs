@@ -119,9 +119,18 @@ mod tests {
         let cases: [(&[u8], Framing); 7] = [
             (b"GET / HTTP/1.1\r\nHost: a\r\n\r\n", Framing::None),
             (b"GET / HTTP/1.0\r\n\r\n", Framing::None),
-            (b"POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n", Framing::Length(5)),
-            (b"POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n", Framing::None),
-            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: Chunked\r\n\r\n", Framing::Chunked),
+            (
+                b"POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n",
+                Framing::Length(5),
+            ),
+            (
+                b"POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n",
+                Framing::None,
+            ),
+            (
+                b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: Chunked\r\n\r\n",
+                Framing::Chunked,
+            ),
             (b"GET http://a/ HTTP/1.1\r\nHost: a\r\n\r\n", Framing::None),
             (b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n", Framing::None),
         ];

@@ -71,10 +71,16 @@ pub struct Limits {
     pub header_read_timeout: Duration,
     /// Between requests.
     pub keepalive_timeout: Duration,
+    /// Between two pieces of a request body still sent to the origin after its answer.
+    pub body_idle_timeout: Duration,
 }
 
 /// Serves HTTP/1.1 requests on `io` until the client closes, an error or timeout ends the
 /// connection, or `stop` asks for a graceful end. `carry`: bytes already read.
+///
+/// Each request goes recv ([`recv_head`]) → handle (the pipeline, fed the body as it reads it:
+/// [`handle`]) → deliver (the response, and what the connection does with a body the pipeline
+/// did not read: [`deliver`]).
 pub async fn serve<I, H, F>(
     mut io: I,
     mut carry: BytesMut,
@@ -86,178 +92,32 @@ pub async fn serve<I, H, F>(
     H: FnMut(Request<ClientBody>) -> F,
     F: Future<Output = Response<ProxyBody>>,
 {
+    // `carry`: bytes read past the current head (its body, or the next requests).
     let timer = tokio::time::sleep(limits.keepalive_timeout);
     tokio::pin!(timer);
-    // Bytes after the current request's head that belong to its body (or the next request).
     loop {
-        // recv: a complete head.
-        let mut started: Option<Instant> = None;
-        let head = loop {
-            if !carry.is_empty() {
-                match head::parse(&mut carry, limits.max_head, limits.max_headers) {
-                    Ok(Some(h)) => break h,
-                    Ok(None) => {}
-                    Err(e) => {
-                        Box::pin(refuse(&mut io, e)).await;
-                        return;
-                    }
-                }
-            }
-            if *stop.borrow() && carry.is_empty() {
+        let head = match recv_head(&mut io, &mut carry, &limits, timer.as_mut(), stop).await {
+            Recv::Head(h) => h,
+            Recv::Refused(e) => {
+                Box::pin(refuse(&mut io, e)).await;
                 return;
             }
-            let deadline = match (carry.is_empty(), started) {
-                (true, _) => Instant::now() + limits.keepalive_timeout,
-                (false, Some(t)) => t + limits.header_read_timeout,
-                (false, None) => {
-                    let t = Instant::now();
-                    started = Some(t);
-                    t + limits.header_read_timeout
-                }
-            };
-            timer.as_mut().reset(deadline);
-            tokio::select! {
-                biased;
-                r = read_some(&mut io) => match r {
-                    Ok(b) if b.is_empty() => return,
-                    Ok(b) => {
-                        if carry.is_empty() {
-                            carry = b;
-                            started.get_or_insert_with(Instant::now);
-                        } else {
-                            carry.extend_from_slice(&b);
-                        }
-                    }
-                    Err(_) => return,
-                },
-                _ = &mut timer => {
-                    if !carry.is_empty() {
-                        tracing::debug!("request head not complete within the header read timeout; closing");
-                    }
-                    return;
-                }
-                _ = stop.changed(), if carry.is_empty() => return,
-            }
+            Recv::End => return,
         };
-
         let ex = write::Exchange {
             head_request: head.method == http::Method::HEAD,
             version: head.version,
             keep_alive: head.keep_alive,
         };
-        // The body, if any: decoded from `carry` and the socket as the pipeline reads it.
-        let (decoder, length) = match head.framing {
-            Framing::None => (None, None),
-            Framing::Length(n) => (Some(Decoder::Length(n)), Some(n)),
-            Framing::Chunked => (Some(Decoder::chunked()), None),
-        };
-        let mut feed = None;
-        let body = match decoder {
-            None => ClientBody::Empty,
-            Some(d) => {
-                let (feeder, incoming) = body::channel(length);
-                feed = Some(Feed {
-                    feeder,
-                    decoder: d,
-                    continue_owed: head.expects_continue,
-                    finished: false,
-                    broken: false,
-                });
-                ClientBody::H1(incoming)
-            }
-        };
-        let mut req = Request::new(body);
-        *req.method_mut() = head.method;
-        *req.uri_mut() = head.uri;
-        *req.version_mut() = head.version;
-        *req.headers_mut() = head.headers;
-
-        // The pipeline runs while the body is fed to it.
-        let handling = handler(req);
-        tokio::pin!(handling);
-        let mut res = match &mut feed {
-            None => handling.await,
-            Some(f) => {
-                Box::pin(async {
-                    loop {
-                        tokio::select! {
-                            biased;
-                            res = &mut handling => break res,
-                            _ = f.step(&mut io, &mut carry), if f.active() => {}
-                        }
-                    }
-                })
-                .await
-            }
-        };
+        let (req, mut feed) = request(head);
+        let mut res = handle(&mut io, &mut carry, handler(req), feed.as_mut()).await;
         if *stop.borrow() {
             res.headers_mut().insert(
                 http::header::CONNECTION,
                 http::HeaderValue::from_static("close"),
             );
         }
-
-        // deliver. A body not read to its end by now decides whether the connection can
-        // carry another request, and the head must say so.
-        let mut ex = ex;
-        let mut duplex = false;
-        if let Some(f) = &mut feed {
-            if f.broken {
-                ex.keep_alive = false;
-            } else if !f.finished && !f.decoder.is_done() {
-                if f.continue_owed || res.status().as_u16() >= 400 {
-                    // An answer about the request (its body too large, too slow, refused…),
-                    // or a client still waiting for 100 Continue: the rest of the body is not
-                    // waited for.
-                    ex.keep_alive = false;
-                } else if !f.feeder.reader_gone() {
-                    // The origin answers while the body still streams to it.
-                    duplex = true;
-                } else if !f.skip_buffered(&mut carry) {
-                    ex.keep_alive = false;
-                }
-            }
-        }
-        let mut out = Vec::with_capacity(512);
-        let hint = http_body::Body::size_hint(res.body()).exact();
-        let (framing, keep_alive) = write::head(&mut out, res.status(), res.headers(), hint, ex);
-        // Boxed, as the pipeline's future: between requests the connection keeps only what
-        // it needs to wait for the next head.
-        let sent = match &mut feed {
-            Some(f) if duplex => {
-                Box::pin(async {
-                    let (mut rd, mut wr) = tokio::io::split(&mut io);
-                    let sending = write::send(&mut wr, out, framing, res.body_mut());
-                    tokio::pin!(sending);
-                    loop {
-                        tokio::select! {
-                            biased;
-                            r = &mut sending => break r,
-                            _ = f.pump(&mut rd, &mut carry), if f.active() => {}
-                        }
-                    }
-                })
-                .await
-            }
-            _ => Box::pin(write::send(&mut io, out, framing, res.body_mut())).await,
-        };
-        drop(res);
-        match sent {
-            Ok(write::Sent::Complete) => {}
-            Ok(write::Sent::Cut) | Err(_) => return,
-        }
-        let mut keep_alive = keep_alive;
-        if let Some(f) = &mut feed {
-            if f.broken {
-                keep_alive = false;
-            } else if keep_alive && !f.decoder.is_done() {
-                // The rest of a body the origin did not wait for.
-                keep_alive =
-                    Box::pin(f.skip(&mut io, &mut carry, SKIP_UNREAD, limits.header_read_timeout))
-                        .await;
-            }
-        }
-        if !keep_alive {
+        if !deliver(&mut io, &mut carry, res, feed.as_mut(), ex, &limits).await {
             let _ = io.shutdown().await;
             return;
         }
@@ -265,6 +125,203 @@ pub async fn serve<I, H, F>(
         if carry.is_empty() && carry.capacity() > 0 {
             carry = BytesMut::new();
         }
+    }
+}
+
+// Returned once per request and taken apart at once; boxing the head would allocate per request.
+#[allow(clippy::large_enum_variant)]
+enum Recv {
+    Head(head::Head),
+    /// A head that must be answered with an error, then the connection closed.
+    Refused(HeadError),
+    /// The client closed, went quiet, or the server is stopping.
+    End,
+}
+
+/// recv: reads until `carry` starts with a complete head, within the keep-alive timeout for
+/// its first byte and the header read timeout for the rest.
+async fn recv_head<I: AsyncRead + Unpin>(
+    io: &mut I,
+    carry: &mut BytesMut,
+    limits: &Limits,
+    mut timer: Pin<&mut tokio::time::Sleep>,
+    stop: &mut watch::Receiver<bool>,
+) -> Recv {
+    let mut started: Option<Instant> = None;
+    loop {
+        if !carry.is_empty() {
+            match head::parse(carry, limits.max_head, limits.max_headers) {
+                Ok(Some(h)) => return Recv::Head(h),
+                Ok(None) => {}
+                Err(e) => return Recv::Refused(e),
+            }
+        }
+        if *stop.borrow() && carry.is_empty() {
+            return Recv::End;
+        }
+        let deadline = match (carry.is_empty(), started) {
+            (true, _) => Instant::now() + limits.keepalive_timeout,
+            (false, Some(t)) => t + limits.header_read_timeout,
+            (false, None) => {
+                let t = Instant::now();
+                started = Some(t);
+                t + limits.header_read_timeout
+            }
+        };
+        timer.as_mut().reset(deadline);
+        tokio::select! {
+            biased;
+            r = read_some(io) => match r {
+                Ok(b) if b.is_empty() => return Recv::End,
+                Ok(b) => {
+                    if carry.is_empty() {
+                        *carry = b;
+                        started.get_or_insert_with(Instant::now);
+                    } else {
+                        carry.extend_from_slice(&b);
+                    }
+                }
+                Err(_) => return Recv::End,
+            },
+            _ = &mut timer => {
+                if !carry.is_empty() {
+                    tracing::debug!("request head not complete within the header read timeout; closing");
+                }
+                return Recv::End;
+            }
+            _ = stop.changed(), if carry.is_empty() => return Recv::End,
+        }
+    }
+}
+
+/// The request for the pipeline, and the feed of its body if it has one.
+fn request(head: head::Head) -> (Request<ClientBody>, Option<Feed>) {
+    let (decoder, length) = match head.framing {
+        Framing::None => (None, None),
+        Framing::Length(n) => (Some(Decoder::Length(n)), Some(n)),
+        Framing::Chunked => (Some(Decoder::chunked()), None),
+    };
+    let (body, feed) = match decoder {
+        None => (ClientBody::Empty, None),
+        Some(d) => {
+            let (feeder, incoming) = body::channel(length);
+            let feed = Feed {
+                feeder,
+                decoder: d,
+                continue_owed: head.expects_continue,
+                finished: false,
+                broken: false,
+            };
+            (ClientBody::H1(incoming), Some(feed))
+        }
+    };
+    let mut req = Request::new(body);
+    *req.method_mut() = head.method;
+    *req.uri_mut() = head.uri;
+    *req.version_mut() = head.version;
+    *req.headers_mut() = head.headers;
+    (req, feed)
+}
+
+/// handle: runs the pipeline while its body is fed to it (from `carry` and the socket, as it
+/// asks for more).
+async fn handle<I, F>(
+    io: &mut I,
+    carry: &mut BytesMut,
+    handling: F,
+    feed: Option<&mut Feed>,
+) -> Response<ProxyBody>
+where
+    I: AsyncRead + AsyncWrite + Unpin,
+    F: Future<Output = Response<ProxyBody>>,
+{
+    let Some(f) = feed else {
+        return handling.await;
+    };
+    tokio::pin!(handling);
+    Box::pin(async {
+        loop {
+            tokio::select! {
+                biased;
+                res = &mut handling => break res,
+                _ = f.step(io, carry), if f.active() => {}
+            }
+        }
+    })
+    .await
+}
+
+/// deliver: writes the response. A body the pipeline did not read to its end decides whether
+/// the connection can carry another request, and the head says so; with an origin answering
+/// while the body still streams to it, the body goes on being fed while the response is
+/// written. Returns whether the connection stays open.
+async fn deliver<I: AsyncRead + AsyncWrite + Unpin>(
+    io: &mut I,
+    carry: &mut BytesMut,
+    mut res: Response<ProxyBody>,
+    mut feed: Option<&mut Feed>,
+    mut ex: write::Exchange,
+    limits: &Limits,
+) -> bool {
+    let mut duplex = false;
+    if let Some(f) = feed.as_deref_mut() {
+        if f.broken {
+            ex.keep_alive = false;
+        } else if !f.finished && !f.decoder.is_done() {
+            if f.continue_owed || res.status().as_u16() >= 400 {
+                // An answer about the request (its body too large, too slow, refused…), or a
+                // client still waiting for 100 Continue: the rest of the body is not waited for.
+                ex.keep_alive = false;
+            } else if !f.feeder.reader_gone() {
+                // The origin answers while the body still streams to it.
+                duplex = true;
+            } else if !f.skip_buffered(carry) {
+                ex.keep_alive = false;
+            }
+        }
+    }
+    let mut out = Vec::with_capacity(512);
+    let hint = http_body::Body::size_hint(res.body()).exact();
+    let (framing, keep_alive) = write::head(&mut out, res.status(), res.headers(), hint, ex);
+    // Boxed, as the pipeline's future: between requests the connection keeps only what it
+    // needs to wait for the next head.
+    let sent = match feed.as_deref_mut() {
+        Some(f) if duplex => {
+            Box::pin(async {
+                let (mut rd, mut wr) = tokio::io::split(&mut *io);
+                let sending = write::send(&mut wr, out, framing, res.body_mut());
+                tokio::pin!(sending);
+                loop {
+                    tokio::select! {
+                        biased;
+                        r = &mut sending => break r,
+                        _ = f.pump(&mut rd, carry), if f.active() => {}
+                    }
+                }
+            })
+            .await
+        }
+        _ => Box::pin(write::send(&mut *io, out, framing, res.body_mut())).await,
+    };
+    drop(res);
+    match sent {
+        Ok(write::Sent::Complete) => {}
+        Ok(write::Sent::Cut) | Err(_) => return false,
+    }
+    let Some(f) = feed else {
+        return keep_alive;
+    };
+    if duplex && keep_alive && f.active() {
+        // The origin answered early but still reads the body: the rest goes to it.
+        Box::pin(f.pump_to_end(io, carry, limits.body_idle_timeout)).await;
+    }
+    if f.broken {
+        false
+    } else if keep_alive && !f.decoder.is_done() {
+        // The rest of a body the origin did not wait for.
+        Box::pin(f.skip(io, carry, SKIP_UNREAD, limits.header_read_timeout)).await
+    } else {
+        keep_alive
     }
 }
 
@@ -297,11 +354,12 @@ impl Feed {
         }
         if self.continue_owed {
             self.continue_owed = false;
-            if io
-                .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
-                .await
-                .is_err()
-            {
+            // Flushed: over TLS the record would otherwise wait for the final response.
+            let sent = async {
+                io.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
+                io.flush().await
+            };
+            if sent.await.is_err() {
                 self.end(Piece::Broken);
                 return;
             }
@@ -313,6 +371,22 @@ impl Feed {
     async fn pump<R: AsyncRead + Unpin>(&mut self, io: &mut R, carry: &mut BytesMut) {
         if self.feeder.wanted().await {
             self.give_next(io, carry).await;
+        }
+    }
+
+    /// Feeds the rest of the body while the reader takes it, each piece within `idle`; a
+    /// reader that stops asking for that long is treated as gone.
+    async fn pump_to_end<R: AsyncRead + Unpin>(
+        &mut self,
+        io: &mut R,
+        carry: &mut BytesMut,
+        idle: Duration,
+    ) {
+        while self.active() {
+            if tokio::time::timeout(idle, self.pump(io, carry)).await.is_err() {
+                self.broken = true;
+                return;
+            }
         }
     }
 

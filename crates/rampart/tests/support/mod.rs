@@ -100,6 +100,7 @@ type Handler = Arc<dyn Fn(&Seen) -> Reply + Send + Sync>;
 #[derive(Default)]
 pub struct Origin {
     routes: HashMap<String, Handler>,
+    early: Vec<String>,
 }
 
 /// Counters shared with a running origin.
@@ -134,6 +135,9 @@ impl OriginHandle {
     pub fn port(&self) -> u16 {
         self.addr.port()
     }
+    pub fn body_bytes(&self) -> u64 {
+        self.state.body_bytes.load(Ordering::SeqCst)
+    }
 }
 
 const CHUNK: usize = 64 * 1024;
@@ -147,6 +151,13 @@ impl Origin {
     pub fn route(mut self, path: &str, reply: Reply) -> Self {
         self.routes
             .insert(path.into(), Arc::new(move |_| reply.clone()));
+        self
+    }
+
+    /// Requests to `path` are answered as soon as their head arrives; their body is read (and
+    /// counted in `body_bytes`) while the answer is written. `Seen::body_len` is 0 for them.
+    pub fn answer_before_body(mut self, path: &str) -> Self {
+        self.early.push(path.into());
         self
     }
 
@@ -175,6 +186,7 @@ impl Origin {
         let addr = listener.local_addr().unwrap();
         let state = Arc::new(OriginState::default());
         let routes = Arc::new(self.routes);
+        let early = Arc::new(self.early);
         let (tx, mut rx) = watch::channel(false);
         let st = state.clone();
         tokio::spawn(async move {
@@ -185,9 +197,11 @@ impl Origin {
                 };
                 st.connections.fetch_add(1, Ordering::SeqCst);
                 let (st, routes, mut stop) = (st.clone(), routes.clone(), rx.clone());
-                let tls = tls.clone();
+                let (tls, early) = (tls.clone(), early.clone());
                 tokio::spawn(async move {
-                    let svc = service_fn(move |req| handle(req, st.clone(), routes.clone()));
+                    let svc = service_fn(move |req| {
+                        handle(req, st.clone(), routes.clone(), early.clone())
+                    });
                     let builder =
                         hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
                     // A stopped origin also drops its open (pooled) connections.
@@ -225,21 +239,32 @@ async fn handle(
     req: Request<Incoming>,
     st: Arc<OriginState>,
     routes: Arc<HashMap<String, Handler>>,
+    early: Arc<Vec<String>>,
 ) -> Result<Response<BoxBody>, Infallible> {
-    let (parts, mut body) = req.into_parts();
-    // Read (and count) the whole request body, without keeping it.
-    let mut body_len = 0u64;
-    while let Some(frame) = body.frame().await {
-        match frame {
-            Ok(f) => {
-                if let Some(d) = f.data_ref() {
-                    body_len += d.len() as u64;
-                }
+    let (parts, body) = req.into_parts();
+    // Read (and count) the whole request body, without keeping it: before answering, or
+    // while answering for the `answer_before_body` paths.
+    async fn count(mut body: Incoming) -> u64 {
+        let mut n = 0u64;
+        while let Some(Ok(f)) = body.frame().await {
+            if let Some(d) = f.data_ref() {
+                n += d.len() as u64;
             }
-            Err(_) => break,
         }
+        n
     }
-    st.body_bytes.fetch_add(body_len, Ordering::SeqCst);
+    let body_len = if early.iter().any(|p| p == parts.uri.path()) {
+        let st = st.clone();
+        tokio::spawn(async move {
+            let n = count(body).await;
+            st.body_bytes.fetch_add(n, Ordering::SeqCst);
+        });
+        0
+    } else {
+        let n = count(body).await;
+        st.body_bytes.fetch_add(n, Ordering::SeqCst);
+        n
+    };
     let seen = Seen {
         method: parts.method,
         uri: parts.uri,
