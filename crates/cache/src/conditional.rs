@@ -81,7 +81,9 @@ const NOT_FRESHENED: [&str; 11] = [
 ///
 /// A field counts as present as soon as it has a line, even an empty or malformed one.
 pub fn client_has_conditionals(req: &HeaderMap) -> bool {
-    PRECONDITIONS.iter().any(|name| req.contains_key(name))
+    // One walk over the (few) names present: cheaper than five hashed look-ups, and these are
+    // all standard names, which compare as small integers.
+    req.keys().any(|k| PRECONDITIONS.contains(k))
 }
 
 /// For a GET/HEAD answered from a stored 200 response: true when the client should get 304 Not

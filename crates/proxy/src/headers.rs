@@ -28,6 +28,20 @@ pub fn content_length(h: &HeaderMap) -> Option<u64> {
 
 /// Removes hop-by-hop headers, including those listed in `Connection`.
 pub fn strip_hop_by_hop(h: &mut HeaderMap) {
+    // Most messages carry none: one walk over the names present decides, instead of seven
+    // hashed look-ups.
+    let hop = |k: &HeaderName| {
+        k == CONNECTION
+            || k == TE
+            || k == TRAILER
+            || k == TRANSFER_ENCODING
+            || k == UPGRADE
+            || k == KEEP_ALIVE
+            || k == PROXY_CONNECTION
+    };
+    if !h.keys().any(hop) {
+        return;
+    }
     // Headers named by Connection (collected first: we cannot remove while borrowing).
     if h.contains_key(CONNECTION) {
         let named: Vec<HeaderName> = h

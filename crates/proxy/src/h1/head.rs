@@ -11,7 +11,7 @@ use http::{HeaderMap, Method, Uri, Version};
 use rampart_screen::h1::Framing;
 
 /// Offset and length of a piece of the head.
-type Span = (usize, usize);
+type Span = (u32, u32);
 
 /// Why a head was refused; each becomes a status and the connection closes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,16 +56,19 @@ pub fn parse(
     if buf.is_empty() {
         return Ok(None);
     }
-    let mut stack = [httparse::EMPTY_HEADER; 64];
+    // The field slots are left uninitialised (httparse fills what it uses): zeroing 64 of
+    // them cost more than parsing a typical head.
+    let mut stack = [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; 64];
     let mut heap = Vec::new();
-    let slots: &mut [httparse::Header<'_>] = if max_headers <= stack.len() {
+    let slots: &mut [std::mem::MaybeUninit<httparse::Header<'_>>] = if max_headers <= stack.len()
+    {
         &mut stack[..max_headers]
     } else {
-        heap.resize(max_headers, httparse::EMPTY_HEADER);
+        heap.resize_with(max_headers, std::mem::MaybeUninit::uninit);
         &mut heap
     };
-    let mut req = httparse::Request::new(slots);
-    let len = match req.parse(buf) {
+    let mut req = httparse::Request::new(&mut []);
+    let len = match req.parse_with_uninit_headers(buf, slots) {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) => {
             return if buf.len() > max_head {
@@ -91,10 +94,12 @@ pub fn parse(
         .map_err(|_| HeadError::Bad("invalid method"))?;
     // Where the target and each field lie, to slice the frozen buffer afterwards.
     let base = buf.as_ptr() as usize;
-    let at = |s: &[u8]| (s.as_ptr() as usize - base, s.len());
+    // A head is at most `max_head` bytes (far below 4 GiB).
+    let at = |s: &[u8]| ((s.as_ptr() as usize - base) as u32, s.len() as u32);
     let target = at(req.path.unwrap_or("").as_bytes());
     let n = req.headers.len();
-    let mut on_stack = [((0, 0), (0, 0)); 64];
+    // Small: zeroed for every head, and most heads have a handful of fields.
+    let mut on_stack = [((0, 0), (0, 0)); 16];
     let mut on_heap = Vec::new();
     let ranges: &mut [(Span, Span)] = if n <= on_stack.len() {
         &mut on_stack[..n]
@@ -106,12 +111,13 @@ pub fn parse(
         *r = (at(h.name.as_bytes()), at(h.value));
     }
     let head: Bytes = buf.split_to(len).freeze();
-    let uri = Uri::from_maybe_shared(head.slice(target.0..target.0 + target.1))
+    let uri = Uri::from_maybe_shared(head.slice(target.0 as usize..(target.0 + target.1) as usize))
         .map_err(|_| HeadError::Bad("invalid request target"))?;
     let mut headers = HeaderMap::with_capacity(n);
     let mut keep_alive = version == Version::HTTP_11;
     let mut expects_continue = false;
     for &((ns, nl), (vs, vl)) in ranges.iter() {
+        let (ns, nl, vs, vl) = (ns as usize, nl as usize, vs as usize, vl as usize);
         let name = HeaderName::from_bytes(&head[ns..ns + nl])
             .map_err(|_| HeadError::Bad("invalid field name"))?;
         let value = HeaderValue::from_maybe_shared(head.slice(vs..vs + vl))

@@ -48,10 +48,22 @@ pub fn head(
     let bodiless = status.is_informational()
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED;
-    let declared = headers
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+    // One walk over the fields for what shapes the head (cheaper than hashed look-ups).
+    let (mut declared, mut close, mut has_date) = (None, false, false);
+    let mut first_length = true;
+    for (name, value) in headers {
+        if name == CONTENT_LENGTH {
+            if std::mem::take(&mut first_length) {
+                declared = std::str::from_utf8(value.as_bytes())
+                    .ok()
+                    .and_then(|v| v.parse::<u64>().ok());
+            }
+        } else if name == CONNECTION {
+            close |= value.as_bytes().eq_ignore_ascii_case(b"close");
+        } else if name == DATE {
+            has_date = true;
+        }
+    }
     let framing = if ex.head_request || bodiless {
         Framing::None
     } else if let Some(n) = declared.or(hint) {
@@ -62,11 +74,7 @@ pub fn head(
         keep_alive = false;
         Framing::Close
     };
-    if headers
-        .get_all(CONNECTION)
-        .iter()
-        .any(|v| v.as_bytes().eq_ignore_ascii_case(b"close"))
-    {
+    if close {
         keep_alive = false;
     }
     out.extend_from_slice(b"HTTP/1.1 ");
@@ -99,7 +107,7 @@ pub fn head(
         Framing::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
         _ => {}
     }
-    if !headers.contains_key(DATE) {
+    if !has_date {
         out.extend_from_slice(b"date: ");
         date(out);
         out.extend_from_slice(b"\r\n");
