@@ -253,14 +253,14 @@ impl Lru {
     }
 }
 
-const HOST: &str = "trace.example";
+pub const HOST: &str = "trace.example";
 
-fn url(k: u32) -> String {
+pub fn url(k: u32) -> String {
     format!("/o/{k}")
 }
 
 /// The object stored for key `k`, built like the proxy's (its body a slice of `pool`).
-fn object(k: u32, pool: &Bytes, now: SystemTime) -> Object {
+pub fn object(k: u32, pool: &Bytes, now: SystemTime) -> Object {
     let mut headers = HeaderMap::new();
     headers.insert(
         http::header::CONTENT_TYPE,

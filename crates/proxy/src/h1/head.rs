@@ -60,8 +60,7 @@ pub fn parse(
     // them cost more than parsing a typical head.
     let mut stack = [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; 64];
     let mut heap = Vec::new();
-    let slots: &mut [std::mem::MaybeUninit<httparse::Header<'_>>] = if max_headers <= stack.len()
-    {
+    let slots: &mut [std::mem::MaybeUninit<httparse::Header<'_>>] = if max_headers <= stack.len() {
         &mut stack[..max_headers]
     } else {
         heap.resize_with(max_headers, std::mem::MaybeUninit::uninit);

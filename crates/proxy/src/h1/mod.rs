@@ -383,7 +383,10 @@ impl Feed {
         idle: Duration,
     ) {
         while self.active() {
-            if tokio::time::timeout(idle, self.pump(io, carry)).await.is_err() {
+            if tokio::time::timeout(idle, self.pump(io, carry))
+                .await
+                .is_err()
+            {
                 self.broken = true;
                 return;
             }
