@@ -18,15 +18,7 @@ use std::time::{Duration, Instant, SystemTime};
 use http::HeaderMap;
 use rampart_cache::key::{CacheKey, SlotKeyRef};
 use rampart_cache::store::MemoryStore;
-use traces::{object, pool, url, HOST};
-
-fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+use traces::{arg, object, pool, url, HOST};
 
 /// Nanoseconds per look-up, averaged over `threads` threads running for `run`, thread `t`
 /// cycling through `keys(t)` in `store(t)`.

@@ -391,7 +391,7 @@ pub fn mean_weight(keys: u32, pool: &Bytes) -> u64 {
     (0..n).map(|k| weight(k, pool, now)).sum::<u64>() / u64::from(n.max(1))
 }
 
-fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
+pub fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
     args.iter()
         .position(|a| a == name)
         .and_then(|i| args.get(i + 1))
