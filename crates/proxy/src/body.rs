@@ -17,6 +17,8 @@ use hyper::body::Incoming;
 use crate::coalesce::InflightBody;
 use crate::log::AccessRecord;
 use crate::lookup::StoreTicket;
+use rampart_cache::store::Object;
+use std::sync::Arc;
 
 enum Kind {
     Full(Option<Bytes>),
@@ -68,6 +70,10 @@ impl Tee {
 pub struct ProxyBody {
     kind: Kind,
     log: Option<Box<AccessRecord>>,
+    /// A fresh hit on HTTP/1.x: the stored object, whose header block the h1 writer sends
+    /// straight from the store (the response's own map then holds only the per-response fields,
+    /// `Age` and `X-Arc2-Cache-Age`), instead of a copy of the map per hit.
+    stored: Option<Arc<Object>>,
 }
 
 impl std::fmt::Debug for ProxyBody {
@@ -81,13 +87,28 @@ impl ProxyBody {
         ProxyBody {
             kind: Kind::Full(if bytes.is_empty() { None } else { Some(bytes) }),
             log: None,
+            stored: None,
         }
+    }
+
+    /// A fresh hit's body, carrying the object's header block (see [`ProxyBody::stored_headers`]).
+    /// Only for writers that send that block: rampart's HTTP/1 writer.
+    pub fn hit(obj: Arc<Object>) -> Self {
+        let mut b = ProxyBody::full(obj.body.clone());
+        b.stored = Some(obj);
+        b
+    }
+
+    /// The stored header fields that precede the response's own, for a [`ProxyBody::hit`].
+    pub fn stored_headers(&self) -> Option<&http::HeaderMap> {
+        self.stored.as_deref().map(|o| &o.headers)
     }
 
     pub fn stream(body: Incoming) -> Self {
         ProxyBody {
             kind: Kind::Stream(body),
             log: None,
+            stored: None,
         }
     }
 
@@ -96,6 +117,7 @@ impl ProxyBody {
         ProxyBody {
             kind: Kind::Inflight(body),
             log: None,
+            stored: None,
         }
     }
 
@@ -112,6 +134,7 @@ impl ProxyBody {
                 ticket: Some(ticket),
             })),
             log: None,
+            stored: None,
         }
     }
 

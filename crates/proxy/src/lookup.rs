@@ -450,6 +450,36 @@ impl Served {
     }
 }
 
+/// A fresh, full, unconditional hit: answered with the object's prepared header block as is.
+fn plain_hit(obj: &Object, req_headers: &HeaderMap, head: bool, served: Served) -> bool {
+    served == Served::Fresh
+        && !head
+        && obj.status == StatusCode::OK
+        && !conditional::client_has_conditionals(req_headers)
+        && !req_headers.contains_key(http::header::RANGE)
+}
+
+/// [`respond`] for a response rampart's HTTP/1 writer sends: a plain hit does not copy the
+/// stored header block, the body carries the object and the writer sends its fields from the
+/// store ([`ProxyBody::hit`]); the response's own map holds `Age` and `X-Arc2-Cache-Age`.
+pub fn respond_h1(
+    obj: &Arc<Object>,
+    req_headers: &HeaderMap,
+    head: bool,
+    served: Served,
+) -> (Response<ProxyBody>, CacheLabel) {
+    if !plain_hit(obj, req_headers, head, served) {
+        return respond(obj, req_headers, head, served);
+    }
+    let mut res = Response::new(ProxyBody::hit(obj.clone()));
+    let age = age_value(obj.age(SystemTime::now()).as_secs());
+    let h = res.headers_mut();
+    h.reserve(2);
+    h.insert(AGE, age.clone());
+    h.insert(X_ARC2_CACHE_AGE.clone(), age);
+    (res, served.label().0)
+}
+
 /// Answers a request from a stored object: 200, or 304 when the client's validators match, or
 /// 206/416 for a byte range of the stored full response. HEAD gets the headers only. Adds
 /// `Age`, `X-Arc2-Cache`, `X-Arc2-Cache-Age` and `Cache-Status`.
@@ -462,12 +492,7 @@ pub fn respond(
     let (label, cache_status) = served.label();
     let now = SystemTime::now();
     // The hot path: a fresh, full, unconditional hit sends the prepared header block.
-    if served == Served::Fresh
-        && !head
-        && obj.status == StatusCode::OK
-        && !conditional::client_has_conditionals(req_headers)
-        && !req_headers.contains_key(http::header::RANGE)
-    {
+    if plain_hit(obj, req_headers, head, served) {
         let mut res = Response::new(ProxyBody::full(obj.body.clone()));
         let mut headers = obj.headers.clone();
         let age = age_value(obj.age(now).as_secs());

@@ -315,8 +315,11 @@ impl Pipeline {
                     refresh,
                 ) {
                     Found::Hit(obj) => {
-                        let (res, label) =
-                            lookup::respond(&obj, req.headers(), head, Served::Fresh);
+                        let (res, label) = if req.version() == Version::HTTP_2 {
+                            lookup::respond(&obj, req.headers(), head, Served::Fresh)
+                        } else {
+                            lookup::respond_h1(&obj, req.headers(), head, Served::Fresh)
+                        };
                         return finish(res, log, label);
                     }
                     Found::Miss(l) => {
@@ -424,8 +427,11 @@ impl Pipeline {
                             ) {
                                 let client_headers =
                                     widened.as_ref().map_or(req.headers(), |w| &w.headers);
-                                let (res, label) =
-                                    lookup::respond(&obj, client_headers, false, Served::Fresh);
+                                let (res, label) = if req.version() == Version::HTTP_2 {
+                                    lookup::respond(&obj, client_headers, false, Served::Fresh)
+                                } else {
+                                    lookup::respond_h1(&obj, client_headers, false, Served::Fresh)
+                                };
                                 return finish(res, log, label);
                             }
                         }

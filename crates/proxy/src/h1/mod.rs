@@ -282,7 +282,14 @@ async fn deliver<I: AsyncRead + AsyncWrite + Unpin>(
     }
     let mut out = Vec::with_capacity(512);
     let hint = http_body::Body::size_hint(res.body()).exact();
-    let (framing, keep_alive) = write::head(&mut out, res.status(), res.headers(), hint, ex);
+    let (framing, keep_alive) = write::head(
+        &mut out,
+        res.status(),
+        res.body().stored_headers(),
+        res.headers(),
+        hint,
+        ex,
+    );
     // Boxed, as the pipeline's future: between requests the connection keeps only what it
     // needs to wait for the next head.
     let sent = match feed.as_deref_mut() {
@@ -499,7 +506,7 @@ async fn refuse<W: AsyncWrite + Unpin>(io: &mut W, e: HeadError) {
     };
     let mut out = Vec::with_capacity(256);
     let hint = http_body::Body::size_hint(res.body()).exact();
-    let (framing, _) = write::head(&mut out, res.status(), res.headers(), hint, ex);
+    let (framing, _) = write::head(&mut out, res.status(), None, res.headers(), hint, ex);
     let _ = write::send(io, out, framing, res.body_mut()).await;
     let _ = io.shutdown().await;
 }

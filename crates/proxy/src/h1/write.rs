@@ -36,14 +36,17 @@ pub struct Exchange {
 }
 
 /// Serialises the head into `out` and returns the body's framing and whether the connection
-/// stays open after this response.
+/// stays open after this response. `stored`: fields sent before `headers` (a hit's header block
+/// straight from the store, see [`crate::body::ProxyBody::hit`]).
 pub fn head(
     out: &mut Vec<u8>,
     status: StatusCode,
+    stored: Option<&HeaderMap>,
     headers: &HeaderMap,
     hint: Option<u64>,
     ex: Exchange,
 ) -> (Framing, bool) {
+    let fields = || stored.into_iter().flatten().chain(headers);
     let mut keep_alive = ex.keep_alive;
     let bodiless = status.is_informational()
         || status == StatusCode::NO_CONTENT
@@ -51,7 +54,7 @@ pub fn head(
     // One walk over the fields for what shapes the head (cheaper than hashed look-ups).
     let (mut declared, mut close, mut has_date) = (None, false, false);
     let mut first_length = true;
-    for (name, value) in headers {
+    for (name, value) in fields() {
         if name == CONTENT_LENGTH {
             if std::mem::take(&mut first_length) {
                 declared = std::str::from_utf8(value.as_bytes())
@@ -82,7 +85,7 @@ pub fn head(
     out.push(b' ');
     out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
     out.extend_from_slice(b"\r\n");
-    for (name, value) in headers {
+    for (name, value) in fields() {
         if name == TRANSFER_ENCODING || name == CONNECTION {
             continue;
         }
@@ -326,6 +329,7 @@ mod tests {
         let (f, k) = head(
             &mut out,
             StatusCode::from_u16(status).unwrap(),
+            None,
             &map,
             hint,
             ex,
@@ -338,6 +342,22 @@ mod tests {
         version: Version::HTTP_11,
         keep_alive: true,
     };
+
+    #[test]
+    fn stored_fields_come_first_and_shape_the_framing() {
+        let mut stored = HeaderMap::new();
+        stored.insert(CONTENT_LENGTH, HeaderValue::from_static("12"));
+        stored.insert(DATE, HeaderValue::from_static("Mon, 23 Nov 2026 10:00:00 GMT"));
+        let mut own = HeaderMap::new();
+        own.insert(http::header::AGE, HeaderValue::from_static("3"));
+        let mut out = Vec::new();
+        let (f, k) = head(&mut out, StatusCode::OK, Some(&stored), &own, Some(12), GET11);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "HTTP/1.1 200 OK\r\ncontent-length: 12\r\ndate: Mon, 23 Nov 2026 10:00:00 GMT\r\nage: 3\r\n\r\n"
+        );
+        assert_eq!((f, k), (Framing::Length(12), true));
+    }
 
     #[test]
     fn framing_choices() {
