@@ -21,7 +21,10 @@ fn main() {
         .and_then(|a| a.parse().ok())
         .unwrap_or(5);
     let per_round = 100_000;
-    println!("{:<50} {:>10} {:>8}", "value (+ a counter)", "ns/value", "flagged");
+    println!(
+        "{:<50} {:>10} {:>8}",
+        "value (+ a counter)", "ns/value", "flagged"
+    );
     for v in VALUES {
         let mut samples = Vec::new();
         let mut flagged = 0;

@@ -347,11 +347,21 @@ mod tests {
     fn stored_fields_come_first_and_shape_the_framing() {
         let mut stored = HeaderMap::new();
         stored.insert(CONTENT_LENGTH, HeaderValue::from_static("12"));
-        stored.insert(DATE, HeaderValue::from_static("Mon, 23 Nov 2026 10:00:00 GMT"));
+        stored.insert(
+            DATE,
+            HeaderValue::from_static("Mon, 23 Nov 2026 10:00:00 GMT"),
+        );
         let mut own = HeaderMap::new();
         own.insert(http::header::AGE, HeaderValue::from_static("3"));
         let mut out = Vec::new();
-        let (f, k) = head(&mut out, StatusCode::OK, Some(&stored), &own, Some(12), GET11);
+        let (f, k) = head(
+            &mut out,
+            StatusCode::OK,
+            Some(&stored),
+            &own,
+            Some(12),
+            GET11,
+        );
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "HTTP/1.1 200 OK\r\ncontent-length: 12\r\ndate: Mon, 23 Nov 2026 10:00:00 GMT\r\nage: 3\r\n\r\n"
