@@ -54,7 +54,7 @@ fn hash_parts<H: Hasher>(host: &[u8], url: &[u8], https: bool, state: &mut H) {
 
 /// The host and URL parts of a key, normalised except for the host's case.
 fn parts<'a>(host: &'a str, path_and_query: &'a str, ignore_query: bool) -> (&'a str, &'a str) {
-    let host = strip_port(host);
+    let host = host_name(host);
     let host = host.strip_suffix('.').unwrap_or(host);
     let url = if ignore_query {
         path_and_query.split('?').next().unwrap_or(path_and_query)
@@ -206,8 +206,11 @@ impl crate::index::Equivalent<SlotKey> for SlotKeyRef<'_> {
     }
 }
 
-/// `example.com:8080` → `example.com`; `[::1]:8080` → `[::1]`.
-fn strip_port(host: &str) -> &str {
+/// The host name of an authority, without its port: `example.com:8080` → `example.com`,
+/// `[::1]:8080` → `[::1]` (brackets kept), a bare `::1` (more than one colon) as it is. The one
+/// port-stripping routine: routing (`strip_port` in rampart-proxy), redirects and cache keys
+/// all use it.
+pub fn host_name(host: &str) -> &str {
     if host.starts_with('[') {
         return match host.find(']') {
             Some(i) => &host[..=i],

@@ -11,17 +11,17 @@
 //!
 //! Keys are compared in constant time. Wrong or missing key → 401; PURGE from elsewhere → 403.
 
-use std::net::IpAddr;
-
-use bytes::Bytes;
-use http::header::{HeaderValue, AUTHORIZATION, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE};
-use http::{HeaderMap, Method, Response, StatusCode};
+use http::header::AUTHORIZATION;
+use http::{HeaderMap, Method, Request, Response, StatusCode};
 use rampart_cache::key::CacheKey;
 use rampart_cache::store::PurgeScope;
 use rampart_config::AdminConfig;
 
-use crate::body::ProxyBody;
-use crate::lookup::Cache;
+use crate::body::{ProxyBody, RequestBody};
+use crate::cache::Cache;
+use crate::synth::{self, ProxyError};
+use crate::txn::{target, Txn};
+use crate::worker::Worker;
 
 /// Reserved path prefix of the management API.
 pub const ADMIN_PREFIX: &str = "/_rampart/";
@@ -58,37 +58,6 @@ pub fn has_key(admin: &AdminConfig, headers: &HeaderMap) -> bool {
         .any(|given| same(given.trim().as_bytes(), key.as_bytes()))
 }
 
-fn json(status: StatusCode, body: String) -> Response<ProxyBody> {
-    let len = body.len();
-    let mut res = Response::new(ProxyBody::full(Bytes::from(body)));
-    *res.status_mut() = status;
-    let h = res.headers_mut();
-    h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    h.insert(CONTENT_LENGTH, HeaderValue::from(len));
-    h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    res
-}
-
-fn error(status: StatusCode, message: &str) -> Response<ProxyBody> {
-    json(status, format!("{{\"error\":{}}}\n", quote(message)))
-}
-
-/// A JSON string literal.
-fn quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
 /// Decodes `%XX` escapes and `+` (query values); invalid escapes are kept as they are.
 fn percent_decode(s: &str) -> Vec<u8> {
     rampart_screen::inspect::percent_decode(s.as_bytes(), true).into_owned()
@@ -116,36 +85,32 @@ fn scope_from(kind: &str, host: &str, path: &[u8], ignore_query: bool) -> Option
 }
 
 fn purged(n: usize, soft: bool) -> Response<ProxyBody> {
-    json(
+    synth::json(
         StatusCode::OK,
         format!("{{\"purged\":{n},\"soft\":{soft}}}\n"),
     )
 }
 
-/// `PURGE` for a URL on a routed host.
+/// `PURGE` for a URL on a routed host (the recv stage's last step).
 pub fn purge_method(
-    admin: &AdminConfig,
-    cache: Option<&Cache>,
-    client: IpAddr,
-    headers: &HeaderMap,
-    host: &str,
-    pq: &str,
-    ignore_query: bool,
-) -> Response<ProxyBody> {
+    w: &Worker,
+    txn: &Txn,
+    req: &Request<RequestBody>,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    let (admin, headers, client) = (&*w.admin, req.headers(), txn.conn.client_ip);
+    let (host, pq) = (txn.host(), target(req));
+    let ignore_query = txn.route().rule.config.ignore_query_string;
     if !(admin.purge_allow.iter().any(|c| c.contains(client)) || has_key(admin, headers)) {
         tracing::warn!(%client, host, pq, "PURGE refused: not from purge_allow and no api_key");
-        return error(
-            StatusCode::FORBIDDEN,
-            "PURGE is not allowed from this address",
-        );
+        return Err(ProxyError::PurgeNotAllowed);
     }
-    let Some(cache) = cache else {
-        return purged(
+    let Some(cache) = w.cache.as_deref() else {
+        return Ok(purged(
             0,
             headers
                 .get("x-purge")
                 .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"soft")),
-        );
+        ));
     };
     let kind = headers
         .get("x-purge-scope")
@@ -162,31 +127,25 @@ pub fn purge_method(
         pq.split('?').next().unwrap_or(pq)
     };
     let Some(scope) = scope_from(&kind, host, path.as_bytes(), ignore_query) else {
-        return error(
-            StatusCode::BAD_REQUEST,
+        return Err(ProxyError::ApiBadRequest(
             "X-Purge-Scope must be exact, prefix, contains or domain",
-        );
+        ));
     };
     let n = cache.store().purge(&scope, soft);
     tracing::info!(%client, host, pq, scope = kind, soft, purged = n, "purge");
-    purged(n, soft)
+    Ok(purged(n, soft))
 }
 
 /// `/_rampart/...`; `None` when the API is off (the path is then proxied like any other).
-pub fn admin_request(
+pub fn admin_request<B>(
     admin: &AdminConfig,
     cache: Option<&Cache>,
-    method: &Method,
-    path: &str,
-    query: Option<&str>,
-    headers: &HeaderMap,
-) -> Option<Response<ProxyBody>> {
+    req: &Request<B>,
+) -> Option<Result<Response<ProxyBody>, ProxyError>> {
     admin.api_key.as_ref()?;
-    if !has_key(admin, headers) {
-        let mut res = error(StatusCode::UNAUTHORIZED, "missing or wrong API key");
-        res.headers_mut()
-            .insert("www-authenticate", HeaderValue::from_static("Bearer"));
-        return Some(res);
+    let (method, path, query) = (req.method(), req.uri().path(), req.uri().query());
+    if !has_key(admin, req.headers()) {
+        return Some(Err(ProxyError::ApiKey));
     }
     let params: Vec<(String, Vec<u8>)> = query
         .unwrap_or("")
@@ -206,7 +165,7 @@ pub fn admin_request(
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.as_slice())
     };
-    Some(
+    Some(Ok(
         match (method, path.strip_prefix(ADMIN_PREFIX).unwrap_or("")) {
             (&Method::GET, "status") => {
                 let cache = match cache {
@@ -231,7 +190,7 @@ pub fn admin_request(
                     }
                     None => "null".to_owned(),
                 };
-                json(
+                synth::json(
                     StatusCode::OK,
                     format!("{{\"cache\":{cache},\"process\":{process}}}\n"),
                 )
@@ -239,7 +198,7 @@ pub fn admin_request(
             (&Method::POST, "purge") => {
                 let Some(host) = param("host").map(|h| String::from_utf8_lossy(h).into_owned())
                 else {
-                    return Some(error(StatusCode::BAD_REQUEST, "purge needs host="));
+                    return Some(Err(ProxyError::ApiBadRequest("purge needs host=")));
                 };
                 let kind = param("scope")
                     .map(|s| String::from_utf8_lossy(s).to_ascii_lowercase())
@@ -247,24 +206,20 @@ pub fn admin_request(
                 let path = param("path").unwrap_or(b"/");
                 let soft = param("soft").is_some_and(|v| v == b"true" || v == b"1");
                 if kind != "domain" && param("path").is_none() {
-                    return Some(error(StatusCode::BAD_REQUEST, "this scope needs path="));
+                    return Some(Err(ProxyError::ApiBadRequest("this scope needs path=")));
                 }
                 let Some(scope) = scope_from(&kind, &host, path, false) else {
-                    return Some(error(
-                        StatusCode::BAD_REQUEST,
+                    return Some(Err(ProxyError::ApiBadRequest(
                         "scope must be exact, prefix, contains or domain",
-                    ));
+                    )));
                 };
                 let n = cache.map_or(0, |c| c.store().purge(&scope, soft));
                 tracing::info!(host, scope = kind, soft, purged = n, "purge via API");
                 purged(n, soft)
             }
-            _ => error(
-                StatusCode::NOT_FOUND,
-                "no such endpoint: use GET /_rampart/status or POST /_rampart/purge",
-            ),
+            _ => return Some(Err(ProxyError::ApiNoSuchEndpoint)),
         },
-    )
+    ))
 }
 
 /// Resident and peak resident memory of this process, in bytes (Linux `/proc`).
@@ -284,6 +239,7 @@ fn process_memory() -> Option<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::HeaderValue;
 
     #[test]
     fn constant_time_compare_and_decoding() {
@@ -294,7 +250,6 @@ mod tests {
             percent_decode("%2Fblog%2F+x%zz%4"),
             b"/blog/ x%zz%4".to_vec()
         );
-        assert_eq!(quote("a\"b\\c\n"), "\"a\\\"b\\\\c\\u000a\"");
     }
 
     #[test]

@@ -16,7 +16,7 @@ use hyper::body::Incoming;
 
 use crate::coalesce::InflightBody;
 use crate::log::AccessRecord;
-use crate::lookup::StoreTicket;
+use crate::store::{StoreTicket, Tee};
 use rampart_cache::store::Object;
 use std::sync::Arc;
 
@@ -27,43 +27,6 @@ enum Kind {
     Inflight(InflightBody),
     /// Streamed to the client and collected for the cache at the same time.
     Tee(Box<Tee>),
-}
-
-/// The cache side of a teed body: each chunk is copied into the ticket's buffer as it passes
-/// (see [`StoreTicket::push`]) and the object is stored when the body ends. Past the size limit,
-/// or without room in the store, the ticket is dropped and the body simply streams on.
-struct Tee {
-    inner: Incoming,
-    ticket: Option<Box<StoreTicket>>,
-}
-
-impl Tee {
-    fn on_frame(&mut self, frame: &Option<Result<Frame<Bytes>, hyper::Error>>) {
-        match frame {
-            Some(Ok(f)) => {
-                if let (Some(d), Some(t)) = (f.data_ref(), &mut self.ticket) {
-                    if !t.push(d) {
-                        self.ticket = None;
-                        return;
-                    }
-                }
-                // hyper stops polling a body once its declared length has been written, so a
-                // length-delimited body is complete when the origin's body says so.
-                if self.inner.is_end_stream() {
-                    self.complete();
-                }
-            }
-            // The origin failed mid-body: never store a truncated response.
-            Some(Err(_)) => self.ticket = None,
-            None => self.complete(),
-        }
-    }
-
-    fn complete(&mut self) {
-        if let Some(t) = self.ticket.take() {
-            t.finish();
-        }
-    }
 }
 
 /// Body of every response rampart sends downstream.
@@ -123,18 +86,13 @@ impl ProxyBody {
 
     /// Streams `body` and stores it with `ticket` when it ends completely.
     pub fn tee(body: Incoming, ticket: Box<StoreTicket>) -> Self {
-        if body.is_end_stream() {
-            // An empty body is never polled: store it now.
-            ticket.finish();
-            return ProxyBody::stream(body);
-        }
-        ProxyBody {
-            kind: Kind::Tee(Box::new(Tee {
-                inner: body,
-                ticket: Some(ticket),
-            })),
-            log: None,
-            stored: None,
+        match Tee::new(body, ticket) {
+            Ok(tee) => ProxyBody {
+                kind: Kind::Tee(Box::new(tee)),
+                log: None,
+                stored: None,
+            },
+            Err(empty) => ProxyBody::stream(empty),
         }
     }
 
@@ -174,11 +132,7 @@ impl Body for ProxyBody {
             Kind::Full(b) => b.take().map(|b| Ok(Frame::data(b))),
             Kind::Stream(s) => ready!(Pin::new(s).poll_frame(cx)).map(|r| r.map_err(Into::into)),
             Kind::Inflight(s) => ready!(Pin::new(s).poll_frame(cx)).map(|r| r.map_err(Into::into)),
-            Kind::Tee(t) => {
-                let frame = ready!(Pin::new(&mut t.inner).poll_frame(cx));
-                t.on_frame(&frame);
-                frame.map(|r| r.map_err(Into::into))
-            }
+            Kind::Tee(t) => ready!(t.poll_frame(cx)).map(|r| r.map_err(Into::into)),
         };
         if let Some(Ok(f)) = &frame {
             if let Some(d) = f.data_ref() {
@@ -199,7 +153,7 @@ impl Body for ProxyBody {
             Kind::Full(b) => b.is_none(),
             Kind::Stream(s) => s.is_end_stream(),
             Kind::Inflight(s) => s.is_end_stream(),
-            Kind::Tee(t) => t.inner.is_end_stream(),
+            Kind::Tee(t) => t.is_end_stream(),
         }
     }
 
@@ -208,7 +162,7 @@ impl Body for ProxyBody {
             Kind::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
             Kind::Stream(s) => s.size_hint(),
             Kind::Inflight(s) => s.size_hint(),
-            Kind::Tee(t) => t.inner.size_hint(),
+            Kind::Tee(t) => t.size_hint(),
         }
     }
 }

@@ -11,7 +11,9 @@
 //!   are released at once and fetch on their own.
 //!
 //! Invariant: an `Inflight` is in the table only while its head is pending or its body is being
-//! pumped; the [`Leader`] guard removes it in every outcome (including drop on cancellation).
+//! pumped; the [`Leader`] guard (then the [`Feed`]) removes it in every outcome, including drop
+//! on cancellation. This module knows nothing of the store: `store.rs` pumps the body into a
+//! [`Feed`] and into the store.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -22,12 +24,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 use http_body::{Body, Frame, SizeHint};
-use hyper::body::Incoming;
 use rampart_cache::key::CacheKey;
 use rampart_cache::vary::Vary;
 use tokio::sync::watch;
-
-use crate::lookup::StoreTicket;
 
 /// The response head shared with waiters.
 #[derive(Debug)]
@@ -176,27 +175,22 @@ pub struct Leader {
 }
 
 impl Leader {
-    /// Publishes the head and starts pumping `body` into the shared buffer (and the store, via
-    /// `ticket`); returns the leader's own reader.
-    pub fn publish(
-        mut self,
-        head: SharedHead,
-        body: Incoming,
-        ticket: Box<StoreTicket>,
-        idle: Option<Duration>,
-    ) -> InflightBody {
+    /// Publishes the head: waiters start reading. Returns the feed the body is written into
+    /// (by the store's pump) and the leader's own reader.
+    pub fn publish(mut self, head: SharedHead) -> (Feed, InflightBody) {
         self.published = true;
-        let inflight = self.inflight.clone();
         let length = head.length;
-        let head = Arc::new(head);
-        self.inflight.head.send_replace(HeadState::Ready(head));
-        let coalescer = self.coalescer.clone();
-        let key = self.key.clone();
-        tokio::spawn(async move {
-            pump(&inflight, body, ticket, idle).await;
-            coalescer.remove(&key, &inflight);
-        });
-        InflightBody::new(self.inflight.clone(), length)
+        self.inflight
+            .head
+            .send_replace(HeadState::Ready(Arc::new(head)));
+        let reader = InflightBody::new(self.inflight.clone(), length);
+        let feed = Feed {
+            coalescer: self.coalescer.clone(),
+            key: self.key.clone(),
+            inflight: self.inflight.clone(),
+            done: false,
+        };
+        (feed, reader)
     }
 }
 
@@ -209,54 +203,38 @@ impl Drop for Leader {
     }
 }
 
-/// Reads the origin body into the shared buffer. `idle` (the `proxy_timeout`) bounds the wait
-/// for each chunk: an origin that stalls mid-body fails the fetch (readers get an error, later
-/// misses start a new one) instead of holding every reader of the URL forever.
-async fn pump(
-    inflight: &Inflight,
-    mut body: Incoming,
-    ticket: Box<StoreTicket>,
-    idle: Option<Duration>,
-) {
-    use http_body_util::BodyExt;
-    let mut ticket = Some(ticket);
-    loop {
-        let next = match idle {
-            Some(t) => match tokio::time::timeout(t, body.frame()).await {
-                Ok(f) => f,
-                Err(_) => {
-                    tracing::warn!(
-                        ?t,
-                        "origin stalled mid-body while coalesced clients were reading it"
-                    );
-                    inflight.finish(true);
-                    return;
-                }
-            },
-            None => body.frame().await,
-        };
-        match next {
-            Some(Ok(frame)) => {
-                if let Ok(data) = frame.into_data() {
-                    // Past the size limit or without room in the store: stream on, unstored.
-                    if ticket.as_mut().is_some_and(|t| !t.push(&data)) {
-                        ticket = None;
-                    }
-                    inflight.push(data);
-                }
-            }
-            Some(Err(e)) => {
-                tracing::warn!(error = %e, "origin body failed while coalesced clients were reading it");
-                inflight.finish(true);
-                return;
-            }
-            None => break,
+/// The writing end of a published fetch: chunks go to every reader; [`Feed::finish`] ends it
+/// and takes it off the table. Dropped unfinished, it fails the readers.
+#[derive(Debug)]
+pub struct Feed {
+    coalescer: Arc<Coalescer>,
+    key: CacheKey,
+    inflight: Arc<Inflight>,
+    done: bool,
+}
+
+impl Feed {
+    pub fn push(&self, chunk: Bytes) {
+        self.inflight.push(chunk);
+    }
+
+    /// The body ended (`failed`: before its end); later misses start a new fetch.
+    pub fn finish(mut self, failed: bool) {
+        self.end(failed);
+    }
+
+    fn end(&mut self, failed: bool) {
+        if !std::mem::replace(&mut self.done, true) {
+            self.inflight.finish(failed);
+            self.coalescer.remove(&self.key, &self.inflight);
         }
     }
-    if let Some(t) = ticket {
-        t.finish();
+}
+
+impl Drop for Feed {
+    fn drop(&mut self) {
+        self.end(true);
     }
-    inflight.finish(false);
 }
 
 /// A client's view of an in-flight body: every chunk from the start as it arrives, or the

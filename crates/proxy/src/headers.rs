@@ -18,12 +18,13 @@ static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection"
 
 /// The `Content-Length` value, if present and a valid number.
 pub fn content_length(h: &HeaderMap) -> Option<u64> {
-    h.get(http::header::CONTENT_LENGTH)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+    parse_content_length(h.get(http::header::CONTENT_LENGTH)?)
+}
+
+/// A `Content-Length` field value as a number (the one parser: requests, responses, the h1
+/// writer).
+pub fn parse_content_length(v: &HeaderValue) -> Option<u64> {
+    std::str::from_utf8(v.as_bytes()).ok()?.trim().parse().ok()
 }
 
 /// Removes hop-by-hop headers, including those listed in `Connection`.

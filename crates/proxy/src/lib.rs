@@ -1,26 +1,43 @@
 //! rampart's proxy engine: the request pipeline and everything around it.
 //!
 //! ```text
-//! accept (server) → HTTP/1 | HTTP/2 → recv (route, path policy) → lookup → hit | miss | pass
-//!   → fetch (upstream pool) → deliver (+ store) | synth (errors, blocks) → log (access log)
+//! accept (server) → HTTP/1 (h1) | HTTP/2 → pipeline:
+//!   recv → lookup → hit | miss | pass → fetch → deliver | synth      (one module per stage)
 //! ```
+//!
+//! Every request is a [`txn::Txn`] that the stages fill in; the stages read the worker's shared
+//! state ([`worker::Worker`]). Imports go one way, from the dispatcher down:
+//! `pipeline` → stages (`recv`, `lookup`, `hit`, `miss`, `fetch`, `deliver`, `synth`) →
+//! `worker`, `txn` → `route`, `upstream`, `ranges` → `error`, `body` → `store` → `cache` →
+//! `coalesce`, `outcome`, `log`, `headers`. There is no import circle.
 
 pub mod admin;
 pub mod body;
+pub mod cache;
 pub mod coalesce;
 pub mod conn;
+pub mod deliver;
+pub mod error;
 pub mod fetch;
 pub mod h1;
 pub mod headers;
+pub mod hit;
 pub mod log;
 pub mod lookup;
+pub mod miss;
 pub mod origin;
+pub mod outcome;
 pub mod pipeline;
 pub mod ranges;
 pub mod recv;
+pub mod route;
 pub mod screen;
 pub mod server;
+pub mod store;
 pub mod synth;
+pub mod txn;
+pub mod upstream;
+pub mod worker;
 
 pub use log::ACCESS_TARGET;
 pub use server::{Running, Server};

@@ -31,13 +31,20 @@ pub struct OriginTlsError {
     pub source: io::Error,
 }
 
+/// The TCP connection to an origin was not established within `proxy_connect_timeout_seconds`
+/// (rampart's own limit; the kernel's ETIMEDOUT arrives as an `io::Error` of kind `TimedOut`).
+#[derive(Debug, thiserror::Error)]
+#[error("no connection within {0:?}")]
+pub struct OriginConnectTimeout(pub Duration);
+
 /// Connects to origins, with TLS where the URI's scheme is `https`.
 #[derive(Clone)]
 pub struct OriginConnector {
     tcp: HttpConnector,
     tls: TlsConnector,
-    /// The TLS handshake's own limit (`proxy_connect_timeout_seconds`).
-    handshake_timeout: Duration,
+    /// `proxy_connect_timeout_seconds`: the limit of the TCP connection and, separately, of the
+    /// TLS handshake.
+    connect_timeout: Duration,
 }
 
 impl std::fmt::Debug for OriginConnector {
@@ -50,13 +57,15 @@ impl OriginConnector {
     pub fn new(
         mut tcp: HttpConnector,
         tls: Arc<rustls::ClientConfig>,
-        handshake_timeout: Duration,
+        connect_timeout: Duration,
     ) -> Self {
         tcp.enforce_http(false);
+        // The connect timeout is applied here, where its expiry is a typed error.
+        tcp.set_connect_timeout(None);
         OriginConnector {
             tcp,
             tls: TlsConnector::from(tls),
-            handshake_timeout,
+            connect_timeout,
         }
     }
 }
@@ -155,9 +164,12 @@ impl tower_service::Service<Uri> for OriginConnector {
             .map(|(user, _)| user.to_owned());
         let connecting = self.tcp.call(uri);
         let connector = self.tls.clone();
-        let limit = self.handshake_timeout;
+        let limit = self.connect_timeout;
         Box::pin(async move {
-            let tcp = connecting.await?;
+            let tcp = match tokio::time::timeout(limit, connecting).await {
+                Ok(tcp) => tcp?,
+                Err(_) => return Err(OriginConnectTimeout(limit).into()),
+            };
             if !tls {
                 return Ok(OriginIo::Plain(tcp));
             }

@@ -16,8 +16,8 @@ use http::{HeaderMap, HeaderValue, Request, StatusCode, Uri, Version};
 use rampart_cache::conditional::{self, RangeAnswer};
 
 use crate::body::{ProxyBody, RequestBody};
+use crate::cache::{Cache, Lookup};
 use crate::coalesce::InflightBody;
-use crate::lookup::{Cache, Lookup};
 
 /// A widened range request: the client's own request, to answer it and to send it again.
 #[derive(Debug)]

@@ -1,272 +1,162 @@
-//! recv: route a request to a domain rule by host, then decide what its path may do.
-//!
-//! Host matching (ARC2 leaves it open; our reading, documented in docs/configuration.md):
-//! case-insensitive, port stripped, trailing dot ignored; an exact domain wins over a wildcard;
-//! among wildcards the longest suffix wins; a `*` rule catches everything else.
-//!
-//! Path policy (ARC2-COMPAT §4.3, recommended reading):
-//! `path_rules` first in file order, first match wins; otherwise the rule-level `paths` (prefix
-//! match). Whitelist + match → cache-eligible; Whitelist + no match → proxied, not cached
-//! (`Dynamic`); Blacklist + match → proxied, not cached (`Bypass`); Blacklist + no match →
-//! cache-eligible. With `strict_path_rules` the "not cached" outcomes are blocked (403) instead.
+//! recv: the first stage. Answers that need no rule ([`local_answer`]: ACME http-01, the
+//! management API), then the rule by host and the path policy ([`route`], over the routing
+//! table in `route.rs`), the HTTPS redirect, and screening ([`screen`]: client, rate, size,
+//! SQL injection) before anything else happens.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::time::Duration;
 
-use rampart_config::{Config, DomainPattern, RuleConfig, RuleType};
+use http::header::{HeaderValue, EXPECT, HOST};
+use http::{Request, Response, StatusCode, Version};
+use rampart_cache::key::host_name;
 
-use crate::fetch::UpstreamSet;
-use rampart_screen::ratelimit::Limiter;
+use crate::admin;
+use crate::body::{BodyFault, ProxyBody, RequestBody};
+use crate::error::ProxyError;
+use crate::outcome::CacheOutcome;
+use crate::route::Router;
+use crate::synth;
+use crate::txn::{target, Mode, Route, Scheme, Txn};
+use crate::worker::Worker;
 
-/// A validated rule plus its runtime state.
-#[derive(Debug)]
-pub struct Rule {
-    pub config: RuleConfig,
-    pub upstreams: UpstreamSet,
-    /// This rule's own per-client limiter (`rate_limit_per_second` in the rule).
-    pub limiter: Option<Limiter>,
-    /// `Strict-Transport-Security` for HTTPS responses, pre-rendered.
-    pub hsts: Option<http::HeaderValue>,
-}
+/// Where ACME http-01 challenges are fetched (RFC 8555 §8.3).
+const ACME_CHALLENGE_PREFIX: &str = "/.well-known/acme-challenge/";
 
-/// Host → rule lookup, built once at startup and shared by all workers.
-#[derive(Debug)]
-pub struct Router {
-    rules: Vec<Arc<Rule>>,
-    exact: HashMap<Box<str>, usize>,
-    /// (`.suffix`, rule index), longest suffix first.
-    wildcard: Vec<(Box<str>, usize)>,
-    any: Option<usize>,
-}
+/// How much of a refused body is read and dropped before answering 413, and for how long.
+const LINGER_BYTES: u64 = 32 << 20;
+const LINGER_TIME: Duration = Duration::from_secs(2);
 
-/// What the path policy allows for one request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PathDecision {
-    /// Proxied; the response may be stored for `max_age_seconds` (0 = not stored).
-    Cacheable { max_age_seconds: u64 },
-    /// Proxied, never cached: outside a Whitelist (`X-Arc2-Cache: Dynamic`).
-    Dynamic,
-    /// Proxied, never cached: inside a Blacklist (`X-Arc2-Cache: Bypass`).
-    Bypass,
-    /// Refused with 403 (`strict_path_rules`).
-    Block,
-}
-
-impl Router {
-    pub fn new(config: &Config) -> Self {
-        let mut exact = HashMap::new();
-        let mut wildcard = Vec::new();
-        let mut any = None;
-        let mut rules = Vec::with_capacity(config.rules.len());
-        for (i, rc) in config.rules.iter().enumerate() {
-            // First rule for a domain wins (validation warns about later duplicates).
-            match &rc.domain {
-                DomainPattern::Exact(h) => {
-                    exact.entry(h.clone().into_boxed_str()).or_insert(i);
-                }
-                DomainPattern::Wildcard(s) => {
-                    if !wildcard.iter().any(|(w, _): &(Box<str>, usize)| **w == **s) {
-                        wildcard.push((s.clone().into_boxed_str(), i));
-                    }
-                }
-                DomainPattern::Any => {
-                    any.get_or_insert(i);
-                }
-            }
-            let max_clients = config.screen.rate_limit_max_clients;
-            rules.push(Arc::new(Rule {
-                config: rc.clone(),
-                upstreams: UpstreamSet::new(rc),
-                limiter: rc
-                    .rate_limit
-                    .map(|r| Limiter::new(r.per_second, r.burst, max_clients)),
-                hsts: rc
-                    .hsts
-                    .as_deref()
-                    .and_then(|v| http::HeaderValue::from_str(v).ok()),
-            }));
-        }
-        wildcard.sort_by_key(|w| std::cmp::Reverse(w.0.len()));
-        Router {
-            rules,
-            exact,
-            wildcard,
-            any,
-        }
-    }
-
-    /// Finds the rule for a raw `Host` header value or `:authority`.
-    pub fn find(&self, host: &str) -> Option<&Arc<Rule>> {
-        let host = strip_port(host);
-        let host = host.strip_suffix('.').unwrap_or(host);
-        let idx = if host.bytes().any(|b| b.is_ascii_uppercase()) {
-            self.find_normalised(&host.to_ascii_lowercase())
-        } else {
-            self.find_normalised(host)
-        }?;
-        self.rules.get(idx)
-    }
-
-    fn find_normalised(&self, host: &str) -> Option<usize> {
-        if let Some(&i) = self.exact.get(host) {
-            return Some(i);
-        }
-        for (suffix, i) in &self.wildcard {
-            if host.len() > suffix.len() && host.ends_with(&**suffix) {
-                return Some(*i);
+/// Requests rampart answers before routing: ACME http-01 challenges and, when an `api_key` is
+/// set, the management API under `/_rampart/`.
+pub fn local_answer(
+    w: &Worker,
+    txn: &Txn,
+    req: &Request<RequestBody>,
+) -> Option<Result<Response<ProxyBody>, ProxyError>> {
+    if let Some(store) = &w.acme {
+        if let Some(token) = req.uri().path().strip_prefix(ACME_CHALLENGE_PREFIX) {
+            if let Some(answer) = store.http_challenge(token) {
+                tracing::info!(client = %txn.client, "answered an ACME http-01 challenge");
+                return Some(Ok(synth::text(StatusCode::OK, answer)));
             }
         }
-        self.any
     }
+    if txn.mode == Mode::Client
+        && w.admin.api_key.is_some()
+        && req.uri().path().starts_with(admin::ADMIN_PREFIX)
+    {
+        return admin::admin_request(&w.admin, w.cache.as_deref(), req);
+    }
+    None
 }
 
-/// `example.com:8080` → `example.com`; `[::1]:8080` → `::1`.
-pub fn strip_port(host: &str) -> &str {
-    if let Some(rest) = host.strip_prefix('[') {
-        return rest.split(']').next().unwrap_or(rest);
-    }
-    match host.rfind(':') {
-        // More than one colon without brackets: a bare IPv6 address, no port.
-        Some(i) if !host[..i].contains(':') => &host[..i],
-        _ => host,
-    }
+/// Finds the rule by host and applies the path policy.
+pub fn route<B>(router: &Router, req: &Request<B>) -> Result<Route, ProxyError> {
+    // RFC 9112 §3.2.2: an absolute-form target's authority wins over Host; HTTP/2 carries
+    // the host in :authority, which hyper puts in the URI.
+    let host = match req.uri().authority() {
+        Some(a) => {
+            HeaderValue::from_str(a.as_str()).map_err(|_| ProxyError::BadRequest("authority"))?
+        }
+        None => req
+            .headers()
+            .get(HOST)
+            .cloned()
+            .ok_or(ProxyError::MissingHost)?,
+    };
+    let host_str = host.to_str().map_err(|_| ProxyError::BadRequest("host"))?;
+    let rule = router
+        .find(host_str)
+        .ok_or_else(|| ProxyError::NoRoute(host_str.to_owned()))?
+        .clone();
+    let decision = rule.decide(req.uri().path());
+    tracing::debug!(domain = rule.config.domain_text, ?decision, "routed");
+    Ok(Route {
+        rule,
+        host,
+        decision,
+    })
 }
 
-impl Rule {
-    /// Applies `path_rules`, `paths` and `rule_type` to a request path (without query).
-    pub fn decide(&self, path: &str) -> PathDecision {
-        let c = &self.config;
-        let (rule_type, matched, max_age) = match c
-            .path_rules
-            .iter()
-            .find(|pr| pr.match_type.matches(&pr.path, path))
-        {
-            Some(pr) => (pr.rule_type, true, pr.max_age_seconds),
-            None => (
-                c.rule_type,
-                c.paths.iter().any(|p| path.starts_with(p.as_str())),
-                c.max_age_seconds,
-            ),
-        };
-        let outcome = match (rule_type, matched) {
-            (RuleType::Whitelist, true) | (RuleType::Blacklist, false) => {
-                return PathDecision::Cacheable {
-                    max_age_seconds: max_age,
-                }
+/// `redirect_to_https`: 308 to the same host and target on the HTTPS listener.
+pub fn redirect_to_https<B>(
+    txn: &Txn,
+    req: &Request<B>,
+    https_port: Option<u16>,
+) -> Option<Response<ProxyBody>> {
+    if txn.scheme() != Scheme::Http || !txn.route().rule.config.redirect_to_https {
+        return None;
+    }
+    let name = host_name(txn.host());
+    let port = match https_port {
+        Some(443) | None => String::new(),
+        Some(p) => format!(":{p}"),
+    };
+    let location = format!("https://{name}{port}{}", target(req));
+    Some(synth::redirect(StatusCode::PERMANENT_REDIRECT, &location))
+}
+
+/// Screening (see `screen.rs`), for client requests: resolves the client address, checks the
+/// head, and reads and screens a form or JSON body when SQL-injection screening is on (the
+/// streamed body is then replaced with the bytes read). A refusal is labelled `Block`.
+pub async fn screen(
+    w: &Worker,
+    txn: &mut Txn,
+    req: &mut Request<RequestBody>,
+) -> Result<(), ProxyError> {
+    txn.client = w.screen.client_ip(txn.conn.client_ip, req.headers());
+    if txn.mode != Mode::Client {
+        return Ok(());
+    }
+    let screened = screen_request(w, txn, req).await;
+    if let Err(e) = &screened {
+        txn.outcome = Some(CacheOutcome::Blocked);
+        if let ProxyError::ClientBody(BodyFault::TooLarge) = e {
+            // An HTTP/1.1 client that is still sending would see the connection reset
+            // before it reads the 413; read (and drop) a bounded amount first, as
+            // NGINX's lingering close does. Not for `Expect: 100-continue` (that
+            // client waits) and not for HTTP/2 (streams are reset on their own).
+            let expects = req.headers().contains_key(EXPECT);
+            if !expects && req.version() <= Version::HTTP_11 {
+                let body = std::mem::replace(req.body_mut(), RequestBody::Empty);
+                body.discard(LINGER_BYTES, LINGER_TIME).await;
             }
-            (RuleType::Whitelist, false) => PathDecision::Dynamic,
-            (RuleType::Blacklist, true) => PathDecision::Bypass,
-        };
-        if c.strict_path_rules {
-            PathDecision::Block
-        } else {
-            outcome
         }
     }
+    screened
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn router(src: &str) -> Router {
-        let v = rampart_config::validate(src, 1);
-        let c = v.config.unwrap_or_else(|| panic!("{:?}", v.diagnostics));
-        Router::new(&c)
+async fn screen_request(
+    w: &Worker,
+    txn: &Txn,
+    req: &mut Request<RequestBody>,
+) -> Result<(), ProxyError> {
+    let rule = &txn.route().rule;
+    let kind = w.screen.check_head(rule, txn.client, req)?;
+    let limit = w.screen.body_limit(rule);
+    req.body_mut().set_limit(limit);
+    if let (Some(kind), RequestBody::Stream(_)) = (kind, req.body()) {
+        // Screening reads the body into memory: never without a bound, even when the
+        // body limit is off.
+        let cap = crate::screen::MAX_INSPECTED_BODY;
+        let max = limit.map_or(cap, |l| l.min(cap));
+        req.body_mut().set_limit(Some(max));
+        // Reserve the memory first: the declared length, or the most it may be.
+        let declared = crate::headers::content_length(req.headers());
+        let permit = w
+            .screen
+            .reserve_inspection(declared.unwrap_or(max).min(max), w.body_limits.idle)
+            .await?;
+        let body = std::mem::replace(req.body_mut(), RequestBody::Empty);
+        let bytes = body
+            .collect()
+            .await
+            .map_err(|e| ProxyError::ClientBody(e.0))?;
+        w.screen
+            .check_body(rule, txn.client, req.uri().path(), kind, &bytes)?;
+        *req.body_mut() = RequestBody::Full(Some(bytes), Some(permit));
     }
-
-    const RULES: &str = r#"
-[[proxy_rules]]
-domain = "example.com"
-forward_ipv4 = "127.0.0.1"
-forward_port_http = 1
-[[proxy_rules]]
-domain = "*.example.com"
-forward_ipv4 = "127.0.0.1"
-forward_port_http = 2
-[[proxy_rules]]
-domain = "*.deep.example.com"
-forward_ipv4 = "127.0.0.1"
-forward_port_http = 3
-"#;
-
-    fn port(r: &Router, host: &str) -> Option<u16> {
-        r.find(host)
-            .map(|rule| rule.config.upstreams[0].authority.port_u16().unwrap_or(0))
-    }
-
-    #[test]
-    fn host_matching() {
-        let r = router(RULES);
-        assert_eq!(port(&r, "example.com"), Some(1));
-        assert_eq!(port(&r, "EXAMPLE.com:8080"), Some(1));
-        assert_eq!(port(&r, "example.com."), Some(1));
-        assert_eq!(port(&r, "www.example.com"), Some(2));
-        assert_eq!(port(&r, "a.deep.example.com"), Some(3));
-        assert_eq!(port(&r, "deep.example.com"), Some(2));
-        assert_eq!(port(&r, "badexample.com"), None);
-        assert_eq!(port(&r, "other.org"), None);
-    }
-
-    #[test]
-    fn strip_port_forms() {
-        assert_eq!(strip_port("a.b:80"), "a.b");
-        assert_eq!(strip_port("[::1]:80"), "::1");
-        assert_eq!(strip_port("::1"), "::1");
-        assert_eq!(strip_port("a.b"), "a.b");
-    }
-
-    #[test]
-    fn path_policy() {
-        let r = router(
-            r#"
-[[proxy_rules]]
-domain = "x"
-forward_ipv4 = "127.0.0.1"
-max_age_seconds = 60
-paths = ["/pub"]
-rule_type = "Whitelist"
-[[proxy_rules.path_rules]]
-path = "/pub/private"
-match_type = "StartsWith"
-rule_type = "Blacklist"
-max_age_seconds = 0
-[[proxy_rules.path_rules]]
-path = ".css"
-match_type = "EndsWith"
-rule_type = "Whitelist"
-max_age_seconds = 600
-[[proxy_rules]]
-domain = "y"
-forward_ipv4 = "127.0.0.1"
-max_age_seconds = 60
-paths = ["/admin"]
-rule_type = "Blacklist"
-strict_path_rules = true
-"#,
-        );
-        let x = r.find("x").expect("rule x");
-        assert_eq!(
-            x.decide("/pub/a"),
-            PathDecision::Cacheable {
-                max_age_seconds: 60
-            }
-        );
-        assert_eq!(x.decide("/other"), PathDecision::Dynamic);
-        assert_eq!(x.decide("/pub/private/1"), PathDecision::Bypass);
-        assert_eq!(
-            x.decide("/any/site.css"),
-            PathDecision::Cacheable {
-                max_age_seconds: 600
-            }
-        );
-        let y = r.find("y").expect("rule y");
-        assert_eq!(y.decide("/admin/users"), PathDecision::Block);
-        assert_eq!(
-            y.decide("/"),
-            PathDecision::Cacheable {
-                max_age_seconds: 60
-            }
-        );
-    }
+    req.body_mut()
+        .prime()
+        .await
+        .map_err(|e| ProxyError::ClientBody(e.0))
 }

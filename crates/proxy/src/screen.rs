@@ -15,15 +15,15 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use http::header::{CONTENT_LENGTH, CONTENT_TYPE, COOKIE, USER_AGENT};
+use http::header::{CONTENT_TYPE, COOKIE, USER_AGENT};
 use http::{HeaderMap, Request};
 use rampart_config::{Cidr, Config};
 use rampart_screen::inspect::{self, BodyKind, Finding};
 use rampart_screen::ratelimit::{Limiter, Refused};
 use rampart_screen::sqli::{Detector, Libinjection};
 
-use crate::recv::Rule;
-use crate::synth::ProxyError;
+use crate::error::ProxyError;
+use crate::route::Rule;
 
 /// Largest form or JSON body read into memory for SQL-injection screening (or the body limit,
 /// when lower); larger ones are refused (413) while screening is on.
@@ -137,11 +137,7 @@ impl Screen {
             }
         }
         if let Some(limit) = self.body_limit(rule) {
-            let declared = req
-                .headers()
-                .get(CONTENT_LENGTH)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.trim().parse::<u64>().ok());
+            let declared = crate::headers::content_length(req.headers());
             if declared.is_some_and(|n| n > limit) {
                 tracing::info!(%client, domain = c.domain_text, limit, "request body over the limit");
                 return Err(ProxyError::ClientBody(crate::body::BodyFault::TooLarge));

@@ -25,13 +25,17 @@ use socket2::{Domain, Protocol, SockRef, Socket, TcpKeepalive, Type};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
+use tracing::Instrument as _;
+
 use crate::body::ClientBody;
+use crate::cache::Cache;
 use crate::conn::PerIp;
-use crate::fetch::Upstream;
 use crate::h1;
-use crate::lookup::Cache;
-use crate::pipeline::{ConnInfo, Pipeline};
-use crate::recv::Router;
+use crate::pipeline::Pipeline;
+use crate::route::Router;
+use crate::txn::{ConnInfo, Scheme};
+use crate::upstream::Upstream;
+use crate::worker::Worker;
 
 /// Listen backlog when `max_backlog` is unset (Linux's default `somaxconn`).
 const DEFAULT_BACKLOG: i32 = 4096;
@@ -262,7 +266,7 @@ async fn worker(
     shutdown: watch::Receiver<bool>,
 ) {
     let upstream = Upstream::new(&shared.config.upstream, shared.origin_tls.clone());
-    let pipeline = Arc::new(Pipeline::new(
+    let pipeline = Arc::new(Pipeline::new(Worker::new(
         router,
         upstream,
         shared.cache.clone(),
@@ -270,7 +274,7 @@ async fn worker(
         &shared.config,
         shared.tls.as_ref().map(|t| t.store.clone()),
         shared.https_port,
-    ));
+    )));
     let acceptor = shared
         .tls
         .as_ref()
@@ -378,10 +382,14 @@ async fn accept_loop(
             },
             None => None,
         };
-        let info = Arc::new(ConnInfo::new(
-            ip,
-            if tls.is_some() { "https" } else { "http" },
-        ));
+        let scheme = if tls.is_some() {
+            Scheme::Https
+        } else {
+            Scheme::Http
+        };
+        let info = Arc::new(ConnInfo::new(ip, scheme));
+        // `RUST_LOG=debug`: every line of the connection's requests carries these fields.
+        let span = tracing::debug_span!("conn", %peer, scheme = scheme.as_str());
         let pipeline = pipeline.clone();
         let (open, builder, mut stop) = (open_tx.clone(), builder.clone(), shutdown.clone());
         let d = &shared.config.downstream;
@@ -431,7 +439,7 @@ async fn accept_loop(
             }
             drop((permit, slot, open));
         };
-        tokio::spawn(task);
+        tokio::spawn(task.instrument(span));
     }
     drop(listener);
     drop(open_tx);

@@ -1,129 +1,29 @@
-//! synth: every response rampart generates itself, and the one map from error to status.
-//!
-//! "What happens on a 502?" is answered here: [`ProxyError::status`] is the only place an error
-//! becomes a status code, and [`ProxyError::side`] records whose fault it was (downstream client,
-//! upstream origin, or rampart itself) for logs and metrics. Bodies are short static text.
-
-use std::time::Duration;
+//! synth: every response rampart generates itself. An error becomes its response here
+//! ([`error`], called only by `Pipeline::finish`), with the status from the one map in
+//! `error.rs`; plain-text bodies for the pipeline, JSON for the management API and `PURGE`.
 
 use bytes::Bytes;
 use http::header::{HeaderValue, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
 use http::{Response, StatusCode};
 
-use crate::body::{BodyFault, ProxyBody};
-
-/// Where a failure came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Side {
-    Downstream,
-    Upstream,
-    Internal,
-}
-
-impl Side {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Side::Downstream => "downstream",
-            Side::Upstream => "upstream",
-            Side::Internal => "internal",
-        }
-    }
-}
-
-/// Everything that can end a request with a synthetic response.
-#[derive(Debug, thiserror::Error)]
-pub enum ProxyError {
-    #[error("no rule for host {0:?}")]
-    NoRoute(String),
-    #[error("request has no Host header")]
-    MissingHost,
-    #[error("malformed request: {0}")]
-    BadRequest(&'static str),
-    #[error("request head over the size or field-count limit")]
-    HeadTooLarge,
-    #[error("HTTP version other than 1.0 or 1.1")]
-    VersionNotSupported,
-    #[error("blocked by path rule")]
-    BlockedByPathRule,
-    #[error("could not connect to origin: {0}")]
-    UpstreamConnect(String),
-    #[error("origin connect timed out after {0:?}")]
-    UpstreamConnectTimeout(Duration),
-    #[error("origin did not answer within proxy_timeout")]
-    UpstreamTimeout,
-    #[error("origin connection failed: {0}")]
-    UpstreamProtocol(String),
-    #[error("{0}")]
-    UpstreamTls(String),
-    #[error("only-if-cached and nothing usable is stored")]
-    NotCached,
-    #[error("blocked: {0}")]
-    Blocked(&'static str),
-    #[error("rate limited")]
-    RateLimited { retry_after: Duration, limit: u32 },
-    #[error("request body: {0:?}")]
-    ClientBody(BodyFault),
-    #[error("too busy to screen the request body")]
-    Busy,
-}
+use crate::body::ProxyBody;
+pub use crate::error::{ProxyError, Side};
+use crate::txn::Txn;
 
 impl ProxyError {
-    /// The one error → status map.
-    pub fn status(&self) -> StatusCode {
-        match self {
-            ProxyError::NoRoute(_) => StatusCode::NOT_FOUND,
-            ProxyError::MissingHost | ProxyError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            ProxyError::HeadTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            ProxyError::VersionNotSupported => StatusCode::HTTP_VERSION_NOT_SUPPORTED,
-            ProxyError::BlockedByPathRule | ProxyError::Blocked(_) => StatusCode::FORBIDDEN,
-            ProxyError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
-            ProxyError::ClientBody(BodyFault::TooLarge) => StatusCode::PAYLOAD_TOO_LARGE,
-            ProxyError::ClientBody(BodyFault::Timeout) => StatusCode::REQUEST_TIMEOUT,
-            ProxyError::ClientBody(BodyFault::Broken) => StatusCode::BAD_REQUEST,
-            ProxyError::Busy => StatusCode::SERVICE_UNAVAILABLE,
-            ProxyError::UpstreamConnect(_)
-            | ProxyError::UpstreamProtocol(_)
-            | ProxyError::UpstreamTls(_) => StatusCode::BAD_GATEWAY,
-            // RFC 9111 §5.2.1.7: only-if-cached with nothing stored → 504.
-            ProxyError::UpstreamConnectTimeout(_)
-            | ProxyError::UpstreamTimeout
-            | ProxyError::NotCached => StatusCode::GATEWAY_TIMEOUT,
-        }
-    }
-
-    pub fn side(&self) -> Side {
-        match self {
-            ProxyError::NoRoute(_)
-            | ProxyError::MissingHost
-            | ProxyError::BadRequest(_)
-            | ProxyError::HeadTooLarge
-            | ProxyError::VersionNotSupported
-            | ProxyError::BlockedByPathRule
-            | ProxyError::Blocked(_)
-            | ProxyError::RateLimited { .. }
-            | ProxyError::ClientBody(_)
-            | ProxyError::NotCached => Side::Downstream,
-            ProxyError::UpstreamConnect(_)
-            | ProxyError::UpstreamConnectTimeout(_)
-            | ProxyError::UpstreamTimeout
-            | ProxyError::UpstreamProtocol(_)
-            | ProxyError::UpstreamTls(_) => Side::Upstream,
-            ProxyError::Busy => Side::Internal,
-        }
-    }
-
-    /// Whether another upstream may be tried (nothing was sent to this one).
-    pub fn may_fail_over(&self) -> bool {
-        matches!(
-            self,
-            ProxyError::UpstreamConnect(_)
-                | ProxyError::UpstreamConnectTimeout(_)
-                | ProxyError::UpstreamTls(_)
-        )
-    }
-
     /// The response the client gets.
     pub fn to_response(&self) -> Response<ProxyBody> {
+        if self.is_api() {
+            let mut res = json(
+                self.status(),
+                format!("{{\"error\":{}}}\n", json_string(&self.to_string())),
+            );
+            if let ProxyError::ApiKey = self {
+                res.headers_mut()
+                    .insert("www-authenticate", HeaderValue::from_static("Bearer"));
+            }
+            return res;
+        }
         match self {
             ProxyError::NotCached => synth_with(
                 self.status(),
@@ -144,6 +44,50 @@ impl ProxyError {
             _ => synth(self.status()),
         }
     }
+}
+
+/// The response that ends a request with `e`, labelled with what the cache did. The pipeline's
+/// only error → response point (`Pipeline::finish`); body refusals and requests refused before
+/// routing are logged here, other errors where they were decided.
+pub fn error(e: &ProxyError, txn: &Txn) -> Response<ProxyBody> {
+    if let ProxyError::ClientBody(_) = e {
+        tracing::info!(client = %txn.client, domain = txn.domain(), error = %e, status = e.status().as_u16(), "request body refused");
+    } else if txn.route.is_none() && !e.is_api() {
+        tracing::debug!(client = %txn.client, error = %e, "request refused");
+    }
+    let mut res = e.to_response();
+    if let Some(outcome) = txn.outcome {
+        outcome.write(res.headers_mut());
+    }
+    res
+}
+
+/// A JSON answer (the management API and `PURGE`), not cacheable.
+pub fn json(status: StatusCode, body: String) -> Response<ProxyBody> {
+    let len = body.len();
+    let mut res = Response::new(ProxyBody::full(Bytes::from(body)));
+    *res.status_mut() = status;
+    let h = res.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    h.insert(CONTENT_LENGTH, HeaderValue::from(len));
+    h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    res
+}
+
+/// A JSON string literal.
+pub fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// Short plain-text body for a status rampart generates.
@@ -201,6 +145,8 @@ pub fn redirect(status: StatusCode, location: &str) -> Response<ProxyBody> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::body::BodyFault;
+    use std::time::Duration;
 
     #[test]
     fn status_map() {
@@ -219,5 +165,17 @@ mod tests {
         assert_eq!(res.status(), 429);
         assert_eq!(res.headers()["retry-after"], "2");
         assert_eq!(res.headers()["ratelimit-limit"], "200");
+    }
+
+    #[test]
+    fn api_errors_answer_in_json_through_the_same_map() {
+        let res = ProxyError::ApiKey.to_response();
+        assert_eq!(res.status(), 401);
+        assert_eq!(res.headers()["content-type"], "application/json");
+        assert_eq!(res.headers()["www-authenticate"], "Bearer");
+        assert_eq!(ProxyError::PurgeNotAllowed.status(), 403);
+        assert_eq!(ProxyError::ApiNoSuchEndpoint.status(), 404);
+        assert_eq!(ProxyError::ApiBadRequest("x").side(), Side::Downstream);
+        assert_eq!(json_string("a\"b\\c\n"), "\"a\\\"b\\\\c\\u000a\"");
     }
 }

@@ -27,7 +27,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::body::{ClientBody, ProxyBody};
-use crate::synth::ProxyError;
+use crate::error::ProxyError;
 use body::{Decoder, Feeder, Piece};
 use head::HeadError;
 

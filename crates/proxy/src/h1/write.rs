@@ -57,9 +57,7 @@ pub fn head(
     for (name, value) in fields() {
         if name == CONTENT_LENGTH {
             if std::mem::take(&mut first_length) {
-                declared = std::str::from_utf8(value.as_bytes())
-                    .ok()
-                    .and_then(|v| v.parse::<u64>().ok());
+                declared = crate::headers::parse_content_length(value);
             }
         } else if name == CONNECTION {
             close |= value.as_bytes().eq_ignore_ascii_case(b"close");

@@ -1,0 +1,138 @@
+//! The shared cache: the store, the table of fetches in flight, and the lookup of a request.
+//!
+//! [`Cache::lookup`] finds a stored response for a request (following the `Vary` marker to the
+//! variant) and decides if it may be used. Storing is `store.rs`; answering from a stored
+//! object is `hit.rs`.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use http::HeaderMap;
+use rampart_cache::control::RequestDirectives;
+use rampart_cache::key::{CacheKey, SlotKeyRef};
+use rampart_cache::policy::{self, RulePolicy, Usable};
+use rampart_cache::store::{MemoryStore, Object};
+
+use crate::coalesce::Coalescer;
+
+/// A request the cache may answer or store: computed once in lookup, used again in store.
+#[derive(Debug)]
+pub struct Lookup {
+    pub key: CacheKey,
+    pub directives: RequestDirectives,
+    pub policy: RulePolicy,
+    /// The stored response that could not be used as it is (stale, or the client asked for a
+    /// fresher one): revalidated with its validators, served on origin errors when allowed.
+    pub stale: Option<Arc<Object>>,
+    /// The request forces a trip to the origin (`no-cache`, `Pragma: no-cache`).
+    pub forced: bool,
+}
+
+/// Outcome of a lookup.
+#[derive(Debug)]
+pub enum Found {
+    Hit(Arc<Object>),
+    Miss(Lookup),
+}
+
+/// The shared cache: store plus policy.
+#[derive(Debug)]
+pub struct Cache {
+    store: MemoryStore,
+    coalescer: Arc<Coalescer>,
+    /// URLs whose whole representation a range miss could not store (see [`Cache::refuse_widening`]).
+    unwidenable: std::sync::Mutex<std::collections::HashMap<CacheKey, std::time::Instant>>,
+}
+
+/// How long a range request for a URL whose whole representation could not be stored goes
+/// straight to the origin with its `Range` (Varnish calls such a marker hit-for-pass).
+pub const UNWIDENABLE_FOR: Duration = Duration::from_secs(60);
+/// At most this many such URLs are remembered: when full, the expired ones are dropped, or all
+/// of them if none has expired (forgetting costs one whole-object try per URL).
+const UNWIDENABLE_MAX: usize = 4096;
+
+impl Cache {
+    pub fn new(memory: u64, max_object: usize) -> Self {
+        Cache {
+            store: MemoryStore::new(memory, max_object),
+            coalescer: Arc::new(Coalescer::default()),
+            unwidenable: Default::default(),
+        }
+    }
+
+    /// Whether a range miss on `key` may fetch the whole representation to store it: not while
+    /// an earlier try found it unstorable (no-store, too large, no length, …).
+    pub fn may_widen(&self, key: &CacheKey) -> bool {
+        let mut map = match self.unwidenable.lock() {
+            Ok(m) => m,
+            Err(p) => p.into_inner(),
+        };
+        match map.get(key) {
+            Some(at) if at.elapsed() < UNWIDENABLE_FOR => false,
+            Some(_) => {
+                map.remove(key);
+                true
+            }
+            None => true,
+        }
+    }
+
+    /// Remembers that `key`'s whole representation could not be shared and stored, so range
+    /// requests for it go to the origin with their range for [`UNWIDENABLE_FOR`].
+    pub fn refuse_widening(&self, key: &CacheKey) {
+        let mut map = match self.unwidenable.lock() {
+            Ok(m) => m,
+            Err(p) => p.into_inner(),
+        };
+        if map.len() >= UNWIDENABLE_MAX {
+            map.retain(|_, at| at.elapsed() < UNWIDENABLE_FOR);
+            if map.len() >= UNWIDENABLE_MAX {
+                map.clear();
+            }
+        }
+        map.insert(key.clone(), std::time::Instant::now());
+    }
+
+    pub fn coalescer(&self) -> &Arc<Coalescer> {
+        &self.coalescer
+    }
+
+    pub fn store(&self) -> &MemoryStore {
+        &self.store
+    }
+
+    /// lookup: GET/HEAD only (the caller checks). `key` is the routed host and request target
+    /// (see [`SlotKeyRef`]); with `refresh`, a usable entry is treated as stale (background
+    /// revalidation).
+    pub fn lookup(
+        &self,
+        key: SlotKeyRef<'_>,
+        headers: &HeaderMap,
+        policy: RulePolicy,
+        refresh: bool,
+    ) -> Found {
+        let directives = RequestDirectives::parse(headers);
+        let forced = directives.no_cache;
+        let mut stale = None;
+        if let Some(obj) = self.store.find(&key, headers) {
+            match policy::usable(&obj, headers, &directives, SystemTime::now()) {
+                Usable::Yes if !refresh => return Found::Hit(obj),
+                Usable::Yes | Usable::No => stale = Some(obj),
+                Usable::NotShareable => {}
+            }
+        }
+        Found::Miss(Lookup {
+            key: key.to_key(),
+            directives,
+            policy,
+            stale,
+            forced,
+        })
+    }
+
+    /// Invalidates a URL on a host after an unsafe request succeeded (RFC 9111 §4.4).
+    pub fn invalidate(&self, host: &str, pq: &str, ignore_query: bool) -> bool {
+        self.store
+            .invalidate(&CacheKey::new(host, pq, ignore_query))
+    }
+}

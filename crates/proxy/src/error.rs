@@ -1,0 +1,152 @@
+//! The one error type of the request path and the one map from error to status.
+//!
+//! "What happens on a 502?" is answered here: [`ProxyError::status`] is the only place an error
+//! becomes a status code, and [`ProxyError::side`] records whose fault it was (downstream client,
+//! upstream origin, or rampart itself) for logs and metrics. How each error is rendered is
+//! `synth.rs`.
+
+use std::time::Duration;
+
+use http::StatusCode;
+
+use crate::body::BodyFault;
+
+/// Where a failure came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Downstream,
+    Upstream,
+    Internal,
+}
+
+impl Side {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Side::Downstream => "downstream",
+            Side::Upstream => "upstream",
+            Side::Internal => "internal",
+        }
+    }
+}
+
+/// Everything that can end a request with a synthetic response.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    #[error("no rule for host {0:?}")]
+    NoRoute(String),
+    #[error("request has no Host header")]
+    MissingHost,
+    #[error("malformed request: {0}")]
+    BadRequest(&'static str),
+    #[error("request head over the size or field-count limit")]
+    HeadTooLarge,
+    #[error("HTTP version other than 1.0 or 1.1")]
+    VersionNotSupported,
+    #[error("blocked by path rule")]
+    BlockedByPathRule,
+    #[error("could not connect to origin: {0}")]
+    UpstreamConnect(String),
+    #[error("origin connect timed out after {0:?}")]
+    UpstreamConnectTimeout(Duration),
+    #[error("origin did not answer within proxy_timeout")]
+    UpstreamTimeout,
+    #[error("origin connection failed: {0}")]
+    UpstreamProtocol(String),
+    #[error("{0}")]
+    UpstreamTls(String),
+    #[error("only-if-cached and nothing usable is stored")]
+    NotCached,
+    #[error("blocked: {0}")]
+    Blocked(&'static str),
+    #[error("rate limited")]
+    RateLimited { retry_after: Duration, limit: u32 },
+    #[error("request body: {0:?}")]
+    ClientBody(BodyFault),
+    #[error("too busy to screen the request body")]
+    Busy,
+    // The management API and PURGE (answered as JSON: `{"error": "<this text>"}`).
+    #[error("missing or wrong API key")]
+    ApiKey,
+    #[error("PURGE is not allowed from this address")]
+    PurgeNotAllowed,
+    #[error("{0}")]
+    ApiBadRequest(&'static str),
+    #[error("no such endpoint: use GET /_rampart/status or POST /_rampart/purge")]
+    ApiNoSuchEndpoint,
+}
+
+impl ProxyError {
+    /// The one error → status map.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ProxyError::NoRoute(_) => StatusCode::NOT_FOUND,
+            ProxyError::MissingHost | ProxyError::BadRequest(_) | ProxyError::ApiBadRequest(_) => {
+                StatusCode::BAD_REQUEST
+            }
+            ProxyError::ApiKey => StatusCode::UNAUTHORIZED,
+            ProxyError::PurgeNotAllowed => StatusCode::FORBIDDEN,
+            ProxyError::ApiNoSuchEndpoint => StatusCode::NOT_FOUND,
+            ProxyError::HeadTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            ProxyError::VersionNotSupported => StatusCode::HTTP_VERSION_NOT_SUPPORTED,
+            ProxyError::BlockedByPathRule | ProxyError::Blocked(_) => StatusCode::FORBIDDEN,
+            ProxyError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ProxyError::ClientBody(BodyFault::TooLarge) => StatusCode::PAYLOAD_TOO_LARGE,
+            ProxyError::ClientBody(BodyFault::Timeout) => StatusCode::REQUEST_TIMEOUT,
+            ProxyError::ClientBody(BodyFault::Broken) => StatusCode::BAD_REQUEST,
+            ProxyError::Busy => StatusCode::SERVICE_UNAVAILABLE,
+            ProxyError::UpstreamConnect(_)
+            | ProxyError::UpstreamProtocol(_)
+            | ProxyError::UpstreamTls(_) => StatusCode::BAD_GATEWAY,
+            // RFC 9111 §5.2.1.7: only-if-cached with nothing stored → 504.
+            ProxyError::UpstreamConnectTimeout(_)
+            | ProxyError::UpstreamTimeout
+            | ProxyError::NotCached => StatusCode::GATEWAY_TIMEOUT,
+        }
+    }
+
+    pub fn side(&self) -> Side {
+        match self {
+            ProxyError::NoRoute(_)
+            | ProxyError::MissingHost
+            | ProxyError::BadRequest(_)
+            | ProxyError::HeadTooLarge
+            | ProxyError::VersionNotSupported
+            | ProxyError::BlockedByPathRule
+            | ProxyError::Blocked(_)
+            | ProxyError::RateLimited { .. }
+            | ProxyError::ClientBody(_)
+            | ProxyError::NotCached
+            | ProxyError::ApiKey
+            | ProxyError::PurgeNotAllowed
+            | ProxyError::ApiBadRequest(_)
+            | ProxyError::ApiNoSuchEndpoint => Side::Downstream,
+            ProxyError::UpstreamConnect(_)
+            | ProxyError::UpstreamConnectTimeout(_)
+            | ProxyError::UpstreamTimeout
+            | ProxyError::UpstreamProtocol(_)
+            | ProxyError::UpstreamTls(_) => Side::Upstream,
+            ProxyError::Busy => Side::Internal,
+        }
+    }
+
+    /// Whether another upstream may be tried (nothing was sent to this one).
+    pub fn may_fail_over(&self) -> bool {
+        matches!(
+            self,
+            ProxyError::UpstreamConnect(_)
+                | ProxyError::UpstreamConnectTimeout(_)
+                | ProxyError::UpstreamTls(_)
+        )
+    }
+
+    /// Errors of the management API and `PURGE`, which answer in JSON.
+    pub fn is_api(&self) -> bool {
+        matches!(
+            self,
+            ProxyError::ApiKey
+                | ProxyError::PurgeNotAllowed
+                | ProxyError::ApiBadRequest(_)
+                | ProxyError::ApiNoSuchEndpoint
+        )
+    }
+}

@@ -1,0 +1,201 @@
+//! What the cache did for a request, in one type: [`CacheOutcome`] gives both labels a response
+//! carries, `X-Arc2-Cache` (ARC2-COMPAT §7.2, also the access log's `cache` field) and
+//! `Cache-Status` (RFC 9211).
+
+use http::header::{HeaderName, HeaderValue};
+use http::HeaderMap;
+
+pub static X_ARC2_CACHE: HeaderName = HeaderName::from_static("x-arc2-cache");
+pub static X_ARC2_CACHE_AGE: HeaderName = HeaderName::from_static("x-arc2-cache-age");
+pub static CACHE_STATUS: HeaderName = HeaderName::from_static("cache-status");
+
+/// The `X-Arc2-Cache` vocabulary (ARC2-COMPAT §7.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheLabel {
+    Miss,
+    Expired,
+    Hit,
+    Dynamic,
+    Bypass,
+    Block,
+}
+
+impl CacheLabel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheLabel::Miss => "Miss",
+            CacheLabel::Expired => "Expired",
+            CacheLabel::Hit => "Hit",
+            CacheLabel::Dynamic => "Dynamic",
+            CacheLabel::Bypass => "Bypass",
+            CacheLabel::Block => "Block",
+        }
+    }
+
+    pub fn header(self) -> HeaderValue {
+        HeaderValue::from_static(self.as_str())
+    }
+}
+
+/// Why a stored response is served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Served {
+    /// Fresh (or within the client's max-stale).
+    Fresh,
+    /// Stale while a background fetch refreshes it (RFC 5861).
+    StaleWhileRevalidate,
+    /// Stale because the origin failed (RFC 5861 stale-if-error, or the grace period).
+    StaleIfError,
+    /// Revalidated with the origin just now (304).
+    Revalidated,
+}
+
+/// What happened to a response fetched from the origin, for `Cache-Status`'s `fwd`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fwd {
+    /// Never looked up (path policy, method, caching off) or forced past the cache.
+    Bypass,
+    /// Looked up, not found; storing not yet decided.
+    UriMiss,
+    /// Looked up, and the response is not stored.
+    Miss,
+    /// The response is being stored.
+    Stored,
+}
+
+/// The cache's part in one response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheOutcome {
+    /// Answered from the store.
+    Served(Served),
+    /// Went to the origin; `label` is what lookup found (Miss, Expired, Bypass, Dynamic).
+    Fetched { label: CacheLabel, fwd: Fwd },
+    /// Streamed from another client's fetch of the same resource.
+    Collapsed,
+    /// `only-if-cached` with nothing usable stored (504).
+    OnlyIfCached,
+    /// The origin failed and nothing stale could stand in (502/504).
+    OriginError(CacheLabel),
+    /// Refused by screening or path policy.
+    Blocked,
+}
+
+impl CacheOutcome {
+    /// A fetch that lookup classified as `label`, before storing is decided.
+    pub fn fetched(label: CacheLabel, looked_up: bool) -> Self {
+        let fwd = if label == CacheLabel::Bypass || !looked_up {
+            Fwd::Bypass
+        } else {
+            Fwd::UriMiss
+        };
+        CacheOutcome::Fetched { label, fwd }
+    }
+
+    /// `X-Arc2-Cache` (and the access log's `cache`).
+    pub fn label(self) -> CacheLabel {
+        match self {
+            CacheOutcome::Served(Served::Revalidated) => CacheLabel::Expired,
+            CacheOutcome::Served(_) => CacheLabel::Hit,
+            CacheOutcome::Fetched { label, .. } | CacheOutcome::OriginError(label) => label,
+            CacheOutcome::Collapsed | CacheOutcome::OnlyIfCached => CacheLabel::Miss,
+            CacheOutcome::Blocked => CacheLabel::Block,
+        }
+    }
+
+    /// `Cache-Status`.
+    pub fn cache_status(self) -> &'static str {
+        match self {
+            CacheOutcome::Served(Served::Fresh) => "rampart; hit",
+            CacheOutcome::Served(Served::StaleWhileRevalidate) => {
+                "rampart; hit; detail=stale-while-revalidate"
+            }
+            CacheOutcome::Served(Served::StaleIfError) => "rampart; hit; detail=stale-if-error",
+            CacheOutcome::Served(Served::Revalidated) => {
+                "rampart; fwd=stale; fwd-status=304; stored"
+            }
+            CacheOutcome::Fetched { label, fwd } => match fwd {
+                Fwd::Bypass => "rampart; fwd=bypass",
+                Fwd::UriMiss => "rampart; fwd=uri-miss",
+                Fwd::Miss => "rampart; fwd=miss",
+                Fwd::Stored => match label {
+                    CacheLabel::Expired => "rampart; fwd=stale; stored",
+                    CacheLabel::Bypass => "rampart; fwd=request; stored",
+                    _ => "rampart; fwd=miss; stored",
+                },
+            },
+            CacheOutcome::Collapsed => "rampart; fwd=miss; collapsed",
+            CacheOutcome::OnlyIfCached => "rampart; fwd=miss; detail=only-if-cached",
+            CacheOutcome::OriginError(_) => "rampart; fwd=miss; detail=origin-error",
+            CacheOutcome::Blocked => "rampart; fwd=bypass; detail=blocked",
+        }
+    }
+
+    /// The response was not stored after all: a looked-up request becomes `Dynamic`.
+    pub fn not_stored(self) -> Self {
+        match self {
+            CacheOutcome::Fetched { label, .. } => CacheOutcome::Fetched {
+                label: if label == CacheLabel::Bypass {
+                    label
+                } else {
+                    CacheLabel::Dynamic
+                },
+                fwd: Fwd::Miss,
+            },
+            other => other,
+        }
+    }
+
+    /// The response is being stored.
+    pub fn stored(self) -> Self {
+        match self {
+            CacheOutcome::Fetched { label, .. } => CacheOutcome::Fetched {
+                label,
+                fwd: Fwd::Stored,
+            },
+            other => other,
+        }
+    }
+
+    /// Writes both labels into `headers` (replacing any from the origin).
+    pub fn write(self, headers: &mut HeaderMap) {
+        headers.insert(X_ARC2_CACHE.clone(), self.label().header());
+        headers.insert(
+            CACHE_STATUS.clone(),
+            HeaderValue::from_static(self.cache_status()),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_vocabularies_from_one_outcome() {
+        let o = CacheOutcome::fetched(CacheLabel::Miss, true);
+        assert_eq!(o.cache_status(), "rampart; fwd=uri-miss");
+        assert_eq!(o.stored().cache_status(), "rampart; fwd=miss; stored");
+        assert_eq!(o.not_stored().label(), CacheLabel::Dynamic);
+        assert_eq!(o.not_stored().cache_status(), "rampart; fwd=miss");
+        let bypass = CacheOutcome::fetched(CacheLabel::Bypass, true);
+        assert_eq!(bypass.cache_status(), "rampart; fwd=bypass");
+        assert_eq!(bypass.not_stored().label(), CacheLabel::Bypass);
+        assert_eq!(
+            bypass.stored().cache_status(),
+            "rampart; fwd=request; stored"
+        );
+        let expired = CacheOutcome::fetched(CacheLabel::Expired, true).stored();
+        assert_eq!(expired.cache_status(), "rampart; fwd=stale; stored");
+        assert_eq!(
+            CacheOutcome::fetched(CacheLabel::Dynamic, false).cache_status(),
+            "rampart; fwd=bypass"
+        );
+        let reval = CacheOutcome::Served(Served::Revalidated);
+        assert_eq!(reval.label(), CacheLabel::Expired);
+        assert_eq!(CacheOutcome::Blocked.label().as_str(), "Block");
+        let mut h = HeaderMap::new();
+        CacheOutcome::Collapsed.write(&mut h);
+        assert_eq!(h[&X_ARC2_CACHE], "Miss");
+        assert_eq!(h[&CACHE_STATUS], "rampart; fwd=miss; collapsed");
+    }
+}

@@ -1,0 +1,166 @@
+//! The per-request context every stage reads and fills in: [`ConnInfo`] (facts of the
+//! connection), [`Route`] (what recv decided), the access-log record, the [`CacheOutcome`] and
+//! the miss state.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::header::HeaderValue;
+use http::Request;
+
+use crate::cache::Lookup;
+use crate::coalesce::Leader;
+use crate::log::AccessRecord;
+use crate::outcome::CacheOutcome;
+use crate::ranges::Widened;
+use crate::route::{PathDecision, Rule};
+
+/// How the client connected to rampart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheme {
+    Http,
+    Https,
+}
+
+impl Scheme {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scheme::Http => "http",
+            Scheme::Https => "https",
+        }
+    }
+}
+
+/// Per-connection facts the pipeline needs, computed once at accept.
+#[derive(Debug, Clone)]
+pub struct ConnInfo {
+    pub client_ip: IpAddr,
+    /// `client_ip` pre-rendered for `X-Forwarded-For`.
+    pub client_ip_header: HeaderValue,
+    pub scheme: Scheme,
+}
+
+impl ConnInfo {
+    pub fn new(client_ip: IpAddr, scheme: Scheme) -> Self {
+        // invariant: an IP address renders as ASCII digits, dots, colons and hex letters.
+        #[allow(clippy::unwrap_used)]
+        let client_ip_header = HeaderValue::from_str(&client_ip.to_string()).unwrap();
+        ConnInfo {
+            client_ip,
+            client_ip_header,
+            scheme,
+        }
+    }
+}
+
+/// Who a request is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// A client's request.
+    Client,
+    /// A background refresh (stale-while-revalidate): revalidate and store, never log.
+    Refresh,
+}
+
+/// What recv decided: the rule, the host the request was routed by, the path policy.
+#[derive(Debug)]
+pub struct Route {
+    pub rule: Arc<Rule>,
+    /// The routed host as the client sent it (with its port, if any); visible ASCII.
+    pub host: HeaderValue,
+    pub decision: PathDecision,
+}
+
+/// One request on its way through the stages.
+#[derive(Debug)]
+pub struct Txn {
+    pub conn: Arc<ConnInfo>,
+    pub mode: Mode,
+    pub start: Instant,
+    /// The client address screening resolved (the peer, or `X-Forwarded-For` from a trusted
+    /// proxy); the peer until recv has run.
+    pub client: IpAddr,
+    /// Set by recv; `None` for requests answered before routing (ACME, admin API, no rule).
+    pub route: Option<Route>,
+    /// The access-log record, when logging is on for the rule; written when the body ends.
+    pub log: Option<Box<AccessRecord>>,
+    /// What the cache did; `None` leaves a response unlabelled (answers before routing,
+    /// `PURGE`, redirects).
+    pub outcome: Option<CacheOutcome>,
+    /// Whether lookup ran (a fetched response that never looked is `fwd=bypass`).
+    pub looked_up: bool,
+    /// The miss lookup found (GET only): what store and revalidation need.
+    pub miss: Option<Lookup>,
+    /// This request fetches for every coalesced waiter of its resource.
+    pub leader: Option<Leader>,
+    /// A range miss fetched as the whole representation (see `ranges.rs`).
+    pub widened: Option<Widened>,
+}
+
+impl Txn {
+    pub fn new(conn: &Arc<ConnInfo>, mode: Mode) -> Self {
+        Txn {
+            conn: conn.clone(),
+            mode,
+            start: Instant::now(),
+            client: conn.client_ip,
+            route: None,
+            log: None,
+            outcome: None,
+            looked_up: false,
+            miss: None,
+            leader: None,
+            widened: None,
+        }
+    }
+
+    /// The route recv found. Only called by stages after recv.
+    pub fn route(&self) -> &Route {
+        match &self.route {
+            Some(r) => r,
+            // invariant: the dispatcher runs no stage after recv without a route.
+            None => unreachable!("stage ran before recv"),
+        }
+    }
+
+    /// The routed host (recv checked it is visible ASCII).
+    pub fn host(&self) -> &str {
+        self.route().host.to_str().unwrap_or_default()
+    }
+
+    pub fn scheme(&self) -> Scheme {
+        self.conn.scheme
+    }
+
+    /// The domain text of the rule, for diagnostics.
+    pub fn domain(&self) -> &str {
+        self.route
+            .as_ref()
+            .map_or("", |r| r.rule.config.domain_text.as_str())
+    }
+}
+
+/// The request target in origin form (`/path?query`); `/` when the URI has none.
+pub fn target<B>(req: &Request<B>) -> &str {
+    req.uri().path_and_query().map_or("/", |p| p.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn target_and_scheme() {
+        let req = Request::get("http://a.example/x?y=1")
+            .body(())
+            .unwrap_or_default();
+        assert_eq!(target(&req), "/x?y=1");
+        assert_eq!(Scheme::Https.as_str(), "https");
+        let conn = Arc::new(ConnInfo::new(IpAddr::from([127, 0, 0, 1]), Scheme::Http));
+        assert_eq!(conn.client_ip_header, "127.0.0.1");
+        let txn = Txn::new(&conn, Mode::Client);
+        assert_eq!(txn.client, conn.client_ip);
+        assert_eq!(txn.domain(), "");
+    }
+}

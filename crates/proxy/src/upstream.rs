@@ -1,0 +1,368 @@
+//! The upstream pool used by fetch: a rule's origins in preference order with their shared
+//! health ([`UpstreamSet`]), and a worker's pooled keep-alive connections with their timeouts
+//! ([`Upstream`]).
+//!
+//! Each worker owns one [`Upstream`] (connection pool), so pooled connections never cross
+//! threads. Upstream health is shared: an origin that refused a connection is skipped by every
+//! worker for [`DOWN_FOR`] (passive health checking), unless it is the only choice left.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use http::uri::{Authority, PathAndQuery, Scheme};
+use http::{Request, Response, Uri};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::connect::HttpConnector;
+
+use crate::origin::{OriginConnectTimeout, OriginConnector, OriginTlsError};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use rampart_config::{RoutingMethod, RuleConfig, UpstreamConfig, UpstreamTarget};
+
+use crate::body::{RequestBody, RequestBodyError};
+use crate::error::ProxyError;
+
+/// How long an origin that refused a connection is skipped.
+const DOWN_FOR: Duration = Duration::from_secs(5);
+
+/// One origin and its shared health state.
+#[derive(Debug)]
+pub struct UpstreamState {
+    pub target: UpstreamTarget,
+    /// The pool authority for TLS: `name@host:port` (see `origin.rs`); `None` without TLS.
+    tls_key: Option<Authority>,
+    /// Milliseconds since `epoch` until which this origin is considered down (0 = up).
+    down_until_ms: AtomicU64,
+}
+
+/// A rule's origins in preference order, with the selection state for its routing method.
+#[derive(Debug)]
+pub struct UpstreamSet {
+    members: Vec<UpstreamState>,
+    method: RoutingMethod,
+    /// For `Weighted`: indices into `members`, each repeated by weight.
+    schedule: Vec<usize>,
+    next: AtomicUsize,
+    epoch: Instant,
+}
+
+impl UpstreamSet {
+    pub fn new(rule: &RuleConfig) -> Self {
+        let members: Vec<_> =
+            rule.upstreams
+                .iter()
+                .map(|t| UpstreamState {
+                    tls_key: t.tls.as_ref().and_then(|a| {
+                        std::str::FromStr::from_str(&format!("{}@{a}", t.tls_name)).ok()
+                    }),
+                    target: t.clone(),
+                    down_until_ms: AtomicU64::new(0),
+                })
+                .collect();
+        let mut schedule = Vec::new();
+        if rule.routing_method == RoutingMethod::Weighted {
+            // Interleave by weight so consecutive requests spread (1,2,1,2,2 rather than 1,2,2,2).
+            let max = rule
+                .upstreams
+                .iter()
+                .map(|t| t.weight)
+                .max()
+                .unwrap_or(1)
+                .min(1000);
+            for round in 0..max {
+                for (i, t) in rule.upstreams.iter().enumerate() {
+                    if t.weight.min(1000) > round {
+                        schedule.push(i);
+                    }
+                }
+            }
+        }
+        UpstreamSet {
+            members,
+            method: rule.routing_method,
+            schedule,
+            next: AtomicUsize::new(0),
+            epoch: Instant::now(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// The order in which to try the origins for one request: the first healthy one by the
+    /// routing method, then the others; origins marked down go last.
+    pub fn order(&self) -> impl Iterator<Item = &UpstreamState> + '_ {
+        let n = self.members.len();
+        let start = match self.method {
+            RoutingMethod::Weighted if !self.schedule.is_empty() => {
+                let k = self.next.fetch_add(1, Ordering::Relaxed) % self.schedule.len();
+                self.schedule[k]
+            }
+            _ => 0,
+        };
+        let now = self.now_ms();
+        let up = move |m: &UpstreamState| m.down_until_ms.load(Ordering::Relaxed) <= now;
+        let rotated = (0..n).map(move |i| &self.members[(start + i) % n]);
+        rotated
+            .clone()
+            .filter(move |m| up(m))
+            .chain(rotated.filter(move |m| !up(m)))
+    }
+
+    /// How a request reaches `member`: (authority for logs, authority for the pool, scheme).
+    /// TLS when the origin is `https_only`, or when the client came over HTTPS and the origin
+    /// has a `forward_port_https`. Fails closed: a TLS origin whose pool key cannot be built
+    /// (a name the configuration check should have refused) is an error, never plain HTTP.
+    pub fn route(
+        member: &UpstreamState,
+        https: bool,
+    ) -> Result<(&Authority, &Authority, Scheme), ProxyError> {
+        match (&member.target.tls, &member.tls_key) {
+            (Some(shown), key) if member.target.https_only || https => match key {
+                Some(key) => Ok((shown, key, Scheme::HTTPS)),
+                None => Err(ProxyError::UpstreamTls(format!(
+                    "cannot use {:?} as the origin's TLS name",
+                    member.target.tls_name
+                ))),
+            },
+            _ => Ok((
+                &member.target.authority,
+                &member.target.authority,
+                Scheme::HTTP,
+            )),
+        }
+    }
+
+    pub fn mark_down(&self, member: &UpstreamState) {
+        member.down_until_ms.store(
+            self.now_ms() + DOWN_FOR.as_millis() as u64,
+            Ordering::Relaxed,
+        );
+    }
+
+    pub fn mark_up(&self, member: &UpstreamState) {
+        if member.down_until_ms.load(Ordering::Relaxed) != 0 {
+            member.down_until_ms.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A worker's connection pool to all origins.
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    client: Client<OriginConnector, RequestBody>,
+    timeout: Option<Duration>,
+    connect_timeout: Duration,
+}
+
+/// The largest read buffer of an origin connection.
+const ORIGIN_READ_BUFFER: usize = 64 * 1024;
+
+impl Upstream {
+    pub fn new(config: &UpstreamConfig, tls: std::sync::Arc<rustls::ClientConfig>) -> Self {
+        let mut tcp = HttpConnector::new();
+        tcp.set_nodelay(config.nodelay);
+        let connector = OriginConnector::new(tcp, tls, config.connect_timeout);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .timer(TokioTimer::new())
+            .pool_idle_timeout(config.keepalive)
+            .pool_max_idle_per_host(if config.keepalive.is_zero() {
+                0
+            } else {
+                config.max_idle_per_origin
+            })
+            // Requests arrive with their Host header already set by the pipeline.
+            .set_host(false)
+            // Each pooled connection's read buffer grows up to this (hyper's default is ~400
+            // KiB): large bodies then cost idle connections 64 KiB each at most, and a body
+            // still arrives in reads of up to 64 KiB.
+            .http1_max_buf_size(ORIGIN_READ_BUFFER)
+            .build(connector);
+        Upstream {
+            client,
+            timeout: config.timeout,
+            connect_timeout: config.connect_timeout,
+        }
+    }
+
+    /// The `proxy_timeout` in force (`None` = no limit).
+    pub fn timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+
+    /// Sends `req` (origin-form URI, headers already rewritten) to `authority` over `scheme`;
+    /// waits at most `proxy_timeout` for the response head.
+    pub async fn send(
+        &self,
+        mut req: Request<RequestBody>,
+        authority: &Authority,
+        scheme: Scheme,
+    ) -> Result<Response<Incoming>, ProxyError> {
+        let pq = req
+            .uri()
+            .path_and_query()
+            .cloned()
+            .unwrap_or_else(|| PathAndQuery::from_static("/"));
+        let mut parts = http::uri::Parts::default();
+        parts.scheme = Some(scheme);
+        parts.authority = Some(authority.clone());
+        parts.path_and_query = Some(pq);
+        *req.uri_mut() =
+            Uri::from_parts(parts).map_err(|_| ProxyError::BadRequest("request target"))?;
+        let fut = self.client.request(req);
+        let res = match self.timeout {
+            Some(t) => tokio::time::timeout(t, fut)
+                .await
+                .map_err(|_| ProxyError::UpstreamTimeout)?,
+            None => fut.await,
+        };
+        res.map_err(|e| self.classify(e))
+    }
+
+    fn classify(&self, e: hyper_util::client::legacy::Error) -> ProxyError {
+        // The client's own request body failed (too large, too slow, broken): its fault.
+        let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+        while let Some(c) = cur {
+            if let Some(RequestBodyError(fault)) = c.downcast_ref::<RequestBodyError>() {
+                return ProxyError::ClientBody(*fault);
+            }
+            if let Some(tls) = c.downcast_ref::<OriginTlsError>() {
+                // Its message already holds the rustls error.
+                return ProxyError::UpstreamTls(tls.to_string());
+            }
+            cur = c.source();
+        }
+        if e.is_connect() {
+            let text = error_chain(&e);
+            if is_timeout(&e) {
+                ProxyError::UpstreamConnectTimeout(self.connect_timeout)
+            } else {
+                ProxyError::UpstreamConnect(text)
+            }
+        } else {
+            ProxyError::UpstreamProtocol(error_chain(&e))
+        }
+    }
+}
+
+/// A connect timeout: rampart's own ([`OriginConnectTimeout`]) or the kernel's (ETIMEDOUT).
+fn is_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(c) = cur {
+        if c.is::<OriginConnectTimeout>() {
+            return true;
+        }
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::TimedOut {
+                return true;
+            }
+        }
+        cur = c.source();
+    }
+    false
+}
+
+/// The error and its sources on one line, for logs.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(src: &str) -> UpstreamSet {
+        let v = rampart_config::validate(src, 1);
+        let c = v.config.unwrap_or_else(|| panic!("{:?}", v.diagnostics));
+        UpstreamSet::new(&c.rules[0])
+    }
+
+    const LB: &str = r#"
+[[proxy_rules]]
+domain = "x"
+[proxy_rules.routing_rules]
+routing_method = "METHOD"
+https_only = false
+enable_health_checks = false
+health_check_interval = 30
+[[proxy_rules.routing_rules.routing_locations]]
+priority = 1
+forward_ipv4 = "127.0.0.1"
+forward_port_http = 1
+[[proxy_rules.routing_rules.routing_locations]]
+priority = 3
+forward_ipv4 = "127.0.0.1"
+forward_port_http = 2
+"#;
+
+    fn first_port(s: &UpstreamSet) -> u16 {
+        s.order()
+            .next()
+            .and_then(|m| m.target.authority.port_u16())
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn priority_fails_over_and_recovers() {
+        let s = set(&LB.replace("METHOD", "Priority"));
+        assert_eq!(first_port(&s), 1);
+        let first = s.order().next().expect("member");
+        s.mark_down(first);
+        assert_eq!(first_port(&s), 2);
+        // The downed origin is still tried last.
+        assert_eq!(s.order().count(), 2);
+        let m = s.order().nth(1).expect("member");
+        s.mark_up(m);
+        assert_eq!(first_port(&s), 1);
+    }
+
+    #[test]
+    fn tls_origins_get_a_pool_key_for_every_kind_of_name() {
+        // IP-address origins in a catch-all rule are verified by the address itself, IPv6 too.
+        let s = set("[[proxy_rules]]\ndomain = \"*\"\n\
+             upstreams = [\"https://[::1]:8443\", \"https://127.0.0.1:8443\", \"https://origin.test:443\"]\n");
+        let keys: Vec<String> = s
+            .order()
+            .map(|m| match UpstreamSet::route(m, false) {
+                Ok((_, key, scheme)) => format!("{scheme}://{key}"),
+                Err(e) => panic!("{e}"),
+            })
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "https://::1@[::1]:8443",
+                "https://127.0.0.1@127.0.0.1:8443",
+                "https://origin.test@origin.test:443"
+            ]
+        );
+    }
+
+    #[test]
+    fn weighted_spreads_by_weight() {
+        let s = set(&LB.replace("METHOD", "Weighted"));
+        let mut counts = [0; 3];
+        for _ in 0..400 {
+            counts[first_port(&s) as usize] += 1;
+        }
+        assert_eq!(counts[1], 100);
+        assert_eq!(counts[2], 300);
+    }
+}

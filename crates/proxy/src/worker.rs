@@ -1,0 +1,64 @@
+//! One worker's shared state, which every stage reads: the routing table, the worker-local
+//! upstream pool, the cache, screening, and the settings the stages need.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rampart_config::AdminConfig;
+use rampart_tls::store::CertStore;
+
+use crate::body::BodyLimits;
+use crate::cache::Cache;
+use crate::route::Router;
+use crate::screen::Screen;
+use crate::upstream::Upstream;
+
+/// One worker's shared state: shared routing table, worker-local upstream pool.
+#[derive(Debug)]
+pub struct Worker {
+    pub router: Arc<Router>,
+    pub upstream: Upstream,
+    pub cache: Option<Arc<Cache>>,
+    /// `add_logging`: the access log is on (each rule has its own `enable_logging` too).
+    pub access_log: bool,
+    /// How long past its freshness a stored response may stand in for a failing origin.
+    pub grace: Duration,
+    pub admin: Arc<AdminConfig>,
+    pub screen: Arc<Screen>,
+    /// Idle and total timeouts for client request bodies (the size limit is per rule).
+    pub body_limits: BodyLimits,
+    /// Where ACME http-01 answers are (`None` without automatic certificates).
+    pub acme: Option<Arc<CertStore>>,
+    /// The HTTPS port named in redirects (`None` = no HTTPS listener).
+    pub https_port: Option<u16>,
+}
+
+impl Worker {
+    pub fn new(
+        router: Arc<Router>,
+        upstream: Upstream,
+        cache: Option<Arc<Cache>>,
+        screen: Arc<Screen>,
+        config: &rampart_config::Config,
+        acme: Option<Arc<CertStore>>,
+        https_port: Option<u16>,
+    ) -> Self {
+        Worker {
+            router,
+            upstream,
+            cache,
+            access_log: config.add_logging,
+            grace: config.cache.grace,
+            admin: Arc::new(config.admin.clone()),
+            screen,
+            body_limits: BodyLimits {
+                // The size limit is the rule's, set once routing has found it.
+                max: None,
+                idle: config.downstream.body_idle_timeout,
+                total: config.downstream.body_total_timeout,
+            },
+            acme,
+            https_port,
+        }
+    }
+}
