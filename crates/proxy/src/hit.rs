@@ -197,3 +197,103 @@ pub fn answer(
         respond_h1(obj, req_headers, head, served)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outcome::{CACHE_STATUS, X_ARC2_CACHE};
+    use http::header::{ETAG, IF_NONE_MATCH, RANGE};
+
+    fn object(body: &'static str, max_age: u64) -> Arc<Object> {
+        let mut headers = HeaderMap::new();
+        headers.insert(ETAG, HeaderValue::from_static("\"v1\""));
+        headers.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
+        let now = SystemTime::now();
+        Arc::new(Object {
+            status: StatusCode::OK,
+            headers_charge: 0,
+            headers,
+            body: bytes::Bytes::from_static(body.as_bytes()),
+            request_time: now,
+            response_time: now,
+            initial_age: Duration::ZERO,
+            lifetime: Duration::from_secs(max_age),
+            directives: Default::default(),
+            vary: Default::default(),
+            invalidated: Default::default(),
+            refreshing: Default::default(),
+        })
+    }
+
+    fn req(pairs: &[(http::header::HeaderName, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (n, v) in pairs {
+            h.insert(n.clone(), HeaderValue::from_static(v));
+        }
+        h
+    }
+
+    #[test]
+    fn plain_hit_over_h1_carries_the_object_and_only_the_age_fields() {
+        let obj = object("hello", 60);
+        let res = answer(
+            &obj,
+            &HeaderMap::new(),
+            http::Version::HTTP_11,
+            false,
+            Served::Fresh,
+        );
+        assert_eq!(res.status(), 200);
+        assert!(res.body().stored_headers().is_some());
+        assert_eq!(res.headers().len(), 2);
+        assert_eq!(res.headers()[AGE], "0");
+        // HTTP/2 gets a header block of its own.
+        let res = answer(
+            &obj,
+            &HeaderMap::new(),
+            http::Version::HTTP_2,
+            false,
+            Served::Fresh,
+        );
+        assert!(res.body().stored_headers().is_none());
+        assert_eq!(res.headers()[ETAG], "\"v1\"");
+    }
+
+    #[test]
+    fn validators_ranges_and_labels() {
+        let obj = object("hello world", 60);
+        let res = respond(
+            &obj,
+            &req(&[(IF_NONE_MATCH, "\"v1\"")]),
+            false,
+            Served::Fresh,
+        );
+        assert_eq!(res.status(), 304);
+        assert_eq!(res.headers()[&X_ARC2_CACHE], "Hit");
+        assert_eq!(res.headers()[&CACHE_STATUS], "rampart; hit");
+        let res = respond(&obj, &req(&[(RANGE, "bytes=0-4")]), false, Served::Fresh);
+        assert_eq!(res.status(), 206);
+        assert_eq!(res.headers()[CONTENT_RANGE], "bytes 0-4/11");
+        assert_eq!(res.headers()[CONTENT_LENGTH], "5");
+        let res = respond(&obj, &req(&[(RANGE, "bytes=50-")]), false, Served::Fresh);
+        assert_eq!(res.status(), 416);
+        assert_eq!(res.headers()[CONTENT_RANGE], "bytes */11");
+        let res = respond(&obj, &HeaderMap::new(), false, Served::Revalidated);
+        assert_eq!(res.headers()[&X_ARC2_CACHE], "Expired");
+        assert!(res.headers().get(&X_ARC2_CACHE_AGE).is_none());
+        let res = respond(&obj, &HeaderMap::new(), true, Served::StaleIfError);
+        assert_eq!(
+            res.headers()[&CACHE_STATUS],
+            "rampart; hit; detail=stale-if-error"
+        );
+        assert!(http_body::Body::is_end_stream(res.body()));
+    }
+
+    #[test]
+    fn stale_if_error_within_grace_unless_the_origin_forbids() {
+        let obj = object("x", 0);
+        let now = SystemTime::now() + Duration::from_secs(5);
+        assert!(stale_if_error_allows(&obj, now, Duration::from_secs(10)));
+        assert!(!stale_if_error_allows(&obj, now, Duration::from_secs(1)));
+    }
+}

@@ -52,7 +52,6 @@ pub fn lookup<B>(w: &Worker, txn: &mut Txn, req: &Request<B>) -> Result<Looked, 
     let policy = rule_policy(&txn.route().rule.config, max_age_seconds);
     let refresh = txn.mode == Mode::Refresh;
     let found = cache.lookup(slot_key(txn, req), req.headers(), policy, refresh);
-    txn.looked_up = true;
     let l = match found {
         Found::Hit(obj) => {
             txn.outcome = Some(CacheOutcome::Served(Served::Fresh));

@@ -160,3 +160,38 @@ async fn screen_request(
         .await
         .map_err(|e| ProxyError::ClientBody(e.0))
 }
+
+#[cfg(test)]
+mod stage_tests {
+    use super::*;
+
+    fn router() -> Router {
+        let src = "[[proxy_rules]]\ndomain = \"example.com\"\nforward_ipv4 = \"127.0.0.1\"\nforward_port_http = 1\n";
+        let v = rampart_config::validate(src, 1);
+        let c = v.config.unwrap_or_else(|| panic!("{:?}", v.diagnostics));
+        Router::new(&c)
+    }
+
+    #[test]
+    fn route_by_authority_then_host() {
+        let r = router();
+        let req = Request::get("/a").header(HOST, "Example.com:8080").body(());
+        let found = route(&r, &req.unwrap_or_default()).map_err(|e| e.to_string());
+        assert_eq!(
+            found.map(|r| r.host),
+            Ok(HeaderValue::from_static("Example.com:8080"))
+        );
+        // An absolute-form target's authority wins over Host.
+        let req = Request::get("http://example.com/a")
+            .header(HOST, "other.org")
+            .body(());
+        assert!(route(&r, &req.unwrap_or_default()).is_ok());
+        let req = Request::get("/a").body(()).unwrap_or_default();
+        assert!(matches!(route(&r, &req), Err(ProxyError::MissingHost)));
+        let req = Request::get("/a").header(HOST, "other.org").body(());
+        let err = route(&r, &req.unwrap_or_default())
+            .err()
+            .map(|e| e.status());
+        assert_eq!(err, Some(StatusCode::NOT_FOUND));
+    }
+}

@@ -553,3 +553,21 @@ impl Conn {
         }
     }
 }
+
+/// Raises the open-files soft limit to the hard limit, as a busy proxy needs (like NGINX's
+/// `worker_rlimit_nofile`). Also used by the end-to-end tests, which open thousands of
+/// connections.
+#[allow(unsafe_code)]
+pub fn raise_fd_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read/write the struct we pass.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}

@@ -88,8 +88,6 @@ pub struct Txn {
     /// What the cache did; `None` leaves a response unlabelled (answers before routing,
     /// `PURGE`, redirects).
     pub outcome: Option<CacheOutcome>,
-    /// Whether lookup ran (a fetched response that never looked is `fwd=bypass`).
-    pub looked_up: bool,
     /// The miss lookup found (GET only): what store and revalidation need.
     pub miss: Option<Lookup>,
     /// This request fetches for every coalesced waiter of its resource.
@@ -108,7 +106,6 @@ impl Txn {
             route: None,
             log: None,
             outcome: None,
-            looked_up: false,
             miss: None,
             leader: None,
             widened: None,

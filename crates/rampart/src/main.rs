@@ -251,7 +251,7 @@ fn serve(
     config: Config,
     on_ready: impl FnOnce(&[SocketAddr], &[SocketAddr]),
 ) -> anyhow::Result<()> {
-    raise_fd_limit();
+    rampart_proxy::server::raise_fd_limit();
     let workers = config.workers;
     let server = Server::bind(config)?;
     let addrs = server.local_addrs().to_vec();
@@ -390,23 +390,6 @@ fn no_transparent_huge_pages() {
     // SAFETY: prctl with integer arguments only; an error (old kernel) leaves THP as it was.
     unsafe {
         libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
-    }
-}
-
-/// Raises the open-files soft limit to the hard limit, as a busy proxy needs (like NGINX's
-/// `worker_rlimit_nofile`).
-#[allow(unsafe_code)]
-fn raise_fd_limit() {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit only read/write the struct we pass.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
-            lim.rlim_cur = lim.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-        }
     }
 }
 
