@@ -86,10 +86,12 @@ pub async fn deliver(
                 cache.refuse_widening(&l.key);
             }
             drop((body, ticket.take(), txn.leader.take()));
-            let again = match fetch::send(w, txn, wide.request(), false, None).await {
-                Ok(f) => f,
-                Err(e) => return Err(origin_error(txn, e)),
-            };
+            // Boxed: rare, and it would double the size of every delivery's future.
+            let again =
+                match Box::pin(fetch::send(w, txn, wide.request(), fetch::Plan::default())).await {
+                    Ok(f) => f,
+                    Err(e) => return Err(origin_error(txn, e)),
+                };
             (parts, body) = downstream(again.res, again.downstream_version);
             parts.headers.remove(&CDN_CACHE_CONTROL);
             length = content_length(&parts.headers);
@@ -108,7 +110,7 @@ fn respond(
     mut parts: http::response::Parts,
     body: Incoming,
     ticket: Option<Box<StoreTicket>>,
-    widened: Option<ranges::Widened>,
+    widened: Option<Box<ranges::Widened>>,
     length: Option<u64>,
 ) -> Response<ProxyBody> {
     let body = match (ticket, txn.leader.take(), length) {

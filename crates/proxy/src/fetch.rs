@@ -3,6 +3,7 @@
 //! rule's upstreams in order, failing over to the next when one cannot be reached and the
 //! request has no body (so it can be sent again).
 
+use std::future::Future;
 use std::time::SystemTime;
 
 use http::header::{HeaderValue, EXPECT, HOST, IF_MODIFIED_SINCE, IF_NONE_MATCH};
@@ -35,58 +36,73 @@ pub struct Fetched {
 /// Validators rampart adds when it revalidates a stale entry: `ETag`, `Last-Modified`.
 type Validators = (Option<HeaderValue>, Option<HeaderValue>);
 
+/// What fetch asks of [`send`] beyond sending the request.
+#[derive(Debug, Default)]
+pub struct Plan {
+    /// Keep the client's request headers: the response may be stored.
+    pub keep_headers: bool,
+    /// rampart's validators, added to revalidate the stale entry.
+    pub validators: Option<Validators>,
+    /// Passed on to [`Fetched::unsafe_target`].
+    pub unsafe_target: Option<String>,
+}
+
 /// The fetch stage: revalidates a stale entry with its validators unless the client sent
 /// preconditions of its own.
-pub async fn fetch(
-    w: &Worker,
-    txn: &mut Txn,
+///
+/// Not an `async fn`: what it decides needs no waiting, and the future is then `send`'s alone
+/// (no second copy of the request in it).
+pub fn fetch<'a>(
+    w: &'a Worker,
+    txn: &'a mut Txn,
     req: Request<RequestBody>,
-) -> Result<Fetched, ProxyError> {
-    let method = req.method().clone();
-    let unsafe_target = (w.cache.is_some() && !method.is_safe()).then(|| target(&req).to_owned());
+) -> impl Future<Output = Result<Fetched, ProxyError>> + 'a {
+    let unsafe_target =
+        (w.cache.is_some() && !req.method().is_safe()).then(|| target(&req).to_owned());
     let client_conditionals = conditional::client_has_conditionals(req.headers());
     let stale = txn.miss.as_ref().and_then(|l| l.stale.as_ref());
     let validators = stale
         .filter(|_| !client_conditionals)
         .map(|s| conditional::validators(&s.headers));
-    let revalidating = validators.is_some();
-    let keep_headers = txn.miss.is_some();
-    let mut fetched = send(w, txn, req, keep_headers, validators).await?;
-    fetched.method = method;
-    fetched.unsafe_target = unsafe_target;
-    fetched.revalidating = revalidating;
-    Ok(fetched)
+    let plan = Plan {
+        keep_headers: txn.miss.is_some(),
+        validators,
+        unsafe_target,
+    };
+    send(w, txn, req, plan)
 }
 
 /// Sends `req` to the rule's upstreams, failing over on connect errors when it has no body.
-pub async fn send(
-    w: &Worker,
-    txn: &mut Txn,
+///
+/// Not an `async fn`: the request is rewritten before the future is made, which then holds
+/// the rewritten request only (an `async fn` keeps its arguments for its whole life).
+pub fn send<'a>(
+    w: &'a Worker,
+    txn: &'a mut Txn,
     req: Request<RequestBody>,
-    keep_headers: bool,
-    validators: Option<Validators>,
-) -> Result<Fetched, ProxyError> {
+    plan: Plan,
+) -> impl Future<Output = Result<Fetched, ProxyError>> + 'a {
     let (mut parts, body) = req.into_parts();
     let downstream_version = parts.version;
     let method = parts.method.clone();
-    let https = txn.scheme() == Scheme::Https;
-    // Fields of `txn`, not `txn.route()`: the log record is written to while the route is read.
-    let (Some(route), conn) = (&txn.route, &txn.conn) else {
-        // invariant: the dispatcher fetches only after recv found a route.
+    // invariant: the dispatcher fetches only after recv found a route.
+    let Some(route) = &txn.route else {
         unreachable!("fetch before recv")
     };
+    let conn = &txn.conn;
     let h = &mut parts.headers;
     // The request as the client made it (before any rewriting and before rampart's own
     // validators): lookup computes Vary variants from the client's headers, so storing must
     // too, and a revalidated entry answers the client's own request.
-    let req_headers = keep_headers.then(|| h.clone());
+    let req_headers = plan.keep_headers.then(|| h.clone());
     strip_hop_by_hop(h);
     // rampart answers `Expect: 100-continue` itself (hyper sends 100 when the body is read).
     h.remove(EXPECT);
     h.insert(HOST, route.host.clone());
     add_forwarded(h, &conn.client_ip_header, &route.host, conn.scheme.as_str());
     append_via(h, downstream_version);
-    if let Some((etag, last_modified)) = validators {
+    let revalidating = plan.validators.is_some();
+    if let Some((etag, last_modified)) = plan.validators {
         if let Some(v) = etag {
             h.insert(IF_NONE_MATCH, v);
         }
@@ -94,12 +110,10 @@ pub async fn send(
             h.insert(IF_MODIFIED_SINCE, v);
         }
     }
-
-    let upstreams = &route.rule.upstreams;
     let resendable = matches!(body, RequestBody::Empty);
     // A copy to re-send after a connect failure; only for body-less requests to a rule with
     // more than one origin, so the common case clones nothing.
-    let spare = (resendable && upstreams.len() > 1).then(|| {
+    let spare = (resendable && route.rule.upstreams.len() > 1).then(|| {
         (
             parts.method.clone(),
             parts.uri.clone(),
@@ -107,48 +121,61 @@ pub async fn send(
         )
     });
     parts.version = Version::HTTP_11;
-    let request_time = SystemTime::now();
     let mut first = Some(Request::from_parts(parts, body));
+    let request_time = SystemTime::now();
+    let done = move |res| Fetched {
+        res,
+        req_headers,
+        request_time,
+        downstream_version,
+        method,
+        unsafe_target: plan.unsafe_target,
+        revalidating,
+    };
 
-    let mut last_err = None;
-    for member in upstreams.order() {
-        let req = match (first.take(), &spare) {
-            (Some(req), _) => req,
-            (None, Some((m, u, hm))) => rebuild(m, u, hm),
-            (None, None) => break,
+    async move {
+        let https = txn.scheme() == Scheme::Https;
+        // Fields of `txn`, not `txn.route()`: the log record is written to while the route
+        // is read.
+        let Some(route) = &txn.route else {
+            unreachable!("fetch before recv")
         };
-        let (shown, sent) = match UpstreamSet::route(member, https) {
-            Ok((shown, key, scheme)) => {
-                if let Some(l) = txn.log.as_deref_mut() {
-                    l.upstream = Some(shown.clone());
+        let upstreams = &route.rule.upstreams;
+        let mut last_err = None;
+        for member in upstreams.order() {
+            let (shown, sent) = match UpstreamSet::route(member, https) {
+                Ok((shown, key, scheme)) => {
+                    let sending = {
+                        let req = match (first.take(), &spare) {
+                            (Some(req), _) => req,
+                            (None, Some((m, u, hm))) => rebuild(m, u, hm),
+                            (None, None) => break,
+                        };
+                        if let Some(l) = txn.log.as_deref_mut() {
+                            l.upstream = Some(shown.clone());
+                        }
+                        tracing::debug!(upstream = %shown, "fetch");
+                        w.upstream.send(req, key, scheme)
+                    };
+                    (shown, sending.await)
                 }
-                tracing::debug!(upstream = %shown, "fetch");
-                (shown, w.upstream.send(req, key, scheme).await)
+                Err(e) => (&member.target.authority, Err(e)),
+            };
+            match sent {
+                Ok(res) => {
+                    upstreams.mark_up(member);
+                    return Ok(done(res));
+                }
+                Err(e) if e.may_fail_over() => {
+                    tracing::warn!(upstream = %shown, error = %e, "origin failed before the request was sent; marking it down");
+                    upstreams.mark_down(member);
+                    last_err = Some(e);
+                }
+                Err(e) => return Err(e),
             }
-            Err(e) => (&member.target.authority, Err(e)),
-        };
-        match sent {
-            Ok(res) => {
-                upstreams.mark_up(member);
-                return Ok(Fetched {
-                    res,
-                    req_headers,
-                    request_time,
-                    downstream_version,
-                    method,
-                    unsafe_target: None,
-                    revalidating: false,
-                });
-            }
-            Err(e) if e.may_fail_over() => {
-                tracing::warn!(upstream = %shown, error = %e, "origin failed before the request was sent; marking it down");
-                upstreams.mark_down(member);
-                last_err = Some(e);
-            }
-            Err(e) => return Err(e),
         }
+        Err(last_err.unwrap_or_else(|| ProxyError::UpstreamConnect("no upstream".into())))
     }
-    Err(last_err.unwrap_or_else(|| ProxyError::UpstreamConnect("no upstream".into())))
 }
 
 fn rebuild(method: &Method, uri: &Uri, headers: &HeaderMap) -> Request<RequestBody> {

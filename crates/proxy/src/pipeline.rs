@@ -5,6 +5,7 @@
 //! error becomes a response (through `synth`) and the one place the access-log record is
 //! attached.
 
+use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -41,18 +42,19 @@ impl Pipeline {
     }
 
     /// Handles one request end to end. Never fails: errors become synthetic responses.
-    pub async fn handle(
-        self: &Arc<Self>,
-        conn: &Arc<ConnInfo>,
+    ///
+    /// Not an `async fn`, so the future is `run`'s alone, without a second copy of the request.
+    pub fn handle<'a>(
+        self: &'a Arc<Self>,
+        conn: &'a Arc<ConnInfo>,
         req: Request<ClientBody>,
-    ) -> Response<ProxyBody> {
+    ) -> impl Future<Output = Response<ProxyBody>> + 'a {
         let limits = self.w.body_limits;
         self.run(
             conn,
             req.map(|b| RequestBody::from_client(b, limits)),
             Mode::Client,
         )
-        .await
     }
 
     async fn run(
@@ -65,7 +67,7 @@ impl Pipeline {
         let mut txn = Txn::new(conn, mode);
         let res = self.stages(&mut txn, req).instrument(span.clone()).await;
         let _in = span.enter();
-        self.finish(txn, res)
+        self.finish(&mut txn, res)
     }
 
     /// recv → lookup → hit | miss | pass → fetch → deliver. An `Err` ends the request in synth.
@@ -97,16 +99,18 @@ impl Pipeline {
         }
 
         // lookup → hit | miss | pass
-        match lookup::lookup(&self.w, txn, &req)? {
+        let looked = lookup::lookup(&self.w, txn, &req)?;
+        match looked {
             Looked::Hit(obj) => {
                 tracing::debug!("hit");
-                return Ok(hit::answer(
+                let head = is_head(&req);
+                Ok(hit::answer(
                     &obj,
                     req.headers(),
                     req.version(),
-                    is_head(&req),
+                    head,
                     Served::Fresh,
-                ));
+                ))
             }
             Looked::StaleWhileRevalidate(stale) => {
                 tracing::debug!("hit, stale while it is refreshed");
@@ -114,17 +118,30 @@ impl Pipeline {
                     self.refresh_in_background(&txn.conn, &req, stale.clone());
                 }
                 let served = Served::StaleWhileRevalidate;
-                return Ok(hit::respond(&stale, req.headers(), is_head(&req), served));
+                Ok(hit::respond(&stale, req.headers(), is_head(&req), served))
             }
-            Looked::Miss => {
-                if let Some(answer) = miss::join(&self.w, txn, &mut req).await? {
-                    return Ok(answer);
-                }
+            // Boxed: the origin's stages hold kilobytes of state across their awaits; a
+            // request answered from the store should not carry (and move) them.
+            Looked::Miss => Box::pin(self.forward(txn, req, true)).await,
+            Looked::Pass => {
+                tracing::debug!("pass");
+                Box::pin(self.forward(txn, req, false)).await
             }
-            Looked::Pass => tracing::debug!("pass"),
         }
+    }
 
-        // fetch → deliver
+    /// miss (when `miss`) → fetch → deliver.
+    async fn forward(
+        &self,
+        txn: &mut Txn,
+        mut req: Request<RequestBody>,
+        miss: bool,
+    ) -> Result<Response<ProxyBody>, ProxyError> {
+        if miss {
+            if let Some(answer) = miss::join(&self.w, txn, &mut req).await? {
+                return Ok(answer);
+            }
+        }
         match fetch::fetch(&self.w, txn, req).await {
             Ok(fetched) => deliver::deliver(&self.w, txn, fetched).await,
             Err(e) => deliver::fetch_failed(&self.w, txn, e),
@@ -136,10 +153,10 @@ impl Pipeline {
     /// when the body has been sent).
     fn finish(
         &self,
-        mut txn: Txn,
+        txn: &mut Txn,
         res: Result<Response<ProxyBody>, ProxyError>,
     ) -> Response<ProxyBody> {
-        let mut res = res.unwrap_or_else(|e| synth::error(&e, &txn));
+        let mut res = res.unwrap_or_else(|e| synth::error(&e, txn));
         if txn.scheme() == Scheme::Https {
             if let Some(v) = txn.route.as_ref().and_then(|r| r.rule.hsts.clone()) {
                 res.headers_mut().insert(STRICT_TRANSPORT_SECURITY, v);
@@ -215,4 +232,66 @@ impl Pipeline {
 
 fn is_head<B>(req: &Request<B>) -> bool {
     req.method() == Method::HEAD
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+
+    use super::*;
+    use crate::body::ClientBody;
+    use crate::cache::Cache;
+    use crate::route::Router;
+    use crate::screen::Screen;
+    use crate::upstream::Upstream;
+
+    fn pipeline() -> Arc<Pipeline> {
+        let src = "[[proxy_rules]]\ndomain = \"*\"\nforward_ipv4 = \"127.0.0.1\"\n";
+        let v = rampart_config::validate(src, 1);
+        let config = v.config.unwrap_or_else(|| panic!("{:?}", v.diagnostics));
+        let origin_tls =
+            rampart_tls::origin::client_config(&config.upstream).unwrap_or_else(|e| panic!("{e}"));
+        let w = Worker::new(
+            Arc::new(Router::new(&config)),
+            Upstream::new(&config.upstream, origin_tls),
+            Some(Arc::new(Cache::new(1 << 20, 1 << 16))),
+            Arc::new(Screen::new(&config)),
+            &config,
+            None,
+            None,
+        );
+        Arc::new(Pipeline::new(w))
+    }
+
+    /// Not a timing test: a future's size is fixed when it is compiled, and every request moves
+    /// its future (into the connection's box, through hyper). With the origin's stages inline
+    /// a cached hit carried ~17 KiB of state it never used: +6 % instructions per hit.
+    #[test]
+    fn a_request_answered_from_the_store_carries_no_origin_state() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let _rt = rt.enter();
+        let p = pipeline();
+        let conn = Arc::new(ConnInfo::new(Ipv4Addr::LOCALHOST.into(), Scheme::Http));
+        let handle = p.handle(&conn, Request::new(ClientBody::Empty));
+        let mut txn = Txn::new(&conn, Mode::Client);
+        let forward = p.forward(&mut txn, Request::new(RequestBody::Empty), true);
+        let (handle, forward) = (
+            std::mem::size_of_val(&handle),
+            std::mem::size_of_val(&forward),
+        );
+        eprintln!("handle {handle} bytes, forward {forward} bytes");
+        // Debug-build sizes (tests): 2,080 and 1,960 bytes with rustc 1.95; the origin's
+        // stages inline made the first ~4 KiB (~17 KiB in release).
+        assert!(
+            handle <= 3 * 1024,
+            "the future of every request is {handle} bytes"
+        );
+        assert!(
+            forward > 1024,
+            "forward is {forward} bytes: is boxing it still worth it?"
+        );
+    }
 }

@@ -31,7 +31,11 @@ pub struct Widened {
 impl Widened {
     /// Widens `req` when it is a range miss that another client's whole-object fetch could
     /// answer: `Range` and `If-Range` are removed from it, and the client's request returned.
-    pub fn new(req: &mut Request<RequestBody>, cache: &Cache, miss: &Lookup) -> Option<Widened> {
+    pub fn new(
+        req: &mut Request<RequestBody>,
+        cache: &Cache,
+        miss: &Lookup,
+    ) -> Option<Box<Widened>> {
         let h = req.headers();
         let fits = !miss.forced
             && h.contains_key(RANGE)
@@ -45,11 +49,12 @@ impl Widened {
         if !fits {
             return None;
         }
-        let w = Widened {
+        // Boxed: it travels in every request's `Txn`, and is rarely there.
+        let w = Box::new(Widened {
             headers: h.clone(),
             uri: req.uri().clone(),
             version: req.version(),
-        };
+        });
         req.headers_mut().remove(RANGE);
         req.headers_mut().remove(IF_RANGE);
         Some(w)

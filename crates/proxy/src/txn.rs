@@ -93,7 +93,7 @@ pub struct Txn {
     /// This request fetches for every coalesced waiter of its resource.
     pub leader: Option<Leader>,
     /// A range miss fetched as the whole representation (see `ranges.rs`).
-    pub widened: Option<Widened>,
+    pub widened: Option<Box<Widened>>,
 }
 
 impl Txn {

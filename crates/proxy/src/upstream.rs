@@ -6,6 +6,7 @@
 //! threads. Upstream health is shared: an origin that refused a connection is skipped by every
 //! worker for [`DOWN_FOR`] (passive health checking), unless it is the only choice left.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -202,12 +203,15 @@ impl Upstream {
 
     /// Sends `req` (origin-form URI, headers already rewritten) to `authority` over `scheme`;
     /// waits at most `proxy_timeout` for the response head.
-    pub async fn send(
+    ///
+    /// Not an `async fn`: the request is handed to the client before the future is made, so
+    /// the future holds the client's (boxed) response future, not the request too.
+    pub fn send(
         &self,
         mut req: Request<RequestBody>,
         authority: &Authority,
         scheme: Scheme,
-    ) -> Result<Response<Incoming>, ProxyError> {
+    ) -> impl Future<Output = Result<Response<Incoming>, ProxyError>> + '_ {
         let pq = req
             .uri()
             .path_and_query()
@@ -217,16 +221,20 @@ impl Upstream {
         parts.scheme = Some(scheme);
         parts.authority = Some(authority.clone());
         parts.path_and_query = Some(pq);
-        *req.uri_mut() =
-            Uri::from_parts(parts).map_err(|_| ProxyError::BadRequest("request target"))?;
-        let fut = self.client.request(req);
-        let res = match self.timeout {
-            Some(t) => tokio::time::timeout(t, fut)
-                .await
-                .map_err(|_| ProxyError::UpstreamTimeout)?,
-            None => fut.await,
-        };
-        res.map_err(|e| self.classify(e))
+        let sent = Uri::from_parts(parts).map(|uri| {
+            *req.uri_mut() = uri;
+            self.client.request(req)
+        });
+        async move {
+            let fut = sent.map_err(|_| ProxyError::BadRequest("request target"))?;
+            let res = match self.timeout {
+                Some(t) => tokio::time::timeout(t, fut)
+                    .await
+                    .map_err(|_| ProxyError::UpstreamTimeout)?,
+                None => fut.await,
+            };
+            res.map_err(|e| self.classify(e))
+        }
     }
 
     fn classify(&self, e: hyper_util::client::legacy::Error) -> ProxyError {
