@@ -18,6 +18,7 @@ use rcgen::{CertificateParams, CustomExtension, KeyPair};
 use crate::der::Validity;
 use crate::pem::{self, Loaded};
 use crate::store::CertStore;
+use crate::TlsError;
 
 /// First retry after a failed order; doubles up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_secs(60);
@@ -164,11 +165,13 @@ pub async fn run(
     let mut failures = 0;
     let account = loop {
         let attempt = tokio::time::timeout(ACCOUNT_TIMEOUT, account(&cfg, &dir)).await;
-        match attempt.unwrap_or_else(|_| Err("the CA did not answer in time".to_owned())) {
+        match attempt
+            .unwrap_or_else(|_| Err(TlsError::AcmeTimeout("the CA did not answer in time")))
+        {
             Ok(a) => break a,
             Err(e) => {
                 failures += 1;
-                let wait = backoff(failures, e.contains("rateLimited"));
+                let wait = backoff(failures, e.acme_problem() == Some("rateLimited"));
                 tracing::warn!(directory = %cfg.directory_url, error = %e, retry_in = ?wait, "ACME account unavailable; HTTPS for ACME domains waits for it");
                 tokio::time::sleep(wait).await;
             }
@@ -187,7 +190,7 @@ pub async fn run(
     while tasks.join_next().await.is_some() {}
 }
 
-async fn account(cfg: &AcmeConfig, dir: &Path) -> Result<Account, String> {
+async fn account(cfg: &AcmeConfig, dir: &Path) -> Result<Account, TlsError> {
     let path = dir.join("account.json");
     let builder = || match &cfg.ca_file {
         Some(ca) => Account::builder_with_root(ca),
@@ -195,17 +198,15 @@ async fn account(cfg: &AcmeConfig, dir: &Path) -> Result<Account, String> {
     };
     if let Ok(text) = std::fs::read(&path) {
         let creds: AccountCredentials =
-            serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-        return builder()
-            .map_err(|e| e.to_string())?
-            .from_credentials(creds)
-            .await
-            .map_err(|e| e.to_string());
+            serde_json::from_slice(&text).map_err(|e| TlsError::AccountFile {
+                path: path.clone(),
+                reason: e.to_string(),
+            })?;
+        return Ok(builder()?.from_credentials(creds).await?);
     }
     let contact = cfg.contact.as_ref().map(|c| format!("mailto:{c}"));
     let contacts: Vec<&str> = contact.iter().map(String::as_str).collect();
-    let (account, creds) = builder()
-        .map_err(|e| e.to_string())?
+    let (account, creds) = builder()?
         .create(
             &NewAccount {
                 contact: &contacts,
@@ -215,10 +216,13 @@ async fn account(cfg: &AcmeConfig, dir: &Path) -> Result<Account, String> {
             cfg.directory_url.clone(),
             None,
         )
-        .await
-        .map_err(|e| e.to_string())?;
-    let json = serde_json::to_vec(&creds).map_err(|e| e.to_string())?;
-    pem::write_private(&path, &json).map_err(|e| format!("{}: {e}", path.display()))?;
+        .await?;
+    let file_error = |e: &dyn std::fmt::Display| TlsError::AccountFile {
+        path: path.clone(),
+        reason: e.to_string(),
+    };
+    let json = serde_json::to_vec(&creds).map_err(|e| file_error(&e))?;
+    pem::write_private(&path, &json).map_err(|e| file_error(&e))?;
     tracing::info!(directory = %cfg.directory_url, id = account.id(), "ACME account created");
     Ok(account)
 }
@@ -249,8 +253,8 @@ async fn keep_current(
         let (account, generation) = cell.get().await;
         let attempt =
             tokio::time::timeout(ORDER_TIMEOUT, obtain(&account, &domain, kind, &store)).await;
-        match attempt.unwrap_or_else(|_| Err("the CA did not finish the order in time".to_owned()))
-        {
+        let timed_out = TlsError::AcmeTimeout("the CA did not finish the order in time");
+        match attempt.unwrap_or_else(|_| Err(timed_out)) {
             Ok((chain, key)) => {
                 let loaded = match pem::parse_pair(chain.as_bytes(), key.as_bytes()) {
                     Ok(l) => l,
@@ -283,7 +287,7 @@ async fn keep_current(
                 }
             }
             Err(e) => {
-                if e.contains("accountDoesNotExist")
+                if e.acme_problem() == Some("accountDoesNotExist")
                     && cell.replace(generation).await
                     && !retried_new_account
                 {
@@ -295,7 +299,7 @@ async fn keep_current(
                 }
                 failures += 1;
                 choice += 1;
-                let wait = backoff(failures, e.contains("rateLimited"));
+                let wait = backoff(failures, e.acme_problem() == Some("rateLimited"));
                 let serving = store.has(&pattern);
                 tracing::warn!(domain, challenge = ?kind, error = %e, retry_in = ?wait, serving_previous = serving, "ACME order failed");
                 tokio::time::sleep(wait).await;
@@ -314,19 +318,18 @@ pub fn days_left(t: SystemTime) -> u64 {
 }
 
 /// The self-signed certificate that answers a TLS-ALPN-01 challenge (RFC 8737 §3).
-pub fn alpn_challenge_cert(domain: &str, digest: &[u8]) -> Result<Loaded, String> {
-    let mut params = CertificateParams::new(vec![domain.to_owned()]).map_err(|e| e.to_string())?;
+pub fn alpn_challenge_cert(domain: &str, digest: &[u8]) -> Result<Loaded, TlsError> {
+    let mut params = CertificateParams::new(vec![domain.to_owned()])?;
     params.custom_extensions = vec![CustomExtension::new_acme_identifier(digest)];
-    let key = KeyPair::generate().map_err(|e| e.to_string())?;
-    let cert = params.self_signed(&key).map_err(|e| e.to_string())?;
+    let key = KeyPair::generate()?;
+    let cert = params.self_signed(&key)?;
     // Not through `parse_pair`: webpki refuses to parse a certificate with the critical
     // acmeIdentifier extension, so the key-matches-certificate check cannot run (the key was
     // generated for this certificate a line above).
     let key_der = rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into());
     let signing = rustls::crypto::aws_lc_rs::default_provider()
         .key_provider
-        .load_private_key(key_der)
-        .map_err(|e| e.to_string())?;
+        .load_private_key(key_der)?;
     Ok(Loaded {
         key: Arc::new(rustls::sign::CertifiedKey::new(
             vec![cert.der().clone()],
@@ -360,12 +363,12 @@ async fn obtain(
     domain: &str,
     kind: AcmeChallenge,
     store: &CertStore,
-) -> Result<(String, String), String> {
+) -> Result<(String, String), TlsError> {
     let ids = [Identifier::Dns(domain.to_owned())];
     let mut order = account
         .new_order(&NewOrder::new(&ids))
         .await
-        .map_err(|e| format!("new order: {e}"))?;
+        .map_err(TlsError::acme("new order"))?;
     let mut answers = Answers {
         store,
         tokens: Vec::new(),
@@ -374,19 +377,19 @@ async fn obtain(
     {
         let mut auths = order.authorizations();
         while let Some(auth) = auths.next().await {
-            let mut auth = auth.map_err(|e| format!("authorization: {e}"))?;
+            let mut auth = auth.map_err(TlsError::acme("authorization"))?;
             match auth.status {
                 AuthorizationStatus::Valid => continue,
                 AuthorizationStatus::Pending => {}
-                other => return Err(format!("authorization is {other:?}")),
+                other => return Err(TlsError::AcmeOrder(format!("authorization is {other:?}"))),
             }
             let wanted = match kind {
                 AcmeChallenge::Http01 => ChallengeType::Http01,
                 AcmeChallenge::TlsAlpn01 => ChallengeType::TlsAlpn01,
             };
-            let mut challenge = auth
-                .challenge(wanted.clone())
-                .ok_or_else(|| format!("the CA offers no {wanted:?} challenge"))?;
+            let mut challenge = auth.challenge(wanted.clone()).ok_or_else(|| {
+                TlsError::AcmeOrder(format!("the CA offers no {wanted:?} challenge"))
+            })?;
             let key_auth = challenge.key_authorization();
             match kind {
                 AcmeChallenge::Http01 => {
@@ -402,7 +405,7 @@ async fn obtain(
             challenge
                 .set_ready()
                 .await
-                .map_err(|e| format!("challenge: {e}"))?;
+                .map_err(TlsError::acme("challenge"))?;
         }
     }
     let retry = RetryPolicy::new()
@@ -411,18 +414,17 @@ async fn obtain(
     let status = order
         .poll_ready(&retry)
         .await
-        .map_err(|e| format!("validation: {e}"))?;
+        .map_err(TlsError::acme("validation"))?;
     if status != OrderStatus::Ready {
-        return Err(format!("order is {status:?} after validation"));
+        return Err(TlsError::AcmeOrder(format!(
+            "order is {status:?} after validation"
+        )));
     }
     drop(answers);
-    let key_pem = order
-        .finalize()
-        .await
-        .map_err(|e| format!("finalize: {e}"))?;
+    let key_pem = order.finalize().await.map_err(TlsError::acme("finalize"))?;
     let chain = order
         .poll_certificate(&retry)
         .await
-        .map_err(|e| format!("certificate: {e}"))?;
+        .map_err(TlsError::acme("certificate"))?;
     Ok((chain, key_pem))
 }

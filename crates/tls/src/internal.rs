@@ -2,6 +2,7 @@
 //! `state_dir/ca/`), and leaf certificates it issues for rule domains, like Caddy's local CA.
 //! Clients trust it by importing `root.pem`.
 
+use crate::TlsError;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -50,10 +51,13 @@ fn root_params() -> CertificateParams {
 
 impl LocalCa {
     /// Loads the CA from `state_dir/ca/`, creating it on first use.
-    pub fn load_or_create(state_dir: &Path) -> Result<LocalCa, String> {
+    pub fn load_or_create(state_dir: &Path) -> Result<LocalCa, TlsError> {
         let dir = state_dir.join("ca");
         let (cert_path, key_path) = (dir.join("root.pem"), dir.join("root.key"));
-        let err = |what: &str, e: &dyn std::fmt::Display| format!("local CA: {what}: {e}");
+        let err = |step: &str, e: &dyn std::fmt::Display| TlsError::LocalCa {
+            step: step.to_owned(),
+            reason: e.to_string(),
+        };
         match (cert_path.exists(), key_path.exists()) {
             (true, false) | (false, true) => {
                 // Never replace half a CA silently: clients trust the old root.
@@ -62,11 +66,10 @@ impl LocalCa {
                 } else {
                     (&key_path, &cert_path)
                 };
-                return Err(format!(
-                    "local CA: {} exists but {} does not; restore it, or remove both files to create a new CA (clients must then trust the new root)",
-                    have.display(),
-                    missing.display()
-                ));
+                return Err(TlsError::LocalCaHalf {
+                    have: have.clone(),
+                    missing: missing.clone(),
+                });
             }
             _ => {}
         }
@@ -103,9 +106,13 @@ impl LocalCa {
     }
 
     /// Issues a leaf certificate for `name` (a host name, or `*.suffix`).
-    pub fn issue(&self, name: &str) -> Result<Loaded, String> {
+    pub fn issue(&self, name: &str) -> Result<Loaded, TlsError> {
+        let err = |step: String, e: rcgen::Error| TlsError::LocalCa {
+            step,
+            reason: e.to_string(),
+        };
         let mut params = CertificateParams::new(vec![name.to_owned()])
-            .map_err(|e| format!("local CA: {name:?}: {e}"))?;
+            .map_err(|e| err(format!("{name:?}"), e))?;
         let mut dn = DistinguishedName::new();
         dn.push(DnType::CommonName, name);
         params.distinguished_name = dn;
@@ -115,10 +122,10 @@ impl LocalCa {
         let now = time_now();
         params.not_before = now - Duration::from_secs(300);
         params.not_after = now + LEAF_LIFETIME;
-        let key = KeyPair::generate().map_err(|e| format!("local CA: {e}"))?;
+        let key = KeyPair::generate().map_err(|e| err("generating a key".into(), e))?;
         let cert = params
             .signed_by(&key, &self.issuer)
-            .map_err(|e| format!("local CA: signing {name:?}: {e}"))?;
+            .map_err(|e| err(format!("signing {name:?}"), e))?;
         let chain = format!("{}{}", cert.pem(), self.root_pem);
         pem::parse_pair(chain.as_bytes(), key.serialize_pem().as_bytes())
     }

@@ -11,6 +11,7 @@
 
 pub mod acme;
 pub mod der;
+mod error;
 pub mod internal;
 pub mod origin;
 pub mod pem;
@@ -23,6 +24,8 @@ use std::time::{Duration, SystemTime};
 
 use rampart_config::{CertSource, Config, DomainPattern};
 use rustls::ServerConfig;
+
+pub use crate::error::TlsError;
 
 use crate::der::Validity;
 use crate::internal::LocalCa;
@@ -71,7 +74,7 @@ fn cert_name(d: &DomainPattern) -> Option<String> {
 /// Loads the certificates of every rule that has one and starts the background work (file
 /// reloads, local-CA renewals, ACME). `Ok(None)` when no rule is served over HTTPS. An
 /// unreadable certificate file or local CA is an error; an unreachable ACME CA is not.
-pub fn start(config: &Config) -> Result<Option<Tls>, String> {
+pub fn start(config: &Config) -> Result<Option<Tls>, TlsError> {
     if config.tls.listen_https.is_empty() {
         return Ok(None);
     }
@@ -86,8 +89,10 @@ pub fn start(config: &Config) -> Result<Option<Tls>, String> {
         let label = rule.domain_text.clone();
         match source {
             CertSource::Files { cert, key } => {
-                let loaded = pem::load_pair(cert, key)
-                    .map_err(|e| format!("rule {label:?}: tls_cert_file/tls_key_file: {e}"))?;
+                let loaded = pem::load_pair(cert, key).map_err(|e| TlsError::RuleFiles {
+                    rule: label.clone(),
+                    source: Box::new(e),
+                })?;
                 store.set(&rule.domain, loaded.key);
                 watched.push(Watched {
                     domain: rule.domain.clone(),
@@ -159,7 +164,10 @@ pub fn start(config: &Config) -> Result<Option<Tls>, String> {
             });
         });
     if let Err(e) = spawned {
-        return Err(format!("cannot start the certificate manager: {e}"));
+        return Err(TlsError::Setup {
+            what: "cannot start the certificate manager",
+            reason: e.to_string(),
+        });
     }
     Ok(Some(Tls { store, server }))
 }

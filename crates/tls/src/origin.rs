@@ -1,5 +1,6 @@
 //! TLS to origins: the rustls client configuration (trust roots, protocol floor, ALPN).
 
+use crate::TlsError;
 use std::sync::Arc;
 
 use rampart_config::{TlsVersion, UpstreamConfig};
@@ -20,19 +21,22 @@ pub fn versions(min: TlsVersion) -> &'static [&'static rustls::SupportedProtocol
 
 /// The client configuration for origin connections: `proxy_ca_file` or the system's roots,
 /// `proxy_min_tls_version`, ALPN `http/1.1` (the pool speaks HTTP/1.1 to origins).
-pub fn client_config(upstream: &UpstreamConfig) -> Result<Arc<ClientConfig>, String> {
+pub fn client_config(upstream: &UpstreamConfig) -> Result<Arc<ClientConfig>, TlsError> {
     let mut roots = RootCertStore::empty();
     match &upstream.ca_file {
         Some(path) => {
             let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
                 .and_then(|it| it.collect::<Result<_, _>>())
-                .map_err(|e| format!("proxy_ca_file {}: {e}", path.display()))?;
+                .map_err(|e| TlsError::OriginRoots {
+                    path: path.clone(),
+                    reason: e.to_string(),
+                })?;
             let (added, _) = roots.add_parsable_certificates(certs);
             if added == 0 {
-                return Err(format!(
-                    "proxy_ca_file {}: no usable CA certificate in it",
-                    path.display()
-                ));
+                return Err(TlsError::OriginRoots {
+                    path: path.clone(),
+                    reason: "no usable CA certificate in it".into(),
+                });
             }
         }
         None => {

@@ -10,6 +10,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::sign::CertifiedKey;
 
 use crate::der::{self, Validity};
+use crate::TlsError;
 
 /// A loaded certificate with its validity (when it could be read).
 #[derive(Debug, Clone)]
@@ -20,22 +21,19 @@ pub struct Loaded {
 
 /// Parses a PEM chain (leaf first) and a PEM private key (PKCS#8, PKCS#1 or SEC1), and checks
 /// that the key belongs to the leaf.
-pub fn parse_pair(cert_pem: &[u8], key_pem: &[u8]) -> Result<Loaded, String> {
+pub fn parse_pair(cert_pem: &[u8], key_pem: &[u8]) -> Result<Loaded, TlsError> {
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem)
         .collect::<Result<_, _>>()
-        .map_err(|e| format!("certificate PEM: {e}"))?;
+        .map_err(TlsError::CertificatePem)?;
     let Some(leaf) = chain.first() else {
-        return Err("no CERTIFICATE block in the certificate file".to_owned());
+        return Err(TlsError::NoCertificate);
     };
     let validity = der::validity(leaf);
-    let key =
-        PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| format!("private key PEM: {e}"))?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(TlsError::KeyPem)?;
     let provider = rustls::crypto::aws_lc_rs::default_provider();
     let certified = CertifiedKey::from_der(chain, key, &provider).map_err(|e| match e {
-        rustls::Error::InconsistentKeys(_) => {
-            "the private key does not belong to the certificate".to_owned()
-        }
-        e => format!("{e}"),
+        rustls::Error::InconsistentKeys(_) => TlsError::KeyMismatch,
+        e => TlsError::Rustls(e),
     })?;
     Ok(Loaded {
         key: Arc::new(certified),
@@ -44,9 +42,14 @@ pub fn parse_pair(cert_pem: &[u8], key_pem: &[u8]) -> Result<Loaded, String> {
 }
 
 /// Reads and parses a certificate file and its key file.
-pub fn load_pair(cert: &Path, key: &Path) -> Result<Loaded, String> {
-    let c = std::fs::read(cert).map_err(|e| format!("cannot read {}: {e}", cert.display()))?;
-    let k = std::fs::read(key).map_err(|e| format!("cannot read {}: {e}", key.display()))?;
+pub fn load_pair(cert: &Path, key: &Path) -> Result<Loaded, TlsError> {
+    let read = |path: &Path| {
+        std::fs::read(path).map_err(|source| TlsError::Read {
+            path: path.to_owned(),
+            source,
+        })
+    };
+    let (c, k) = (read(cert)?, read(key)?);
     parse_pair(&c, &k)
 }
 

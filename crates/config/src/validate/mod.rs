@@ -1,0 +1,372 @@
+//! `validate()`: the raw TOML document → typed [`Config`], with every problem collected.
+//!
+//! Compatibility target: `shared/ARC2-COMPAT.md`. Every ARC2 key is read here. Keys whose feature
+//! is not implemented yet are accepted and reported as [`Severity::Inactive`] when their value
+//! asks for the feature. Per-rule keys that ARC2 requires but older ARC2 files omit get the lenient
+//! default from ARC2-COMPAT §3 with a warning.
+//!
+//! One module per part of the file: [`listeners`], [`process`], [`cache`], [`screening`],
+//! [`sockets`] (client and origin connections), [`tls`] (the HTTPS listener and
+//! certificates) and [`rule`] (`[[proxy_rules]]`: its paths, origins and certificate). Each
+//! reads its keys from a [`Section`] and reports into the [`Sink`]; this module puts the parts
+//! together and holds the value readers they share.
+
+mod cache;
+mod listeners;
+mod process;
+mod rule;
+mod screening;
+mod sockets;
+mod tls;
+
+use std::time::Duration;
+
+use crate::diag::{Diagnostic, Severity};
+use crate::model::*;
+use crate::reader::{At, Section, Sink};
+
+pub use screening::DEFAULT_BODY_LIMIT;
+#[cfg(test)]
+pub use tls::LETS_ENCRYPT_PRODUCTION;
+
+/// Result of validating a file: the typed config when there were no errors, and every diagnostic.
+#[derive(Debug)]
+pub struct Validated {
+    pub config: Option<Config>,
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl Validated {
+    pub fn errors(&self) -> impl Iterator<Item = &Diagnostic> {
+        self.diagnostics.iter().filter(|d| d.is_error())
+    }
+}
+
+/// Validates configuration text. `cpus` is the default for `workers`.
+pub fn validate(src: &str, cpus: usize) -> Validated {
+    let mut sink = Sink::new(src);
+    let doc = match toml_edit::Document::parse(src) {
+        Ok(doc) => doc,
+        Err(e) => {
+            sink.push(
+                Severity::Error,
+                "",
+                e.span(),
+                format!("not valid TOML: {}", e.message().trim()),
+                "fix the syntax at this position",
+            );
+            return Validated {
+                config: None,
+                diagnostics: sink.diags,
+            };
+        }
+    };
+    let root = Section::new(doc.as_table(), String::new(), None);
+    let config = read_config(root, &mut sink, cpus);
+    let has_errors = sink.diags.iter().any(Diagnostic::is_error);
+    sink.diags.sort_by_key(|d| (d.line == 0, d.line, d.column));
+    Validated {
+        config: if has_errors { None } else { config },
+        diagnostics: sink.diags,
+    }
+}
+
+const U16: i64 = u16::MAX as i64;
+const U32: i64 = u32::MAX as i64;
+const I64: i64 = i64::MAX;
+
+fn inactive(sink: &mut Sink<'_>, at: &At<impl Sized>, what: &str) {
+    sink.push(
+        Severity::Inactive,
+        &at.key,
+        at.span.clone(),
+        format!("{what} is not implemented in this version of rampart yet; the key is accepted and has no effect"),
+        "",
+    );
+}
+
+fn warn(
+    sink: &mut Sink<'_>,
+    at: &At<impl Sized>,
+    message: impl Into<String>,
+    hint: impl Into<String>,
+) {
+    sink.push(Severity::Warning, &at.key, at.span.clone(), message, hint);
+}
+
+fn error(
+    sink: &mut Sink<'_>,
+    at: &At<impl Sized>,
+    message: impl Into<String>,
+    hint: impl Into<String>,
+) {
+    sink.push(Severity::Error, &at.key, at.span.clone(), message, hint);
+}
+
+/// A byte size: an integer, or a string such as "512MiB", "64M", "1GB" (K/M/G are binary
+/// multiples, KB/MB/GB decimal ones, KiB/MiB/GiB binary).
+fn size(
+    s: &mut Section<'_>,
+    sink: &mut Sink<'_>,
+    key: &'static str,
+    default: u64,
+    min: u64,
+) -> u64 {
+    let at = s.string_or_int(sink, key);
+    let value = match at {
+        Some(a) => match parse_size(&a.value) {
+            Some(v) => Some((v, a)),
+            None => {
+                error(
+                    sink,
+                    &a,
+                    format!("{:?} is not a size", a.value),
+                    "write a number of bytes or e.g. \"512MiB\", \"64MB\", \"2GiB\"",
+                );
+                return default;
+            }
+        },
+        None => None,
+    };
+    match value {
+        Some((v, a)) if v < min => {
+            error(
+                sink,
+                &a,
+                format!("{v} bytes is too small"),
+                format!("use at least {min} bytes"),
+            );
+            default
+        }
+        Some((v, _)) => v,
+        None => default,
+    }
+}
+
+pub(crate) fn parse_size(text: &str) -> Option<u64> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num.parse().ok()?;
+    let mult: u64 = match unit.trim() {
+        "" | "B" | "b" => 1,
+        "K" | "k" | "KiB" | "kiB" => 1 << 10,
+        "M" | "m" | "MiB" => 1 << 20,
+        "G" | "g" | "GiB" => 1 << 30,
+        "KB" | "kB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        _ => return None,
+    };
+    n.checked_mul(mult)
+}
+
+/// 0 = unset (OS default); above `max` → `max` with a warning (ARC2 accepts the wider range).
+fn clamp(sink: &mut Sink<'_>, v: At<i64>, max: i64, what: &str) -> Option<i64> {
+    if v.value == 0 {
+        return None;
+    }
+    if v.value > max {
+        warn(
+            sink,
+            &v,
+            format!("{} is above {what}; {max} is used", v.value),
+            format!("use at most {max}"),
+        );
+        return Some(max);
+    }
+    Some(v.value)
+}
+
+fn secs(v: i64) -> Duration {
+    Duration::from_secs(v.max(0) as u64)
+}
+
+fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<Config> {
+    let listeners = listeners::read(&mut s, sink);
+    let process = process::read(&mut s, sink, cpus);
+    let cache = cache::read(&mut s, sink);
+    let screen = screening::read_screen(&mut s, sink);
+    let admin = screening::read_admin(&mut s, sink);
+    not_implemented(&mut s, sink);
+    let downstream = sockets::read_downstream(&mut s, sink);
+    let upstream = sockets::read_upstream(&mut s, sink);
+    let tls = tls::read(&mut s, sink);
+    let strict_default = s.bool(sink, "strict_path_rules").is_some_and(|b| b.value);
+    let mut rules = rule::read_rules(
+        &mut s,
+        sink,
+        strict_default,
+        &cache,
+        tls.rule_default.as_ref(),
+    );
+    s.finish(sink);
+    for rule in &mut rules {
+        rule.sql_injection &= screen.sql_injection;
+    }
+    let has_certs = rules.iter().any(|r| r.cert.is_some());
+    let listen_https = listeners::https(sink, &listeners, has_certs);
+    let tls = tls::finish(sink, tls, listen_https, &rules);
+    Some(Config {
+        listen_http: listeners.http,
+        workers: process.workers,
+        runtime: process.runtime,
+        logging_level: process.logging_level,
+        add_logging: process.add_logging,
+        backtracing: process.backtracing,
+        downstream,
+        upstream,
+        shutdown_timeout: process.shutdown_timeout,
+        rules,
+        cache,
+        admin,
+        screen,
+        tls,
+    })
+}
+
+/// Global keys of ARC2 features rampart does not have yet: accepted, reported when asked for.
+fn not_implemented(s: &mut Section<'_>, sink: &mut Sink<'_>) {
+    if let Some(k) = s.string(sink, "azure_table_storage_key") {
+        inactive(sink, &k, "Azure Table Storage log export");
+    }
+    if let Some(b) = s.bool(sink, "enable_compression") {
+        if b.value {
+            inactive(sink, &b, "response compression");
+        }
+    }
+    if let Some(f) = s.string(sink, "compression_flags") {
+        inactive(sink, &f, "response compression");
+    }
+}
+
+/// `cache_heuristic` (global or per rule); `None` when absent or invalid (reported).
+fn cache_heuristic(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Option<CacheHeuristic> {
+    let v = s.string(sink, "cache_heuristic")?;
+    match v.value.as_str() {
+        "max_age" => Some(CacheHeuristic::MaxAge),
+        "last_modified" => Some(CacheHeuristic::LastModified),
+        "none" => Some(CacheHeuristic::None),
+        other => {
+            error(
+                sink,
+                &v,
+                format!("unknown cache_heuristic {other:?}"),
+                "use \"max_age\" (default, ARC2), \"last_modified\" (RFC 9111 §4.2.2) or \"none\"",
+            );
+            None
+        }
+    }
+}
+
+/// A path to a file that must exist (checked now, so `rampart check` finds a typo).
+fn file_key(
+    s: &mut Section<'_>,
+    sink: &mut Sink<'_>,
+    key: &'static str,
+) -> Option<std::path::PathBuf> {
+    let v = s.string(sink, key)?;
+    let path = std::path::PathBuf::from(v.value.trim());
+    if let Err(e) = std::fs::metadata(&path) {
+        error(
+            sink,
+            &v,
+            format!("cannot read {:?}: {e}", v.value),
+            "give the path of a readable PEM file (relative paths start at rampart's working directory)",
+        );
+    }
+    Some(path)
+}
+
+/// A list of IP networks; every bad entry is reported.
+fn cidrs(s: &mut Section<'_>, sink: &mut Sink<'_>, key: &'static str) -> Option<Vec<Cidr>> {
+    let list = s.strings(sink, key)?;
+    let mut out = Vec::with_capacity(list.value.len());
+    for entry in &list.value {
+        match Cidr::parse(&entry.value) {
+            Some(c) => out.push(c),
+            None => error(
+                sink,
+                entry,
+                format!("{:?} is not an IP address or network", entry.value),
+                "write e.g. \"127.0.0.1\", \"10.0.0.0/8\" or \"2001:db8::/32\"",
+            ),
+        }
+    }
+    Some(out)
+}
+
+/// `rate_limit_per_second` + `rate_limit_burst` in a section. With a `default`, the keys
+/// adjust it; without, the rate is only on when `rate_limit_per_second` is given.
+fn rate_limit(
+    s: &mut Section<'_>,
+    sink: &mut Sink<'_>,
+    default: Option<RateLimit>,
+) -> Option<RateLimit> {
+    let rate = s.int(sink, "rate_limit_per_second", 1, 10_000_000);
+    let burst = s.int(sink, "rate_limit_burst", 1, 10_000_000);
+    let per_second = match (&rate, default) {
+        (Some(r), _) => r.value as u32,
+        (None, Some(d)) => d.per_second,
+        (None, None) => {
+            if let Some(b) = &burst {
+                warn(
+                    sink,
+                    b,
+                    "`rate_limit_burst` without `rate_limit_per_second` has no effect",
+                    "add `rate_limit_per_second = 100`",
+                );
+            }
+            return None;
+        }
+    };
+    let burst = match (burst, default) {
+        (Some(b), _) => b.value as u32,
+        // Twice the rate when unset, as for the global default (100/s, burst 200).
+        (None, Some(d)) if rate.is_none() => d.burst,
+        (None, _) => per_second.saturating_mul(2),
+    };
+    Some(RateLimit { per_second, burst })
+}
+
+/// `max_body_size`: a size, or 0 / "unlimited" for no limit.
+fn body_size(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Option<u64> {
+    if let Some(a) = s.string_or_int(sink, "max_body_size") {
+        if a.value.trim().eq_ignore_ascii_case("unlimited") || a.value.trim() == "0" {
+            return None;
+        }
+        match parse_size(&a.value) {
+            Some(v) => return Some(v),
+            None => error(
+                sink,
+                &a,
+                format!("{:?} is not a size", a.value),
+                "write a number of bytes, e.g. \"10MiB\", or \"unlimited\"",
+            ),
+        }
+    }
+    Some(DEFAULT_BODY_LIMIT)
+}
+
+/// A per-rule boolean ARC2 requires; missing → `false` with a warning (ARC2-COMPAT §3 leniency).
+fn flag(s: &mut Section<'_>, sink: &mut Sink<'_>, key: &'static str, required: bool) -> bool {
+    match s.bool(sink, key) {
+        Some(b) => b.value,
+        None => {
+            if required && !s.has(key) {
+                lenient(s, sink, key, "false");
+            }
+            false
+        }
+    }
+}
+
+fn lenient(s: &Section<'_>, sink: &mut Sink<'_>, key: &str, default: &str) {
+    s.missing(
+        sink,
+        key,
+        Severity::Warning,
+        &format!("missing (ARC2 requires it); using {default}"),
+        &format!("add `{key}` to this section"),
+    );
+}

@@ -1,0 +1,340 @@
+//! `[[proxy_rules]]`: one rule per domain, with its paths and path rules ([`paths`]), its
+//! origins ([`origins`]) and its certificate ([`tls`]).
+
+mod origins;
+mod paths;
+mod tls;
+
+use crate::validate::{
+    body_size, cache_heuristic, cidrs, error, flag, inactive, lenient, rate_limit, warn, I64,
+};
+use std::net::Ipv6Addr;
+
+use crate::model::*;
+use crate::reader::{At, Section, Sink};
+use crate::Severity;
+
+/// Every `[[proxy_rules]]` that is valid (the others are reported).
+pub(super) fn read_rules(
+    s: &mut Section<'_>,
+    sink: &mut Sink<'_>,
+    strict_default: bool,
+    cache: &CacheConfig,
+    tls_default: Option<&CertSource>,
+) -> Vec<RuleConfig> {
+    let mut rules = Vec::new();
+    match s.tables(sink, "proxy_rules") {
+        Some(sections) => {
+            let mut domains = Vec::new();
+            for section in sections {
+                if let Some(rule) = read_rule(
+                    section,
+                    sink,
+                    strict_default,
+                    cache,
+                    tls_default,
+                    &mut domains,
+                ) {
+                    rules.push(rule);
+                }
+            }
+        }
+        None => sink.push(
+            Severity::Warning,
+            "proxy_rules",
+            None,
+            "no [[proxy_rules]]: every request will be answered 404",
+            "add a [[proxy_rules]] section with a `domain` and an origin (`forward_ipv4` + `forward_port_http`)",
+        ),
+    }
+    rules
+}
+
+fn read_rule(
+    mut s: Section<'_>,
+    sink: &mut Sink<'_>,
+    strict_default: bool,
+    cache: &CacheConfig,
+    tls_default: Option<&CertSource>,
+    domains: &mut Vec<DomainPattern>,
+) -> Option<RuleConfig> {
+    let mut ok = true;
+    let domain_at = s.string(sink, "domain");
+    let domain = read_domain(&mut s, sink, domain_at.as_ref(), domains);
+    ok &= domain.is_some();
+    let max_age_seconds = match s.int(sink, "max_age_seconds", 0, I64) {
+        Some(v) => v.value as u64,
+        None => {
+            if !s.has("max_age_seconds") {
+                lenient(&s, sink, "max_age_seconds", "0 (nothing cached)");
+            }
+            0
+        }
+    };
+    let paths = paths::read_paths(&mut s, sink);
+    let rule_type = match s.string(sink, "rule_type") {
+        Some(v) => parse_rule_type(sink, &v).unwrap_or_else(|| {
+            ok = false;
+            RuleType::Whitelist
+        }),
+        None => {
+            if !s.has("rule_type") {
+                lenient(&s, sink, "rule_type", "\"Whitelist\"");
+            }
+            RuleType::Whitelist
+        }
+    };
+    let enable_logging = flag(&mut s, sink, "enable_logging", true);
+    let ignore_query_string = flag(&mut s, sink, "ignore_query_string", true);
+    let sql_injection = flag(&mut s, sink, "enable_sql_injection_protection", true);
+    not_implemented(&mut s, sink);
+    let disallowed_user_agents = user_agents(&mut s, sink);
+    ok &= disallowed_user_agents.is_some();
+    let strict_path_rules = s
+        .bool(sink, "strict_path_rules")
+        .map_or(strict_default, |b| b.value);
+    let max_age_overrides_origin = s
+        .bool(sink, "max_age_overrides_origin")
+        .is_some_and(|b| b.value);
+    let cache_heuristic = cache_heuristic(&mut s, sink).unwrap_or(cache.heuristic);
+    let store_set_cookie = s
+        .bool(sink, "store_set_cookie")
+        .map_or(cache.store_set_cookie, |b| b.value);
+    let allow_ips = cidrs(&mut s, sink, "allow_ips").unwrap_or_default();
+    let deny_ips = cidrs(&mut s, sink, "deny_ips").unwrap_or_default();
+    let rate_limit = rate_limit(&mut s, sink, None);
+    let body_limit = s.has("max_body_size").then(|| body_size(&mut s, sink));
+    let (cert, tls_ok) = tls::read_rule_tls(&mut s, sink, domain.as_ref(), tls_default);
+    ok &= tls_ok;
+    let (redirect_to_https, hsts) = tls::read_https(&mut s, sink, cert.is_some());
+    let (names, names_ok) = origins::TlsNames::read(&mut s, sink, domain.as_ref());
+    ok &= names_ok;
+    let path_rules = paths::read_path_rules(&mut s, sink, max_age_seconds);
+    ok &= path_rules.is_some();
+    let origins = origins::read(&mut s, sink, &names, ok);
+    ok &= origins.is_some();
+    s.finish(sink);
+
+    let domain = domain?;
+    let (Some(disallowed_user_agents), Some(path_rules), Some((upstreams, routing_method))) =
+        (disallowed_user_agents, path_rules, origins)
+    else {
+        return None;
+    };
+    if !ok {
+        return None;
+    }
+    Some(RuleConfig {
+        domain_text: domain_at.map(|d| d.value).unwrap_or_default(),
+        domain,
+        max_age_seconds,
+        paths,
+        rule_type,
+        path_rules,
+        upstreams,
+        routing_method,
+        enable_logging,
+        ignore_query_string,
+        strict_path_rules,
+        max_age_overrides_origin,
+        cache_heuristic,
+        store_set_cookie,
+        sql_injection,
+        disallowed_user_agents,
+        allow_ips,
+        deny_ips,
+        rate_limit,
+        body_limit,
+        cert,
+        redirect_to_https,
+        hsts,
+    })
+}
+
+/// `domain`: required, and the first rule for a domain wins (a later one is warned about).
+fn read_domain(
+    s: &mut Section<'_>,
+    sink: &mut Sink<'_>,
+    domain_at: Option<&At<String>>,
+    domains: &mut Vec<DomainPattern>,
+) -> Option<DomainPattern> {
+    let domain = match domain_at {
+        Some(d) => parse_domain(sink, d),
+        None => {
+            s.missing(
+                sink,
+                "domain",
+                Severity::Error,
+                "every [[proxy_rules]] needs a `domain`",
+                "add `domain = \"example.com\"`",
+            );
+            None
+        }
+    };
+    if let (Some(d), Some(at)) = (&domain, domain_at) {
+        if domains.contains(d) {
+            warn(
+                sink,
+                at,
+                format!(
+                    "domain {:?} already has an earlier rule; this rule is never used",
+                    at.value
+                ),
+                "merge the two rules or remove one",
+            );
+        } else {
+            domains.push(d.clone());
+        }
+    }
+    domain
+}
+
+/// Per-rule keys of ARC2 features rampart does not have yet: accepted, reported when asked for.
+fn not_implemented(s: &mut Section<'_>, sink: &mut Sink<'_>) {
+    for (key, what) in [
+        ("enable_compression", "response compression"),
+        ("enable_minification", "minification"),
+        ("enable_webp_transformation", "WebP transformation"),
+    ] {
+        if flag(s, sink, key, true) {
+            if let Some(b) = s.bool(sink, key) {
+                inactive(sink, &b, what);
+            }
+        }
+    }
+    for (key, what) in [
+        ("compression_flags", "response compression"),
+        ("minification_flags", "minification"),
+    ] {
+        if let Some(f) = s.string(sink, key) {
+            inactive(sink, &f, what);
+        }
+    }
+    if let Some(v) = s.int(sink, "webp_transformation_min_age", 0, I64) {
+        inactive(sink, &v, "WebP transformation");
+    }
+}
+
+/// `[[...disallowed_user_agents]]`; `None` when an entry is invalid (every one is reported).
+fn user_agents(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Option<Vec<(MatchType, String)>> {
+    let mut ok = true;
+    let mut disallowed_user_agents = Vec::new();
+    if let Some(uas) = s.tables(sink, "disallowed_user_agents") {
+        for mut ua in uas {
+            let agent = ua.string(sink, "user_agent");
+            if agent.is_none() && !ua.has("user_agent") {
+                ua.missing(
+                    sink,
+                    "user_agent",
+                    Severity::Error,
+                    "missing `user_agent`",
+                    "add `user_agent = \"BadBot\"`",
+                );
+                ok = false;
+            }
+            let mut mt = None;
+            match ua.string(sink, "match_type") {
+                Some(m) => {
+                    mt = match_type(sink, &m);
+                    ok &= mt.is_some();
+                }
+                None if !ua.has("match_type") => {
+                    ua.missing(
+                        sink,
+                        "match_type",
+                        Severity::Error,
+                        "missing `match_type`",
+                        "add `match_type = \"Contains\"`",
+                    );
+                    ok = false;
+                }
+                None => ok = false,
+            }
+            if let (Some(a), Some(mt)) = (agent, mt) {
+                disallowed_user_agents.push((mt, a.value));
+            }
+            ua.finish(sink);
+        }
+    }
+    ok.then_some(disallowed_user_agents)
+}
+
+fn parse_domain(sink: &mut Sink<'_>, d: &At<String>) -> Option<DomainPattern> {
+    let text = d.value.trim().to_ascii_lowercase();
+    let text = text.strip_suffix('.').unwrap_or(&text).to_owned();
+    let bad = |sink: &mut Sink<'_>, why: &str| {
+        error(
+            sink,
+            d,
+            format!("{:?} is not a valid domain: {why}", d.value),
+            "write a host name such as \"example.com\", a wildcard \"*.example.com\", or \"*\" for every host",
+        );
+        None
+    };
+    if text == "*" {
+        return Some(DomainPattern::Any);
+    }
+    let (wild, host) = match text.strip_prefix("*.") {
+        Some(rest) => (true, rest),
+        None => (false, text.as_str()),
+    };
+    if host.is_empty() {
+        return bad(sink, "it is empty");
+    }
+    if host.contains('*') {
+        return bad(
+            sink,
+            "`*` is allowed only as the whole first label (`*.example.com`)",
+        );
+    }
+    if host.contains(':') && host.parse::<Ipv6Addr>().is_err() {
+        return bad(
+            sink,
+            "it contains a port; rules match the host without its port",
+        );
+    }
+    if host.contains(['/', ' ', '?', '#', '@']) {
+        return bad(sink, "it contains characters a host name cannot have");
+    }
+    Some(if wild {
+        DomainPattern::Wildcard(format!(".{host}"))
+    } else {
+        DomainPattern::Exact(host.to_owned())
+    })
+}
+
+pub(super) fn parse_rule_type(sink: &mut Sink<'_>, v: &At<String>) -> Option<RuleType> {
+    match v.value.as_str() {
+        "Whitelist" => Some(RuleType::Whitelist),
+        "Blacklist" => Some(RuleType::Blacklist),
+        _ => {
+            error(
+                sink,
+                v,
+                format!("unknown rule_type {:?}", v.value),
+                "use \"Whitelist\" or \"Blacklist\" (case-sensitive)",
+            );
+            None
+        }
+    }
+}
+
+pub(super) fn match_type(sink: &mut Sink<'_>, v: &At<String>) -> Option<MatchType> {
+    Some(match v.value.as_str() {
+        "Equals" => MatchType::Equals,
+        "StartsWith" => MatchType::StartsWith,
+        "EndsWith" => MatchType::EndsWith,
+        "Contains" => MatchType::Contains,
+        "DoesNotEqual" => MatchType::DoesNotEqual,
+        "DoesNotContain" => MatchType::DoesNotContain,
+        _ => {
+            error(
+                sink,
+                v,
+                format!("unknown match_type {:?}", v.value),
+                "use one of Equals, StartsWith, EndsWith, Contains, DoesNotEqual, DoesNotContain (case-sensitive)",
+            );
+            return None;
+        }
+    })
+}

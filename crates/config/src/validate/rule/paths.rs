@@ -1,0 +1,108 @@
+//! A rule's paths: `paths` (where it applies) and `[[...path_rules]]` (what each path may do,
+//! and for how long it is cached).
+
+use super::{match_type, parse_rule_type};
+use crate::model::{PathRuleConfig, RuleType};
+use crate::reader::{Section, Sink};
+use crate::validate::{lenient, warn, I64};
+use crate::Severity;
+
+/// `paths`: the path prefixes the rule applies to (`/` when absent or empty).
+pub(super) fn read_paths(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Vec<String> {
+    match s.strings(sink, "paths") {
+        Some(list) => {
+            for p in &list.value {
+                if !p.value.starts_with('/') {
+                    warn(
+                        sink,
+                        p,
+                        format!(
+                            "path {:?} does not start with `/` and matches no request",
+                            p.value
+                        ),
+                        "start it with `/`",
+                    );
+                }
+            }
+            let v: Vec<String> = list.value.into_iter().map(|p| p.value).collect();
+            if v.is_empty() {
+                vec!["/".to_owned()]
+            } else {
+                v
+            }
+        }
+        None => vec!["/".to_owned()],
+    }
+}
+
+/// `[[...path_rules]]`; `None` when one is invalid (every one is reported). A path rule
+/// without `max_age_seconds` gets the rule's, `max_age_seconds`.
+pub(super) fn read_path_rules(
+    s: &mut Section<'_>,
+    sink: &mut Sink<'_>,
+    max_age_seconds: u64,
+) -> Option<Vec<PathRuleConfig>> {
+    let mut ok = true;
+    let mut path_rules = Vec::new();
+    if let Some(sections) = s.tables(sink, "path_rules") {
+        for mut pr in sections {
+            let path = pr.string(sink, "path");
+            if path.is_none() && !pr.has("path") {
+                pr.missing(
+                    sink,
+                    "path",
+                    Severity::Error,
+                    "missing `path`",
+                    "add `path = \"/static\"`",
+                );
+            }
+            let mt = match pr.string(sink, "match_type") {
+                Some(m) => match_type(sink, &m),
+                None => {
+                    if !pr.has("match_type") {
+                        pr.missing(
+                            sink,
+                            "match_type",
+                            Severity::Error,
+                            "missing `match_type`",
+                            "add `match_type = \"StartsWith\"`",
+                        );
+                    }
+                    None
+                }
+            };
+            let rt = match pr.string(sink, "rule_type") {
+                Some(v) => parse_rule_type(sink, &v),
+                None => {
+                    if !pr.has("rule_type") {
+                        lenient(&pr, sink, "rule_type", "\"Whitelist\"");
+                        Some(RuleType::Whitelist)
+                    } else {
+                        None
+                    }
+                }
+            };
+            let age = match pr.int(sink, "max_age_seconds", 0, I64) {
+                Some(v) => Some(v.value as u64),
+                None if !pr.has("max_age_seconds") => {
+                    lenient(&pr, sink, "max_age_seconds", "the rule's max_age_seconds");
+                    Some(max_age_seconds)
+                }
+                None => None,
+            };
+            pr.finish(sink);
+            match (path, mt, rt, age) {
+                (Some(path), Some(match_type), Some(rule_type), Some(max_age_seconds)) => {
+                    path_rules.push(PathRuleConfig {
+                        path: path.value,
+                        match_type,
+                        rule_type,
+                        max_age_seconds,
+                    })
+                }
+                _ => ok = false,
+            }
+        }
+    }
+    ok.then_some(path_rules)
+}
