@@ -101,7 +101,14 @@ async fn origin_max_age_expires_and_refetches() {
     let origin = Origin::new()
         .route(
             "/short",
-            Reply::text("x").header("cache-control", "max-age=1"),
+            Reply::text("x").header("cache-control", "max-age=60"),
+        )
+        // 59 s old on arrival: fresh for one second more (no test waits out a lifetime).
+        .route(
+            "/aged",
+            Reply::text("x")
+                .header("cache-control", "max-age=60")
+                .header("age", "61"),
         )
         .start()
         .await;
@@ -118,14 +125,16 @@ async fn origin_max_age_expires_and_refetches() {
             .header("x-arc2-cache"),
         Some("Hit")
     );
-    tokio::time::sleep(Duration::from_millis(2100)).await;
-    let got = get(&proxy, "exp.example", "/short").await;
+    // Older than its max-age when it arrives: stored, and stale for the next request.
+    let first = get(&proxy, "exp.example", "/aged").await;
+    assert_eq!(first.header("x-arc2-cache"), Some("Miss"));
+    let got = get(&proxy, "exp.example", "/aged").await;
     assert_eq!(got.header("x-arc2-cache"), Some("Expired"));
     assert_eq!(
         got.header("cache-status"),
         Some("rampart; fwd=stale; stored")
     );
-    assert_eq!(origin.requests(), 2);
+    assert_eq!(origin.requests(), 3);
 }
 
 #[tokio::test]
@@ -270,7 +279,7 @@ async fn head_is_answered_from_a_stored_get() {
 #[tokio::test]
 async fn request_directives_no_cache_max_age_only_if_cached() {
     let origin = Origin::new()
-        .route("/r", Reply::text("r"))
+        .route("/r", Reply::text("r").header("age", "5"))
         .route("/absent", Reply::text("a"))
         .start()
         .await;
@@ -283,7 +292,7 @@ async fn request_directives_no_cache_max_age_only_if_cached() {
     assert_eq!(pragma.header("x-arc2-cache"), Some("Bypass"));
     assert_eq!(origin.requests(), 3);
     // max-age=0 from the client: the stored copy is too old.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // The stored copy is 5 s old (the origin's `Age`).
     fetch(req(&proxy, "r.example", "/r").header("cache-control", "max-age=0")).await;
     assert_eq!(origin.requests(), 4);
     // only-if-cached: served from the cache, or 504 without contacting the origin.
@@ -604,8 +613,10 @@ async fn stale_entries_are_revalidated_and_a_304_updates_stored_headers() {
                     .header("x-version", "2")
                     .header("etag", "\"v1\"")
             } else {
+                // Stale on arrival (61 s old, fresh for 60).
                 Reply::text("document body")
-                    .header("cache-control", "max-age=1")
+                    .header("cache-control", "max-age=60")
+                    .header("age", "61")
                     .header("etag", "\"v1\"")
                     .header("x-version", "1")
             }
@@ -617,7 +628,6 @@ async fn stale_entries_are_revalidated_and_a_304_updates_stored_headers() {
         get(&proxy, "val.example", "/doc").await.header("x-version"),
         Some("1")
     );
-    tokio::time::sleep(Duration::from_millis(2100)).await;
     let got = get(&proxy, "val.example", "/doc").await;
     assert_eq!(
         origin
@@ -746,11 +756,15 @@ async fn stale_if_error_serves_the_stored_copy_when_the_origin_fails() {
             if f.load(std::sync::atomic::Ordering::SeqCst) {
                 Reply::text("broken").status(503)
             } else {
-                Reply::text("good copy").header("cache-control", "max-age=1, stale-if-error=60")
+                Reply::text("good copy")
+                    .header("cache-control", "max-age=60, stale-if-error=600")
+                    .header("age", "61")
             }
         })
         .route_fn("/strict", |_| {
-            Reply::text("strict copy").header("cache-control", "max-age=1, must-revalidate")
+            Reply::text("strict copy")
+                .header("cache-control", "max-age=60, must-revalidate")
+                .header("age", "61")
         })
         .start()
         .await;
@@ -763,7 +777,7 @@ async fn stale_if_error_serves_the_stored_copy_when_the_origin_fails() {
     ));
     get(&proxy, "sie.example", "/sie").await;
     get(&proxy, "sie.example", "/strict").await;
-    tokio::time::sleep(Duration::from_millis(2100)).await;
+    // Both arrived stale (Age 61, max-age 60).
     failing.store(true, std::sync::atomic::Ordering::SeqCst);
     let got = get(&proxy, "sie.example", "/sie").await;
     assert_eq!(
@@ -791,7 +805,9 @@ async fn grace_period_covers_origins_that_say_nothing() {
     let origin = Origin::new()
         .route(
             "/g",
-            Reply::text("graceful").header("cache-control", "max-age=1"),
+            Reply::text("graceful")
+                .header("cache-control", "max-age=60")
+                .header("age", "61"),
         )
         .start()
         .await;
@@ -801,8 +817,8 @@ async fn grace_period_covers_origins_that_say_nothing() {
         "cache_grace_seconds = 30",
         "",
     ));
+    // Stale on arrival (Age 61, max-age 60), 1 s into the 30 s grace.
     get(&proxy, "grace.example", "/g").await;
-    tokio::time::sleep(Duration::from_millis(2100)).await;
     drop(origin);
     let got = get(&proxy, "grace.example", "/g").await;
     assert_eq!(
@@ -818,15 +834,16 @@ async fn stale_while_revalidate_serves_stale_and_refreshes_once() {
     let origin = Origin::new()
         .route_fn("/swr", move |_| {
             let n = v.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            // The first version arrives stale (Age 61, max-age 60); the refresh is fresh.
             Reply::text(&format!("version {n}"))
-                .header("cache-control", "max-age=1, stale-while-revalidate=60")
+                .header("cache-control", "max-age=60, stale-while-revalidate=600")
+                .header("age", if n == 0 { "61" } else { "0" })
                 .delay(Duration::from_millis(if n == 0 { 0 } else { 300 }))
         })
         .start()
         .await;
     let proxy = Proxy::start(&config_for("swr.example", &origin, "", ""));
     assert_eq!(get(&proxy, "swr.example", "/swr").await.text(), "version 0");
-    tokio::time::sleep(Duration::from_millis(2100)).await;
     // A burst of requests while stale: all answered at once with the stale copy.
     let started = std::time::Instant::now();
     for _ in 0..10 {
@@ -1094,7 +1111,20 @@ async fn memory_budget_holds_while_inserting_ten_times_the_budget() {
 #[tokio::test]
 async fn max_stale_and_min_fresh_from_the_client() {
     let origin = Origin::new()
-        .route("/m", Reply::text("m").header("cache-control", "max-age=2"))
+        // 20 s of freshness left.
+        .route(
+            "/m",
+            Reply::text("m")
+                .header("cache-control", "max-age=60")
+                .header("age", "40"),
+        )
+        // 1 s stale.
+        .route(
+            "/s",
+            Reply::text("s")
+                .header("cache-control", "max-age=60")
+                .header("age", "61"),
+        )
         .start()
         .await;
     let proxy = Proxy::start(&config_for("ms.example", &origin, "", ""));
@@ -1104,18 +1134,19 @@ async fn max_stale_and_min_fresh_from_the_client() {
         fetch(req(&proxy, "ms.example", "/m").header("cache-control", "min-fresh=30")).await;
     assert_eq!(fresh_enough.header("x-arc2-cache"), Some("Expired"));
     assert_eq!(origin.requests(), 2);
-    tokio::time::sleep(Duration::from_millis(3100)).await;
-    // Stale now; a client that accepts 60 s of staleness gets the stored copy.
+    // A stale copy; a client that accepts 60 s of staleness gets it.
+    get(&proxy, "ms.example", "/s").await;
+    assert_eq!(origin.requests(), 3);
     let stale_ok =
-        fetch(req(&proxy, "ms.example", "/m").header("cache-control", "max-stale=60")).await;
+        fetch(req(&proxy, "ms.example", "/s").header("cache-control", "max-stale=60")).await;
     assert_eq!(stale_ok.header("x-arc2-cache"), Some("Hit"));
-    assert_eq!(origin.requests(), 2);
+    assert_eq!(origin.requests(), 3);
     // Without max-stale it is refetched.
     assert_eq!(
-        get(&proxy, "ms.example", "/m").await.header("x-arc2-cache"),
+        get(&proxy, "ms.example", "/s").await.header("x-arc2-cache"),
         Some("Expired")
     );
-    assert_eq!(origin.requests(), 3);
+    assert_eq!(origin.requests(), 4);
 }
 
 #[tokio::test]

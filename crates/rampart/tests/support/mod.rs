@@ -343,21 +343,9 @@ impl hyper::body::Body for ChannelBody {
     }
 }
 
-/// Raises this process's open-files limit (tests that open ~1000 connections).
-#[allow(unsafe_code)]
-pub fn raise_fd_limit() {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit only read/write the struct passed.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
-            lim.rlim_cur = lim.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-        }
-    }
-}
+/// Raises this process's open-files limit (tests that open ~1000 connections): rampart's own.
+#[allow(unused_imports)] // not every test file opens that many
+pub use rampart_proxy::server::raise_fd_limit;
 
 /// A body of `remaining` bytes sent in 64 KiB chunks of a shared buffer.
 pub struct Repeat {
