@@ -34,7 +34,9 @@ use peers::Peer;
 Examples:
   rampart-bench                       full suite (~15 min), report in bench/results/<time>/
   rampart-bench --quick               seconds-long smoke run of every scenario
-  rampart-bench --scenarios cached-hello,pass --peers rampart,nginx --rounds 5"
+  rampart-bench --scenarios cached-hello,pass --peers rampart,nginx --rounds 5
+  rampart-bench --baseline /tmp/old/rampart --peers rampart,rampart-baseline,floor
+                                      before/after a change, in the same rounds"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -87,6 +89,10 @@ struct RunArgs {
     /// The rampart binary to measure (default: target/release/rampart next to this tool).
     #[arg(long)]
     rampart: Option<PathBuf>,
+    /// A second rampart build to run beside the first (peer `rampart-baseline`, same config,
+    /// same interleaved rounds): the before/after figures of a change.
+    #[arg(long)]
+    baseline: Option<PathBuf>,
     /// CPUs for the servers (taskset list).
     #[arg(long, default_value = "0")]
     server_cpus: String,
@@ -206,7 +212,7 @@ fn scenarios(quick: bool, seconds: Option<u64>, rounds: Option<usize>) -> Vec<Sc
         }
     };
     // The seeds compared rampart with NGINX; the floor places both.
-    const VUS_PEERS: &[&str] = &["rampart", "nginx", "floor"];
+    const VUS_PEERS: &[&str] = &["rampart", "rampart-baseline", "nginx", "floor"];
     let vus_seconds = seconds.unwrap_or(if quick { 2 } else { 30 });
     vec![
         Scenario {
@@ -468,7 +474,14 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
 
     // Peers.
     let mut candidates = Vec::new();
-    for p in peers::all() {
+    let mut all = peers::all();
+    if let Some(b) = &args.baseline {
+        if !b.exists() {
+            bail!("baseline rampart binary not found at {}", b.display());
+        }
+        all.insert(1, Box::new(peers::Rampart { baseline: true }));
+    }
+    for p in all {
         if args
             .peers
             .as_ref()
@@ -514,13 +527,17 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             procs::free_port()?,
             procs::free_port()?,
         );
+        let binary = match (&args.baseline, p.name()) {
+            (Some(b), "rampart-baseline") => b,
+            _ => &rampart,
+        };
         let setup = peers::Setup {
             dir: &dir,
             port,
             h2_port,
             origin: origin_addr,
             workers: args.workers,
-            rampart: &rampart,
+            rampart: binary,
             tls_port,
             tls: &tls_files,
         };

@@ -105,7 +105,7 @@ pub trait Peer: Send + Sync {
 /// All peers, rampart first.
 pub fn all() -> Vec<Box<dyn Peer>> {
     vec![
-        Box::new(Rampart),
+        Box::new(Rampart { baseline: false }),
         Box::new(Nginx),
         Box::new(NginxDefault),
         Box::new(Varnish),
@@ -169,15 +169,28 @@ impl Peer for Floor {
 
 /// rampart itself, from `setup.rampart`. Both listeners serve HTTP/1.1 and h2c with prior
 /// knowledge. A hit carries `Cache-Status: rampart; hit` (a miss `rampart; fwd=miss; stored`).
+///
+/// With `baseline`, the same configuration run from another build (`rampart-bench --baseline
+/// PATH`): a before/after comparison of a change, interleaved in the same rounds.
 #[derive(Debug, Clone, Copy)]
-pub struct Rampart;
+pub struct Rampart {
+    pub baseline: bool,
+}
 
 impl Peer for Rampart {
     fn name(&self) -> &'static str {
-        "rampart"
+        if self.baseline {
+            "rampart-baseline"
+        } else {
+            "rampart"
+        }
     }
     fn label(&self) -> String {
-        "rampart".to_owned()
+        if self.baseline {
+            "rampart, baseline build (--baseline)".to_owned()
+        } else {
+            "rampart".to_owned()
+        }
     }
     fn binary(&self) -> &'static str {
         "rampart"
@@ -1163,7 +1176,7 @@ mod tests {
     /// The files each peer writes.
     fn config_files(name: &str) -> &'static [&'static str] {
         match name {
-            "rampart" => &["rampart.toml"],
+            "rampart" | "rampart-baseline" => &["rampart.toml"],
             "nginx" | "nginx-default" => &["nginx.conf"],
             "varnish" => &["default.vcl"],
             "haproxy" | "haproxy-cache" => &["haproxy.cfg"],
@@ -1334,7 +1347,7 @@ mod tests {
     fn rampart_needs_an_ipv4_origin() -> io::Result<()> {
         let dir = temp_dir("rampart-v6");
         let v6 = SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), ORIGIN_PORT);
-        let err = Rampart.prepare(&setup(&dir, v6)).err();
+        let err = Rampart { baseline: false }.prepare(&setup(&dir, v6)).err();
         assert_eq!(err.map(|e| e.kind()), Some(io::ErrorKind::InvalidInput));
         fs::remove_dir_all(&dir)?;
         Ok(())

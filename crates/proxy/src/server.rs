@@ -331,29 +331,24 @@ async fn accept_loop(
         .downstream
         .tcp_keepalive
         .map(|t| TcpKeepalive::new().with_time(t));
+    let d = &shared.config.downstream;
+    let limits = h1::Limits {
+        max_head: d.max_head_bytes,
+        max_headers: d.max_headers,
+        header_read_timeout: d.header_read_timeout,
+        keepalive_timeout: d.keepalive_timeout,
+        body_idle_timeout: d.body_idle_timeout,
+    };
+    let scheme = if tls.is_some() {
+        Scheme::Https
+    } else {
+        Scheme::Http
+    };
     loop {
         // Take a connection slot first: at the limit, new connections wait in the backlog.
-        let permit = match shared.limit.clone().try_acquire_owned() {
-            Ok(p) => p,
-            Err(_) => {
-                if !shared.at_limit.swap(true, Ordering::Relaxed) {
-                    tracing::warn!(
-                        max_connections = shared.config.downstream.max_connections,
-                        "connection limit reached: new connections wait in the listen backlog until others close"
-                    );
-                }
-                tokio::select! {
-                    p = shared.limit.clone().acquire_owned() => match p {
-                        Ok(p) => p,
-                        Err(_) => break,
-                    },
-                    _ = shutdown.changed() => break,
-                }
-            }
+        let Some(permit) = connection_slot(&shared, &mut shutdown).await else {
+            break;
         };
-        if shared.at_limit.swap(false, Ordering::Relaxed) {
-            tracing::warn!("below the connection limit again");
-        }
         let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(x) => x,
@@ -382,60 +377,22 @@ async fn accept_loop(
             },
             None => None,
         };
-        let scheme = if tls.is_some() {
-            Scheme::Https
-        } else {
-            Scheme::Http
+        let conn = Conn {
+            pipeline: pipeline.clone(),
+            info: Arc::new(ConnInfo::new(ip, scheme)),
+            builder: builder.clone(),
+            limits,
+            peer,
         };
-        let info = Arc::new(ConnInfo::new(ip, scheme));
         // `RUST_LOG=debug`: every line of the connection's requests carries these fields.
         let span = tracing::debug_span!("conn", %peer, scheme = scheme.as_str());
-        let pipeline = pipeline.clone();
-        let (open, builder, mut stop) = (open_tx.clone(), builder.clone(), shutdown.clone());
-        let d = &shared.config.downstream;
-        let limits = h1::Limits {
-            max_head: d.max_head_bytes,
-            max_headers: d.max_headers,
-            header_read_timeout: d.header_read_timeout,
-            keepalive_timeout: d.keepalive_timeout,
-            body_idle_timeout: d.body_idle_timeout,
-        };
-        let tls = tls.clone();
+        let (tls, open, mut stop) = (tls.clone(), open_tx.clone(), shutdown.clone());
         let task = async move {
-            let conn = Conn {
-                pipeline,
-                info,
-                builder,
-                limits,
-                peer,
-            };
             // Each protocol's state in its own allocation: the task itself stays small, and an
             // idle HTTP/1.1 connection holds only what h1::serve needs between requests.
             match tls {
                 None => Box::pin(conn.serve(stream, &mut stop)).await,
-                Some(acceptor) => Box::pin(async {
-                    // The handshake gets the request-head timeout too.
-                    let handshake = tokio::select! {
-                        r = tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream)) => r,
-                        _ = stop.changed() => return,
-                    };
-                    match handshake {
-                        Ok(Ok(tls)) => {
-                            let alpn = tls.get_ref().1.alpn_protocol();
-                            if alpn == Some(rampart_tls::store::ACME_TLS_ALPN) {
-                                // A TLS-ALPN-01 validation: the handshake was the answer.
-                                tracing::debug!(%peer, "ACME tls-alpn-01 validation handshake");
-                            } else if alpn == Some(b"h2") {
-                                conn.serve_h2(tls, &mut stop).await;
-                            } else {
-                                conn.serve(tls, &mut stop).await;
-                            }
-                        }
-                        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
-                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
-                    }
-                })
-                .await,
+                Some(acceptor) => Box::pin(conn.serve_tls(acceptor, stream, &mut stop)).await,
             }
             drop((permit, slot, open));
         };
@@ -449,6 +406,33 @@ async fn accept_loop(
     }
 }
 
+/// A connection slot under `max_connections`; at the limit, waits (new connections stay in the
+/// listen backlog) and says so once. `None` when shutdown starts.
+async fn connection_slot(
+    shared: &Shared,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    let permit = match shared.limit.clone().try_acquire_owned() {
+        Ok(p) => p,
+        Err(_) => {
+            if !shared.at_limit.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    max_connections = shared.config.downstream.max_connections,
+                    "connection limit reached: new connections wait in the listen backlog until others close"
+                );
+            }
+            tokio::select! {
+                p = shared.limit.clone().acquire_owned() => p.ok()?,
+                _ = shutdown.changed() => return None,
+            }
+        }
+    };
+    if shared.at_limit.swap(false, Ordering::Relaxed) {
+        tracing::warn!("below the connection limit again");
+    }
+    Some(permit)
+}
+
 /// What a connection task needs.
 struct Conn {
     pipeline: Arc<Pipeline>,
@@ -459,6 +443,36 @@ struct Conn {
 }
 
 impl Conn {
+    /// The TLS handshake (within the request-head timeout), then HTTP/2 or HTTP/1.1 by ALPN; a
+    /// TLS-ALPN-01 validation ends with the handshake.
+    async fn serve_tls(
+        self,
+        acceptor: tokio_rustls::TlsAcceptor,
+        stream: tokio::net::TcpStream,
+        stop: &mut watch::Receiver<bool>,
+    ) {
+        let peer = self.peer;
+        let handshake = tokio::select! {
+            r = tokio::time::timeout(self.limits.header_read_timeout, acceptor.accept(stream)) => r,
+            _ = stop.changed() => return,
+        };
+        match handshake {
+            Ok(Ok(tls)) => {
+                let alpn = tls.get_ref().1.alpn_protocol();
+                if alpn == Some(rampart_tls::store::ACME_TLS_ALPN) {
+                    // A TLS-ALPN-01 validation: the handshake was the answer.
+                    tracing::debug!(%peer, "ACME tls-alpn-01 validation handshake");
+                } else if alpn == Some(b"h2") {
+                    self.serve_h2(tls, stop).await;
+                } else {
+                    self.serve(tls, stop).await;
+                }
+            }
+            Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+            Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+        }
+    }
+
     /// Reads the first bytes: the HTTP/2 preface goes to hyper's HTTP/2 server, anything else
     /// to rampart's HTTP/1.1 server. A connection that sends nothing within the request-head
     /// timeout is closed (it would hold a connection slot).

@@ -854,3 +854,19 @@ async fn silent_connections_are_closed_after_the_header_timeout() {
         "closed after {waited:?}"
     );
 }
+
+/// The harness itself: an assertion inside an origin's handler runs in the origin's task, where
+/// a panic would only close a connection. The origin answers 500 and the test fails when its
+/// handle is dropped.
+#[tokio::test]
+#[should_panic(expected = "the test origin panicked: GET /boom: the origin's own assertion")]
+async fn a_panic_in_the_test_origin_fails_the_test() {
+    let origin = Origin::new()
+        .route_fn("/boom", |_| panic!("the origin's own assertion"))
+        .start()
+        .await;
+    let proxy = Proxy::start(&config_for("boom.example", &origin, "", ""));
+    let got = get(&proxy, "boom.example", "/boom").await;
+    assert_eq!(got.status, 500);
+    drop(origin);
+}

@@ -110,6 +110,9 @@ pub struct OriginState {
     pub connections: AtomicUsize,
     pub body_bytes: AtomicU64,
     pub seen: Mutex<Vec<Seen>>,
+    /// Panics raised by route handlers (an assertion about what the origin received): the
+    /// origin answers 500 and the test fails when its [`OriginHandle`] is dropped.
+    pub panics: Mutex<Vec<String>>,
 }
 
 /// A running origin; stops when dropped.
@@ -119,7 +122,26 @@ pub struct OriginHandle {
     _stop: watch::Sender<bool>,
 }
 
+impl Drop for OriginHandle {
+    /// A handler's panic ran in the origin's task, where the test cannot see it: raise it here.
+    fn drop(&mut self) {
+        let panics = std::mem::take(&mut *self.state.panics.lock().unwrap());
+        if !panics.is_empty() && !std::thread::panicking() {
+            panic!("the test origin panicked: {}", panics.join("; "));
+        }
+    }
+}
+
 impl OriginHandle {
+    /// Fails the test now if a route handler has panicked (see [`OriginState::panics`]).
+    pub fn check(&self) {
+        let panics = self.state.panics.lock().unwrap();
+        assert!(
+            panics.is_empty(),
+            "the test origin panicked: {}",
+            panics.join("; ")
+        );
+    }
     pub fn requests(&self) -> usize {
         self.state.requests.load(Ordering::SeqCst)
     }
@@ -276,7 +298,21 @@ async fn handle(
     st.seen.lock().unwrap().push(seen.clone());
     let handler = routes.get(seen.uri.path()).or_else(|| routes.get("*"));
     let reply = match handler {
-        Some(h) => h(&seen),
+        Some(h) => match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h(&seen))) {
+            Ok(reply) => reply,
+            Err(p) => {
+                let msg = p
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| p.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a non-text panic".to_owned());
+                st.panics
+                    .lock()
+                    .unwrap()
+                    .push(format!("{} {}: {msg}", seen.method, seen.uri));
+                Reply::text("the test origin's handler panicked\n").status(500)
+            }
+        },
         None => Reply::text("no such route\n").status(404),
     };
     if !reply.delay.is_zero() {
@@ -664,6 +700,20 @@ pub async fn get(proxy: &Proxy, host: &str, path: &str) -> Got {
     )
     .await
 }
+
+/// A GET of `path` through `proxy` with the given Host header, to add headers to before
+/// [`fetch`].
+pub fn req(proxy: &Proxy, host: &str, path: &str) -> http::request::Builder {
+    Request::get(proxy.url(path)).header("host", host)
+}
+
+/// Sends a request built with [`req`] (or any builder) without a body.
+pub async fn fetch(b: http::request::Builder) -> Got {
+    send(&client(), b.body(empty()).unwrap()).await
+}
+
+/// The management API key the tests configure (`api_key`).
+pub const API_KEY: &str = "0123456789abcdef0123456789abcdef";
 
 pub async fn send(
     c: &Client<hyper_util::client::legacy::connect::HttpConnector, BoxBody>,

@@ -1,0 +1,145 @@
+//! End-to-end tests of request coalescing: concurrent misses of one resource send one origin
+//! request, waiters stream the leader's response as it arrives, and an uncacheable response
+//! releases them at once.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use http::Request;
+use support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_concurrent_misses_send_one_origin_request() {
+    raise_fd_limit();
+    let origin = Origin::new()
+        .route(
+            "/hot",
+            Reply::text(&"h".repeat(5000)).delay(Duration::from_millis(800)),
+        )
+        .start()
+        .await;
+    let proxy = Proxy::start(&config_for("hot.example", &origin, "", ""));
+    let c = client();
+    let mut tasks = Vec::new();
+    for _ in 0..1000 {
+        let (c, url) = (c.clone(), proxy.url("/hot"));
+        tasks.push(tokio::spawn(async move {
+            send(
+                &c,
+                Request::get(url)
+                    .header("host", "hot.example")
+                    .body(empty())
+                    .unwrap(),
+            )
+            .await
+        }));
+    }
+    let mut labels = std::collections::HashMap::new();
+    for t in tasks {
+        let got = t.await.unwrap();
+        assert_eq!(got.status, 200);
+        assert_eq!(got.body.len(), 5000);
+        *labels
+            .entry(got.header("cache-status").unwrap_or("").to_owned())
+            .or_insert(0) += 1;
+    }
+    assert_eq!(origin.requests(), 1, "cache-status counts: {labels:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_stream_the_leaders_response_as_it_arrives() {
+    let origin = Origin::new()
+        .route(
+            "/slowbody",
+            Reply::trickled(200_000, Duration::from_millis(1500)),
+        )
+        .start()
+        .await;
+    let proxy = Proxy::start(&config_for("tr.example", &origin, "", ""));
+    let url = proxy.url("/slowbody");
+    let first_bytes_within = |url: String| async move {
+        use http_body_util::BodyExt;
+        let started = std::time::Instant::now();
+        let res = client()
+            .request(
+                Request::get(url)
+                    .header("host", "tr.example")
+                    .body(empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        let label = res
+            .headers()
+            .get("cache-status")
+            .map(|v| v.to_str().unwrap().to_owned());
+        let mut body = res.into_body();
+        let mut first = None;
+        let mut n = 0;
+        while let Some(f) = body.frame().await {
+            if let Some(d) = f.unwrap().data_ref() {
+                n += d.len();
+                first.get_or_insert(started.elapsed());
+            }
+        }
+        (first.unwrap(), n, label)
+    };
+    let leader = tokio::spawn(first_bytes_within(url.clone()));
+    // Let the leader's request reach the origin first.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while origin.requests() == 0 {
+        assert!(std::time::Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let waiter = first_bytes_within(url).await;
+    let leader = leader.await.unwrap();
+    assert_eq!((leader.1, waiter.1), (200_000, 200_000));
+    assert_eq!(waiter.2.as_deref(), Some("rampart; fwd=miss; collapsed"));
+    assert!(
+        waiter.0 < Duration::from_millis(1200),
+        "the waiter got its first bytes after {:?}: it waited for the whole body",
+        waiter.0
+    );
+    assert_eq!(origin.requests(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uncacheable_responses_release_waiters_at_once() {
+    let origin = Origin::new()
+        .route(
+            "/private",
+            Reply::text("mine")
+                .header("cache-control", "private")
+                .delay(Duration::from_millis(700)),
+        )
+        .start()
+        .await;
+    let proxy = Proxy::start(&config_for("u.example", &origin, "", ""));
+    let started = std::time::Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..20 {
+        let url = proxy.url("/private");
+        tasks.push(tokio::spawn(async move {
+            send(
+                &client(),
+                Request::get(url)
+                    .header("host", "u.example")
+                    .body(empty())
+                    .unwrap(),
+            )
+            .await
+        }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap().text(), "mine");
+    }
+    assert_eq!(origin.requests(), 20, "a private response is never shared");
+    // Released waiters fetch in parallel: well under 20 sequential origin delays.
+    assert!(
+        started.elapsed() < Duration::from_millis(2500),
+        "took {:?}",
+        started.elapsed()
+    );
+}
