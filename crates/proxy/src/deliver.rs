@@ -147,6 +147,11 @@ fn respond(
     if let Some(o) = txn.outcome {
         o.write(&mut parts.headers);
     }
+    tracing::debug!(
+        status = parts.status.as_u16(),
+        cache = txn.outcome.map_or("", |o| o.label().as_str()),
+        "deliver"
+    );
     Response::from_parts(parts, body)
 }
 

@@ -65,7 +65,13 @@ impl Pipeline {
     ) -> Response<ProxyBody> {
         let span = tracing::debug_span!("request", method = %req.method(), uri = %req.uri(), ?mode);
         let mut txn = Txn::new(conn, mode);
-        let res = self.stages(&mut txn, req).instrument(span.clone()).await;
+        // Without a subscriber for debug, no wrapper: `Instrumented` would move the stages'
+        // future once more per request (~130 instructions of memcpy, callgrind).
+        let res = if span.is_disabled() {
+            self.stages(&mut txn, req).await
+        } else {
+            self.stages(&mut txn, req).instrument(span.clone()).await
+        };
         let _in = span.enter();
         self.finish(&mut txn, res)
     }

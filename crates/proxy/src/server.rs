@@ -384,7 +384,7 @@ async fn accept_loop(
             limits,
             peer,
         };
-        // `RUST_LOG=debug`: every line of the connection's requests carries these fields.
+        // `logging_level = "debug"`: every line of the connection's requests carries these fields.
         let span = tracing::debug_span!("conn", %peer, scheme = scheme.as_str());
         let (tls, open, mut stop) = (tls.clone(), open_tx.clone(), shutdown.clone());
         let task = async move {

@@ -870,3 +870,74 @@ async fn a_panic_in_the_test_origin_fails_the_test() {
     assert_eq!(got.status, 500);
     drop(origin);
 }
+
+/// With `logging_level = "debug"`, a request's lines carry its spans and name its stages in
+/// order: a miss that is stored, then a hit, then a pass (POST), each from its own `request` span.
+#[tokio::test]
+async fn a_debug_trace_reads_as_the_stages() {
+    let origin = Origin::new()
+        .route(
+            "/c",
+            Reply::text("cached").header("cache-control", "max-age=60"),
+        )
+        .route(
+            "/p",
+            Reply::text("pass").header("cache-control", "no-store"),
+        )
+        .start()
+        .await;
+    let proxy = Proxy::start(&config_for(
+        "trace.example",
+        &origin,
+        "logging_level = \"warn,rampart_proxy=debug\"\nworkers = 1",
+        "",
+    ));
+    for path in ["/c", "/c"] {
+        assert_eq!(get(&proxy, "trace.example", path).await.status, 200);
+    }
+    let post = Request::post(proxy.url("/p"))
+        .header("host", "trace.example")
+        .body(empty())
+        .unwrap();
+    assert_eq!(send(&client(), post).await.status, 200);
+    assert!(
+        proxy.wait_for_output("uri=/p", Duration::from_secs(5)),
+        "{}",
+        proxy.output()
+    );
+    // The stage named by each line of one request, in order.
+    let stages = |uri: &str| -> Vec<Vec<String>> {
+        let err = proxy.stderr.lock().unwrap().clone();
+        let mut requests: Vec<Vec<String>> = Vec::new();
+        for line in err.lines().filter(|l| l.contains(&format!("uri={uri} "))) {
+            assert!(line.contains("conn{peer=127.0.0.1:"), "{line}");
+            let stage = line.split(": rampart_proxy::").nth(1).unwrap();
+            let message = stage.split_once(": ").unwrap().1;
+            let word = message.split([' ', ',']).next().unwrap().to_owned();
+            // Every request's first line is recv's.
+            if word == "routed" {
+                requests.push(Vec::new());
+            }
+            requests
+                .last_mut()
+                .expect("a request starts in recv")
+                .push(word);
+        }
+        requests
+    };
+    assert_eq!(
+        stages("/c"),
+        [
+            vec!["routed", "miss", "miss", "fetch", "deliver"],
+            vec!["routed", "hit"],
+        ],
+        "{}",
+        proxy.output()
+    );
+    assert_eq!(
+        stages("/p"),
+        [vec!["routed", "pass", "fetch", "deliver"]],
+        "{}",
+        proxy.output()
+    );
+}

@@ -44,28 +44,8 @@ pub(super) fn read_downstream(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Downs
     DownstreamConfig {
         nodelay: s.bool(sink, "nodelay").is_none_or(|b| b.value),
         max_backlog,
-        recv_buffer_size: s
-            .int(sink, "recv_buffer_size", 0, I64)
-            .and_then(|v| {
-                clamp(
-                    sink,
-                    v,
-                    i32::MAX as i64,
-                    "the kernel's largest socket buffer request",
-                )
-            })
-            .map(|v| v as usize),
-        send_buffer_size: s
-            .int(sink, "send_buffer_size", 0, I64)
-            .and_then(|v| {
-                clamp(
-                    sink,
-                    v,
-                    i32::MAX as i64,
-                    "the kernel's largest socket buffer request",
-                )
-            })
-            .map(|v| v as usize),
+        recv_buffer_size: buffer_size(s, sink, "recv_buffer_size"),
+        send_buffer_size: buffer_size(s, sink, "send_buffer_size"),
         ip_ttl: s
             .int(sink, "ip_ttl", 0, U32)
             .and_then(|v| clamp(sink, v, 255, "the largest IP TTL"))
@@ -106,6 +86,20 @@ pub(super) fn read_downstream(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Downs
         h2_max_header_list_bytes: size(s, sink, "h2_max_header_list_size", 64 << 10, 1024)
             .min(16 << 20) as u32,
     }
+}
+
+/// `recv_buffer_size` / `send_buffer_size`: bytes, up to what the kernel accepts (`i32`).
+fn buffer_size(s: &mut Section<'_>, sink: &mut Sink<'_>, key: &'static str) -> Option<usize> {
+    s.int(sink, key, 0, I64)
+        .and_then(|v| {
+            clamp(
+                sink,
+                v,
+                i32::MAX as i64,
+                "the kernel's largest socket buffer request",
+            )
+        })
+        .map(|v| v as usize)
 }
 
 pub(super) fn read_upstream(s: &mut Section<'_>, sink: &mut Sink<'_>) -> UpstreamConfig {
