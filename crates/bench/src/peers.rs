@@ -1279,6 +1279,31 @@ mod tests {
         Ok(())
     }
 
+    /// `--baseline`: the same rampart config under its own name (the runner gives it the other
+    /// binary through `Setup::rampart`).
+    #[test]
+    fn the_baseline_is_rampart_under_its_own_name() -> io::Result<()> {
+        let (current, baseline) = (Rampart { baseline: false }, Rampart { baseline: true });
+        assert_eq!(baseline.name(), "rampart-baseline");
+        assert_ne!(baseline.label(), current.label());
+        let (a, b) = (temp_dir("rampart-a"), temp_dir("rampart-b"));
+        let mut before = setup(&b, origin());
+        before.rampart = Path::new("/tmp/before/rampart");
+        let (la, lb) = (
+            current.prepare(&setup(&a, origin()))?,
+            baseline.prepare(&before)?,
+        );
+        assert_eq!(lb.program, "/tmp/before/rampart");
+        assert_eq!(la.args[..2], lb.args[..2]);
+        assert_eq!(
+            fs::read_to_string(a.join("rampart.toml"))?,
+            fs::read_to_string(b.join("rampart.toml"))?
+        );
+        fs::remove_dir_all(&a)?;
+        fs::remove_dir_all(&b)?;
+        Ok(())
+    }
+
     #[test]
     fn variants_differ_where_they_should() -> io::Result<()> {
         let read = |peer: &dyn Peer, file: &str| -> io::Result<String> {
