@@ -6,6 +6,7 @@
 //! generator rather than the server was the ceiling.
 
 mod floor;
+mod instructions;
 mod load;
 mod memory;
 mod origin;
@@ -56,6 +57,9 @@ enum Cmd {
     Memory(memory::MemoryArgs),
     /// ARC2's k6 load shape against one URL; prints a JSON summary (used by the suite).
     Vus(vus::VusArgs),
+    /// Instructions per request (valgrind's callgrind) of one or more rampart builds: a cached
+    /// hit, a pass and an h2c hit each.
+    Instructions(instructions::InstructionsArgs),
     /// The fixed-response floor server (started by the suite itself).
     Floor {
         #[arg(long)]
@@ -168,6 +172,7 @@ fn main() -> anyhow::Result<()> {
         Some(Cmd::Origin { listen }) => origin::run(listen),
         Some(Cmd::Memory(args)) => memory::run(args),
         Some(Cmd::Vus(args)) => vus::run(args),
+        Some(Cmd::Instructions(args)) => instructions::run(args),
         Some(Cmd::Floor { listen }) => floor::run(listen),
         None => run(cli.run),
     }
@@ -475,10 +480,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     // Peers.
     let mut candidates = Vec::new();
     let mut all = peers::all();
-    if let Some(b) = &args.baseline {
-        if !b.exists() {
-            bail!("baseline rampart binary not found at {}", b.display());
-        }
+    if args.baseline.is_some() {
         all.insert(1, Box::new(peers::Rampart { baseline: true }));
     }
     for p in all {
@@ -489,20 +491,24 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         {
             continue;
         }
-        let present = if p.name() == "rampart" {
-            rampart.exists()
-        } else if p.is_floor() || p.name() == "rampart-baseline" {
-            // The floor is this tool; the baseline's binary was checked above.
-            true
-        } else {
-            load::installed(p.binary()) || Path::new("/usr/sbin").join(p.binary()).exists()
+        // The rampart peers run a given build; the others what is installed.
+        let build = match p.name() {
+            "rampart" => Some(rampart.clone()),
+            "rampart-baseline" => args.baseline.clone(),
+            _ => None,
+        };
+        let present = match &build {
+            Some(b) => b.exists(),
+            None if p.is_floor() => true,
+            None => load::installed(p.binary()) || Path::new("/usr/sbin").join(p.binary()).exists(),
         };
         if present {
-            candidates.push(p);
-        } else if p.name() == "rampart" {
+            candidates.push((p, build));
+        } else if let Some(b) = build {
             bail!(
-                "rampart binary not found at {} (build it: cargo build --release)",
-                rampart.display()
+                "{}: no rampart build at {} (build it: cargo build --release)",
+                p.name(),
+                b.display()
             );
         } else {
             skipped.push(format!(
@@ -520,7 +526,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let tls_files = peers::TlsFiles::create(&work).context("creating the benchmark certificate")?;
     let mut running = Vec::new();
-    for p in candidates {
+    for (p, build) in candidates {
         let dir = work.join(p.name());
         std::fs::create_dir_all(&dir)?;
         let (port, h2_port, tls_port) = (
@@ -528,17 +534,13 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             procs::free_port()?,
             procs::free_port()?,
         );
-        let binary = match (&args.baseline, p.name()) {
-            (Some(b), "rampart-baseline") => b,
-            _ => &rampart,
-        };
         let setup = peers::Setup {
             dir: &dir,
             port,
             h2_port,
             origin: origin_addr,
             workers: args.workers,
-            rampart: binary,
+            rampart: build.as_deref().unwrap_or(&rampart),
             tls_port,
             tls: &tls_files,
         };

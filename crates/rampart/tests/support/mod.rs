@@ -133,15 +133,6 @@ impl Drop for OriginHandle {
 }
 
 impl OriginHandle {
-    /// Fails the test now if a route handler has panicked (see [`OriginState::panics`]).
-    pub fn check(&self) {
-        let panics = self.state.panics.lock().unwrap();
-        assert!(
-            panics.is_empty(),
-            "the test origin panicked: {}",
-            panics.join("; ")
-        );
-    }
     pub fn requests(&self) -> usize {
         self.state.requests.load(Ordering::SeqCst)
     }
@@ -691,14 +682,7 @@ impl Got {
 
 /// GET `path` through `proxy` with the given Host header.
 pub async fn get(proxy: &Proxy, host: &str, path: &str) -> Got {
-    send(
-        &client(),
-        Request::get(proxy.url(path))
-            .header("host", host)
-            .body(empty())
-            .unwrap(),
-    )
-    .await
+    fetch(req(proxy, host, path)).await
 }
 
 /// A GET of `path` through `proxy` with the given Host header, to add headers to before
