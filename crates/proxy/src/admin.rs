@@ -63,17 +63,31 @@ fn percent_decode(s: &str) -> Vec<u8> {
     rampart_screen::inspect::percent_decode(s.as_bytes(), true).into_owned()
 }
 
+/// A purge target in the form the cache keys on: the path normalised as recv normalises it
+/// (`path.rs`), the query as given. A path that cannot be normalised is kept as given.
+fn normal_target(target: &[u8]) -> Vec<u8> {
+    let split = target
+        .iter()
+        .position(|&b| b == b'?')
+        .unwrap_or(target.len());
+    let (p, query) = target.split_at(split);
+    match std::str::from_utf8(p).map(crate::path::normalize) {
+        Ok(Ok(Some(normal))) => [normal.as_bytes(), query].concat(),
+        _ => target.to_vec(),
+    }
+}
+
 fn scope_from(kind: &str, host: &str, path: &[u8], ignore_query: bool) -> Option<PurgeScope> {
     let host_key = CacheKey::new(host, "/", false).host().to_vec();
     Some(match kind {
         "exact" | "" => PurgeScope::Exact(CacheKey::new(
             host,
-            &String::from_utf8_lossy(path),
+            &String::from_utf8_lossy(&normal_target(path)),
             ignore_query,
         )),
         "prefix" => PurgeScope::Prefix {
             host: host_key,
-            prefix: path.to_vec(),
+            prefix: normal_target(path),
         },
         "contains" => PurgeScope::Contains {
             host: host_key,

@@ -27,6 +27,7 @@ pub mod lookup;
 pub mod miss;
 pub mod origin;
 pub mod outcome;
+pub mod path;
 pub mod pipeline;
 pub mod ranges;
 pub mod recv;

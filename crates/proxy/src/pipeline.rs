@@ -86,7 +86,7 @@ impl Pipeline {
         if let Some(answer) = recv::local_answer(&self.w, txn, &req) {
             return answer;
         }
-        txn.route = Some(recv::route(&self.w.router, &req)?);
+        txn.route = Some(recv::route(&self.w.router, &mut req)?);
         if let Some(redirect) = recv::redirect_to_https(txn, &req, self.w.https_port) {
             return Ok(redirect);
         }

@@ -6,13 +6,15 @@
 use std::time::Duration;
 
 use http::header::{HeaderValue, EXPECT, HOST};
-use http::{Request, Response, StatusCode, Version};
+use http::uri::PathAndQuery;
+use http::{Request, Response, StatusCode, Uri, Version};
 use rampart_cache::key::host_name;
 
 use crate::admin;
 use crate::body::{BodyFault, ProxyBody, RequestBody};
 use crate::error::ProxyError;
 use crate::outcome::CacheOutcome;
+use crate::path;
 use crate::route::Router;
 use crate::synth;
 use crate::txn::{target, Mode, Route, Scheme, Txn};
@@ -49,8 +51,9 @@ pub fn local_answer(
     None
 }
 
-/// Finds the rule by host and applies the path policy.
-pub fn route<B>(router: &Router, req: &Request<B>) -> Result<Route, ProxyError> {
+/// Finds the rule by host, normalises the path (see `path.rs`: the request is rewritten, so
+/// the cache and the origin see the path the rules checked) and applies the path policy.
+pub fn route<B>(router: &Router, req: &mut Request<B>) -> Result<Route, ProxyError> {
     // RFC 9112 §3.2.2: an absolute-form target's authority wins over Host; HTTP/2 carries
     // the host in :authority, which hyper puts in the URI.
     let host = match req.uri().authority() {
@@ -68,13 +71,31 @@ pub fn route<B>(router: &Router, req: &Request<B>) -> Result<Route, ProxyError> 
         .find(host_str)
         .ok_or_else(|| ProxyError::NoRoute(host_str.to_owned()))?
         .clone();
-    let decision = rule.decide(req.uri().path());
+    normalize_path(req)?;
+    let decision = rule.decide(&path::match_form(req.uri().path()));
     tracing::debug!(domain = rule.config.domain_text, ?decision, "routed");
     Ok(Route {
         rule,
         host,
         decision,
     })
+}
+
+/// Rewrites the request target's path into its normal form (the query is kept as sent).
+fn normalize_path<B>(req: &mut Request<B>) -> Result<(), ProxyError> {
+    let normal = path::normalize(req.uri().path())
+        .map_err(|_| ProxyError::BadRequest("malformed percent-encoding in the path"))?;
+    let Some(normal) = normal else { return Ok(()) };
+    let mut parts = req.uri().clone().into_parts();
+    let pq = match req.uri().query() {
+        Some(q) => format!("{normal}?{q}"),
+        None => normal,
+    };
+    parts.path_and_query =
+        Some(PathAndQuery::try_from(pq).map_err(|_| ProxyError::BadRequest("request target"))?);
+    *req.uri_mut() =
+        Uri::from_parts(parts).map_err(|_| ProxyError::BadRequest("request target"))?;
+    Ok(())
 }
 
 /// `redirect_to_https`: 308 to the same host and target on the HTTPS listener.
@@ -176,7 +197,7 @@ mod stage_tests {
     fn route_by_authority_then_host() {
         let r = router();
         let req = Request::get("/a").header(HOST, "Example.com:8080").body(());
-        let found = route(&r, &req.unwrap_or_default()).map_err(|e| e.to_string());
+        let found = route(&r, &mut req.unwrap_or_default()).map_err(|e| e.to_string());
         assert_eq!(
             found.map(|r| r.host),
             Ok(HeaderValue::from_static("Example.com:8080"))
@@ -185,11 +206,11 @@ mod stage_tests {
         let req = Request::get("http://example.com/a")
             .header(HOST, "other.org")
             .body(());
-        assert!(route(&r, &req.unwrap_or_default()).is_ok());
-        let req = Request::get("/a").body(()).unwrap_or_default();
-        assert!(matches!(route(&r, &req), Err(ProxyError::MissingHost)));
+        assert!(route(&r, &mut req.unwrap_or_default()).is_ok());
+        let mut req = Request::get("/a").body(()).unwrap_or_default();
+        assert!(matches!(route(&r, &mut req), Err(ProxyError::MissingHost)));
         let req = Request::get("/a").header(HOST, "other.org").body(());
-        let err = route(&r, &req.unwrap_or_default())
+        let err = route(&r, &mut req.unwrap_or_default())
             .err()
             .map(|e| e.status());
         assert_eq!(err, Some(StatusCode::NOT_FOUND));

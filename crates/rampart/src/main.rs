@@ -258,14 +258,15 @@ fn serve(
     let https = server.https_addrs().to_vec();
     let running = server.start()?;
     // HTTPS first: a reader waiting for the http line then has both.
+    // Startup and shutdown lines go to stderr: stdout carries the access log only.
     for a in &https {
-        println!(
+        eprintln!(
             "rampart {} listening on https://{a} ({workers} worker(s))",
             env!("CARGO_PKG_VERSION")
         );
     }
     for a in &addrs {
-        println!(
+        eprintln!(
             "rampart {} listening on http://{a} ({workers} worker(s))",
             env!("CARGO_PKG_VERSION")
         );
@@ -274,7 +275,7 @@ fn serve(
     wait_for_signal(&running)?;
     running.shutdown();
     running.join();
-    println!("rampart stopped");
+    eprintln!("rampart stopped");
     Ok(())
 }
 
@@ -297,8 +298,23 @@ fn wait_for_signal(_running: &Running) -> anyhow::Result<()> {
 fn cmd_run(config: Option<PathBuf>) -> anyhow::Result<()> {
     let path = locate(config)?;
     let (_, v) = load(&path)?;
+    let inactive: Vec<Diagnostic> = v
+        .diagnostics
+        .iter()
+        .filter(|d| d.severity == Severity::Inactive)
+        .cloned()
+        .collect();
     let config = config_from(&path, &path.display().to_string(), v)?;
     init_logging(&config);
+    // Once, at startup: a key the file asks for that this version does not act on.
+    for d in &inactive {
+        tracing::warn!(
+            key = d.key,
+            at = format_args!("{}:{}:{}", path.display(), d.line, d.column),
+            "accepted but not active: {}",
+            d.message
+        );
+    }
     serve(config, |_, _| {})
 }
 

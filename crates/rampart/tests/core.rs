@@ -699,7 +699,7 @@ fn check_lists_every_error_with_line_and_column() {
     // A good file passes and reports inactive keys.
     std::fs::write(
         &path,
-        "enable_compression = true\n[[proxy_rules]]\ndomain = \"x\"\nforward_ipv4 = \"127.0.0.1\"\n",
+        "azure_table_storage_key = \"k\"\n[[proxy_rules]]\ndomain = \"x\"\nforward_ipv4 = \"127.0.0.1\"\n",
     )
     .unwrap();
     let out = std::process::Command::new(rampart_bin())
@@ -708,6 +708,41 @@ fn check_lists_every_error_with_line_and_column() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("accepted, not yet active"));
+}
+
+#[tokio::test]
+async fn run_names_inactive_keys_once_and_keeps_stdout_for_the_access_log() {
+    let origin = Origin::new().route("*", Reply::text("ok")).start().await;
+    let proxy = Proxy::start(&config_for(
+        "x",
+        &origin,
+        "azure_table_storage_key = \"k\"\nadd_logging = true",
+        "",
+    ));
+    assert_eq!(get(&proxy, "x", "/").await.status, 200);
+    assert!(proxy.wait_for_output("path=/", Duration::from_secs(5)));
+    let (out, err) = (
+        proxy.stdout.lock().unwrap().clone(),
+        proxy.stderr.lock().unwrap().clone(),
+    );
+    let warnings: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("accepted but not active"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{err}");
+    assert!(
+        warnings[0].contains("WARN") && warnings[0].contains("azure_table_storage_key"),
+        "{err}"
+    );
+    assert!(err.contains("listening on http://"), "{err}");
+    assert!(
+        !out.contains("listening on"),
+        "startup lines on stdout: {out}"
+    );
+    assert!(
+        out.lines().all(|l| l.contains("path=")),
+        "stdout is the access log only: {out}"
+    );
 }
 
 #[test]

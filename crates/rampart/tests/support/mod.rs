@@ -509,8 +509,9 @@ impl Proxy {
         let stdout = Arc::new(Mutex::new(String::new()));
         let stderr = Arc::new(Mutex::new(String::new()));
         let (tx, rx) = std::sync::mpsc::channel();
-        pump(child.stdout.take().unwrap(), stdout.clone(), Some(tx));
-        pump(child.stderr.take().unwrap(), stderr.clone(), None);
+        // Startup lines go to stderr; the access log to stdout.
+        pump(child.stdout.take().unwrap(), stdout.clone(), None);
+        pump(child.stderr.take().unwrap(), stderr.clone(), Some(tx));
         let addr = match rx.recv_timeout(Duration::from_secs(20)) {
             Ok(a) => a,
             Err(_) => {
@@ -523,7 +524,7 @@ impl Proxy {
             }
         };
         // rampart prints its HTTPS lines before the HTTP one.
-        let https = stdout
+        let https = stderr
             .lock()
             .unwrap()
             .split("listening on https://")
