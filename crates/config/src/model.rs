@@ -349,8 +349,17 @@ pub enum RoutingMethod {
     Priority,
     /// Requests are spread in proportion to each upstream's weight.
     Weighted,
-    /// Latency-aware choice (currently served as `Priority`).
+    /// The healthy upstream with the lowest response-time average (EWMA) takes the request.
     Performance,
+}
+
+/// Active health checks of a rule's origins (`enable_health_checks` in `routing_rules`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthCheck {
+    /// `health_check_interval` (seconds, at least 1).
+    pub interval: std::time::Duration,
+    /// `health_check_path` (default `/`).
+    pub path: String,
 }
 
 /// One origin server.
@@ -384,6 +393,8 @@ pub struct RuleConfig {
     /// Origins in preference order; never empty.
     pub upstreams: Vec<UpstreamTarget>,
     pub routing_method: RoutingMethod,
+    /// Active health checks (`routing_rules.enable_health_checks`); `None` = off.
+    pub health_check: Option<HealthCheck>,
     pub enable_logging: bool,
     pub ignore_query_string: bool,
     /// When true, `Whitelist`/`Blacklist` control access (403) instead of only caching.

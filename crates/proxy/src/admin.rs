@@ -19,6 +19,7 @@ use rampart_config::AdminConfig;
 
 use crate::body::{ProxyBody, RequestBody};
 use crate::cache::Cache;
+use crate::route::Router;
 use crate::synth::{self, ProxyError};
 use crate::txn::{target, Txn};
 use crate::worker::Worker;
@@ -154,6 +155,7 @@ pub fn purge_method(
 pub fn admin_request<B>(
     admin: &AdminConfig,
     cache: Option<&Cache>,
+    router: &Router,
     req: &Request<B>,
 ) -> Option<Result<Response<ProxyBody>, ProxyError>> {
     admin.api_key.as_ref()?;
@@ -204,9 +206,12 @@ pub fn admin_request<B>(
                     }
                     None => "null".to_owned(),
                 };
+                let upstreams = upstreams_json(router);
                 synth::json(
                     StatusCode::OK,
-                    format!("{{\"cache\":{cache},\"process\":{process}}}\n"),
+                    format!(
+                        "{{\"cache\":{cache},\"process\":{process},\"upstreams\":{upstreams}}}\n"
+                    ),
                 )
             }
             (&Method::POST, "purge") => {
@@ -234,6 +239,34 @@ pub fn admin_request<B>(
             _ => return Some(Err(ProxyError::ApiNoSuchEndpoint)),
         },
     ))
+}
+
+/// Every rule's origins with their health: `healthy` is the active checks' verdict (true
+/// without checks), `refused_lately` the passive one, `latency_ms` the `Performance` average.
+fn upstreams_json(router: &Router) -> String {
+    let mut out = String::from("[");
+    for rule in router.rules() {
+        let set = &rule.upstreams;
+        for m in set.members() {
+            if out.len() > 1 {
+                out.push(',');
+            }
+            let latency = m.latency().map_or("null".to_owned(), |d| {
+                format!("{:.3}", d.as_secs_f64() * 1000.0)
+            });
+            out.push_str(&format!(
+                "{{\"domain\":{:?},\"origin\":{:?},\"method\":\"{:?}\",\"health_checks\":{},\"healthy\":{},\"refused_lately\":{},\"latency_ms\":{latency}}}",
+                rule.config.domain_text,
+                m.target.authority.as_str(),
+                set.method(),
+                rule.config.health_check.is_some(),
+                m.healthy(),
+                set.refused_lately(m),
+            ));
+        }
+    }
+    out.push(']');
+    out
 }
 
 /// Resident and peak resident memory of this process, in bytes (Linux `/proc`).

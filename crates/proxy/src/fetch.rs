@@ -4,18 +4,19 @@
 //! request has no body (so it can be sent again).
 
 use std::future::Future;
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 use http::header::{HeaderValue, EXPECT, HOST, IF_MODIFIED_SINCE, IF_NONE_MATCH};
 use http::{HeaderMap, Method, Request, Response, Uri, Version};
 use hyper::body::Incoming;
 use rampart_cache::conditional;
+use rampart_config::RoutingMethod;
 
 use crate::body::RequestBody;
 use crate::error::ProxyError;
 use crate::headers::{add_forwarded, append_via, strip_hop_by_hop};
 use crate::txn::{target, Scheme, Txn};
-use crate::upstream::UpstreamSet;
+use crate::upstream::{UpstreamSet, ERROR_PENALTY};
 use crate::worker::Worker;
 
 /// What fetch brings back.
@@ -141,6 +142,8 @@ pub fn send<'a>(
             unreachable!("fetch before recv")
         };
         let upstreams = &route.rule.upstreams;
+        // `Performance` learns each origin's response-head time.
+        let timed = upstreams.method() == RoutingMethod::Performance;
         let mut last_err = None;
         for member in upstreams.order() {
             let (shown, sent) = match UpstreamSet::route(member, https) {
@@ -157,7 +160,15 @@ pub fn send<'a>(
                         tracing::debug!(upstream = %shown, "fetch");
                         w.upstream.send(req, key, scheme)
                     };
-                    (shown, sending.await)
+                    let sent_at = timed.then(Instant::now);
+                    let sent = sending.await;
+                    if let Some(at) = sent_at {
+                        member.record(match &sent {
+                            Ok(res) if !res.status().is_server_error() => at.elapsed(),
+                            _ => at.elapsed().max(ERROR_PENALTY),
+                        });
+                    }
+                    (shown, sent)
                 }
                 Err(e) => (&member.target.authority, Err(e)),
             };

@@ -21,6 +21,7 @@ pub mod error;
 pub mod fetch;
 pub mod h1;
 pub mod headers;
+pub mod health;
 pub mod hit;
 pub mod log;
 pub mod lookup;

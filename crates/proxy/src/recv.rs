@@ -46,7 +46,7 @@ pub fn local_answer(
         && w.admin.api_key.is_some()
         && req.uri().path().starts_with(admin::ADMIN_PREFIX)
     {
-        return admin::admin_request(&w.admin, w.cache.as_deref(), req);
+        return admin::admin_request(&w.admin, w.cache.as_deref(), &w.router, req);
     }
     None
 }

@@ -96,6 +96,11 @@ impl Router {
         }
     }
 
+    /// Every rule, in file order.
+    pub fn rules(&self) -> &[Arc<Rule>] {
+        &self.rules
+    }
+
     /// Finds the rule for a raw `Host` header value or `:authority`.
     pub fn find(&self, host: &str) -> Option<&Arc<Rule>> {
         let host = strip_port(host);

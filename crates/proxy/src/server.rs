@@ -195,6 +195,11 @@ impl Server {
             config: self.config.clone(),
         });
         let mut threads = Vec::new();
+        // Active health checks, on a thread of their own with their own connection pool.
+        let prober = Upstream::new(&self.config.upstream, shared.origin_tls.clone());
+        if let Some(t) = crate::health::start(&router, prober, rx.clone())? {
+            threads.push(t);
+        }
         match self.config.runtime {
             RuntimeMode::PerCore => {
                 for (i, group) in self.sockets.into_iter().enumerate() {

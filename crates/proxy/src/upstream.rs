@@ -4,10 +4,17 @@
 //!
 //! Each worker owns one [`Upstream`] (connection pool), so pooled connections never cross
 //! threads. Upstream health is shared: an origin that refused a connection is skipped by every
-//! worker for [`DOWN_FOR`] (passive health checking), unless it is the only choice left.
+//! worker for [`DOWN_FOR`] (passive health checking), and one that failed its active health
+//! checks (`health.rs`) until it passes them again, unless no origin is left: then the
+//! best-ranked one is used (fail open).
+//!
+//! `Performance` routing sends each request to the healthy origin with the lowest average
+//! response-head time (an EWMA over requests, errors counted as [`ERROR_PENALTY`]); an origin
+//! not chosen for [`RETRY_AFTER`] gets the next request, so one that became fast again is
+//! seen.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use http::uri::{Authority, PathAndQuery, Scheme};
@@ -26,6 +33,16 @@ use crate::error::ProxyError;
 /// How long an origin that refused a connection is skipped.
 const DOWN_FOR: Duration = Duration::from_secs(5);
 
+/// What an error (no connection, timeout, 5xx) counts as in the `Performance` average.
+pub const ERROR_PENALTY: Duration = Duration::from_secs(1);
+
+/// `Performance`: an origin not chosen for this long gets the next request (one request, then
+/// its average decides again).
+pub const RETRY_AFTER: Duration = Duration::from_secs(2);
+
+/// Weight of a new sample in the `Performance` average (1/4: about the last 8 requests count).
+const EWMA_SHIFT: u32 = 2;
+
 /// One origin and its shared health state.
 #[derive(Debug)]
 pub struct UpstreamState {
@@ -34,6 +51,45 @@ pub struct UpstreamState {
     tls_key: Option<Authority>,
     /// Milliseconds since `epoch` until which this origin is considered down (0 = up).
     down_until_ms: AtomicU64,
+    /// The active health checks' verdict (always true without them).
+    healthy: AtomicBool,
+    /// `Performance`: average response-head time in µs (0 = no sample yet).
+    ewma_us: AtomicU64,
+    /// `Performance`: when this origin was last chosen first (ms since `epoch`).
+    picked_ms: AtomicU64,
+}
+
+impl UpstreamState {
+    /// The active health checks' verdict.
+    pub fn healthy(&self) -> bool {
+        self.healthy.load(Ordering::Relaxed)
+    }
+
+    /// Sets the active health checks' verdict; returns the previous one.
+    pub fn set_healthy(&self, healthy: bool) -> bool {
+        self.healthy.swap(healthy, Ordering::Relaxed)
+    }
+
+    /// The `Performance` average, `None` before the first sample.
+    pub fn latency(&self) -> Option<Duration> {
+        match self.ewma_us.load(Ordering::Relaxed) {
+            0 => None,
+            us => Some(Duration::from_micros(us)),
+        }
+    }
+
+    /// Adds one response-head time (or [`ERROR_PENALTY`]) to the `Performance` average.
+    pub fn record(&self, took: Duration) {
+        let sample = (took.as_micros() as u64).max(1);
+        let old = self.ewma_us.load(Ordering::Relaxed);
+        let new = if old == 0 {
+            sample
+        } else {
+            // old + (sample - old) / 4, in integers; racing updates lose a sample at worst.
+            (old - (old >> EWMA_SHIFT) + (sample >> EWMA_SHIFT)).max(1)
+        };
+        self.ewma_us.store(new, Ordering::Relaxed);
+    }
 }
 
 /// A rule's origins in preference order, with the selection state for its routing method.
@@ -58,6 +114,11 @@ impl UpstreamSet {
                     }),
                     target: t.clone(),
                     down_until_ms: AtomicU64::new(0),
+                    healthy: AtomicBool::new(true),
+                    ewma_us: AtomicU64::new(0),
+                    // As if chosen at startup: an origin never chosen is retried after
+                    // RETRY_AFTER like any other.
+                    picked_ms: AtomicU64::new(1),
                 })
                 .collect();
         let mut schedule = Vec::new();
@@ -91,6 +152,16 @@ impl UpstreamSet {
         self.members.len()
     }
 
+    /// The origins in rank order.
+    pub fn members(&self) -> &[UpstreamState] {
+        &self.members
+    }
+
+    /// The rule's routing method.
+    pub fn method(&self) -> RoutingMethod {
+        self.method
+    }
+
     pub fn is_empty(&self) -> bool {
         self.members.is_empty()
     }
@@ -100,23 +171,54 @@ impl UpstreamSet {
     }
 
     /// The order in which to try the origins for one request: the first healthy one by the
-    /// routing method, then the others; origins marked down go last.
+    /// routing method, then the others in rank order from there; origins that are down
+    /// (refused a connection lately, or failed their health checks) go last, best-ranked first.
     pub fn order(&self) -> impl Iterator<Item = &UpstreamState> + '_ {
         let n = self.members.len();
+        let now = self.now_ms();
+        let up = move |m: &UpstreamState| {
+            m.down_until_ms.load(Ordering::Relaxed) <= now && m.healthy.load(Ordering::Relaxed)
+        };
         let start = match self.method {
             RoutingMethod::Weighted if !self.schedule.is_empty() => {
                 let k = self.next.fetch_add(1, Ordering::Relaxed) % self.schedule.len();
                 self.schedule[k]
             }
+            RoutingMethod::Performance if n > 1 => self.fastest(now, up),
             _ => 0,
         };
-        let now = self.now_ms();
-        let up = move |m: &UpstreamState| m.down_until_ms.load(Ordering::Relaxed) <= now;
         let rotated = (0..n).map(move |i| &self.members[(start + i) % n]);
         rotated
             .clone()
             .filter(move |m| up(m))
             .chain(rotated.filter(move |m| !up(m)))
+    }
+
+    /// `Performance`: the up origin not chosen for [`RETRY_AFTER`] (a retry), else the one
+    /// with the lowest average (no sample yet counts as fastest). Rank order breaks ties.
+    fn fastest(&self, now: u64, up: impl Fn(&UpstreamState) -> bool) -> usize {
+        let retry_ms = RETRY_AFTER.as_millis() as u64;
+        let mut best: Option<(usize, u64)> = None;
+        for (i, m) in self.members.iter().enumerate() {
+            if !up(m) {
+                continue;
+            }
+            if now.saturating_sub(m.picked_ms.load(Ordering::Relaxed)) >= retry_ms {
+                best = Some((i, 0));
+                break;
+            }
+            let score = m.ewma_us.load(Ordering::Relaxed);
+            if best.is_none_or(|(_, b)| score < b) {
+                best = Some((i, score));
+            }
+        }
+        let Some((i, _)) = best else { return 0 };
+        // Written once per millisecond at most: every worker reads this line.
+        let picked = &self.members[i].picked_ms;
+        if picked.load(Ordering::Relaxed) != now {
+            picked.store(now, Ordering::Relaxed);
+        }
+        i
     }
 
     /// How a request reaches `member`: (authority for logs, authority for the pool, scheme).
@@ -141,6 +243,11 @@ impl UpstreamSet {
                 Scheme::HTTP,
             )),
         }
+    }
+
+    /// Whether `member` refused a connection lately (passive health checking).
+    pub fn refused_lately(&self, member: &UpstreamState) -> bool {
+        member.down_until_ms.load(Ordering::Relaxed) > self.now_ms()
     }
 
     pub fn mark_down(&self, member: &UpstreamState) {
@@ -361,6 +468,48 @@ forward_port_http = 2
                 "https://origin.test@origin.test:443"
             ]
         );
+    }
+
+    #[test]
+    fn health_checks_take_origins_out_and_all_down_fails_open() {
+        let s = set(&LB.replace("METHOD", "Priority"));
+        s.members()[0].set_healthy(false);
+        assert_eq!(first_port(&s), 2);
+        s.members()[1].set_healthy(false);
+        assert_eq!(first_port(&s), 1, "all down: the best-ranked one");
+        s.members()[0].set_healthy(true);
+        assert_eq!(first_port(&s), 1);
+    }
+
+    #[test]
+    fn performance_prefers_the_fastest_and_retries_the_others() {
+        let mut s = set(&LB.replace("METHOD", "Performance"));
+        // No samples yet: rank order.
+        assert_eq!(first_port(&s), 1);
+        s.members()[0].record(Duration::from_millis(100));
+        s.members()[1].record(Duration::from_millis(10));
+        assert_eq!(first_port(&s), 2);
+        // Errors count as a second each: the fast origin that fails falls behind.
+        for _ in 0..3 {
+            s.members()[1].record(ERROR_PENALTY);
+        }
+        assert_eq!(first_port(&s), 1);
+        assert!(s.members()[1].latency() > s.members()[0].latency());
+        // Both chosen lately: the average decides, again and again.
+        for _ in 0..10 {
+            assert_eq!(first_port(&s), 1);
+        }
+        // Seen from RETRY_AFTER later, the slow origin gets one request, then the average
+        // decides again.
+        s.epoch -= RETRY_AFTER + Duration::from_millis(10);
+        s.members()[0]
+            .picked_ms
+            .store(s.now_ms(), Ordering::Relaxed);
+        assert_eq!(first_port(&s), 2, "a retry");
+        assert_eq!(first_port(&s), 1);
+        // An origin that is down is never the fastest.
+        s.members()[0].set_healthy(false);
+        assert_eq!(first_port(&s), 2);
     }
 
     #[test]

@@ -116,8 +116,11 @@ fn read_rule(
     s.finish(sink);
 
     let domain = domain?;
-    let (Some(disallowed_user_agents), Some(path_rules), Some((upstreams, routing_method))) =
-        (disallowed_user_agents, path_rules, origins)
+    let (
+        Some(disallowed_user_agents),
+        Some(path_rules),
+        Some((upstreams, routing_method, health_check)),
+    ) = (disallowed_user_agents, path_rules, origins)
     else {
         return None;
     };
@@ -133,6 +136,7 @@ fn read_rule(
         path_rules,
         upstreams,
         routing_method,
+        health_check,
         enable_logging,
         ignore_query_string,
         strict_path_rules,

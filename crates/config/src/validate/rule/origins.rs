@@ -7,9 +7,9 @@ use std::str::FromStr;
 
 use http::uri::Authority;
 
-use crate::model::{DomainPattern, RoutingMethod, UpstreamTarget};
+use crate::model::{DomainPattern, HealthCheck, RoutingMethod, UpstreamTarget};
 use crate::reader::{At, Section, Sink};
-use crate::validate::{error, inactive, warn, U16, U32};
+use crate::validate::{error, warn, U16, U32};
 use crate::Severity;
 
 /// The name an origin is reached by over TLS (SNI, and the name its certificate must have).
@@ -77,7 +77,7 @@ pub(super) fn read(
     sink: &mut Sink<'_>,
     names: &TlsNames,
     valid_so_far: bool,
-) -> Option<(Vec<UpstreamTarget>, RoutingMethod)> {
+) -> Option<(Vec<UpstreamTarget>, RoutingMethod, Option<HealthCheck>)> {
     let mut ok = valid_so_far;
     let Forward {
         host,
@@ -88,6 +88,7 @@ pub(super) fn read(
     ok &= !fwd_error;
     let mut upstreams = Vec::new();
     let mut routing_method = RoutingMethod::Priority;
+    let mut health_check = None;
     let rule_span_at = At {
         value: (),
         key: s.path().to_owned(),
@@ -97,9 +98,10 @@ pub(super) fn read(
     ok &= listed_ok;
     if let Some(rr) = s.table(sink, "routing_rules") {
         match routing_rules(rr, sink, host.is_some(), &rule_span_at, names) {
-            Some((ranked, method)) => {
+            Some((ranked, method, health)) => {
                 upstreams = ranked;
                 routing_method = method;
+                health_check = health;
             }
             None => ok = false,
         }
@@ -136,7 +138,7 @@ pub(super) fn read(
         );
         ok = false;
     }
-    ok.then_some((upstreams, routing_method))
+    ok.then_some((upstreams, routing_method, health_check))
 }
 
 /// `upstreams` (rampart's key): `HOST:PORT` or `https://HOST:PORT` entries. The valid ones,
@@ -188,7 +190,7 @@ fn routing_rules(
     forward_given: bool,
     rule_span_at: &At<()>,
     names: &TlsNames,
-) -> Option<(Vec<UpstreamTarget>, RoutingMethod)> {
+) -> Option<(Vec<UpstreamTarget>, RoutingMethod, Option<HealthCheck>)> {
     let mut ok = true;
     if forward_given {
         warn(
@@ -202,15 +204,7 @@ fn routing_rules(
         Some(m) => match m.value.as_str() {
             "Priority" => RoutingMethod::Priority,
             "Weighted" => RoutingMethod::Weighted,
-            "Performance" => {
-                warn(
-                    sink,
-                    &m,
-                    "`Performance` routing is served as `Priority` in this version",
-                    "",
-                );
-                RoutingMethod::Performance
-            }
+            "Performance" => RoutingMethod::Performance,
             _ => {
                 error(
                     sink,
@@ -225,13 +219,7 @@ fn routing_rules(
         None => RoutingMethod::Priority,
     };
     let https_only = rr.bool(sink, "https_only").is_some_and(|b| b.value);
-    if let Some(b) = rr.bool(sink, "enable_health_checks") {
-        if b.value {
-            inactive(sink, &b, "active health checks");
-        }
-    }
-    rr.int(sink, "health_check_interval", 0, U32);
-    rr.string(sink, "health_check_path");
+    let health_check = health_check(&mut rr, sink);
     let mut ranked = Vec::new();
     match rr.tables(sink, "routing_locations") {
         Some(locs) => {
@@ -261,8 +249,58 @@ fn routing_rules(
     // primary first, then lower priority number, then file order.
     ranked.sort_by_key(|(not_primary, prio, i, _)| (*not_primary, *prio, *i));
     let upstreams = ranked.into_iter().map(|(_, _, _, t)| t).collect();
-    ok.then_some((upstreams, routing_method))
+    ok.then_some((upstreams, routing_method, health_check))
 }
+
+/// `enable_health_checks`, `health_check_interval` (seconds; 0 is read as 1, with a warning)
+/// and `health_check_path` (default `/`; a path without a leading `/` gets one, with a
+/// warning). `None` when checks are off.
+fn health_check(rr: &mut Section<'_>, sink: &mut Sink<'_>) -> Option<HealthCheck> {
+    let enabled = rr
+        .bool(sink, "enable_health_checks")
+        .is_some_and(|b| b.value);
+    let interval = rr.int(sink, "health_check_interval", 0, U32);
+    let path = rr.string(sink, "health_check_path");
+    if !enabled {
+        return None;
+    }
+    let seconds = match interval {
+        Some(i) if i.value == 0 => {
+            warn(
+                sink,
+                &i,
+                "a health check interval of 0 seconds would probe without pause; using 1",
+                "set health_check_interval to the seconds between probes, e.g. 5",
+            );
+            1
+        }
+        Some(i) => i.value as u64,
+        None => DEFAULT_HEALTH_CHECK_INTERVAL,
+    };
+    let path = match path {
+        Some(p) if !p.value.starts_with('/') => {
+            warn(
+                sink,
+                &p,
+                format!(
+                    "health_check_path {:?} does not start with `/`; probing /{}",
+                    p.value, p.value
+                ),
+                "write the path as the origin serves it, e.g. \"/health\"",
+            );
+            format!("/{}", p.value)
+        }
+        Some(p) => p.value,
+        None => "/".to_owned(),
+    };
+    Some(HealthCheck {
+        interval: std::time::Duration::from_secs(seconds),
+        path,
+    })
+}
+
+/// `health_check_interval` when a file turns checks on without one (ARC2 requires the key).
+const DEFAULT_HEALTH_CHECK_INTERVAL: u64 = 10;
 
 /// One `[[...routing_locations]]`: whether it is the primary, its priority and its target;
 /// `None` when it is invalid (reported).
