@@ -3,6 +3,7 @@
 //! - [`conditional`]: conditional requests (304), revalidation validators and 304 merging,
 //!   single byte ranges with If-Range;
 //! - [`control`]: Cache-Control and Pragma directives;
+//! - [`encoding`]: content codings and `Accept-Encoding` negotiation;
 //! - [`freshness`]: freshness lifetime and age;
 //! - [`vary`]: Vary and variant keys;
 //! - [`key`]: cache keys (host + URL, never shared between hosts);
@@ -12,6 +13,7 @@
 
 pub mod conditional;
 pub mod control;
+pub mod encoding;
 pub mod freshness;
 pub mod index;
 pub mod key;

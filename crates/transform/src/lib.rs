@@ -1,0 +1,2 @@
+//! rampart's response transforms: compression (this crate's codecs), more to come.
+pub mod compress;
