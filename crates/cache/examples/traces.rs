@@ -284,6 +284,7 @@ pub fn object(k: u32, pool: &Bytes, now: SystemTime) -> Object {
         vary: Vary::None,
         invalidated: AtomicBool::new(false),
         refreshing: AtomicBool::new(false),
+        encoded: Box::default(),
     }
 }
 

@@ -69,7 +69,9 @@ pub fn negotiate<'a>(
             let q = parts
                 .find_map(|p| {
                     let (k, v) = p.split_once('=')?;
-                    k.trim().eq_ignore_ascii_case("q").then(|| parse_q(v.trim()))
+                    k.trim()
+                        .eq_ignore_ascii_case("q")
+                        .then(|| parse_q(v.trim()))
                 })
                 .unwrap_or(Some(1000));
             let Some(q) = q else { continue };

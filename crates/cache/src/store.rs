@@ -26,6 +26,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 
 use crate::control::ResponseDirectives;
+use crate::encoding::{negotiate, Coding};
 use crate::index::{Index, Inserted, METADATA_PER_ENTRY};
 use crate::key::{CacheKey, SlotKey, SlotKeyRef};
 use crate::vary::Vary;
@@ -149,6 +150,10 @@ pub struct Object {
     pub refreshing: AtomicBool,
     /// What the header block holds ([`headers_charge`]), computed once for the weight.
     pub headers_charge: u64,
+    /// The same response in other content codings (compressed once, when stored), each a full
+    /// object with its own header block (`Content-Encoding`, `Vary`, a weak `ETag`). Empty
+    /// unless the rule compresses. Freshness and invalidation are this object's.
+    pub encoded: Box<[(Coding, Arc<Object>)]>,
 }
 
 impl Object {
@@ -182,11 +187,46 @@ impl Object {
             Vary::Fields(f) => alloc_size(f.len() * std::mem::size_of::<http::HeaderName>()),
             _ => 0,
         };
+        let encoded: u64 = self
+            .encoded
+            .iter()
+            .map(|(_, o)| {
+                alloc_size(std::mem::size_of::<Object>() + 16)
+                    + o.headers_charge
+                    + body_charge(o.body.len())
+            })
+            .sum();
         entry_charge(key_len)
             + alloc_size(std::mem::size_of::<Object>() + 16)
             + self.headers_charge
             + body_charge(self.body.len())
             + vary
+            + encoded
+            + alloc_size(self.encoded.len() * std::mem::size_of::<(Coding, Arc<Object>)>())
+    }
+
+    /// The copy to send a client whose `Accept-Encoding` is `accept`: an encoded one it
+    /// accepts, or this one.
+    pub fn for_client<'a>(self: &'a Arc<Self>, req: &HeaderMap) -> &'a Arc<Object> {
+        if self.encoded.is_empty() {
+            return self;
+        }
+        let mut codings = [Coding::Br; 3];
+        let n = self.encoded.len().min(3);
+        for (slot, (c, _)) in codings.iter_mut().zip(self.encoded.iter()) {
+            *slot = *c;
+        }
+        match negotiate(
+            req.get_all(http::header::ACCEPT_ENCODING).iter(),
+            &codings[..n],
+        ) {
+            Some(c) => self
+                .encoded
+                .iter()
+                .find(|(x, _)| *x == c)
+                .map_or(self, |(_, o)| o),
+            None => self,
+        }
     }
 }
 
@@ -437,6 +477,38 @@ impl MemoryStore {
         )
     }
 
+    /// Replaces the object stored for `key` (and `variant`) with `new`, if it still is `old`:
+    /// a purge, an invalidation or a newer response stored meanwhile wins. Used to add the
+    /// encoded copies made after `old` was stored (the new weight is charged). Two stores
+    /// racing between the check and the write can lose `new`; never an entry that should be
+    /// gone.
+    pub fn replace(
+        &self,
+        key: &CacheKey,
+        variant: Option<&[u8]>,
+        old: &Arc<Object>,
+        new: Arc<Object>,
+    ) -> bool {
+        let primary = SlotKey {
+            primary: key.clone(),
+            variant: None,
+        };
+        let slot = match variant {
+            None => primary,
+            Some(v) => match self.index.peek(&primary) {
+                Some(Slot::Vary(m)) => SlotKey {
+                    primary: key.clone(),
+                    variant: Some(variant_slot(m.generation, v)),
+                },
+                _ => return false,
+            },
+        };
+        match self.index.peek(&slot) {
+            Some(Slot::Object(o)) if Arc::ptr_eq(&o, old) => self.put(slot, Slot::Object(new)),
+            _ => false,
+        }
+    }
+
     /// Holds `bytes` of the budget for a body of `key` being collected, evicting to make room.
     /// `None` when they cannot be held: more than a quarter of the budget would be reserved,
     /// or the object would not fit its shard. Give it back with [`MemoryStore::release`]
@@ -588,6 +660,7 @@ mod tests {
             vary: Vary::None,
             invalidated: AtomicBool::new(false),
             refreshing: AtomicBool::new(false),
+            encoded: Box::default(),
         })
     }
 

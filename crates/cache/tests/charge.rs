@@ -92,6 +92,7 @@ fn object(headers: &HeaderMap, body: Bytes) -> Arc<Object> {
         vary: Vary::None,
         invalidated: AtomicBool::new(false),
         refreshing: AtomicBool::new(false),
+        encoded: Box::default(),
     })
 }
 

@@ -353,6 +353,16 @@ pub enum RoutingMethod {
     Performance,
 }
 
+/// Response compression for a rule (`enable_compression`, `compression_flags`): the level of
+/// each coding offered (`None` = not offered), and the smallest body compressed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Compression {
+    pub br: Option<u32>,
+    pub zstd: Option<i32>,
+    pub gzip: Option<u32>,
+    pub min_length: u64,
+}
+
 /// Active health checks of a rule's origins (`enable_health_checks` in `routing_rules`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HealthCheck {
@@ -395,6 +405,8 @@ pub struct RuleConfig {
     pub routing_method: RoutingMethod,
     /// Active health checks (`routing_rules.enable_health_checks`); `None` = off.
     pub health_check: Option<HealthCheck>,
+    /// Response compression (global and rule `enable_compression`); `None` = off.
+    pub compression: Option<Compression>,
     pub enable_logging: bool,
     pub ignore_query_string: bool,
     /// When true, `Whitelist`/`Blacklist` control access (403) instead of only caching.

@@ -18,6 +18,7 @@ use crate::coalesce::InflightBody;
 use crate::log::AccessRecord;
 use crate::store::{StoreTicket, Tee};
 use rampart_cache::store::Object;
+use rampart_transform::compress::StreamEncoder;
 use std::sync::Arc;
 
 enum Kind {
@@ -27,6 +28,62 @@ enum Kind {
     Inflight(InflightBody),
     /// Streamed to the client and collected for the cache at the same time.
     Tee(Box<Tee>),
+    /// Another body, compressed as it streams (`encode.rs`).
+    Encoded(Box<Encoding>),
+}
+
+/// A body compressed as it streams: each chunk is fed to the encoder, whose output is sent as
+/// it comes; when the inner body pauses, the encoder is flushed so the client can decode what
+/// arrived so far.
+struct Encoding {
+    inner: ProxyBody,
+    encoder: Option<StreamEncoder>,
+    /// Fed since the last flush.
+    dirty: bool,
+}
+
+impl Encoding {
+    fn poll_frame(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        loop {
+            let Some(encoder) = self.encoder.as_mut() else {
+                return Poll::Ready(None);
+            };
+            match Pin::new(&mut self.inner).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => {
+                    // Trailers are not kept: the encoded body ends with the encoder's end.
+                    let Ok(data) = frame.into_data() else {
+                        continue;
+                    };
+                    let out = encoder.write(&data)?;
+                    self.dirty = true;
+                    if !out.is_empty() {
+                        return Poll::Ready(Some(Ok(Frame::data(out))));
+                    }
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    self.encoder = None;
+                    return Poll::Ready(Some(Err(e)));
+                }
+                Poll::Ready(None) => {
+                    let out = self.encoder.take().map(StreamEncoder::finish).transpose()?;
+                    return Poll::Ready(out.filter(|b| !b.is_empty()).map(|b| Ok(Frame::data(b))));
+                }
+                Poll::Pending => {
+                    if self.dirty {
+                        self.dirty = false;
+                        let out = encoder.flush()?;
+                        if !out.is_empty() {
+                            return Poll::Ready(Some(Ok(Frame::data(out))));
+                        }
+                    }
+                    return Poll::Pending;
+                }
+            }
+        }
+    }
 }
 
 /// Body of every response rampart sends downstream.
@@ -96,6 +153,21 @@ impl ProxyBody {
         }
     }
 
+    /// `body` compressed by `encoder` as it streams. The access-log record stays outside, so
+    /// it counts the bytes sent.
+    pub fn encoded(mut body: ProxyBody, encoder: StreamEncoder) -> Self {
+        let log = body.log.take();
+        ProxyBody {
+            kind: Kind::Encoded(Box::new(Encoding {
+                inner: body,
+                encoder: Some(encoder),
+                dirty: false,
+            })),
+            log,
+            stored: None,
+        }
+    }
+
     /// Attaches an access-log record, written when the body ends.
     pub fn set_log(&mut self, record: Box<AccessRecord>) {
         self.log = Some(record);
@@ -133,6 +205,7 @@ impl Body for ProxyBody {
             Kind::Stream(s) => ready!(Pin::new(s).poll_frame(cx)).map(|r| r.map_err(Into::into)),
             Kind::Inflight(s) => ready!(Pin::new(s).poll_frame(cx)).map(|r| r.map_err(Into::into)),
             Kind::Tee(t) => ready!(t.poll_frame(cx)).map(|r| r.map_err(Into::into)),
+            Kind::Encoded(e) => ready!(e.poll_frame(cx)),
         };
         if let Some(Ok(f)) = &frame {
             if let Some(d) = f.data_ref() {
@@ -154,6 +227,7 @@ impl Body for ProxyBody {
             Kind::Stream(s) => s.is_end_stream(),
             Kind::Inflight(s) => s.is_end_stream(),
             Kind::Tee(t) => t.is_end_stream(),
+            Kind::Encoded(e) => e.encoder.is_none(),
         }
     }
 
@@ -163,6 +237,7 @@ impl Body for ProxyBody {
             Kind::Stream(s) => s.size_hint(),
             Kind::Inflight(s) => s.size_hint(),
             Kind::Tee(t) => t.size_hint(),
+            Kind::Encoded(_) => SizeHint::default(),
         }
     }
 }

@@ -8,12 +8,15 @@ use std::time::SystemTime;
 
 use http::{HeaderMap, Response, StatusCode, Uri, Version};
 use hyper::body::Incoming;
+use rampart_cache::encoding::Coding;
 use rampart_cache::key::host_name;
 use rampart_cache::targeted::CDN_CACHE_CONTROL;
+use rampart_transform::compress::StreamEncoder;
 
 use crate::body::ProxyBody;
 use crate::cache::Cache;
 use crate::coalesce::SharedHead;
+use crate::encode::{self, Compress};
 use crate::error::ProxyError;
 use crate::fetch::{self, Fetched};
 use crate::headers::{append_via, content_length, strip_hop_by_hop};
@@ -55,7 +58,8 @@ pub async fn deliver(
             request: request_time,
             response: response_time,
         };
-        ticket = match store::prepare(cache, l, &method, req_headers, &parts, timing) {
+        let compress = txn.route().rule.compress.as_ref();
+        ticket = match store::prepare(cache, l, &method, req_headers, &parts, timing, compress) {
             Ok(t) => Some(t),
             Err(why) => {
                 tracing::debug!(reason = why.as_str(), "response not stored");
@@ -267,4 +271,39 @@ fn invalidate_after_unsafe(cache: &Cache, txn: &Txn, pq: &str, res_headers: &Hea
             }
         }
     }
+}
+
+/// A response from the origin on its way to the client: compressed as it streams when the rule
+/// compresses, the type is compressible and the client accepts a coding; `Vary:
+/// Accept-Encoding` on every compressible response of such a rule.
+pub fn compress(
+    compress: Option<&Compress>,
+    coding: Option<Coding>,
+    head: bool,
+    res: Response<ProxyBody>,
+) -> Response<ProxyBody> {
+    let Some(c) = compress else { return res };
+    if !encode::compressible(res.status(), res.headers(), c.min_length) {
+        return res;
+    }
+    let (mut parts, body) = res.into_parts();
+    encode::vary_on_accept_encoding(&mut parts.headers);
+    let encoder = match coding.filter(|_| !head) {
+        Some(coding) => match StreamEncoder::new(coding, c.levels) {
+            Ok(e) => {
+                encode::encoded_headers(&mut parts.headers, coding, None);
+                Some(e)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, coding = coding.as_str(), "cannot start an encoder; sending identity");
+                None
+            }
+        },
+        None => None,
+    };
+    let body = match encoder {
+        Some(e) => ProxyBody::encoded(body, e),
+        None => body,
+    };
+    Response::from_parts(parts, body)
 }

@@ -34,6 +34,7 @@ pub fn respond_h1(
     head: bool,
     served: Served,
 ) -> Response<ProxyBody> {
+    let obj = obj.for_client(req_headers);
     if !plain_hit(obj, req_headers, head, served) {
         return respond(obj, req_headers, head, served);
     }
@@ -46,15 +47,17 @@ pub fn respond_h1(
     res
 }
 
-/// Answers a request from a stored object: 200, or 304 when the client's validators match, or
+/// Answers a request from a stored object (or the encoded copy of it the client accepts): 200, or 304 when the client's validators match, or
 /// 206/416 for a byte range of the stored full response. HEAD gets the headers only. Adds
 /// `Age`, `X-Arc2-Cache`, `X-Arc2-Cache-Age` and `Cache-Status`.
 pub fn respond(
-    obj: &Object,
+    obj: &Arc<Object>,
     req_headers: &HeaderMap,
     head: bool,
     served: Served,
 ) -> Response<ProxyBody> {
+    // The encoded copy the client accepts, if the object has any (`encode.rs`).
+    let obj = obj.for_client(req_headers);
     let outcome = CacheOutcome::Served(served);
     let now = SystemTime::now();
     // The hot path: a fresh, full, unconditional hit sends the prepared header block.
@@ -222,6 +225,7 @@ mod tests {
             vary: Default::default(),
             invalidated: Default::default(),
             refreshing: Default::default(),
+            encoded: Box::default(),
         })
     }
 

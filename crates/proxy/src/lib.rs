@@ -17,6 +17,7 @@ pub mod cache;
 pub mod coalesce;
 pub mod conn;
 pub mod deliver;
+pub mod encode;
 pub mod error;
 pub mod fetch;
 pub mod h1;

@@ -98,6 +98,9 @@ impl Pipeline {
             return admin::purge_method(&self.w, txn, &req);
         }
         self.open_log(txn, &req);
+        if let Some(c) = &txn.route().rule.compress {
+            txn.coding = c.negotiate(req.headers());
+        }
         if txn.route().decision == PathDecision::Block {
             tracing::info!(host = ?txn.route().host, path = req.uri().path(), "blocked by path rule");
             txn.outcome = Some(CacheOutcome::Blocked);
@@ -143,15 +146,25 @@ impl Pipeline {
         mut req: Request<RequestBody>,
         miss: bool,
     ) -> Result<Response<ProxyBody>, ProxyError> {
-        if miss {
-            if let Some(answer) = miss::join(&self.w, txn, &mut req).await? {
-                return Ok(answer);
-            }
-        }
-        match fetch::fetch(&self.w, txn, req).await {
-            Ok(fetched) => deliver::deliver(&self.w, txn, fetched).await,
-            Err(e) => deliver::fetch_failed(&self.w, txn, e),
-        }
+        let head = is_head(&req);
+        let joined = match miss {
+            true => miss::join(&self.w, txn, &mut req).await?,
+            false => None,
+        };
+        let res = match joined {
+            Some(answer) => Ok(answer),
+            None => match fetch::fetch(&self.w, txn, req).await {
+                Ok(fetched) => deliver::deliver(&self.w, txn, fetched).await,
+                Err(e) => deliver::fetch_failed(&self.w, txn, e),
+            },
+        };
+        // Compressed as it streams, when the rule compresses (answers from the store are
+        // compressed already: `Content-Encoding` set, nothing done).
+        // An answer from a stored object is never compressed here (a stale one served for a
+        // failing origin, a refreshed one): hits send the copies made when it was stored.
+        let from_store = matches!(txn.outcome, Some(CacheOutcome::Served(_)));
+        let compress = txn.route().rule.compress.as_deref().filter(|_| !from_store);
+        res.map(|r| deliver::compress(compress, txn.coding, head, r))
     }
 
     /// The end of every request: an error becomes its synthetic response (the only place),

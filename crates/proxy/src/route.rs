@@ -17,6 +17,7 @@ use rampart_cache::key::host_name;
 use rampart_config::{Config, DomainPattern, RuleConfig, RuleType};
 use rampart_screen::ratelimit::Limiter;
 
+use crate::encode::Compress;
 use crate::upstream::UpstreamSet;
 
 /// A validated rule plus its runtime state.
@@ -28,6 +29,8 @@ pub struct Rule {
     pub limiter: Option<Limiter>,
     /// `Strict-Transport-Security` for HTTPS responses, pre-rendered.
     pub hsts: Option<http::HeaderValue>,
+    /// Response compression (`enable_compression`); `None` = off.
+    pub compress: Option<Arc<Compress>>,
 }
 
 /// Host → rule lookup, built once at startup and shared by all workers.
@@ -85,6 +88,7 @@ impl Router {
                     .hsts
                     .as_deref()
                     .and_then(|v| http::HeaderValue::from_str(v).ok()),
+                compress: rc.compression.as_ref().map(|c| Arc::new(Compress::new(c))),
             }));
         }
         wildcard.sort_by_key(|w| std::cmp::Reverse(w.0.len()));

@@ -27,6 +27,7 @@ use rampart_cache::vary::Vary;
 
 use crate::cache::{Cache, Lookup};
 use crate::coalesce::{Feed, InflightBody, Leader, SharedHead};
+use crate::encode::Compress;
 use crate::outcome::{CacheLabel, CACHE_STATUS, X_ARC2_CACHE};
 
 /// When the request that brought a response was sent and its response received (the
@@ -46,6 +47,7 @@ pub fn prepare(
     req_headers: &HeaderMap,
     res: &http::response::Parts,
     timing: Timing,
+    compress: Option<&Arc<Compress>>,
 ) -> Result<Box<StoreTicket>, NotStored> {
     let (status, res_headers) = (res.status, &res.headers);
     let (request_time, response_time) = (timing.request, timing.response);
@@ -94,6 +96,7 @@ pub fn prepare(
         body: Vec::with_capacity(expected.unwrap_or(0)),
         expected,
         reservation: Some(reservation),
+        compress: compress.cloned(),
     }))
 }
 
@@ -129,20 +132,31 @@ pub fn freshen(
         response_time,
     };
     let lifetime = policy::storable(&exchange, lookup.policy).unwrap_or(Duration::ZERO);
-    let headers = hit_headers(&headers);
-    let obj = Arc::new(Object {
+    let mut headers = hit_headers(&headers);
+    let initial_age = freshness::initial_age(not_modified, request_time, response_time);
+    let make = |headers: HeaderMap, body: bytes::Bytes| Object {
         status: stale.status,
         headers_charge: headers_charge(&headers),
-        initial_age: freshness::initial_age(not_modified, request_time, response_time),
+        initial_age,
         headers,
-        body: stale.body.clone(),
+        body,
         request_time,
         response_time,
         lifetime,
-        directives,
+        directives: directives.clone(),
         vary: stale.vary.clone(),
         invalidated: Default::default(),
         refreshing: Default::default(),
+        encoded: Box::default(),
+    };
+    // The encoded copies keep their bodies and take the refreshed fields.
+    if !stale.encoded.is_empty() {
+        crate::encode::vary_on_accept_encoding(&mut headers);
+    }
+    let encoded = crate::encode::reheaded_copies(stale, &headers, make);
+    let obj = Arc::new(Object {
+        encoded,
+        ..make(headers, stale.body.clone())
     });
     if lifetime.is_zero() {
         cache.store().invalidate(&lookup.key);
@@ -180,6 +194,8 @@ pub struct StoreTicket {
     /// The origin's Content-Length.
     expected: Option<usize>,
     reservation: Option<Reservation>,
+    /// The rule compresses: encoded copies are made once the object is stored.
+    compress: Option<Arc<Compress>>,
 }
 
 /// Reservations for bodies of unknown length grow by at least this much at a time.
@@ -254,11 +270,21 @@ impl StoreTicket {
             vary: std::mem::take(&mut self.vary),
             invalidated: Default::default(),
             refreshing: Default::default(),
+            encoded: Box::default(),
         };
         let variant = self.variant.take();
-        self.cache
+        let obj = Arc::new(obj);
+        let stored = self
+            .cache
             .store()
-            .insert(self.key.clone(), variant.as_deref(), Arc::new(obj));
+            .insert(self.key.clone(), variant.as_deref(), obj.clone());
+        if let (true, Some(compress)) = (stored, self.compress.take()) {
+            let (cache, key) = (self.cache.clone(), self.key.clone());
+            let old = obj.clone();
+            crate::encode::encode_stored(compress, obj, move |new| {
+                cache.store().replace(&key, variant.as_deref(), &old, new);
+            });
+        }
     }
 }
 

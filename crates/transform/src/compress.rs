@@ -50,7 +50,8 @@ pub fn compress(coding: Coding, levels: Levels, data: &[u8]) -> io::Result<Vec<u
     let out = Vec::with_capacity(data.len() / 3 + 64);
     match coding {
         Coding::Br => {
-            let mut w = brotli::CompressorWriter::new(out, 32 * 1024, levels.br.min(11), BROTLI_WINDOW);
+            let mut w =
+                brotli::CompressorWriter::new(out, 32 * 1024, levels.br.min(11), BROTLI_WINDOW);
             w.write_all(data)?;
             Ok(w.into_inner())
         }
@@ -90,7 +91,8 @@ impl StreamEncoder {
                 STREAM_BROTLI_WINDOW,
             ))),
             Coding::Zstd => {
-                let mut e = zstd::stream::write::Encoder::new(Vec::new(), levels.zstd.clamp(1, 19))?;
+                let mut e =
+                    zstd::stream::write::Encoder::new(Vec::new(), levels.zstd.clamp(1, 19))?;
                 e.window_log(STREAM_ZSTD_WINDOW)?;
                 Inner::Zstd(e)
             }
@@ -160,11 +162,15 @@ mod tests {
         let mut out = Vec::new();
         match coding {
             Coding::Br => {
-                brotli::Decompressor::new(data, 4096).read_to_end(&mut out).unwrap_or_default();
+                brotli::Decompressor::new(data, 4096)
+                    .read_to_end(&mut out)
+                    .unwrap_or_default();
             }
             Coding::Zstd => out = zstd::decode_all(data).unwrap_or_default(),
             Coding::Gzip => {
-                flate2::read::GzDecoder::new(data).read_to_end(&mut out).unwrap_or_default();
+                flate2::read::GzDecoder::new(data)
+                    .read_to_end(&mut out)
+                    .unwrap_or_default();
             }
         };
         out
@@ -182,7 +188,12 @@ mod tests {
         let data = sample();
         for c in Coding::ALL {
             let z = compress(c, Levels::default(), &data).expect("compress");
-            assert!(z.len() * 5 < data.len(), "{c:?}: {} of {}", z.len(), data.len());
+            assert!(
+                z.len() * 5 < data.len(),
+                "{c:?}: {} of {}",
+                z.len(),
+                data.len()
+            );
             assert_eq!(decode(c, &z), data, "{c:?}");
         }
     }

@@ -18,6 +18,7 @@ mod rule;
 mod screening;
 mod sockets;
 mod tls;
+mod transform;
 
 use std::time::Duration;
 
@@ -189,6 +190,7 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
     let screen = screening::read_screen(&mut s, sink);
     let admin = screening::read_admin(&mut s, sink);
     not_implemented(&mut s, sink);
+    let transforms = transform::read_global(&mut s, sink);
     let downstream = sockets::read_downstream(&mut s, sink);
     let upstream = sockets::read_upstream(&mut s, sink);
     let tls = tls::read(&mut s, sink);
@@ -199,6 +201,7 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
         strict_default,
         &cache,
         tls.rule_default.as_ref(),
+        &transforms,
     );
     s.finish(sink);
     for rule in &mut rules {
@@ -229,14 +232,6 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
 fn not_implemented(s: &mut Section<'_>, sink: &mut Sink<'_>) {
     if let Some(k) = s.string(sink, "azure_table_storage_key") {
         inactive(sink, &k, "Azure Table Storage log export");
-    }
-    if let Some(b) = s.bool(sink, "enable_compression") {
-        if b.value {
-            inactive(sink, &b, "response compression");
-        }
-    }
-    if let Some(f) = s.string(sink, "compression_flags") {
-        inactive(sink, &f, "response compression");
     }
 }
 

@@ -6,7 +6,8 @@ mod paths;
 mod tls;
 
 use crate::validate::{
-    body_size, cache_heuristic, cidrs, error, flag, inactive, lenient, rate_limit, warn, I64,
+    body_size, cache_heuristic, cidrs, error, flag, inactive, lenient, rate_limit, transform, warn,
+    I64,
 };
 use std::net::Ipv6Addr;
 
@@ -21,6 +22,7 @@ pub(super) fn read_rules(
     strict_default: bool,
     cache: &CacheConfig,
     tls_default: Option<&CertSource>,
+    transforms: &transform::Global,
 ) -> Vec<RuleConfig> {
     let mut rules = Vec::new();
     match s.tables(sink, "proxy_rules") {
@@ -33,6 +35,7 @@ pub(super) fn read_rules(
                     strict_default,
                     cache,
                     tls_default,
+                    transforms,
                     &mut domains,
                 ) {
                     rules.push(rule);
@@ -56,6 +59,7 @@ fn read_rule(
     strict_default: bool,
     cache: &CacheConfig,
     tls_default: Option<&CertSource>,
+    transforms: &transform::Global,
     domains: &mut Vec<DomainPattern>,
 ) -> Option<RuleConfig> {
     let mut ok = true;
@@ -87,6 +91,12 @@ fn read_rule(
     let enable_logging = flag(&mut s, sink, "enable_logging", true);
     let ignore_query_string = flag(&mut s, sink, "ignore_query_string", true);
     let sql_injection = flag(&mut s, sink, "enable_sql_injection_protection", true);
+    let compression_on = if flag(&mut s, sink, "enable_compression", true) {
+        s.bool(sink, "enable_compression")
+    } else {
+        None
+    };
+    let compression = transform::read_rule(&mut s, sink, compression_on, transforms);
     not_implemented(&mut s, sink);
     let disallowed_user_agents = user_agents(&mut s, sink);
     ok &= disallowed_user_agents.is_some();
@@ -137,6 +147,7 @@ fn read_rule(
         upstreams,
         routing_method,
         health_check,
+        compression,
         enable_logging,
         ignore_query_string,
         strict_path_rules,
@@ -196,7 +207,6 @@ fn read_domain(
 /// Per-rule keys of ARC2 features rampart does not have yet: accepted, reported when asked for.
 fn not_implemented(s: &mut Section<'_>, sink: &mut Sink<'_>) {
     for (key, what) in [
-        ("enable_compression", "response compression"),
         ("enable_minification", "minification"),
         ("enable_webp_transformation", "WebP transformation"),
     ] {
@@ -206,10 +216,7 @@ fn not_implemented(s: &mut Section<'_>, sink: &mut Sink<'_>) {
             }
         }
     }
-    for (key, what) in [
-        ("compression_flags", "response compression"),
-        ("minification_flags", "minification"),
-    ] {
+    for (key, what) in [("minification_flags", "minification")] {
         if let Some(f) = s.string(sink, key) {
             inactive(sink, &f, what);
         }

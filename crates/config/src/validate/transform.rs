@@ -1,0 +1,128 @@
+//! Response transforms (ARC2-COMPAT §8): `enable_compression` and `compression_flags`, global
+//! and per rule. A rule compresses when both switches are on; its own `compression_flags`, when
+//! set, replace the global ones.
+//!
+//! `compression_flags` (ARC2 leaves the syntax open; rampart's, read leniently): tokens
+//! separated by commas, semicolons or spaces, case-insensitive.
+//! - `br` (or `brotli`), `zstd`, `gzip`: the codings to offer. Naming any limits the offer to
+//!   those named; naming none offers all three.
+//! - `br=N` (0–11), `zstd=N` (1–19), `gzip=N` (1–9): a level (and the coding is offered).
+//! - `min_length=N` (or `min-length`): bodies shorter than N bytes are sent as they are
+//!   (default [`DEFAULT_MIN_LENGTH`]).
+//! - Anything else is ignored with a warning.
+
+use crate::model::Compression;
+use crate::reader::{At, Section, Sink};
+use crate::validate::warn;
+
+/// Bodies shorter than this are not compressed: the framing costs more than it saves.
+pub const DEFAULT_MIN_LENGTH: u64 = 256;
+
+/// The global switch and flags.
+#[derive(Debug, Default)]
+pub(super) struct Global {
+    compression: bool,
+    flags: Option<Compression>,
+}
+
+pub(super) fn read_global(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Global {
+    let compression = s.bool(sink, "enable_compression").is_some_and(|b| b.value);
+    let flags = s
+        .string(sink, "compression_flags")
+        .map(|f| parse_flags(sink, &f));
+    Global { compression, flags }
+}
+
+/// The rule's compression: `None` unless the global and the rule switch are both on.
+/// `enabled` is the rule's `enable_compression` (already read).
+pub(super) fn read_rule(
+    s: &mut Section<'_>,
+    sink: &mut Sink<'_>,
+    enabled: Option<At<bool>>,
+    global: &Global,
+) -> Option<Compression> {
+    let flags = s
+        .string(sink, "compression_flags")
+        .map(|f| parse_flags(sink, &f));
+    let enabled = enabled?;
+    if !enabled.value {
+        return None;
+    }
+    if !global.compression {
+        warn(
+            sink,
+            &enabled,
+            "compression is on for this rule but off globally, so nothing is compressed",
+            "set `enable_compression = true` at the top of the file too (ARC2 needs both)",
+        );
+        return None;
+    }
+    Some(flags.or_else(|| global.flags.clone()).unwrap_or_default())
+}
+
+impl Default for Compression {
+    fn default() -> Self {
+        Compression {
+            br: Some(5),
+            zstd: Some(3),
+            gzip: Some(6),
+            min_length: DEFAULT_MIN_LENGTH,
+        }
+    }
+}
+
+fn parse_flags(sink: &mut Sink<'_>, at: &At<String>) -> Compression {
+    let mut named = Compression {
+        br: None,
+        zstd: None,
+        gzip: None,
+        min_length: DEFAULT_MIN_LENGTH,
+    };
+    let defaults = Compression::default();
+    let mut any_named = false;
+    let mut ignored = Vec::new();
+    for token in at
+        .value
+        .split(|c: char| c == ',' || c == ';' || c.is_whitespace())
+        .filter(|t| !t.is_empty())
+    {
+        let (name, value) = match token.split_once('=') {
+            Some((n, v)) => (n.trim().to_ascii_lowercase(), Some(v.trim())),
+            None => (token.to_ascii_lowercase(), None),
+        };
+        let number = value.map(|v| v.parse::<i64>().ok());
+        match (name.as_str(), number) {
+            ("br" | "brotli", None) => named.br = defaults.br,
+            ("br" | "brotli", Some(Some(n))) if (0..=11).contains(&n) => named.br = Some(n as u32),
+            ("zstd", None) => named.zstd = defaults.zstd,
+            ("zstd", Some(Some(n))) if (1..=19).contains(&n) => named.zstd = Some(n as i32),
+            ("gzip", None) => named.gzip = defaults.gzip,
+            ("gzip", Some(Some(n))) if (1..=9).contains(&n) => named.gzip = Some(n as u32),
+            ("min_length" | "min-length", Some(Some(n))) if n >= 0 => {
+                named.min_length = n as u64;
+                continue;
+            }
+            _ => {
+                ignored.push(token.to_owned());
+                continue;
+            }
+        }
+        any_named = true;
+    }
+    if !ignored.is_empty() {
+        warn(
+            sink,
+            at,
+            format!("compression_flags: ignored {}", ignored.join(", ")),
+            "use br, zstd, gzip (optionally with a level: br=5, zstd=3, gzip=6) and min_length=N",
+        );
+    }
+    if any_named {
+        named
+    } else {
+        Compression {
+            min_length: named.min_length,
+            ..defaults
+        }
+    }
+}

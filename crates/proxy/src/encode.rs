@@ -1,0 +1,326 @@
+//! Response compression (ARC2-COMPAT §8.1): brotli, zstd or gzip by the client's
+//! `Accept-Encoding`, for compressible types, never over an encoded body.
+//!
+//! - **Responses from the origin** are compressed as they stream (`deliver::compress`: the body is
+//!   wrapped in a streaming encoder, so memory stays bounded and the first bytes leave before the
+//!   last arrive). The cache stores the identity body it collects underneath.
+//! - **Stored responses** are compressed once, after they are stored ([`encode_stored`], on a
+//!   bounded pool of blocking threads): the encoded copies join the object, and hits pick one
+//!   (`Object::for_client`) without compressing anything. Until the copies exist, hits get the
+//!   identity body.
+//!
+//! Every compressible response of a compressing rule says `Vary: Accept-Encoding`, encoded or
+//! not; an encoded one has a weak `ETag` (`W/"…"`: the same resource, other bytes) and no
+//! `Content-Length` while it streams.
+
+use std::sync::Arc;
+
+use http::header::{
+    HeaderValue, ACCEPT_ENCODING, ACCEPT_RANGES, CACHE_CONTROL, CONTENT_ENCODING, CONTENT_LENGTH,
+    CONTENT_RANGE, CONTENT_TYPE, ETAG, VARY,
+};
+use http::{HeaderMap, StatusCode};
+use rampart_cache::encoding::{negotiate, Coding};
+use rampart_cache::store::Object;
+use rampart_config::Compression;
+use rampart_transform::compress::{self as codec, Levels};
+use tokio::sync::Semaphore;
+
+/// A rule's compression settings, ready for the request path.
+#[derive(Debug, Clone)]
+pub struct Compress {
+    /// The codings offered, in rampart's order of preference.
+    pub codings: Vec<Coding>,
+    pub levels: Levels,
+    pub min_length: u64,
+}
+
+impl Compress {
+    pub fn new(c: &Compression) -> Self {
+        let d = Levels::default();
+        let levels = Levels {
+            br: c.br.unwrap_or(d.br),
+            zstd: c.zstd.unwrap_or(d.zstd),
+            gzip: c.gzip.unwrap_or(d.gzip),
+        };
+        let codings = [
+            (Coding::Br, c.br.is_some()),
+            (Coding::Zstd, c.zstd.is_some()),
+            (Coding::Gzip, c.gzip.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(c, on)| on.then_some(c))
+        .collect();
+        Compress {
+            codings,
+            levels,
+            min_length: c.min_length,
+        }
+    }
+
+    /// The coding to use for a request with these headers (`None` = identity).
+    pub fn negotiate(&self, req: &HeaderMap) -> Option<Coding> {
+        negotiate(req.get_all(ACCEPT_ENCODING).iter(), &self.codings)
+    }
+}
+
+/// Media types worth compressing: text, and the structured formats served as `application/`.
+/// Images (but SVG), video, audio, archives and fonts in compressed formats are not.
+pub fn compressible_type(content_type: &[u8]) -> bool {
+    let ct = content_type
+        .split(|&b| b == b';')
+        .next()
+        .unwrap_or(b"")
+        .trim_ascii();
+    let lower = ct.to_ascii_lowercase();
+    let ct = lower.as_slice();
+    if ct == b"text/event-stream" {
+        // Server-sent events: every event must reach the client as it is written.
+        return false;
+    }
+    ct.starts_with(b"text/")
+        || ct.ends_with(b"+json")
+        || ct.ends_with(b"+xml")
+        || matches!(
+            ct,
+            b"application/javascript"
+                | b"application/x-javascript"
+                | b"application/ecmascript"
+                | b"application/json"
+                | b"application/xml"
+                | b"application/wasm"
+                | b"application/x-font-ttf"
+                | b"application/vnd.ms-fontobject"
+                | b"font/ttf"
+                | b"font/otf"
+                | b"image/svg+xml"
+                | b"image/x-icon"
+                | b"image/vnd.microsoft.icon"
+                | b"image/bmp"
+        )
+}
+
+/// Whether this response may be compressed: a 200 of a compressible type, not encoded already,
+/// not a range, no `no-transform` (RFC 9110 §7.7), and not shorter than `min_length` when its
+/// length is known.
+pub fn compressible(status: StatusCode, h: &HeaderMap, min_length: u64) -> bool {
+    status == StatusCode::OK
+        && h.get(CONTENT_ENCODING)
+            .is_none_or(|v| v.as_bytes().eq_ignore_ascii_case(b"identity"))
+        && !h.contains_key(CONTENT_RANGE)
+        && h.get(CONTENT_TYPE)
+            .is_some_and(|v| compressible_type(v.as_bytes()))
+        && !h.get_all(CACHE_CONTROL).iter().any(|v| {
+            v.to_str()
+                .is_ok_and(|s| s.to_ascii_lowercase().contains("no-transform"))
+        })
+        && crate::headers::content_length(h).is_none_or(|n| n >= min_length)
+}
+
+/// Adds `Accept-Encoding` to `Vary` (unless it is there, or `Vary: *`).
+pub fn vary_on_accept_encoding(h: &mut HeaderMap) {
+    let listed = h.get_all(VARY).iter().any(|v| {
+        v.to_str().is_ok_and(|s| {
+            s.split(',')
+                .any(|t| t.trim() == "*" || t.trim().eq_ignore_ascii_case("accept-encoding"))
+        })
+    });
+    if !listed {
+        h.append(VARY, HeaderValue::from_static("Accept-Encoding"));
+    }
+}
+
+/// The header fields of the `coding` copy of a response with fields `h`.
+pub fn encoded_headers(h: &mut HeaderMap, coding: Coding, length: Option<usize>) {
+    h.insert(CONTENT_ENCODING, coding.header_value());
+    match length {
+        Some(n) => {
+            h.insert(CONTENT_LENGTH, HeaderValue::from(n));
+        }
+        None => {
+            h.remove(CONTENT_LENGTH);
+        }
+    }
+    vary_on_accept_encoding(h);
+    // A strong validator names exact bytes; these are other bytes of the same resource.
+    if let Some(etag) = h.get(ETAG) {
+        if !etag.as_bytes().starts_with(b"W/") {
+            let mut weak = b"W/".to_vec();
+            weak.extend_from_slice(etag.as_bytes());
+            if let Ok(v) = HeaderValue::from_bytes(&weak) {
+                h.insert(ETAG, v);
+            }
+        }
+    }
+    if length.is_none() {
+        // Ranges of a stream being compressed cannot be served.
+        h.remove(ACCEPT_RANGES);
+    }
+}
+
+/// At most this many stored objects are compressed at once (the rest wait their turn).
+fn encoders() -> &'static Semaphore {
+    static POOL: std::sync::OnceLock<Semaphore> = std::sync::OnceLock::new();
+    POOL.get_or_init(|| Semaphore::new(std::thread::available_parallelism().map_or(1, |n| n.get())))
+}
+
+/// Compresses a stored object off the request path and replaces it with a copy that carries
+/// its encoded copies; `store` is called with the new object (it replaces the entry if the entry
+/// still is `obj`). Nothing happens when the object is not compressible.
+pub fn encode_stored(
+    compress: Arc<Compress>,
+    obj: Arc<Object>,
+    store: impl FnOnce(Arc<Object>) + Send + 'static,
+) {
+    if !compressible(obj.status, &obj.headers, compress.min_length) || obj.body.is_empty() {
+        return;
+    }
+    tokio::spawn(async move {
+        let Ok(_permit) = encoders().acquire().await else {
+            return;
+        };
+        let made = tokio::task::spawn_blocking(move || {
+            let copies = compress
+                .codings
+                .iter()
+                .filter_map(|&coding| {
+                    let out = codec::compress(coding, compress.levels, &obj.body).ok()?;
+                    // Not worth it (already compressed data behind a text type): identity.
+                    (out.len() < obj.body.len()).then(|| (coding, out))
+                })
+                .collect::<Vec<_>>();
+            (obj, copies)
+        })
+        .await;
+        let Ok((obj, copies)) = made else { return };
+        if copies.is_empty() {
+            return;
+        }
+        store(with_copies(&obj, copies));
+    });
+}
+
+/// `obj` with `Vary: Accept-Encoding` and its encoded copies.
+fn with_copies(obj: &Object, copies: Vec<(Coding, Vec<u8>)>) -> Arc<Object> {
+    let mut headers = obj.headers.clone();
+    vary_on_accept_encoding(&mut headers);
+    let encoded = copies
+        .into_iter()
+        .map(|(coding, body)| {
+            let mut h = headers.clone();
+            encoded_headers(&mut h, coding, Some(body.len()));
+            (
+                coding,
+                Arc::new(copy_of(obj, h, bytes::Bytes::from(body), Box::default())),
+            )
+        })
+        .collect();
+    Arc::new(copy_of(obj, headers, obj.body.clone(), encoded))
+}
+
+/// The encoded copies of `stale` for its refreshed identity headers `headers` (a 304 updated
+/// the fields; the bodies are the same).
+pub fn reheaded_copies(
+    stale: &Object,
+    headers: &HeaderMap,
+    make: impl Fn(HeaderMap, bytes::Bytes) -> Object,
+) -> Box<[(Coding, Arc<Object>)]> {
+    stale
+        .encoded
+        .iter()
+        .map(|(coding, o)| {
+            let mut h = headers.clone();
+            encoded_headers(&mut h, *coding, Some(o.body.len()));
+            (*coding, Arc::new(make(h, o.body.clone())))
+        })
+        .collect()
+}
+
+/// An object like `obj` with other fields, body and copies (same freshness and timing).
+fn copy_of(
+    obj: &Object,
+    headers: HeaderMap,
+    body: bytes::Bytes,
+    encoded: Box<[(Coding, Arc<Object>)]>,
+) -> Object {
+    Object {
+        status: obj.status,
+        headers_charge: rampart_cache::store::headers_charge(&headers),
+        headers,
+        body,
+        request_time: obj.request_time,
+        response_time: obj.response_time,
+        initial_age: obj.initial_age,
+        lifetime: obj.lifetime,
+        directives: obj.directives.clone(),
+        vary: obj.vary.clone(),
+        invalidated: Default::default(),
+        refreshing: Default::default(),
+        encoded,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn types() {
+        for t in [
+            "text/html; charset=utf-8",
+            "TEXT/CSS",
+            "application/javascript",
+            "application/ld+json",
+            "image/svg+xml",
+        ] {
+            assert!(compressible_type(t.as_bytes()), "{t}");
+        }
+        for t in [
+            "image/png",
+            "video/mp4",
+            "application/zip",
+            "text/event-stream",
+            "font/woff2",
+        ] {
+            assert!(!compressible_type(t.as_bytes()), "{t}");
+        }
+    }
+
+    #[test]
+    fn what_is_compressed() {
+        let mut h = HeaderMap::new();
+        h.insert(CONTENT_TYPE, HeaderValue::from_static("text/html"));
+        assert!(compressible(StatusCode::OK, &h, 256));
+        assert!(!compressible(StatusCode::PARTIAL_CONTENT, &h, 256));
+        h.insert(CONTENT_LENGTH, HeaderValue::from_static("100"));
+        assert!(!compressible(StatusCode::OK, &h, 256), "too short");
+        h.insert(CONTENT_LENGTH, HeaderValue::from_static("1000"));
+        h.insert(
+            CACHE_CONTROL,
+            HeaderValue::from_static("max-age=60, No-Transform"),
+        );
+        assert!(!compressible(StatusCode::OK, &h, 256));
+        h.remove(CACHE_CONTROL);
+        h.insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        assert!(!compressible(StatusCode::OK, &h, 256), "never re-encoded");
+    }
+
+    #[test]
+    fn encoded_fields() {
+        let mut h = HeaderMap::new();
+        h.insert(ETAG, HeaderValue::from_static("\"v1\""));
+        h.insert(VARY, HeaderValue::from_static("Cookie"));
+        h.insert(CONTENT_LENGTH, HeaderValue::from_static("1000"));
+        encoded_headers(&mut h, Coding::Br, Some(300));
+        assert_eq!(h[ETAG], "W/\"v1\"");
+        assert_eq!(h[CONTENT_ENCODING], "br");
+        assert_eq!(h[CONTENT_LENGTH], "300");
+        let vary: Vec<_> = h.get_all(VARY).iter().collect();
+        assert_eq!(vary, ["Cookie", "Accept-Encoding"]);
+        // Idempotent.
+        encoded_headers(&mut h, Coding::Br, None);
+        assert_eq!(h[ETAG], "W/\"v1\"");
+        assert_eq!(h.get_all(VARY).iter().count(), 2);
+        assert!(h.get(CONTENT_LENGTH).is_none());
+    }
+}
