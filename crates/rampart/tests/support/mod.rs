@@ -63,6 +63,13 @@ impl Reply {
             chunked: false,
         }
     }
+    /// `body` as `content_type`.
+    pub fn typed(body: &[u8], content_type: &str) -> Self {
+        let mut r = Reply::text("");
+        r.headers = vec![("content-type".into(), content_type.into())];
+        r.body = Bytes::copy_from_slice(body);
+        r
+    }
     /// `body` without a Content-Length (chunked transfer coding).
     pub fn chunked(body: &str) -> Self {
         let mut r = Reply::text(body);
