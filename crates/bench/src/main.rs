@@ -5,6 +5,7 @@
 //! per request from /proc, a check that cached scenarios really hit, and a flag when the load
 //! generator rather than the server was the ceiling.
 
+mod codecs;
 mod floor;
 mod instructions;
 mod load;
@@ -60,6 +61,9 @@ enum Cmd {
     /// Instructions per request (valgrind's callgrind) of one or more rampart builds: a cached
     /// hit, a pass and an h2c hit each.
     Instructions(instructions::InstructionsArgs),
+    /// Compression ratio and CPU per MB of each codec and level on a corpus of HTML, CSS and
+    /// JS files.
+    Codecs(codecs::CodecsArgs),
     /// The fixed-response floor server (started by the suite itself).
     Floor {
         #[arg(long)]
@@ -173,6 +177,7 @@ fn main() -> anyhow::Result<()> {
         Some(Cmd::Memory(args)) => memory::run(args),
         Some(Cmd::Vus(args)) => vus::run(args),
         Some(Cmd::Instructions(args)) => instructions::run(args),
+        Some(Cmd::Codecs(args)) => codecs::run(args),
         Some(Cmd::Floor { listen }) => floor::run(listen),
         None => run(cli.run),
     }
