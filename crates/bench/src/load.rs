@@ -29,8 +29,13 @@ pub struct LoadResult {
 /// A load to apply.
 #[derive(Debug, Clone, Serialize)]
 pub enum Load {
-    /// wrk closed loop: `connections` keep-alive connections for `seconds`.
-    Wrk { connections: u32, close: bool },
+    /// wrk closed loop: `connections` keep-alive connections for `seconds`, with
+    /// `Accept-Encoding: accept_encoding` when set.
+    Wrk {
+        connections: u32,
+        close: bool,
+        accept_encoding: Option<&'static str>,
+    },
     /// ab: `concurrency`, `requests` in total.
     Ab { concurrency: u32, requests: u32 },
     /// h2load, HTTP/2 prior knowledge: clients × streams.
@@ -62,13 +67,18 @@ impl Load {
 
     pub fn describe(&self, seconds: u64) -> String {
         match self {
-            Load::Wrk { connections, close } => format!(
-                "wrk -t1 -c{connections} -d{seconds}s{}",
+            Load::Wrk {
+                connections,
+                close,
+                accept_encoding,
+            } => format!(
+                "wrk -t1 -c{connections} -d{seconds}s{}{}",
                 if *close {
                     " -H 'Connection: close'"
                 } else {
                     ""
-                }
+                },
+                accept_encoding.map_or(String::new(), |ae| format!(" -H 'Accept-Encoding: {ae}'"))
             ),
             Load::Ab {
                 concurrency,
@@ -94,7 +104,11 @@ impl Load {
     pub fn command(&self, url: &str, seconds: u64, scratch: &std::path::Path) -> Command {
         let mut c;
         match self {
-            Load::Wrk { connections, close } => {
+            Load::Wrk {
+                connections,
+                close,
+                accept_encoding,
+            } => {
                 c = Command::new("wrk");
                 c.args([
                     "-t1",
@@ -106,6 +120,9 @@ impl Load {
                 ]);
                 if *close {
                     c.args(["-H", "Connection: close"]);
+                }
+                if let Some(ae) = accept_encoding {
+                    c.args(["-H", &format!("Accept-Encoding: {ae}")]);
                 }
                 c.arg(url);
             }

@@ -76,7 +76,7 @@ struct RunArgs {
     /// A seconds-long smoke run of every scenario (1 round, short loads).
     #[arg(long)]
     quick: bool,
-    /// Scenarios to run (comma-separated): cached-hello, cached-image, pass, close, https, https-close, h2, vus, burst.
+    /// Scenarios to run (comma-separated): cached-hello, cached-image, compressed, compressed-plain, pass, close, https, https-close, h2, vus, burst.
     #[arg(long, value_delimiter = ',')]
     scenarios: Option<Vec<String>>,
     /// Peers to include (comma-separated names, e.g. rampart,nginx,varnish).
@@ -201,6 +201,7 @@ fn scenarios(quick: bool, seconds: Option<u64>, rounds: Option<usize>) -> Vec<Sc
     let wrk = |c: u32| Load::Wrk {
         connections: c,
         close: false,
+        accept_encoding: None,
     };
     // ARC2's steps, as far as this machine's open-file limit allows: a cached hit costs a proxy
     // one file per connection; 1,000 are kept for everything else.
@@ -258,6 +259,36 @@ fn scenarios(quick: bool, seconds: Option<u64>, rounds: Option<usize>) -> Vec<Sc
             only: None,
         },
         Scenario {
+            name: "compressed",
+            description: "a cached ~40 KB HTML page asked for as a browser does (Accept-Encoding: gzip, br), wrk at 64 connections: rampart sends the Brotli copy it stored, NGINX (gzip on) gzips each hit",
+            path: "/page.html",
+            cached: true,
+            h2: false,
+            tls: false,
+            loads: vec![Load::Wrk {
+                connections: 64,
+                close: false,
+                accept_encoding: Some("gzip, br"),
+            }],
+            seconds: s,
+            rounds: r,
+            fresh: false,
+            only: Some(&["rampart", "rampart-baseline", "nginx"]),
+        },
+        Scenario {
+            name: "compressed-plain",
+            description: "the yardstick for `compressed`: a cached uncompressed body of the size of the page's Brotli copy, wrk at 64 connections",
+            path: "/page-sized",
+            cached: true,
+            h2: false,
+            tls: false,
+            loads: vec![wrk(64)],
+            seconds: s,
+            rounds: r,
+            fresh: false,
+            only: Some(&["rampart", "rampart-baseline", "nginx"]),
+        },
+        Scenario {
             name: "pass",
             description: "no caching: every request goes to the origin (a ~2 KB rendered template, Cache-Control: no-store), keep-alive, wrk at 64 connections",
             path: "/template",
@@ -277,7 +308,11 @@ fn scenarios(quick: bool, seconds: Option<u64>, rounds: Option<usize>) -> Vec<Sc
             cached: true,
             h2: false,
             tls: false,
-            loads: vec![Load::Wrk { connections: 32, close: true }],
+            loads: vec![Load::Wrk {
+                connections: 32,
+                close: true,
+                accept_encoding: None,
+            }],
             seconds: s,
             rounds: r,
             fresh: false,
@@ -303,7 +338,11 @@ fn scenarios(quick: bool, seconds: Option<u64>, rounds: Option<usize>) -> Vec<Sc
             cached: true,
             h2: false,
             tls: true,
-            loads: vec![Load::Wrk { connections: 32, close: true }],
+            loads: vec![Load::Wrk {
+                connections: 32,
+                close: true,
+                accept_encoding: None,
+            }],
             seconds: s,
             rounds: r,
             fresh: false,
@@ -448,7 +487,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         .collect();
     if chosen.is_empty() {
         bail!(
-            "no scenario selected; known: cached-hello, cached-image, pass, close, https, https-close, h2, vus, burst"
+            "no scenario selected; known: cached-hello, cached-image, compressed, compressed-plain, pass, close, https, https-close, h2, vus, burst"
         );
     }
 
@@ -821,10 +860,16 @@ fn warmup(load: &Load) -> Load {
         Load::Vus { .. } => Load::Wrk {
             connections: 8,
             close: false,
+            accept_encoding: None,
         },
-        Load::Wrk { connections, close } => Load::Wrk {
+        Load::Wrk {
+            connections,
+            close,
+            accept_encoding,
+        } => Load::Wrk {
             connections: *connections,
             close: *close,
+            accept_encoding: *accept_encoding,
         },
     }
 }

@@ -4,6 +4,8 @@
 //! |---|---|---|
 //! | `/hello` | `Hello World!` (12 bytes) | `max-age=3600` |
 //! | `/image.jpg` | a 75,077-byte (73 KiB) JPEG | `max-age=3600` |
+//! | `/page.html` | a ~40 KB HTML catalogue page (the `compressed` scenario) | `max-age=3600` |
+//! | `/page-sized` | as many bytes as the page's Brotli copy (level 5), not compressible | `max-age=3600` |
 //! | `/template` | a ~2 KB HTML page rendered per request | `no-store` |
 //! | `/dynamic` | a short page with a per-request counter | `no-store` |
 //! | `/__stats` | request counts per path (`path count` lines) | — |
@@ -27,7 +29,14 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 pub static IMAGE: &[u8] = include_bytes!("../../rampart/assets/demo.jpg");
 
 /// Paths the origin counts, in `/__stats` order.
-pub const PATHS: [&str; 4] = ["/hello", "/image.jpg", "/template", "/dynamic"];
+pub const PATHS: [&str; 6] = [
+    "/hello",
+    "/image.jpg",
+    "/template",
+    "/dynamic",
+    "/page.html",
+    "/page-sized",
+];
 
 const BLOB_MAX: usize = 8 << 20;
 
@@ -40,7 +49,43 @@ fn blob() -> &'static Bytes {
 
 #[derive(Default)]
 struct Counters {
-    hits: [AtomicU64; 4],
+    hits: [AtomicU64; 6],
+}
+
+/// The `compressed` scenario's page: ~40 KB of HTML as a CMS renders a catalogue.
+pub fn page() -> &'static Bytes {
+    static PAGE: std::sync::OnceLock<Bytes> = std::sync::OnceLock::new();
+    PAGE.get_or_init(|| {
+        let mut s = String::from(
+            "<!doctype html>\n<html lang=en><head><meta charset=utf-8><title>Catalogue</title>\n\
+             <link rel=stylesheet href=/site.css></head><body>\n<header><nav><a href=/>Home</a> \
+             <a href=/shop>Shop</a> <a href=/about>About</a></nav></header>\n<main><ul class=products>\n",
+        );
+        for i in 0..300 {
+            s.push_str(&format!(
+                "  <li class=\"product\" data-id=\"{i}\"><a href=\"/p/{i}\"><img src=\"/img/{i}.jpg\" alt=\"Product {i}\"></a>\n    \
+                 <h2>Product {i}</h2><p class=\"price\">{}.{:02} EUR</p><button data-add=\"{i}\">Add to cart</button></li>\n",
+                (i * 37) % 200 + 1,
+                (i * 13) % 100
+            ));
+        }
+        s.push_str("</ul></main>\n<footer>rampart-bench origin</footer></body></html>\n");
+        Bytes::from(s)
+    })
+}
+
+/// `/page-sized`: as many bytes as the Brotli copy rampart stores of `/page.html`.
+fn page_sized() -> &'static Bytes {
+    static SIZED: std::sync::OnceLock<Bytes> = std::sync::OnceLock::new();
+    SIZED.get_or_init(|| {
+        let len = rampart_transform::compress::compress(
+            rampart_cache::encoding::Coding::Br,
+            rampart_transform::compress::Levels::default(),
+            page(),
+        )
+        .map_or(8_000, |v| v.len());
+        Bytes::from(vec![b'p'; len])
+    })
 }
 
 fn template(n: u64) -> String {
@@ -71,6 +116,8 @@ async fn serve(
             Bytes::from_static(b"Hello World!"),
         ),
         "/image.jpg" => ("image/jpeg", "max-age=3600", Bytes::from_static(IMAGE)),
+        "/page.html" => ("text/html; charset=utf-8", "max-age=3600", page().clone()),
+        "/page-sized" => ("application/octet-stream", "max-age=3600", page_sized().clone()),
         "/template" => (
             "text/html; charset=utf-8",
             "no-store",

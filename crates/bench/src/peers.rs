@@ -232,6 +232,10 @@ add_logging = false
 logging_level = "error"
 add_caching = true
 cache_memory = "256MiB"
+# ARC2's switch: compressible responses (the `compressed` scenario's page) get Brotli, zstd or
+# gzip copies when stored; the other scenarios' bodies are too short, not compressible, or asked
+# for without Accept-Encoding.
+enable_compression = true
 
 [[proxy_rules]]
 domain = "*"
@@ -242,7 +246,7 @@ rule_type = "Whitelist"
 enable_logging = false
 ignore_query_string = false
 enable_sql_injection_protection = false
-enable_compression = false
+enable_compression = true
 enable_minification = false
 enable_webp_transformation = false
 tls_cert_file = "{cert}"
@@ -364,6 +368,14 @@ http {
     uwsgi_temp_path @DIR@/uwsgi_temp;
     scgi_temp_path @DIR@/scgi_temp;
     proxy_cache_path @DIR@/cache keys_zone=mycache:60m;
+    # The `compressed` scenario: NGINX stores the identity body and gzips each hit (gzip_static
+    # serves files from disk only; Debian's NGINX has no Brotli filter).
+    gzip on;
+    gzip_types text/css application/javascript application/json;
+    gzip_comp_level 6;
+    gzip_min_length 256;
+    gzip_vary on;
+    gzip_proxied any;
 @UPSTREAM@
     server {
         listen 127.0.0.1:@PORT@;
