@@ -1,2 +1,3 @@
 //! rampart's response transforms: compression (this crate's codecs), more to come.
 pub mod compress;
+pub mod minify;
