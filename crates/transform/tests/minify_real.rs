@@ -59,7 +59,7 @@ fn css_keeps_media_queries_calc_and_strings() {
         "a :first-child{color : var( --accent )}",
         "content: \" /* not a comment */ \"",
         "/*! keep this licence comment */",
-        "font: 16px/1.5 \"Helvetica Neue\", Arial, sans-serif",
+        "font: 16px/1.5 \"Helvetica Neue\",Arial,sans-serif",
     ] {
         assert!(min.contains(kept), "missing {kept:?} in {min}");
     }
