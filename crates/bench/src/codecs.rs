@@ -92,7 +92,12 @@ struct Row {
     cpu: Duration,
 }
 
-fn measure(files: &[(String, Vec<u8>)], coding: Coding, level: i32, rounds: usize) -> anyhow::Result<Row> {
+fn measure(
+    files: &[(String, Vec<u8>)],
+    coding: Coding,
+    level: i32,
+    rounds: usize,
+) -> anyhow::Result<Row> {
     let levels = Levels {
         br: level as u32,
         zstd: level,
@@ -146,7 +151,10 @@ pub fn run(args: CodecsArgs) -> anyhow::Result<()> {
             .collect::<Vec<_>>()
             .join(", ")
     );
-    println!("each file compressed on its own; CPU = one thread, median of {} passes\n", args.rounds);
+    println!(
+        "each file compressed on its own; CPU = one thread, median of {} passes\n",
+        args.rounds
+    );
     println!("| codec | level | size after | saved | CPU ms per MB in | MB/s |");
     println!("|---|---|---|---|---|---|");
     for (coding, levels) in LEVELS {

@@ -117,7 +117,11 @@ async fn serve(
         ),
         "/image.jpg" => ("image/jpeg", "max-age=3600", Bytes::from_static(IMAGE)),
         "/page.html" => ("text/html; charset=utf-8", "max-age=3600", page().clone()),
-        "/page-sized" => ("application/octet-stream", "max-age=3600", page_sized().clone()),
+        "/page-sized" => (
+            "application/octet-stream",
+            "max-age=3600",
+            page_sized().clone(),
+        ),
         "/template" => (
             "text/html; charset=utf-8",
             "no-store",

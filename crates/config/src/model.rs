@@ -353,6 +353,14 @@ pub enum RoutingMethod {
     Performance,
 }
 
+/// Minification for a rule (`enable_minification`, `minification_flags`): which languages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Minify {
+    pub html: bool,
+    pub css: bool,
+    pub js: bool,
+}
+
 /// Response compression for a rule (`enable_compression`, `compression_flags`): the level of
 /// each coding offered (`None` = not offered), and the smallest body compressed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -407,6 +415,8 @@ pub struct RuleConfig {
     pub health_check: Option<HealthCheck>,
     /// Response compression (global and rule `enable_compression`); `None` = off.
     pub compression: Option<Compression>,
+    /// Minification of stored HTML, CSS and JS (`enable_minification`); `None` = off.
+    pub minify: Option<Minify>,
     pub enable_logging: bool,
     pub ignore_query_string: bool,
     /// When true, `Whitelist`/`Blacklist` control access (403) instead of only caching.

@@ -58,8 +58,8 @@ pub async fn deliver(
             request: request_time,
             response: response_time,
         };
-        let compress = txn.route().rule.compress.as_ref();
-        ticket = match store::prepare(cache, l, &method, req_headers, &parts, timing, compress) {
+        let transforms = txn.route().rule.transforms();
+        ticket = match store::prepare(cache, l, &method, req_headers, &parts, timing, transforms) {
             Ok(t) => Some(t),
             Err(why) => {
                 tracing::debug!(reason = why.as_str(), "response not stored");

@@ -4,7 +4,8 @@
 //! - **Responses from the origin** are compressed as they stream (`deliver::compress`: the body is
 //!   wrapped in a streaming encoder, so memory stays bounded and the first bytes leave before the
 //!   last arrive). The cache stores the identity body it collects underneath.
-//! - **Stored responses** are compressed once, after they are stored ([`encode_stored`], on a
+//! - **Stored responses** are minified (HTML, CSS, JS, when the rule says so) and compressed
+//!   once, after they are stored ([`transform_stored`], on a
 //!   bounded pool of blocking threads): the encoded copies join the object, and hits pick one
 //!   (`Object::for_client`) without compressing anything. Until the copies exist, hits get the
 //!   identity body.
@@ -24,6 +25,7 @@ use rampart_cache::encoding::{negotiate, Coding};
 use rampart_cache::store::Object;
 use rampart_config::Compression;
 use rampart_transform::compress::{self as codec, Levels};
+use rampart_transform::minify::{self, Languages};
 use tokio::sync::Semaphore;
 
 /// A rule's compression settings, ready for the request path.
@@ -72,48 +74,53 @@ pub fn compressible_type(content_type: &[u8]) -> bool {
         .next()
         .unwrap_or(b"")
         .trim_ascii();
-    let lower = ct.to_ascii_lowercase();
-    let ct = lower.as_slice();
-    if ct == b"text/event-stream" {
+    // Case-insensitive without a copy: this runs for every response of a compressing rule.
+    let is = |t: &[u8]| ct.eq_ignore_ascii_case(t);
+    let ends = |t: &[u8]| ct.len() >= t.len() && ct[ct.len() - t.len()..].eq_ignore_ascii_case(t);
+    if is(b"text/event-stream") {
         // Server-sent events: every event must reach the client as it is written.
         return false;
     }
-    ct.starts_with(b"text/")
-        || ct.ends_with(b"+json")
-        || ct.ends_with(b"+xml")
-        || matches!(
-            ct,
-            b"application/javascript"
-                | b"application/x-javascript"
-                | b"application/ecmascript"
-                | b"application/json"
-                | b"application/xml"
-                | b"application/wasm"
-                | b"application/x-font-ttf"
-                | b"application/vnd.ms-fontobject"
-                | b"font/ttf"
-                | b"font/otf"
-                | b"image/svg+xml"
-                | b"image/x-icon"
-                | b"image/vnd.microsoft.icon"
-                | b"image/bmp"
-        )
+    (ct.len() > 5 && ct[..5].eq_ignore_ascii_case(b"text/"))
+        || ends(b"+json")
+        || ends(b"+xml")
+        || [
+            &b"application/javascript"[..],
+            b"application/x-javascript",
+            b"application/ecmascript",
+            b"application/json",
+            b"application/xml",
+            b"application/wasm",
+            b"application/x-font-ttf",
+            b"application/vnd.ms-fontobject",
+            b"font/ttf",
+            b"font/otf",
+            b"image/svg+xml",
+            b"image/x-icon",
+            b"image/vnd.microsoft.icon",
+            b"image/bmp",
+        ]
+        .into_iter()
+        .any(is)
+}
+
+/// `Cache-Control: no-transform` (any case), without a copy.
+fn no_transform(h: &HeaderMap) -> bool {
+    const NT: &[u8] = b"no-transform";
+    h.get_all(CACHE_CONTROL).iter().any(|v| {
+        v.as_bytes()
+            .windows(NT.len())
+            .any(|w| w.eq_ignore_ascii_case(NT))
+    })
 }
 
 /// Whether this response may be compressed: a 200 of a compressible type, not encoded already,
 /// not a range, no `no-transform` (RFC 9110 §7.7), and not shorter than `min_length` when its
 /// length is known.
 pub fn compressible(status: StatusCode, h: &HeaderMap, min_length: u64) -> bool {
-    status == StatusCode::OK
-        && h.get(CONTENT_ENCODING)
-            .is_none_or(|v| v.as_bytes().eq_ignore_ascii_case(b"identity"))
-        && !h.contains_key(CONTENT_RANGE)
+    compressible_status_and_fields(status, h)
         && h.get(CONTENT_TYPE)
             .is_some_and(|v| compressible_type(v.as_bytes()))
-        && !h.get_all(CACHE_CONTROL).iter().any(|v| {
-            v.to_str()
-                .is_ok_and(|s| s.to_ascii_lowercase().contains("no-transform"))
-        })
         && crate::headers::content_length(h).is_none_or(|n| n >= min_length)
 }
 
@@ -130,6 +137,20 @@ pub fn vary_on_accept_encoding(h: &mut HeaderMap) {
     }
 }
 
+/// A strong validator names exact bytes; a minified or encoded copy is other bytes of the same
+/// resource: `"v1"` becomes `W/"v1"`.
+fn weaken_etag(h: &mut HeaderMap) {
+    if let Some(etag) = h.get(ETAG) {
+        if !etag.as_bytes().starts_with(b"W/") {
+            let mut weak = b"W/".to_vec();
+            weak.extend_from_slice(etag.as_bytes());
+            if let Ok(v) = HeaderValue::from_bytes(&weak) {
+                h.insert(ETAG, v);
+            }
+        }
+    }
+}
+
 /// The header fields of the `coding` copy of a response with fields `h`.
 pub fn encoded_headers(h: &mut HeaderMap, coding: Coding, length: Option<usize>) {
     h.insert(CONTENT_ENCODING, coding.header_value());
@@ -142,16 +163,7 @@ pub fn encoded_headers(h: &mut HeaderMap, coding: Coding, length: Option<usize>)
         }
     }
     vary_on_accept_encoding(h);
-    // A strong validator names exact bytes; these are other bytes of the same resource.
-    if let Some(etag) = h.get(ETAG) {
-        if !etag.as_bytes().starts_with(b"W/") {
-            let mut weak = b"W/".to_vec();
-            weak.extend_from_slice(etag.as_bytes());
-            if let Ok(v) = HeaderValue::from_bytes(&weak) {
-                h.insert(ETAG, v);
-            }
-        }
-    }
+    weaken_etag(h);
     if length.is_none() {
         // Ranges of a stream being compressed cannot be served.
         h.remove(ACCEPT_RANGES);
@@ -164,46 +176,145 @@ fn encoders() -> &'static Semaphore {
     POOL.get_or_init(|| Semaphore::new(std::thread::available_parallelism().map_or(1, |n| n.get())))
 }
 
-/// Compresses a stored object off the request path and replaces it with a copy that carries
-/// its encoded copies; `store` is called with the new object (it replaces the entry if the entry
-/// still is `obj`). Nothing happens when the object is not compressible.
-pub fn encode_stored(
-    compress: Arc<Compress>,
+/// What a rule does to the responses it stores, once, after storing them: minify (HTML, CSS,
+/// JS) and compress.
+#[derive(Debug, Clone, Default)]
+pub struct Transforms {
+    pub compress: Option<Arc<Compress>>,
+    pub minify: Option<Languages>,
+}
+
+impl Transforms {
+    pub fn any(&self) -> bool {
+        self.compress.is_some() || self.minify.is_some()
+    }
+}
+
+/// The language of a response the rule minifies, by its `Content-Type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lang {
+    Html,
+    Css,
+    Js,
+}
+
+fn minifiable(h: &HeaderMap, langs: Languages) -> Option<Lang> {
+    let ct = h.get(CONTENT_TYPE)?.as_bytes();
+    let ct = ct
+        .split(|&b| b == b';')
+        .next()?
+        .trim_ascii()
+        .to_ascii_lowercase();
+    let lang = match ct.as_slice() {
+        b"text/html" | b"application/xhtml+xml" => Lang::Html,
+        b"text/css" => Lang::Css,
+        b"application/javascript"
+        | b"text/javascript"
+        | b"application/x-javascript"
+        | b"application/ecmascript"
+        | b"text/ecmascript" => Lang::Js,
+        _ => return None,
+    };
+    let on = match lang {
+        Lang::Html => langs.html,
+        Lang::Css => langs.css,
+        Lang::Js => langs.js,
+    };
+    on.then_some(lang)
+}
+
+/// Whether a stored response may be transformed at all: a full 200, not encoded, no
+/// `no-transform`.
+fn transformable(obj: &Object) -> bool {
+    compressible_status_and_fields(obj.status, &obj.headers)
+}
+
+fn compressible_status_and_fields(status: StatusCode, h: &HeaderMap) -> bool {
+    status == StatusCode::OK
+        && h.get(CONTENT_ENCODING)
+            .is_none_or(|v| v.as_bytes().eq_ignore_ascii_case(b"identity"))
+        && !h.contains_key(CONTENT_RANGE)
+        && !no_transform(h)
+}
+
+/// Minifies and compresses a stored object off the request path (on a bounded pool of blocking
+/// threads) and hands the result to `store` (which replaces the entry if the entry still is
+/// `obj`). Nothing happens when neither applies.
+pub fn transform_stored(
+    t: Transforms,
     obj: Arc<Object>,
     store: impl FnOnce(Arc<Object>) + Send + 'static,
 ) {
-    if !compressible(obj.status, &obj.headers, compress.min_length) || obj.body.is_empty() {
+    if obj.body.is_empty() || !transformable(&obj) {
         return;
     }
+    let lang = t.minify.and_then(|langs| minifiable(&obj.headers, langs));
+    let compress = t
+        .compress
+        .filter(|c| compressible(obj.status, &obj.headers, c.min_length));
+    if lang.is_none() && compress.is_none() {
+        return;
+    }
+    let langs = t.minify.unwrap_or(Languages {
+        html: false,
+        css: false,
+        js: false,
+    });
     tokio::spawn(async move {
         let Ok(_permit) = encoders().acquire().await else {
             return;
         };
         let made = tokio::task::spawn_blocking(move || {
-            let copies = compress
-                .codings
-                .iter()
-                .filter_map(|&coding| {
-                    let out = codec::compress(coding, compress.levels, &obj.body).ok()?;
-                    // Not worth it (already compressed data behind a text type): identity.
-                    (out.len() < obj.body.len()).then(|| (coding, out))
-                })
-                .collect::<Vec<_>>();
-            (obj, copies)
+            let minified = lang.and_then(|lang| {
+                let out = match lang {
+                    Lang::Html => minify::html(&obj.body, langs),
+                    Lang::Css => minify::css(&obj.body),
+                    Lang::Js => minify::js(&obj.body),
+                };
+                (out.len() < obj.body.len()).then(|| bytes::Bytes::from(out))
+            });
+            let body = minified.clone().unwrap_or_else(|| obj.body.clone());
+            let copies = compress.map_or_else(Vec::new, |c| {
+                c.codings
+                    .iter()
+                    .filter_map(|&coding| {
+                        let out = codec::compress(coding, c.levels, &body).ok()?;
+                        // Not worth it (already compressed data behind a text type): identity.
+                        (out.len() < body.len()).then_some((coding, out))
+                    })
+                    .collect::<Vec<_>>()
+            });
+            (obj, minified, copies)
         })
         .await;
-        let Ok((obj, copies)) = made else { return };
-        if copies.is_empty() {
+        let Ok((obj, minified, copies)) = made else {
+            return;
+        };
+        if minified.is_none() && copies.is_empty() {
             return;
         }
-        store(with_copies(&obj, copies));
+        store(with_copies(&obj, minified, copies));
     });
 }
 
-/// `obj` with `Vary: Accept-Encoding` and its encoded copies.
-fn with_copies(obj: &Object, copies: Vec<(Coding, Vec<u8>)>) -> Arc<Object> {
+/// `obj` with its minified body (if any), `Vary: Accept-Encoding` and its encoded copies.
+fn with_copies(
+    obj: &Object,
+    minified: Option<bytes::Bytes>,
+    copies: Vec<(Coding, Vec<u8>)>,
+) -> Arc<Object> {
     let mut headers = obj.headers.clone();
-    vary_on_accept_encoding(&mut headers);
+    let body = match minified {
+        Some(m) => {
+            headers.insert(CONTENT_LENGTH, HeaderValue::from(m.len()));
+            weaken_etag(&mut headers);
+            m
+        }
+        None => obj.body.clone(),
+    };
+    if !copies.is_empty() {
+        vary_on_accept_encoding(&mut headers);
+    }
     let encoded = copies
         .into_iter()
         .map(|(coding, body)| {
@@ -215,7 +326,7 @@ fn with_copies(obj: &Object, copies: Vec<(Coding, Vec<u8>)>) -> Arc<Object> {
             )
         })
         .collect();
-    Arc::new(copy_of(obj, headers, obj.body.clone(), encoded))
+    Arc::new(copy_of(obj, headers, body, encoded))
 }
 
 /// The encoded copies of `stale` for its refreshed identity headers `headers` (a 304 updated

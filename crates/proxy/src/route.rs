@@ -17,7 +17,9 @@ use rampart_cache::key::host_name;
 use rampart_config::{Config, DomainPattern, RuleConfig, RuleType};
 use rampart_screen::ratelimit::Limiter;
 
-use crate::encode::Compress;
+use rampart_transform::minify::Languages;
+
+use crate::encode::{Compress, Transforms};
 use crate::upstream::UpstreamSet;
 
 /// A validated rule plus its runtime state.
@@ -31,6 +33,8 @@ pub struct Rule {
     pub hsts: Option<http::HeaderValue>,
     /// Response compression (`enable_compression`); `None` = off.
     pub compress: Option<Arc<Compress>>,
+    /// Minification of stored HTML, CSS and JS (`enable_minification`); `None` = off.
+    pub minify: Option<Languages>,
 }
 
 /// Host → rule lookup, built once at startup and shared by all workers.
@@ -89,6 +93,11 @@ impl Router {
                     .as_deref()
                     .and_then(|v| http::HeaderValue::from_str(v).ok()),
                 compress: rc.compression.as_ref().map(|c| Arc::new(Compress::new(c))),
+                minify: rc.minify.map(|m| Languages {
+                    html: m.html,
+                    css: m.css,
+                    js: m.js,
+                }),
             }));
         }
         wildcard.sort_by_key(|w| std::cmp::Reverse(w.0.len()));
@@ -140,6 +149,14 @@ pub fn strip_port(host: &str) -> &str {
 }
 
 impl Rule {
+    /// What this rule does to the responses it stores.
+    pub fn transforms(&self) -> Transforms {
+        Transforms {
+            compress: self.compress.clone(),
+            minify: self.minify,
+        }
+    }
+
     /// Applies `path_rules`, `paths` and `rule_type` to a request path (without query).
     pub fn decide(&self, path: &str) -> PathDecision {
         let c = &self.config;

@@ -27,7 +27,7 @@ use rampart_cache::vary::Vary;
 
 use crate::cache::{Cache, Lookup};
 use crate::coalesce::{Feed, InflightBody, Leader, SharedHead};
-use crate::encode::Compress;
+use crate::encode::Transforms;
 use crate::outcome::{CacheLabel, CACHE_STATUS, X_ARC2_CACHE};
 
 /// When the request that brought a response was sent and its response received (the
@@ -47,7 +47,7 @@ pub fn prepare(
     req_headers: &HeaderMap,
     res: &http::response::Parts,
     timing: Timing,
-    compress: Option<&Arc<Compress>>,
+    transforms: Transforms,
 ) -> Result<Box<StoreTicket>, NotStored> {
     let (status, res_headers) = (res.status, &res.headers);
     let (request_time, response_time) = (timing.request, timing.response);
@@ -96,7 +96,7 @@ pub fn prepare(
         body: Vec::with_capacity(expected.unwrap_or(0)),
         expected,
         reservation: Some(reservation),
-        compress: compress.cloned(),
+        transforms,
     }))
 }
 
@@ -194,8 +194,8 @@ pub struct StoreTicket {
     /// The origin's Content-Length.
     expected: Option<usize>,
     reservation: Option<Reservation>,
-    /// The rule compresses: encoded copies are made once the object is stored.
-    compress: Option<Arc<Compress>>,
+    /// The rule minifies or compresses: done once the object is stored.
+    transforms: Transforms,
 }
 
 /// Reservations for bodies of unknown length grow by at least this much at a time.
@@ -278,10 +278,11 @@ impl StoreTicket {
             .cache
             .store()
             .insert(self.key.clone(), variant.as_deref(), obj.clone());
-        if let (true, Some(compress)) = (stored, self.compress.take()) {
+        let transforms = std::mem::take(&mut self.transforms);
+        if stored && transforms.any() {
             let (cache, key) = (self.cache.clone(), self.key.clone());
             let old = obj.clone();
-            crate::encode::encode_stored(compress, obj, move |new| {
+            crate::encode::transform_stored(transforms, obj, move |new| {
                 cache.store().replace(&key, variant.as_deref(), &old, new);
             });
         }

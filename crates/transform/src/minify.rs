@@ -102,7 +102,12 @@ pub fn css(src: &[u8]) -> Vec<u8> {
                     .position(|&c| c == b')')
                     .map_or(src.len(), |p| i + p + 1);
                 let inner = &src[i..end];
-                if inner.iter().skip(1).find(|c| !is_space(**c)).is_some_and(|&c| c == b'"' || c == b'\'') {
+                if inner
+                    .iter()
+                    .skip(1)
+                    .find(|c| !is_space(**c))
+                    .is_some_and(|&c| c == b'"' || c == b'\'')
+                {
                     out.push(b);
                     i += 1;
                 } else {
@@ -127,8 +132,20 @@ fn is_word(b: u8) -> bool {
 
 /// Keywords after which a `/` starts a regular expression.
 const REGEX_AFTER_WORDS: &[&[u8]] = &[
-    b"return", b"typeof", b"case", b"do", b"else", b"in", b"instanceof", b"new", b"delete",
-    b"void", b"throw", b"yield", b"await", b"of",
+    b"return",
+    b"typeof",
+    b"case",
+    b"do",
+    b"else",
+    b"in",
+    b"instanceof",
+    b"new",
+    b"delete",
+    b"void",
+    b"throw",
+    b"yield",
+    b"await",
+    b"of",
 ];
 
 /// Minified JavaScript.
@@ -208,7 +225,8 @@ fn flush(out: &mut Vec<u8>, space: &mut bool, newline: &mut bool, next: u8) {
     } else if *space {
         if let Some(&prev) = out.last() {
             let merge = (is_word(prev) && is_word(next))
-                || (prev == next && matches!(prev, b'+' | b'-' | b'/' | b'<' | b'>' | b'&' | b'|' | b'='))
+                || (prev == next
+                    && matches!(prev, b'+' | b'-' | b'/' | b'<' | b'>' | b'&' | b'|' | b'='))
                 || (prev == b'+' && next == b'+')
                 || (prev.is_ascii_digit() && next == b'.')
                 || (prev == b'/' && next == b'*')
@@ -229,7 +247,10 @@ fn regex_allowed(out: &[u8], word_start: usize) -> bool {
         return true;
     };
     if is_word(prev) {
-        let end = out.iter().rposition(|&c| c != b'\n' && c != b' ').map_or(0, |p| p + 1);
+        let end = out
+            .iter()
+            .rposition(|&c| c != b'\n' && c != b' ')
+            .map_or(0, |p| p + 1);
         let word = &out[word_start.min(end)..end];
         return REGEX_AFTER_WORDS.contains(&word);
     }
@@ -370,7 +391,11 @@ fn copy_tag(src: &[u8], mut i: usize, out: &mut Vec<u8>) -> usize {
         }
         if space {
             space = false;
-            if b != b'>' && !(b == b'/' && src.get(i + 1) == Some(&b'>')) && out.last() != Some(&b'=') && b != b'=' {
+            if b != b'>'
+                && !(b == b'/' && src.get(i + 1) == Some(&b'>'))
+                && out.last() != Some(&b'=')
+                && b != b'='
+            {
                 out.push(b' ');
             }
         }
@@ -404,7 +429,10 @@ fn script_is_js(tag: &[u8]) -> bool {
         return true;
     };
     let v = &lower[p + 5..];
-    let v = v.strip_prefix(b"\"").or_else(|| v.strip_prefix(b"'")).unwrap_or(v);
+    let v = v
+        .strip_prefix(b"\"")
+        .or_else(|| v.strip_prefix(b"'"))
+        .unwrap_or(v);
     v.starts_with(b"text/javascript")
         || v.starts_with(b"module")
         || v.starts_with(b"application/javascript")
@@ -447,7 +475,12 @@ pub fn html(src: &[u8], langs: Languages) -> Vec<u8> {
         }
         let raw = [&b"pre"[..], b"textarea", b"script", b"style"]
             .into_iter()
-            .find(|n| starts_with_ci(&rest[1..], n) && rest.get(1 + n.len()).is_some_and(|&c| is_space(c) || c == b'>'));
+            .find(|n| {
+                starts_with_ci(&rest[1..], n)
+                    && rest
+                        .get(1 + n.len())
+                        .is_some_and(|&c| is_space(c) || c == b'>')
+            });
         let tag_start = out.len();
         i = copy_tag(src, i, &mut out);
         let Some(name) = raw else { continue };
@@ -489,16 +522,26 @@ mod tests {
         let out = s(js(src));
         assert!(out.contains("const re=/\\/\\*[^/]*\\*\\//g;"), "{out}");
         assert!(out.contains("let x=a/b/c;"), "{out}");
-        assert!(out.contains("`line one\n  ${ x + `nested ${ y }` }  // kept`"), "{out}");
+        assert!(
+            out.contains("`line one\n  ${ x + `nested ${ y }` }  // kept`"),
+            "{out}"
+        );
         assert!(out.contains("return/a b/.test(a)?a+ +b:a- -b;"), "{out}");
         assert!(out.contains("\"q // r\""), "{out}");
-        assert!(!out.contains("a comment") && !out.contains("block"), "{out}");
+        assert!(
+            !out.contains("a comment") && !out.contains("block"),
+            "{out}"
+        );
         assert!(out.contains("}\nlet s"), "{out}");
     }
 
     #[test]
     fn html_collapses_text_and_keeps_raw_elements() {
-        let langs = Languages { html: true, css: true, js: true };
+        let langs = Languages {
+            html: true,
+            css: true,
+            js: true,
+        };
         let src = b"<!doctype html>\n<html>\n  <head>\n    <style>\n      p  { color : red ; }\n    </style>\n    <!-- remove me -->\n    <!--[if IE]><p>old</p><![endif]-->\n  </head>\n  <body  class = \"a  b\" >\n    <p>one   <b>two</b>   three</p>\n    <pre>  keep\n    this  </pre>\n    <script>\n      // comment\n      let a  =  1 ;\n    </script>\n    <script type=\"text/template\">  <b>  raw  </b>  </script>\n  </body>\n</html>\n";
         let out = s(html(src, langs));
         assert!(out.contains("<style>p{color : red}</style>"), "{out}");
@@ -508,7 +551,10 @@ mod tests {
         assert!(out.contains("<p>one <b>two</b> three</p>"), "{out}");
         assert!(out.contains("<pre>  keep\n    this  </pre>"), "{out}");
         assert!(out.contains("<script>\nlet a=1;</script>"), "{out}");
-        assert!(out.contains("<script type=\"text/template\">  <b>  raw  </b>  </script>"), "{out}");
+        assert!(
+            out.contains("<script type=\"text/template\">  <b>  raw  </b>  </script>"),
+            "{out}"
+        );
         assert!(out.len() < src.len());
     }
 }

@@ -10,8 +10,11 @@
 //! - `min_length=N` (or `min-length`): bodies shorter than N bytes are sent as they are
 //!   (default [`DEFAULT_MIN_LENGTH`]).
 //! - Anything else is ignored with a warning.
+//!
+//! `enable_minification` (per rule) and `minification_flags`: a list of `html`, `css`, `js`
+//! (same separators); unset means all three, unknown tokens are ignored with a warning.
 
-use crate::model::Compression;
+use crate::model::{Compression, Minify};
 use crate::reader::{At, Section, Sink};
 use crate::validate::warn;
 
@@ -125,4 +128,59 @@ fn parse_flags(sink: &mut Sink<'_>, at: &At<String>) -> Compression {
             ..defaults
         }
     }
+}
+
+/// The rule's minification: `None` unless `enable_minification = true`.
+pub(super) fn read_minify(
+    s: &mut Section<'_>,
+    sink: &mut Sink<'_>,
+    enabled: bool,
+) -> Option<Minify> {
+    let flags = s.string(sink, "minification_flags");
+    if !enabled {
+        return None;
+    }
+    let Some(flags) = flags else {
+        return Some(Minify {
+            html: true,
+            css: true,
+            js: true,
+        });
+    };
+    let mut m = Minify {
+        html: false,
+        css: false,
+        js: false,
+    };
+    let mut ignored = Vec::new();
+    for token in flags
+        .value
+        .split(|c: char| c == ',' || c == ';' || c.is_whitespace())
+        .filter(|t| !t.is_empty())
+    {
+        match token.to_ascii_lowercase().as_str() {
+            "html" | "htm" => m.html = true,
+            "css" => m.css = true,
+            "js" | "javascript" => m.js = true,
+            _ => ignored.push(token.to_owned()),
+        }
+    }
+    if !ignored.is_empty() {
+        warn(
+            sink,
+            &flags,
+            format!("minification_flags: ignored {}", ignored.join(", ")),
+            "list any of html, css, js (e.g. \"html,css\"); unset minifies all three",
+        );
+    }
+    if !(m.html || m.css || m.js) {
+        warn(
+            sink,
+            &flags,
+            "minification_flags names no language, so nothing is minified",
+            "list any of html, css, js, or remove the key to minify all three",
+        );
+        return None;
+    }
+    Some(m)
 }

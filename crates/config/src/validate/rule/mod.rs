@@ -97,6 +97,8 @@ fn read_rule(
         None
     };
     let compression = transform::read_rule(&mut s, sink, compression_on, transforms);
+    let minify_on = flag(&mut s, sink, "enable_minification", true);
+    let minify = transform::read_minify(&mut s, sink, minify_on);
     not_implemented(&mut s, sink);
     let disallowed_user_agents = user_agents(&mut s, sink);
     ok &= disallowed_user_agents.is_some();
@@ -148,6 +150,7 @@ fn read_rule(
         routing_method,
         health_check,
         compression,
+        minify,
         enable_logging,
         ignore_query_string,
         strict_path_rules,
@@ -206,19 +209,11 @@ fn read_domain(
 
 /// Per-rule keys of ARC2 features rampart does not have yet: accepted, reported when asked for.
 fn not_implemented(s: &mut Section<'_>, sink: &mut Sink<'_>) {
-    for (key, what) in [
-        ("enable_minification", "minification"),
-        ("enable_webp_transformation", "WebP transformation"),
-    ] {
+    for (key, what) in [("enable_webp_transformation", "WebP transformation")] {
         if flag(s, sink, key, true) {
             if let Some(b) = s.bool(sink, key) {
                 inactive(sink, &b, what);
             }
-        }
-    }
-    for (key, what) in [("minification_flags", "minification")] {
-        if let Some(f) = s.string(sink, key) {
-            inactive(sink, &f, what);
         }
     }
     if let Some(v) = s.int(sink, "webp_transformation_min_age", 0, I64) {
