@@ -285,6 +285,7 @@ pub fn object(k: u32, pool: &Bytes, now: SystemTime) -> Object {
         invalidated: AtomicBool::new(false),
         refreshing: AtomicBool::new(false),
         encoded: Box::default(),
+        webp: None,
     }
 }
 

@@ -154,6 +154,9 @@ pub struct Object {
     /// object with its own header block (`Content-Encoding`, `Vary`, a weak `ETag`). Empty
     /// unless the rule compresses. Freshness and invalidation are this object's.
     pub encoded: Box<[(Coding, Arc<Object>)]>,
+    /// The picture as WebP (made once, when stored), for clients whose `Accept` names
+    /// `image/webp`; `None` unless the rule converts.
+    pub webp: Option<Arc<Object>>,
 }
 
 impl Object {
@@ -196,18 +199,29 @@ impl Object {
                     + body_charge(o.body.len())
             })
             .sum();
+        let webp = self.webp.as_ref().map_or(0, |o| {
+            alloc_size(std::mem::size_of::<Object>() + 16)
+                + o.headers_charge
+                + body_charge(o.body.len())
+        });
         entry_charge(key_len)
             + alloc_size(std::mem::size_of::<Object>() + 16)
             + self.headers_charge
             + body_charge(self.body.len())
             + vary
             + encoded
+            + webp
             + alloc_size(self.encoded.len() * std::mem::size_of::<(Coding, Arc<Object>)>())
     }
 
     /// The copy to send a client whose `Accept-Encoding` is `accept`: an encoded one it
     /// accepts, or this one.
     pub fn for_client<'a>(self: &'a Arc<Self>, req: &HeaderMap) -> &'a Arc<Object> {
+        if let Some(webp) = &self.webp {
+            if accepts_webp(req) {
+                return webp;
+            }
+        }
         if self.encoded.is_empty() {
             return self;
         }
@@ -228,6 +242,26 @@ impl Object {
             None => self,
         }
     }
+}
+
+/// Whether the request's `Accept` names `image/webp` (with a q-value above 0). Only an explicit
+/// mention counts: `*/*` and `image/*` come from clients that may not decode WebP.
+pub fn accepts_webp(req: &HeaderMap) -> bool {
+    req.get_all(http::header::ACCEPT).iter().any(|v| {
+        v.to_str().is_ok_and(|s| {
+            s.split(',').any(|range| {
+                let mut parts = range.split(';');
+                let media = parts.next().unwrap_or("").trim();
+                media.eq_ignore_ascii_case("image/webp")
+                    && !parts.any(|p| {
+                        p.split_once('=').is_some_and(|(k, v)| {
+                            k.trim().eq_ignore_ascii_case("q")
+                                && v.trim().parse::<f32>().is_ok_and(|q| q <= 0.0)
+                        })
+                    })
+            })
+        })
+    })
 }
 
 /// The index entry and key of a slot with a `key_len`-byte key.
@@ -661,6 +695,7 @@ mod tests {
             invalidated: AtomicBool::new(false),
             refreshing: AtomicBool::new(false),
             encoded: Box::default(),
+            webp: None,
         })
     }
 

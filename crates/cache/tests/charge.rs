@@ -93,6 +93,7 @@ fn object(headers: &HeaderMap, body: Bytes) -> Arc<Object> {
         invalidated: AtomicBool::new(false),
         refreshing: AtomicBool::new(false),
         encoded: Box::default(),
+        webp: None,
     })
 }
 

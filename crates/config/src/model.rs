@@ -361,6 +361,14 @@ pub struct Minify {
     pub js: bool,
 }
 
+/// WebP transformation for a rule (`enable_webp_transformation`): pictures stored for longer
+/// than `min_age` get a WebP copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Webp {
+    /// `webp_transformation_min_age` (default 21,600 s, ARC2's 6 hours).
+    pub min_age: std::time::Duration,
+}
+
 /// Response compression for a rule (`enable_compression`, `compression_flags`): the level of
 /// each coding offered (`None` = not offered), and the smallest body compressed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -417,6 +425,8 @@ pub struct RuleConfig {
     pub compression: Option<Compression>,
     /// Minification of stored HTML, CSS and JS (`enable_minification`); `None` = off.
     pub minify: Option<Minify>,
+    /// WebP copies of stored PNG and JPEG pictures (`enable_webp_transformation`); `None` = off.
+    pub webp: Option<Webp>,
     pub enable_logging: bool,
     pub ignore_query_string: bool,
     /// When true, `Whitelist`/`Blacklist` control access (403) instead of only caching.

@@ -26,6 +26,7 @@ use rampart_cache::store::Object;
 use rampart_config::Compression;
 use rampart_transform::compress::{self as codec, Levels};
 use rampart_transform::minify::{self, Languages};
+use rampart_transform::webp;
 use tokio::sync::Semaphore;
 
 /// A rule's compression settings, ready for the request path.
@@ -126,14 +127,19 @@ pub fn compressible(status: StatusCode, h: &HeaderMap, min_length: u64) -> bool 
 
 /// Adds `Accept-Encoding` to `Vary` (unless it is there, or `Vary: *`).
 pub fn vary_on_accept_encoding(h: &mut HeaderMap) {
+    vary_on(h, "Accept-Encoding");
+}
+
+/// Adds `field` to `Vary` (unless it is there, or `Vary: *`).
+pub fn vary_on(h: &mut HeaderMap, field: &'static str) {
     let listed = h.get_all(VARY).iter().any(|v| {
         v.to_str().is_ok_and(|s| {
             s.split(',')
-                .any(|t| t.trim() == "*" || t.trim().eq_ignore_ascii_case("accept-encoding"))
+                .any(|t| t.trim() == "*" || t.trim().eq_ignore_ascii_case(field))
         })
     });
     if !listed {
-        h.append(VARY, HeaderValue::from_static("Accept-Encoding"));
+        h.append(VARY, HeaderValue::from_static(field));
     }
 }
 
@@ -182,11 +188,26 @@ fn encoders() -> &'static Semaphore {
 pub struct Transforms {
     pub compress: Option<Arc<Compress>>,
     pub minify: Option<Languages>,
+    /// WebP copies of pictures stored for longer than this (`webp_transformation_min_age`).
+    pub webp: Option<std::time::Duration>,
 }
 
 impl Transforms {
     pub fn any(&self) -> bool {
-        self.compress.is_some() || self.minify.is_some()
+        self.compress.is_some() || self.minify.is_some() || self.webp.is_some()
+    }
+}
+
+/// The picture format of a response the rule converts to WebP, by its `Content-Type`.
+fn picture(h: &HeaderMap) -> Option<webp::Source> {
+    let ct = h.get(CONTENT_TYPE)?.as_bytes();
+    let ct = ct.split(|&b| b == b';').next()?.trim_ascii();
+    if ct.eq_ignore_ascii_case(b"image/png") {
+        Some(webp::Source::Png)
+    } else if ct.eq_ignore_ascii_case(b"image/jpeg") || ct.eq_ignore_ascii_case(b"image/jpg") {
+        Some(webp::Source::Jpeg)
+    } else {
+        None
     }
 }
 
@@ -252,7 +273,12 @@ pub fn transform_stored(
     let compress = t
         .compress
         .filter(|c| compressible(obj.status, &obj.headers, c.min_length));
-    if lang.is_none() && compress.is_none() {
+    // ARC2: pictures of rules whose TTL exceeds the minimum age (the stored lifetime here).
+    let picture = t
+        .webp
+        .filter(|min_age| obj.lifetime > *min_age)
+        .and_then(|_| picture(&obj.headers));
+    if lang.is_none() && compress.is_none() && picture.is_none() {
         return;
     }
     let langs = t.minify.unwrap_or(Languages {
@@ -284,16 +310,24 @@ pub fn transform_stored(
                     })
                     .collect::<Vec<_>>()
             });
-            (obj, minified, copies)
+            let webp = picture.and_then(|source| match webp::to_webp(&obj.body, source) {
+                // Skipped when it would not be smaller.
+                Ok(w) => (w.len() < obj.body.len()).then_some(w),
+                Err(e) => {
+                    tracing::warn!(error = %e, bytes = obj.body.len(), "picture not converted to WebP; the original is served");
+                    None
+                }
+            });
+            (obj, minified, copies, webp)
         })
         .await;
-        let Ok((obj, minified, copies)) = made else {
+        let Ok((obj, minified, copies, webp)) = made else {
             return;
         };
-        if minified.is_none() && copies.is_empty() {
+        if minified.is_none() && copies.is_empty() && webp.is_none() {
             return;
         }
-        store(with_copies(&obj, minified, copies));
+        store(with_copies(&obj, minified, copies, webp));
     });
 }
 
@@ -302,6 +336,7 @@ fn with_copies(
     obj: &Object,
     minified: Option<bytes::Bytes>,
     copies: Vec<(Coding, Vec<u8>)>,
+    webp: Option<Vec<u8>>,
 ) -> Arc<Object> {
     let mut headers = obj.headers.clone();
     let body = match minified {
@@ -315,6 +350,15 @@ fn with_copies(
     if !copies.is_empty() {
         vary_on_accept_encoding(&mut headers);
     }
+    let webp = webp.map(|w| {
+        vary_on(&mut headers, "Accept");
+        Arc::new(copy_of(
+            obj,
+            webp_headers(&headers, w.len()),
+            bytes::Bytes::from(w),
+            Box::default(),
+        ))
+    });
     let encoded = copies
         .into_iter()
         .map(|(coding, body)| {
@@ -326,7 +370,31 @@ fn with_copies(
             )
         })
         .collect();
-    Arc::new(copy_of(obj, headers, body, encoded))
+    let mut identity = copy_of(obj, headers, body, encoded);
+    identity.webp = webp;
+    Arc::new(identity)
+}
+
+/// The fields of the WebP copy of a picture with fields `h` (which vary on `Accept`).
+fn webp_headers(h: &HeaderMap, len: usize) -> HeaderMap {
+    let mut w = h.clone();
+    w.insert(CONTENT_TYPE, HeaderValue::from_static("image/webp"));
+    w.insert(CONTENT_LENGTH, HeaderValue::from(len));
+    weaken_etag(&mut w);
+    w
+}
+
+/// The WebP copy of `stale` for its refreshed fields `headers`.
+pub fn reheaded_webp(
+    stale: &Object,
+    headers: &HeaderMap,
+    make: impl Fn(HeaderMap, bytes::Bytes) -> Object,
+) -> Option<Arc<Object>> {
+    let w = stale.webp.as_ref()?;
+    Some(Arc::new(make(
+        webp_headers(headers, w.body.len()),
+        w.body.clone(),
+    )))
 }
 
 /// The encoded copies of `stale` for its refreshed identity headers `headers` (a 304 updated
@@ -368,6 +436,7 @@ fn copy_of(
         invalidated: Default::default(),
         refreshing: Default::default(),
         encoded,
+        webp: None,
     }
 }
 

@@ -226,6 +226,7 @@ mod tests {
             invalidated: Default::default(),
             refreshing: Default::default(),
             encoded: Box::default(),
+            webp: None,
         })
     }
 

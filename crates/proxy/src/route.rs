@@ -35,6 +35,8 @@ pub struct Rule {
     pub compress: Option<Arc<Compress>>,
     /// Minification of stored HTML, CSS and JS (`enable_minification`); `None` = off.
     pub minify: Option<Languages>,
+    /// WebP copies of pictures stored for longer than this; `None` = off.
+    pub webp: Option<std::time::Duration>,
 }
 
 /// Host → rule lookup, built once at startup and shared by all workers.
@@ -98,6 +100,7 @@ impl Router {
                     css: m.css,
                     js: m.js,
                 }),
+                webp: rc.webp.map(|w| w.min_age),
             }));
         }
         wildcard.sort_by_key(|w| std::cmp::Reverse(w.0.len()));
@@ -154,6 +157,7 @@ impl Rule {
         Transforms {
             compress: self.compress.clone(),
             minify: self.minify,
+            webp: self.webp,
         }
     }
 

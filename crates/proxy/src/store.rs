@@ -148,14 +148,20 @@ pub fn freshen(
         invalidated: Default::default(),
         refreshing: Default::default(),
         encoded: Box::default(),
+        webp: None,
     };
-    // The encoded copies keep their bodies and take the refreshed fields.
+    // The encoded and WebP copies keep their bodies and take the refreshed fields.
     if !stale.encoded.is_empty() {
         crate::encode::vary_on_accept_encoding(&mut headers);
     }
-    let encoded = crate::encode::reheaded_copies(stale, &headers, make);
+    if stale.webp.is_some() {
+        crate::encode::vary_on(&mut headers, "Accept");
+    }
+    let encoded = crate::encode::reheaded_copies(stale, &headers, &make);
+    let webp = crate::encode::reheaded_webp(stale, &headers, &make);
     let obj = Arc::new(Object {
         encoded,
+        webp,
         ..make(headers, stale.body.clone())
     });
     if lifetime.is_zero() {
@@ -271,6 +277,7 @@ impl StoreTicket {
             invalidated: Default::default(),
             refreshing: Default::default(),
             encoded: Box::default(),
+            webp: None,
         };
         let variant = self.variant.take();
         let obj = Arc::new(obj);

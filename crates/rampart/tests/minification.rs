@@ -131,8 +131,12 @@ async fn stored_html_css_and_js_are_minified_and_stay_valid() {
 async fn flags_choose_the_languages_and_compression_encodes_the_minified_body() {
     let origin = origin().await;
     let proxy = Proxy::start(
-        &config(&origin, "minification_flags = \"css, js\"", "enable_compression = true")
-            .replace("enable_compression = false", "enable_compression = true"),
+        &config(
+            &origin,
+            "minification_flags = \"css, js\"",
+            "enable_compression = true",
+        )
+        .replace("enable_compression = false", "enable_compression = true"),
     );
     // CSS is minified, then compressed: the Brotli copy decodes to the minified stylesheet.
     let _ = get(&proxy, "site", "/site.css").await;

@@ -72,7 +72,12 @@ mod tests {
 
     fn png(w: u32, h: u32) -> Vec<u8> {
         let img = image::RgbaImage::from_fn(w, h, |x, y| {
-            image::Rgba([(x % 256) as u8, (y % 256) as u8, 128, if x < w / 2 { 255 } else { 90 }])
+            image::Rgba([
+                (x % 256) as u8,
+                (y % 256) as u8,
+                128,
+                if x < w / 2 { 255 } else { 90 },
+            ])
         });
         let mut out = Cursor::new(Vec::new());
         img.write_to(&mut out, ImageFormat::Png).unwrap_or_default();
@@ -111,7 +116,10 @@ mod tests {
 
     #[test]
     fn garbage_is_an_error_not_a_panic() {
-        assert!(matches!(to_webp(b"not a picture", Source::Jpeg), Err(WebpError::Decode(_))));
+        assert!(matches!(
+            to_webp(b"not a picture", Source::Jpeg),
+            Err(WebpError::Decode(_))
+        ));
         assert!(to_webp(&[0x89, b'P', b'N', b'G', 0, 0], Source::Png).is_err());
     }
 
@@ -121,7 +129,11 @@ mod tests {
         for &b in data {
             crc ^= u32::from(b);
             for _ in 0..8 {
-                crc = if crc & 1 != 0 { (crc >> 1) ^ 0xEDB8_8320 } else { crc >> 1 };
+                crc = if crc & 1 != 0 {
+                    (crc >> 1) ^ 0xEDB8_8320
+                } else {
+                    crc >> 1
+                };
             }
         }
         !crc

@@ -14,7 +14,7 @@
 //! `enable_minification` (per rule) and `minification_flags`: a list of `html`, `css`, `js`
 //! (same separators); unset means all three, unknown tokens are ignored with a warning.
 
-use crate::model::{Compression, Minify};
+use crate::model::{Compression, Minify, Webp};
 use crate::reader::{At, Section, Sink};
 use crate::validate::warn;
 
@@ -183,4 +183,17 @@ pub(super) fn read_minify(
         return None;
     }
     Some(m)
+}
+
+/// ARC2's documented threshold: pictures of rules with a TTL over 6 hours are converted.
+pub const DEFAULT_WEBP_MIN_AGE: u64 = 21_600;
+
+/// The rule's WebP transformation: `None` unless `enable_webp_transformation = true`.
+pub(super) fn read_webp(s: &mut Section<'_>, sink: &mut Sink<'_>, enabled: bool) -> Option<Webp> {
+    let min_age = s.int(sink, "webp_transformation_min_age", 0, i64::MAX);
+    enabled.then(|| Webp {
+        min_age: std::time::Duration::from_secs(
+            min_age.map_or(DEFAULT_WEBP_MIN_AGE, |m| m.value as u64),
+        ),
+    })
 }

@@ -6,8 +6,7 @@ mod paths;
 mod tls;
 
 use crate::validate::{
-    body_size, cache_heuristic, cidrs, error, flag, inactive, lenient, rate_limit, transform, warn,
-    I64,
+    body_size, cache_heuristic, cidrs, error, flag, lenient, rate_limit, transform, warn, I64,
 };
 use std::net::Ipv6Addr;
 
@@ -99,7 +98,8 @@ fn read_rule(
     let compression = transform::read_rule(&mut s, sink, compression_on, transforms);
     let minify_on = flag(&mut s, sink, "enable_minification", true);
     let minify = transform::read_minify(&mut s, sink, minify_on);
-    not_implemented(&mut s, sink);
+    let webp_on = flag(&mut s, sink, "enable_webp_transformation", true);
+    let webp = transform::read_webp(&mut s, sink, webp_on);
     let disallowed_user_agents = user_agents(&mut s, sink);
     ok &= disallowed_user_agents.is_some();
     let strict_path_rules = s
@@ -151,6 +151,7 @@ fn read_rule(
         health_check,
         compression,
         minify,
+        webp,
         enable_logging,
         ignore_query_string,
         strict_path_rules,
@@ -205,20 +206,6 @@ fn read_domain(
         }
     }
     domain
-}
-
-/// Per-rule keys of ARC2 features rampart does not have yet: accepted, reported when asked for.
-fn not_implemented(s: &mut Section<'_>, sink: &mut Sink<'_>) {
-    for (key, what) in [("enable_webp_transformation", "WebP transformation")] {
-        if flag(s, sink, key, true) {
-            if let Some(b) = s.bool(sink, key) {
-                inactive(sink, &b, what);
-            }
-        }
-    }
-    if let Some(v) = s.int(sink, "webp_transformation_min_age", 0, I64) {
-        inactive(sink, &v, "WebP transformation");
-    }
 }
 
 /// `[[...disallowed_user_agents]]`; `None` when an entry is invalid (every one is reported).
