@@ -157,8 +157,8 @@ pub fn freshen(
     if stale.webp.is_some() {
         crate::encode::vary_on(&mut headers, "Accept");
     }
-    let encoded = crate::encode::reheaded_copies(stale, &headers, &make);
-    let webp = crate::encode::reheaded_webp(stale, &headers, &make);
+    let encoded = crate::encode::reheaded_copies(stale, &headers, make);
+    let webp = crate::encode::reheaded_webp(stale, &headers, make);
     let obj = Arc::new(Object {
         encoded,
         webp,
