@@ -680,3 +680,163 @@ fn tls_default_domain_must_be_covered_by_a_certificate() {
         v.diagnostics
     );
 }
+
+/// The rule of `ARC2_BENCH` with `rule` lines added, under `global` lines.
+fn with(global: &str, rule: &str) -> Validated {
+    validate(&format!("{global}\n{ARC2_BENCH}{rule}\n"), 1)
+}
+
+fn warnings(v: &Validated) -> Vec<String> {
+    v.diagnostics
+        .iter()
+        .filter(|d| d.severity == Severity::Warning)
+        .map(|d| d.to_string())
+        .collect()
+}
+
+#[test]
+fn compression_needs_both_switches_and_reads_its_flags_leniently() {
+    let v = with("enable_compression = true", "enable_compression = true");
+    let c = v.config.expect("config");
+    assert_eq!(
+        c.rules[0].compression,
+        Some(Compression {
+            br: Some(5),
+            zstd: Some(3),
+            gzip: Some(6),
+            min_length: 256
+        })
+    );
+    // The rule alone: off, with a warning that says why.
+    let v = with("", "enable_compression = true");
+    assert_eq!(
+        v.config.as_ref().expect("config").rules[0].compression,
+        None
+    );
+    assert!(
+        warnings(&v).iter().any(|w| w.contains("off globally")),
+        "{:?}",
+        warnings(&v)
+    );
+    // Flags: named codings only, levels, a threshold; nonsense ignored with a warning. The
+    // rule's flags replace the global ones.
+    let v = with(
+        "enable_compression = true\ncompression_flags = \"gzip\"",
+        "enable_compression = true\ncompression_flags = \"BR=7; gzip , min_length=1024 turbo zstd=99\"",
+    );
+    let ws = warnings(&v);
+    assert!(
+        ws.iter().any(|w| w.contains("ignored turbo, zstd=99")),
+        "{ws:?}"
+    );
+    assert_eq!(
+        v.config.expect("config").rules[0].compression,
+        Some(Compression {
+            br: Some(7),
+            zstd: None,
+            gzip: Some(6),
+            min_length: 1024
+        })
+    );
+    let v = with(
+        "enable_compression = true\ncompression_flags = \"gzip=1\"",
+        "enable_compression = true",
+    );
+    let gz = v.config.expect("config").rules[0]
+        .compression
+        .clone()
+        .expect("on");
+    assert_eq!((gz.br, gz.gzip), (None, Some(1)), "the global flags apply");
+}
+
+#[test]
+fn minification_and_webp_settings() {
+    let v = with(
+        "",
+        "enable_minification = true\nenable_webp_transformation = true",
+    );
+    let r = &v.config.expect("config").rules[0];
+    assert_eq!(
+        r.minify,
+        Some(Minify {
+            html: true,
+            css: true,
+            js: true
+        })
+    );
+    assert_eq!(r.webp.map(|w| w.min_age.as_secs()), Some(21_600));
+    let v = with(
+        "",
+        "enable_minification = true\nminification_flags = \"css,JS,php\"\nenable_webp_transformation = true\nwebp_transformation_min_age = 60",
+    );
+    assert!(
+        warnings(&v).iter().any(|w| w.contains("ignored php")),
+        "{:?}",
+        warnings(&v)
+    );
+    let r = &v.config.expect("config").rules[0];
+    assert_eq!(
+        r.minify,
+        Some(Minify {
+            html: false,
+            css: true,
+            js: true
+        })
+    );
+    assert_eq!(r.webp.map(|w| w.min_age.as_secs()), Some(60));
+    let v = with(
+        "",
+        "enable_minification = true\nminification_flags = \"php\"",
+    );
+    assert_eq!(v.config.expect("config").rules[0].minify, None);
+    // No key of §6 or §8 is reported as inactive any more.
+    let v = with(
+        "enable_compression = true\ncompression_flags = \"br\"",
+        "enable_compression = true\nenable_minification = true\nminification_flags = \"html\"\n\
+         enable_webp_transformation = true\nwebp_transformation_min_age = 1",
+    );
+    assert!(
+        !v.diagnostics
+            .iter()
+            .any(|d| d.severity == Severity::Inactive),
+        "{:?}",
+        v.diagnostics
+    );
+}
+
+#[test]
+fn health_checks_and_performance_routing_are_read() {
+    let src = r#"
+[[proxy_rules]]
+domain = "x"
+[proxy_rules.routing_rules]
+routing_method = "Performance"
+https_only = false
+enable_health_checks = true
+health_check_interval = 0
+health_check_path = "health"
+[[proxy_rules.routing_rules.routing_locations]]
+forward_ipv4 = "127.0.0.1"
+forward_port_http = 1
+"#;
+    let v = validate(src, 1);
+    let ws = warnings(&v);
+    assert!(ws.iter().any(|w| w.contains("using 1")), "{ws:?}");
+    assert!(ws.iter().any(|w| w.contains("probing /health")), "{ws:?}");
+    assert!(
+        !v.diagnostics
+            .iter()
+            .any(|d| d.severity == Severity::Inactive),
+        "{:?}",
+        v.diagnostics
+    );
+    let r = &v.config.expect("config").rules[0];
+    assert_eq!(r.routing_method, RoutingMethod::Performance);
+    assert_eq!(
+        r.health_check,
+        Some(HealthCheck {
+            interval: std::time::Duration::from_secs(1),
+            path: "/health".into()
+        })
+    );
+}
