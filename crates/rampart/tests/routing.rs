@@ -180,3 +180,27 @@ async fn served_by_b(proxy: &Proxy, n: usize) -> usize {
     }
     by_b
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weighted_spreads_by_priority_and_primary_wins_under_priority() {
+    let a = Origin::new().route("/", Reply::text("a")).start().await;
+    let b = Origin::new().route("/", Reply::text("b")).start().await;
+    // Weighted: the location's `priority` is its weight (1 and 2 here: one in three to a).
+    let proxy = Proxy::start(&two_origins(
+        &a,
+        &b,
+        "routing_method = \"Weighted\"\nenable_health_checks = false\nhealth_check_interval = 30",
+    ));
+    let by_b = served_by_b(&proxy, 30).await;
+    assert_eq!(by_b, 20, "weights 1 and 2 over 30 requests");
+    drop(proxy);
+    // Priority: `primary = true` beats a better priority number.
+    let cfg = two_origins(
+        &a,
+        &b,
+        "routing_method = \"Priority\"\nenable_health_checks = false\nhealth_check_interval = 30",
+    )
+    .replacen("priority = 2\n", "priority = 2\nprimary = true\n", 1);
+    let proxy = Proxy::start(&cfg);
+    assert_eq!(served_by_b(&proxy, 5).await, 5);
+}
