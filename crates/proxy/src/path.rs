@@ -28,6 +28,10 @@ pub fn normalize(path: &str) -> Result<Option<String>, BadPercentEncoding> {
     }
     let decoded = decode(path.as_bytes(), is_unreserved)?;
     let out = remove_dot_segments(&decoded);
+    if out == path.as_bytes() {
+        // Percent-encodings that were normal already (`/a%2Fb`): nothing to rewrite.
+        return Ok(None);
+    }
     // invariant: only ASCII unreserved bytes were decoded, so the bytes are still ASCII.
     Ok(Some(String::from_utf8_lossy(&out).into_owned()))
 }
@@ -156,7 +160,7 @@ mod tests {
 
     #[test]
     fn normal_paths_are_left_alone() {
-        for p in ["/", "/admin", "/a/b/", "/a.b/c..d/.e", "/a/..b", "/x?"] {
+        for p in ["/", "/admin", "/a/b/", "/a.b/c..d/.e", "/a/..b", "/x?", "/a%2Fb", "/%C3%A9"] {
             assert_eq!(normalize(p), Ok(None), "{p}");
         }
     }
