@@ -280,30 +280,24 @@ pub fn compress(
     compress: Option<&Compress>,
     coding: Option<Coding>,
     head: bool,
-    res: Response<ProxyBody>,
+    mut res: Response<ProxyBody>,
 ) -> Response<ProxyBody> {
     let Some(c) = compress else { return res };
     if !encode::compressible(res.status(), res.headers(), c.min_length) {
         return res;
     }
+    encode::vary_on_accept_encoding(res.headers_mut());
+    let Some(coding) = coding.filter(|_| !head) else {
+        return res;
+    };
+    let encoder = match StreamEncoder::new(coding, c.levels) {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::warn!(error = %e, coding = coding.as_str(), "cannot start an encoder; sending identity");
+            return res;
+        }
+    };
     let (mut parts, body) = res.into_parts();
-    encode::vary_on_accept_encoding(&mut parts.headers);
-    let encoder = match coding.filter(|_| !head) {
-        Some(coding) => match StreamEncoder::new(coding, c.levels) {
-            Ok(e) => {
-                encode::encoded_headers(&mut parts.headers, coding, None);
-                Some(e)
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, coding = coding.as_str(), "cannot start an encoder; sending identity");
-                None
-            }
-        },
-        None => None,
-    };
-    let body = match encoder {
-        Some(e) => ProxyBody::encoded(body, e),
-        None => body,
-    };
-    Response::from_parts(parts, body)
+    encode::encoded_headers(&mut parts.headers, coding, None);
+    Response::from_parts(parts, ProxyBody::encoded(body, encoder))
 }

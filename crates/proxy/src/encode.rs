@@ -132,14 +132,22 @@ pub fn vary_on_accept_encoding(h: &mut HeaderMap) {
 
 /// Adds `field` to `Vary` (unless it is there, or `Vary: *`).
 pub fn vary_on(h: &mut HeaderMap, field: &'static str) {
-    let listed = h.get_all(VARY).iter().any(|v| {
-        v.to_str().is_ok_and(|s| {
-            s.split(',')
-                .any(|t| t.trim() == "*" || t.trim().eq_ignore_ascii_case(field))
-        })
-    });
-    if !listed {
-        h.append(VARY, HeaderValue::from_static(field));
+    // One lookup of `Vary` (this runs for every compressible response of a compressing rule).
+    match h.entry(VARY) {
+        http::header::Entry::Vacant(v) => {
+            v.insert(HeaderValue::from_static(field));
+        }
+        http::header::Entry::Occupied(mut o) => {
+            let listed = o.iter().any(|v| {
+                v.to_str().is_ok_and(|s| {
+                    s.split(',')
+                        .any(|t| t.trim() == "*" || t.trim().eq_ignore_ascii_case(field))
+                })
+            });
+            if !listed {
+                o.append(HeaderValue::from_static(field));
+            }
+        }
     }
 }
 

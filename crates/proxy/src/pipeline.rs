@@ -98,9 +98,6 @@ impl Pipeline {
             return admin::purge_method(&self.w, txn, &req);
         }
         self.open_log(txn, &req);
-        if let Some(c) = &txn.route().rule.compress {
-            txn.coding = c.negotiate(req.headers());
-        }
         if txn.route().decision == PathDecision::Block {
             tracing::info!(host = ?txn.route().host, path = req.uri().path(), "blocked by path rule");
             txn.outcome = Some(CacheOutcome::Blocked);
@@ -147,6 +144,9 @@ impl Pipeline {
         miss: bool,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         let head = is_head(&req);
+        // Negotiated here, not for every request: a hit picks its stored copy itself.
+        let compress = txn.route().rule.compress.clone();
+        let coding = compress.as_ref().and_then(|c| c.negotiate(req.headers()));
         let joined = match miss {
             true => miss::join(&self.w, txn, &mut req).await?,
             false => None,
@@ -163,8 +163,8 @@ impl Pipeline {
         // An answer from a stored object is never compressed here (a stale one served for a
         // failing origin, a refreshed one): hits send the copies made when it was stored.
         let from_store = matches!(txn.outcome, Some(CacheOutcome::Served(_)));
-        let compress = txn.route().rule.compress.as_deref().filter(|_| !from_store);
-        res.map(|r| deliver::compress(compress, txn.coding, head, r))
+        let compress = compress.as_deref().filter(|_| !from_store);
+        res.map(|r| deliver::compress(compress, coding, head, r))
     }
 
     /// The end of every request: an error becomes its synthetic response (the only place),

@@ -9,8 +9,6 @@ use std::time::Instant;
 use http::header::HeaderValue;
 use http::Request;
 
-use rampart_cache::encoding::Coding;
-
 use crate::cache::Lookup;
 use crate::coalesce::Leader;
 use crate::log::AccessRecord;
@@ -96,8 +94,6 @@ pub struct Txn {
     pub leader: Option<Leader>,
     /// A range miss fetched as the whole representation (see `ranges.rs`).
     pub widened: Option<Box<Widened>>,
-    /// The content coding negotiated for this client when the rule compresses (`encode.rs`).
-    pub coding: Option<Coding>,
 }
 
 impl Txn {
@@ -113,7 +109,6 @@ impl Txn {
             miss: None,
             leader: None,
             widened: None,
-            coding: None,
         }
     }
 
