@@ -29,6 +29,7 @@ fuzz_target!(|data: &[u8]| {
                 html: true,
                 css: selector & 0x10 != 0,
                 js: selector & 0x20 != 0,
+                html_comments: selector & 0x40 != 0,
             };
             let _ = minify::html(rest, langs);
         }

@@ -56,6 +56,7 @@ pub fn negotiate<'a>(
     // q in thousandths; None = not named.
     let mut named: [Option<u16>; 3] = [None; 3];
     let mut star: Option<u16> = None;
+    let mut identity: Option<u16> = None;
     let mut any = false;
     for value in accept {
         let Ok(s) = value.to_str() else { continue };
@@ -77,6 +78,8 @@ pub fn negotiate<'a>(
             let Some(q) = q else { continue };
             if token == "*" {
                 star = Some(q);
+            } else if token.eq_ignore_ascii_case("identity") {
+                identity = Some(q);
             } else if let Some(c) = Coding::from_token(token) {
                 let i = Coding::ALL.iter().position(|x| *x == c).unwrap_or(0);
                 // The highest rating of a coding named twice counts.
@@ -95,7 +98,9 @@ pub fn negotiate<'a>(
             best = Some((c, q));
         }
     }
-    best.map(|(c, _)| c)
+    // A client that rates identity above every coding it accepts gets identity.
+    best.filter(|(_, q)| identity.is_none_or(|i| i <= *q))
+        .map(|(c, _)| c)
 }
 
 /// A q-value (`0`, `0.5`, `1.000`) in thousandths; `None` when malformed.
@@ -159,5 +164,7 @@ mod tests {
         assert_eq!(pick(&["br;q=2, gzip"], ALL), Some(Coding::Gzip));
         assert_eq!(pick(&["br;q=0.1234, gzip;q=0.5"], ALL), Some(Coding::Gzip));
         assert_eq!(pick(&["x-gzip"], ALL), Some(Coding::Gzip));
+        assert_eq!(pick(&["gzip;q=0.1, identity"], ALL), None);
+        assert_eq!(pick(&["gzip, identity;q=0.5"], ALL), Some(Coding::Gzip));
     }
 }

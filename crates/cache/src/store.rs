@@ -511,11 +511,10 @@ impl MemoryStore {
         )
     }
 
-    /// Replaces the object stored for `key` (and `variant`) with `new`, if it still is `old`:
-    /// a purge, an invalidation or a newer response stored meanwhile wins. Used to add the
-    /// encoded copies made after `old` was stored (the new weight is charged). Two stores
-    /// racing between the check and the write can lose `new`; never an entry that should be
-    /// gone.
+    /// Replaces the object stored for `key` (and `variant`) with `new`, if it still is `old`
+    /// and `old` was not invalidated: a purge, an invalidation or a newer response stored
+    /// meanwhile wins. The check and the write happen under the shard's lock. Used to add the
+    /// copies made after `old` was stored (the new weight is charged).
     pub fn replace(
         &self,
         key: &CacheKey,
@@ -537,10 +536,15 @@ impl MemoryStore {
                 _ => return false,
             },
         };
-        match self.index.peek(&slot) {
-            Some(Slot::Object(o)) if Arc::ptr_eq(&o, old) => self.put(slot, Slot::Object(new)),
-            _ => false,
+        if new.body.len() > self.max_object {
+            return false;
         }
+        let value = Slot::Object(new);
+        let weight = slot_weight(&slot, &value);
+        self.index.replace_if(slot, value, weight, |current| {
+            matches!(current, Slot::Object(o) if Arc::ptr_eq(o, old)
+                && !o.invalidated.load(Ordering::Relaxed))
+        })
     }
 
     /// Holds `bytes` of the budget for a body of `key` being collected, evicting to make room.
@@ -704,6 +708,26 @@ mod tests {
             primary: CacheKey::new(host, url, false),
             variant: None,
         }
+    }
+
+    #[test]
+    fn replace_only_swaps_the_same_live_object() {
+        let store = MemoryStore::new(1 << 20, 64 << 10);
+        let k = CacheKey::new("h", "/a", false);
+        let old = object(100);
+        assert!(store.insert(k.clone(), None, old.clone()));
+        // Replaced while it is still the stored object, and charged its new weight.
+        let bigger = object(5000);
+        assert!(store.replace(&k, None, &old, bigger.clone()));
+        assert!(store.weight() >= 5000);
+        // Not once it is not the stored object any more, nor after a soft purge, nor once it
+        // is gone (a hard purge): nothing comes back.
+        assert!(!store.replace(&k, None, &old, object(10)));
+        bigger.invalidate();
+        assert!(!store.replace(&k, None, &bigger, object(10)));
+        store.remove(&key("h", "/a"));
+        assert!(!store.replace(&k, None, &bigger, object(10)));
+        assert!(store.get(&key("h", "/a")).is_none());
     }
 
     #[test]

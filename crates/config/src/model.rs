@@ -359,6 +359,8 @@ pub struct Minify {
     pub html: bool,
     pub css: bool,
     pub js: bool,
+    /// `comments` in the flags: HTML comments are removed too (kept by default).
+    pub html_comments: bool,
 }
 
 /// WebP transformation for a rule (`enable_webp_transformation`): pictures stored for longer

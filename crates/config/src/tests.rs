@@ -761,13 +761,14 @@ fn minification_and_webp_settings() {
         Some(Minify {
             html: true,
             css: true,
-            js: true
+            js: true,
+            html_comments: false
         })
     );
     assert_eq!(r.webp.map(|w| w.min_age.as_secs()), Some(21_600));
     let v = with(
         "",
-        "enable_minification = true\nminification_flags = \"css,JS,php\"\nenable_webp_transformation = true\nwebp_transformation_min_age = 60",
+        "enable_minification = true\nminification_flags = \"css,JS,php,comments\"\nenable_webp_transformation = true\nwebp_transformation_min_age = 60",
     );
     assert!(
         warnings(&v).iter().any(|w| w.contains("ignored php")),
@@ -780,7 +781,8 @@ fn minification_and_webp_settings() {
         Some(Minify {
             html: false,
             css: true,
-            js: true
+            js: true,
+            html_comments: true
         })
     );
     assert_eq!(r.webp.map(|w| w.min_age.as_secs()), Some(60));

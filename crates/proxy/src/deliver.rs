@@ -290,7 +290,7 @@ pub fn compress(
     let Some(coding) = coding.filter(|_| !head) else {
         return res;
     };
-    let encoder = match StreamEncoder::new(coding, c.levels) {
+    let encoder = match StreamEncoder::new(coding, c.stream_levels()) {
         Ok(e) => e,
         Err(e) => {
             tracing::warn!(error = %e, coding = coding.as_str(), "cannot start an encoder; sending identity");

@@ -29,6 +29,11 @@ use rampart_transform::minify::{self, Languages};
 use rampart_transform::webp;
 use tokio::sync::Semaphore;
 
+/// The highest Brotli level used while a response streams through a worker.
+pub const STREAM_MAX_BR: u32 = 6;
+/// The highest zstd level used while a response streams through a worker.
+pub const STREAM_MAX_ZSTD: i32 = 9;
+
 /// A rule's compression settings, ready for the request path.
 #[derive(Debug, Clone)]
 pub struct Compress {
@@ -58,6 +63,17 @@ impl Compress {
             codings,
             levels,
             min_length: c.min_length,
+        }
+    }
+
+    /// The levels for compressing as a response streams: the configured ones, at most
+    /// [`STREAM_MAX_BR`] and [`STREAM_MAX_ZSTD`] (a higher level would hold a worker for
+    /// milliseconds per chunk; stored copies use the configured levels, off the workers).
+    pub fn stream_levels(&self) -> Levels {
+        Levels {
+            br: self.levels.br.min(STREAM_MAX_BR),
+            zstd: self.levels.zstd.min(STREAM_MAX_ZSTD),
+            gzip: self.levels.gzip,
         }
     }
 
@@ -184,6 +200,30 @@ pub fn encoded_headers(h: &mut HeaderMap, coding: Coding, length: Option<usize>)
     }
 }
 
+/// At most this many stored objects wait for the pool; more are left untransformed.
+const MAX_QUEUED: usize = 4096;
+
+/// A place in the transform queue, given back when dropped.
+struct Queued;
+
+static QUEUED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+impl Queued {
+    fn enter() -> Option<Queued> {
+        use std::sync::atomic::Ordering::Relaxed;
+        QUEUED
+            .fetch_update(Relaxed, Relaxed, |n| (n < MAX_QUEUED).then_some(n + 1))
+            .ok()
+            .map(|_| Queued)
+    }
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        QUEUED.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// At most this many stored objects are compressed at once (the rest wait their turn).
 fn encoders() -> &'static Semaphore {
     static POOL: std::sync::OnceLock<Semaphore> = std::sync::OnceLock::new();
@@ -235,7 +275,8 @@ fn minifiable(h: &HeaderMap, langs: Languages) -> Option<Lang> {
         .trim_ascii()
         .to_ascii_lowercase();
     let lang = match ct.as_slice() {
-        b"text/html" | b"application/xhtml+xml" => Lang::Html,
+        // Not XHTML: there `<script/>` closes itself, where in HTML it does not.
+        b"text/html" => Lang::Html,
         b"text/css" => Lang::Css,
         b"application/javascript"
         | b"text/javascript"
@@ -271,10 +312,10 @@ fn compressible_status_and_fields(status: StatusCode, h: &HeaderMap) -> bool {
 /// `obj`). Nothing happens when neither applies.
 pub fn transform_stored(
     t: Transforms,
-    obj: Arc<Object>,
-    store: impl FnOnce(Arc<Object>) + Send + 'static,
+    obj: &Arc<Object>,
+    store: impl FnOnce(&Arc<Object>, Arc<Object>) + Send + 'static,
 ) {
-    if obj.body.is_empty() || !transformable(&obj) {
+    if obj.body.is_empty() || !transformable(obj) {
         return;
     }
     let lang = t.minify.and_then(|langs| minifiable(&obj.headers, langs));
@@ -293,11 +334,20 @@ pub fn transform_stored(
         html: false,
         css: false,
         js: false,
+        html_comments: false,
     });
+    // A waiting job holds the object weakly: one evicted meanwhile is freed, and skipped.
+    let Some(queued) = Queued::enter() else {
+        tracing::debug!("transform queue full; the stored object keeps its identity body only");
+        return;
+    };
+    let weak = Arc::downgrade(obj);
     tokio::spawn(async move {
+        let _queued = queued;
         let Ok(_permit) = encoders().acquire().await else {
             return;
         };
+        let Some(obj) = weak.upgrade() else { return };
         let made = tokio::task::spawn_blocking(move || {
             let minified = lang.and_then(|lang| {
                 let out = match lang {
@@ -335,7 +385,8 @@ pub fn transform_stored(
         if minified.is_none() && copies.is_empty() && webp.is_none() {
             return;
         }
-        store(with_copies(&obj, minified, copies, webp));
+        let new = with_copies(&obj, minified, copies, webp);
+        store(&obj, new);
     });
 }
 
@@ -442,7 +493,9 @@ fn copy_of(
         directives: obj.directives.clone(),
         vary: obj.vary.clone(),
         invalidated: Default::default(),
-        refreshing: Default::default(),
+        refreshing: std::sync::atomic::AtomicBool::new(
+            obj.refreshing.load(std::sync::atomic::Ordering::Relaxed),
+        ),
         encoded,
         webp: None,
     }

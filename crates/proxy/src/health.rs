@@ -112,7 +112,11 @@ async fn probe_loop(
         if *shutdown.borrow() {
             return;
         }
-        let result = probe(&upstream, member, &check.path, &host, timeout).await;
+        // A probe in flight does not hold up a shutdown.
+        let result = tokio::select! {
+            r = probe(&upstream, member, &check.path, &host, timeout) => r,
+            _ = shutdown.changed() => return,
+        };
         let origin = &member.target.authority;
         match result {
             Ok(status) => {

@@ -36,16 +36,30 @@ pub fn normalize(path: &str) -> Result<Option<String>, BadPercentEncoding> {
     Ok(Some(String::from_utf8_lossy(&out).into_owned()))
 }
 
-/// The path as path rules see it: a [`normalize`]d path with every percent-encoding decoded
-/// (then normalised again: `%2F..%2F` is a `..` segment too). Bytes that are not UTF-8 become
-/// U+FFFD.
+/// The path as path rules see it: a [`normalize`]d path with every percent-encoding decoded,
+/// `\` read as `/` (IIS-style origins do) and `;parameters` cut from each segment (Tomcat-style
+/// origins serve `/a/..;/admin` as `/admin`), then normalised again: `%2F..%2F` and `..;` are
+/// `..` segments too. Bytes that are not UTF-8 become U+FFFD.
 pub fn match_form(normalised: &str) -> Cow<'_, str> {
-    if !normalised.as_bytes().contains(&b'%') {
+    if !normalised.bytes().any(|b| matches!(b, b'%' | b';' | b'\\')) {
         return Cow::Borrowed(normalised);
     }
     // invariant: a normalised path has only well-formed percent-encodings.
     let decoded = decode(normalised.as_bytes(), |_| true).unwrap_or_default();
-    let out = remove_dot_segments(&decoded);
+    let mut plain = Vec::with_capacity(decoded.len());
+    let mut in_params = false;
+    for b in decoded {
+        match b {
+            b'/' | b'\\' => {
+                in_params = false;
+                plain.push(b'/');
+            }
+            b';' => in_params = true,
+            _ if in_params => {}
+            _ => plain.push(b),
+        }
+    }
+    let out = remove_dot_segments(&plain);
     Cow::Owned(String::from_utf8_lossy(&out).into_owned())
 }
 
@@ -217,5 +231,10 @@ mod tests {
         assert_eq!(match_form(&n("/x%2F..%2Fadmin")), "/admin");
         assert_eq!(match_form(&n("/caf%C3%A9")), "/café");
         assert_eq!(match_form("/plain"), "/plain");
+        // Path parameters and backslashes, as Tomcat- and IIS-style origins read them.
+        assert_eq!(match_form(&n("/public/..;/admin")), "/admin");
+        assert_eq!(match_form(&n("/admin;jsessionid=1/x")), "/admin/x");
+        assert_eq!(match_form(&n("/x\\..\\admin")), "/admin");
+        assert_eq!(match_form(&n("/x%5C..%5Cadmin")), "/admin");
     }
 }

@@ -99,6 +99,7 @@ impl Router {
                     html: m.html,
                     css: m.css,
                     js: m.js,
+                    html_comments: m.html_comments,
                 }),
                 webp: rc.webp.map(|w| w.min_age),
             }));

@@ -12,7 +12,7 @@ use std::task::{ready, Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use http::header::{HeaderName, HeaderValue, AGE};
+use http::header::{HeaderName, HeaderValue, AGE, ETAG};
 use http::{HeaderMap, Method, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
@@ -111,7 +111,14 @@ pub fn freshen(
     timing: Timing,
 ) -> Arc<Object> {
     let (request_time, response_time) = (timing.request, timing.response);
-    let merged = conditional::freshen(&stale.headers, not_modified);
+    let mut merged = conditional::freshen(&stale.headers, not_modified);
+    // A stored body rampart rewrote (minified) carries the origin's validator made weak; the
+    // origin's 304 names the strong one again, which must not come back for these bytes.
+    if let (Some(old), Some(new)) = (stale.headers.get(ETAG), merged.get(ETAG)) {
+        if old.as_bytes().strip_prefix(b"W/") == Some(new.as_bytes()) {
+            merged.insert(ETAG, old.clone());
+        }
+    }
     // The stored copy has no CDN-Cache-Control any more: unless the 304 brings one, the
     // directives it was stored under still hold.
     let directives = if stale.directives.targeted && !not_modified.contains_key(&CDN_CACHE_CONTROL)
@@ -288,9 +295,8 @@ impl StoreTicket {
         let transforms = std::mem::take(&mut self.transforms);
         if stored && transforms.any() {
             let (cache, key) = (self.cache.clone(), self.key.clone());
-            let old = obj.clone();
-            crate::encode::transform_stored(transforms, obj, move |new| {
-                cache.store().replace(&key, variant.as_deref(), &old, new);
+            crate::encode::transform_stored(transforms, &obj, move |old, new| {
+                cache.store().replace(&key, variant.as_deref(), old, new);
             });
         }
     }

@@ -49,6 +49,9 @@ async fn a_blacklisted_path_cannot_be_reached_by_another_spelling() {
         "/%2Fadmin",
         "/x%2F..%2Fadmin",
         "///./admin?q=1",
+        "/public/..;/admin",
+        "/admin;jsessionid=1",
+        "/x%5C..%5Cadmin",
     ] {
         // The decision does not depend on the client either.
         for ua in ["curl/8", "Mozilla/5.0 (X11; Linux x86_64)"] {

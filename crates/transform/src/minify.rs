@@ -160,6 +160,8 @@ fn js_into(src: &[u8], out: &mut Vec<u8>) {
     let mut newline = false;
     // The last significant byte written and where the last word started in `out`.
     let mut word_start = 0usize;
+    // Where the last regular-expression literal ended in `out`.
+    let mut regex_end = usize::MAX;
     let mut i = 0;
     while i < src.len() {
         let b = src[i];
@@ -185,7 +187,7 @@ fn js_into(src: &[u8], out: &mut Vec<u8>) {
                 let end = comment_end(src, i);
                 let comment = &src[i..end];
                 if keep_comment(comment) {
-                    flush(out, &mut space, &mut newline, b'/');
+                    flush(out, &mut space, &mut newline, b'/', false);
                     out.extend_from_slice(comment);
                     newline = true;
                 } else if comment.iter().any(|&c| c == b'\n' || c == b'\r') {
@@ -198,11 +200,14 @@ fn js_into(src: &[u8], out: &mut Vec<u8>) {
             }
             _ => {}
         }
-        flush(out, &mut space, &mut newline, b);
+        flush(out, &mut space, &mut newline, b, out.len() == regex_end);
         match b {
             b'"' | b'\'' => i = copy_string(src, i, out),
             b'`' => i = copy_template(src, i, out),
-            b'/' if regex_allowed(out, word_start) => i = copy_regex(src, i, out),
+            b'/' if regex_allowed(out, word_start) => {
+                i = copy_regex(src, i, out);
+                regex_end = out.len();
+            }
             _ => {
                 if is_word(b) && !out.last().copied().is_some_and(is_word) {
                     word_start = out.len();
@@ -217,7 +222,7 @@ fn js_into(src: &[u8], out: &mut Vec<u8>) {
 /// Writes the whitespace that separated the last token from `next`: a line break if there was
 /// one (automatic semicolon insertion may depend on it), else one space where the two tokens
 /// would merge.
-fn flush(out: &mut Vec<u8>, space: &mut bool, newline: &mut bool, next: u8) {
+fn flush(out: &mut Vec<u8>, space: &mut bool, newline: &mut bool, next: u8, after_regex: bool) {
     if *newline {
         if !out.is_empty() && out.last() != Some(&b'\n') {
             out.push(b'\n');
@@ -230,6 +235,8 @@ fn flush(out: &mut Vec<u8>, space: &mut bool, newline: &mut bool, next: u8) {
                 || (prev == b'+' && next == b'+')
                 || (prev.is_ascii_digit() && next == b'.')
                 || (prev == b'/' && next == b'*')
+                // After a regular expression a word would read as its flags (`/x/ in o`).
+                || (after_regex && is_word(next))
                 || (prev == b'<' && next == b'!')
                 || (prev == b'-' && next == b'>');
             if merge {
@@ -246,13 +253,17 @@ fn regex_allowed(out: &[u8], word_start: usize) -> bool {
     let Some(&prev) = out.iter().rev().find(|&&c| c != b'\n' && c != b' ') else {
         return true;
     };
+    let end = out
+        .iter()
+        .rposition(|&c| c != b'\n' && c != b' ')
+        .map_or(0, |p| p + 1);
     if is_word(prev) {
-        let end = out
-            .iter()
-            .rposition(|&c| c != b'\n' && c != b' ')
-            .map_or(0, |p| p + 1);
         let word = &out[word_start.min(end)..end];
         return REGEX_AFTER_WORDS.contains(&word);
+    }
+    // `n++ / 2`, `n-- / 2`: a postfix operator ends an operand; a division follows.
+    if matches!(prev, b'+' | b'-') && end >= 2 && out[end - 2] == prev {
+        return false;
     }
     !matches!(prev, b')' | b']' | b'"' | b'\'' | b'`')
 }
@@ -360,6 +371,10 @@ pub struct Languages {
     pub html: bool,
     pub css: bool,
     pub js: bool,
+    /// Remove HTML comments too. Off by default: frameworks that render on the server mark
+    /// their nodes with comments the browser-side code looks for (React `<!-- -->`, Vue
+    /// `<!--[-->`, Angular, Lit, Knockout), so removing them breaks hydration.
+    pub html_comments: bool,
 }
 
 fn starts_with_ci(s: &[u8], prefix: &[u8]) -> bool {
@@ -463,11 +478,20 @@ pub fn html(src: &[u8], langs: Languages) -> Vec<u8> {
         }
         let rest = &src[i..];
         if rest.starts_with(b"<!--") {
-            let end = rest[4..]
-                .windows(3)
-                .position(|w| w == b"-->")
-                .map_or(src.len(), |p| i + 4 + p + 3);
-            if rest.starts_with(b"<!--[") || rest.starts_with(b"<!--!") {
+            // `<!-->` and `<!--->` are whole (empty) comments.
+            let end = if rest.starts_with(b"<!-->") {
+                i + 5
+            } else if rest.starts_with(b"<!--->") {
+                i + 6
+            } else {
+                rest[4..]
+                    .windows(3)
+                    .position(|w| w == b"-->")
+                    .map_or(src.len(), |p| i + 4 + p + 3)
+            };
+            let keep =
+                !langs.html_comments || rest.starts_with(b"<!--[if") || rest.starts_with(b"<!--!");
+            if keep {
                 out.extend_from_slice(&src[i..end]);
             }
             i = end;
@@ -536,11 +560,38 @@ mod tests {
     }
 
     #[test]
+    fn js_postfix_division_and_regex_flags() {
+        let out = s(js(b"const h = n++ / 2, l = \"a/b\";\nconst u = \"http://x\";\nlet r = /x/ instanceof RegExp;\n"));
+        assert_eq!(
+            out,
+            "const h=n++/2,l=\"a/b\";\nconst u=\"http://x\";\nlet r=/x/ instanceof RegExp;"
+        );
+    }
+
+    #[test]
+    fn html_comments_are_kept_unless_asked_and_empty_comments_end_at_once() {
+        let mut langs = Languages {
+            html: true,
+            css: false,
+            js: false,
+            html_comments: false,
+        };
+        let src = b"<ul><!--[--><li>a</li><!--]--></ul><p>x<!-- -->y</p>";
+        assert_eq!(s(html(src, langs)), String::from_utf8_lossy(src));
+        langs.html_comments = true;
+        assert_eq!(
+            s(html(b"<!--><p>x</p><!--->y<!-- z -->", langs)),
+            "<p>x</p>y"
+        );
+    }
+
+    #[test]
     fn html_collapses_text_and_keeps_raw_elements() {
         let langs = Languages {
             html: true,
             css: true,
             js: true,
+            html_comments: true,
         };
         let src = b"<!doctype html>\n<html>\n  <head>\n    <style>\n      p  { color : red ; }\n    </style>\n    <!-- remove me -->\n    <!--[if IE]><p>old</p><![endif]-->\n  </head>\n  <body  class = \"a  b\" >\n    <p>one   <b>two</b>   three</p>\n    <pre>  keep\n    this  </pre>\n    <script>\n      // comment\n      let a  =  1 ;\n    </script>\n    <script type=\"text/template\">  <b>  raw  </b>  </script>\n  </body>\n</html>\n";
         let out = s(html(src, langs));

@@ -2,11 +2,13 @@
 //! limits, so a small file that claims a huge picture (a decompression bomb) is refused before
 //! any pixel memory is allocated; encoding is libwebp's. A JPEG (a photograph, already lossy)
 //! becomes a lossy WebP at quality [`JPEG_QUALITY`]; a PNG (exact pixels: graphics, text,
-//! transparency) a lossless one.
+//! transparency) a lossless one. The EXIF orientation is applied to the pixels; an animated PNG,
+//! or a picture with a colour profile other than sRGB, is not converted (the WebP would look
+//! different).
 
 use std::io::Cursor;
 
-use image::{ImageFormat, ImageReader};
+use image::{ImageDecoder as _, ImageFormat, ImageReader};
 
 /// The picture formats converted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,6 +36,26 @@ pub enum WebpError {
     Decode(String),
     #[error("cannot encode: {0:?}")]
     Encode(String),
+    /// Converting would change the picture.
+    #[error("skipped: {0}")]
+    Skipped(&'static str),
+}
+
+/// An APNG: an `acTL` chunk before the first `IDAT`.
+fn is_animated_png(data: &[u8]) -> bool {
+    let mut at = 8;
+    while at + 8 <= data.len() {
+        let len = u32::from_be_bytes([data[at], data[at + 1], data[at + 2], data[at + 3]]) as usize;
+        let kind = &data[at + 4..at + 8];
+        if kind == b"acTL" {
+            return true;
+        }
+        if kind == b"IDAT" {
+            return false;
+        }
+        at = at.saturating_add(12).saturating_add(len);
+    }
+    false
 }
 
 /// `data` (a PNG or JPEG) as WebP.
@@ -48,10 +70,29 @@ pub fn to_webp(data: &[u8], source: Source) -> Result<Vec<u8>, WebpError> {
     limits.max_image_height = Some(MAX_SIDE);
     limits.max_alloc = Some(MAX_DECODED_BYTES);
     reader.limits(limits);
-    let picture = reader.decode().map_err(|e| match e {
+    if source == Source::Png && is_animated_png(data) {
+        return Err(WebpError::Skipped(
+            "an animated PNG (only its first frame would survive)",
+        ));
+    }
+    let decode_error = |e: image::ImageError| match e {
         image::ImageError::Limits(l) => WebpError::TooLarge(l.to_string()),
         other => WebpError::Decode(other.to_string()),
-    })?;
+    };
+    let mut decoder = reader.into_decoder().map_err(decode_error)?;
+    // libwebp writes no colour profile: a picture in another colour space than sRGB would
+    // change colour. (An embedded sRGB profile changes nothing.)
+    if let Ok(Some(icc)) = decoder.icc_profile() {
+        if !icc.windows(4).any(|w| w == b"sRGB") {
+            return Err(WebpError::Skipped("a colour profile other than sRGB"));
+        }
+    }
+    // The EXIF orientation is applied to the pixels: a WebP carries no EXIF here.
+    let orientation = decoder
+        .orientation()
+        .unwrap_or(image::metadata::Orientation::NoTransforms);
+    let mut picture = image::DynamicImage::from_decoder(decoder).map_err(decode_error)?;
+    picture.apply_orientation(orientation);
     let (w, h) = (picture.width(), picture.height());
     let lossless = source == Source::Png;
     let encoded = if picture.color().has_alpha() {
@@ -112,6 +153,23 @@ mod tests {
             Err(WebpError::TooLarge(why)) => assert!(!why.is_empty()),
             other => panic!("expected a refusal, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn an_animated_png_is_left_alone() {
+        let src = png(4, 4);
+        // An `acTL` chunk after IHDR (8 + 25 bytes) makes it an APNG.
+        let mut apng = src[..33].to_vec();
+        apng.extend_from_slice(&8u32.to_be_bytes());
+        apng.extend_from_slice(b"acTL");
+        apng.extend_from_slice(&[0, 0, 0, 2, 0, 0, 0, 0]);
+        apng.extend_from_slice(&crc32(&apng[37..49]).to_be_bytes());
+        apng.extend_from_slice(&src[33..]);
+        assert!(matches!(
+            to_webp(&apng, Source::Png),
+            Err(WebpError::Skipped(_))
+        ));
+        assert!(to_webp(&src, Source::Png).is_ok());
     }
 
     #[test]

@@ -123,6 +123,7 @@ fn html_parses_to_the_same_page() {
         html: true,
         css: true,
         js: true,
+        html_comments: true,
     };
     let min = minify::html(&src, langs);
     assert!(

@@ -175,6 +175,33 @@ impl<K: Hash + Eq, V: Clone, S: BuildHasher> Index<K, V, S> {
         outcome
     }
 
+    /// Replaces the value stored under `key` with `value` (of `weight` bytes) if there is one
+    /// and `current` accepts it, under one lock (nothing can remove or change the entry between
+    /// the check and the write). False when nothing was stored.
+    pub fn replace_if(
+        &self,
+        key: K,
+        value: V,
+        weight: u64,
+        current: impl FnOnce(&V) -> bool,
+    ) -> bool {
+        let hash = self.hash(&key);
+        let mut evicted = Vec::new();
+        let mut replaced = None;
+        let stored = {
+            let mut shard = write(self.shard_of(hash));
+            let accepted = shard
+                .find(hash, &key)
+                .and_then(|idx| shard.entry(idx))
+                .is_some_and(|e| current(&e.value));
+            accepted
+                && shard.insert(hash, key, value, weight, &mut evicted, &mut replaced)
+                    != Inserted::TooHeavy
+        };
+        drop((evicted, replaced));
+        stored
+    }
+
     /// Removes the entry stored under `q`.
     pub fn remove<Q: Hash + Equivalent<K> + ?Sized>(&self, q: &Q) -> Option<V> {
         let hash = self.hash(q);

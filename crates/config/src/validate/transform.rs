@@ -13,6 +13,8 @@
 //!
 //! `enable_minification` (per rule) and `minification_flags`: a list of `html`, `css`, `js`
 //! (same separators); unset means all three, unknown tokens are ignored with a warning.
+//! `comments` also removes HTML comments (kept otherwise: server-rendered frameworks hydrate
+//! from comment markers).
 
 use crate::model::{Compression, Minify, Webp};
 use crate::reader::{At, Section, Sink};
@@ -145,12 +147,14 @@ pub(super) fn read_minify(
             html: true,
             css: true,
             js: true,
+            html_comments: false,
         });
     };
     let mut m = Minify {
         html: false,
         css: false,
         js: false,
+        html_comments: false,
     };
     let mut ignored = Vec::new();
     for token in flags
@@ -162,6 +166,7 @@ pub(super) fn read_minify(
             "html" | "htm" => m.html = true,
             "css" => m.css = true,
             "js" | "javascript" => m.js = true,
+            "comments" | "html-comments" | "html_comments" => m.html_comments = true,
             _ => ignored.push(token.to_owned()),
         }
     }
@@ -170,7 +175,7 @@ pub(super) fn read_minify(
             sink,
             &flags,
             format!("minification_flags: ignored {}", ignored.join(", ")),
-            "list any of html, css, js (e.g. \"html,css\"); unset minifies all three",
+            "list any of html, css, js, comments (e.g. \"html,css\"); unset minifies all three",
         );
     }
     if !(m.html || m.css || m.js) {

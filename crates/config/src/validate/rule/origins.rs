@@ -277,22 +277,38 @@ fn health_check(rr: &mut Section<'_>, sink: &mut Sink<'_>) -> Option<HealthCheck
         Some(i) => i.value as u64,
         None => DEFAULT_HEALTH_CHECK_INTERVAL,
     };
-    let path = match path {
-        Some(p) if !p.value.starts_with('/') => {
-            warn(
-                sink,
-                &p,
-                format!(
-                    "health_check_path {:?} does not start with `/`; probing /{}",
-                    p.value, p.value
-                ),
-                "write the path as the origin serves it, e.g. \"/health\"",
-            );
-            format!("/{}", p.value)
-        }
-        Some(p) => p.value,
-        None => "/".to_owned(),
+    let Some(p) = path else {
+        return Some(HealthCheck {
+            interval: std::time::Duration::from_secs(seconds),
+            path: "/".to_owned(),
+        });
     };
+    let path = if p.value.starts_with('/') {
+        p.value.clone()
+    } else {
+        warn(
+            sink,
+            &p,
+            format!(
+                "health_check_path {:?} does not start with `/`; probing /{}",
+                p.value, p.value
+            ),
+            "write the path as the origin serves it, e.g. \"/health\"",
+        );
+        format!("/{}", p.value)
+    };
+    if http::uri::PathAndQuery::try_from(path.as_str()).is_err() {
+        error(
+            sink,
+            &p,
+            format!(
+                "health_check_path {:?} is not a valid request path",
+                p.value
+            ),
+            "write a path such as \"/health\" (percent-encode spaces and other special characters)",
+        );
+        return None;
+    }
     Some(HealthCheck {
         interval: std::time::Duration::from_secs(seconds),
         path,
