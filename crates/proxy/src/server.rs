@@ -76,6 +76,20 @@ impl Running {
     }
 }
 
+/// Whether another socket already listens on `addr`: a bind without `SO_REUSEPORT` is refused
+/// then (the probe socket is closed at once).
+fn listened_on_by_another(addr: SocketAddr) -> bool {
+    let Ok(probe) = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
+    else {
+        return false;
+    };
+    let _ = probe.set_reuse_address(true);
+    if addr.is_ipv6() {
+        let _ = probe.set_only_v6(true);
+    }
+    matches!(probe.bind(&addr.into()), Err(e) if e.kind() == io::ErrorKind::AddrInUse)
+}
+
 fn bind_one(
     addr: SocketAddr,
     config: &Config,
@@ -132,6 +146,18 @@ impl Server {
             .map(|a| (*a, false))
             .chain(https.iter().map(|a| (*a, true)));
         for (addr, is_tls) in all {
+            // SO_REUSEPORT lets rampart's own workers share a port, but would also let a second
+            // rampart (or anything else that sets it) join silently and take half the traffic to
+            // a cache of its own: refuse a port another process already listens on.
+            if per_core && addr.port() != 0 && listened_on_by_another(addr) {
+                return Err(io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    format!(
+                        "cannot listen on {addr}: another process is already listening there \
+                         (another rampart?); rampart does not share a port with another instance"
+                    ),
+                ));
+            }
             let first = bind_one(addr, &config, per_core)
                 .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))?;
             let actual = first.local_addr()?;

@@ -745,6 +745,30 @@ async fn run_names_inactive_keys_once_and_keeps_stdout_for_the_access_log() {
     );
 }
 
+#[tokio::test]
+async fn a_second_instance_on_the_same_port_refuses_to_start() {
+    let origin = Origin::new().route("*", Reply::text("first")).start().await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let cfg = config_for("x", &origin, "", "").replace(
+        "listening_port_http = 0",
+        &format!("listening_port_http = {port}"),
+    );
+    let first = Proxy::start(&cfg);
+    assert_eq!(first.addr.port(), port);
+    // SO_REUSEPORT would let it join silently and split the traffic between two caches.
+    let out = Proxy::try_start(&cfg);
+    assert!(
+        out.contains(&format!("cannot listen on 127.0.0.1:{port}"))
+            && out.contains("another process is already listening there"),
+        "{out}"
+    );
+    assert_eq!(get(&first, "x", "/").await.text(), "first");
+}
+
 #[test]
 fn run_without_config_says_how_to_start() {
     let dir = scratch("empty-dir");
