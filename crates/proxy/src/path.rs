@@ -16,6 +16,8 @@
 
 use std::borrow::Cow;
 
+use rampart_screen::inspect::{hex, percent_decode};
+
 /// A `%` not followed by two hexadecimal digits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BadPercentEncoding;
@@ -26,7 +28,7 @@ pub fn normalize(path: &str) -> Result<Option<String>, BadPercentEncoding> {
     if is_normal(path.as_bytes()) {
         return Ok(None);
     }
-    let decoded = decode(path.as_bytes(), is_unreserved)?;
+    let decoded = decode_unreserved(path.as_bytes())?;
     let out = remove_dot_segments(&decoded);
     if out == path.as_bytes() {
         // Percent-encodings that were normal already (`/a%2Fb`): nothing to rewrite.
@@ -44,11 +46,10 @@ pub fn match_form(normalised: &str) -> Cow<'_, str> {
     if !normalised.bytes().any(|b| matches!(b, b'%' | b';' | b'\\')) {
         return Cow::Borrowed(normalised);
     }
-    // invariant: a normalised path has only well-formed percent-encodings.
-    let decoded = decode(normalised.as_bytes(), |_| true).unwrap_or_default();
+    let decoded = percent_decode(normalised.as_bytes(), false);
     let mut plain = Vec::with_capacity(decoded.len());
     let mut in_params = false;
-    for b in decoded {
+    for &b in decoded.iter() {
         match b {
             b'/' | b'\\' => {
                 in_params = false;
@@ -91,18 +92,9 @@ fn is_unreserved(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
 }
 
-fn hex(b: u8) -> Option<u8> {
-    match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        b'A'..=b'F' => Some(b - b'A' + 10),
-        _ => None,
-    }
-}
-
-/// Decodes the percent-encodings whose byte `decode_it` accepts; the others are kept with
-/// upper-case hex digits.
-fn decode(p: &[u8], decode_it: impl Fn(u8) -> bool) -> Result<Vec<u8>, BadPercentEncoding> {
+/// Decodes the percent-encodings of unreserved characters; the others are kept with upper-case
+/// hex digits.
+fn decode_unreserved(p: &[u8]) -> Result<Vec<u8>, BadPercentEncoding> {
     let mut out = Vec::with_capacity(p.len());
     let mut i = 0;
     while i < p.len() {
@@ -114,7 +106,7 @@ fn decode(p: &[u8], decode_it: impl Fn(u8) -> bool) -> Result<Vec<u8>, BadPercen
                 return Err(BadPercentEncoding);
             };
             let byte = hi << 4 | lo;
-            if decode_it(byte) {
+            if is_unreserved(byte) {
                 out.push(byte);
             } else {
                 out.push(b'%');

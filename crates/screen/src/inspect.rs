@@ -78,7 +78,8 @@ pub fn percent_decode(input: &[u8], plus: bool) -> Cow<'_, [u8]> {
     Cow::Owned(out)
 }
 
-fn hex(b: u8) -> Option<u8> {
+/// The value of one hexadecimal digit.
+pub fn hex(b: u8) -> Option<u8> {
     match b {
         b'0'..=b'9' => Some(b - b'0'),
         b'a'..=b'f' => Some(b - b'a' + 10),
