@@ -8,7 +8,8 @@
 //! - [`vary`]: Vary and variant keys;
 //! - [`key`]: cache keys (host + URL, never shared between hosts);
 //! - [`policy`]: what may be stored, and when a stored response may be used;
-//! - [`store`]: stored objects and the in-memory store with a hard byte budget;
+//! - [`object`]: stored objects, their encoded and WebP copies, and what they are charged;
+//! - [`store`]: the in-memory store with a hard byte budget;
 //! - [`index`]: the sharded index under the store, with its admission and eviction policy.
 
 pub mod conditional;
@@ -17,6 +18,7 @@ pub mod encoding;
 pub mod freshness;
 pub mod index;
 pub mod key;
+pub mod object;
 pub mod policy;
 pub mod store;
 pub mod targeted;

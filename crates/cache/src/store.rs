@@ -18,303 +18,21 @@
 //! The store is shared by all workers; values are `Arc`s, so a hit clones a pointer, never a
 //! body.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use http::HeaderMap;
 
-use crate::control::ResponseDirectives;
-use crate::encoding::{negotiate, Coding};
-use crate::index::{Index, Inserted, METADATA_PER_ENTRY};
+use crate::index::{Index, Inserted};
 use crate::key::{CacheKey, SlotKey, SlotKeyRef};
+use crate::object::entry_charge;
 use crate::vary::Vary;
 
-/// Bytes the allocator holds for a request of `n` bytes: sizes are rounded up to one of four
-/// classes per power of two (mimalloc's and jemalloc's spacing; glibc's is finer), so this
-/// never undercounts them.
-pub fn alloc_size(n: usize) -> u64 {
-    if n == 0 {
-        return 0;
-    }
-    if n <= 64 {
-        return n.next_multiple_of(8) as u64;
-    }
-    let b = usize::BITS - 1 - (n - 1).leading_zeros();
-    let step = 1usize << (b - 2);
-    n.next_multiple_of(step) as u64
-}
-
-/// What a shared `Bytes` adds once cloned: its reference-counted header.
-const SHARED_BYTES: u64 = 32;
-/// `http`'s header map internals: a bucket (hash, links, name, value), an index slot, an extra
-/// value (a repeated field's second and later lines).
-const MAP_BUCKET: usize = 104;
-const MAP_INDEX: usize = 4;
-const MAP_EXTRA: usize = 72;
-
-/// The charge of a body of `len` owned bytes.
-pub fn body_charge(len: usize) -> u64 {
-    if len == 0 {
-        0
-    } else {
-        alloc_size(len) + SHARED_BYTES
-    }
-}
-
-/// Whether `http` stores this field name without an allocation (a standard name). Names not
-/// listed here are charged as custom ones, which can only overcount.
-fn is_standard(name: &http::header::HeaderName) -> bool {
-    use http::header::*;
-    static STANDARD: [HeaderName; 34] = [
-        ACCEPT_RANGES,
-        ACCESS_CONTROL_ALLOW_ORIGIN,
-        AGE,
-        ALT_SVC,
-        CACHE_CONTROL,
-        CONNECTION,
-        CONTENT_DISPOSITION,
-        CONTENT_ENCODING,
-        CONTENT_LANGUAGE,
-        CONTENT_LENGTH,
-        CONTENT_LOCATION,
-        CONTENT_RANGE,
-        CONTENT_SECURITY_POLICY,
-        CONTENT_TYPE,
-        DATE,
-        ETAG,
-        EXPIRES,
-        LAST_MODIFIED,
-        LINK,
-        LOCATION,
-        PRAGMA,
-        REFERRER_POLICY,
-        RETRY_AFTER,
-        SERVER,
-        SET_COOKIE,
-        STRICT_TRANSPORT_SECURITY,
-        TRANSFER_ENCODING,
-        VARY,
-        VIA,
-        WWW_AUTHENTICATE,
-        X_CONTENT_TYPE_OPTIONS,
-        X_FRAME_OPTIONS,
-        X_XSS_PROTECTION,
-        ACCESS_CONTROL_MAX_AGE,
-    ];
-    STANDARD.contains(name)
-}
-
-/// The charge of a header map built by [`compact_headers`]: its index, its entries (exactly
-/// one per field name), its repeated lines, its value buffer and its custom field names.
-pub fn headers_charge(h: &HeaderMap) -> u64 {
-    // `capacity()` is three quarters of the index's length (a power of two).
-    let indices = h.capacity() * 4 / 3;
-    let entries = h.keys_len();
-    let extra = h.len() - h.keys_len();
-    let values: usize = h.values().map(HeaderValue::len).sum();
-    let names: u64 = h
-        .keys()
-        .filter(|n| !is_standard(n))
-        .map(|n| alloc_size(n.as_str().len()) + SHARED_BYTES)
-        .sum();
-    alloc_size(indices * MAP_INDEX)
-        + alloc_size(entries * MAP_BUCKET)
-        + alloc_size(extra * MAP_EXTRA)
-        + alloc_size(values)
-        + SHARED_BYTES
-        + names
-}
-/// A stored response.
-#[derive(Debug)]
-pub struct Object {
-    pub status: StatusCode,
-    /// The header block a fresh, full hit sends: the stored fields (hop-by-hop removed, no
-    /// `Age`) plus the proxy's fixed cache labels, built once at store time (with
-    /// [`compact_headers`]) so a hit clones one map. Other answers replace the labels.
-    pub headers: HeaderMap,
-    pub body: Bytes,
-    /// When the request that produced it was sent and its response received (RFC 9111 §4.2.3).
-    pub request_time: SystemTime,
-    pub response_time: SystemTime,
-    /// `corrected_initial_age`.
-    pub initial_age: Duration,
-    /// Freshness lifetime in effect.
-    pub lifetime: Duration,
-    pub directives: ResponseDirectives,
-    pub vary: Vary,
-    /// Set by a soft purge: the object is stale from then on, kept for stale-if-error.
-    pub invalidated: AtomicBool,
-    /// A background refresh (stale-while-revalidate) is running: start only one.
-    pub refreshing: AtomicBool,
-    /// What the header block holds ([`headers_charge`]), computed once for the weight.
-    pub headers_charge: u64,
-    /// The same response in other content codings (compressed once, when stored), each a full
-    /// object with its own header block (`Content-Encoding`, `Vary`, a weak `ETag`). Empty
-    /// unless the rule compresses. Freshness and invalidation are this object's.
-    pub encoded: Box<[(Coding, Arc<Object>)]>,
-    /// The picture as WebP (made once, when stored), for clients whose `Accept` names
-    /// `image/webp`; `None` unless the rule converts.
-    pub webp: Option<Arc<Object>>,
-}
-
-impl Object {
-    /// The current age (RFC 9111 §4.2.3) at `now`.
-    pub fn age(&self, now: SystemTime) -> Duration {
-        let resident = now.duration_since(self.response_time).unwrap_or_default();
-        self.initial_age + resident
-    }
-
-    /// Whether the object is fresh at `now`.
-    pub fn is_fresh(&self, now: SystemTime) -> bool {
-        !self.invalidated.load(Ordering::Relaxed) && self.age(now) < self.lifetime
-    }
-
-    pub fn invalidate(&self) {
-        self.invalidated.store(true, Ordering::Relaxed);
-    }
-
-    /// The stored `Date`, or when the response was received (for If-Modified-Since).
-    pub fn stored_date(&self) -> SystemTime {
-        self.headers
-            .get(http::header::DATE)
-            .and_then(crate::freshness::http_date)
-            .unwrap_or(self.response_time)
-    }
-
-    /// Bytes this object makes the allocator hold, with the index's entry under a key of
-    /// `key_len` bytes.
-    pub fn weight(&self, key_len: usize) -> u64 {
-        let vary = match &self.vary {
-            Vary::Fields(f) => alloc_size(f.len() * std::mem::size_of::<http::HeaderName>()),
-            _ => 0,
-        };
-        let encoded: u64 = self
-            .encoded
-            .iter()
-            .map(|(_, o)| {
-                alloc_size(std::mem::size_of::<Object>() + 16)
-                    + o.headers_charge
-                    + body_charge(o.body.len())
-            })
-            .sum();
-        let webp = self.webp.as_ref().map_or(0, |o| {
-            alloc_size(std::mem::size_of::<Object>() + 16)
-                + o.headers_charge
-                + body_charge(o.body.len())
-        });
-        entry_charge(key_len)
-            + alloc_size(std::mem::size_of::<Object>() + 16)
-            + self.headers_charge
-            + body_charge(self.body.len())
-            + vary
-            + encoded
-            + webp
-            + alloc_size(self.encoded.len() * std::mem::size_of::<(Coding, Arc<Object>)>())
-    }
-
-    /// The copy to send a client whose `Accept-Encoding` is `accept`: an encoded one it
-    /// accepts, or this one.
-    pub fn for_client<'a>(self: &'a Arc<Self>, req: &HeaderMap) -> &'a Arc<Object> {
-        if let Some(webp) = &self.webp {
-            if accepts_webp(req) {
-                return webp;
-            }
-        }
-        if self.encoded.is_empty() {
-            return self;
-        }
-        let mut codings = [Coding::Br; 3];
-        let n = self.encoded.len().min(3);
-        for (slot, (c, _)) in codings.iter_mut().zip(self.encoded.iter()) {
-            *slot = *c;
-        }
-        match negotiate(
-            req.get_all(http::header::ACCEPT_ENCODING).iter(),
-            &codings[..n],
-        ) {
-            Some(c) => self
-                .encoded
-                .iter()
-                .find(|(x, _)| *x == c)
-                .map_or(self, |(_, o)| o),
-            None => self,
-        }
-    }
-}
-
-/// Whether the request's `Accept` names `image/webp` (with a q-value above 0). Only an explicit
-/// mention counts: `*/*` and `image/*` come from clients that may not decode WebP.
-pub fn accepts_webp(req: &HeaderMap) -> bool {
-    req.get_all(http::header::ACCEPT).iter().any(|v| {
-        v.to_str().is_ok_and(|s| {
-            s.split(',').any(|range| {
-                let mut parts = range.split(';');
-                let media = parts.next().unwrap_or("").trim();
-                media.eq_ignore_ascii_case("image/webp")
-                    && !parts.any(|p| {
-                        p.split_once('=').is_some_and(|(k, v)| {
-                            k.trim().eq_ignore_ascii_case("q")
-                                && v.trim().parse::<f32>().is_ok_and(|q| q <= 0.0)
-                        })
-                    })
-            })
-        })
-    })
-}
-
-/// The index entry and key of a slot with a `key_len`-byte key.
-fn entry_charge(key_len: usize) -> u64 {
-    METADATA_PER_ENTRY + alloc_size(key_len) + SHARED_BYTES
-}
-
-/// A copy of `h` that owns its memory, with the fields of `set` inserted (replacing any of the
-/// same name): every value in one shared buffer, so the map never keeps a connection's read
-/// buffer alive, and a table of exactly its length (a cloned map's entries are not over-allocated
-/// as a growing one's are).
-pub fn compact_headers(h: &HeaderMap, set: &[(&HeaderName, &HeaderValue)]) -> HeaderMap {
-    let total: usize = h.values().map(HeaderValue::len).sum();
-    let mut buf = Vec::with_capacity(total);
-    for v in h.values() {
-        buf.extend_from_slice(v.as_bytes());
-    }
-    let buf = Bytes::from(buf);
-    let mut out = HeaderMap::with_capacity(h.keys_len() + set.len());
-    let mut at = 0;
-    for (name, value) in h {
-        let len = value.len();
-        let owned = match HeaderValue::from_maybe_shared(buf.slice(at..at + len)) {
-            Ok(mut v) => {
-                v.set_sensitive(value.is_sensitive());
-                v
-            }
-            // A value `http` accepted is always valid again; copy it alone if not.
-            Err(_) => HeaderValue::from_bytes(value.as_bytes())
-                .unwrap_or_else(|_| HeaderValue::from_static("")),
-        };
-        at += len;
-        out.append(name.clone(), owned);
-    }
-    for (name, value) in set {
-        out.insert((*name).clone(), (*value).clone());
-    }
-    out.clone()
-}
-
-/// The body as one owned allocation of exactly its length (the chunks it arrived in may be
-/// slices of a connection's read buffer).
-pub fn owned_body(chunks: &[Bytes]) -> Bytes {
-    let len = chunks.iter().map(Bytes::len).sum();
-    if len == 0 {
-        return Bytes::new();
-    }
-    let mut v = Vec::with_capacity(len);
-    for c in chunks {
-        v.extend_from_slice(c);
-    }
-    Bytes::from(v)
-}
+// Objects and their charges live in `object.rs`; their paths under `store` stay.
+pub use crate::object::{
+    accepts_webp, alloc_size, body_charge, compact_headers, headers_charge, owned_body, Object,
+};
 
 /// What one slot holds.
 #[derive(Debug, Clone)]
@@ -680,6 +398,10 @@ impl MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::control::ResponseDirectives;
+    use http::StatusCode;
+    use std::sync::atomic::AtomicBool;
+    use std::time::{Duration, SystemTime};
 
     fn object(body_len: usize) -> Arc<Object> {
         let now = SystemTime::now();
