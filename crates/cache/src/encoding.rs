@@ -1,6 +1,8 @@
-//! Content codings rampart produces and the `Accept-Encoding` negotiation (RFC 9110 §12.5.3).
+//! Content codings rampart produces and the `Accept-Encoding` negotiation (RFC 9110 §12.5.3);
+//! whether a client takes WebP (`Accept`).
 
-use http::header::HeaderValue;
+use http::header::{HeaderValue, ACCEPT};
+use http::HeaderMap;
 
 /// A content coding rampart can produce.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -101,6 +103,26 @@ pub fn negotiate<'a>(
     // A client that rates identity above every coding it accepts gets identity.
     best.filter(|(_, q)| identity.is_none_or(|i| i <= *q))
         .map(|(c, _)| c)
+}
+
+/// Whether the request's `Accept` names `image/webp` (with a q-value above 0). Only an explicit
+/// mention counts: `*/*` and `image/*` come from clients that may not decode WebP.
+pub fn accepts_webp(req: &HeaderMap) -> bool {
+    req.get_all(ACCEPT).iter().any(|v| {
+        v.to_str().is_ok_and(|s| {
+            s.split(',').any(|range| {
+                let mut parts = range.split(';');
+                let media = parts.next().unwrap_or("").trim();
+                media.eq_ignore_ascii_case("image/webp")
+                    && !parts.any(|p| {
+                        p.split_once('=').is_some_and(|(k, v)| {
+                            k.trim().eq_ignore_ascii_case("q")
+                                && v.trim().parse::<f32>().is_ok_and(|q| q <= 0.0)
+                        })
+                    })
+            })
+        })
+    })
 }
 
 /// A q-value (`0`, `0.5`, `1.000`) in thousandths; `None` when malformed.

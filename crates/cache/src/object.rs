@@ -11,7 +11,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 
 use crate::control::ResponseDirectives;
-use crate::encoding::{negotiate, Coding};
+use crate::encoding::{accepts_webp, negotiate, Coding};
 use crate::index::METADATA_PER_ENTRY;
 use crate::vary::Vary;
 
@@ -226,26 +226,6 @@ impl Object {
             None => self,
         }
     }
-}
-
-/// Whether the request's `Accept` names `image/webp` (with a q-value above 0). Only an explicit
-/// mention counts: `*/*` and `image/*` come from clients that may not decode WebP.
-pub fn accepts_webp(req: &HeaderMap) -> bool {
-    req.get_all(http::header::ACCEPT).iter().any(|v| {
-        v.to_str().is_ok_and(|s| {
-            s.split(',').any(|range| {
-                let mut parts = range.split(';');
-                let media = parts.next().unwrap_or("").trim();
-                media.eq_ignore_ascii_case("image/webp")
-                    && !parts.any(|p| {
-                        p.split_once('=').is_some_and(|(k, v)| {
-                            k.trim().eq_ignore_ascii_case("q")
-                                && v.trim().parse::<f32>().is_ok_and(|q| q <= 0.0)
-                        })
-                    })
-            })
-        })
-    })
 }
 
 /// The index entry and key of a slot with a `key_len`-byte key.

@@ -31,7 +31,7 @@ use crate::vary::Vary;
 
 // Objects and their charges live in `object.rs`; their paths under `store` stay.
 pub use crate::object::{
-    accepts_webp, alloc_size, body_charge, compact_headers, headers_charge, owned_body, Object,
+    alloc_size, body_charge, compact_headers, headers_charge, owned_body, Object,
 };
 
 /// What one slot holds.
