@@ -547,6 +547,19 @@ mod tests {
     }
 
     #[test]
+    fn streaming_levels_are_capped_and_stored_ones_are_not() {
+        let c = Compress::new(&Compression {
+            br: Some(11),
+            zstd: Some(19),
+            gzip: Some(9),
+            min_length: 0,
+        });
+        assert_eq!((c.levels.br, c.levels.zstd, c.levels.gzip), (11, 19, 9));
+        let s = c.stream_levels();
+        assert_eq!((s.br, s.zstd, s.gzip), (STREAM_MAX_BR, STREAM_MAX_ZSTD, 9));
+    }
+
+    #[test]
     fn encoded_fields() {
         let mut h = HeaderMap::new();
         h.insert(ETAG, HeaderValue::from_static("\"v1\""));

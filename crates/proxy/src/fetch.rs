@@ -15,7 +15,7 @@ use rampart_config::RoutingMethod;
 use crate::body::RequestBody;
 use crate::error::ProxyError;
 use crate::headers::{add_forwarded, append_via, strip_hop_by_hop};
-use crate::txn::{target, Scheme, Txn};
+use crate::txn::{target, ConnInfo, Scheme, Txn};
 use crate::upstream::{UpstreamSet, ERROR_PENALTY};
 use crate::worker::Worker;
 
@@ -91,26 +91,18 @@ pub fn send<'a>(
         unreachable!("fetch before recv")
     };
     let conn = &txn.conn;
-    let h = &mut parts.headers;
     // The request as the client made it (before any rewriting and before rampart's own
     // validators): lookup computes Vary variants from the client's headers, so storing must
     // too, and a revalidated entry answers the client's own request.
-    let req_headers = plan.keep_headers.then(|| h.clone());
-    strip_hop_by_hop(h);
-    // rampart answers `Expect: 100-continue` itself (hyper sends 100 when the body is read).
-    h.remove(EXPECT);
-    h.insert(HOST, route.host.clone());
-    add_forwarded(h, &conn.client_ip_header, &route.host, conn.scheme.as_str());
-    append_via(h, downstream_version);
+    let req_headers = plan.keep_headers.then(|| parts.headers.clone());
     let revalidating = plan.validators.is_some();
-    if let Some((etag, last_modified)) = plan.validators {
-        if let Some(v) = etag {
-            h.insert(IF_NONE_MATCH, v);
-        }
-        if let Some(v) = last_modified {
-            h.insert(IF_MODIFIED_SINCE, v);
-        }
-    }
+    rewrite_for_origin(
+        &mut parts.headers,
+        conn,
+        &route.host,
+        downstream_version,
+        plan.validators,
+    );
     let resendable = matches!(body, RequestBody::Empty);
     // A copy to re-send after a connect failure; only for body-less requests to a rule with
     // more than one origin, so the common case clones nothing.
@@ -186,6 +178,31 @@ pub fn send<'a>(
             }
         }
         Err(last_err.unwrap_or_else(|| ProxyError::UpstreamConnect("no upstream".into())))
+    }
+}
+
+/// The client's request fields made ready for the origin: hop-by-hop fields and `Expect` out,
+/// `Host`, the forwarding fields and `Via` in, and rampart's validators when it revalidates.
+fn rewrite_for_origin(
+    h: &mut HeaderMap,
+    conn: &ConnInfo,
+    host: &HeaderValue,
+    downstream_version: Version,
+    validators: Option<Validators>,
+) {
+    strip_hop_by_hop(h);
+    // rampart answers `Expect: 100-continue` itself (hyper sends 100 when the body is read).
+    h.remove(EXPECT);
+    h.insert(HOST, host.clone());
+    add_forwarded(h, &conn.client_ip_header, host, conn.scheme.as_str());
+    append_via(h, downstream_version);
+    if let Some((etag, last_modified)) = validators {
+        if let Some(v) = etag {
+            h.insert(IF_NONE_MATCH, v);
+        }
+        if let Some(v) = last_modified {
+            h.insert(IF_MODIFIED_SINCE, v);
+        }
     }
 }
 

@@ -18,7 +18,7 @@
 
 use crate::model::{Compression, Minify, Webp};
 use crate::reader::{At, Section, Sink};
-use crate::validate::warn;
+use crate::validate::{flag, warn};
 
 /// Bodies shorter than this are not compressed: the framing costs more than it saves.
 pub const DEFAULT_MIN_LENGTH: u64 = 256;
@@ -38,9 +38,27 @@ pub(super) fn read_global(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Global {
     Global { compression, flags }
 }
 
+/// A rule's transforms: compression, minification, WebP (each `None` when off).
+pub(super) fn read_rule(
+    s: &mut Section<'_>,
+    sink: &mut Sink<'_>,
+    global: &Global,
+) -> (Option<Compression>, Option<Minify>, Option<Webp>) {
+    let compression_on = if flag(s, sink, "enable_compression", true) {
+        s.bool(sink, "enable_compression")
+    } else {
+        None
+    };
+    let compression = read_compression(s, sink, compression_on, global);
+    let minify_on = flag(s, sink, "enable_minification", true);
+    let minify = read_minify(s, sink, minify_on);
+    let webp_on = flag(s, sink, "enable_webp_transformation", true);
+    (compression, minify, read_webp(s, sink, webp_on))
+}
+
 /// The rule's compression: `None` unless the global and the rule switch are both on.
 /// `enabled` is the rule's `enable_compression` (already read).
-pub(super) fn read_rule(
+fn read_compression(
     s: &mut Section<'_>,
     sink: &mut Sink<'_>,
     enabled: Option<At<bool>>,
@@ -133,11 +151,7 @@ fn parse_flags(sink: &mut Sink<'_>, at: &At<String>) -> Compression {
 }
 
 /// The rule's minification: `None` unless `enable_minification = true`.
-pub(super) fn read_minify(
-    s: &mut Section<'_>,
-    sink: &mut Sink<'_>,
-    enabled: bool,
-) -> Option<Minify> {
+fn read_minify(s: &mut Section<'_>, sink: &mut Sink<'_>, enabled: bool) -> Option<Minify> {
     let flags = s.string(sink, "minification_flags");
     if !enabled {
         return None;
@@ -194,7 +208,7 @@ pub(super) fn read_minify(
 pub const DEFAULT_WEBP_MIN_AGE: u64 = 21_600;
 
 /// The rule's WebP transformation: `None` unless `enable_webp_transformation = true`.
-pub(super) fn read_webp(s: &mut Section<'_>, sink: &mut Sink<'_>, enabled: bool) -> Option<Webp> {
+fn read_webp(s: &mut Section<'_>, sink: &mut Sink<'_>, enabled: bool) -> Option<Webp> {
     let min_age = s.int(sink, "webp_transformation_min_age", 0, i64::MAX);
     enabled.then(|| Webp {
         min_age: std::time::Duration::from_secs(

@@ -90,16 +90,7 @@ fn read_rule(
     let enable_logging = flag(&mut s, sink, "enable_logging", true);
     let ignore_query_string = flag(&mut s, sink, "ignore_query_string", true);
     let sql_injection = flag(&mut s, sink, "enable_sql_injection_protection", true);
-    let compression_on = if flag(&mut s, sink, "enable_compression", true) {
-        s.bool(sink, "enable_compression")
-    } else {
-        None
-    };
-    let compression = transform::read_rule(&mut s, sink, compression_on, transforms);
-    let minify_on = flag(&mut s, sink, "enable_minification", true);
-    let minify = transform::read_minify(&mut s, sink, minify_on);
-    let webp_on = flag(&mut s, sink, "enable_webp_transformation", true);
-    let webp = transform::read_webp(&mut s, sink, webp_on);
+    let (compression, minify, webp) = transform::read_rule(&mut s, sink, transforms);
     let disallowed_user_agents = user_agents(&mut s, sink);
     ok &= disallowed_user_agents.is_some();
     let strict_path_rules = s
