@@ -7,7 +7,7 @@ use std::time::Duration;
 use http::uri::Authority;
 
 /// The whole validated configuration.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     /// Plain-HTTP listen addresses (HTTP/1.1 and h2c).
     pub listen_http: Vec<SocketAddr>,
@@ -25,6 +25,8 @@ pub struct Config {
     pub upstream: UpstreamConfig,
     /// How long a graceful shutdown waits for in-flight requests.
     pub shutdown_timeout: Duration,
+    /// Reload when the configuration file changes (`watch_config`, rampart's own key).
+    pub watch_config: bool,
     /// Domain rules, in file order.
     pub rules: Vec<RuleConfig>,
     pub cache: CacheConfig,
@@ -34,7 +36,7 @@ pub struct Config {
 }
 
 /// TLS termination and certificates.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct TlsConfig {
     /// HTTPS listen addresses; empty when no rule has a certificate source (listener off).
     pub listen_https: Vec<SocketAddr>,
@@ -51,7 +53,7 @@ pub struct TlsConfig {
 }
 
 /// The ACME client (automatic certificates).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct AcmeConfig {
     /// Directory URL (`acme_directory_url`; default Let's Encrypt production).
     pub directory_url: String,
@@ -91,7 +93,7 @@ pub enum TlsVersion {
 }
 
 /// Global request screening (recv): rate limiting, body limit, client addresses.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ScreenConfig {
     /// ARC2 `add_sql_injection_protection`: the global switch (each rule has its own too).
     pub sql_injection: bool,
@@ -117,7 +119,7 @@ pub struct RateLimit {
 }
 
 /// The management API and cache purging.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct AdminConfig {
     /// ARC2 `api_key`: enables `/_rampart/...` and authorises PURGE (`Authorization: Bearer`).
     pub api_key: Option<String>,
@@ -175,7 +177,7 @@ impl Cidr {
 }
 
 /// The shared response cache.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CacheConfig {
     /// ARC2 `add_caching`: master switch.
     pub enabled: bool,
@@ -215,7 +217,7 @@ pub enum RuntimeMode {
 }
 
 /// Client-side (downstream) socket and connection settings.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct DownstreamConfig {
     pub nodelay: bool,
     pub max_backlog: Option<i32>,
@@ -246,7 +248,7 @@ pub struct DownstreamConfig {
 }
 
 /// Origin-side (upstream) settings.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct UpstreamConfig {
     pub nodelay: bool,
     /// Idle pooled connections are closed after this long (ARC2 `proxy_keepalive_sec`).
@@ -334,7 +336,7 @@ impl DomainPattern {
 }
 
 /// A per-path override (`[[proxy_rules.path_rules]]`).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PathRuleConfig {
     pub path: String,
     pub match_type: MatchType,
@@ -408,7 +410,7 @@ pub struct UpstreamTarget {
 }
 
 /// A `[[proxy_rules]]` entry.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RuleConfig {
     /// The domain as written (for logs).
     pub domain_text: String,

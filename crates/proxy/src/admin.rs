@@ -6,8 +6,12 @@
 //!   scopes (the URL's path is the prefix or substring); `X-Purge: soft` marks entries stale
 //!   instead of removing them (kept for stale-if-error).
 //! - `/_rampart/...` on any host, only when `api_key` is set, always with the key:
-//!   `GET /_rampart/status` (cache figures as JSON) and
-//!   `POST /_rampart/purge?scope=exact|prefix|contains|domain&host=H[&path=P][&soft=true]`.
+//!   `GET /_rampart/status` (cache figures as JSON),
+//!   `POST /_rampart/purge?scope=exact|prefix|contains|domain&host=H[&path=P][&soft=true]`,
+//!   `POST /_rampart/reload` (read the configuration file again), and the rule operations
+//!   `GET|POST /_rampart/rules`, `PUT|DELETE /_rampart/rules/{domain}` (a `proxy_rules` entry
+//!   as TOML or JSON, validated like the file and written back to it). Reloads and rule
+//!   changes are answered by the file's owner through [`crate::control`].
 //!
 //! Keys are compared in constant time. Wrong or missing key → 401; PURGE from elsewhere → 403.
 
@@ -26,6 +30,75 @@ use crate::worker::Worker;
 
 /// Reserved path prefix of the management API.
 pub const ADMIN_PREFIX: &str = "/_rampart/";
+
+/// Largest body of a rule operation.
+const MAX_RULE_BODY: usize = 1 << 20;
+
+/// Whether this request is a reload or a rule operation (answered by [`control`]).
+pub fn is_control(w: &Worker, txn: &Txn, req: &Request<RequestBody>) -> bool {
+    if txn.mode != crate::txn::Mode::Client || w.admin.api_key.is_none() {
+        return false;
+    }
+    let Some(rest) = req.uri().path().strip_prefix(ADMIN_PREFIX) else {
+        return false;
+    };
+    rest == "reload" || rest == "rules" || rest.starts_with("rules/")
+}
+
+/// `POST /_rampart/reload` and the rule operations: checked here, carried out by the owner of
+/// the configuration file.
+pub async fn control(
+    w: &Worker,
+    req: Request<RequestBody>,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    use crate::control::Request as Ask;
+    if !has_key(&w.admin, req.headers()) {
+        return Err(ProxyError::ApiKey);
+    }
+    let path = req
+        .uri()
+        .path()
+        .strip_prefix(ADMIN_PREFIX)
+        .unwrap_or("")
+        .to_owned();
+    let domain = path
+        .strip_prefix("rules/")
+        .map(|d| String::from_utf8_lossy(&percent_decode(d)).into_owned());
+    let json = req
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.to_ascii_lowercase().contains("json"));
+    let method = req.method().clone();
+    let body = || async {
+        use http_body_util::BodyExt as _;
+        http_body_util::Limited::new(req.into_body(), MAX_RULE_BODY)
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .map_err(|_| ProxyError::ApiBadRequest("the rule could not be read (at most 1 MiB)"))
+    };
+    let ask = match (&method, path.as_str(), domain) {
+        (&Method::POST, "reload", _) => Ask::Reload,
+        (&Method::GET, "rules", _) => Ask::ListRules,
+        (&Method::POST, "rules", _) => Ask::AddRule {
+            body: body().await?,
+            json,
+        },
+        (&Method::PUT, _, Some(domain)) => Ask::ReplaceRule {
+            domain,
+            body: body().await?,
+            json,
+        },
+        (&Method::DELETE, _, Some(domain)) => Ask::RemoveRule { domain },
+        _ => return Err(ProxyError::ApiNoSuchEndpoint),
+    };
+    let Some(control) = &w.control else {
+        return Err(ProxyError::ApiNoSuchEndpoint);
+    };
+    let answer = control.ask(ask).await;
+    Ok(synth::json(answer.status, answer.body))
+}
 
 /// Whether `method` is the PURGE extension method.
 pub fn is_purge(method: &Method) -> bool {

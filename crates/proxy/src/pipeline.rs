@@ -83,6 +83,10 @@ impl Pipeline {
         mut req: Request<RequestBody>,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         // recv: answers that need no rule, then the rule, then screening.
+        if admin::is_control(&self.w, txn, &req) {
+            // Boxed: a configuration change is rare; every other request stays small.
+            return Box::pin(admin::control(&self.w, req)).await;
+        }
         if let Some(answer) = recv::local_answer(&self.w, txn, &req) {
             return answer;
         }
@@ -271,13 +275,16 @@ mod tests {
         let origin_tls =
             rampart_tls::origin::client_config(&config.upstream).unwrap_or_else(|e| panic!("{e}"));
         let w = Worker::new(
-            Arc::new(Router::new(&config)),
-            Upstream::new(&config.upstream, origin_tls),
-            Some(Arc::new(Cache::new(1 << 20, 1 << 16))),
-            Arc::new(Screen::new(&config)),
             &config,
-            None,
-            None,
+            crate::worker::Parts {
+                router: Arc::new(Router::new(&config)),
+                upstream: Upstream::new(&config.upstream, origin_tls),
+                cache: Some(Arc::new(Cache::new(1 << 20, 1 << 16))),
+                screen: Arc::new(Screen::new(&config)),
+                acme: None,
+                https_port: None,
+                control: None,
+            },
         );
         Arc::new(Pipeline::new(w))
     }

@@ -27,8 +27,9 @@ use crate::upstream::UpstreamSet;
 pub struct Rule {
     pub config: RuleConfig,
     pub upstreams: UpstreamSet,
-    /// This rule's own per-client limiter (`rate_limit_per_second` in the rule).
-    pub limiter: Option<Limiter>,
+    /// This rule's own per-client limiter (`rate_limit_per_second` in the rule); kept across
+    /// reloads that leave the rule's rate alone.
+    pub limiter: Option<Arc<Limiter>>,
     /// `Strict-Transport-Security` for HTTPS responses, pre-rendered.
     pub hsts: Option<http::HeaderValue>,
     /// Response compression (`enable_compression`); `None` = off.
@@ -47,6 +48,8 @@ pub struct Router {
     /// (`.suffix`, rule index), longest suffix first.
     wildcard: Vec<(Box<str>, usize)>,
     any: Option<usize>,
+    /// `rate_limit_max_clients` the limiters were made with.
+    max_clients: usize,
 }
 
 /// What the path policy allows for one request.
@@ -64,6 +67,18 @@ pub enum PathDecision {
 
 impl Router {
     pub fn new(config: &Config) -> Self {
+        Router::build(config, None)
+    }
+
+    /// The routing table for a reloaded configuration. State worth keeping moves over from
+    /// `previous` by rule domain: a rule whose rate is unchanged keeps its limiter (a reload
+    /// must not hand every client a fresh burst), and each origin that is still listed keeps
+    /// its health verdict and response-time average.
+    pub fn reloaded(config: &Config, previous: &Router) -> Self {
+        Router::build(config, Some(previous))
+    }
+
+    fn build(config: &Config, previous: Option<&Router>) -> Self {
         let mut exact = HashMap::new();
         let mut wildcard = Vec::new();
         let mut any = None;
@@ -84,12 +99,28 @@ impl Router {
                 }
             }
             let max_clients = config.screen.rate_limit_max_clients;
+            let before = previous.and_then(|p| {
+                p.rules
+                    .iter()
+                    .find(|r| r.config.domain == rc.domain)
+                    .map(|r| (&**r, p.max_clients))
+            });
+            let upstreams = UpstreamSet::new(rc);
+            if let Some((old, _)) = before {
+                upstreams.adopt(&old.upstreams);
+            }
+            let limiter = match before {
+                Some((old, old_max)) if old.config.rate_limit == rc.rate_limit && old_max == max_clients => {
+                    old.limiter.clone()
+                }
+                _ => rc
+                    .rate_limit
+                    .map(|r| Arc::new(Limiter::new(r.per_second, r.burst, max_clients))),
+            };
             rules.push(Arc::new(Rule {
                 config: rc.clone(),
-                upstreams: UpstreamSet::new(rc),
-                limiter: rc
-                    .rate_limit
-                    .map(|r| Limiter::new(r.per_second, r.burst, max_clients)),
+                upstreams,
+                limiter,
                 hsts: rc
                     .hsts
                     .as_deref()
@@ -106,6 +137,7 @@ impl Router {
         }
         wildcard.sort_by_key(|w| std::cmp::Reverse(w.0.len()));
         Router {
+            max_clients: config.screen.rate_limit_max_clients,
             rules,
             exact,
             wildcard,

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use http::header::{CONTENT_TYPE, COOKIE, USER_AGENT};
 use http::{HeaderMap, Request};
-use rampart_config::{Cidr, Config};
+use rampart_config::{Cidr, Config, RateLimit};
 use rampart_screen::inspect::{self, BodyKind, Finding};
 use rampart_screen::ratelimit::{Limiter, Refused};
 use rampart_screen::sqli::{Detector, Libinjection};
@@ -38,23 +38,46 @@ pub struct Screen {
     detector: Box<dyn Detector>,
     /// [`INSPECTION_BUDGET`] in KiB permits.
     inspection: Arc<tokio::sync::Semaphore>,
-    limiter: Option<Limiter>,
+    limiter: Option<Arc<Limiter>>,
     exempt: Vec<Cidr>,
     trusted: Vec<Cidr>,
     body_limit: Option<u64>,
+    /// `rate_limit_max_clients` the limiter was made with.
+    max_clients: usize,
 }
 
 impl Screen {
     pub fn new(config: &Config) -> Screen {
+        Screen::build(config, None)
+    }
+
+    /// Screening for a reloaded configuration: the global limiter (when its settings are
+    /// unchanged) and the inspection budget carry over, so a reload resets no client's count.
+    pub fn reloaded(config: &Config, previous: &Screen) -> Screen {
+        Screen::build(config, Some(previous))
+    }
+
+    fn build(config: &Config, previous: Option<&Screen>) -> Screen {
         let s = &config.screen;
+        let limiter = match previous.and_then(|p| p.limiter.as_ref().map(|l| (p, l))) {
+            Some((p, l))
+                if s.rate_limit == Some(RateLimit { per_second: l.per_second, burst: l.burst })
+                    && p.max_clients == s.rate_limit_max_clients =>
+            {
+                Some(l.clone())
+            }
+            _ => s.rate_limit.map(|r| {
+                Arc::new(Limiter::new(r.per_second, r.burst, s.rate_limit_max_clients))
+            }),
+        };
         Screen {
             detector: Box::new(Libinjection),
-            inspection: Arc::new(tokio::sync::Semaphore::new(
-                (INSPECTION_BUDGET >> 10) as usize,
-            )),
-            limiter: s
-                .rate_limit
-                .map(|r| Limiter::new(r.per_second, r.burst, s.rate_limit_max_clients)),
+            inspection: previous.map_or_else(
+                || Arc::new(tokio::sync::Semaphore::new((INSPECTION_BUDGET >> 10) as usize)),
+                |p| p.inspection.clone(),
+            ),
+            max_clients: s.rate_limit_max_clients,
+            limiter,
             exempt: s.rate_limit_exempt.clone(),
             trusted: s.trusted_proxies.clone(),
             body_limit: s.body_limit,

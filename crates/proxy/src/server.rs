@@ -6,58 +6,56 @@
 //!   never changes thread. Each worker has its own upstream pool.
 //! - `shared`: one multi-threaded runtime with `workers` threads and one listener per address.
 //!
-//! Sockets are bound before any thread starts, so a bind error is reported at startup. On
-//! shutdown every worker stops accepting, lets in-flight requests finish (idle keep-alive
-//! connections are closed at once) for at most `shutdown_timeout`, then returns.
+//! Sockets are bound before any thread starts, so a bind error is reported at startup. A
+//! reload (`live.rs`) swaps the configuration each worker reads and tells workers which
+//! sockets to open or close. On shutdown every worker stops accepting, lets in-flight
+//! requests finish (idle keep-alive connections are closed at once) for at most
+//! `shutdown_timeout`, then returns.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
-use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::{io, time::Duration};
 
 use bytes::BytesMut;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use rampart_config::{Config, RuntimeMode};
-use socket2::{Domain, Protocol, SockRef, Socket, TcpKeepalive, Type};
+use socket2::SockRef;
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use tracing::Instrument as _;
 
 use crate::body::ClientBody;
-use crate::cache::Cache;
-use crate::conn::PerIp;
+use crate::conn::ConnLimit;
+use crate::control::{Control, Requests};
 use crate::h1;
-use crate::pipeline::Pipeline;
-use crate::route::Router;
+use crate::listen::{self, Bound};
+use crate::live::{ListenerCmd, Live, Reloaded, Slot, WorkerStart};
 use crate::txn::{ConnInfo, Scheme};
-use crate::upstream::Upstream;
-use crate::worker::Worker;
-
-/// Listen backlog when `max_backlog` is unset (Linux's default `somaxconn`).
-const DEFAULT_BACKLOG: i32 = 4096;
 
 /// Bound sockets, ready to serve.
 #[derive(Debug)]
 pub struct Server {
-    config: Arc<Config>,
-    /// One entry per worker thread (a single entry for the shared runtime), each holding one
-    /// listener per configured address and whether it serves HTTPS.
-    sockets: Vec<Vec<(std::net::TcpListener, bool)>>,
-    local_addrs: Vec<SocketAddr>,
-    https_addrs: Vec<SocketAddr>,
+    config: Config,
+    /// Worker groups: one per worker thread under `per-core`, one in all under `shared`.
+    groups: usize,
+    bound: Vec<Bound>,
     /// Certificates and the TLS server configuration (`None` without an HTTPS listener).
     tls: Option<rampart_tls::Tls>,
 }
 
-/// A running server: signal it to stop, then join it.
+/// A running server: reload it, signal it to stop, then join it.
 #[derive(Debug)]
 pub struct Running {
     shutdown: watch::Sender<bool>,
     threads: Vec<JoinHandle<()>>,
+    live: Mutex<Live>,
+    requests: Option<Requests>,
 }
 
 impl Running {
@@ -68,61 +66,33 @@ impl Running {
 
     /// Waits until every worker has drained and stopped.
     pub fn join(self) {
-        for t in self.threads {
+        let health = self.live.lock().unwrap_or_else(|p| p.into_inner()).stop_health();
+        for t in self.threads.into_iter().chain(health) {
             if t.join().is_err() {
                 tracing::error!("a worker thread panicked");
             }
         }
     }
-}
 
-/// Whether another socket already listens on `addr`: a bind without `SO_REUSEPORT` is refused
-/// then (the probe socket is closed at once).
-fn listened_on_by_another(addr: SocketAddr) -> bool {
-    let Ok(probe) = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
-    else {
-        return false;
-    };
-    let _ = probe.set_reuse_address(true);
-    if addr.is_ipv6() {
-        let _ = probe.set_only_v6(true);
+    /// Puts `config` in service for new requests (see `live.rs`). On an error the old
+    /// configuration stays in service.
+    pub fn reload(&self, config: Config) -> Result<Reloaded, String> {
+        self.live
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .reload(config)
     }
-    matches!(probe.bind(&addr.into()), Err(e) if e.kind() == io::ErrorKind::AddrInUse)
-}
 
-fn bind_one(
-    addr: SocketAddr,
-    config: &Config,
-    reuse_port: bool,
-) -> io::Result<std::net::TcpListener> {
-    let d = &config.downstream;
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    socket.set_reuse_address(true)?;
-    if reuse_port {
-        socket.set_reuse_port(true)?;
+    /// The addresses in service now: (plain HTTP, HTTPS).
+    pub fn addrs(&self) -> (Vec<SocketAddr>, Vec<SocketAddr>) {
+        self.live.lock().unwrap_or_else(|p| p.into_inner()).addrs()
     }
-    if addr.is_ipv6() {
-        socket.set_only_v6(true)?;
+
+    /// The management API's reload and rule requests, for whoever owns the configuration
+    /// file (once; `None` after).
+    pub fn take_requests(&mut self) -> Option<Requests> {
+        self.requests.take()
     }
-    // Set on the listener so accepted sockets inherit them (buffer sizes must precede listen()).
-    if let Some(n) = d.recv_buffer_size {
-        socket.set_recv_buffer_size(n)?;
-    }
-    if let Some(n) = d.send_buffer_size {
-        socket.set_send_buffer_size(n)?;
-    }
-    if let Some(ttl) = d.ip_ttl {
-        if addr.is_ipv4() {
-            socket.set_ttl_v4(ttl)?;
-        } else {
-            socket.set_unicast_hops_v6(ttl)?;
-        }
-    }
-    socket.set_tcp_nodelay(d.nodelay)?;
-    socket.bind(&addr.into())?;
-    socket.listen(d.max_backlog.unwrap_or(DEFAULT_BACKLOG))?;
-    socket.set_nonblocking(true)?;
-    Ok(socket.into())
 }
 
 impl Server {
@@ -130,275 +100,173 @@ impl Server {
     /// port of 0 is resolved once and shared by all workers.
     pub fn bind(config: Config) -> io::Result<Server> {
         let tls = rampart_tls::start(&config).map_err(io::Error::other)?;
-        let per_core = config.runtime == RuntimeMode::PerCore;
-        let groups = if per_core { config.workers.max(1) } else { 1 };
-        let mut sockets: Vec<Vec<(std::net::TcpListener, bool)>> =
-            (0..groups).map(|_| Vec::new()).collect();
-        let (mut local_addrs, mut https_addrs) = (Vec::new(), Vec::new());
-        let https = if tls.is_some() {
-            &config.tls.listen_https[..]
-        } else {
-            &[]
+        let groups = match config.runtime {
+            RuntimeMode::PerCore => config.workers.max(1),
+            RuntimeMode::Shared => 1,
         };
-        let all = config
-            .listen_http
-            .iter()
-            .map(|a| (*a, false))
-            .chain(https.iter().map(|a| (*a, true)));
-        for (addr, is_tls) in all {
-            // SO_REUSEPORT lets rampart's own workers share a port, but would also let a second
-            // rampart (or anything else that sets it) join silently and take half the traffic to
-            // a cache of its own: refuse a port another process already listens on.
-            if per_core && addr.port() != 0 && listened_on_by_another(addr) {
-                return Err(io::Error::new(
-                    io::ErrorKind::AddrInUse,
-                    format!(
-                        "cannot listen on {addr}: another process is already listening there \
-                         (another rampart?); rampart does not share a port with another instance"
-                    ),
-                ));
-            }
-            let first = bind_one(addr, &config, per_core)
-                .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))?;
-            let actual = first.local_addr()?;
-            if is_tls {
-                https_addrs.push(actual);
-            } else {
-                local_addrs.push(actual);
-            }
-            sockets[0].push((first, is_tls));
-            for group in sockets.iter_mut().skip(1) {
-                group.push((bind_one(actual, &config, true)?, is_tls));
-            }
-        }
+        let bound = listen::wanted(&config, tls.is_some())
+            .into_iter()
+            .map(|(addr, is_tls)| listen::bind(addr, is_tls, &config, groups))
+            .collect::<io::Result<Vec<_>>>()?;
         Ok(Server {
-            config: Arc::new(config),
-            sockets,
-            local_addrs,
-            https_addrs,
+            config,
+            groups,
+            bound,
             tls,
         })
     }
 
     /// The plain-HTTP addresses actually bound (ports resolved).
-    pub fn local_addrs(&self) -> &[SocketAddr] {
-        &self.local_addrs
+    pub fn local_addrs(&self) -> Vec<SocketAddr> {
+        self.bound.iter().filter(|b| !b.tls).map(|b| b.actual).collect()
     }
 
     /// The HTTPS addresses actually bound (empty when no rule has a certificate).
-    pub fn https_addrs(&self) -> &[SocketAddr] {
-        &self.https_addrs
+    pub fn https_addrs(&self) -> Vec<SocketAddr> {
+        self.bound.iter().filter(|b| b.tls).map(|b| b.actual).collect()
     }
 
     /// Starts the workers and returns at once.
     pub fn start(self) -> io::Result<Running> {
         let (tx, rx) = watch::channel(false);
-        let router = Arc::new(Router::new(&self.config));
-        let cache = self.config.cache.enabled.then(|| {
-            Arc::new(Cache::new(
-                self.config.cache.memory,
-                self.config.cache.max_object,
-            ))
-        });
-        let screen = Arc::new(crate::screen::Screen::new(&self.config));
-        let origin_tls =
-            rampart_tls::origin::client_config(&self.config.upstream).map_err(io::Error::other)?;
-        // Redirects to HTTPS name the port unless it is the default one.
-        let https_port = self.https_addrs.first().map(|a| a.port());
-        let shared = Arc::new(Shared {
-            origin_tls,
-            https_port,
-            tls: self.tls.clone(),
-            cache,
-            screen,
-            per_ip: self
-                .config
-                .downstream
-                .max_connections_per_ip
-                .map(PerIp::new),
-            limit: Arc::new(Semaphore::new(self.config.downstream.max_connections)),
-            at_limit: AtomicBool::new(false),
-            config: self.config.clone(),
-        });
+        let (control, requests) = Control::channel();
+        let runtime = self.config.runtime;
+        let workers = self.config.workers.max(1);
+        let (live, starts) = Live::start(self.config, self.bound, self.tls, self.groups, control)?;
+        let limit = live.limit();
         let mut threads = Vec::new();
-        // Active health checks, on a thread of their own with their own connection pool.
-        let prober = Upstream::new(&self.config.upstream, shared.origin_tls.clone());
-        if let Some(t) = crate::health::start(&router, prober, rx.clone())? {
-            threads.push(t);
-        }
-        match self.config.runtime {
-            RuntimeMode::PerCore => {
-                for (i, group) in self.sockets.into_iter().enumerate() {
-                    let (shared, router, rx) = (shared.clone(), router.clone(), rx.clone());
-                    let t = std::thread::Builder::new().name(format!("rampart-w{i}")).spawn(move || {
-                        let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-                            Ok(rt) => rt,
-                            Err(e) => return tracing::error!(error = %e, "cannot start worker runtime"),
-                        };
-                        rt.block_on(worker(group, shared, router, rx));
-                    })?;
-                    threads.push(t);
+        for (i, start) in starts.into_iter().enumerate() {
+            let (limit, rx) = (limit.clone(), rx.clone());
+            let name = match runtime {
+                RuntimeMode::PerCore => format!("rampart-w{i}"),
+                RuntimeMode::Shared => "rampart-rt".to_owned(),
+            };
+            let t = std::thread::Builder::new().name(name).spawn(move || {
+                let rt = match runtime {
+                    // One single-threaded runtime per worker thread.
+                    RuntimeMode::PerCore => tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build(),
+                    RuntimeMode::Shared => tokio::runtime::Builder::new_multi_thread()
+                        .worker_threads(workers)
+                        .thread_name("rampart-w")
+                        .enable_all()
+                        .build(),
+                };
+                match rt {
+                    Ok(rt) => rt.block_on(worker(start, limit, rx)),
+                    Err(e) => tracing::error!(error = %e, "cannot start worker runtime"),
                 }
-            }
-            RuntimeMode::Shared => {
-                let workers = self.config.workers.max(1);
-                let group = self.sockets.into_iter().flatten().collect();
-                let t = std::thread::Builder::new()
-                    .name("rampart-rt".into())
-                    .spawn(move || {
-                        let rt = match tokio::runtime::Builder::new_multi_thread()
-                            .worker_threads(workers)
-                            .thread_name("rampart-w")
-                            .enable_all()
-                            .build()
-                        {
-                            Ok(rt) => rt,
-                            Err(e) => return tracing::error!(error = %e, "cannot start runtime"),
-                        };
-                        rt.block_on(worker(group, shared, router, rx));
-                    })?;
-                threads.push(t);
-            }
+            })?;
+            threads.push(t);
         }
         Ok(Running {
             shutdown: tx,
             threads,
+            live: Mutex::new(live),
+            requests: Some(requests),
         })
     }
 }
 
-/// State shared by all workers.
-#[derive(Debug)]
-struct Shared {
-    config: Arc<Config>,
-    /// Certificates and the TLS server configuration.
-    tls: Option<rampart_tls::Tls>,
-    /// The client configuration for origins over TLS.
-    origin_tls: Arc<rustls::ClientConfig>,
-    /// The first HTTPS listener's port (for redirects).
-    https_port: Option<u16>,
-    /// The response cache, shared by all workers (`None` when `add_caching = false`).
-    cache: Option<Arc<Cache>>,
-    /// Screening state shared by all workers (rate limiters).
-    screen: Arc<crate::screen::Screen>,
-    /// Open connections per client address (`max_connections_per_ip`).
-    per_ip: Option<Arc<PerIp>>,
-    /// One permit per open client connection.
-    limit: Arc<Semaphore>,
-    /// Set while the limit is reached, so the log line is written once per episode.
-    at_limit: AtomicBool,
-}
-
-/// One worker: an accept loop per listener, sharing this worker's pipeline and pool.
-async fn worker(
-    group: Vec<(std::net::TcpListener, bool)>,
-    shared: Arc<Shared>,
-    router: Arc<Router>,
-    shutdown: watch::Receiver<bool>,
-) {
-    let upstream = Upstream::new(&shared.config.upstream, shared.origin_tls.clone());
-    let pipeline = Arc::new(Pipeline::new(Worker::new(
-        router,
-        upstream,
-        shared.cache.clone(),
-        shared.screen.clone(),
-        &shared.config,
-        shared.tls.as_ref().map(|t| t.store.clone()),
-        shared.https_port,
-    )));
-    let acceptor = shared
-        .tls
-        .as_ref()
-        .map(|t| tokio_rustls::TlsAcceptor::from(t.server.clone()));
-    let d = &shared.config.downstream;
-    // HTTP/1.1 is rampart's own server (h1/); HTTP/2 is hyper's.
-    // HTTP/2 flood limits (RFC 9113 §10.5): streams, header list size (also bounds
-    // CONTINUATION sequences), and the reset budgets behind the rapid-reset defence
-    // (CVE-2023-44487): a client that resets more streams than this is sent GOAWAY.
-    let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
-    builder
-        .timer(TokioTimer::new())
-        .max_concurrent_streams(d.h2_max_concurrent_streams)
-        .max_header_list_size(d.h2_max_header_list_bytes)
-        .max_pending_accept_reset_streams(Some(50))
-        .max_local_error_reset_streams(Some(256));
-    let builder = Arc::new(builder);
-    let mut loops = Vec::new();
-    for (std_listener, is_tls) in group {
-        let listener = match TcpListener::from_std(std_listener) {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot register listener");
-                continue;
-            }
+/// One worker: an accept loop per listener, opened and closed as the worker is told (startup,
+/// reloads); all share the worker's `Current` in its slot.
+async fn worker(start: WorkerStart, limit: Arc<ConnLimit>, mut shutdown: watch::Receiver<bool>) {
+    let WorkerStart { slot, mut cmds } = start;
+    // Every connection task holds a sender; the drain ends when all of them are gone.
+    let (open_tx, mut open_rx) = mpsc::channel::<()>(1);
+    let mut loops: HashMap<SocketAddr, (oneshot::Sender<()>, tokio::task::JoinHandle<()>)> =
+        HashMap::new();
+    loop {
+        let cmd = tokio::select! {
+            c = cmds.recv() => c,
+            _ = shutdown.changed() => None,
         };
-        let tls = if is_tls { acceptor.clone() } else { None };
-        loops.push(tokio::spawn(accept_loop(
-            listener,
-            tls,
-            shared.clone(),
-            pipeline.clone(),
-            builder.clone(),
-            shutdown.clone(),
-        )));
+        match cmd {
+            Some(ListenerCmd::Open(std_listener, tls)) => {
+                let listener = match TcpListener::from_std(std_listener) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot register listener");
+                        continue;
+                    }
+                };
+                let Ok(addr) = listener.local_addr() else {
+                    continue;
+                };
+                let (close, closed) = oneshot::channel();
+                let task = tokio::spawn(accept_loop(
+                    listener,
+                    tls,
+                    slot.clone(),
+                    limit.clone(),
+                    open_tx.clone(),
+                    closed,
+                    shutdown.clone(),
+                ));
+                loops.insert(addr, (close, task));
+            }
+            Some(ListenerCmd::Close(addr)) => {
+                if let Some((close, task)) = loops.remove(&addr) {
+                    let _ = close.send(());
+                    let _ = task.await;
+                }
+            }
+            None => break,
+        }
     }
-    for l in loops {
-        let _ = l.await;
+    for (_, (close, task)) in loops {
+        drop(close);
+        let _ = task.await;
+    }
+    drop(open_tx);
+    let drain = slot.load().conn.shutdown_timeout;
+    if tokio::time::timeout(drain, open_rx.recv()).await.is_err() {
+        tracing::warn!(?drain, "drain time over; closing remaining connections");
     }
 }
 
 async fn accept_loop(
     listener: TcpListener,
-    tls: Option<tokio_rustls::TlsAcceptor>,
-    shared: Arc<Shared>,
-    pipeline: Arc<Pipeline>,
-    builder: Arc<hyper::server::conn::http2::Builder<TokioExecutor>>,
+    tls: bool,
+    slot: Arc<Slot>,
+    limit: Arc<ConnLimit>,
+    open: mpsc::Sender<()>,
+    mut closed: oneshot::Receiver<()>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    // Every connection task holds a sender; the drain ends when all of them are gone.
-    let (open_tx, mut open_rx) = tokio::sync::mpsc::channel::<()>(1);
-    let keepalive = shared
-        .config
-        .downstream
-        .tcp_keepalive
-        .map(|t| TcpKeepalive::new().with_time(t));
-    let d = &shared.config.downstream;
-    let limits = h1::Limits {
-        max_head: d.max_head_bytes,
-        max_headers: d.max_headers,
-        header_read_timeout: d.header_read_timeout,
-        keepalive_timeout: d.keepalive_timeout,
-        body_idle_timeout: d.body_idle_timeout,
-    };
-    let scheme = if tls.is_some() {
-        Scheme::Https
-    } else {
-        Scheme::Http
-    };
+    let scheme = if tls { Scheme::Https } else { Scheme::Http };
     loop {
         // Take a connection slot first: at the limit, new connections wait in the backlog.
-        let Some(permit) = connection_slot(&shared, &mut shutdown).await else {
-            break;
+        let next = async {
+            let permit = limit.acquire().await;
+            (permit, listener.accept().await)
         };
-        let (stream, peer) = tokio::select! {
-            r = listener.accept() => match r {
-                Ok(x) => x,
-                Err(e) => {
-                    // EMFILE and friends: back off instead of spinning.
-                    tracing::error!(error = %e, "accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
+        let (permit, accepted) = tokio::select! {
+            biased;
             _ = shutdown.changed() => break,
+            _ = &mut closed => break,
+            x = next => x,
         };
-        if let Some(ka) = &keepalive {
+        let (stream, peer) = match accepted {
+            Ok(x) => x,
+            Err(e) => {
+                // EMFILE and friends: back off instead of spinning.
+                tracing::error!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        // The configuration in force when the connection arrives sets its limits.
+        let current = slot.load_full();
+        let settings = &current.conn;
+        if let Some(ka) = &settings.keepalive {
             if let Err(e) = SockRef::from(&stream).set_tcp_keepalive(ka) {
                 tracing::debug!(error = %e, "cannot set TCP keep-alive");
             }
         }
         let ip = peer.ip().to_canonical();
-        let slot = match &shared.per_ip {
+        let per_ip = match &settings.per_ip {
             Some(table) => match table.acquire(ip) {
                 Some(slot) => Some(slot),
                 None => {
@@ -408,67 +276,42 @@ async fn accept_loop(
             },
             None => None,
         };
+        let acceptor = match (tls, &settings.tls) {
+            (false, _) => None,
+            (true, Some(t)) => Some(tokio_rustls::TlsAcceptor::from(t.clone())),
+            // A reload turned HTTPS off; this listener is being closed.
+            (true, None) => continue,
+        };
         let conn = Conn {
-            pipeline: pipeline.clone(),
+            slot: slot.clone(),
             info: Arc::new(ConnInfo::new(ip, scheme)),
-            builder: builder.clone(),
-            limits,
+            h2: settings.h2.clone(),
+            limits: settings.limits,
             peer,
         };
+        drop(current);
         // `logging_level = "debug"`: every line of the connection's requests carries these fields.
         let span = tracing::debug_span!("conn", %peer, scheme = scheme.as_str());
-        let (tls, open, mut stop) = (tls.clone(), open_tx.clone(), shutdown.clone());
+        let (open, mut stop) = (open.clone(), shutdown.clone());
         let task = async move {
             // Each protocol's state in its own allocation: the task itself stays small, and an
             // idle HTTP/1.1 connection holds only what h1::serve needs between requests.
-            match tls {
+            match acceptor {
                 None => Box::pin(conn.serve(stream, &mut stop)).await,
                 Some(acceptor) => Box::pin(conn.serve_tls(acceptor, stream, &mut stop)).await,
             }
-            drop((permit, slot, open));
+            drop((permit, per_ip, open));
         };
         tokio::spawn(task.instrument(span));
     }
-    drop(listener);
-    drop(open_tx);
-    let drain = shared.config.shutdown_timeout;
-    if tokio::time::timeout(drain, open_rx.recv()).await.is_err() {
-        tracing::warn!(?drain, "drain time over; closing remaining connections");
-    }
-}
-
-/// A connection slot under `max_connections`; at the limit, waits (new connections stay in the
-/// listen backlog) and says so once. `None` when shutdown starts.
-async fn connection_slot(
-    shared: &Shared,
-    shutdown: &mut watch::Receiver<bool>,
-) -> Option<tokio::sync::OwnedSemaphorePermit> {
-    let permit = match shared.limit.clone().try_acquire_owned() {
-        Ok(p) => p,
-        Err(_) => {
-            if !shared.at_limit.swap(true, Ordering::Relaxed) {
-                tracing::warn!(
-                    max_connections = shared.config.downstream.max_connections,
-                    "connection limit reached: new connections wait in the listen backlog until others close"
-                );
-            }
-            tokio::select! {
-                p = shared.limit.clone().acquire_owned() => p.ok()?,
-                _ = shutdown.changed() => return None,
-            }
-        }
-    };
-    if shared.at_limit.swap(false, Ordering::Relaxed) {
-        tracing::warn!("below the connection limit again");
-    }
-    Some(permit)
 }
 
 /// What a connection task needs.
 struct Conn {
-    pipeline: Arc<Pipeline>,
+    /// Where each request finds the configuration in force.
+    slot: Arc<Slot>,
     info: Arc<ConnInfo>,
-    builder: Arc<hyper::server::conn::http2::Builder<TokioExecutor>>,
+    h2: Arc<hyper::server::conn::http2::Builder<TokioExecutor>>,
     limits: h1::Limits,
     peer: SocketAddr,
 }
@@ -530,13 +373,13 @@ impl Conn {
                 return Box::pin(self.serve_h2(h1::Rewind::new(first.freeze(), io), stop)).await;
             }
         }
-        let (pipeline, info) = (self.pipeline, self.info);
+        let (slot, info) = (self.slot, self.info);
         let serving = h1::serve(
             io,
             first,
             self.limits,
             move |req| {
-                let (pipeline, info) = (pipeline.clone(), info.clone());
+                let (pipeline, info) = (slot.load().pipeline.clone(), info.clone());
                 // Boxed: the connection's own state stays small between requests.
                 Box::pin(async move { pipeline.handle(&info, req).await })
             },
@@ -553,14 +396,14 @@ impl Conn {
     {
         let started = Arc::new(AtomicU64::new(0));
         let svc = {
-            let (started, pipeline, info) = (started.clone(), self.pipeline, self.info);
+            let (started, slot, info) = (started.clone(), self.slot, self.info);
             service_fn(move |req: http::Request<hyper::body::Incoming>| {
                 started.fetch_add(1, Ordering::Relaxed);
-                let (pipeline, info) = (pipeline.clone(), info.clone());
+                let (pipeline, info) = (slot.load().pipeline.clone(), info.clone());
                 async move { Ok::<_, Infallible>(pipeline.handle(&info, req.map(ClientBody::H2)).await) }
             })
         };
-        let conn = self.builder.serve_connection(TokioIo::new(io), svc);
+        let conn = self.h2.serve_connection(TokioIo::new(io), svc);
         tokio::pin!(conn);
         // Idle timeout: a connection that started no request for a whole period is shut down
         // gracefully. In-flight requests still complete, and a client trickling a header block

@@ -152,6 +152,17 @@ impl UpstreamSet {
         self.members.len()
     }
 
+    /// Takes over, from the same rule before a reload, the health verdict and response-time
+    /// average of each origin that is still listed.
+    pub fn adopt(&self, old: &UpstreamSet) {
+        for m in &self.members {
+            if let Some(o) = old.members.iter().find(|o| o.target == m.target) {
+                m.healthy.store(o.healthy(), Ordering::Relaxed);
+                m.ewma_us.store(o.ewma_us.load(Ordering::Relaxed), Ordering::Relaxed);
+            }
+        }
+    }
+
     /// The origins in rank order.
     pub fn members(&self) -> &[UpstreamState] {
         &self.members

@@ -9,6 +9,7 @@ use rampart_tls::store::CertStore;
 
 use crate::body::BodyLimits;
 use crate::cache::Cache;
+use crate::control::Control;
 use crate::route::Router;
 use crate::screen::Screen;
 use crate::upstream::Upstream;
@@ -31,19 +32,35 @@ pub struct Worker {
     pub acme: Option<Arc<CertStore>>,
     /// The HTTPS port named in redirects (`None` = no HTTPS listener).
     pub https_port: Option<u16>,
+    /// Where the management API sends reloads and rule changes (`None`: nobody takes them).
+    pub control: Option<Control>,
+}
+
+/// What a worker is made of besides the configuration.
+#[derive(Debug)]
+pub struct Parts {
+    pub router: Arc<Router>,
+    pub upstream: Upstream,
+    pub cache: Option<Arc<Cache>>,
+    pub screen: Arc<Screen>,
+    pub acme: Option<Arc<CertStore>>,
+    pub https_port: Option<u16>,
+    pub control: Option<Control>,
 }
 
 impl Worker {
-    pub fn new(
-        router: Arc<Router>,
-        upstream: Upstream,
-        cache: Option<Arc<Cache>>,
-        screen: Arc<Screen>,
-        config: &rampart_config::Config,
-        acme: Option<Arc<CertStore>>,
-        https_port: Option<u16>,
-    ) -> Self {
+    pub fn new(config: &rampart_config::Config, parts: Parts) -> Self {
+        let Parts {
+            router,
+            upstream,
+            cache,
+            screen,
+            acme,
+            https_port,
+            control,
+        } = parts;
         Worker {
+            control,
             router,
             upstream,
             cache,

@@ -31,11 +31,34 @@ use crate::der::Validity;
 use crate::internal::LocalCa;
 use crate::store::CertStore;
 
-/// What the listeners need: the store (resolver and HTTP-01 answers) and the server config.
+/// What the listeners need: the store (resolver and HTTP-01 answers) and the server config,
+/// with a handle on the background work that keeps the certificates current.
 #[derive(Debug, Clone)]
 pub struct Tls {
     pub store: Arc<CertStore>,
     pub server: Arc<ServerConfig>,
+    manager: Arc<Manager>,
+}
+
+/// The certificate manager thread's controls.
+#[derive(Debug)]
+struct Manager {
+    stop: tokio::sync::watch::Sender<bool>,
+    /// Wakes the file watcher at once (a configuration reload) instead of at its next tick.
+    refresh: Arc<tokio::sync::Notify>,
+}
+
+impl Tls {
+    /// Checks certificate files for changes now (a reload with the same TLS settings).
+    pub fn refresh(&self) {
+        self.manager.refresh.notify_one();
+    }
+
+    /// Stops the background work (file reloads, renewals, ACME orders): a reload replaced
+    /// these settings. Certificates already loaded stay in the store.
+    pub fn stop(&self) {
+        self.manager.stop.send_replace(true);
+    }
 }
 
 /// A rule whose certificate comes from files, with the files' last seen state.
@@ -137,6 +160,12 @@ pub fn start(config: &Config) -> Result<Option<Tls>, TlsError> {
     let server = server::server_config(store.clone(), tls.min_version)?;
     let (bg_store, reload_every) = (store.clone(), tls.reload_interval);
     let (acme_cfg, state_dir) = (tls.acme.clone(), tls.state_dir.clone());
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let refresh = Arc::new(tokio::sync::Notify::new());
+    let manager = Arc::new(Manager {
+        stop,
+        refresh: refresh.clone(),
+    });
     let spawned = std::thread::Builder::new()
         .name("rampart-certs".into())
         .spawn(move || {
@@ -152,7 +181,7 @@ pub fn start(config: &Config) -> Result<Option<Tls>, TlsError> {
             rt.block_on(async move {
                 let mut tasks = tokio::task::JoinSet::new();
                 if !watched.is_empty() {
-                    tasks.spawn(watch_files(watched, bg_store.clone(), reload_every));
+                    tasks.spawn(watch_files(watched, bg_store.clone(), reload_every, refresh));
                 }
                 if let Some(ca) = ca {
                     tasks.spawn(renew_internal(ca, internal, bg_store.clone()));
@@ -160,7 +189,10 @@ pub fn start(config: &Config) -> Result<Option<Tls>, TlsError> {
                 if !acme.is_empty() {
                     tasks.spawn(acme::run(acme_cfg, state_dir, acme, bg_store));
                 }
-                while tasks.join_next().await.is_some() {}
+                tokio::select! {
+                    _ = async { while tasks.join_next().await.is_some() {} } => {}
+                    _ = stopped.wait_for(|s| *s) => tasks.abort_all(),
+                }
             });
         });
     if let Err(e) = spawned {
@@ -169,16 +201,28 @@ pub fn start(config: &Config) -> Result<Option<Tls>, TlsError> {
             reason: e.to_string(),
         });
     }
-    Ok(Some(Tls { store, server }))
+    Ok(Some(Tls {
+        store,
+        server,
+        manager,
+    }))
 }
 
 /// Reloads certificate files when they change. A pair that fails to load (half written, key
 /// not matching) keeps the previous certificate in service and is tried again.
-async fn watch_files(mut watched: Vec<Watched>, store: Arc<CertStore>, every: Duration) {
+async fn watch_files(
+    mut watched: Vec<Watched>,
+    store: Arc<CertStore>,
+    every: Duration,
+    refresh: Arc<tokio::sync::Notify>,
+) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tick.tick().await;
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = refresh.notified() => {}
+        }
         for w in &mut watched {
             let now = stamp(&w.cert, &w.key);
             if now.is_none() || now == w.stamp {

@@ -220,6 +220,7 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
         downstream,
         upstream,
         shutdown_timeout: process.shutdown_timeout,
+        watch_config: process.watch_config,
         rules,
         cache,
         admin,

@@ -14,6 +14,7 @@ pub(super) struct Process {
     pub add_logging: bool,
     pub logging_level: String,
     pub shutdown_timeout: Duration,
+    pub watch_config: bool,
 }
 
 pub(super) fn read(s: &mut Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Process {
@@ -58,7 +59,9 @@ pub(super) fn read(s: &mut Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Pro
     let shutdown_timeout = s
         .int(sink, "shutdown_timeout_seconds", 0, 3600)
         .map_or(Duration::from_secs(30), |v| secs(v.value));
+    let watch_config = s.bool(sink, "watch_config").is_some_and(|b| b.value);
     Process {
+        watch_config,
         workers,
         runtime,
         backtracing,

@@ -1,0 +1,434 @@
+//! The configuration in force, and its replacement by a reload.
+//!
+//! Everything a request reads from the configuration hangs off one [`Current`] per worker: its
+//! pipeline (routing, rules, screening, origins, admin settings) and the settings a new
+//! connection takes (limits, TLS acceptor). A reload builds new ones and swaps them in whole,
+//! so a request sees either the old configuration or the new one, never a mix: requests
+//! already running keep the `Current` they started with, the next request on any connection
+//! gets the new one.
+//!
+//! What a reload keeps: the cache (with everything in it), the connection pools to origins
+//! (unless origin settings changed), the rate limiters whose rates did not change, the health
+//! verdicts of origins still listed, every listening socket whose address did not change, and
+//! the certificate manager when no TLS setting changed (its certificate files are checked at
+//! once). A new address is bound before an old one is closed. Settings that only a restart can
+//! change (`workers`, `worker_runtime`, the cache's size) are reported and left as they were.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use arc_swap::ArcSwap;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use rampart_config::Config;
+use rampart_tls::Tls;
+use socket2::TcpKeepalive;
+use tokio::sync::{mpsc, watch};
+
+use crate::cache::Cache;
+use crate::conn::{ConnLimit, PerIp};
+use crate::control::Control;
+use crate::h1;
+use crate::listen::{self, Bound};
+use crate::pipeline::Pipeline;
+use crate::route::Router;
+use crate::screen::Screen;
+use crate::upstream::Upstream;
+use crate::worker::{Parts, Worker};
+
+/// What a new connection reads from the configuration in force when it is accepted.
+#[derive(Debug)]
+pub struct ConnSettings {
+    pub limits: h1::Limits,
+    pub h2: Arc<hyper::server::conn::http2::Builder<TokioExecutor>>,
+    /// `None` when no rule is served over HTTPS (HTTPS listeners are closed then).
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    pub keepalive: Option<TcpKeepalive>,
+    pub per_ip: Option<Arc<PerIp>>,
+    pub shutdown_timeout: std::time::Duration,
+}
+
+/// One worker's view of the configuration in force.
+#[derive(Debug)]
+pub struct Current {
+    pub pipeline: Arc<Pipeline>,
+    pub conn: ConnSettings,
+}
+
+/// Where a worker finds its [`Current`]: read once per request and per new connection.
+pub type Slot = ArcSwap<Current>;
+
+/// Listener changes sent to a worker.
+#[derive(Debug)]
+pub enum ListenerCmd {
+    /// Start accepting on this socket (`true`: HTTPS).
+    Open(std::net::TcpListener, bool),
+    /// Stop accepting on the socket bound to this address and close it; its connections go on.
+    Close(SocketAddr),
+}
+
+/// A listening address in service.
+#[derive(Debug, Clone, Copy)]
+struct Listening {
+    configured: SocketAddr,
+    actual: SocketAddr,
+    tls: bool,
+}
+
+/// What a reload did.
+#[derive(Debug, Default)]
+pub struct Reloaded {
+    /// Changed keys that only a restart applies.
+    pub restart_needed: Vec<&'static str>,
+    pub opened: Vec<SocketAddr>,
+    pub closed: Vec<SocketAddr>,
+    /// Whether the certificate manager was restarted (TLS settings or certificate sources
+    /// changed).
+    pub tls_restarted: bool,
+}
+
+/// The state a reload replaces, and what it keeps.
+#[derive(Debug)]
+pub struct Live {
+    config: Arc<Config>,
+    groups: usize,
+    slots: Vec<Arc<Slot>>,
+    cmds: Vec<mpsc::UnboundedSender<ListenerCmd>>,
+    listening: Vec<Listening>,
+    router: Arc<Router>,
+    screen: Arc<Screen>,
+    tls: Option<Tls>,
+    origin_tls: Arc<rustls::ClientConfig>,
+    /// One connection pool per worker.
+    upstreams: Vec<Upstream>,
+    per_ip: Option<Arc<PerIp>>,
+    limit: Arc<ConnLimit>,
+    cache: Option<Arc<Cache>>,
+    control: Control,
+    /// The health-check thread of this configuration, and how to stop it.
+    health: Option<(watch::Sender<bool>, JoinHandle<()>)>,
+}
+
+/// What a worker thread starts with.
+#[derive(Debug)]
+pub struct WorkerStart {
+    pub slot: Arc<Slot>,
+    pub cmds: mpsc::UnboundedReceiver<ListenerCmd>,
+}
+
+impl Live {
+    /// The first configuration: builds every worker's `Current` and queues the bound sockets
+    /// for the workers to open.
+    pub fn start(
+        config: Config,
+        bound: Vec<Bound>,
+        tls: Option<Tls>,
+        groups: usize,
+        control: Control,
+    ) -> std::io::Result<(Live, Vec<WorkerStart>)> {
+        let config = Arc::new(config);
+        let origin_tls =
+            rampart_tls::origin::client_config(&config.upstream).map_err(std::io::Error::other)?;
+        let cache = config
+            .cache
+            .enabled
+            .then(|| Arc::new(Cache::new(config.cache.memory, config.cache.max_object)));
+        let router = Arc::new(Router::new(&config));
+        let upstreams = (0..groups)
+            .map(|_| Upstream::new(&config.upstream, origin_tls.clone()))
+            .collect();
+        let listening: Vec<Listening> = bound
+            .iter()
+            .map(|b| Listening {
+                configured: b.configured,
+                actual: b.actual,
+                tls: b.tls,
+            })
+            .collect();
+        let mut live = Live {
+            screen: Arc::new(Screen::new(&config)),
+            per_ip: config.downstream.max_connections_per_ip.map(PerIp::new),
+            limit: ConnLimit::new(config.downstream.max_connections),
+            groups,
+            slots: Vec::new(),
+            cmds: Vec::new(),
+            listening,
+            router,
+            tls,
+            origin_tls,
+            upstreams,
+            cache,
+            control,
+            health: None,
+            config,
+        };
+        let mut starts = Vec::new();
+        for i in 0..groups {
+            let (tx, rx) = mpsc::unbounded_channel();
+            live.slots.push(Arc::new(ArcSwap::from_pointee(live.current(i))));
+            live.cmds.push(tx);
+            starts.push(WorkerStart {
+                slot: live.slots[i].clone(),
+                cmds: rx,
+            });
+        }
+        live.open(bound);
+        live.health = live.start_health()?;
+        Ok((live, starts))
+    }
+
+    /// The connection limit, shared by all workers.
+    pub fn limit(&self) -> Arc<ConnLimit> {
+        self.limit.clone()
+    }
+
+    /// The addresses in service: (plain HTTP, HTTPS).
+    pub fn addrs(&self) -> (Vec<SocketAddr>, Vec<SocketAddr>) {
+        let pick = |tls| {
+            self.listening
+                .iter()
+                .filter(|l| l.tls == tls)
+                .map(|l| l.actual)
+                .collect()
+        };
+        (pick(false), pick(true))
+    }
+
+    /// Stops the health checks (shutdown) and returns their thread to join.
+    pub fn stop_health(&mut self) -> Option<JoinHandle<()>> {
+        let (stop, thread) = self.health.take()?;
+        stop.send_replace(true);
+        Some(thread)
+    }
+
+    /// Applies `config`. Everything that can fail (binding new addresses, loading new
+    /// certificates, origin trust roots) is done first: on an error nothing has changed and
+    /// the old configuration stays in service.
+    pub fn reload(&mut self, config: Config) -> Result<Reloaded, String> {
+        let mut report = Reloaded {
+            restart_needed: restart_needed(&self.config, &config),
+            ..Reloaded::default()
+        };
+        let same_tls = same_tls(&self.config, &config);
+        let tls = if same_tls {
+            self.tls.clone()
+        } else {
+            rampart_tls::start(&config).map_err(|e| e.to_string())?
+        };
+        let undo = |tls: &Option<Tls>| {
+            if !same_tls {
+                if let Some(t) = tls {
+                    t.stop();
+                }
+            }
+        };
+        let origin_tls = if config.upstream == self.config.upstream {
+            None
+        } else {
+            match rampart_tls::origin::client_config(&config.upstream) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    undo(&tls);
+                    return Err(e.to_string());
+                }
+            }
+        };
+        let wanted = listen::wanted(&config, tls.is_some());
+        let mut fresh = Vec::new();
+        for &(addr, is_tls) in &wanted {
+            let kept = self
+                .listening
+                .iter()
+                .any(|l| l.configured == addr && l.tls == is_tls);
+            if !kept {
+                match listen::bind(addr, is_tls, &config, self.groups) {
+                    Ok(b) => fresh.push(b),
+                    Err(e) => {
+                        undo(&tls);
+                        return Err(e.to_string());
+                    }
+                }
+            }
+        }
+
+        // Nothing below fails: the new configuration goes into service.
+        let config = Arc::new(config);
+        if let Some(origin_tls) = origin_tls {
+            self.upstreams = (0..self.groups)
+                .map(|_| Upstream::new(&config.upstream, origin_tls.clone()))
+                .collect();
+            self.origin_tls = origin_tls;
+        }
+        self.router = Arc::new(Router::reloaded(&config, &self.router));
+        self.screen = Arc::new(Screen::reloaded(&config, &self.screen));
+        self.per_ip = match (config.downstream.max_connections_per_ip, &self.per_ip) {
+            (Some(n), Some(table)) => {
+                table.set_max(n);
+                Some(table.clone())
+            }
+            (Some(n), None) => Some(PerIp::new(n)),
+            (None, _) => None,
+        };
+        self.limit.resize(config.downstream.max_connections);
+        let old_tls = std::mem::replace(&mut self.tls, tls);
+        self.config = config;
+        let (gone, kept): (Vec<Listening>, Vec<Listening>) =
+            self.listening.iter().copied().partition(|l| {
+                !wanted
+                    .iter()
+                    .any(|&(addr, tls)| l.configured == addr && l.tls == tls)
+            });
+        self.listening = kept;
+        self.listening.extend(fresh.iter().map(|b| Listening {
+            configured: b.configured,
+            actual: b.actual,
+            tls: b.tls,
+        }));
+        for i in 0..self.groups {
+            self.slots[i].store(Arc::new(self.current(i)));
+        }
+        // New addresses are accepting before old ones close.
+        report.opened = fresh.iter().map(|b| b.actual).collect();
+        self.open(fresh);
+        for l in &gone {
+            for cmds in &self.cmds {
+                let _ = cmds.send(ListenerCmd::Close(l.actual));
+            }
+        }
+        report.closed = gone.iter().map(|l| l.actual).collect();
+        if let Some(thread) = self.stop_health() {
+            drop(thread); // it ends on its own; nothing waits for it
+        }
+        self.health = match self.start_health() {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start the health checks of the new configuration");
+                None
+            }
+        };
+        if same_tls {
+            if let Some(t) = &self.tls {
+                t.refresh();
+            }
+        } else {
+            report.tls_restarted = true;
+            if let Some(t) = old_tls {
+                t.stop();
+            }
+        }
+        Ok(report)
+    }
+
+    /// Hands each worker its socket of every bound address.
+    fn open(&self, bound: Vec<Bound>) {
+        for b in bound {
+            for (i, socket) in b.sockets.into_iter().enumerate() {
+                if let Some(cmds) = self.cmds.get(i) {
+                    let _ = cmds.send(ListenerCmd::Open(socket, b.tls));
+                }
+            }
+        }
+    }
+
+    fn start_health(&self) -> std::io::Result<Option<(watch::Sender<bool>, JoinHandle<()>)>> {
+        let (stop, stopped) = watch::channel(false);
+        let prober = Upstream::new(&self.config.upstream, self.origin_tls.clone());
+        Ok(crate::health::start(&self.router, prober, stopped)?.map(|t| (stop, t)))
+    }
+
+    /// Worker `i`'s view of the configuration in force.
+    fn current(&self, i: usize) -> Current {
+        let config = &self.config;
+        // Redirects to HTTPS name the port unless it is the default one.
+        let https_port = self
+            .listening
+            .iter()
+            .find(|l| l.tls)
+            .map(|l| l.actual.port());
+        let pipeline = Arc::new(Pipeline::new(Worker::new(
+            config,
+            Parts {
+                router: self.router.clone(),
+                upstream: self.upstreams[i].clone(),
+                cache: self.cache.clone(),
+                screen: self.screen.clone(),
+                acme: self.tls.as_ref().map(|t| t.store.clone()),
+                https_port,
+                control: Some(self.control.clone()),
+            },
+        )));
+        Current {
+            pipeline,
+            conn: conn_settings(config, self.tls.as_ref(), self.per_ip.clone()),
+        }
+    }
+}
+
+fn conn_settings(config: &Config, tls: Option<&Tls>, per_ip: Option<Arc<PerIp>>) -> ConnSettings {
+    let d = &config.downstream;
+    // HTTP/1.1 is rampart's own server (h1/); HTTP/2 is hyper's.
+    // HTTP/2 flood limits (RFC 9113 §10.5): streams, header list size (also bounds
+    // CONTINUATION sequences), and the reset budgets behind the rapid-reset defence
+    // (CVE-2023-44487): a client that resets more streams than this is sent GOAWAY.
+    let mut h2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    h2.timer(TokioTimer::new())
+        .max_concurrent_streams(d.h2_max_concurrent_streams)
+        .max_header_list_size(d.h2_max_header_list_bytes)
+        .max_pending_accept_reset_streams(Some(50))
+        .max_local_error_reset_streams(Some(256));
+    ConnSettings {
+        limits: h1::Limits {
+            max_head: d.max_head_bytes,
+            max_headers: d.max_headers,
+            header_read_timeout: d.header_read_timeout,
+            keepalive_timeout: d.keepalive_timeout,
+            body_idle_timeout: d.body_idle_timeout,
+        },
+        h2: Arc::new(h2),
+        tls: tls.map(|t| t.server.clone()),
+        keepalive: d.tcp_keepalive.map(|t| TcpKeepalive::new().with_time(t)),
+        per_ip,
+        shutdown_timeout: config.shutdown_timeout,
+    }
+}
+
+/// Whether the certificate manager can stay: the same TLS settings and the same certificate
+/// source for every rule.
+fn same_tls(old: &Config, new: &Config) -> bool {
+    let sources = |c: &Config| -> Vec<_> {
+        c.rules
+            .iter()
+            .filter(|r| r.cert.is_some())
+            .map(|r| (r.domain.clone(), r.cert.clone()))
+            .collect()
+    };
+    old.tls == new.tls && sources(old) == sources(new)
+}
+
+/// Changed keys a reload cannot apply.
+fn restart_needed(old: &Config, new: &Config) -> Vec<&'static str> {
+    let mut keys = Vec::new();
+    if old.workers != new.workers {
+        keys.push("workers");
+    }
+    if old.runtime != new.runtime {
+        keys.push("worker_runtime");
+    }
+    if old.cache.enabled != new.cache.enabled {
+        keys.push("add_caching");
+    }
+    if old.cache.memory != new.cache.memory {
+        keys.push("cache_memory");
+    }
+    if old.cache.max_object != new.cache.max_object {
+        keys.push("cache_max_object");
+    }
+    let (a, b) = (&old.downstream, &new.downstream);
+    if (a.nodelay, a.max_backlog, a.recv_buffer_size, a.send_buffer_size, a.ip_ttl)
+        != (b.nodelay, b.max_backlog, b.recv_buffer_size, b.send_buffer_size, b.ip_ttl)
+    {
+        // New listeners get them; sockets kept open keep theirs.
+        keys.push("listener socket options (nodelay, max_backlog, buffer sizes, ip_ttl)");
+    }
+    keys
+}
