@@ -6,6 +6,7 @@
 //! documented in `docs/configuration.md`.
 
 mod diag;
+pub mod edit;
 mod model;
 mod reader;
 pub(crate) mod validate;

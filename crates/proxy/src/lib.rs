@@ -45,6 +45,6 @@ pub mod txn;
 pub mod upstream;
 pub mod worker;
 
-pub use log::ACCESS_TARGET;
 pub use live::Reloaded;
+pub use log::ACCESS_TARGET;
 pub use server::{Running, Server};

@@ -165,7 +165,8 @@ impl Live {
         let mut starts = Vec::new();
         for i in 0..groups {
             let (tx, rx) = mpsc::unbounded_channel();
-            live.slots.push(Arc::new(ArcSwap::from_pointee(live.current(i))));
+            live.slots
+                .push(Arc::new(ArcSwap::from_pointee(live.current(i))));
             live.cmds.push(tx);
             starts.push(WorkerStart {
                 slot: live.slots[i].clone(),
@@ -424,9 +425,19 @@ fn restart_needed(old: &Config, new: &Config) -> Vec<&'static str> {
         keys.push("cache_max_object");
     }
     let (a, b) = (&old.downstream, &new.downstream);
-    if (a.nodelay, a.max_backlog, a.recv_buffer_size, a.send_buffer_size, a.ip_ttl)
-        != (b.nodelay, b.max_backlog, b.recv_buffer_size, b.send_buffer_size, b.ip_ttl)
-    {
+    if (
+        a.nodelay,
+        a.max_backlog,
+        a.recv_buffer_size,
+        a.send_buffer_size,
+        a.ip_ttl,
+    ) != (
+        b.nodelay,
+        b.max_backlog,
+        b.recv_buffer_size,
+        b.send_buffer_size,
+        b.ip_ttl,
+    ) {
         // New listeners get them; sockets kept open keep theirs.
         keys.push("listener socket options (nodelay, max_backlog, buffer sizes, ip_ttl)");
     }

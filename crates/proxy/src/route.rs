@@ -110,7 +110,9 @@ impl Router {
                 upstreams.adopt(&old.upstreams);
             }
             let limiter = match before {
-                Some((old, old_max)) if old.config.rate_limit == rc.rate_limit && old_max == max_clients => {
+                Some((old, old_max))
+                    if old.config.rate_limit == rc.rate_limit && old_max == max_clients =>
+                {
                     old.limiter.clone()
                 }
                 _ => rc

@@ -61,19 +61,31 @@ impl Screen {
         let s = &config.screen;
         let limiter = match previous.and_then(|p| p.limiter.as_ref().map(|l| (p, l))) {
             Some((p, l))
-                if s.rate_limit == Some(RateLimit { per_second: l.per_second, burst: l.burst })
+                if s.rate_limit
+                    == Some(RateLimit {
+                        per_second: l.per_second,
+                        burst: l.burst,
+                    })
                     && p.max_clients == s.rate_limit_max_clients =>
             {
                 Some(l.clone())
             }
             _ => s.rate_limit.map(|r| {
-                Arc::new(Limiter::new(r.per_second, r.burst, s.rate_limit_max_clients))
+                Arc::new(Limiter::new(
+                    r.per_second,
+                    r.burst,
+                    s.rate_limit_max_clients,
+                ))
             }),
         };
         Screen {
             detector: Box::new(Libinjection),
             inspection: previous.map_or_else(
-                || Arc::new(tokio::sync::Semaphore::new((INSPECTION_BUDGET >> 10) as usize)),
+                || {
+                    Arc::new(tokio::sync::Semaphore::new(
+                        (INSPECTION_BUDGET >> 10) as usize,
+                    ))
+                },
                 |p| p.inspection.clone(),
             ),
             max_clients: s.rate_limit_max_clients,

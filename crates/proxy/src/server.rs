@@ -66,7 +66,11 @@ impl Running {
 
     /// Waits until every worker has drained and stopped.
     pub fn join(self) {
-        let health = self.live.lock().unwrap_or_else(|p| p.into_inner()).stop_health();
+        let health = self
+            .live
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .stop_health();
         for t in self.threads.into_iter().chain(health) {
             if t.join().is_err() {
                 tracing::error!("a worker thread panicked");
@@ -118,12 +122,20 @@ impl Server {
 
     /// The plain-HTTP addresses actually bound (ports resolved).
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
-        self.bound.iter().filter(|b| !b.tls).map(|b| b.actual).collect()
+        self.bound
+            .iter()
+            .filter(|b| !b.tls)
+            .map(|b| b.actual)
+            .collect()
     }
 
     /// The HTTPS addresses actually bound (empty when no rule has a certificate).
     pub fn https_addrs(&self) -> Vec<SocketAddr> {
-        self.bound.iter().filter(|b| b.tls).map(|b| b.actual).collect()
+        self.bound
+            .iter()
+            .filter(|b| b.tls)
+            .map(|b| b.actual)
+            .collect()
     }
 
     /// Starts the workers and returns at once.

@@ -158,7 +158,8 @@ impl UpstreamSet {
         for m in &self.members {
             if let Some(o) = old.members.iter().find(|o| o.target == m.target) {
                 m.healthy.store(o.healthy(), Ordering::Relaxed);
-                m.ewma_us.store(o.ewma_us.load(Ordering::Relaxed), Ordering::Relaxed);
+                m.ewma_us
+                    .store(o.ewma_us.load(Ordering::Relaxed), Ordering::Relaxed);
             }
         }
     }

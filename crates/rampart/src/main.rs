@@ -1,7 +1,9 @@
 //! The `rampart` binary: command line, startup, signals. Wiring only; the engine is in
 //! `rampart-proxy` and the configuration in `rampart-config`.
 
+mod control;
 mod demo;
+mod logging;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -10,11 +12,10 @@ use std::process::ExitCode;
 use anyhow::{bail, Context as _};
 use clap::{Parser, Subcommand};
 use rampart_config::{Config, Diagnostic, Severity, Validated};
-use rampart_proxy::{Running, Server, ACCESS_TARGET};
-use tracing_subscriber::filter::{EnvFilter, LevelFilter, Targets};
-use tracing_subscriber::layer::SubscriberExt as _;
-use tracing_subscriber::util::SubscriberInitExt as _;
-use tracing_subscriber::Layer as _;
+use rampart_proxy::Server;
+
+use crate::control::{Controller, Signals, Source};
+use crate::logging::Logging;
 
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
@@ -96,7 +97,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn cpus() -> usize {
+pub(crate) fn cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
@@ -126,7 +127,7 @@ fn load(path: &Path) -> anyhow::Result<(String, Validated)> {
     Ok((src, v))
 }
 
-fn print_diag(path: &Path, d: &Diagnostic) {
+pub(crate) fn print_diag(path: &Path, d: &Diagnostic) {
     let sev = match d.severity {
         Severity::Error => "error",
         Severity::Warning => "warning",
@@ -204,59 +205,21 @@ fn config_from(path: &Path, src_name: &str, v: Validated) -> anyhow::Result<Conf
     }
 }
 
-/// The diagnostics filter from `logging_level`. ARC2 accepts any value that starts with a level
-/// name ("warning", "errors"); tracing would read such a word as a target name and silence
-/// everything, so a leading word that is not exactly a level becomes the level it starts with.
-fn diagnostics_filter(level: &str) -> EnvFilter {
-    const LEVELS: [&str; 6] = ["off", "trace", "debug", "info", "warn", "error"];
-    let mut parts: Vec<String> = level.split(',').map(|p| p.trim().to_owned()).collect();
-    if let Some(first) = parts.first_mut() {
-        if !first.contains('=') && !LEVELS.contains(&first.as_str()) {
-            if let Some(l) = LEVELS.iter().find(|l| first.starts_with(**l)) {
-                *first = (*l).to_owned();
-            }
-        }
-    }
-    parts.push(format!("{ACCESS_TARGET}=off"));
-    EnvFilter::try_new(parts.join(","))
-        .unwrap_or_else(|_| EnvFilter::new(format!("error,{ACCESS_TARGET}=off")))
-}
-
-fn init_logging(config: &Config) {
-    let diag_filter = diagnostics_filter(&config.logging_level);
-    let diagnostics = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
-        // Colours only for a terminal: logs piped to a file or a collector stay plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_filter(diag_filter);
-    let access = config.add_logging.then(|| {
-        tracing_subscriber::fmt::layer()
-            .with_writer(std::io::stdout)
-            .with_ansi(false)
-            .with_target(false)
-            .with_level(false)
-            .with_filter(Targets::new().with_target(ACCESS_TARGET, LevelFilter::INFO))
-    });
-    let _ = tracing_subscriber::registry()
-        .with(diagnostics)
-        .with(access)
-        .try_init();
-    if config.backtracing {
-        std::env::set_var("RUST_BACKTRACE", "1");
-    }
-}
-
-/// Binds, starts, prints the listening line, waits for SIGINT/SIGTERM, drains.
+/// Binds, starts, prints the listening lines, then runs the control loop (signals, reloads)
+/// until SIGINT or SIGTERM, and drains.
 fn serve(
     config: Config,
+    source: Source,
+    logging: &Logging,
     on_ready: impl FnOnce(&[SocketAddr], &[SocketAddr]),
 ) -> anyhow::Result<()> {
     rampart_proxy::server::raise_fd_limit();
+    let signals = Signals::install()?;
     let workers = config.workers;
-    let server = Server::bind(config)?;
-    let addrs = server.local_addrs().to_vec();
-    let https = server.https_addrs().to_vec();
-    let running = server.start()?;
+    let server = Server::bind(config.clone())?;
+    let addrs = server.local_addrs();
+    let https = server.https_addrs();
+    let mut running = server.start()?;
     // HTTPS first: a reader waiting for the http line then has both.
     // Startup and shutdown lines go to stderr: stdout carries the access log only.
     for a in &https {
@@ -272,26 +235,10 @@ fn serve(
         );
     }
     on_ready(&addrs, &https);
-    wait_for_signal(&running)?;
+    Controller::new(&mut running, source, logging, config).run(signals)?;
     running.shutdown();
     running.join();
     eprintln!("rampart stopped");
-    Ok(())
-}
-
-fn wait_for_signal(_running: &Running) -> anyhow::Result<()> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    rt.block_on(async {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        tokio::select! {
-            r = tokio::signal::ctrl_c() => r?,
-            _ = term.recv() => {}
-        }
-        eprintln!("rampart: shutting down, finishing in-flight requests");
-        Ok::<_, std::io::Error>(())
-    })?;
     Ok(())
 }
 
@@ -305,7 +252,7 @@ fn cmd_run(config: Option<PathBuf>) -> anyhow::Result<()> {
         .cloned()
         .collect();
     let config = config_from(&path, &path.display().to_string(), v)?;
-    init_logging(&config);
+    let logging = Logging::init(&config);
     // Once, at startup: a key the file asks for that this version does not act on.
     for d in &inactive {
         tracing::warn!(
@@ -315,7 +262,7 @@ fn cmd_run(config: Option<PathBuf>) -> anyhow::Result<()> {
             d.message
         );
     }
-    serve(config, |_, _| {})
+    serve(config, Source::File(path), &logging, |_, _| {})
 }
 
 fn cmd_proxy(
@@ -335,8 +282,13 @@ fn cmd_proxy(
         "rampart proxy",
         rampart_config::validate(&src, cpus()),
     )?;
-    init_logging(&config);
-    serve(config, |_, _| {})
+    let logging = Logging::init(&config);
+    serve(
+        config,
+        Source::Embedded("rampart proxy"),
+        &logging,
+        |_, _| {},
+    )
 }
 
 fn cmd_demo(listen: SocketAddr) -> anyhow::Result<()> {
@@ -377,16 +329,21 @@ fn cmd_demo(listen: SocketAddr) -> anyhow::Result<()> {
         "embedded demo config",
         rampart_config::validate(&src, cpus()),
     )?;
-    init_logging(&config);
+    let logging = Logging::init(&config);
     let root = config.tls.state_dir.join("ca").join("root.pem");
-    let result = serve(config, |addrs, https| {
-        if let Some(a) = addrs.first() {
-            println!(
-                "\n{}",
-                demo::instructions(*a, https.first().copied(), &root, origin)
-            );
-        }
-    });
+    let result = serve(
+        config,
+        Source::Embedded("rampart demo"),
+        &logging,
+        |addrs, https| {
+            if let Some(a) = addrs.first() {
+                println!(
+                    "\n{}",
+                    demo::instructions(*a, https.first().copied(), &root, origin)
+                );
+            }
+        },
+    );
     tx.send_replace(true);
     let _ = origin_thread.join();
     result.with_context(|| {
@@ -406,30 +363,5 @@ fn no_transparent_huge_pages() {
     // SAFETY: prctl with integer arguments only; an error (old kernel) leaves THP as it was.
     unsafe {
         libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn directives(level: &str) -> Vec<String> {
-        let mut d: Vec<String> = diagnostics_filter(level)
-            .to_string()
-            .split(',')
-            .map(str::to_owned)
-            .collect();
-        d.sort();
-        d
-    }
-
-    #[test]
-    fn logging_level_words_that_start_with_a_level_become_that_level() {
-        assert_eq!(directives("warning"), ["access=off", "warn"]);
-        assert_eq!(
-            directives("info,hyper=warn"),
-            ["access=off", "hyper=warn", "info"]
-        );
-        assert_eq!(directives("error"), ["access=off", "error"]);
     }
 }

@@ -181,7 +181,12 @@ pub fn start(config: &Config) -> Result<Option<Tls>, TlsError> {
             rt.block_on(async move {
                 let mut tasks = tokio::task::JoinSet::new();
                 if !watched.is_empty() {
-                    tasks.spawn(watch_files(watched, bg_store.clone(), reload_every, refresh));
+                    tasks.spawn(watch_files(
+                        watched,
+                        bg_store.clone(),
+                        reload_every,
+                        refresh,
+                    ));
                 }
                 if let Some(ca) = ca {
                     tasks.spawn(renew_internal(ca, internal, bg_store.clone()));
