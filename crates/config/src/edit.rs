@@ -66,10 +66,8 @@ pub fn replace_rule(src: &str, domain: &str, entry: &str, json: bool) -> Result<
     let new_domain = domain_of(&table).ok_or_else(no_domain)?;
     let rules = rules_mut(&mut doc)?;
     let i = find(rules, domain).ok_or_else(|| EditError::NotFound(domain.to_owned()))?;
-    if !new_domain.eq_ignore_ascii_case(domain) {
-        if find(rules, &new_domain).is_some() {
-            return Err(EditError::Exists(new_domain));
-        }
+    if !new_domain.eq_ignore_ascii_case(domain) && find(rules, &new_domain).is_some() {
+        return Err(EditError::Exists(new_domain));
     }
     if let Some(old) = rules.get(i) {
         if let Some(pos) = old.position() {

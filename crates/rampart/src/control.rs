@@ -318,16 +318,17 @@ impl<'a> Controller<'a> {
     }
 
     fn file(&self) -> Result<(PathBuf, String), Answer> {
-        let path =
-            match &self.source {
-                Source::File(p) => p.clone(),
-                Source::Embedded(what) => return Err(refusal(
+        let path = match &self.source {
+            Source::File(p) => p.clone(),
+            Source::Embedded(what) => {
+                return Err(refusal(
                     StatusCode::CONFLICT,
                     format!(
                         "{what} runs without a configuration file: rule changes could not be kept"
                     ),
-                )),
-            };
+                ))
+            }
+        };
         let src = std::fs::read_to_string(&path).map_err(|e| {
             refusal(
                 StatusCode::CONFLICT,

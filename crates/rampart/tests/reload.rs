@@ -430,7 +430,7 @@ async fn a_reload_every_second_under_load_fails_no_request() {
             &format!("path = \"/never-{}\"", i - 1),
             &format!("path = \"/never-{i}\""),
         );
-        sighup(&proxy, i as usize);
+        sighup(&proxy, i);
     }
     let out = wrk.wait_with_output().unwrap();
     let report = String::from_utf8_lossy(&out.stdout);
@@ -451,4 +451,81 @@ async fn a_reload_every_second_under_load_fails_no_request() {
         .unwrap_or(0);
     assert!(requests > 10_000, "{report}");
     eprintln!("{report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_certificates_and_adds_a_domain_on_the_same_https_socket() {
+    use support::tls::{self, TestCa};
+    let origin = Origin::new().route("*", Reply::text("hello")).start().await;
+    let ca = TestCa::new("test CA");
+    let first = ca.leaf(&["a.test"]);
+    let (c, k) = first.write("reload-a");
+    let cert_rule = |domain: &str, c: &Path, k: &Path| {
+        format!(
+            "\n[[proxy_rules]]\ndomain = \"{domain}\"\nforward_ipv4 = \"127.0.0.1\"\nforward_port_http = {}\n\
+             tls_cert_file = {:?}\ntls_key_file = {:?}\n",
+            origin.port(),
+            c.display().to_string(),
+            k.display().to_string()
+        )
+    };
+    let global =
+        "listening_address = \"127.0.0.1\"\nlistening_port_http = 0\nlistening_port_https = 0\n\
+                  workers = 1\nlogging_level = \"warn\"\ntls_reload_interval_seconds = 3600\n";
+    let (proxy, path) = start(&format!("{global}{}", cert_rule("a.test", &c, &k)));
+    let https = proxy.https.unwrap();
+    let client = tls::browser(ca.roots());
+    let served = async |name: &str| {
+        let s = tls::connect(https, name, &client).await.unwrap();
+        tls::peer_leaf(&s)
+    };
+    assert_eq!(served("a.test").await, first.der);
+
+    // Renewed files and SIGHUP: served at once (the file check runs hourly here).
+    let second = ca.leaf(&["a.test"]);
+    std::fs::write(&c, &second.chain_pem).unwrap();
+    std::fs::write(&k, &second.key_pem).unwrap();
+    sighup(&proxy, 1);
+    let mut renewed = false;
+    for _ in 0..20 {
+        if served("a.test").await == second.der {
+            renewed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(renewed, "{}", proxy.output());
+
+    // A new domain with its own certificate: the same HTTPS socket serves it.
+    let b = ca.leaf(&["b.test"]);
+    let (bc, bk) = b.write("reload-b");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, format!("{text}{}", cert_rule("b.test", &bc, &bk))).unwrap();
+    let out = sighup(&proxy, 2);
+    assert!(!out.contains("no longer listening"), "{out}");
+    assert_eq!(served("b.test").await, b.der);
+    assert_eq!(served("a.test").await, second.der);
+    let got = tls::get(https, "b.test", "/", &client).await;
+    assert_eq!(got.text(), "hello");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_gives_no_client_a_fresh_rate_limit_burst() {
+    let origin = Origin::new().route("*", Reply::text("hi")).start().await;
+    let global = "add_rate_limiting = true\nrate_limit_per_second = 1\nrate_limit_burst = 2\nrate_limit_exempt = []\nadd_caching = false";
+    let (proxy, path) = start(&config_for("x", &origin, global, ""));
+    let statuses = async |n: usize| {
+        let mut out = Vec::new();
+        for _ in 0..n {
+            out.push(get(&proxy, "x", "/").await.status.as_u16());
+        }
+        out
+    };
+    assert_eq!(statuses(3).await, [200, 200, 429]);
+    sighup(&proxy, 1);
+    assert_eq!(statuses(1).await, [429], "the same limiter after a reload");
+    // A new rate is a new limiter.
+    rewrite(&path, "rate_limit_burst = 2", "rate_limit_burst = 50");
+    sighup(&proxy, 2);
+    assert_eq!(statuses(3).await, [200, 200, 200]);
 }
