@@ -27,12 +27,32 @@ pub struct Config {
     pub shutdown_timeout: Duration,
     /// Reload when the configuration file changes (`watch_config`, rampart's own key).
     pub watch_config: bool,
+    /// Where and how access-log lines are written.
+    pub access_log: AccessLogConfig,
     /// Domain rules, in file order.
     pub rules: Vec<RuleConfig>,
     pub cache: CacheConfig,
     pub admin: AdminConfig,
     pub screen: ScreenConfig,
     pub tls: TlsConfig,
+}
+
+/// The access log's destination and format (`access_log_path`, `access_log_format`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AccessLogConfig {
+    /// A file appended to (reopened on SIGUSR1); `None` = stdout.
+    pub path: Option<PathBuf>,
+    pub format: LogFormat,
+}
+
+/// An access-log line's format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    /// `key=value` pairs (values with spaces or quotes in double quotes).
+    #[default]
+    Kv,
+    /// One JSON object per line.
+    Json,
 }
 
 /// TLS termination and certificates.

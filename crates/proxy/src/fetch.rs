@@ -134,8 +134,8 @@ pub fn send<'a>(
             unreachable!("fetch before recv")
         };
         let upstreams = &route.rule.upstreams;
-        // `Performance` learns each origin's response-head time.
-        let timed = upstreams.method() == RoutingMethod::Performance;
+        // `Performance` learns each origin's response-head time; the access log records it.
+        let timed = upstreams.method() == RoutingMethod::Performance || txn.log.is_some();
         let mut last_err = None;
         for member in upstreams.order() {
             let (shown, sent) = match UpstreamSet::route(member, https) {
@@ -155,10 +155,16 @@ pub fn send<'a>(
                     let sent_at = timed.then(Instant::now);
                     let sent = sending.await;
                     if let Some(at) = sent_at {
-                        member.record(match &sent {
-                            Ok(res) if !res.status().is_server_error() => at.elapsed(),
-                            _ => at.elapsed().max(ERROR_PENALTY),
-                        });
+                        let took = at.elapsed();
+                        if let Some(l) = txn.log.as_deref_mut() {
+                            l.upstream_time = Some(took);
+                        }
+                        if upstreams.method() == RoutingMethod::Performance {
+                            member.record(match &sent {
+                                Ok(res) if !res.status().is_server_error() => took,
+                                _ => took.max(ERROR_PENALTY),
+                            });
+                        }
                     }
                     (shown, sent)
                 }
@@ -193,6 +199,8 @@ fn rewrite_for_origin(
     strip_hop_by_hop(h);
     // rampart answers `Expect: 100-continue` itself (hyper sends 100 when the body is read).
     h.remove(EXPECT);
+    // The id the access log has (open_log put it in), the client's, or a new one.
+    crate::log::request_id(h);
     h.insert(HOST, host.clone());
     add_forwarded(h, &conn.client_ip_header, host, conn.scheme.as_str());
     append_via(h, downstream_version);

@@ -46,5 +46,4 @@ pub mod upstream;
 pub mod worker;
 
 pub use live::Reloaded;
-pub use log::ACCESS_TARGET;
 pub use server::{Running, Server};

@@ -30,6 +30,7 @@ use crate::conn::{ConnLimit, PerIp};
 use crate::control::Control;
 use crate::h1;
 use crate::listen::{self, Bound};
+use crate::log::AccessLog;
 use crate::pipeline::Pipeline;
 use crate::route::Router;
 use crate::screen::Screen;
@@ -105,6 +106,8 @@ pub struct Live {
     limit: Arc<ConnLimit>,
     cache: Option<Arc<Cache>>,
     control: Control,
+    /// Where access-log lines go (reopened on SIGUSR1).
+    access: Arc<AccessLog>,
     /// The health-check thread of this configuration, and how to stop it.
     health: Option<(watch::Sender<bool>, JoinHandle<()>)>,
 }
@@ -145,7 +148,9 @@ impl Live {
                 tls: b.tls,
             })
             .collect();
+        let access = Arc::new(AccessLog::open(&config.access_log)?);
         let mut live = Live {
+            access,
             screen: Arc::new(Screen::new(&config)),
             per_ip: config.downstream.max_connections_per_ip.map(PerIp::new),
             limit: ConnLimit::new(config.downstream.max_connections),
@@ -195,6 +200,11 @@ impl Live {
         (pick(false), pick(true))
     }
 
+    /// Reopens the access log file (SIGUSR1, after logrotate moved it).
+    pub fn reopen_logs(&self) -> std::io::Result<()> {
+        self.access.reopen()
+    }
+
     /// Stops the health checks (shutdown) and returns their thread to join.
     pub fn stop_health(&mut self) -> Option<JoinHandle<()>> {
         let (stop, thread) = self.health.take()?;
@@ -234,6 +244,17 @@ impl Live {
                 }
             }
         };
+        let access = if self.access.config() == &config.access_log {
+            None
+        } else {
+            match AccessLog::open(&config.access_log) {
+                Ok(a) => Some(Arc::new(a)),
+                Err(e) => {
+                    undo(&tls);
+                    return Err(e.to_string());
+                }
+            }
+        };
         let wanted = listen::wanted(&config, tls.is_some());
         let mut fresh = Vec::new();
         for &(addr, is_tls) in &wanted {
@@ -254,6 +275,9 @@ impl Live {
 
         // Nothing below fails: the new configuration goes into service.
         let config = Arc::new(config);
+        if let Some(access) = access {
+            self.access = access;
+        }
         if let Some(origin_tls) = origin_tls {
             self.upstreams = (0..self.groups)
                 .map(|_| Upstream::new(&config.upstream, origin_tls.clone()))
@@ -356,6 +380,7 @@ impl Live {
                 acme: self.tls.as_ref().map(|t| t.store.clone()),
                 https_port,
                 control: Some(self.control.clone()),
+                access: self.access.clone(),
             },
         )));
         Current {

@@ -95,13 +95,13 @@ impl Pipeline {
             return Ok(redirect);
         }
         if let Err(e) = recv::screen(&self.w, txn, &mut req).await {
-            self.open_log(txn, &req);
+            self.open_log(txn, &mut req);
             return Err(e);
         }
         if admin::is_purge(req.method()) {
             return admin::purge_method(&self.w, txn, &req);
         }
-        self.open_log(txn, &req);
+        self.open_log(txn, &mut req);
         if txn.route().decision == PathDecision::Block {
             tracing::info!(host = ?txn.route().host, path = req.uri().path(), "blocked by path rule");
             txn.outcome = Some(CacheOutcome::Blocked);
@@ -195,16 +195,20 @@ impl Pipeline {
         res
     }
 
-    /// Starts the access-log record when logging is on for the rule (client requests only).
-    fn open_log(&self, txn: &mut Txn, req: &Request<RequestBody>) {
+    /// Starts the access-log record when logging is on for the rule (client requests only),
+    /// with the request's id (the client's, or a new one put in the request for the origin).
+    fn open_log(&self, txn: &mut Txn, req: &mut Request<RequestBody>) {
         let route = txn.route();
         if self.w.access_log && txn.mode == Mode::Client && route.rule.config.enable_logging {
+            let id = crate::log::request_id(req.headers_mut());
             let record = AccessRecord::new(
+                self.w.access.clone(),
                 txn.start,
                 txn.client,
                 txn.scheme().as_str(),
                 &route.host,
                 req,
+                id,
             );
             txn.log = Some(Box::new(record));
         }
@@ -284,6 +288,10 @@ mod tests {
                 acme: None,
                 https_port: None,
                 control: None,
+                access: Arc::new(
+                    crate::log::AccessLog::open(&config.access_log)
+                        .unwrap_or_else(|e| panic!("{e}")),
+                ),
             },
         );
         Arc::new(Pipeline::new(w))

@@ -87,6 +87,14 @@ impl Running {
             .reload(config)
     }
 
+    /// Reopens the access log file (SIGUSR1).
+    pub fn reopen_logs(&self) -> std::io::Result<()> {
+        self.live
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .reopen_logs()
+    }
+
     /// The addresses in service now: (plain HTTP, HTTPS).
     pub fn addrs(&self) -> (Vec<SocketAddr>, Vec<SocketAddr>) {
         self.live.lock().unwrap_or_else(|p| p.into_inner()).addrs()

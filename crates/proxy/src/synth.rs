@@ -74,21 +74,7 @@ pub fn json(status: StatusCode, body: String) -> Response<ProxyBody> {
     res
 }
 
-/// A JSON string literal.
-pub fn json_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
+pub use crate::log::json_string;
 
 /// Short plain-text body for a status rampart generates.
 fn body_for(status: StatusCode) -> &'static str {

@@ -10,6 +10,7 @@ use rampart_tls::store::CertStore;
 use crate::body::BodyLimits;
 use crate::cache::Cache;
 use crate::control::Control;
+use crate::log::AccessLog;
 use crate::route::Router;
 use crate::screen::Screen;
 use crate::upstream::Upstream;
@@ -22,6 +23,8 @@ pub struct Worker {
     pub cache: Option<Arc<Cache>>,
     /// `add_logging`: the access log is on (each rule has its own `enable_logging` too).
     pub access_log: bool,
+    /// Where access-log lines go.
+    pub access: Arc<AccessLog>,
     /// How long past its freshness a stored response may stand in for a failing origin.
     pub grace: Duration,
     pub admin: Arc<AdminConfig>,
@@ -46,6 +49,7 @@ pub struct Parts {
     pub acme: Option<Arc<CertStore>>,
     pub https_port: Option<u16>,
     pub control: Option<Control>,
+    pub access: Arc<AccessLog>,
 }
 
 impl Worker {
@@ -58,8 +62,10 @@ impl Worker {
             acme,
             https_port,
             control,
+            access,
         } = parts;
         Worker {
+            access,
             control,
             router,
             upstream,

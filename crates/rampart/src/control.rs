@@ -145,7 +145,10 @@ impl<'a> Controller<'a> {
                     let _ = self.reload("SIGHUP");
                     seen = self.path().and_then(stamp);
                 }
-                _ = usr1.recv() => self.logging.reopen(),
+                _ = usr1.recv() => match self.running.reopen_logs() {
+                    Ok(()) => eprintln!("rampart: access log reopened (SIGUSR1)"),
+                    Err(e) => eprintln!("rampart: SIGUSR1: {e}; lines go to the file open before"),
+                },
                 Some(msg) = async { match requests.as_mut() { Some(r) => r.recv().await, None => None } } => {
                     let answer = self.answer(msg.request);
                     seen = self.path().and_then(stamp);

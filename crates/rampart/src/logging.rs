@@ -1,8 +1,8 @@
-//! Diagnostics (stderr, `logging_level`, changed by a reload) and the access log's subscriber.
+//! Diagnostics: stderr, filtered by `logging_level` (a reload applies a new one). The access
+//! log is written by the proxy itself (`rampart_proxy::log`).
 
 use rampart_config::Config;
-use rampart_proxy::ACCESS_TARGET;
-use tracing_subscriber::filter::{EnvFilter, LevelFilter, Targets};
+use tracing_subscriber::filter::EnvFilter;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{reload, Layer as _, Registry};
@@ -14,9 +14,7 @@ pub struct Logging {
 }
 
 impl Logging {
-    /// Installs the subscriber: diagnostics on stderr at `logging_level`, the access log on
-    /// stdout (each request decides whether it writes a line: `add_logging` and the rule's
-    /// `enable_logging`).
+    /// Installs the subscriber: diagnostics on stderr at `logging_level`.
     pub fn init(config: &Config) -> Logging {
         let (filter, handle) = reload::Layer::new(diagnostics_filter(&config.logging_level));
         let diagnostics = tracing_subscriber::fmt::layer()
@@ -24,15 +22,8 @@ impl Logging {
             // Colours only for a terminal: logs piped to a file or a collector stay plain text.
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .with_filter(filter);
-        let access = tracing_subscriber::fmt::layer()
-            .with_writer(std::io::stdout)
-            .with_ansi(false)
-            .with_target(false)
-            .with_level(false)
-            .with_filter(Targets::new().with_target(ACCESS_TARGET, LevelFilter::INFO));
         let installed = tracing_subscriber::registry()
             .with(diagnostics)
-            .with(access)
             .try_init()
             .is_ok();
         if config.backtracing {
@@ -56,11 +47,6 @@ impl Logging {
             }
         }
     }
-
-    /// SIGUSR1 (logrotate): reopens log files.
-    pub fn reopen(&self) {
-        tracing::info!("SIGUSR1: logs go to stdout and stderr; nothing to reopen");
-    }
 }
 
 /// The diagnostics filter from `logging_level`. ARC2 accepts any value that starts with a level
@@ -76,9 +62,7 @@ fn diagnostics_filter(level: &str) -> EnvFilter {
             }
         }
     }
-    parts.push(format!("{ACCESS_TARGET}=off"));
-    EnvFilter::try_new(parts.join(","))
-        .unwrap_or_else(|_| EnvFilter::new(format!("error,{ACCESS_TARGET}=off")))
+    EnvFilter::try_new(parts.join(",")).unwrap_or_else(|_| EnvFilter::new("error"))
 }
 
 #[cfg(test)]
@@ -97,11 +81,8 @@ mod tests {
 
     #[test]
     fn logging_level_words_that_start_with_a_level_become_that_level() {
-        assert_eq!(directives("warning"), ["access=off", "warn"]);
-        assert_eq!(
-            directives("info,hyper=warn"),
-            ["access=off", "hyper=warn", "info"]
-        );
-        assert_eq!(directives("error"), ["access=off", "error"]);
+        assert_eq!(directives("warning"), ["warn"]);
+        assert_eq!(directives("info,hyper=warn"), ["hyper=warn", "info"]);
+        assert_eq!(directives("error"), ["error"]);
     }
 }

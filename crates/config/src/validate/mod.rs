@@ -221,6 +221,7 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
         upstream,
         shutdown_timeout: process.shutdown_timeout,
         watch_config: process.watch_config,
+        access_log: process.access_log,
         rules,
         cache,
         admin,

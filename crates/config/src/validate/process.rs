@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::{error, secs};
-use crate::model::RuntimeMode;
+use crate::model::{AccessLogConfig, LogFormat, RuntimeMode};
 use crate::reader::{Section, Sink};
 
 /// The process keys, for [`crate::Config`].
@@ -15,6 +15,7 @@ pub(super) struct Process {
     pub logging_level: String,
     pub shutdown_timeout: Duration,
     pub watch_config: bool,
+    pub access_log: AccessLogConfig,
 }
 
 pub(super) fn read(s: &mut Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Process {
@@ -60,7 +61,38 @@ pub(super) fn read(s: &mut Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Pro
         .int(sink, "shutdown_timeout_seconds", 0, 3600)
         .map_or(Duration::from_secs(30), |v| secs(v.value));
     let watch_config = s.bool(sink, "watch_config").is_some_and(|b| b.value);
+    let format = match s.string(sink, "access_log_format") {
+        Some(f) => match f.value.as_str() {
+            "kv" => LogFormat::Kv,
+            "json" => LogFormat::Json,
+            _ => {
+                error(
+                    sink,
+                    &f,
+                    format!("unknown access_log_format {:?}", f.value),
+                    "use \"kv\" (key=value, the default) or \"json\"",
+                );
+                LogFormat::Kv
+            }
+        },
+        None => LogFormat::Kv,
+    };
+    let path = match s.string(sink, "access_log_path") {
+        Some(p) if p.value.trim().is_empty() => {
+            error(
+                sink,
+                &p,
+                "`access_log_path` is empty",
+                "name a file, e.g. \"/var/log/rampart/access.log\", or remove the key for stdout",
+            );
+            None
+        }
+        Some(p) if p.value == "-" || p.value == "stdout" => None,
+        Some(p) => Some(std::path::PathBuf::from(p.value)),
+        None => None,
+    };
     Process {
+        access_log: AccessLogConfig { path, format },
         watch_config,
         workers,
         runtime,

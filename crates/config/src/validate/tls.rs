@@ -12,8 +12,20 @@ use crate::Severity;
 /// Let's Encrypt's production ACME directory (the default CA).
 pub const LETS_ENCRYPT_PRODUCTION: &str = "https://acme-v02.api.letsencrypt.org/directory";
 
-/// `$XDG_DATA_HOME/rampart`, else `$HOME/.local/share/rampart`, else `./rampart-state`.
+/// `$STATE_DIRECTORY` (systemd's `StateDirectory=`), else `/var/lib/rampart` when running as
+/// root, else `$XDG_DATA_HOME/rampart`, else `$HOME/.local/share/rampart`, else
+/// `./rampart-state`.
 fn default_state_dir() -> std::path::PathBuf {
+    // systemd may list several directories, separated by colons; the first is ours.
+    if let Some(d) = std::env::var_os("STATE_DIRECTORY").filter(|d| !d.is_empty()) {
+        let first = d.to_string_lossy().split(':').next().unwrap_or_default().to_owned();
+        if !first.is_empty() {
+            return std::path::PathBuf::from(first);
+        }
+    }
+    if running_as_root() {
+        return std::path::PathBuf::from("/var/lib/rampart");
+    }
     if let Some(d) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
         return std::path::PathBuf::from(d).join("rampart");
     }
@@ -21,6 +33,12 @@ fn default_state_dir() -> std::path::PathBuf {
         Some(h) => std::path::PathBuf::from(h).join(".local/share/rampart"),
         None => std::path::PathBuf::from("rampart-state"),
     }
+}
+
+/// Whether the process runs as root (`/proc/self` belongs to the effective user).
+fn running_as_root() -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
 }
 
 /// The `tls` key's values.
