@@ -1,14 +1,114 @@
-//! Listening sockets: binding one address for every worker, and refusing a port that another
-//! process already serves.
+//! Listening sockets: binding one address for every worker, refusing a port that another
+//! process already serves, and taking over the sockets of the process being upgraded
+//! ([`HANDOFF_ENV`]).
 
 use std::io;
 use std::net::SocketAddr;
+use std::os::fd::{AsRawFd as _, RawFd};
 
 use rampart_config::{Config, RuntimeMode};
 use socket2::{Domain, Protocol, Socket, Type};
 
 /// Listen backlog when `max_backlog` is unset (Linux's default `somaxconn`).
 const DEFAULT_BACKLOG: i32 = 4096;
+
+/// The environment variable through which an upgrading rampart hands its listening sockets to
+/// the new binary: `FD,CONFIGURED,ACTUAL,http|https` entries separated by `;`.
+pub const HANDOFF_ENV: &str = "RAMPART_LISTEN_FDS";
+
+/// A listening socket inherited from the process being upgraded.
+#[derive(Debug)]
+pub struct Inherited {
+    configured: SocketAddr,
+    tls: bool,
+    socket: std::net::TcpListener,
+}
+
+/// Takes the sockets named in [`HANDOFF_ENV`] (and removes the variable, so no child of this
+/// process sees it). Each is checked to be a listening TCP socket bound where the entry says;
+/// anything else is skipped with a warning.
+pub fn inherit() -> Vec<Inherited> {
+    let Some(spec) = std::env::var_os(HANDOFF_ENV) else {
+        return Vec::new();
+    };
+    std::env::remove_var(HANDOFF_ENV);
+    let mut out = Vec::new();
+    for entry in spec.to_string_lossy().split(';').filter(|e| !e.is_empty()) {
+        match inherit_one(entry) {
+            Some(i) => out.push(i),
+            None => tracing::warn!(entry, "an inherited socket is not usable; skipped"),
+        }
+    }
+    out
+}
+
+fn inherit_one(entry: &str) -> Option<Inherited> {
+    let mut parts = entry.split(',');
+    let fd: RawFd = parts.next()?.parse().ok()?;
+    let configured: SocketAddr = parts.next()?.parse().ok()?;
+    let actual: SocketAddr = parts.next()?.parse().ok()?;
+    let tls = match parts.next()? {
+        "https" => true,
+        "http" => false,
+        _ => return None,
+    };
+    let socket = adopt_fd(fd)?;
+    let listening = socket.r#type().ok() == Some(Type::STREAM)
+        && socket.is_listener().unwrap_or(false)
+        && socket.local_addr().ok().and_then(|a| a.as_socket()) == Some(actual);
+    if !listening {
+        return None;
+    }
+    socket.set_cloexec(true).ok()?;
+    socket.set_nonblocking(true).ok()?;
+    Some(Inherited {
+        configured,
+        tls,
+        socket: socket.into(),
+    })
+}
+
+/// Takes ownership of a descriptor named by the upgrading parent.
+#[allow(unsafe_code)]
+fn adopt_fd(fd: RawFd) -> Option<Socket> {
+    use std::os::fd::FromRawFd as _;
+    // Only descriptors that exist and are sockets: fstat first.
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: fstat writes into `st` and reads nothing else; an invalid fd gives an error.
+    if fd < 3 || unsafe { libc::fstat(fd, st.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    // SAFETY: fstat succeeded, so `st` is initialised.
+    let mode = unsafe { st.assume_init() }.st_mode;
+    if mode & libc::S_IFMT != libc::S_IFSOCK {
+        return None;
+    }
+    // SAFETY: the descriptor is open, is a socket, and was handed to this process to own by
+    // its parent (HANDOFF_ENV, read once and removed); nothing else in the process uses it.
+    Some(unsafe { Socket::from_raw_fd(fd) })
+}
+
+/// Clears or sets close-on-exec on a listening socket (an upgrade hands the socket to a new
+/// binary across exec).
+#[allow(unsafe_code)]
+pub fn set_inheritable(fd: RawFd, inheritable: bool) -> io::Result<()> {
+    // SAFETY: fcntl with F_GETFD/F_SETFD on a descriptor the caller holds open.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFD);
+        if flags < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let flags = if inheritable {
+            flags & !libc::FD_CLOEXEC
+        } else {
+            flags | libc::FD_CLOEXEC
+        };
+        if libc::fcntl(fd, libc::F_SETFD, flags) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
 
 /// One configured address, bound: the address as configured (port 0 stays 0, so a reload with
 /// the same file keeps the socket), the address actually bound, and one socket per worker
@@ -18,7 +118,16 @@ pub struct Bound {
     pub configured: SocketAddr,
     pub actual: SocketAddr,
     pub tls: bool,
+    /// Socket `i` goes to worker `i % workers` (an upgrade may inherit more sockets than this
+    /// process has workers; each is still accepted from).
     pub sockets: Vec<std::net::TcpListener>,
+}
+
+impl Bound {
+    /// The descriptors, for a handoff.
+    pub fn fds(&self) -> Vec<RawFd> {
+        self.sockets.iter().map(|s| s.as_raw_fd()).collect()
+    }
 }
 
 /// The addresses a configuration listens on: (address, HTTPS?), plain ones first.
@@ -39,6 +148,40 @@ pub fn wanted(config: &Config, tls: bool) -> Vec<(SocketAddr, bool)> {
 /// Binds `addr` once per worker group. A port of 0 is resolved by the first socket and shared
 /// by its siblings.
 pub fn bind(addr: SocketAddr, tls: bool, config: &Config, groups: usize) -> io::Result<Bound> {
+    bind_or_inherit(addr, tls, config, groups, &mut Vec::new())
+}
+
+/// As [`bind`], but first takes the sockets `inherited` has for this address (an upgrade):
+/// the same sockets, so connections waiting in their queues are accepted here.
+pub fn bind_or_inherit(
+    addr: SocketAddr,
+    tls: bool,
+    config: &Config,
+    groups: usize,
+    inherited: &mut Vec<Inherited>,
+) -> io::Result<Bound> {
+    let mut taken = Vec::new();
+    let mut i = 0;
+    while i < inherited.len() {
+        if inherited[i].configured == addr && inherited[i].tls == tls {
+            taken.push(inherited.remove(i).socket);
+        } else {
+            i += 1;
+        }
+    }
+    if let Some(first) = taken.first() {
+        let actual = first.local_addr()?;
+        let per_core = config.runtime == RuntimeMode::PerCore;
+        while taken.len() < groups && per_core {
+            taken.push(bind_one(actual, config, true)?);
+        }
+        return Ok(Bound {
+            configured: addr,
+            actual,
+            tls,
+            sockets: taken,
+        });
+    }
     let per_core = config.runtime == RuntimeMode::PerCore;
     // SO_REUSEPORT lets rampart's own workers share a port, but would also let a second
     // rampart (or anything else that sets it) join silently and take half the traffic to a

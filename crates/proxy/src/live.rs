@@ -69,11 +69,24 @@ pub enum ListenerCmd {
 }
 
 /// A listening address in service.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Listening {
     configured: SocketAddr,
     actual: SocketAddr,
     tls: bool,
+    /// Its sockets' descriptors (held open by the workers), for an upgrade's handoff.
+    fds: Vec<std::os::fd::RawFd>,
+}
+
+impl Listening {
+    fn of(b: &Bound) -> Listening {
+        Listening {
+            configured: b.configured,
+            actual: b.actual,
+            tls: b.tls,
+            fds: b.fds(),
+        }
+    }
 }
 
 /// What a reload did.
@@ -140,14 +153,7 @@ impl Live {
         let upstreams = (0..groups)
             .map(|_| Upstream::new(&config.upstream, origin_tls.clone()))
             .collect();
-        let listening: Vec<Listening> = bound
-            .iter()
-            .map(|b| Listening {
-                configured: b.configured,
-                actual: b.actual,
-                tls: b.tls,
-            })
-            .collect();
+        let listening: Vec<Listening> = bound.iter().map(Listening::of).collect();
         let access = Arc::new(AccessLog::open(&config.access_log)?);
         let mut live = Live {
             access,
@@ -298,17 +304,13 @@ impl Live {
         let old_tls = std::mem::replace(&mut self.tls, tls);
         self.config = config;
         let (gone, kept): (Vec<Listening>, Vec<Listening>) =
-            self.listening.iter().copied().partition(|l| {
+            self.listening.iter().cloned().partition(|l| {
                 !wanted
                     .iter()
                     .any(|&(addr, tls)| l.configured == addr && l.tls == tls)
             });
         self.listening = kept;
-        self.listening.extend(fresh.iter().map(|b| Listening {
-            configured: b.configured,
-            actual: b.actual,
-            tls: b.tls,
-        }));
+        self.listening.extend(fresh.iter().map(Listening::of));
         for i in 0..self.groups {
             self.slots[i].store(Arc::new(self.current(i)));
         }
@@ -344,15 +346,30 @@ impl Live {
         Ok(report)
     }
 
-    /// Hands each worker its socket of every bound address.
+    /// Hands each worker its socket of every bound address (socket `i` to worker `i % n`).
     fn open(&self, bound: Vec<Bound>) {
         for b in bound {
             for (i, socket) in b.sockets.into_iter().enumerate() {
-                if let Some(cmds) = self.cmds.get(i) {
+                if let Some(cmds) = self.cmds.get(i % self.cmds.len().max(1)) {
                     let _ = cmds.send(ListenerCmd::Open(socket, b.tls));
                 }
             }
         }
+    }
+
+    /// For an upgrade: the listening descriptors and the [`crate::listen::HANDOFF_ENV`] value
+    /// that names them.
+    pub fn handoff(&self) -> (Vec<std::os::fd::RawFd>, String) {
+        let mut fds = Vec::new();
+        let mut spec = Vec::new();
+        for l in &self.listening {
+            for &fd in &l.fds {
+                fds.push(fd);
+                let scheme = if l.tls { "https" } else { "http" };
+                spec.push(format!("{fd},{},{},{scheme}", l.configured, l.actual));
+            }
+        }
+        (fds, spec.join(";"))
     }
 
     fn start_health(&self) -> std::io::Result<Option<(watch::Sender<bool>, JoinHandle<()>)>> {

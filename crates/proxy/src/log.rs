@@ -104,7 +104,8 @@ pub fn request_id(headers: &mut http::HeaderMap) -> HeaderValue {
         let b = v.as_bytes();
         let usable = !b.is_empty()
             && b.len() <= MAX_REQUEST_ID
-            && b.iter().all(|c| c.is_ascii_graphic() && *c != b'"' && *c != b'\\');
+            && b.iter()
+                .all(|c| c.is_ascii_graphic() && *c != b'"' && *c != b'\\');
         if usable {
             return v.clone();
         }
@@ -223,7 +224,12 @@ fn open_append(path: &PathBuf) -> std::io::Result<std::fs::File> {
         .create(true)
         .append(true)
         .open(path)
-        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot open the access log {}: {e}", path.display())))
+        .map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("cannot open the access log {}: {e}", path.display()),
+            )
+        })
 }
 
 fn complain(path: &Option<PathBuf>, e: &std::io::Error) {
@@ -279,7 +285,11 @@ fn kv(out: &mut String, r: &AccessRecord) {
         r.bytes,
         r.start.elapsed().as_micros()
     );
-    kv_pair(out, "upstream", r.upstream.as_ref().map_or("-", Authority::as_str));
+    kv_pair(
+        out,
+        "upstream",
+        r.upstream.as_ref().map_or("-", Authority::as_str),
+    );
     match r.upstream_time {
         Some(t) => {
             let _ = write!(out, " upstream_us={}", t.as_micros());
@@ -437,18 +447,32 @@ mod tests {
 
     #[test]
     fn kv_quotes_what_needs_it_and_json_parses() {
-        let sink = Arc::new(AccessLog::open(&AccessLogConfig::default()).unwrap_or_else(|e| panic!("{e}")));
+        let sink = Arc::new(
+            AccessLog::open(&AccessLogConfig::default()).unwrap_or_else(|e| panic!("{e}")),
+        );
         let r = record(sink);
         let mut line = String::new();
         kv(&mut line, &r);
         assert!(line.starts_with("time=2025-11-24T16:00:00.123Z client=127.0.0.1 host=example.com method=GET path=/a%20b?q=%22x%22 status=200"), "{line}");
-        assert!(line.ends_with(" user_agent=\"Mozilla/5.0 (X11)\" referer=-"), "{line}");
+        assert!(
+            line.ends_with(" user_agent=\"Mozilla/5.0 (X11)\" referer=-"),
+            "{line}"
+        );
         assert!(line.contains(" request_id=abc "), "{line}");
-        assert!(line.contains(" upstream=- upstream_us=- cache=Dynamic"), "{line}");
+        assert!(
+            line.contains(" upstream=- upstream_us=- cache=Dynamic"),
+            "{line}"
+        );
         let mut line = String::new();
         json(&mut line, &r);
-        assert!(line.starts_with("{\"time\":\"2025-11-24T16:00:00.123Z\",\"client\":\"127.0.0.1\""), "{line}");
-        assert!(line.contains("\"user_agent\":\"Mozilla/5.0 (X11)\",\"referer\":null}"), "{line}");
+        assert!(
+            line.starts_with("{\"time\":\"2025-11-24T16:00:00.123Z\",\"client\":\"127.0.0.1\""),
+            "{line}"
+        );
+        assert!(
+            line.contains("\"user_agent\":\"Mozilla/5.0 (X11)\",\"referer\":null}"),
+            "{line}"
+        );
         assert_eq!(json_string("a\"b\\c\u{1}"), "\"a\\\"b\\\\c\\u0001\"");
     }
 

@@ -12,7 +12,6 @@
 //! requests finish (idle keep-alive connections are closed at once) for at most
 //! `shutdown_timeout`, then returns.
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -87,6 +86,15 @@ impl Running {
             .reload(config)
     }
 
+    /// For an upgrade: the listening descriptors and the value of
+    /// [`crate::listen::HANDOFF_ENV`] that names them for the new process.
+    pub fn handoff(&self) -> (Vec<std::os::fd::RawFd>, String) {
+        self.live
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .handoff()
+    }
+
     /// Reopens the access log file (SIGUSR1).
     pub fn reopen_logs(&self) -> std::io::Result<()> {
         self.live
@@ -116,10 +124,20 @@ impl Server {
             RuntimeMode::PerCore => config.workers.max(1),
             RuntimeMode::Shared => 1,
         };
+        // An upgrade: the old process's sockets, taken over as they are.
+        let mut inherited = listen::inherit();
         let bound = listen::wanted(&config, tls.is_some())
             .into_iter()
-            .map(|(addr, is_tls)| listen::bind(addr, is_tls, &config, groups))
+            .map(|(addr, is_tls)| {
+                listen::bind_or_inherit(addr, is_tls, &config, groups, &mut inherited)
+            })
             .collect::<io::Result<Vec<_>>>()?;
+        if !inherited.is_empty() {
+            tracing::warn!(
+                sockets = inherited.len(),
+                "inherited listening sockets for addresses this configuration no longer has: closed"
+            );
+        }
         Ok(Server {
             config,
             groups,
@@ -195,8 +213,8 @@ async fn worker(start: WorkerStart, limit: Arc<ConnLimit>, mut shutdown: watch::
     let WorkerStart { slot, mut cmds } = start;
     // Every connection task holds a sender; the drain ends when all of them are gone.
     let (open_tx, mut open_rx) = mpsc::channel::<()>(1);
-    let mut loops: HashMap<SocketAddr, (oneshot::Sender<()>, tokio::task::JoinHandle<()>)> =
-        HashMap::new();
+    // (address, close, task): an upgrade can hand one worker two sockets of the same address.
+    let mut loops: Vec<(SocketAddr, oneshot::Sender<()>, tokio::task::JoinHandle<()>)> = Vec::new();
     loop {
         let cmd = tokio::select! {
             c = cmds.recv() => c,
@@ -224,10 +242,12 @@ async fn worker(start: WorkerStart, limit: Arc<ConnLimit>, mut shutdown: watch::
                     closed,
                     shutdown.clone(),
                 ));
-                loops.insert(addr, (close, task));
+                loops.push((addr, close, task));
             }
             Some(ListenerCmd::Close(addr)) => {
-                if let Some((close, task)) = loops.remove(&addr) {
+                let (gone, kept) = loops.into_iter().partition(|(a, _, _)| *a == addr);
+                loops = kept;
+                for (_, close, task) in gone {
                     let _ = close.send(());
                     let _ = task.await;
                 }
@@ -235,7 +255,7 @@ async fn worker(start: WorkerStart, limit: Arc<ConnLimit>, mut shutdown: watch::
             None => break,
         }
     }
-    for (_, (close, task)) in loops {
+    for (_, close, task) in loops {
         drop(close);
         let _ = task.await;
     }

@@ -8,6 +8,7 @@
 //!   validated, written beside the file, put in service, then renamed over the file. If any
 //!   step fails, nothing changed: neither the file nor the configuration in service.
 //! - SIGUSR1: reopens the access log file (logrotate).
+//! - SIGUSR2: upgrade: starts the binary again with the listening sockets (`upgrade.rs`).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -20,6 +21,7 @@ use rampart_proxy::Running;
 use serde_json::json;
 
 use crate::logging::Logging;
+use crate::upgrade::Upgrader;
 
 /// Where the configuration came from.
 #[derive(Debug, Clone)]
@@ -51,6 +53,7 @@ pub struct Signals {
     term: tokio::signal::unix::Signal,
     hup: tokio::signal::unix::Signal,
     usr1: tokio::signal::unix::Signal,
+    usr2: tokio::signal::unix::Signal,
 }
 
 impl Signals {
@@ -65,6 +68,7 @@ impl Signals {
             term: signal(SignalKind::terminate())?,
             hup: signal(SignalKind::hangup())?,
             usr1: signal(SignalKind::user_defined1())?,
+            usr2: signal(SignalKind::user_defined2())?,
             rt,
         })
     }
@@ -78,6 +82,7 @@ pub struct Controller<'a> {
     config: Config,
     /// Warnings already printed (startup or an earlier reload).
     shown: Shown,
+    upgrader: Upgrader,
 }
 
 /// A warning already shown (key, message): a reload prints only new ones.
@@ -97,6 +102,7 @@ impl<'a> Controller<'a> {
         source: Source,
         logging: &'a Logging,
         config: Config,
+        upgrader: Upgrader,
     ) -> Self {
         // The warnings startup printed.
         let shown = match &source {
@@ -111,6 +117,7 @@ impl<'a> Controller<'a> {
             logging,
             config,
             shown,
+            upgrader,
         }
     }
 
@@ -122,8 +129,9 @@ impl<'a> Controller<'a> {
             mut term,
             mut hup,
             mut usr1,
+            mut usr2,
         } = signals;
-        rt.block_on(self.serve(&mut term, &mut hup, &mut usr1))?;
+        rt.block_on(self.serve(&mut term, &mut hup, &mut usr1, &mut usr2))?;
         Ok(())
     }
 
@@ -132,6 +140,7 @@ impl<'a> Controller<'a> {
         term: &mut tokio::signal::unix::Signal,
         hup: &mut tokio::signal::unix::Signal,
         usr1: &mut tokio::signal::unix::Signal,
+        usr2: &mut tokio::signal::unix::Signal,
     ) -> std::io::Result<()> {
         let mut requests = self.running.take_requests();
         let mut tick = tokio::time::interval(WATCH_EVERY);
@@ -154,9 +163,17 @@ impl<'a> Controller<'a> {
                     seen = self.path().and_then(stamp);
                     let _ = msg.reply.send(answer);
                 }
-                _ = tick.tick(), if self.config.watch_config => {
+                _ = usr2.recv() => match self.upgrader.start(self.running) {
+                    Ok(pid) => eprintln!(
+                        "rampart: upgrade: started {} as process {pid}; it takes over the listening sockets and stops this process once it serves",
+                        self.upgrader.exe().display()
+                    ),
+                    Err(e) => eprintln!("rampart: upgrade refused: {e}"),
+                },
+                _ = tick.tick() => {
+                    self.upgrader.poll();
                     let now = self.path().and_then(stamp);
-                    if now.is_some() && now != seen {
+                    if self.config.watch_config && now.is_some() && now != seen {
                         seen = now;
                         let _ = self.reload("the file changed");
                     }

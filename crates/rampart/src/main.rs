@@ -4,6 +4,7 @@
 mod control;
 mod demo;
 mod logging;
+mod upgrade;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -214,6 +215,7 @@ fn serve(
     on_ready: impl FnOnce(&[SocketAddr], &[SocketAddr]),
 ) -> anyhow::Result<()> {
     rampart_proxy::server::raise_fd_limit();
+    let upgrader = upgrade::Upgrader::new();
     let signals = Signals::install()?;
     let workers = config.workers;
     let server = Server::bind(config.clone())?;
@@ -235,7 +237,9 @@ fn serve(
         );
     }
     on_ready(&addrs, &https);
-    Controller::new(&mut running, source, logging, config).run(signals)?;
+    // systemd's readiness; after an upgrade, also the handover from the old process.
+    upgrade::ready();
+    Controller::new(&mut running, source, logging, config, upgrader).run(signals)?;
     running.shutdown();
     running.join();
     eprintln!("rampart stopped");

@@ -32,7 +32,10 @@ fn lines(path: &std::path::Path, n: usize) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_lines_in_a_file_with_the_request_id_the_origin_saw() {
     let origin = Origin::new()
-        .route("*", Reply::text("logged").header("cache-control", "max-age=60"))
+        .route(
+            "*",
+            Reply::text("logged").header("cache-control", "max-age=60"),
+        )
         .start()
         .await;
     let file = scratch("access.json.log");
@@ -80,21 +83,47 @@ async fn json_lines_in_a_file_with_the_request_id_the_origin_saw() {
     assert_eq!(second["upstream"], serde_json::Value::Null);
     assert_eq!(second["user_agent"], serde_json::Value::Null);
     // Nothing on stdout: the lines went to the file.
-    assert_eq!(proxy.stdout.lock().unwrap().as_str(), "", "{}", proxy.output());
+    assert_eq!(
+        proxy.stdout.lock().unwrap().as_str(),
+        "",
+        "{}",
+        proxy.output()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kv_lines_on_stdout_quote_what_has_spaces() {
-    let origin = Origin::new().route("*", Reply::text("logged")).start().await;
-    let proxy = Proxy::start(&config_for("log.example", &origin, "add_logging = true", ""));
+    let origin = Origin::new()
+        .route("*", Reply::text("logged"))
+        .start()
+        .await;
+    let proxy = Proxy::start(&config_for(
+        "log.example",
+        &origin,
+        "add_logging = true",
+        "",
+    ));
     fetch(req(&proxy, "log.example", "/kv").header("user-agent", "curl/8 (x)")).await;
     assert!(proxy.wait_for_output("path=/kv", Duration::from_secs(5)));
     let out = proxy.stdout.lock().unwrap().clone();
-    let line = out.lines().find(|l| l.contains("path=/kv")).unwrap().to_owned();
+    let line = out
+        .lines()
+        .find(|l| l.contains("path=/kv"))
+        .unwrap()
+        .to_owned();
     assert!(line.starts_with("time="), "{line}");
-    assert!(line.contains(" user_agent=\"curl/8 (x)\" referer=-"), "{line}");
+    assert!(
+        line.contains(" user_agent=\"curl/8 (x)\" referer=-"),
+        "{line}"
+    );
     assert!(line.contains(" request_id="), "{line}");
-    assert!(line.contains(&format!(" upstream=127.0.0.1:{} upstream_us=", origin.port())), "{line}");
+    assert!(
+        line.contains(&format!(
+            " upstream=127.0.0.1:{} upstream_us=",
+            origin.port()
+        )),
+        "{line}"
+    );
     // stdout has access lines only; the startup line went to stderr.
     assert!(out.lines().all(|l| l.starts_with("time=")), "{out}");
     assert!(proxy.stderr.lock().unwrap().contains("listening on"));
@@ -107,7 +136,10 @@ async fn sigusr1_reopens_the_file_logrotate_moved_away() {
     let proxy = Proxy::start(&config_for(
         "log.example",
         &origin,
-        &format!("add_logging = true\naccess_log_path = {:?}", file.display().to_string()),
+        &format!(
+            "add_logging = true\naccess_log_path = {:?}",
+            file.display().to_string()
+        ),
         "",
     ));
     get(&proxy, "log.example", "/before").await;
@@ -126,7 +158,10 @@ async fn sigusr1_reopens_the_file_logrotate_moved_away() {
     let new = lines(&file, 1);
     assert!(new[0].contains("path=/after"), "{new:?}");
     let old = std::fs::read_to_string(&rotated).unwrap();
-    assert!(old.contains("path=/before") && old.contains("path=/between"), "{old}");
+    assert!(
+        old.contains("path=/before") && old.contains("path=/between"),
+        "{old}"
+    );
     assert!(!old.contains("path=/after"), "{old}");
 }
 

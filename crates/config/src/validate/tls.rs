@@ -18,7 +18,12 @@ pub const LETS_ENCRYPT_PRODUCTION: &str = "https://acme-v02.api.letsencrypt.org/
 fn default_state_dir() -> std::path::PathBuf {
     // systemd may list several directories, separated by colons; the first is ours.
     if let Some(d) = std::env::var_os("STATE_DIRECTORY").filter(|d| !d.is_empty()) {
-        let first = d.to_string_lossy().split(':').next().unwrap_or_default().to_owned();
+        let first = d
+            .to_string_lossy()
+            .split(':')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
         if !first.is_empty() {
             return std::path::PathBuf::from(first);
         }

@@ -128,6 +128,10 @@ pub async fn serve<I, H, F>(
     }
 }
 
+/// How long a stopping server still waits for the next request on an idle keep-alive
+/// connection.
+const STOP_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
+
 // Returned once per request and taken apart at once; boxing the head would allocate per request.
 #[allow(clippy::large_enum_variant)]
 enum Recv {
@@ -148,6 +152,7 @@ async fn recv_head<I: AsyncRead + Unpin>(
     stop: &mut watch::Receiver<bool>,
 ) -> Recv {
     let mut started: Option<Instant> = None;
+    let mut closing: Option<Instant> = None;
     loop {
         if !carry.is_empty() {
             match head::parse(carry, limits.max_head, limits.max_headers) {
@@ -156,10 +161,17 @@ async fn recv_head<I: AsyncRead + Unpin>(
                 Err(e) => return Recv::Refused(e),
             }
         }
-        if *stop.borrow() && carry.is_empty() {
+        let stopping = *stop.borrow();
+        if stopping && carry.is_empty() && closing.is_some_and(|t| Instant::now() >= t) {
             return Recv::End;
         }
         let deadline = match (carry.is_empty(), started) {
+            // Stopping: an idle connection gets a short grace for the request its client may
+            // already have sent (answered with `Connection: close`), so closing it does not
+            // race that request.
+            (true, _) if stopping => *closing.get_or_insert_with(|| {
+                (Instant::now() + STOP_GRACE).min(Instant::now() + limits.keepalive_timeout)
+            }),
             (true, _) => Instant::now() + limits.keepalive_timeout,
             (false, Some(t)) => t + limits.header_read_timeout,
             (false, None) => {
@@ -189,7 +201,7 @@ async fn recv_head<I: AsyncRead + Unpin>(
                 }
                 return Recv::End;
             }
-            _ = stop.changed(), if carry.is_empty() => return Recv::End,
+            _ = stop.changed(), if carry.is_empty() && !*stop.borrow() => {}
         }
     }
 }
