@@ -32,7 +32,7 @@ Examples:
 Configuration: ARC2 Proxy TOML files work unchanged; see docs/configuration.md.";
 
 #[derive(Parser, Debug)]
-#[command(name = "rampart", version, about = "A fast, correct caching reverse proxy", after_help = EXAMPLES)]
+#[command(name = "rampart", version = env!("RAMPART_LONG_VERSION"), about = "A fast, correct caching reverse proxy", after_help = EXAMPLES)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -506,8 +506,14 @@ impl Proxy {
 
     /// Starts the binary with `args`; waits for its "listening on" line.
     pub fn spawn(args: &[&str]) -> Proxy {
+        Proxy::spawn_env(args, &[])
+    }
+
+    /// [`Proxy::spawn`] with extra environment variables.
+    pub fn spawn_env(args: &[&str], env: &[(&str, &str)]) -> Proxy {
         let mut child = Command::new(rampart_bin())
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
