@@ -163,7 +163,12 @@ impl<'d> Section<'d> {
                 span,
             }),
             _ => {
-                self.wrong_type(sink, key, item, span, "a boolean (true or false)", "true");
+                // `"false"` in quotes: the example is the same word without them.
+                let example = match item.as_str().map(str::trim) {
+                    Some(w @ ("true" | "false")) => w,
+                    _ => "true",
+                };
+                self.wrong_type(sink, key, item, span, "a boolean (true or false)", example);
                 None
             }
         }
@@ -243,7 +248,13 @@ impl<'d> Section<'d> {
                 }
             }
             _ => {
-                self.wrong_type(sink, key, item, span, "an integer", &min.max(0).to_string());
+                // `"80"` in quotes: the example is the same number without them.
+                let example = item
+                    .as_str()
+                    .and_then(|t| t.trim().parse::<i64>().ok())
+                    .filter(|v| (min..=max).contains(v))
+                    .unwrap_or(min.max(0));
+                self.wrong_type(sink, key, item, span, "an integer", &example.to_string());
                 None
             }
         }
@@ -296,7 +307,13 @@ impl<'d> Section<'d> {
                 Some(Section::new(t, self.key_path(key), span))
             }
             _ => {
-                self.wrong_type(sink, key, item, span, "a table", "{ ... }");
+                sink.push(
+                    Severity::Error,
+                    &self.key_path(key),
+                    span,
+                    format!("expected a table, found {}", type_name(item)),
+                    format!("write it as a `[{}]` section", self.key_path(key)),
+                );
                 None
             }
         }
@@ -336,8 +353,13 @@ impl<'d> Section<'d> {
                 Some(out)
             }
             _ => {
-                let header = format!("[[{base}]]");
-                self.wrong_type(sink, key, item, span, "an array of tables", &header);
+                sink.push(
+                    Severity::Error,
+                    &base,
+                    span,
+                    format!("expected an array of tables, found {}", type_name(item)),
+                    format!("remove this line and write each entry as a `[[{base}]]` section"),
+                );
                 None
             }
         }
@@ -354,13 +376,81 @@ impl<'d> Section<'d> {
                 .get_key_value(k)
                 .and_then(|(key, _)| key.span())
                 .or_else(|| item.span());
+            let hint = match closest(k, self.seen.iter().copied()) {
+                Some(known) => format!("did you mean `{known}`?"),
+                None => "check the spelling against docs/configuration.md".to_owned(),
+            };
             sink.push(
                 Severity::Warning,
                 &self.key_path(k),
                 span,
                 "unknown key, ignored",
-                "check the spelling against docs/configuration.md",
+                hint,
             );
         }
+    }
+}
+
+/// The known key nearest to `unknown` when it is a likely misspelling: at most 2 edits
+/// (insertions, deletions, substitutions, swaps of neighbours), and fewer than a third of its
+/// length.
+fn closest<'k>(unknown: &str, known: impl Iterator<Item = &'k str>) -> Option<&'k str> {
+    let limit = 2.min(unknown.chars().count() / 3);
+    known
+        .filter(|k| *k != unknown)
+        .map(|k| (edits(&unknown.to_ascii_lowercase(), k), k))
+        .filter(|(d, _)| *d <= limit)
+        .min()
+        .map(|(_, k)| k)
+}
+
+/// Optimal string alignment distance (Levenshtein with adjacent swaps).
+fn edits(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for j in 0..=b.len() {
+        d[0][j] = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut v = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                v = v.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = v;
+        }
+    }
+    d[a.len()][b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn misspellings_find_their_key() {
+        let known = ["forward_ipv4", "forward_port_http", "domain", "paths"];
+        assert_eq!(
+            closest("foward_ipv4", known.into_iter()),
+            Some("forward_ipv4")
+        );
+        assert_eq!(
+            closest("forward_ipv6", known.into_iter()),
+            Some("forward_ipv4")
+        );
+        assert_eq!(closest("Domain", known.into_iter()), Some("domain"));
+        assert_eq!(closest("pahts", known.into_iter()), Some("paths"));
+        assert_eq!(closest("surprise", known.into_iter()), None);
+        assert_eq!(
+            closest("ab", ["a"].into_iter()),
+            None,
+            "short keys are not guessed"
+        );
     }
 }

@@ -104,13 +104,82 @@ rule_type = "Greylist"
 }
 
 #[test]
-fn syntax_error_has_position() {
+fn syntax_errors_are_all_listed_with_positions() {
     let v = validate("a = \n[[proxy_rules]\n", 1);
     let e: Vec<_> = v.errors().collect();
-    assert_eq!(e.len(), 1);
+    assert_eq!(e.len(), 2, "{e:?}");
+    assert_eq!((e[0].line, e[1].line), (1, 2), "{e:?}");
     assert!(
-        e[0].line >= 1 && e[0].message.contains("not valid TOML"),
+        e.iter().all(|d| d.message.contains("not valid TOML")),
         "{e:?}"
+    );
+    // Three independent mistakes, three errors; the bare word gets "quote it".
+    let v = validate(
+        "a = = 1\nlogging_level = info\n[[proxy_rules]]\ndomain = \"x\"\nc = [\n",
+        1,
+    );
+    let e: Vec<_> = v.errors().collect();
+    assert_eq!(
+        e.iter().map(|d| d.line).collect::<Vec<_>>(),
+        [1, 2, 5],
+        "{e:?}"
+    );
+    assert!(e[1].message.contains("needs quotes"), "{e:?}");
+    assert_eq!(e[1].hint, "write it as `logging_level = \"info\"`");
+}
+
+#[test]
+fn type_errors_suggest_the_value_they_meant() {
+    let v = validate("listening_port_http = \"80\"\nadd_caching = \"false\"\n", 1);
+    let hints: Vec<_> = v.errors().map(|d| d.hint.clone()).collect();
+    assert_eq!(
+        hints,
+        [
+            "write it as `listening_port_http = 80`",
+            "write it as `add_caching = false`"
+        ]
+    );
+    let v = validate("proxy_rules = \"x\"\n", 1);
+    let e: Vec<_> = v.errors().collect();
+    assert!(e[0].hint.contains("`[[proxy_rules]]` section"), "{e:?}");
+    assert!(!e[0].hint.contains("= [["), "{e:?}");
+}
+
+#[test]
+fn misspelt_keys_get_a_suggestion() {
+    let v = validate(
+        "workrs = 2\n[[proxy_rules]]\ndomain = \"x\"\nfoward_ipv4 = \"127.0.0.1\"\nforward_ipv4 = \"127.0.0.1\"\n",
+        1,
+    );
+    let unknown: Vec<_> = v
+        .diagnostics
+        .iter()
+        .filter(|d| d.message.contains("unknown key"))
+        .map(|d| (d.key.as_str(), d.hint.as_str()))
+        .collect();
+    assert_eq!(
+        unknown,
+        [
+            ("workrs", "did you mean `workers`?"),
+            ("proxy_rules[0].foward_ipv4", "did you mean `forward_ipv4`?")
+        ]
+    );
+}
+
+#[test]
+fn unicode_domains_are_refused_with_their_idna_form() {
+    let v = validate(
+        "[[proxy_rules]]\ndomain = \"Bücher.example\"\nforward_ipv4 = \"127.0.0.1\"\n\
+         [[proxy_rules]]\ndomain = \"*.münchen.de\"\nforward_ipv4 = \"127.0.0.1\"\n",
+        1,
+    );
+    let hints: Vec<_> = v.errors().map(|d| d.hint.clone()).collect();
+    assert_eq!(
+        hints,
+        [
+            "write it as `domain = \"xn--bcher-kva.example\"`",
+            "write it as `domain = \"*.xn--mnchen-3ya.de\"`"
+        ]
     );
 }
 

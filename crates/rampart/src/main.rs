@@ -269,23 +269,47 @@ fn cmd_run(config: Option<PathBuf>) -> anyhow::Result<()> {
     serve(config, Source::File(path), &logging, |_, _| {})
 }
 
+/// `--to`: `HOST:PORT`, optionally with `http://` or `https://`.
+fn origin_arg(to: &str) -> anyhow::Result<String> {
+    let usage = || {
+        anyhow::anyhow!(
+            "--to {to:?}: give the origin as HOST:PORT, e.g. `--to 127.0.0.1:3000` (or `--to https://HOST:PORT`)"
+        )
+    };
+    let rest = to
+        .strip_prefix("http://")
+        .or_else(|| to.strip_prefix("https://"))
+        .unwrap_or(to)
+        .trim_end_matches('/');
+    let (host, port) = rest.rsplit_once(':').ok_or_else(usage)?;
+    let port_ok = port.parse::<u16>().is_ok_and(|p| p > 0);
+    let host_ok = !host.is_empty()
+        && !host.contains(['/', ' ', '@'])
+        && (!host.contains(':') || (host.starts_with('[') && host.ends_with(']')));
+    if !port_ok || !host_ok {
+        return Err(usage());
+    }
+    Ok(to.trim_end_matches('/').to_owned())
+}
+
 fn cmd_proxy(
     from: SocketAddr,
     to: &str,
     workers: Option<usize>,
     access_log: bool,
 ) -> anyhow::Result<()> {
+    let to = origin_arg(to)?;
+    // Every key ARC2 wants in a rule is written, so the generated file draws no warning.
     let src = format!(
         "listen = [{from:?}]\nworkers = {}\nadd_logging = {access_log}\nlogging_level = \"warn\"\n\
-         [[proxy_rules]]\ndomain = \"*\"\nupstreams = [{to:?}]\nenable_logging = true\n",
+         [[proxy_rules]]\ndomain = \"*\"\nupstreams = [{to:?}]\nenable_logging = true\n\
+         max_age_seconds = 0\nrule_type = \"Whitelist\"\nignore_query_string = false\n\
+         enable_sql_injection_protection = false\nenable_compression = false\n\
+         enable_minification = false\nenable_webp_transformation = false\n",
         workers.unwrap_or_else(cpus),
         from = from.to_string(),
     );
-    let config = config_from(
-        Path::new("--to"),
-        "rampart proxy",
-        rampart_config::validate(&src, cpus()),
-    )?;
+    let config = generated_config("rampart proxy", rampart_config::validate(&src, cpus()))?;
     let logging = Logging::init(&config);
     serve(
         config,
@@ -293,6 +317,26 @@ fn cmd_proxy(
         &logging,
         |_, _| {},
     )
+}
+
+/// A configuration rampart wrote itself (`proxy`, `demo`): its problems are reported as the
+/// command's, without positions in a file the user never saw.
+fn generated_config(command: &str, v: Validated) -> anyhow::Result<Config> {
+    let problems: Vec<String> = v
+        .diagnostics
+        .iter()
+        .filter(|d| d.severity != Severity::Inactive)
+        .map(|d| format!("{}: {}", d.key, d.message))
+        .collect();
+    match v.config {
+        Some(c) => {
+            for p in &problems {
+                eprintln!("{command}: warning: {p}");
+            }
+            Ok(c)
+        }
+        None => bail!("{command}: {}", problems.join("; ")),
+    }
 }
 
 fn cmd_demo(listen: SocketAddr) -> anyhow::Result<()> {
@@ -328,11 +372,7 @@ fn cmd_demo(listen: SocketAddr) -> anyhow::Result<()> {
         .replace("{LISTEN}", &listen.to_string())
         .replace("{LISTEN_HTTPS}", &https.to_string())
         .replace("{ORIGIN_PORT}", &origin.port().to_string());
-    let config = config_from(
-        Path::new("demo.toml"),
-        "embedded demo config",
-        rampart_config::validate(&src, cpus()),
-    )?;
+    let config = generated_config("rampart demo", rampart_config::validate(&src, cpus()))?;
     let logging = Logging::init(&config);
     let root = config.tls.state_dir.join("ca").join("root.pem");
     let result = serve(

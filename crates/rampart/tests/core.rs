@@ -850,6 +850,26 @@ async fn one_line_proxy_command() {
     ]);
     let got = get(&proxy, "any.host", "/z").await;
     assert_eq!(got.text(), "via proxy cmd");
+    // Its own configuration draws no warning.
+    let err = proxy.stderr.lock().unwrap().clone();
+    assert!(!err.contains("warning"), "{err}");
+}
+
+#[test]
+fn one_line_proxy_with_a_bad_origin_names_the_flag() {
+    for to in ["localhost", "localhost:0", "http://", "a b:80"] {
+        let out = std::process::Command::new(rampart_bin())
+            .args(["proxy", "--from", "127.0.0.1:0", "--to", to])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{to}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("give the origin as HOST:PORT"), "{to}: {err}");
+        assert!(
+            !err.contains("--to:"),
+            "no position in a file the user never wrote: {err}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -14,6 +14,7 @@
 mod cache;
 mod listeners;
 mod process;
+mod punycode;
 mod rule;
 mod screening;
 mod sockets;
@@ -49,13 +50,8 @@ pub fn validate(src: &str, cpus: usize) -> Validated {
     let doc = match toml_edit::Document::parse(src) {
         Ok(doc) => doc,
         Err(e) => {
-            sink.push(
-                Severity::Error,
-                "",
-                e.span(),
-                format!("not valid TOML: {}", e.message().trim()),
-                "fix the syntax at this position",
-            );
+            syntax_errors(src, e, &mut sink);
+            sink.diags.sort_by_key(|d| (d.line == 0, d.line, d.column));
             return Validated {
                 config: None,
                 diagnostics: sink.diags,
@@ -70,6 +66,58 @@ pub fn validate(src: &str, cpus: usize) -> Validated {
         config: if has_errors { None } else { config },
         diagnostics: sink.diags,
     }
+}
+
+/// Most syntax errors listed for one file.
+const MAX_SYNTAX_ERRORS: usize = 20;
+
+/// Lists the file's syntax errors, not only the first: the line of each error is blanked (same
+/// length, so positions stay) and the text parsed again, until it parses or the error no longer
+/// moves.
+fn syntax_errors(src: &str, first: toml_edit::TomlError, sink: &mut Sink<'_>) {
+    let mut text = src.to_owned();
+    let mut error = first;
+    let mut blanked = std::collections::HashSet::new();
+    for _ in 0..MAX_SYNTAX_ERRORS {
+        let span = error.span();
+        let at = span.as_ref().map_or(0, |s| s.start.min(text.len()));
+        let (message, hint) = explain(&text, at, error.message().trim());
+        sink.push(Severity::Error, "", span, message, hint);
+        let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+        let line_end = text[at..].find('\n').map_or(text.len(), |i| at + i);
+        if !blanked.insert(line_start) || line_start == line_end {
+            break;
+        }
+        let blank = " ".repeat(text[line_start..line_end].len());
+        text.replace_range(line_start..line_end, &blank);
+        match toml_edit::Document::parse(text.as_str()) {
+            Ok(_) => break,
+            Err(e) => error = e,
+        }
+    }
+}
+
+/// A syntax error's message and fix; a value written without quotes gets "quote it".
+fn explain(text: &str, at: usize, message: &str) -> (String, String) {
+    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    let line_end = text[at..].find('\n').map_or(text.len(), |i| at + i);
+    let line = &text[line_start..line_end];
+    if let Some((key, value)) = line.split_once('=') {
+        let (key, value) = (key.trim(), value.split('#').next().unwrap_or("").trim());
+        let bare = value.starts_with(|c: char| c.is_alphabetic())
+            && !matches!(value, "true" | "false" | "inf" | "nan")
+            && !value.contains(['"', '\'', '[', '{']);
+        if !key.is_empty() && bare {
+            return (
+                format!("not valid TOML: the value {value:?} is a string and needs quotes"),
+                format!("write it as `{key} = \"{value}\"`"),
+            );
+        }
+    }
+    (
+        format!("not valid TOML: {message}"),
+        "fix the syntax at this position".to_owned(),
+    )
 }
 
 const U16: i64 = u16::MAX as i64;

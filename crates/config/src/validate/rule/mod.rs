@@ -280,6 +280,21 @@ fn parse_domain(sink: &mut Sink<'_>, d: &At<String>) -> Option<DomainPattern> {
     if host.contains(['/', ' ', '?', '#', '@']) {
         return bad(sink, "it contains characters a host name cannot have");
     }
+    if !host.is_ascii() {
+        // Clients send the IDNA form (RFC 5891); a Unicode name would never match.
+        let ascii = super::punycode::to_ascii(host).unwrap_or_default();
+        let written = if wild { format!("*.{ascii}") } else { ascii };
+        error(
+            sink,
+            d,
+            format!(
+                "{:?} is written in Unicode, but clients send host names in their IDNA form, so it would never match",
+                d.value
+            ),
+            format!("write it as `domain = \"{written}\"`"),
+        );
+        return None;
+    }
     Some(if wild {
         DomainPattern::Wildcard(format!(".{host}"))
     } else {
