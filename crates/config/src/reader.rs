@@ -164,10 +164,11 @@ impl<'d> Section<'d> {
             }),
             _ => {
                 // `"false"` in quotes: the example is the same word without them.
-                let example = match item.as_str().map(str::trim) {
-                    Some(w @ ("true" | "false")) => w,
-                    _ => "true",
-                };
+                let example = item
+                    .as_str()
+                    .map(str::trim)
+                    .filter(|w| matches!(*w, "true" | "false"))
+                    .unwrap_or("true");
                 self.wrong_type(sink, key, item, span, "a boolean (true or false)", example);
                 None
             }
@@ -411,8 +412,8 @@ fn edits(a: &str, b: &str) -> usize {
     for (i, row) in d.iter_mut().enumerate() {
         row[0] = i;
     }
-    for j in 0..=b.len() {
-        d[0][j] = j;
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
     }
     for i in 1..=a.len() {
         for j in 1..=b.len() {
