@@ -26,8 +26,10 @@ use crate::upgrade::Upgrader;
 /// Where the configuration came from.
 #[derive(Debug, Clone)]
 pub enum Source {
-    /// A file: it can be reloaded and its rules edited.
-    File(PathBuf),
+    /// A file: it can be reloaded and its rules edited. The stamp is the file's version as
+    /// it was read at startup (taken before reading, so a change made while rampart starts is
+    /// seen by `watch_config`).
+    File(PathBuf, Stamp),
     /// Text the command made (`rampart demo`, `rampart proxy`): nothing to reload.
     Embedded(&'static str),
 }
@@ -35,15 +37,21 @@ pub enum Source {
 /// How often a watched file is checked.
 const WATCH_EVERY: Duration = Duration::from_secs(1);
 
-/// What identifies a version of the file: modified time, length, inode.
-type Stamp = Option<(Option<SystemTime>, u64, u64)>;
+/// What identifies a version of the file: modified time, length, inode, and a hash of the
+/// text (two saves within one tick of the file system's clock keep the same time).
+pub type Stamp = Option<(Option<SystemTime>, u64, u64, u64)>;
 
-fn stamp(path: &Path) -> Stamp {
+pub fn stamp(path: &Path) -> Stamp {
+    use std::hash::{Hash as _, Hasher as _};
     let m = std::fs::metadata(path).ok()?;
+    let text = std::fs::read(path).ok()?;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut h);
     Some((
         m.modified().ok(),
         m.len(),
         std::os::unix::fs::MetadataExt::ino(&m),
+        h.finish(),
     ))
 }
 
@@ -106,7 +114,7 @@ impl<'a> Controller<'a> {
     ) -> Self {
         // The warnings startup printed.
         let shown = match &source {
-            Source::File(p) => std::fs::read_to_string(p)
+            Source::File(p, _) => std::fs::read_to_string(p)
                 .map(|src| warnings(&rampart_config::validate(&src, crate::cpus()).diagnostics))
                 .unwrap_or_default(),
             Source::Embedded(_) => Vec::new(),
@@ -145,7 +153,10 @@ impl<'a> Controller<'a> {
         let mut requests = self.running.take_requests();
         let mut tick = tokio::time::interval(WATCH_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut seen = self.path().and_then(stamp);
+        let mut seen = match &self.source {
+            Source::File(_, at_startup) => *at_startup,
+            Source::Embedded(_) => None,
+        };
         loop {
             tokio::select! {
                 r = tokio::signal::ctrl_c() => { r?; break; }
@@ -186,7 +197,7 @@ impl<'a> Controller<'a> {
 
     fn path(&self) -> Option<&Path> {
         match &self.source {
-            Source::File(p) => Some(p),
+            Source::File(p, _) => Some(p),
             Source::Embedded(_) => None,
         }
     }
@@ -339,7 +350,7 @@ impl<'a> Controller<'a> {
 
     fn file(&self) -> Result<(PathBuf, String), Answer> {
         let path = match &self.source {
-            Source::File(p) => p.clone(),
+            Source::File(p, _) => p.clone(),
             Source::Embedded(what) => {
                 return Err(refusal(
                     StatusCode::CONFLICT,

@@ -248,6 +248,8 @@ fn serve(
 
 fn cmd_run(config: Option<PathBuf>) -> anyhow::Result<()> {
     let path = locate(config)?;
+    // The file's version before it is read: a change while rampart starts is then a change.
+    let stamp = control::stamp(&path);
     let (_, v) = load(&path)?;
     let inactive: Vec<Diagnostic> = v
         .diagnostics
@@ -266,7 +268,7 @@ fn cmd_run(config: Option<PathBuf>) -> anyhow::Result<()> {
             d.message
         );
     }
-    serve(config, Source::File(path), &logging, |_, _| {})
+    serve(config, Source::File(path, stamp), &logging, |_, _| {})
 }
 
 /// `--to`: `HOST:PORT`, optionally with `http://` or `https://`.

@@ -201,7 +201,13 @@ async fn recv_head<I: AsyncRead + Unpin>(
                 }
                 return Recv::End;
             }
-            _ = stop.changed(), if carry.is_empty() && !*stop.borrow() => {}
+            // A stop starts the grace above; a dropped sender (no one can stop us any more)
+            // ends the connection as before.
+            r = stop.changed(), if carry.is_empty() && !*stop.borrow() => {
+                if r.is_err() {
+                    return Recv::End;
+                }
+            }
         }
     }
 }
