@@ -185,7 +185,10 @@ async fn in_flight_requests_finish_on_the_old_configuration() {
     // The request has reached the slow origin before the reload.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while slow.requests() == 0 {
-        assert!(std::time::Instant::now() < deadline, "the request never arrived");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the request never arrived"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     rewrite(
