@@ -13,19 +13,6 @@ fn git(args: &[&str]) -> Option<String> {
     (!s.is_empty()).then_some(s)
 }
 
-/// Days since 1970-01-01 → (year, month, day) (H. Hinnant's civil-from-days).
-fn civil(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
-}
-
 fn main() {
     // RAMPART_COMMIT: for builds without the repository (a container build).
     let given = std::env::var("RAMPART_COMMIT")
@@ -45,7 +32,9 @@ fn main() {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs() as i64)
         });
-    let (y, m, d) = civil(epoch.div_euclid(86_400));
+    let date = time::OffsetDateTime::from_unix_timestamp(epoch)
+        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+    let (y, m, d) = (date.year(), u8::from(date.month()), date.day());
     let version = format!(
         "{} (commit {commit}{}, built {y:04}-{m:02}-{d:02})",
         std::env::var("CARGO_PKG_VERSION").unwrap_or_default(),

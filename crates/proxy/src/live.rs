@@ -101,6 +101,19 @@ pub struct Reloaded {
     pub tls_restarted: bool,
 }
 
+/// What a reload made ready before anything changed.
+struct Prepared {
+    same_tls: bool,
+    tls: Option<Tls>,
+    /// New origin trust roots (`None`: origin settings unchanged, pools kept).
+    origin_tls: Option<Arc<rustls::ClientConfig>>,
+    /// A new access log (`None`: unchanged).
+    access: Option<Arc<AccessLog>>,
+    wanted: Vec<(SocketAddr, bool)>,
+    /// Newly bound addresses.
+    fresh: Vec<Bound>,
+}
+
 /// The state a reload replaces, and what it keeps.
 #[derive(Debug)]
 pub struct Live {
@@ -219,72 +232,73 @@ impl Live {
     }
 
     /// Applies `config`. Everything that can fail (binding new addresses, loading new
-    /// certificates, origin trust roots) is done first: on an error nothing has changed and
-    /// the old configuration stays in service.
+    /// certificates, origin trust roots, the access log file) is done first, in [`Live::prepare`]:
+    /// on an error nothing has changed and the old configuration stays in service.
     pub fn reload(&mut self, config: Config) -> Result<Reloaded, String> {
-        let mut report = Reloaded {
-            restart_needed: restart_needed(&self.config, &config),
-            ..Reloaded::default()
-        };
-        let same_tls = same_tls(&self.config, &config);
+        let restart_needed = restart_needed(&self.config, &config);
+        let prepared = self.prepare(&config)?;
+        let mut report = self.commit(config, prepared);
+        report.restart_needed = restart_needed;
+        Ok(report)
+    }
+
+    /// The fallible half of a reload: what `config` needs that the configuration in service
+    /// does not have. A certificate manager started here is stopped again on an error.
+    fn prepare(&self, config: &Config) -> Result<Prepared, String> {
+        let same_tls = same_tls(&self.config, config);
         let tls = if same_tls {
             self.tls.clone()
         } else {
-            rampart_tls::start(&config).map_err(|e| e.to_string())?
+            rampart_tls::start(config).map_err(|e| e.to_string())?
         };
-        let undo = |tls: &Option<Tls>| {
-            if !same_tls {
-                if let Some(t) = tls {
+        let rest = || -> Result<_, String> {
+            let origin_tls = (config.upstream != self.config.upstream)
+                .then(|| rampart_tls::origin::client_config(&config.upstream))
+                .transpose()
+                .map_err(|e| e.to_string())?;
+            let access = (self.access.config() != &config.access_log)
+                .then(|| AccessLog::open(&config.access_log).map(Arc::new))
+                .transpose()
+                .map_err(|e| e.to_string())?;
+            let wanted = listen::wanted(config, tls.is_some());
+            let fresh = wanted
+                .iter()
+                .filter(|&&(addr, is_tls)| {
+                    !self
+                        .listening
+                        .iter()
+                        .any(|l| l.configured == addr && l.tls == is_tls)
+                })
+                .map(|&(addr, is_tls)| listen::bind(addr, is_tls, config, self.groups))
+                .collect::<std::io::Result<Vec<_>>>()
+                .map_err(|e| e.to_string())?;
+            Ok((origin_tls, access, wanted, fresh))
+        };
+        match rest() {
+            Ok((origin_tls, access, wanted, fresh)) => Ok(Prepared {
+                same_tls,
+                tls,
+                origin_tls,
+                access,
+                wanted,
+                fresh,
+            }),
+            Err(e) => {
+                if let (false, Some(t)) = (same_tls, &tls) {
                     t.stop();
                 }
-            }
-        };
-        let origin_tls = if config.upstream == self.config.upstream {
-            None
-        } else {
-            match rampart_tls::origin::client_config(&config.upstream) {
-                Ok(c) => Some(c),
-                Err(e) => {
-                    undo(&tls);
-                    return Err(e.to_string());
-                }
-            }
-        };
-        let access = if self.access.config() == &config.access_log {
-            None
-        } else {
-            match AccessLog::open(&config.access_log) {
-                Ok(a) => Some(Arc::new(a)),
-                Err(e) => {
-                    undo(&tls);
-                    return Err(e.to_string());
-                }
-            }
-        };
-        let wanted = listen::wanted(&config, tls.is_some());
-        let mut fresh = Vec::new();
-        for &(addr, is_tls) in &wanted {
-            let kept = self
-                .listening
-                .iter()
-                .any(|l| l.configured == addr && l.tls == is_tls);
-            if !kept {
-                match listen::bind(addr, is_tls, &config, self.groups) {
-                    Ok(b) => fresh.push(b),
-                    Err(e) => {
-                        undo(&tls);
-                        return Err(e.to_string());
-                    }
-                }
+                Err(e)
             }
         }
+    }
 
-        // Nothing below fails: the new configuration goes into service.
+    /// The half of a reload that cannot fail: the new configuration goes into service.
+    fn commit(&mut self, config: Config, p: Prepared) -> Reloaded {
         let config = Arc::new(config);
-        if let Some(access) = access {
+        if let Some(access) = p.access {
             self.access = access;
         }
-        if let Some(origin_tls) = origin_tls {
+        if let Some(origin_tls) = p.origin_tls {
             self.upstreams = (0..self.groups)
                 .map(|_| Upstream::new(&config.upstream, origin_tls.clone()))
                 .collect();
@@ -301,49 +315,48 @@ impl Live {
             (None, _) => None,
         };
         self.limit.resize(config.downstream.max_connections);
-        let old_tls = std::mem::replace(&mut self.tls, tls);
+        let old_tls = std::mem::replace(&mut self.tls, p.tls);
         self.config = config;
         let (gone, kept): (Vec<Listening>, Vec<Listening>) =
             self.listening.iter().cloned().partition(|l| {
-                !wanted
+                !p.wanted
                     .iter()
                     .any(|&(addr, tls)| l.configured == addr && l.tls == tls)
             });
         self.listening = kept;
-        self.listening.extend(fresh.iter().map(Listening::of));
+        self.listening.extend(p.fresh.iter().map(Listening::of));
         for i in 0..self.groups {
             self.slots[i].store(Arc::new(self.current(i)));
         }
         // New addresses are accepting before old ones close.
-        report.opened = fresh.iter().map(|b| b.actual).collect();
-        self.open(fresh);
+        let report = Reloaded {
+            opened: p.fresh.iter().map(|b| b.actual).collect(),
+            closed: gone.iter().map(|l| l.actual).collect(),
+            tls_restarted: !p.same_tls,
+            restart_needed: Vec::new(),
+        };
+        self.open(p.fresh);
         for l in &gone {
             for cmds in &self.cmds {
                 let _ = cmds.send(ListenerCmd::Close(l.actual));
             }
         }
-        report.closed = gone.iter().map(|l| l.actual).collect();
-        if let Some(thread) = self.stop_health() {
-            drop(thread); // it ends on its own; nothing waits for it
+        // The old health checks end on their own once told; nothing waits for them.
+        drop(self.stop_health());
+        self.health = self.start_health().unwrap_or_else(|e| {
+            tracing::error!(error = %e, "cannot start the health checks of the new configuration");
+            None
+        });
+        match (p.same_tls, &self.tls) {
+            (true, Some(t)) => t.refresh(),
+            (false, _) => {
+                if let Some(t) = old_tls {
+                    t.stop();
+                }
+            }
+            (true, None) => {}
         }
-        self.health = match self.start_health() {
-            Ok(h) => h,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot start the health checks of the new configuration");
-                None
-            }
-        };
-        if same_tls {
-            if let Some(t) = &self.tls {
-                t.refresh();
-            }
-        } else {
-            report.tls_restarted = true;
-            if let Some(t) = old_tls {
-                t.stop();
-            }
-        }
-        Ok(report)
+        report
     }
 
     /// Hands each worker its socket of every bound address (socket `i` to worker `i % n`).

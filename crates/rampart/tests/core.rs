@@ -632,41 +632,6 @@ async fn connection_limit_is_logged_and_enforced() {
     assert!(out.starts_with("HTTP/1.1 200"), "{out}");
 }
 
-#[tokio::test]
-async fn access_log_has_one_line_per_request() {
-    let origin = Origin::new()
-        .route("*", Reply::text("logged"))
-        .start()
-        .await;
-    let proxy = Proxy::start(&config_for(
-        "log.example",
-        &origin,
-        "add_logging = true",
-        "",
-    ));
-    let got = get(&proxy, "log.example", "/a/b?q=1").await;
-    assert_eq!(got.status, 200);
-    assert!(
-        proxy.wait_for_output("path=/a/b?q=1", Duration::from_secs(5)),
-        "{}",
-        proxy.output()
-    );
-    let out = proxy.stdout.lock().unwrap().clone();
-    let line = out.lines().find(|l| l.contains("path=/a/b?q=1")).unwrap();
-    for field in [
-        "client=127.0.0.1",
-        "host=log.example",
-        "method=GET",
-        "status=200",
-        "bytes=6",
-        "duration_us=",
-        "upstream=",
-        "cache=",
-    ] {
-        assert!(line.contains(field), "missing {field} in {line}");
-    }
-}
-
 #[test]
 fn check_lists_every_error_with_line_and_column() {
     let path = scratch("bad.toml");

@@ -103,15 +103,19 @@ async fn kv_lines_on_stdout_quote_what_has_spaces() {
         "add_logging = true",
         "",
     ));
-    fetch(req(&proxy, "log.example", "/kv").header("user-agent", "curl/8 (x)")).await;
-    assert!(proxy.wait_for_output("path=/kv", Duration::from_secs(5)));
+    fetch(req(&proxy, "log.example", "/kv?q=1").header("user-agent", "curl/8 (x)")).await;
+    assert!(proxy.wait_for_output("path=/kv?q=1", Duration::from_secs(5)));
     let out = proxy.stdout.lock().unwrap().clone();
-    let line = out
-        .lines()
-        .find(|l| l.contains("path=/kv"))
-        .unwrap()
-        .to_owned();
+    // One line per request.
+    assert_eq!(out.lines().count(), 1, "{out}");
+    let line = out.lines().next().unwrap().to_owned();
     assert!(line.starts_with("time="), "{line}");
+    for field in [
+        " client=127.0.0.1 host=log.example method=GET path=/kv?q=1 status=200 bytes=6 duration_us=",
+        " cache=Miss aborted=false scheme=http version=HTTP/1.1 ",
+    ] {
+        assert!(line.contains(field), "missing {field:?} in {line}");
+    }
     assert!(
         line.contains(" user_agent=\"curl/8 (x)\" referer=-"),
         "{line}"
