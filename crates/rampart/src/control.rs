@@ -297,11 +297,7 @@ impl<'a> Controller<'a> {
         }
         self.shown = now;
         self.logging.apply(&config);
-        eprintln!(
-            "rampart: configuration reloaded from {} ({why}): {} rule(s)",
-            path.display(),
-            config.rules.len()
-        );
+        // The summary line comes last: whoever waits for it has seen the rest.
         for a in &report.opened {
             eprintln!("rampart: now also listening on {a}");
         }
@@ -314,6 +310,11 @@ impl<'a> Controller<'a> {
                 report.restart_needed.join(", ")
             );
         }
+        eprintln!(
+            "rampart: configuration reloaded from {} ({why}): {} rule(s)",
+            path.display(),
+            config.rules.len()
+        );
         let answer = json!({
             "reloaded": true,
             "file": path.display().to_string(),
