@@ -41,6 +41,10 @@ fn main() {
         if dirty { ", modified" } else { "" }
     );
     println!("cargo:rustc-env=RAMPART_LONG_VERSION={version}");
+    println!(
+        "cargo:rustc-env=RAMPART_COMMIT_ID={commit}{}",
+        if dirty { "-modified" } else { "" }
+    );
     println!("cargo:rerun-if-env-changed=SOURCE_DATE_EPOCH");
     println!("cargo:rerun-if-env-changed=RAMPART_COMMIT");
     // A new commit or checkout changes the version.

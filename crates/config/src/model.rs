@@ -145,6 +145,9 @@ pub struct AdminConfig {
     pub api_key: Option<String>,
     /// Client addresses allowed to send `PURGE` without the key (`purge_allow`).
     pub purge_allow: Vec<Cidr>,
+    /// Client addresses that may read `/_rampart/metrics` and the dashboard's figures without
+    /// the key (`metrics_allow`, rampart's own key).
+    pub metrics_allow: Vec<Cidr>,
 }
 
 /// An IP network such as `10.0.0.0/8` (a bare address is a /32 or /128).

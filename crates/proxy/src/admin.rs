@@ -22,7 +22,6 @@ use rampart_cache::store::PurgeScope;
 use rampart_config::AdminConfig;
 
 use crate::body::{ProxyBody, RequestBody};
-use crate::cache::Cache;
 use crate::route::Router;
 use crate::synth::{self, ProxyError};
 use crate::txn::{target, Txn};
@@ -225,14 +224,40 @@ pub fn purge_method(
 }
 
 /// `/_rampart/...`; `None` when the API is off (the path is then proxied like any other).
+///
+/// With `metrics_allow` alone (no `api_key`), only the metrics and the dashboard are answered
+/// here, to those addresses; every other path is proxied.
 pub fn admin_request<B>(
-    admin: &AdminConfig,
-    cache: Option<&Cache>,
-    router: &Router,
+    w: &Worker,
+    txn: &Txn,
     req: &Request<B>,
 ) -> Option<Result<Response<ProxyBody>, ProxyError>> {
-    admin.api_key.as_ref()?;
+    let (admin, cache, router) = (&*w.admin, w.cache.as_deref(), &*w.router);
     let (method, path, query) = (req.method(), req.uri().path(), req.uri().query());
+    let rest = path.strip_prefix(ADMIN_PREFIX).unwrap_or("");
+    let reading = method == Method::GET || method == Method::HEAD;
+    if reading {
+        // The page holds no figures: served to anyone, like a login page.
+        if let Some(page) = crate::dashboard::asset(rest) {
+            return Some(Ok(page));
+        }
+        if rest == "metrics" || rest == "dashboard/events" {
+            // The TCP peer, as for purge_allow: X-Forwarded-For is not trusted here.
+            let allowed = admin
+                .metrics_allow
+                .iter()
+                .any(|c| c.contains(txn.conn.client_ip));
+            if !allowed && !has_key(admin, req.headers()) {
+                return Some(Err(ProxyError::ApiKey));
+            }
+            return Some(Ok(if rest == "metrics" {
+                metrics_response(w, req)
+            } else {
+                crate::dashboard::events()
+            }));
+        }
+    }
+    admin.api_key.as_ref()?;
     if !has_key(admin, req.headers()) {
         return Some(Err(ProxyError::ApiKey));
     }
@@ -314,6 +339,34 @@ pub fn admin_request<B>(
     ))
 }
 
+/// `GET /_rampart/metrics`: OpenMetrics when the scraper asks for it, else Prometheus text.
+fn metrics_response<B>(w: &Worker, req: &Request<B>) -> Response<ProxyBody> {
+    use crate::metrics::expose;
+    let openmetrics = req
+        .headers()
+        .get(http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("application/openmetrics-text"));
+    let view = expose::View {
+        cache: w.cache.as_deref(),
+        router: &w.router,
+        certs: w.acme.as_deref(),
+        max_connections: w.max_connections,
+    };
+    let body = expose::render(crate::metrics::get(), &view, openmetrics);
+    let mut res = synth::text(StatusCode::OK, body);
+    let kind = if openmetrics {
+        expose::OPENMETRICS_TEXT
+    } else {
+        expose::PROMETHEUS_TEXT
+    };
+    res.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static(kind),
+    );
+    res
+}
+
 /// Every rule's origins with their health: `healthy` is the active checks' verdict (true
 /// without checks), `refused_lately` the passive one, `latency_ms` the `Performance` average.
 fn upstreams_json(router: &Router) -> String {
@@ -377,6 +430,7 @@ mod tests {
         let admin = AdminConfig {
             api_key: Some("k".repeat(32)),
             purge_allow: vec![],
+            metrics_allow: vec![],
         };
         let mut h = HeaderMap::new();
         assert!(!has_key(&admin, &h));

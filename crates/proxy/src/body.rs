@@ -30,6 +30,8 @@ enum Kind {
     Tee(Box<Tee>),
     /// Another body, compressed as it streams (`encode.rs`).
     Encoded(Box<Encoding>),
+    /// Chunks made by rampart as they come (the dashboard's event stream).
+    Channel(tokio::sync::mpsc::Receiver<Bytes>),
 }
 
 /// A body compressed as it streams: each chunk is fed to the encoder, whose output is sent as
@@ -132,6 +134,15 @@ impl ProxyBody {
         }
     }
 
+    /// Sends each chunk received on `rx`; ends when every sender is gone.
+    pub fn channel(rx: tokio::sync::mpsc::Receiver<Bytes>) -> Self {
+        ProxyBody {
+            kind: Kind::Channel(rx),
+            log: None,
+            stored: None,
+        }
+    }
+
     /// Streams a coalesced fetch's body.
     pub fn inflight(body: InflightBody) -> Self {
         ProxyBody {
@@ -206,6 +217,7 @@ impl Body for ProxyBody {
             Kind::Inflight(s) => ready!(Pin::new(s).poll_frame(cx)).map(|r| r.map_err(Into::into)),
             Kind::Tee(t) => ready!(t.poll_frame(cx)).map(|r| r.map_err(Into::into)),
             Kind::Encoded(e) => ready!(e.poll_frame(cx)),
+            Kind::Channel(rx) => ready!(rx.poll_recv(cx)).map(|b| Ok(Frame::data(b))),
         };
         if let Some(Ok(f)) = &frame {
             if let Some(d) = f.data_ref() {
@@ -228,6 +240,7 @@ impl Body for ProxyBody {
             Kind::Inflight(s) => s.is_end_stream(),
             Kind::Tee(t) => t.is_end_stream(),
             Kind::Encoded(e) => e.encoder.is_none(),
+            Kind::Channel(_) => false,
         }
     }
 
@@ -237,7 +250,7 @@ impl Body for ProxyBody {
             Kind::Stream(s) => s.size_hint(),
             Kind::Inflight(s) => s.size_hint(),
             Kind::Tee(t) => t.size_hint(),
-            Kind::Encoded(_) => SizeHint::default(),
+            Kind::Encoded(_) | Kind::Channel(_) => SizeHint::default(),
         }
     }
 }

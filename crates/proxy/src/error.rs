@@ -71,7 +71,7 @@ pub enum ProxyError {
     PurgeNotAllowed,
     #[error("{0}")]
     ApiBadRequest(&'static str),
-    #[error("no such endpoint: use GET /_rampart/status or POST /_rampart/purge")]
+    #[error("no such endpoint: see docs/operations.md for /_rampart/status, metrics, dashboard, purge, reload and rules")]
     ApiNoSuchEndpoint,
 }
 

@@ -134,12 +134,12 @@ pub fn send<'a>(
             unreachable!("fetch before recv")
         };
         let upstreams = &route.rule.upstreams;
-        // `Performance` learns each origin's response-head time; the access log records it.
-        let timed = upstreams.method() == RoutingMethod::Performance || txn.log.is_some();
+        // Each origin's response-head time: for the metrics, `Performance` and the access log.
         let mut last_err = None;
         for member in upstreams.order() {
             let (shown, sent) = match UpstreamSet::route(member, https) {
                 Ok((shown, key, scheme)) => {
+                    let tls = scheme.as_str() == "https";
                     let sending = {
                         let req = match (first.take(), &spare) {
                             (Some(req), _) => req,
@@ -152,20 +152,19 @@ pub fn send<'a>(
                         tracing::debug!(upstream = %shown, "fetch");
                         w.upstream.send(req, key, scheme)
                     };
-                    let sent_at = timed.then(Instant::now);
+                    let sent_at = Instant::now();
                     let sent = sending.await;
-                    if let Some(at) = sent_at {
-                        let took = at.elapsed();
-                        if let Some(l) = txn.log.as_deref_mut() {
-                            l.upstream_time = Some(took);
-                        }
-                        if upstreams.method() == RoutingMethod::Performance {
-                            member.record(match &sent {
-                                Ok(res) if !res.status().is_server_error() => took,
-                                _ => took.max(ERROR_PENALTY),
-                            });
-                        }
+                    let took = sent_at.elapsed();
+                    if let Some(l) = txn.log.as_deref_mut() {
+                        l.upstream_time = Some(took);
                     }
+                    if upstreams.method() == RoutingMethod::Performance {
+                        member.record(match &sent {
+                            Ok(res) if !res.status().is_server_error() => took,
+                            _ => took.max(ERROR_PENALTY),
+                        });
+                    }
+                    member.stats(tls).request(sent.as_ref().map(|_| took));
                     (shown, sent)
                 }
                 Err(e) => (&member.target.authority, Err(e)),

@@ -197,6 +197,7 @@ impl Live {
                 cmds: rx,
             });
         }
+        live.publish();
         live.open(bound);
         live.health = live.start_health()?;
         Ok((live, starts))
@@ -328,6 +329,7 @@ impl Live {
         for i in 0..self.groups {
             self.slots[i].store(Arc::new(self.current(i)));
         }
+        self.publish();
         // New addresses are accepting before old ones close.
         let report = Reloaded {
             opened: p.fresh.iter().map(|b| b.actual).collect(),
@@ -389,6 +391,14 @@ impl Live {
         let (stop, stopped) = watch::channel(false);
         let prober = Upstream::new(&self.config.upstream, self.origin_tls.clone());
         Ok(crate::health::start(&self.router, prober, stopped)?.map(|t| (stop, t)))
+    }
+
+    /// What the dashboard reads of the configuration in force.
+    fn publish(&self) {
+        crate::metrics::get().set_scene(crate::metrics::Scene {
+            router: self.router.clone(),
+            cache: self.cache.clone(),
+        });
     }
 
     /// Worker `i`'s view of the configuration in force.

@@ -22,6 +22,8 @@ use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
+use crate::metrics::{Counted, OriginConnStats};
+
 /// A TLS handshake with an origin failed (certificate not trusted, name mismatch, protocol).
 #[derive(Debug, thiserror::Error)]
 #[error("TLS handshake with the origin as {name:?} failed: {source}")]
@@ -70,20 +72,20 @@ impl OriginConnector {
     }
 }
 
+/// A TCP connection to an origin, its bytes counted for the metrics.
+type Tcp = Counted<TcpStream, OriginConnStats>;
+
 /// A connection to an origin.
 #[derive(Debug)]
 pub enum OriginIo {
-    Plain(TokioIo<TcpStream>),
+    Plain(TokioIo<Tcp>),
     /// Boxed: a rustls connection is over 1 KiB.
-    Tls(Box<TokioIo<TlsStream<TcpStream>>>),
+    Tls(Box<TokioIo<TlsStream<Tcp>>>),
 }
 
 impl Connection for OriginIo {
     fn connected(&self) -> Connected {
-        match self {
-            OriginIo::Plain(s) => s.connected(),
-            OriginIo::Tls(s) => s.inner().get_ref().0.connected(),
-        }
+        Connected::new()
     }
 }
 
@@ -162,6 +164,12 @@ impl tower_service::Service<Uri> for OriginConnector {
             .authority()
             .and_then(|a| a.as_str().split_once('@'))
             .map(|(user, _)| user.to_owned());
+        // Counted under the address (`host:port`), without the TLS name.
+        let origin = uri
+            .authority()
+            .and_then(|a| a.as_str().rsplit('@').next())
+            .unwrap_or_default()
+            .to_owned();
         let connecting = self.tcp.call(uri);
         let connector = self.tls.clone();
         let limit = self.connect_timeout;
@@ -170,6 +178,8 @@ impl tower_service::Service<Uri> for OriginConnector {
                 Ok(tcp) => tcp?,
                 Err(_) => return Err(OriginConnectTimeout(limit).into()),
             };
+            let stats = crate::metrics::get().origin(&origin).opened();
+            let tcp = TokioIo::new(Counted::new(tcp.into_inner(), stats));
             if !tls {
                 return Ok(OriginIo::Plain(tcp));
             }

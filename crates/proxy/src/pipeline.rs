@@ -22,6 +22,7 @@ use crate::fetch;
 use crate::hit;
 use crate::log::AccessRecord;
 use crate::lookup::{self, Looked};
+use crate::metrics;
 use crate::miss;
 use crate::outcome::{CacheOutcome, Served};
 use crate::recv;
@@ -65,6 +66,7 @@ impl Pipeline {
     ) -> Response<ProxyBody> {
         let span = tracing::debug_span!("request", method = %req.method(), uri = %req.uri(), ?mode);
         let mut txn = Txn::new(conn, mode);
+        txn.protocol = metrics::protocol_index(req.version());
         // Without a subscriber for debug, no wrapper: `Instrumented` would move the stages'
         // future once more per request (~130 instructions of memcpy, callgrind).
         let res = if span.is_disabled() {
@@ -91,11 +93,16 @@ impl Pipeline {
             return answer;
         }
         txn.route = Some(recv::route(&self.w.router, &mut req)?);
+        let metrics = metrics::get();
+        if metrics.watched() && txn.mode == Mode::Client {
+            metrics.seen(txn.host(), req.uri().path());
+        }
         if let Some(redirect) = recv::redirect_to_https(txn, &req, self.w.https_port) {
             return Ok(redirect);
         }
         if let Err(e) = recv::screen(&self.w, txn, &mut req).await {
             self.open_log(txn, &mut req);
+            remember_refusal(txn, &req, &e);
             return Err(e);
         }
         if admin::is_purge(req.method()) {
@@ -105,6 +112,7 @@ impl Pipeline {
         if txn.route().decision == PathDecision::Block {
             tracing::info!(host = ?txn.route().host, path = req.uri().path(), "blocked by path rule");
             txn.outcome = Some(CacheOutcome::Blocked);
+            remember_refusal(txn, &req, &ProxyError::BlockedByPathRule);
             return Err(ProxyError::BlockedByPathRule);
         }
 
@@ -179,7 +187,22 @@ impl Pipeline {
         txn: &mut Txn,
         res: Result<Response<ProxyBody>, ProxyError>,
     ) -> Response<ProxyBody> {
-        let mut res = res.unwrap_or_else(|e| synth::error(&e, txn));
+        let mut res = res.unwrap_or_else(|e| {
+            metrics::get().refused(&e);
+            synth::error(&e, txn)
+        });
+        if txn.mode == Mode::Client {
+            let stats = match &txn.route {
+                Some(r) => &*r.rule.stats,
+                None => metrics::get().unrouted(),
+            };
+            stats.record(
+                res.status().as_u16(),
+                metrics::cache_index(txn.outcome),
+                txn.protocol,
+                txn.start.elapsed(),
+            );
+        }
         if txn.scheme() == Scheme::Https {
             if let Some(v) = txn.route.as_ref().and_then(|r| r.rule.hsts.clone()) {
                 res.headers_mut().insert(STRICT_TRANSPORT_SECURITY, v);
@@ -255,6 +278,20 @@ impl Pipeline {
             stale.refreshing.store(false, Ordering::Relaxed);
         });
     }
+}
+
+/// Keeps a screening or path-rule refusal for the dashboard's list.
+fn remember_refusal<B>(txn: &Txn, req: &Request<B>, e: &ProxyError) {
+    let Some(i) = metrics::block_index(e) else {
+        return;
+    };
+    metrics::get().remember_refusal(metrics::Refusal {
+        time: std::time::SystemTime::now(),
+        client: txn.client,
+        host: txn.host().to_owned(),
+        path: req.uri().path().to_owned(),
+        reason: metrics::BLOCK_REASONS[i],
+    });
 }
 
 fn is_head<B>(req: &Request<B>) -> bool {

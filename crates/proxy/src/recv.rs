@@ -43,10 +43,10 @@ pub fn local_answer(
         }
     }
     if txn.mode == Mode::Client
-        && w.admin.api_key.is_some()
+        && (w.admin.api_key.is_some() || !w.admin.metrics_allow.is_empty())
         && req.uri().path().starts_with(admin::ADMIN_PREFIX)
     {
-        return admin::admin_request(&w.admin, w.cache.as_deref(), &w.router, req);
+        return admin::admin_request(w, txn, req);
     }
     None
 }

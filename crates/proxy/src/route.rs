@@ -38,6 +38,8 @@ pub struct Rule {
     pub minify: Option<Languages>,
     /// WebP copies of pictures stored for longer than this; `None` = off.
     pub webp: Option<std::time::Duration>,
+    /// This rule's request counts (kept by domain across reloads).
+    pub stats: Arc<crate::metrics::RuleStats>,
 }
 
 /// Host → rule lookup, built once at startup and shared by all workers.
@@ -135,6 +137,7 @@ impl Router {
                     html_comments: m.html_comments,
                 }),
                 webp: rc.webp.map(|w| w.min_age),
+                stats: crate::metrics::get().rule(&rc.domain_text),
             }));
         }
         wildcard.sort_by_key(|w| std::cmp::Reverse(w.0.len()));

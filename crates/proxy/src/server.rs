@@ -35,6 +35,7 @@ use crate::control::{Control, Requests};
 use crate::h1;
 use crate::listen::{self, Bound};
 use crate::live::{ListenerCmd, Live, Reloaded, Slot, WorkerStart};
+use crate::metrics::Counted;
 use crate::txn::{ConnInfo, Scheme};
 
 /// Bound sockets, ready to serve.
@@ -60,6 +61,7 @@ pub struct Running {
 impl Running {
     /// Starts a graceful shutdown; returns immediately.
     pub fn shutdown(&self) {
+        crate::metrics::get().stop_streams();
         self.shutdown.send_replace(true);
     }
 
@@ -80,10 +82,13 @@ impl Running {
     /// Puts `config` in service for new requests (see `live.rs`). On an error the old
     /// configuration stays in service.
     pub fn reload(&self, config: Config) -> Result<Reloaded, String> {
-        self.live
+        let done = self
+            .live
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .reload(config)
+            .reload(config);
+        crate::metrics::get().reloaded(done.is_ok());
+        done
     }
 
     /// For an upgrade: the listening descriptors and the value of
@@ -119,11 +124,13 @@ impl Server {
     /// Loads the certificates (files, local CA, stored ACME ones) and binds every listener. A
     /// port of 0 is resolved once and shared by all workers.
     pub fn bind(config: Config) -> io::Result<Server> {
-        let tls = rampart_tls::start(&config).map_err(io::Error::other)?;
         let groups = match config.runtime {
             RuntimeMode::PerCore => config.workers.max(1),
             RuntimeMode::Shared => 1,
         };
+        // One metrics shard per worker thread under `per-core`; `shared` threads share one.
+        crate::metrics::init(groups);
+        let tls = rampart_tls::start(&config).map_err(io::Error::other)?;
         // An upgrade: the old process's sockets, taken over as they are.
         let mut inherited = listen::inherit();
         let bound = listen::wanted(&config, tls.is_some())
@@ -180,6 +187,7 @@ impl Server {
                 RuntimeMode::Shared => "rampart-rt".to_owned(),
             };
             let t = std::thread::Builder::new().name(name).spawn(move || {
+                crate::metrics::set_shard(i);
                 let rt = match runtime {
                     // One single-threaded runtime per worker thread.
                     RuntimeMode::PerCore => tokio::runtime::Builder::new_current_thread()
@@ -310,6 +318,7 @@ async fn accept_loop(
             Some(table) => match table.acquire(ip) {
                 Some(slot) => Some(slot),
                 None => {
+                    crate::metrics::get().refused_per_ip();
                     tracing::debug!(%peer, "per-address connection limit reached; connection closed");
                     continue;
                 }
@@ -330,6 +339,8 @@ async fn accept_loop(
             peer,
         };
         drop(current);
+        // Counts the connection, its bytes and its end.
+        let stream = Counted::new(stream, crate::metrics::get().accepted(tls));
         // `logging_level = "debug"`: every line of the connection's requests carries these fields.
         let span = tracing::debug_span!("conn", %peer, scheme = scheme.as_str());
         let (open, mut stop) = (open.clone(), shutdown.clone());
@@ -345,6 +356,9 @@ async fn accept_loop(
         tokio::spawn(task.instrument(span));
     }
 }
+
+/// A client's TCP connection, its bytes counted for the metrics.
+type ClientStream = Counted<tokio::net::TcpStream, crate::metrics::ConnStats>;
 
 /// What a connection task needs.
 struct Conn {
@@ -362,7 +376,7 @@ impl Conn {
     async fn serve_tls(
         self,
         acceptor: tokio_rustls::TlsAcceptor,
-        stream: tokio::net::TcpStream,
+        stream: ClientStream,
         stop: &mut watch::Receiver<bool>,
     ) {
         let peer = self.peer;
@@ -370,8 +384,10 @@ impl Conn {
             r = tokio::time::timeout(self.limits.header_read_timeout, acceptor.accept(stream)) => r,
             _ = stop.changed() => return,
         };
+        let metrics = crate::metrics::get();
         match handshake {
             Ok(Ok(tls)) => {
+                metrics.handshake(Some(true));
                 let alpn = tls.get_ref().1.alpn_protocol();
                 if alpn == Some(rampart_tls::store::ACME_TLS_ALPN) {
                     // A TLS-ALPN-01 validation: the handshake was the answer.
@@ -382,8 +398,14 @@ impl Conn {
                     self.serve(tls, stop).await;
                 }
             }
-            Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
-            Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+            Ok(Err(e)) => {
+                metrics.handshake(Some(false));
+                tracing::debug!(%peer, error = %e, "TLS handshake failed");
+            }
+            Err(_) => {
+                metrics.handshake(None);
+                tracing::debug!(%peer, "TLS handshake timed out");
+            }
         }
     }
 

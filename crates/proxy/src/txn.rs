@@ -94,6 +94,8 @@ pub struct Txn {
     pub leader: Option<Leader>,
     /// A range miss fetched as the whole representation (see `ranges.rs`).
     pub widened: Option<Box<Widened>>,
+    /// The request's HTTP version, as an index into [`crate::metrics::PROTOCOLS`].
+    pub protocol: u8,
 }
 
 impl Txn {
@@ -109,6 +111,7 @@ impl Txn {
             miss: None,
             leader: None,
             widened: None,
+            protocol: 0,
         }
     }
 

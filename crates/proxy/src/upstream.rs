@@ -57,6 +57,10 @@ pub struct UpstreamState {
     ewma_us: AtomicU64,
     /// `Performance`: when this origin was last chosen first (ms since `epoch`).
     picked_ms: AtomicU64,
+    /// Requests, errors and response times at `target.authority`, and at `target.tls` (kept
+    /// by address: shared by every rule that uses it, and across reloads).
+    stats: std::sync::Arc<crate::metrics::OriginStats>,
+    tls_stats: Option<std::sync::Arc<crate::metrics::OriginStats>>,
 }
 
 impl UpstreamState {
@@ -68,6 +72,14 @@ impl UpstreamState {
     /// Sets the active health checks' verdict; returns the previous one.
     pub fn set_healthy(&self, healthy: bool) -> bool {
         self.healthy.swap(healthy, Ordering::Relaxed)
+    }
+
+    /// The counts of this origin's plain (`tls` false) or TLS address.
+    pub fn stats(&self, tls: bool) -> &crate::metrics::OriginStats {
+        match (&self.tls_stats, tls) {
+            (Some(s), true) => s,
+            _ => &self.stats,
+        }
     }
 
     /// The `Performance` average, `None` before the first sample.
@@ -119,6 +131,11 @@ impl UpstreamSet {
                     // As if chosen at startup: an origin never chosen is retried after
                     // RETRY_AFTER like any other.
                     picked_ms: AtomicU64::new(1),
+                    stats: crate::metrics::get().origin(t.authority.as_str()),
+                    tls_stats: t
+                        .tls
+                        .as_ref()
+                        .map(|a| crate::metrics::get().origin(a.as_str())),
                 })
                 .collect();
         let mut schedule = Vec::new();

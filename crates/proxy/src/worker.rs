@@ -37,6 +37,8 @@ pub struct Worker {
     pub https_port: Option<u16>,
     /// Where the management API sends reloads and rule changes (`None`: nobody takes them).
     pub control: Option<Control>,
+    /// `max_connections`, for the metrics.
+    pub max_connections: usize,
 }
 
 /// What a worker is made of besides the configuration.
@@ -82,6 +84,7 @@ impl Worker {
             },
             acme,
             https_port,
+            max_connections: config.downstream.max_connections,
         }
     }
 }

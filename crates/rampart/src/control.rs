@@ -223,13 +223,19 @@ impl<'a> Controller<'a> {
                     "rampart: reload ({why}) refused: cannot read {}: {e}; the configuration in service stays",
                     path.display()
                 );
+                rampart_proxy::metrics::get().reloaded(false);
                 return Err(refusal(
                     StatusCode::CONFLICT,
                     format!("cannot read {}: {e}", path.display()),
                 ));
             }
         };
-        self.apply(&path, &src, why, None)
+        let done = self.apply(&path, &src, why, None);
+        if matches!(&done, Err(a) if a.status == StatusCode::UNPROCESSABLE_ENTITY) {
+            // An invalid file (a failure to put a valid one in service is counted there).
+            rampart_proxy::metrics::get().reloaded(false);
+        }
+        done
     }
 
     /// Validates `src` and puts it in service. `commit`, when given, runs after the new

@@ -73,6 +73,26 @@ impl CertStore {
         }
     }
 
+    /// Every installed certificate with the name it serves (`*.example.com` for a wildcard,
+    /// `*` for the catch-all rule's), sorted by name.
+    pub fn certificates(&self) -> Vec<(String, Arc<CertifiedKey>)> {
+        let sites = read(&self.sites);
+        let mut out: Vec<(String, Arc<CertifiedKey>)> = sites
+            .exact
+            .iter()
+            .map(|(d, k)| (d.clone(), k.clone()))
+            .chain(
+                sites
+                    .wildcard
+                    .iter()
+                    .map(|(s, k)| (format!("*{s}"), k.clone())),
+            )
+            .chain(sites.any.iter().map(|k| ("*".to_owned(), k.clone())))
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
     /// The certificate for a lower-case host name: exact, then `*.parent`, then the catch-all.
     pub fn get(&self, name: &str) -> Option<Arc<CertifiedKey>> {
         let sites = read(&self.sites);

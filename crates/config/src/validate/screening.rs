@@ -73,8 +73,10 @@ pub(super) fn read_admin(s: &mut Section<'_>, sink: &mut Sink<'_>) -> AdminConfi
         None => None,
     };
     let purge_allow = cidrs(s, sink, "purge_allow").unwrap_or_default();
+    let metrics_allow = cidrs(s, sink, "metrics_allow").unwrap_or_default();
     AdminConfig {
         api_key,
         purge_allow,
+        metrics_allow,
     }
 }

@@ -513,6 +513,7 @@ async fn refuse<W: AsyncWrite + Unpin>(io: &mut W, e: HeadError) {
     };
     tracing::info!(reason, "request refused before routing (connection closed)");
     let mut res = error.to_response();
+    crate::metrics::get().malformed(res.status().as_u16());
     res.headers_mut().insert(
         http::header::CONNECTION,
         http::HeaderValue::from_static("close"),

@@ -1,0 +1,188 @@
+// rampart's live dashboard: reads /_rampart/dashboard/events (server-sent events over fetch,
+// so the API key travels in a header) and draws each event. No framework, no build step.
+'use strict';
+
+const $ = (id) => document.getElementById(id);
+const KEY = 'rampart-api-key';
+const HISTORY = 120;
+let key = sessionStorage.getItem(KEY);
+let stream = null;
+const rates = [];
+
+function authHeaders() {
+  return key ? { Authorization: 'Bearer ' + key } : {};
+}
+
+function setState(state, text) {
+  const el = $('state');
+  el.dataset.state = state;
+  el.textContent = text;
+}
+
+function fixed(n, digits) {
+  return n == null ? '–' : Number(n).toFixed(digits);
+}
+
+function percent(r) {
+  return r == null ? '–' : (r * 100).toFixed(1) + ' %';
+}
+
+function ms(v) {
+  if (v == null) return '–';
+  return v < 1 ? Math.round(v * 1000) + ' µs' : v.toFixed(v < 10 ? 2 : 0) + ' ms';
+}
+
+function count(n) {
+  return Number(n).toLocaleString('en');
+}
+
+// Replaces a table's rows; every cell is text (hosts and paths come from clients).
+function fillRows(id, rows) {
+  const body = $(id).tBodies[0];
+  body.replaceChildren(...rows.map((cells) => {
+    const tr = document.createElement('tr');
+    for (const c of cells) {
+      const td = document.createElement('td');
+      if (c && typeof c === 'object') {
+        td.textContent = c.text;
+        td.className = c.className;
+      } else {
+        td.textContent = c;
+      }
+      tr.append(td);
+    }
+    return tr;
+  }));
+}
+
+function drawChart() {
+  const canvas = $('chart');
+  const ctx = canvas.getContext('2d');
+  const w = canvas.width;
+  const h = canvas.height;
+  ctx.clearRect(0, 0, w, h);
+  const max = Math.max(1, ...rates);
+  const step = w / HISTORY;
+  ctx.fillStyle = getComputedStyle(document.documentElement).getPropertyValue('--accent').trim() || '#2e6bd1';
+  rates.forEach((r, i) => {
+    const bar = (r / max) * (h - 18);
+    const x = w - (rates.length - i) * step;
+    ctx.fillRect(x, h - bar, Math.max(1, step - 1), bar);
+  });
+  ctx.fillStyle = getComputedStyle(document.body).color;
+  ctx.font = '12px system-ui, sans-serif';
+  ctx.fillText('max ' + max.toFixed(1) + '/s', 6, 14);
+}
+
+function render(d) {
+  $('rps').textContent = fixed(d.requests_per_second, 1);
+  $('hit').textContent = percent(d.hit_ratio);
+  $('hit-total').textContent = 'since start ' + percent(d.hit_ratio_since_start);
+  const l = d.latency_ms;
+  $('latency').textContent = [l.p50, l.p90, l.p99].map(ms).join(' · ');
+  $('connections').textContent = count(d.connections_open);
+  $('total').textContent = count(d.totals.requests);
+  $('blocked').textContent = count(d.totals.blocked);
+  rates.push(d.requests_per_second);
+  if (rates.length > HISTORY) rates.shift();
+  drawChart();
+  fillRows('status', Object.entries(d.status).map(([k, v]) => [k, count(v)]));
+  fillRows('outcomes', Object.entries(d.cache_outcomes).filter(([, v]) => v > 0).map(([k, v]) => [k, count(v)]));
+  const c = d.cache;
+  fillRows('cache', c == null ? [['caching is off', '']] : [
+    ['entries', count(c.entries)],
+    ['size', (c.size_bytes / 1048576).toFixed(1) + ' MiB of ' + (c.capacity_bytes / 1048576).toFixed(0) + ' MiB'],
+    ['evictions', count(c.evictions)],
+  ]);
+  fillRows('upstreams', d.upstreams.map((u) => [
+    u.rule,
+    u.origin,
+    { text: u.up ? 'up' : 'down', className: u.up ? 'up' : 'down' },
+    u.latency_ms == null ? '–' : ms(u.latency_ms),
+  ]));
+  fillRows('hosts', d.top_hosts.map(([k, v]) => [k, count(v)]));
+  fillRows('paths', d.top_paths.map(([k, v]) => [k, count(v)]));
+  fillRows('recent', d.recent_blocked.map((b) => [
+    new Date(b.time).toLocaleTimeString(), b.client, b.host, b.path, b.reason,
+  ]));
+}
+
+function showBoard(on) {
+  $('board').hidden = !on;
+  $('login').hidden = on;
+}
+
+async function connect() {
+  if (stream) stream.abort();
+  const mine = new AbortController();
+  stream = mine;
+  setState('connecting', 'connecting…');
+  try {
+    const res = await fetch('/_rampart/dashboard/events', {
+      headers: authHeaders(), signal: mine.signal, cache: 'no-store',
+    });
+    if (res.status === 401) {
+      sessionStorage.removeItem(KEY);
+      key = null;
+      showBoard(false);
+      setState('error', 'the key was refused');
+      return;
+    }
+    if (!res.ok || !res.body) throw new Error('HTTP ' + res.status);
+    showBoard(true);
+    setState('live', 'live');
+    const reader = res.body.getReader();
+    const decoder = new TextDecoder();
+    let buffered = '';
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buffered += decoder.decode(value, { stream: true });
+      let end;
+      while ((end = buffered.indexOf('\n\n')) >= 0) {
+        const event = buffered.slice(0, end);
+        buffered = buffered.slice(end + 2);
+        for (const line of event.split('\n')) {
+          if (line.startsWith('data: ')) render(JSON.parse(line.slice(6)));
+        }
+      }
+    }
+  } catch (e) {
+    if (mine.signal.aborted) return;
+  }
+  if (stream !== mine) return;
+  // The server restarted, reloaded its binary or went away: try again.
+  setState('error', 'disconnected; retrying');
+  setTimeout(connect, 2000);
+}
+
+async function purge(event) {
+  event.preventDefault();
+  const out = $('purge-result');
+  const params = new URLSearchParams({
+    host: $('purge-host').value.trim(),
+    scope: $('purge-scope').value,
+    path: $('purge-path').value || '/',
+  });
+  if ($('purge-soft').checked) params.set('soft', 'true');
+  out.textContent = 'purging…';
+  try {
+    const res = await fetch('/_rampart/purge?' + params, { method: 'POST', headers: authHeaders() });
+    const body = await res.json();
+    out.textContent = res.ok
+      ? 'purged ' + body.purged + (body.soft ? ' (soft)' : '')
+      : 'refused: ' + (body.error || res.status);
+  } catch (e) {
+    out.textContent = 'failed: ' + e.message;
+  }
+}
+
+$('login').addEventListener('submit', (event) => {
+  event.preventDefault();
+  key = $('key').value.trim() || null;
+  if (key) sessionStorage.setItem(KEY, key);
+  else sessionStorage.removeItem(KEY);
+  connect();
+});
+$('purge').addEventListener('submit', purge);
+if (key) connect();
