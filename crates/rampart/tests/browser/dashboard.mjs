@@ -1,0 +1,98 @@
+// Drives the live dashboard in a real headless Chromium (Debian's, through playwright-core):
+// the page loads with no console errors, connects with the API key, its numbers move when
+// traffic is sent, and the purge form purges. Run by crates/rampart/tests/dashboard.rs with
+// the proxy's address, the API key and the host whose /popular the origin serves cacheably.
+// Prints one line: RESULT {json}; exits 1 on any failure.
+import { chromium } from 'playwright-core';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+const [base, key, host] = process.argv.slice(2);
+const executablePath = process.env.CHROMIUM || '/usr/bin/chromium';
+const profile = mkdtempSync(join(tmpdir(), 'rampart-chromium-'));
+const errors = [];
+let browser;
+
+async function waitFor(what, check, ms = 15000) {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = await check();
+    if (v) return v;
+    if (Date.now() > end) throw new Error('timed out waiting for ' + what);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+// Requests from this process (Node's fetch), as a client other than the browser.
+async function traffic(path, n) {
+  for (let i = 0; i < n; i++) {
+    const res = await fetch(base + path);
+    await res.arrayBuffer();
+  }
+}
+
+try {
+  // A fresh profile each run; what this machine's Chromium needs (no sandbox as root, no GPU,
+  // no QUIC, no calls home).
+  browser = await chromium.launchPersistentContext(profile, {
+    executablePath,
+    headless: true,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  });
+  const page = browser.pages()[0] || await browser.newPage();
+  page.on('console', (m) => { if (m.type() === 'error' || m.type() === 'warning') errors.push(m.type() + ': ' + m.text()); });
+  page.on('pageerror', (e) => errors.push('page error: ' + e.message));
+  page.on('requestfailed', (r) => {
+    // The event stream is cut when the page closes; anything else is a failure.
+    if (!r.url().endsWith('/dashboard/events')) errors.push('request failed: ' + r.url());
+  });
+
+  const res = await page.goto(base + '/_rampart/dashboard');
+  if (res.status() !== 200) throw new Error('dashboard answered ' + res.status());
+  await page.fill('#key', key);
+  await page.click('#login button');
+  await waitFor('the live state', async () => (await page.textContent('#state')) === 'live');
+  const number = async (sel) => Number((await page.textContent(sel)).replace(/[^0-9.]/g, '')) || 0;
+  const before = await number('#total');
+
+  await traffic('/popular', 30);
+  const rps = await waitFor('requests per second above 0', async () => {
+    const v = await number('#rps');
+    return v > 0 ? v : null;
+  });
+  const total = await waitFor('the request count to rise by 30', async () => {
+    const v = await number('#total');
+    return v >= before + 30 ? v : null;
+  });
+  const topPath = await waitFor('/popular at the top of the paths', async () => {
+    const t = await page.textContent('#paths tbody tr:first-child td:first-child');
+    return t && t.endsWith('/popular') ? t : null;
+  });
+  const hit = await page.textContent('#hit-total');
+  const upstream = await page.textContent('#upstreams tbody tr:first-child td:nth-child(3)');
+
+  // The purge form: the stored /popular goes.
+  await page.fill('#purge-host', host);
+  await page.fill('#purge-path', '/popular');
+  await page.selectOption('#purge-scope', 'exact');
+  await page.click('#purge button');
+  const purged = await waitFor('the purge result', async () => {
+    const t = await page.textContent('#purge-result');
+    return t && t !== 'purging…' ? t : null;
+  });
+
+  // Let a few more events arrive, then look for console errors.
+  await page.waitForTimeout(1500);
+  const result = { rps, before, total, topPath, hit, upstream, purged, errors };
+  console.log('RESULT ' + JSON.stringify(result));
+  await browser.close();
+  rmSync(profile, { recursive: true, force: true });
+  process.exit(0);
+} catch (e) {
+  console.log('RESULT ' + JSON.stringify({ failure: String(e && e.stack || e), errors }));
+  if (browser) await browser.close().catch(() => {});
+  rmSync(profile, { recursive: true, force: true });
+  process.exit(1);
+}
