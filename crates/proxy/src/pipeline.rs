@@ -180,18 +180,22 @@ impl Pipeline {
     }
 
     /// The end of every request: an error becomes its synthetic response (the only place),
-    /// HSTS is added over HTTPS, and the access-log record is attached to the body (written
-    /// when the body has been sent).
+    /// the request is counted for the metrics (once, here), HSTS is added over HTTPS, and the
+    /// access-log record is attached to the body (written when the body has been sent).
     fn finish(
         &self,
         txn: &mut Txn,
         res: Result<Response<ProxyBody>, ProxyError>,
     ) -> Response<ProxyBody> {
+        // Clients' requests are counted; background refreshes are not.
+        let client = txn.mode == Mode::Client;
         let mut res = res.unwrap_or_else(|e| {
-            metrics::get().refused(&e);
+            if client {
+                metrics::get().refused(&e);
+            }
             synth::error(&e, txn)
         });
-        if txn.mode == Mode::Client {
+        if client {
             let stats = match &txn.route {
                 Some(r) => &*r.rule.stats,
                 None => metrics::get().unrouted(),
