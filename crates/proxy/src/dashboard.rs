@@ -10,6 +10,7 @@
 //! health, the most requested hosts and paths (kept only while a dashboard watches) and the
 //! latest refused requests. The stream ends when the server stops.
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
@@ -18,7 +19,9 @@ use http::{Response, StatusCode};
 use serde_json::{json, Value};
 
 use crate::body::ProxyBody;
+use crate::cache::Cache;
 use crate::metrics::{self, hit_ratio, Metrics, Totals, BLOCK_REASONS, CACHE_LABELS};
+use crate::route::Router;
 
 const PAGE: &str = include_str!("../assets/dashboard/index.html");
 const SCRIPT: &str = include_str!("../assets/dashboard/app.js");
@@ -26,6 +29,24 @@ const STYLE: &str = include_str!("../assets/dashboard/style.css");
 
 /// How often the stream sends an event.
 const TICK: Duration = Duration::from_secs(1);
+
+/// What the stream reads besides the counts: the configuration in service.
+#[derive(Debug)]
+pub struct Scene {
+    pub router: Arc<Router>,
+    pub cache: Option<Arc<Cache>>,
+}
+
+static SCENE: Mutex<Option<Arc<Scene>>> = Mutex::new(None);
+
+/// Puts a new configuration's view in place (`live.rs`: startup and reloads).
+pub fn publish(scene: Scene) {
+    *SCENE.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(scene));
+}
+
+fn scene() -> Option<Arc<Scene>> {
+    SCENE.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
 
 /// The page's files by their name under `/_rampart/`.
 pub fn asset(name: &str) -> Option<Response<ProxyBody>> {
@@ -109,7 +130,7 @@ pub fn snapshot(m: &Metrics, before: &(Instant, Totals), now: &(Instant, Totals)
     let q = |p: f64| latency.quantile(p).map(|s| (s * 1e6).round() / 1e3);
     let blocked_now: u64 = b.blocked.iter().sum();
     let blocked_before: u64 = a.blocked.iter().sum();
-    let scene = m.scene();
+    let scene = scene();
     let cache = scene.as_ref().and_then(|s| s.cache.as_ref()).map(|c| {
         let s = c.store().stats();
         json!({

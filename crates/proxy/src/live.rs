@@ -395,7 +395,7 @@ impl Live {
 
     /// What the dashboard reads of the configuration in force.
     fn publish(&self) {
-        crate::metrics::get().set_scene(crate::metrics::Scene {
+        crate::dashboard::publish(crate::dashboard::Scene {
             router: self.router.clone(),
             cache: self.cache.clone(),
         });

@@ -397,8 +397,6 @@ pub struct Metrics {
     reloads: [AtomicU64; 2],
     last_reload: AtomicU64,
     started: SystemTime,
-    /// The configuration in service, for the dashboard's stream (set by `live.rs`).
-    scene: Mutex<Option<Arc<Scene>>>,
     /// The server is stopping: event streams end.
     stopping: std::sync::atomic::AtomicBool,
     /// Dashboards streaming now (requests' hosts and paths are kept only then).
@@ -447,7 +445,6 @@ impl Metrics {
             reloads: Default::default(),
             last_reload: AtomicU64::new(0),
             started: SystemTime::now(),
-            scene: Mutex::new(None),
             stopping: std::sync::atomic::AtomicBool::new(false),
             watchers: AtomicUsize::new(0),
         }
@@ -654,24 +651,6 @@ impl Metrics {
         let a = self.sum_workers(|w| &w.accepted);
         let e = self.sum_workers(|w| &w.ended);
         a.iter().sum::<u64>().saturating_sub(e.iter().sum())
-    }
-}
-
-/// What the dashboard reads besides the counts: the configuration in service.
-#[derive(Debug)]
-pub struct Scene {
-    pub router: Arc<crate::route::Router>,
-    pub cache: Option<Arc<crate::cache::Cache>>,
-}
-
-impl Metrics {
-    /// Puts a new configuration's view in place (startup, reloads).
-    pub fn set_scene(&self, scene: Scene) {
-        *self.scene.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(scene));
-    }
-
-    pub fn scene(&self) -> Option<Arc<Scene>> {
-        self.scene.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// The server stops: long-lived event streams end so the drain is not held up.
