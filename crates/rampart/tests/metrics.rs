@@ -281,9 +281,17 @@ async fn tls_handshakes_and_certificate_expiry_are_reported() {
     // A client that does not trust the certificate fails its handshake.
     let stranger = tls::browser(TestCa::new("another CA").roots());
     assert!(tls::connect(https, "secure.test", &stranger).await.is_err());
-    tokio::time::sleep(Duration::from_millis(100)).await;
-
-    let text = scrape(&proxy).await;
+    // The server sees the failure when the client's alert arrives: wait for it to be counted.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let text = loop {
+        let text = scrape(&proxy).await;
+        if value(&text, "rampart_tls_handshakes_total{result=\"failed\"}") == Some(1.0)
+            || tokio::time::Instant::now() > deadline
+        {
+            break text;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert_eq!(
         must(&text, "rampart_tls_handshakes_total{result=\"ok\"}"),
         1.0
