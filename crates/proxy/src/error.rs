@@ -29,6 +29,30 @@ impl Side {
     }
 }
 
+/// Why screening refused a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Screened {
+    NotInAllowIps,
+    InDenyIps,
+    UserAgent,
+    SqlInjection,
+    /// A compressed form or JSON body under SQL-injection screening.
+    EncodedBody,
+}
+
+impl Screened {
+    /// For logs and the error text.
+    pub fn message(self) -> &'static str {
+        match self {
+            Screened::NotInAllowIps => "client address not in allow_ips",
+            Screened::InDenyIps => "client address in deny_ips",
+            Screened::UserAgent => "disallowed user agent",
+            Screened::SqlInjection => "SQL injection",
+            Screened::EncodedBody => "encoded form or JSON body cannot be screened",
+        }
+    }
+}
+
 /// Everything that can end a request with a synthetic response.
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
@@ -56,8 +80,8 @@ pub enum ProxyError {
     UpstreamTls(String),
     #[error("only-if-cached and nothing usable is stored")]
     NotCached,
-    #[error("blocked: {0}")]
-    Blocked(&'static str),
+    #[error("blocked: {}", .0.message())]
+    Blocked(Screened),
     #[error("rate limited")]
     RateLimited { retry_after: Duration, limit: u32 },
     #[error("request body: {0:?}")]

@@ -22,7 +22,7 @@ use std::time::{Duration, SystemTime};
 
 use http::Version;
 
-use crate::error::ProxyError;
+use crate::error::{ProxyError, Screened};
 use crate::outcome::{CacheLabel, CacheOutcome, Served};
 
 /// Keeps each shard on cache lines of its own (two lines: adjacent-line prefetch).
@@ -311,7 +311,7 @@ impl Drop for OriginConnStats {
 }
 
 /// Why a request was refused (`rampart_blocked_requests_total{reason}`).
-pub const BLOCK_REASONS: [&str; 11] = [
+pub const BLOCK_REASONS: [&str; 12] = [
     "allow_ips",
     "deny_ips",
     "user_agent",
@@ -323,6 +323,7 @@ pub const BLOCK_REASONS: [&str; 11] = [
     "bad_request",
     "no_route",
     "busy",
+    "encoded_body",
 ];
 const BAD_REQUEST: usize = 8;
 
@@ -330,12 +331,12 @@ const BAD_REQUEST: usize = 8;
 pub fn block_index(e: &ProxyError) -> Option<usize> {
     use crate::body::BodyFault;
     Some(match e {
-        ProxyError::Blocked(r) => match *r {
-            "client address not in allow_ips" => 0,
-            "client address in deny_ips" => 1,
-            "disallowed user agent" => 2,
-            "SQL injection" => 3,
-            _ => 8,
+        ProxyError::Blocked(why) => match why {
+            Screened::NotInAllowIps => 0,
+            Screened::InDenyIps => 1,
+            Screened::UserAgent => 2,
+            Screened::SqlInjection => 3,
+            Screened::EncodedBody => 11,
         },
         ProxyError::RateLimited { .. } => 4,
         ProxyError::BlockedByPathRule => 5,
@@ -892,7 +893,7 @@ mod tests {
     #[test]
     fn refusals_are_classified() {
         assert_eq!(
-            block_index(&ProxyError::Blocked("disallowed user agent")).map(|i| BLOCK_REASONS[i]),
+            block_index(&ProxyError::Blocked(Screened::UserAgent)).map(|i| BLOCK_REASONS[i]),
             Some("user_agent")
         );
         assert_eq!(

@@ -22,7 +22,7 @@ use rampart_screen::inspect::{self, BodyKind, Finding};
 use rampart_screen::ratelimit::{Limiter, Refused};
 use rampart_screen::sqli::{Detector, Libinjection};
 
-use crate::error::ProxyError;
+use crate::error::{ProxyError, Screened};
 use crate::route::Rule;
 
 /// Largest form or JSON body read into memory for SQL-injection screening (or the body limit,
@@ -136,15 +136,15 @@ impl Screen {
         req: &Request<B>,
     ) -> Result<Option<BodyKind>, ProxyError> {
         let c = &rule.config;
-        let refuse = |reason: &'static str| {
-            tracing::info!(%client, domain = c.domain_text, path = req.uri().path(), reason, "request blocked");
-            ProxyError::Blocked(reason)
+        let refuse = |why: Screened| {
+            tracing::info!(%client, domain = c.domain_text, path = req.uri().path(), reason = why.message(), "request blocked");
+            ProxyError::Blocked(why)
         };
         if !c.allow_ips.is_empty() && !c.allow_ips.iter().any(|n| n.contains(client)) {
-            return Err(refuse("client address not in allow_ips"));
+            return Err(refuse(Screened::NotInAllowIps));
         }
         if c.deny_ips.iter().any(|n| n.contains(client)) {
-            return Err(refuse("client address in deny_ips"));
+            return Err(refuse(Screened::InDenyIps));
         }
         if !c.disallowed_user_agents.is_empty() {
             let ua = req
@@ -156,7 +156,7 @@ impl Screen {
                 .iter()
                 .any(|(m, pattern)| m.matches(pattern, ua))
             {
-                return Err(refuse("disallowed user agent"));
+                return Err(refuse(Screened::UserAgent));
             }
         }
         let limiters = [self.limiter.as_ref(), rule.limiter.as_ref()];
@@ -207,7 +207,7 @@ impl Screen {
                 .iter()
                 .any(|v| !v.as_bytes().trim_ascii().eq_ignore_ascii_case(b"identity"));
             if encoded {
-                return Err(refuse("encoded form or JSON body cannot be screened"));
+                return Err(refuse(Screened::EncodedBody));
             }
         }
         Ok(kind)
@@ -272,5 +272,5 @@ fn sqli_block(client: IpAddr, domain: &str, path: &str, f: &Finding) -> ProxyErr
         fingerprint = f.fingerprint,
         "request blocked: SQL injection"
     );
-    ProxyError::Blocked("SQL injection")
+    ProxyError::Blocked(Screened::SqlInjection)
 }
