@@ -22,6 +22,7 @@ use rampart_cache::store::PurgeScope;
 use rampart_config::AdminConfig;
 
 use crate::body::{ProxyBody, RequestBody};
+use crate::cache::Cache;
 use crate::route::Router;
 use crate::synth::{self, ProxyError};
 use crate::txn::{target, Txn};
@@ -232,35 +233,89 @@ pub fn admin_request<B>(
     txn: &Txn,
     req: &Request<B>,
 ) -> Option<Result<Response<ProxyBody>, ProxyError>> {
-    let (admin, cache, router) = (&*w.admin, w.cache.as_deref(), &*w.router);
-    let (method, path, query) = (req.method(), req.uri().path(), req.uri().query());
-    let rest = path.strip_prefix(ADMIN_PREFIX).unwrap_or("");
-    let reading = method == Method::GET || method == Method::HEAD;
-    if reading {
-        // The page holds no figures: served to anyone, like a login page.
-        if let Some(page) = crate::dashboard::asset(rest) {
-            return Some(Ok(page));
-        }
-        if rest == "metrics" || rest == "dashboard/events" {
-            // The TCP peer, as for purge_allow: X-Forwarded-For is not trusted here.
-            let allowed = admin
-                .metrics_allow
-                .iter()
-                .any(|c| c.contains(txn.conn.client_ip));
-            if !allowed && !has_key(admin, req.headers()) {
-                return Some(Err(ProxyError::ApiKey));
-            }
-            return Some(Ok(if rest == "metrics" {
-                metrics_response(w, req)
-            } else {
-                crate::dashboard::events()
-            }));
+    let admin = &*w.admin;
+    let method = req.method();
+    let rest = req.uri().path().strip_prefix(ADMIN_PREFIX).unwrap_or("");
+    if method == Method::GET || method == Method::HEAD {
+        if let Some(answer) = readable(w, txn, req, rest) {
+            return Some(answer);
         }
     }
     admin.api_key.as_ref()?;
     if !has_key(admin, req.headers()) {
         return Some(Err(ProxyError::ApiKey));
     }
+    Some(match (method, rest) {
+        (&Method::GET, "status") => Ok(status(w.cache.as_deref(), &w.router)),
+        (&Method::POST, "purge") => purge_api(w.cache.as_deref(), req.uri().query()),
+        _ => Err(ProxyError::ApiNoSuchEndpoint),
+    })
+}
+
+/// The dashboard's page (to anyone: it holds no figures), and the metrics and the dashboard's
+/// stream (with the key, or to `metrics_allow`); `None` for other paths.
+fn readable<B>(
+    w: &Worker,
+    txn: &Txn,
+    req: &Request<B>,
+    rest: &str,
+) -> Option<Result<Response<ProxyBody>, ProxyError>> {
+    if let Some(page) = crate::dashboard::asset(rest) {
+        return Some(Ok(page));
+    }
+    if rest != "metrics" && rest != "dashboard/events" {
+        return None;
+    }
+    // The TCP peer, as for purge_allow: X-Forwarded-For is not trusted here.
+    let admin = &*w.admin;
+    let allowed = admin
+        .metrics_allow
+        .iter()
+        .any(|c| c.contains(txn.conn.client_ip));
+    if !allowed && !has_key(admin, req.headers()) {
+        return Some(Err(ProxyError::ApiKey));
+    }
+    Some(Ok(if rest == "metrics" {
+        metrics_response(w, req)
+    } else {
+        crate::dashboard::events()
+    }))
+}
+
+/// `GET /_rampart/status`: the cache's figures, the process's memory, the origins.
+fn status(cache: Option<&Cache>, router: &Router) -> Response<ProxyBody> {
+    let cache = match cache {
+        Some(c) => {
+            let s = c.store().stats();
+            format!(
+                "{{\"entries\":{},\"weight_bytes\":{},\"reserved_bytes\":{},\"capacity_bytes\":{},\"evictions\":{},\"in_flight\":{}}}",
+                s.entries,
+                s.weight,
+                s.reserved,
+                c.store().capacity(),
+                s.evictions,
+                c.coalescer().len()
+            )
+        }
+        None => "null".to_owned(),
+    };
+    // The process's resident memory beside the cache's weight, so a mismatch shows.
+    let process = match crate::metrics::expose::process_memory() {
+        Some((rss, peak)) => format!("{{\"rss_bytes\":{rss},\"peak_rss_bytes\":{peak}}}"),
+        None => "null".to_owned(),
+    };
+    let upstreams = upstreams_json(router);
+    synth::json(
+        StatusCode::OK,
+        format!("{{\"cache\":{cache},\"process\":{process},\"upstreams\":{upstreams}}}\n"),
+    )
+}
+
+/// `POST /_rampart/purge?scope=…&host=…&path=…&soft=…`.
+fn purge_api(
+    cache: Option<&Cache>,
+    query: Option<&str>,
+) -> Result<Response<ProxyBody>, ProxyError> {
     let params: Vec<(String, Vec<u8>)> = query
         .unwrap_or("")
         .split('&')
@@ -279,64 +334,25 @@ pub fn admin_request<B>(
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.as_slice())
     };
-    Some(Ok(
-        match (method, path.strip_prefix(ADMIN_PREFIX).unwrap_or("")) {
-            (&Method::GET, "status") => {
-                let cache = match cache {
-                    Some(c) => {
-                        let s = c.store().stats();
-                        format!(
-                            "{{\"entries\":{},\"weight_bytes\":{},\"reserved_bytes\":{},\"capacity_bytes\":{},\"evictions\":{},\"in_flight\":{}}}",
-                            s.entries,
-                            s.weight,
-                            s.reserved,
-                            c.store().capacity(),
-                            s.evictions,
-                            c.coalescer().len()
-                        )
-                    }
-                    None => "null".to_owned(),
-                };
-                // The process's resident memory beside the cache's weight, so a mismatch shows.
-                let process = match process_memory() {
-                    Some((rss, peak)) => {
-                        format!("{{\"rss_bytes\":{rss},\"peak_rss_bytes\":{peak}}}")
-                    }
-                    None => "null".to_owned(),
-                };
-                let upstreams = upstreams_json(router);
-                synth::json(
-                    StatusCode::OK,
-                    format!(
-                        "{{\"cache\":{cache},\"process\":{process},\"upstreams\":{upstreams}}}\n"
-                    ),
-                )
-            }
-            (&Method::POST, "purge") => {
-                let Some(host) = param("host").map(|h| String::from_utf8_lossy(h).into_owned())
-                else {
-                    return Some(Err(ProxyError::ApiBadRequest("purge needs host=")));
-                };
-                let kind = param("scope")
-                    .map(|s| String::from_utf8_lossy(s).to_ascii_lowercase())
-                    .unwrap_or_else(|| "exact".into());
-                let path = param("path").unwrap_or(b"/");
-                let soft = param("soft").is_some_and(|v| v == b"true" || v == b"1");
-                if kind != "domain" && param("path").is_none() {
-                    return Some(Err(ProxyError::ApiBadRequest("this scope needs path=")));
-                }
-                let Some(scope) = scope_from(&kind, &host, path, false) else {
-                    return Some(Err(ProxyError::ApiBadRequest(
-                        "scope must be exact, prefix, contains or domain",
-                    )));
-                };
-                let n = cache.map_or(0, |c| c.store().purge(&scope, soft));
-                tracing::info!(host, scope = kind, soft, purged = n, "purge via API");
-                purged(n, soft)
-            }
-            _ => return Some(Err(ProxyError::ApiNoSuchEndpoint)),
-        },
-    ))
+    let Some(host) = param("host").map(|h| String::from_utf8_lossy(h).into_owned()) else {
+        return Err(ProxyError::ApiBadRequest("purge needs host="));
+    };
+    let kind = param("scope")
+        .map(|s| String::from_utf8_lossy(s).to_ascii_lowercase())
+        .unwrap_or_else(|| "exact".into());
+    let path = param("path").unwrap_or(b"/");
+    let soft = param("soft").is_some_and(|v| v == b"true" || v == b"1");
+    if kind != "domain" && param("path").is_none() {
+        return Err(ProxyError::ApiBadRequest("this scope needs path="));
+    }
+    let Some(scope) = scope_from(&kind, &host, path, false) else {
+        return Err(ProxyError::ApiBadRequest(
+            "scope must be exact, prefix, contains or domain",
+        ));
+    };
+    let n = cache.map_or(0, |c| c.store().purge(&scope, soft));
+    tracing::info!(host, scope = kind, soft, purged = n, "purge via API");
+    Ok(purged(n, soft))
 }
 
 /// `GET /_rampart/metrics`: OpenMetrics when the scraper asks for it, else Prometheus text.
@@ -393,20 +409,6 @@ fn upstreams_json(router: &Router) -> String {
     }
     out.push(']');
     out
-}
-
-/// Resident and peak resident memory of this process, in bytes (Linux `/proc`).
-fn process_memory() -> Option<(u64, u64)> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse::<u64>().ok())
-            .map(|kib| kib * 1024)
-    };
-    Some((field("VmRSS:")?, field("VmHWM:")?))
 }
 
 #[cfg(test)]

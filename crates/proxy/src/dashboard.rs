@@ -148,7 +148,7 @@ pub fn snapshot(m: &Metrics, before: &(Instant, Totals), now: &(Instant, Totals)
                 upstreams.push(json!({
                     "rule": rule.config.domain_text,
                     "origin": member.target.authority.as_str(),
-                    "up": member.healthy() && !set.refused_lately(member),
+                    "up": set.in_rotation(member),
                     "latency_ms": member.latency().map(|d| (d.as_secs_f64() * 1e6).round() / 1e3),
                 }));
             }

@@ -15,7 +15,6 @@
 
 use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
-use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
@@ -30,94 +29,14 @@ use crate::outcome::{CacheLabel, CacheOutcome, Served};
 #[derive(Debug, Default)]
 pub struct Padded<T>(pub T);
 
-/// Upper bounds of the latency histograms' buckets in µs (a cached hit takes tens of µs, an
-/// origin milliseconds to seconds).
-pub const BOUNDS_US: [u64; 18] = [
-    25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
-    1_000_000, 2_500_000, 5_000_000, 10_000_000,
-];
-const BUCKETS: usize = BOUNDS_US.len() + 1;
+pub mod expose;
+mod histogram;
+mod io;
+mod recent;
 
-/// A latency histogram: a count per bucket (the last is `+Inf`) and the sum in µs.
-#[derive(Debug, Default)]
-pub struct Histogram {
-    counts: [AtomicU64; BUCKETS],
-    sum_us: AtomicU64,
-}
-
-impl Histogram {
-    pub fn record(&self, d: Duration) {
-        let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
-        // The first bucket whose bound is ≥ the value (Prometheus buckets are `le`).
-        let i = BOUNDS_US.partition_point(|&b| b < us);
-        self.counts[i].fetch_add(1, Relaxed);
-        self.sum_us.fetch_add(us, Relaxed);
-    }
-
-    fn add_to(&self, into: &mut HistSnap) {
-        for (a, c) in into.counts.iter_mut().zip(&self.counts) {
-            *a += c.load(Relaxed);
-        }
-        into.sum_us += self.sum_us.load(Relaxed);
-    }
-}
-
-/// A histogram's values at one moment.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HistSnap {
-    pub counts: [u64; BUCKETS],
-    pub sum_us: u64,
-}
-
-impl HistSnap {
-    pub fn count(&self) -> u64 {
-        self.counts.iter().sum()
-    }
-
-    /// What was added since `earlier`.
-    pub fn since(&self, earlier: &HistSnap) -> HistSnap {
-        let mut d = HistSnap::default();
-        for (i, c) in d.counts.iter_mut().enumerate() {
-            *c = self.counts[i].saturating_sub(earlier.counts[i]);
-        }
-        d.sum_us = self.sum_us.saturating_sub(earlier.sum_us);
-        d
-    }
-
-    /// The `q` quantile in seconds, interpolated inside its bucket as Prometheus's
-    /// `histogram_quantile` does; `None` without samples. Past the last bound: that bound.
-    pub fn quantile(&self, q: f64) -> Option<f64> {
-        let total = self.count();
-        if total == 0 {
-            return None;
-        }
-        let rank = q.clamp(0.0, 1.0) * total as f64;
-        let mut below = 0u64;
-        for (i, &c) in self.counts.iter().enumerate() {
-            if c > 0 && (below + c) as f64 >= rank {
-                let Some(&upper) = BOUNDS_US.get(i) else {
-                    return Some(BOUNDS_US[BOUNDS_US.len() - 1] as f64 / 1e6);
-                };
-                let lower = if i == 0 { 0 } else { BOUNDS_US[i - 1] };
-                let within = ((rank - below as f64) / c as f64).clamp(0.0, 1.0);
-                return Some((lower as f64 + (upper - lower) as f64 * within) / 1e6);
-            }
-            below += c;
-        }
-        None
-    }
-
-    fn buckets(&self) -> Vec<(f64, u64)> {
-        self.counts
-            .iter()
-            .enumerate()
-            .map(|(i, &c)| {
-                let bound = BOUNDS_US.get(i).map_or(f64::INFINITY, |&b| b as f64 / 1e6);
-                (bound, c)
-            })
-            .collect()
-    }
-}
+pub use histogram::{HistSnap, Histogram, BOUNDS_US};
+pub use io::{Counted, Tally};
+pub use recent::{Ranking, Refusal, Watching};
 
 /// The `cache` label of `rampart_requests_total`.
 pub const CACHE_LABELS: [&str; 11] = [
@@ -353,21 +272,6 @@ pub fn block_index(e: &ProxyError) -> Option<usize> {
     })
 }
 
-/// A refused request, for the dashboard.
-#[derive(Debug, Clone)]
-pub struct Refusal {
-    pub time: SystemTime,
-    pub client: IpAddr,
-    pub host: String,
-    pub path: String,
-    pub reason: &'static str,
-}
-
-/// How many refusals each worker keeps for the dashboard.
-const RECENT_REFUSALS: usize = 50;
-/// How many (host, path) pairs each worker keeps while a dashboard watches.
-const RECENT_REQUESTS: usize = 2048;
-
 /// One worker's counts.
 #[derive(Debug, Default)]
 struct WorkerShard {
@@ -516,85 +420,6 @@ impl Metrics {
             .record(status, cache_index(None), 0, Duration::ZERO);
     }
 
-    /// Keeps a refused request for the dashboard's list.
-    pub fn remember_refusal(&self, r: Refusal) {
-        let mut q = self
-            .worker()
-            .refusals
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        if q.len() == RECENT_REFUSALS {
-            q.pop_front();
-        }
-        q.push_back(r);
-    }
-
-    /// The latest refusals, newest first.
-    pub fn refusals(&self, n: usize) -> Vec<Refusal> {
-        let mut all: Vec<Refusal> = self
-            .workers
-            .iter()
-            .flat_map(|w| {
-                w.0.refusals
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .iter()
-                    .cloned()
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        all.sort_by_key(|r| std::cmp::Reverse(r.time));
-        all.truncate(n);
-        all
-    }
-
-    /// Whether a dashboard is watching (then requests' hosts and paths are kept).
-    pub fn watched(&self) -> bool {
-        self.watchers.load(Relaxed) > 0
-    }
-
-    /// A dashboard starts watching; it stops when the guard is dropped.
-    pub fn watch(&'static self) -> Watching {
-        self.watchers.fetch_add(1, Relaxed);
-        Watching(self)
-    }
-
-    /// A request's host and path, kept while a dashboard watches.
-    pub fn seen(&self, host: &str, path: &str) {
-        let mut q = self.worker().seen.lock().unwrap_or_else(|p| p.into_inner());
-        if q.len() == RECENT_REQUESTS {
-            q.pop_front();
-        }
-        q.push_back((host.into(), path.into()));
-    }
-
-    /// The most frequent hosts and paths among the requests kept while watching.
-    pub fn top(&self, n: usize) -> (Ranking, Ranking) {
-        let mut hosts: HashMap<&str, u64> = HashMap::new();
-        let mut paths: HashMap<String, u64> = HashMap::new();
-        let guards: Vec<_> = self
-            .workers
-            .iter()
-            .map(|w| w.0.seen.lock().unwrap_or_else(|p| p.into_inner()))
-            .collect();
-        for q in &guards {
-            for (h, p) in q.iter() {
-                *hosts.entry(h).or_default() += 1;
-                *paths.entry(format!("{h}{p}")).or_default() += 1;
-            }
-        }
-        let top = |m: Vec<(String, u64)>| {
-            let mut v = m;
-            v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-            v.truncate(n);
-            v
-        };
-        (
-            top(hosts.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()),
-            top(paths.into_iter().collect()),
-        )
-    }
-
     /// A configuration reload put in service (`true`) or refused.
     pub fn reloaded(&self, ok: bool) {
         self.reloads[usize::from(!ok)].fetch_add(1, Relaxed);
@@ -664,23 +489,6 @@ impl Metrics {
     }
 }
 
-/// Names with their counts, most frequent first.
-pub type Ranking = Vec<(String, u64)>;
-
-/// Ends a dashboard's watch when dropped.
-#[derive(Debug)]
-pub struct Watching(&'static Metrics);
-
-impl Drop for Watching {
-    fn drop(&mut self) {
-        if self.0.watchers.fetch_sub(1, Relaxed) == 1 {
-            for w in self.0.workers.iter() {
-                w.0.seen.lock().unwrap_or_else(|p| p.into_inner()).clear();
-            }
-        }
-    }
-}
-
 /// Held by a client connection: counts its bytes, and its end when dropped.
 #[derive(Debug)]
 pub struct ConnStats {
@@ -721,150 +529,9 @@ pub fn hit_ratio(hits: u64, lookups: u64) -> Option<f64> {
     (lookups > 0).then(|| hits as f64 / lookups as f64)
 }
 
-pub mod expose;
-
-/// What counts a connection's bytes.
-pub trait Tally {
-    fn received(&self, n: usize);
-    fn sent(&self, n: usize);
-}
-
-impl Tally for ConnStats {
-    fn received(&self, n: usize) {
-        self.shard.received.fetch_add(n as u64, Relaxed);
-    }
-
-    fn sent(&self, n: usize) {
-        self.shard.sent.fetch_add(n as u64, Relaxed);
-    }
-}
-
-impl Tally for OriginConnStats {
-    fn received(&self, n: usize) {
-        self.0.shard().received.fetch_add(n as u64, Relaxed);
-    }
-
-    fn sent(&self, n: usize) {
-        self.0.shard().sent.fetch_add(n as u64, Relaxed);
-    }
-}
-
-/// A connection (client or origin) whose bytes are counted as they pass.
-#[derive(Debug)]
-pub struct Counted<S, T> {
-    io: S,
-    stats: T,
-}
-
-impl<S, T> Counted<S, T> {
-    pub fn new(io: S, stats: T) -> Self {
-        Counted { io, stats }
-    }
-
-    pub fn get_ref(&self) -> &S {
-        &self.io
-    }
-}
-
-mod counted {
-    use std::io;
-    use std::pin::Pin;
-    use std::task::{Context, Poll};
-
-    use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-
-    use super::{Counted, Tally};
-
-    impl<S: AsyncRead + Unpin, T: Tally + Unpin> AsyncRead for Counted<S, T> {
-        fn poll_read(
-            mut self: Pin<&mut Self>,
-            cx: &mut Context<'_>,
-            buf: &mut ReadBuf<'_>,
-        ) -> Poll<io::Result<()>> {
-            let before = buf.filled().len();
-            let r = Pin::new(&mut self.io).poll_read(cx, buf);
-            if let Poll::Ready(Ok(())) = r {
-                self.stats.received(buf.filled().len() - before);
-            }
-            r
-        }
-    }
-
-    impl<S: AsyncWrite + Unpin, T: Tally + Unpin> AsyncWrite for Counted<S, T> {
-        fn poll_write(
-            mut self: Pin<&mut Self>,
-            cx: &mut Context<'_>,
-            buf: &[u8],
-        ) -> Poll<io::Result<usize>> {
-            let r = Pin::new(&mut self.io).poll_write(cx, buf);
-            if let Poll::Ready(Ok(n)) = r {
-                self.stats.sent(n);
-            }
-            r
-        }
-
-        fn poll_write_vectored(
-            mut self: Pin<&mut Self>,
-            cx: &mut Context<'_>,
-            bufs: &[io::IoSlice<'_>],
-        ) -> Poll<io::Result<usize>> {
-            let r = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
-            if let Poll::Ready(Ok(n)) = r {
-                self.stats.sent(n);
-            }
-            r
-        }
-
-        fn is_write_vectored(&self) -> bool {
-            self.io.is_write_vectored()
-        }
-
-        fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-            Pin::new(&mut self.io).poll_flush(cx)
-        }
-
-        fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-            Pin::new(&mut self.io).poll_shutdown(cx)
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn histogram_buckets_are_le_and_quantiles_interpolate() {
-        let h = Histogram::default();
-        h.record(Duration::from_micros(25));
-        h.record(Duration::from_micros(26));
-        h.record(Duration::from_secs(60));
-        let mut s = HistSnap::default();
-        h.add_to(&mut s);
-        assert_eq!(s.counts[0], 1, "25 µs is in le=25µs");
-        assert_eq!(s.counts[1], 1);
-        assert_eq!(s.counts[BUCKETS - 1], 1, "+Inf");
-        assert_eq!(s.count(), 3);
-        assert_eq!(s.sum_us, 25 + 26 + 60_000_000);
-        // The median's rank (1.5 of 3) is half-way into the 25–50 µs bucket's one sample.
-        assert_eq!(s.quantile(0.5), Some(37.5e-6));
-        assert_eq!(
-            s.quantile(1.0),
-            Some(10.0),
-            "past the last bound: that bound"
-        );
-        assert_eq!(HistSnap::default().quantile(0.5), None);
-        let later = {
-            h.record(Duration::from_micros(300));
-            let mut t = HistSnap::default();
-            h.add_to(&mut t);
-            t
-        };
-        let d = later.since(&s);
-        assert_eq!(d.count(), 1);
-        let p99 = d.quantile(0.99).unwrap_or_default() * 1e6;
-        assert!((497.0..498.0).contains(&p99), "{p99}");
-    }
 
     #[test]
     fn rule_counts_land_in_their_labels() {

@@ -274,6 +274,12 @@ impl UpstreamSet {
         }
     }
 
+    /// Whether `member` is in rotation: passing its active checks and not refusing
+    /// connections lately (what the metrics and the dashboard call up).
+    pub fn in_rotation(&self, member: &UpstreamState) -> bool {
+        member.healthy() && !self.refused_lately(member)
+    }
+
     /// Whether `member` refused a connection lately (passive health checking).
     pub fn refused_lately(&self, member: &UpstreamState) -> bool {
         member.down_until_ms.load(Ordering::Relaxed) > self.now_ms()

@@ -34,7 +34,8 @@ type Labels = Vec<(&'static str, String)>;
 #[derive(Debug)]
 enum Value {
     Counter(u64),
-    Seconds(f64),
+    /// A counter of a measure with fractions (CPU seconds).
+    FloatCounter(f64),
     Gauge(f64),
     Histogram(HistSnap),
 }
@@ -81,7 +82,7 @@ impl Family {
 
     fn kind(&self) -> MetricType {
         match self.samples.first().map(|s| &s.1) {
-            Some(Value::Counter(_) | Value::Seconds(_)) => MetricType::Counter,
+            Some(Value::Counter(_) | Value::FloatCounter(_)) => MetricType::Counter,
             Some(Value::Histogram(_)) => MetricType::Histogram,
             _ => MetricType::Gauge,
         }
@@ -94,7 +95,7 @@ fn encode_value(
 ) -> std::fmt::Result {
     match v {
         Value::Counter(c) => ConstCounter::new(*c).encode(enc),
-        Value::Seconds(c) => ConstCounter::new(*c).encode(enc),
+        Value::FloatCounter(c) => ConstCounter::new(*c).encode(enc),
         Value::Gauge(g) => ConstGauge::new(*g).encode(enc),
         Value::Histogram(h) => {
             let mut enc = enc;
@@ -353,6 +354,12 @@ fn connections(m: &Metrics, view: &View<'_>, f: &mut Families) {
 }
 
 fn origins(m: &Metrics, view: &View<'_>, f: &mut Families) {
+    origin_health(view, f);
+    origin_traffic(m, f);
+}
+
+/// Whether each rule's origins are in rotation.
+fn origin_health(view: &View<'_>, f: &mut Families) {
     let up = f.add(
         "rampart_origin_up",
         "1 when the origin is in rotation for the rule: passing its health checks (if any) and not refusing connections lately.",
@@ -361,7 +368,7 @@ fn origins(m: &Metrics, view: &View<'_>, f: &mut Families) {
     for rule in view.router.rules() {
         let set = &rule.upstreams;
         for member in set.members() {
-            let ok = member.healthy() && !set.refused_lately(member);
+            let ok = set.in_rotation(member);
             up.gauge(
                 vec![
                     ("rule", rule.config.domain_text.clone()),
@@ -371,6 +378,10 @@ fn origins(m: &Metrics, view: &View<'_>, f: &mut Families) {
             );
         }
     }
+}
+
+/// Requests, errors, connections, bytes and response times per origin address.
+fn origin_traffic(m: &Metrics, f: &mut Families) {
     let origins: Vec<(String, Arc<super::OriginStats>)> = {
         let o = m.origins.lock().unwrap_or_else(|p| p.into_inner());
         let mut v: Vec<_> = o.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
@@ -455,19 +466,13 @@ fn origins(m: &Metrics, view: &View<'_>, f: &mut Families) {
 
 /// The standard `process_*` figures (Linux).
 fn process(m: &Metrics, f: &mut Families) {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let rss = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse::<u64>().ok());
-    if let Some(kib) = rss {
+    if let Some((rss, _)) = process_memory() {
         f.add(
             "process_resident_memory",
             "Resident memory size.",
             Some(Unit::Bytes),
         )
-        .gauge(vec![], (kib * 1024) as f64);
+        .gauge(vec![], rss as f64);
     }
     if let Some(cpu) = cpu_seconds() {
         f.add(
@@ -476,7 +481,7 @@ fn process(m: &Metrics, f: &mut Families) {
             Some(Unit::Seconds),
         )
         .samples
-        .push((vec![], Value::Seconds(cpu)));
+        .push((vec![], Value::FloatCounter(cpu)));
     }
     if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
         f.add("process_open_fds", "Open file descriptors.", None)
@@ -488,6 +493,20 @@ fn process(m: &Metrics, f: &mut Families) {
         Some(Unit::Seconds),
     )
     .gauge(vec![], unix(m.started).floor());
+}
+
+/// Resident and peak resident memory of this process, in bytes (Linux `/proc`).
+pub fn process_memory() -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(|kib| kib * 1024)
+    };
+    Some((field("VmRSS:")?, field("VmHWM:")?))
 }
 
 /// User plus system CPU time of the process.
