@@ -22,6 +22,8 @@ pub struct Config {
     /// Capture backtraces on panics (ARC2 `backtracing`).
     pub backtracing: bool,
     pub downstream: DownstreamConfig,
+    /// Which listeners read a PROXY protocol header, and from whom.
+    pub proxy_protocol: ProxyProtocolConfig,
     pub upstream: UpstreamConfig,
     /// How long a graceful shutdown waits for in-flight requests.
     pub shutdown_timeout: Duration,
@@ -35,6 +37,38 @@ pub struct Config {
     pub admin: AdminConfig,
     pub screen: ScreenConfig,
     pub tls: TlsConfig,
+}
+
+/// The PROXY protocol on client connections (`proxy_protocol`, `proxy_protocol_from`).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ProxyProtocolConfig {
+    /// Listen addresses as configured (`true`: HTTPS) whose connections start with a PROXY
+    /// header (version 1 or 2).
+    pub listeners: Vec<(SocketAddr, bool)>,
+    /// Peers that may send one; connections from anyone else to those listeners are closed.
+    pub from: Vec<Cidr>,
+}
+
+impl ProxyProtocolConfig {
+    /// Whether connections to the listener configured as `addr` start with a PROXY header.
+    pub fn expects(&self, addr: SocketAddr, tls: bool) -> bool {
+        self.listeners.contains(&(addr, tls))
+    }
+
+    /// Whether `peer` may send a PROXY header.
+    pub fn trusts(&self, peer: std::net::IpAddr) -> bool {
+        let peer = peer.to_canonical();
+        self.from.iter().any(|c| c.contains(peer))
+    }
+}
+
+/// A PROXY protocol version rampart sends to an origin (`send_proxy_protocol`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyProtocolVersion {
+    /// The text line (`PROXY TCP4 ...`).
+    V1,
+    /// The binary header.
+    V2,
 }
 
 /// The access log's destination and format (`access_log_path`, `access_log_format`).
@@ -268,6 +302,9 @@ pub struct DownstreamConfig {
     pub h2_max_concurrent_streams: u32,
     /// HTTP/2: largest decoded header list in bytes.
     pub h2_max_header_list_bytes: u32,
+    /// An upgraded connection (WebSocket) that moves no byte either way for this long is
+    /// closed (`websocket_idle_timeout_seconds`).
+    pub upgrade_idle_timeout: Duration,
 }
 
 /// Origin-side (upstream) settings.
@@ -430,6 +467,20 @@ pub struct UpstreamTarget {
     pub tls_name: String,
     /// Weight for `Weighted` routing (≥ 1).
     pub weight: u32,
+    /// The HTTP version spoken to it (`origin_protocol`).
+    pub protocol: OriginProtocol,
+}
+
+/// The HTTP version rampart speaks to an origin (`origin_protocol`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum OriginProtocol {
+    /// HTTP/1.1 (default).
+    #[default]
+    Http1,
+    /// HTTP/2 over TLS (ALPN `h2`).
+    H2,
+    /// HTTP/2 without TLS (prior knowledge).
+    H2c,
 }
 
 /// A `[[proxy_rules]]` entry.
@@ -486,6 +537,13 @@ pub struct RuleConfig {
     /// The `Strict-Transport-Security` value sent on HTTPS responses (`hsts_max_age_seconds`,
     /// `hsts_include_subdomains`, `hsts_preload`).
     pub hsts: Option<String>,
+    /// A PROXY protocol header starts each connection to this rule's origins
+    /// (`send_proxy_protocol`).
+    pub send_proxy_protocol: Option<ProxyProtocolVersion>,
+    /// Clients may switch protocols (WebSocket) on this rule (`allow_upgrades`, default true).
+    pub allow_upgrades: bool,
+    /// This rule's `websocket_idle_timeout_seconds` (`None`: the global one).
+    pub upgrade_idle_timeout: Option<Duration>,
 }
 
 impl RuleConfig {

@@ -57,6 +57,23 @@ pub(crate) struct At<T> {
     pub(crate) span: Option<Range<usize>>,
 }
 
+/// One entry of `listen`/`listen_https`.
+pub(crate) struct ListenEntry {
+    pub(crate) address: At<String>,
+    /// The entry's own `proxy_protocol` (`None`: the global one applies).
+    pub(crate) proxy_protocol: Option<At<bool>>,
+}
+
+fn entry_missing_address(sink: &mut Sink<'_>, path: &str, span: Option<Range<usize>>) {
+    sink.push(
+        Severity::Error,
+        path,
+        span,
+        "a listen entry needs an `address`",
+        "write { address = \"IP:PORT\", proxy_protocol = true }",
+    );
+}
+
 /// One TOML table (top level, `[[proxy_rules]]`, an inline table, ...) being read.
 pub(crate) struct Section<'d> {
     table: &'d dyn TableLike,
@@ -290,6 +307,63 @@ impl<'d> Section<'d> {
                         type_name(&Item::Value(other.clone()))
                     ),
                     "quote the value",
+                ),
+            }
+        }
+        Some(At {
+            value: out,
+            key: self.key_path(key),
+            span,
+        })
+    }
+
+    /// A list of listen addresses: each a string (`"IP:PORT"`) or an inline table with
+    /// `address` and a per-listener `proxy_protocol` switch. Bad entries are reported and
+    /// skipped.
+    pub(crate) fn listen_entries(
+        &mut self,
+        sink: &mut Sink<'_>,
+        key: &'static str,
+    ) -> Option<At<Vec<ListenEntry>>> {
+        let (item, span) = self.item(key)?;
+        let Some(Value::Array(arr)) = item.as_value() else {
+            self.wrong_type(sink, key, item, span, "an array of addresses", "[\"127.0.0.1:8080\"]");
+            return None;
+        };
+        let mut out = Vec::with_capacity(arr.len());
+        for (i, v) in arr.iter().enumerate() {
+            let path = format!("{}[{i}]", self.key_path(key));
+            match v {
+                Value::String(s) => out.push(ListenEntry {
+                    address: At {
+                        value: s.value().clone(),
+                        key: path,
+                        span: v.span(),
+                    },
+                    proxy_protocol: None,
+                }),
+                Value::InlineTable(t) => {
+                    let mut entry = Section::new(t, path.clone(), v.span());
+                    let address = entry.string(sink, "address");
+                    let proxy_protocol = entry.bool(sink, "proxy_protocol");
+                    entry.finish(sink);
+                    match address {
+                        Some(address) => out.push(ListenEntry {
+                            address,
+                            proxy_protocol,
+                        }),
+                        None => entry_missing_address(sink, &path, v.span()),
+                    }
+                }
+                other => sink.push(
+                    Severity::Error,
+                    &path,
+                    other.span(),
+                    format!(
+                        "expected an address or an inline table, found {}",
+                        type_name(&Item::Value(other.clone()))
+                    ),
+                    "write \"IP:PORT\" or { address = \"IP:PORT\", proxy_protocol = true }",
                 ),
             }
         }

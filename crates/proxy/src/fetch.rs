@@ -3,6 +3,7 @@
 //! rule's upstreams in order, failing over to the next when one cannot be reached and the
 //! request has no body (so it can be sent again).
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::time::{Instant, SystemTime};
 
@@ -136,8 +137,20 @@ pub fn send<'a>(
         let upstreams = &route.rule.upstreams;
         // Each origin's response-head time: for the metrics, `Performance` and the access log.
         let mut last_err = None;
+        // A rule that sends PROXY headers: the one for this client (its connections are its
+        // own; see `upstream::proxied_key`).
+        let header = route
+            .rule
+            .config
+            .send_proxy_protocol
+            .map(|v| crate::proxy_protocol::encode(v, Some((txn.conn.peer, txn.conn.local))));
         for member in upstreams.order() {
-            let (shown, sent) = match UpstreamSet::route(member, https) {
+            let routed = match &header {
+                None => UpstreamSet::route(member, https).map(|(s, k, sc)| (s, Cow::Borrowed(k), sc)),
+                Some(h) => UpstreamSet::route_proxied(member, https, h)
+                    .map(|(s, k, sc)| (s, Cow::Owned(k), sc)),
+            };
+            let (shown, sent) = match routed {
                 Ok((shown, key, scheme)) => {
                     let tls = scheme.as_str() == "https";
                     let sending = {
@@ -150,7 +163,7 @@ pub fn send<'a>(
                             l.upstream = Some(shown.clone());
                         }
                         tracing::debug!(upstream = %shown, "fetch");
-                        w.upstream.send(req, key, scheme)
+                        w.upstream.send(req, &key, scheme)
                     };
                     let sent_at = Instant::now();
                     let sent = sending.await;

@@ -114,7 +114,7 @@ async fn probe_loop(
         }
         // A probe in flight does not hold up a shutdown.
         let result = tokio::select! {
-            r = probe(&upstream, member, &check.path, &host, timeout) => r,
+            r = probe(&upstream, member, &check.path, &host, timeout, rule.config.send_proxy_protocol) => r,
             _ = shutdown.changed() => return,
         };
         let origin = &member.target.authority;
@@ -148,8 +148,22 @@ async fn probe(
     path: &str,
     host: &HeaderValue,
     timeout: Duration,
+    proxy: Option<crate::proxy_protocol::Version>,
 ) -> Result<StatusCode, String> {
-    let (_, key, scheme) = UpstreamSet::route(member, false).map_err(|e| e.to_string())?;
+    // A rule that sends PROXY headers sends one on its probes too: `LOCAL` (v2) or `UNKNOWN`
+    // (v1), a connection of rampart's own.
+    let (key, scheme) = match proxy {
+        None => {
+            let (_, key, scheme) = UpstreamSet::route(member, false).map_err(|e| e.to_string())?;
+            (key.clone(), scheme)
+        }
+        Some(v) => {
+            let header = crate::proxy_protocol::encode(v, None);
+            let (_, key, scheme) =
+                UpstreamSet::route_proxied(member, false, &header).map_err(|e| e.to_string())?;
+            (key, scheme)
+        }
+    };
     let mut req = Request::get(path)
         .body(RequestBody::Empty)
         .map_err(|e| e.to_string())?;
@@ -158,7 +172,7 @@ async fn probe(
         USER_AGENT,
         HeaderValue::from_static(concat!("rampart-health-check/", env!("CARGO_PKG_VERSION"))),
     );
-    match tokio::time::timeout(timeout, upstream.send(req, key, scheme)).await {
+    match tokio::time::timeout(timeout, upstream.send(req, &key, scheme)).await {
         Err(_) => Err(format!("no answer within {}s", timeout.as_secs_f64())),
         Ok(Err(e)) => Err(e.to_string()),
         Ok(Ok(res)) => {

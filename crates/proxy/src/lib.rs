@@ -36,6 +36,7 @@ pub mod origin;
 pub mod outcome;
 pub mod path;
 pub mod pipeline;
+pub mod proxy_protocol;
 pub mod ranges;
 pub mod recv;
 pub mod route;

@@ -46,6 +46,8 @@ pub struct ConnSettings {
     pub tls: Option<Arc<rustls::ServerConfig>>,
     pub keepalive: Option<TcpKeepalive>,
     pub per_ip: Option<Arc<PerIp>>,
+    /// Which listeners read a PROXY protocol header, from whom.
+    pub proxy_protocol: Arc<rampart_config::ProxyProtocolConfig>,
     pub shutdown_timeout: std::time::Duration,
 }
 
@@ -62,8 +64,8 @@ pub type Slot = ArcSwap<Current>;
 /// Listener changes sent to a worker.
 #[derive(Debug)]
 pub enum ListenerCmd {
-    /// Start accepting on this socket (`true`: HTTPS).
-    Open(std::net::TcpListener, bool),
+    /// Start accepting on this socket (`true`: HTTPS), configured as this address.
+    Open(std::net::TcpListener, bool, SocketAddr),
     /// Stop accepting on the socket bound to this address and close it; its connections go on.
     Close(SocketAddr),
 }
@@ -366,7 +368,7 @@ impl Live {
         for b in bound {
             for (i, socket) in b.sockets.into_iter().enumerate() {
                 if let Some(cmds) = self.cmds.get(i % self.cmds.len().max(1)) {
-                    let _ = cmds.send(ListenerCmd::Open(socket, b.tls));
+                    let _ = cmds.send(ListenerCmd::Open(socket, b.tls, b.configured));
                 }
             }
         }
@@ -454,6 +456,7 @@ fn conn_settings(config: &Config, tls: Option<&Tls>, per_ip: Option<Arc<PerIp>>)
         tls: tls.map(|t| t.server.clone()),
         keepalive: d.tcp_keepalive.map(|t| TcpKeepalive::new().with_time(t)),
         per_ip,
+        proxy_protocol: Arc::new(config.proxy_protocol.clone()),
         shutdown_timeout: config.shutdown_timeout,
     }
 }

@@ -272,6 +272,11 @@ pub fn block_index(e: &ProxyError) -> Option<usize> {
     })
 }
 
+/// Why a connection to a PROXY protocol listener was closed before HTTP: a peer outside
+/// `proxy_protocol_from`, a header that is not one, no complete header within the request-head
+/// timeout.
+pub const PP_REFUSALS: [&str; 3] = ["untrusted", "malformed", "timeout"];
+
 /// One worker's counts.
 #[derive(Debug, Default)]
 struct WorkerShard {
@@ -280,6 +285,8 @@ struct WorkerShard {
     ended: [AtomicU64; 2],
     /// Connections closed at once by `max_connections_per_ip`.
     refused_per_ip: AtomicU64,
+    /// Connections closed on a PROXY protocol listener, by [`PP_REFUSALS`].
+    pp_refused: [AtomicU64; PP_REFUSALS.len()],
     /// Bytes read from and written to clients (on the wire, TLS included).
     received: AtomicU64,
     sent: AtomicU64,
@@ -393,6 +400,11 @@ impl Metrics {
     /// A connection closed at once by `max_connections_per_ip`.
     pub fn refused_per_ip(&self) {
         self.worker().refused_per_ip.fetch_add(1, Relaxed);
+    }
+
+    /// A connection closed on a PROXY protocol listener for `PP_REFUSALS[reason]`.
+    pub fn proxy_protocol_refused(&self, reason: usize) {
+        self.worker().pp_refused[reason.min(PP_REFUSALS.len() - 1)].fetch_add(1, Relaxed);
     }
 
     /// A TLS handshake: completed (`Some(true)`), failed (`Some(false)`) or timed out.

@@ -149,6 +149,18 @@ impl hyper::rt::Write for OriginIo {
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// The bytes of a hex string (`None` when it is not one).
+fn unhex(hex: &str) -> Option<Vec<u8>> {
+    let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    let b = hex.as_bytes();
+    if b.len() % 2 != 0 {
+        return None;
+    }
+    b.chunks(2)
+        .map(|p| Some(digit(p[0])? << 4 | digit(p[1])?))
+        .collect()
+}
+
 impl tower_service::Service<Uri> for OriginConnector {
     type Response = OriginIo;
     type Error = BoxError;
@@ -160,10 +172,16 @@ impl tower_service::Service<Uri> for OriginConnector {
 
     fn call(&mut self, uri: Uri) -> Self::Future {
         let tls = uri.scheme_str() == Some("https");
-        let name = uri
+        // The user part: the TLS name, and a PROXY header to send first (`upstream::proxied_key`).
+        let user = uri
             .authority()
-            .and_then(|a| a.as_str().split_once('@'))
-            .map(|(user, _)| user.to_owned());
+            .and_then(|a| a.as_str().rsplit_once('@'))
+            .map(|(user, _)| user);
+        let (name, proxy_header) = match user.map(|u| u.split_once(crate::upstream::PROXY_MARK)) {
+            Some(Some((name, hex))) => (Some(name.to_owned()), unhex(hex)),
+            Some(None) => (user.map(str::to_owned), None),
+            None => (None, None),
+        };
         // Counted under the address (`host:port`), without the TLS name.
         let origin = uri
             .authority()
@@ -179,7 +197,12 @@ impl tower_service::Service<Uri> for OriginConnector {
                 Err(_) => return Err(OriginConnectTimeout(limit).into()),
             };
             let stats = crate::metrics::get().origin(&origin).opened();
-            let tcp = TokioIo::new(Counted::new(tcp.into_inner(), stats));
+            let mut tcp = Counted::new(tcp.into_inner(), stats);
+            if let Some(header) = proxy_header {
+                // Before TLS and HTTP: the origin reads it first.
+                tokio::io::AsyncWriteExt::write_all(&mut tcp, &header).await?;
+            }
+            let tcp = TokioIo::new(tcp);
             if !tls {
                 return Ok(OriginIo::Plain(tcp));
             }

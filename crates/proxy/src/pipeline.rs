@@ -349,7 +349,11 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
         let _rt = rt.enter();
         let p = pipeline();
-        let conn = Arc::new(ConnInfo::new(Ipv4Addr::LOCALHOST.into(), Scheme::Http));
+        let conn = Arc::new(ConnInfo::new(
+            (Ipv4Addr::LOCALHOST, 40000).into(),
+            (Ipv4Addr::LOCALHOST, 80).into(),
+            Scheme::Http,
+        ));
         let handle = p.handle(&conn, Request::new(ClientBody::Empty));
         let mut txn = Txn::new(&conn, Mode::Client);
         let forward = p.forward(&mut txn, Request::new(RequestBody::Empty), true);

@@ -229,7 +229,7 @@ async fn worker(start: WorkerStart, limit: Arc<ConnLimit>, mut shutdown: watch::
             _ = shutdown.changed() => None,
         };
         match cmd {
-            Some(ListenerCmd::Open(std_listener, tls)) => {
+            Some(ListenerCmd::Open(std_listener, tls, configured)) => {
                 let listener = match TcpListener::from_std(std_listener) {
                     Ok(l) => l,
                     Err(e) => {
@@ -243,7 +243,7 @@ async fn worker(start: WorkerStart, limit: Arc<ConnLimit>, mut shutdown: watch::
                 let (close, closed) = oneshot::channel();
                 let task = tokio::spawn(accept_loop(
                     listener,
-                    tls,
+                    (tls, configured),
                     slot.clone(),
                     limit.clone(),
                     open_tx.clone(),
@@ -274,15 +274,18 @@ async fn worker(start: WorkerStart, limit: Arc<ConnLimit>, mut shutdown: watch::
     }
 }
 
+/// Accepts on one listener (`kind`: HTTPS or not, and the address as configured) until the
+/// worker closes it or stops.
 async fn accept_loop(
     listener: TcpListener,
-    tls: bool,
+    kind: (bool, SocketAddr),
     slot: Arc<Slot>,
     limit: Arc<ConnLimit>,
     open: mpsc::Sender<()>,
     mut closed: oneshot::Receiver<()>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let (tls, configured) = kind;
     let scheme = if tls { Scheme::Https } else { Scheme::Http };
     loop {
         // Take a connection slot first: at the limit, new connections wait in the backlog.
@@ -313,9 +316,18 @@ async fn accept_loop(
                 tracing::debug!(error = %e, "cannot set TCP keep-alive");
             }
         }
-        let ip = peer.ip().to_canonical();
-        let per_ip = match &settings.per_ip {
-            Some(table) => match table.acquire(ip) {
+        // A listener that reads PROXY headers takes them from `proxy_protocol_from` only:
+        // anyone else could claim any client address.
+        let proxied = settings.proxy_protocol.expects(configured, tls);
+        if proxied && !settings.proxy_protocol.trusts(peer.ip()) {
+            crate::metrics::get().proxy_protocol_refused(0);
+            tracing::debug!(%peer, "PROXY protocol listener: peer not in proxy_protocol_from; connection closed");
+            continue;
+        }
+        // Behind a balancer every connection comes from its address: the per-address limit
+        // counts the client its PROXY header names instead (in the connection's task).
+        let per_ip = match (&settings.per_ip, proxied) {
+            (Some(table), false) => match table.acquire(peer.ip().to_canonical()) {
                 Some(slot) => Some(slot),
                 None => {
                     crate::metrics::get().refused_per_ip();
@@ -323,7 +335,7 @@ async fn accept_loop(
                     continue;
                 }
             },
-            None => None,
+            _ => None,
         };
         let acceptor = match (tls, &settings.tls) {
             (false, _) => None,
@@ -331,12 +343,17 @@ async fn accept_loop(
             // A reload turned HTTPS off; this listener is being closed.
             (true, None) => continue,
         };
-        let conn = Conn {
-            slot: slot.clone(),
-            info: Arc::new(ConnInfo::new(ip, scheme)),
-            h2: settings.h2.clone(),
-            limits: settings.limits,
-            peer,
+        let local = stream.local_addr().unwrap_or(configured);
+        let accepted = Accepted {
+            conn: Conn {
+                slot: slot.clone(),
+                info: Arc::new(ConnInfo::new(peer, local, scheme)),
+                h2: settings.h2.clone(),
+                limits: settings.limits,
+                peer,
+            },
+            acceptor,
+            proxied: proxied.then(|| settings.per_ip.clone()),
         };
         drop(current);
         // Counts the connection, its bytes and its end.
@@ -345,17 +362,83 @@ async fn accept_loop(
         let span = tracing::debug_span!("conn", %peer, scheme = scheme.as_str());
         let (open, mut stop) = (open.clone(), shutdown.clone());
         let task = async move {
-            // Each protocol's state in its own allocation: the task itself stays small, and an
-            // idle HTTP/1.1 connection holds only what h1::serve needs between requests.
-            match acceptor {
-                None => Box::pin(conn.serve(stream, &mut stop)).await,
-                Some(acceptor) => Box::pin(conn.serve_tls(acceptor, stream, &mut stop)).await,
-            }
-            drop((permit, per_ip, open));
+            let per_ip_behind = Box::pin(accepted.serve(stream, &mut stop)).await;
+            drop((permit, per_ip, per_ip_behind, open));
         };
         tokio::spawn(task.instrument(span));
     }
 }
+
+/// A connection as accept leaves it to its task.
+struct Accepted {
+    conn: Conn,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+    /// `Some` on a listener that reads a PROXY header: the per-address limit to apply to the
+    /// client it names.
+    proxied: Option<Option<Arc<crate::conn::PerIp>>>,
+}
+
+impl Accepted {
+    /// [PROXY header] → [TLS] → HTTP. Returns the per-address slot taken for the client a
+    /// PROXY header named (held until the connection ends).
+    async fn serve(
+        self,
+        mut stream: ClientStream,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Option<crate::conn::PerIpSlot> {
+        let Accepted {
+            mut conn,
+            acceptor,
+            proxied,
+        } = self;
+        let mut first = BytesMut::new();
+        let mut slot = None;
+        if let Some(per_ip) = proxied {
+            let read = tokio::select! {
+                r = crate::proxy_protocol::read(&mut stream, conn.limits.header_read_timeout) => r,
+                _ = stop.changed() => return None,
+            };
+            let (header, rest) = match read {
+                Ok(x) => x,
+                Err(e) => {
+                    crate::metrics::get().proxy_protocol_refused(e.reason());
+                    tracing::debug!(peer = %conn.peer, error = %e, "PROXY protocol header refused; connection closed");
+                    return None;
+                }
+            };
+            if let Some((client, dest)) = header.addresses {
+                conn.peer = client;
+                conn.info = Arc::new(ConnInfo::new(client, dest, conn.info.scheme));
+            }
+            if let Some(table) = per_ip {
+                slot = table.acquire(conn.info.client_ip);
+                if slot.is_none() {
+                    crate::metrics::get().refused_per_ip();
+                    tracing::debug!(client = %conn.peer, "per-address connection limit reached; connection closed");
+                    return None;
+                }
+            }
+            first = rest;
+        }
+        // Each protocol's state in its own allocation: the task itself stays small, and an
+        // idle HTTP/1.1 connection holds only what h1::serve needs between requests.
+        match acceptor {
+            None => Box::pin(conn.serve(stream, first, false, stop)).await,
+            Some(acceptor) if first.is_empty() => {
+                Box::pin(conn.serve_tls(acceptor, stream, stop)).await
+            }
+            Some(acceptor) => {
+                let stream = h1::Rewind::new(first.freeze(), stream);
+                Box::pin(conn.serve_tls(acceptor, stream, stop)).await
+            }
+        }
+        slot
+    }
+}
+
+/// Length of `PRI * HTTP/2.0\r\n`, the preface's request line: a client that sent it meant
+/// HTTP/2.
+const H2_REQUEST_LINE: usize = 16;
 
 /// A client's TCP connection, its bytes counted for the metrics.
 type ClientStream = Counted<tokio::net::TcpStream, crate::metrics::ConnStats>;
@@ -373,12 +456,14 @@ struct Conn {
 impl Conn {
     /// The TLS handshake (within the request-head timeout), then HTTP/2 or HTTP/1.1 by ALPN; a
     /// TLS-ALPN-01 validation ends with the handshake.
-    async fn serve_tls(
+    async fn serve_tls<I>(
         self,
         acceptor: tokio_rustls::TlsAcceptor,
-        stream: ClientStream,
+        stream: I,
         stop: &mut watch::Receiver<bool>,
-    ) {
+    ) where
+        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
         let peer = self.peer;
         let handshake = tokio::select! {
             r = tokio::time::timeout(self.limits.header_read_timeout, acceptor.accept(stream)) => r,
@@ -392,10 +477,10 @@ impl Conn {
                 if alpn == Some(rampart_tls::store::ACME_TLS_ALPN) {
                     // A TLS-ALPN-01 validation: the handshake was the answer.
                     tracing::debug!(%peer, "ACME tls-alpn-01 validation handshake");
-                } else if alpn == Some(b"h2") {
-                    self.serve_h2(tls, stop).await;
                 } else {
-                    self.serve(tls, stop).await;
+                    // RFC 9113 §3.4: after ALPN `h2` the connection speaks only HTTP/2.
+                    let h2_only = alpn == Some(b"h2");
+                    self.serve(tls, BytesMut::new(), h2_only, stop).await;
                 }
             }
             Ok(Err(e)) => {
@@ -409,16 +494,46 @@ impl Conn {
         }
     }
 
-    /// Reads the first bytes: the HTTP/2 preface goes to hyper's HTTP/2 server, anything else
-    /// to rampart's HTTP/1.1 server. A connection that sends nothing within the request-head
-    /// timeout is closed (it would hold a connection slot).
-    async fn serve<I>(self, mut io: I, stop: &mut watch::Receiver<bool>)
-    where
+    /// Reads the first bytes (after `first`, already read): the HTTP/2 preface goes to hyper's
+    /// HTTP/2 server, anything else to rampart's HTTP/1.1 server. A connection that sends
+    /// nothing within the request-head timeout is closed (it would hold a connection slot).
+    ///
+    /// A connection that must speak HTTP/2 (`h2_only`: ALPN chose it) or that began the
+    /// preface's request line (`PRI * HTTP/2.0`) and then broke it is an HTTP/2 connection
+    /// error (RFC 9113 §3.4): it gets GOAWAY(PROTOCOL_ERROR) and is closed, never an HTTP/1.1
+    /// answer.
+    async fn serve<I>(
+        self,
+        mut io: I,
+        mut first: BytesMut,
+        h2_only: bool,
+        stop: &mut watch::Receiver<bool>,
+    ) where
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
-        let mut first = BytesMut::new();
         let deadline = tokio::time::Instant::now() + self.limits.header_read_timeout;
         loop {
+            if !first.is_empty() {
+                let n = first.len().min(h1::H2_PREFACE.len());
+                if first[..n] != h1::H2_PREFACE[..n] {
+                    let same = first
+                        .iter()
+                        .zip(h1::H2_PREFACE)
+                        .take_while(|(a, b)| a == b)
+                        .count();
+                    if h2_only || same >= H2_REQUEST_LINE {
+                        tracing::debug!(peer = %self.peer, "invalid HTTP/2 connection preface; GOAWAY");
+                        crate::metrics::get().malformed(400);
+                        h1::refuse_h2_preface(&mut io).await;
+                        return;
+                    }
+                    break;
+                }
+                if n == h1::H2_PREFACE.len() {
+                    let io = h1::Rewind::new(first.freeze(), io);
+                    return Box::pin(self.serve_h2(io, stop)).await;
+                }
+            }
             let read = tokio::select! {
                 r = tokio::time::timeout_at(deadline, h1::read_some(&mut io)) => r,
                 _ = stop.changed() => return,
@@ -426,13 +541,6 @@ impl Conn {
             match read {
                 Ok(Ok(b)) if !b.is_empty() => first.extend_from_slice(&b),
                 _ => return,
-            }
-            let n = first.len().min(h1::H2_PREFACE.len());
-            if first[..n] != h1::H2_PREFACE[..n] {
-                break;
-            }
-            if n == h1::H2_PREFACE.len() {
-                return Box::pin(self.serve_h2(h1::Rewind::new(first.freeze(), io), stop)).await;
             }
         }
         let (slot, info) = (self.slot, self.info);

@@ -2,7 +2,7 @@
 //! connection), [`Route`] (what recv decided), the access-log record, the [`CacheOutcome`] and
 //! the miss state.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -35,14 +35,20 @@ impl Scheme {
 /// Per-connection facts the pipeline needs, computed once at accept.
 #[derive(Debug, Clone)]
 pub struct ConnInfo {
+    /// The client's address (IPv4-mapped IPv6 addresses as IPv4).
     pub client_ip: IpAddr,
     /// `client_ip` pre-rendered for `X-Forwarded-For`.
     pub client_ip_header: HeaderValue,
     pub scheme: Scheme,
+    /// The client's address and port, and the address it connected to: the TCP connection's,
+    /// or what a PROXY protocol header said on a listener that reads one.
+    pub peer: SocketAddr,
+    pub local: SocketAddr,
 }
 
 impl ConnInfo {
-    pub fn new(client_ip: IpAddr, scheme: Scheme) -> Self {
+    pub fn new(peer: SocketAddr, local: SocketAddr, scheme: Scheme) -> Self {
+        let client_ip = peer.ip().to_canonical();
         // invariant: an IP address renders as ASCII digits, dots, colons and hex letters.
         #[allow(clippy::unwrap_used)]
         let client_ip_header = HeaderValue::from_str(&client_ip.to_string()).unwrap();
@@ -50,6 +56,8 @@ impl ConnInfo {
             client_ip,
             client_ip_header,
             scheme,
+            peer,
+            local,
         }
     }
 }
@@ -157,7 +165,11 @@ mod tests {
             .unwrap_or_default();
         assert_eq!(target(&req), "/x?y=1");
         assert_eq!(Scheme::Https.as_str(), "https");
-        let conn = Arc::new(ConnInfo::new(IpAddr::from([127, 0, 0, 1]), Scheme::Http));
+        let conn = Arc::new(ConnInfo::new(
+            SocketAddr::from(([127, 0, 0, 1], 40000)),
+            SocketAddr::from(([127, 0, 0, 1], 80)),
+            Scheme::Http,
+        ));
         assert_eq!(conn.client_ip_header, "127.0.0.1");
         let txn = Txn::new(&conn, Mode::Client);
         assert_eq!(txn.client, conn.client_ip);

@@ -274,6 +274,20 @@ impl UpstreamSet {
         }
     }
 
+    /// [`UpstreamSet::route`] for a rule that sends a PROXY header (`header`) first: the pool
+    /// key carries the header (see [`proxied_key`]), so each client's connections are its own.
+    pub fn route_proxied<'m>(
+        member: &'m UpstreamState,
+        https: bool,
+        header: &[u8],
+    ) -> Result<(&'m Authority, Authority, Scheme), ProxyError> {
+        let (shown, key, scheme) = UpstreamSet::route(member, https)?;
+        let key = proxied_key(key, header).ok_or_else(|| {
+            ProxyError::UpstreamConnect(format!("cannot make a pool key for {key}"))
+        })?;
+        Ok((shown, key, scheme))
+    }
+
     /// Whether `member` is in rotation: passing its active checks and not refusing
     /// connections lately (what the metrics and the dashboard call up).
     pub fn in_rotation(&self, member: &UpstreamState) -> bool {
@@ -297,6 +311,31 @@ impl UpstreamSet {
             member.down_until_ms.store(0, Ordering::Relaxed);
         }
     }
+}
+
+/// Marks the user part of a proxied pool key: `[TLS name];pp=HEX@host:port`.
+pub const PROXY_MARK: &str = ";pp=";
+
+/// The pool key of connections that start with the PROXY header `header`: the header, in hex,
+/// joins the authority's user part. The pool then never gives one client's connection to
+/// another (the header names the client), and the connector (`origin.rs`) knows what to
+/// write before anything else. hyper sends origin-form targets, so the user part never
+/// reaches the wire.
+pub fn proxied_key(key: &Authority, header: &[u8]) -> Option<Authority> {
+    use std::fmt::Write as _;
+    let (user, host) = match key.as_str().rsplit_once('@') {
+        Some((user, host)) => (user, host),
+        None => ("", key.as_str()),
+    };
+    let mut s = String::with_capacity(key.as_str().len() + PROXY_MARK.len() + 2 * header.len() + 1);
+    s.push_str(user);
+    s.push_str(PROXY_MARK);
+    for b in header {
+        let _ = write!(s, "{b:02x}");
+    }
+    s.push('@');
+    s.push_str(host);
+    Authority::try_from(s).ok()
 }
 
 /// A worker's connection pool to all origins.
@@ -467,6 +506,23 @@ forward_port_http = 2
             .next()
             .and_then(|m| m.target.authority.port_u16())
             .unwrap_or(0)
+    }
+
+    #[test]
+    fn proxied_keys_carry_the_header_in_the_user_part() {
+        let header = crate::proxy_protocol::encode(
+            crate::proxy_protocol::Version::V2,
+            Some(("[2001:db8::1]:4000".parse().unwrap(), "10.0.0.1:443".parse().unwrap())),
+        );
+        for (key, user) in [("127.0.0.1:8080", ""), ("origin.test@[::1]:8443", "origin.test")] {
+            let key: Authority = key.parse().unwrap();
+            let k = proxied_key(&key, &header).unwrap();
+            assert_eq!((k.host(), k.port_u16()), (key.host(), key.port_u16()));
+            let (u, _) = k.as_str().rsplit_once('@').unwrap();
+            let (name, hex) = u.split_once(PROXY_MARK).unwrap();
+            assert_eq!(name, user);
+            assert_eq!(hex.len(), header.len() * 2);
+        }
     }
 
     #[test]

@@ -256,7 +256,8 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
         rule.sql_injection &= screen.sql_injection;
     }
     let has_certs = rules.iter().any(|r| r.cert.is_some());
-    let listen_https = listeners::https(sink, &listeners, has_certs);
+    let (listen_https, https_pp) = listeners::https(sink, &listeners, has_certs);
+    let proxy_protocol = listeners::proxy_protocol(sink, &listeners, https_pp);
     let tls = tls::finish(sink, tls, listen_https, &rules);
     Some(Config {
         listen_http: listeners.http,
@@ -266,6 +267,7 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
         add_logging: process.add_logging,
         backtracing: process.backtracing,
         downstream,
+        proxy_protocol,
         upstream,
         shutdown_timeout: process.shutdown_timeout,
         watch_config: process.watch_config,
@@ -324,7 +326,7 @@ fn file_key(
 }
 
 /// A list of IP networks; every bad entry is reported.
-fn cidrs(s: &mut Section<'_>, sink: &mut Sink<'_>, key: &'static str) -> Option<Vec<Cidr>> {
+fn cidrs(s: &mut Section<'_>, sink: &mut Sink<'_>, key: &'static str) -> Option<At<Vec<Cidr>>> {
     let list = s.strings(sink, key)?;
     let mut out = Vec::with_capacity(list.value.len());
     for entry in &list.value {
@@ -338,7 +340,11 @@ fn cidrs(s: &mut Section<'_>, sink: &mut Sink<'_>, key: &'static str) -> Option<
             ),
         }
     }
-    Some(out)
+    Some(At {
+        value: out,
+        key: list.key,
+        span: list.span,
+    })
 }
 
 /// `rate_limit_per_second` + `rate_limit_burst` in a section. With a `default`, the keys

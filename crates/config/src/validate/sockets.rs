@@ -7,6 +7,10 @@ use super::{clamp, error, file_key, secs, size, warn, I64, U16, U32};
 use crate::model::{DownstreamConfig, TlsVersion, UpstreamConfig};
 use crate::reader::{Section, Sink};
 
+/// `websocket_idle_timeout_seconds` when unset: long enough for applications that ping every
+/// minute or two, short enough that vanished clients do not pile up.
+pub(super) const DEFAULT_UPGRADE_IDLE: Duration = Duration::from_secs(300);
+
 pub(super) fn read_downstream(s: &mut Section<'_>, sink: &mut Sink<'_>) -> DownstreamConfig {
     let max_backlog = match s.int(sink, "max_backlog", i32::MIN as i64, i32::MAX as i64) {
         Some(b) if b.value <= 0 => {
@@ -75,6 +79,9 @@ pub(super) fn read_downstream(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Downs
         keepalive_timeout: s
             .int(sink, "client_keepalive_timeout_seconds", 1, 86_400)
             .map_or(Duration::from_secs(60), |v| secs(v.value)),
+        upgrade_idle_timeout: s
+            .int(sink, "websocket_idle_timeout_seconds", 1, 7 * 86_400)
+            .map_or(DEFAULT_UPGRADE_IDLE, |v| secs(v.value)),
         max_head_bytes: size(s, sink, "max_request_head_size", 64 << 10, 8192).min(16 << 20)
             as usize,
         max_headers: s

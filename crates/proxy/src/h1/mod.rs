@@ -34,6 +34,20 @@ use head::HeadError;
 /// The HTTP/2 connection preface (prior knowledge h2c).
 pub const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
+/// An HTTP/2 connection error for an invalid connection preface (RFC 9113 §3.4): an empty
+/// SETTINGS frame (the server's own preface) and GOAWAY with PROTOCOL_ERROR, then the
+/// connection is shut down.
+pub async fn refuse_h2_preface<W: AsyncWrite + Unpin>(io: &mut W) {
+    const FRAMES: [u8; 26] = [
+        // SETTINGS: length 0, type 0x4, no flags, stream 0.
+        0, 0, 0, 0x4, 0, 0, 0, 0, 0,
+        // GOAWAY: length 8, type 0x7, no flags, stream 0; last stream 0, PROTOCOL_ERROR (0x1).
+        0, 0, 8, 0x7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1,
+    ];
+    let _ = io.write_all(&FRAMES).await;
+    let _ = io.shutdown().await;
+}
+
 /// Size of the per-thread read buffer (one read never takes more).
 const SCRATCH: usize = 32 * 1024;
 

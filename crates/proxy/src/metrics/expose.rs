@@ -313,6 +313,15 @@ fn connections(m: &Metrics, view: &View<'_>, f: &mut Families) {
         None,
     )
     .counter(vec![], m.sum_worker(|w| &w.refused_per_ip));
+    let pp = m.sum_workers(|w| &w.pp_refused);
+    let fam = f.add(
+        "rampart_proxy_protocol_refused",
+        "Connections to a proxy_protocol listener closed before HTTP: a peer outside proxy_protocol_from, a malformed header, or none in time.",
+        None,
+    );
+    for (reason, n) in super::PP_REFUSALS.iter().zip(pp) {
+        fam.counter(vec![("reason", (*reason).to_owned())], n);
+    }
     f.add(
         "rampart_client_received",
         "Bytes read from clients (on the wire: TLS records included).",

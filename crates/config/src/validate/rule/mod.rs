@@ -103,8 +103,8 @@ fn read_rule(
     let store_set_cookie = s
         .bool(sink, "store_set_cookie")
         .map_or(cache.store_set_cookie, |b| b.value);
-    let allow_ips = cidrs(&mut s, sink, "allow_ips").unwrap_or_default();
-    let deny_ips = cidrs(&mut s, sink, "deny_ips").unwrap_or_default();
+    let allow_ips = cidrs(&mut s, sink, "allow_ips").map(|c| c.value).unwrap_or_default();
+    let deny_ips = cidrs(&mut s, sink, "deny_ips").map(|c| c.value).unwrap_or_default();
     let rate_limit = rate_limit(&mut s, sink, None);
     let body_limit = s.has("max_body_size").then(|| body_size(&mut s, sink));
     let (cert, tls_ok) = tls::read_rule_tls(&mut s, sink, domain.as_ref(), tls_default);
@@ -112,6 +112,7 @@ fn read_rule(
     let (redirect_to_https, hsts) = tls::read_https(&mut s, sink, cert.is_some());
     let (names, names_ok) = origins::TlsNames::read(&mut s, sink, domain.as_ref());
     ok &= names_ok;
+    let (send_proxy_protocol, allow_upgrades, upgrade_idle_timeout) = protocols(&mut s, sink);
     let path_rules = paths::read_path_rules(&mut s, sink, max_age_seconds);
     ok &= path_rules.is_some();
     let origins = origins::read(&mut s, sink, &names, ok);
@@ -158,7 +159,37 @@ fn read_rule(
         cert,
         redirect_to_https,
         hsts,
+        send_proxy_protocol,
+        allow_upgrades,
+        upgrade_idle_timeout,
     })
+}
+
+/// `send_proxy_protocol`, `allow_upgrades` and `websocket_idle_timeout_seconds`.
+fn protocols(
+    s: &mut Section<'_>,
+    sink: &mut Sink<'_>,
+) -> (Option<ProxyProtocolVersion>, bool, Option<std::time::Duration>) {
+    let send = s
+        .string(sink, "send_proxy_protocol")
+        .and_then(|v| match v.value.trim() {
+            "v1" | "1" => Some(ProxyProtocolVersion::V1),
+            "v2" | "2" => Some(ProxyProtocolVersion::V2),
+            other => {
+                error(
+                    sink,
+                    &v,
+                    format!("unknown send_proxy_protocol {other:?}"),
+                    "use \"v1\" (text) or \"v2\" (binary), or remove the key",
+                );
+                None
+            }
+        });
+    let allow_upgrades = s.bool(sink, "allow_upgrades").is_none_or(|b| b.value);
+    let idle = s
+        .int(sink, "websocket_idle_timeout_seconds", 1, 7 * 86_400)
+        .map(|v| std::time::Duration::from_secs(v.value as u64));
+    (send, allow_upgrades, idle)
 }
 
 /// `domain`: required, and the first rule for a domain wins (a later one is warned about).

@@ -7,7 +7,7 @@ use std::str::FromStr;
 
 use http::uri::Authority;
 
-use crate::model::{DomainPattern, HealthCheck, RoutingMethod, UpstreamTarget};
+use crate::model::{DomainPattern, HealthCheck, OriginProtocol, RoutingMethod, UpstreamTarget};
 use crate::reader::{At, Section, Sink};
 use crate::validate::{error, warn, U16, U32};
 use crate::Severity;
@@ -79,6 +79,9 @@ pub(super) fn read(
     valid_so_far: bool,
 ) -> Option<(Vec<UpstreamTarget>, RoutingMethod, Option<HealthCheck>)> {
     let mut ok = valid_so_far;
+    // The rule's `origin_protocol`: the default of each of its origins.
+    let (protocol, protocol_ok) = origin_protocol(s, sink);
+    ok &= protocol_ok;
     let Forward {
         host,
         port,
@@ -94,10 +97,10 @@ pub(super) fn read(
         key: s.path().to_owned(),
         span: s.span(),
     };
-    let (listed, listed_ok) = listed(s, sink, names);
+    let (listed, listed_ok) = listed(s, sink, names, protocol.as_ref());
     ok &= listed_ok;
     if let Some(rr) = s.table(sink, "routing_rules") {
-        match routing_rules(rr, sink, host.is_some(), &rule_span_at, names) {
+        match routing_rules(rr, sink, host.is_some(), &rule_span_at, names, protocol.as_ref()) {
             Some((ranked, method, health)) => {
                 upstreams = ranked;
                 routing_method = method;
@@ -111,6 +114,7 @@ pub(super) fn read(
             port: port_tls,
             only: false,
             name: names.name(h),
+            protocol: protocol.as_ref(),
         };
         match make_target(sink, &rule_span_at, h, p, tls, 1) {
             Some(t) => upstreams.push(t),
@@ -147,6 +151,7 @@ fn listed(
     s: &mut Section<'_>,
     sink: &mut Sink<'_>,
     names: &TlsNames,
+    protocol: Option<&At<OriginProtocol>>,
 ) -> (Vec<UpstreamTarget>, bool) {
     let mut ok = true;
     let mut listed = Vec::new();
@@ -159,13 +164,18 @@ fn listed(
             };
             match Authority::from_str(text) {
                 Ok(authority) if authority.port_u16().is_some_and(|p| p > 0) => {
-                    listed.push(UpstreamTarget {
+                    let target = UpstreamTarget {
                         tls: tls.then(|| authority.clone()),
                         https_only: tls,
                         tls_name: names.name(authority.host()),
                         authority,
                         weight: 1,
-                    })
+                        protocol: protocol.map_or(OriginProtocol::Http1, |p| p.value),
+                    };
+                    match protocol.map(|p| check_protocol(sink, p, &target)) {
+                        Some(false) => ok = false,
+                        _ => listed.push(target),
+                    }
                 }
                 _ => {
                     error(
@@ -190,6 +200,7 @@ fn routing_rules(
     forward_given: bool,
     rule_span_at: &At<()>,
     names: &TlsNames,
+    protocol: Option<&At<OriginProtocol>>,
 ) -> Option<(Vec<UpstreamTarget>, RoutingMethod, Option<HealthCheck>)> {
     let mut ok = true;
     if forward_given {
@@ -224,7 +235,7 @@ fn routing_rules(
     match rr.tables(sink, "routing_locations") {
         Some(locs) => {
             for (i, loc) in locs.into_iter().enumerate() {
-                match routing_location(loc, sink, https_only, names) {
+                match routing_location(loc, sink, https_only, names, protocol) {
                     Some((primary, priority, t)) => {
                         ranked.push((!primary, priority.unwrap_or(u32::MAX), i, t))
                     }
@@ -325,8 +336,13 @@ fn routing_location(
     sink: &mut Sink<'_>,
     https_only: bool,
     names: &TlsNames,
+    rule_protocol: Option<&At<OriginProtocol>>,
 ) -> Option<(bool, Option<u32>, UpstreamTarget)> {
     let primary = loc.bool(sink, "primary").is_some_and(|b| b.value);
+    let (own, protocol_ok) = origin_protocol(&mut loc, sink);
+    if !protocol_ok {
+        return None;
+    }
     let priority = loc.int(sink, "priority", 0, U16).map(|p| p.value as u32);
     let Forward {
         host,
@@ -347,6 +363,7 @@ fn routing_location(
                 port: port_tls,
                 only: https_only,
                 name: names.name(&h),
+                protocol: own.as_ref().or(rule_protocol),
             };
             make_target(sink, &at, &h, port, tls, weight)
         }
@@ -463,14 +480,16 @@ fn read_forward(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Forward {
     }
 }
 
-/// How a target is reached over TLS.
-struct Tls {
+/// How a target is reached over TLS, and in which HTTP version.
+struct Tls<'a> {
     /// `forward_port_https`.
     port: Option<u16>,
     /// `https_only`.
     only: bool,
     /// SNI / verified name.
     name: String,
+    /// `origin_protocol` (the location's, else the rule's).
+    protocol: Option<&'a At<OriginProtocol>>,
 }
 
 fn make_target(
@@ -478,7 +497,7 @@ fn make_target(
     at: &At<impl Sized>,
     host: &str,
     port: u16,
-    tls: Tls,
+    tls: Tls<'_>,
     weight: u32,
 ) -> Option<UpstreamTarget> {
     // A forward_addr may already carry a port ("origin:8080"); keep it then (plain HTTP only).
@@ -511,13 +530,70 @@ fn make_target(
         };
         Authority::from_str(&format!("{h}:{p}")).ok()
     });
-    Some(UpstreamTarget {
+    let target = UpstreamTarget {
         authority,
         tls: tls_authority,
         https_only: tls.only,
         tls_name: tls.name,
         weight,
-    })
+        protocol: tls.protocol.map_or(OriginProtocol::Http1, |p| p.value),
+    };
+    match tls.protocol {
+        Some(p) if !check_protocol(sink, p, &target) => None,
+        _ => Some(target),
+    }
+}
+
+/// `origin_protocol` in a rule or a routing location; the `bool` is false when invalid
+/// (reported).
+fn origin_protocol(s: &mut Section<'_>, sink: &mut Sink<'_>) -> (Option<At<OriginProtocol>>, bool) {
+    let Some(v) = s.string(sink, "origin_protocol") else {
+        return (None, true);
+    };
+    let p = match v.value.trim() {
+        "http1" | "http/1.1" => OriginProtocol::Http1,
+        "h2" => OriginProtocol::H2,
+        "h2c" => OriginProtocol::H2c,
+        other => {
+            error(
+                sink,
+                &v,
+                format!("unknown origin_protocol {other:?}"),
+                "use \"http1\" (default), \"h2\" (HTTP/2 over TLS) or \"h2c\" (HTTP/2 without TLS)",
+            );
+            return (None, false);
+        }
+    };
+    (
+        Some(At {
+            value: p,
+            key: v.key,
+            span: v.span,
+        }),
+        true,
+    )
+}
+
+/// HTTP/2 over TLS needs an origin reached over TLS only; h2c one reached without TLS.
+fn check_protocol(sink: &mut Sink<'_>, p: &At<OriginProtocol>, t: &UpstreamTarget) -> bool {
+    let problem = match p.value {
+        OriginProtocol::H2 if !t.https_only => Some((
+            format!("origin_protocol \"h2\" is HTTP/2 over TLS, but {} is also reached without TLS", t.authority),
+            "set `https_only = true` (or list it as \"https://HOST:PORT\"), or use \"h2c\" for HTTP/2 without TLS",
+        )),
+        OriginProtocol::H2c if t.tls.is_some() => Some((
+            format!("origin_protocol \"h2c\" is HTTP/2 without TLS, but {} is reached over TLS", t.authority),
+            "use \"h2\" for HTTP/2 over TLS, or remove `https_only`/`forward_port_https`",
+        )),
+        _ => None,
+    };
+    match problem {
+        Some((message, hint)) => {
+            error(sink, p, message, hint);
+            false
+        }
+        None => true,
+    }
 }
 
 /// A name rustls can send as SNI and verify: an IP address, or a DNS name of letters, digits,
