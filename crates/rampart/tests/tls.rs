@@ -162,6 +162,47 @@ async fn alpn_offers_h2_and_http11() {
     }
 }
 
+/// The GOAWAY frame of an HTTP/2 connection error PROTOCOL_ERROR on stream 0: its header,
+/// last stream 0, error code 1.
+const GOAWAY_PROTOCOL_ERROR: [u8; 17] = [0, 0, 8, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+
+#[tokio::test]
+async fn after_alpn_h2_only_http2_is_spoken() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let origin = hello_origin().await;
+    let ca = TestCa::new("test CA");
+    let (c, k) = ca.leaf(&["a.test"]).write("strict-h2");
+    let proxy = Proxy::start(&format!(
+        "{GLOBAL}{}",
+        rule("a.test", origin.port(), &files(&c, &k))
+    ));
+    let https = proxy.https.unwrap();
+    let config = tls::client_config(ca.roots(), &[b"h2"], &[&rustls::version::TLS13]);
+    // RFC 9113 §3.4: an invalid preface is a connection error, never an HTTP/1.1 answer.
+    for sent in [
+        &b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n"[..],
+        b"PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n",
+    ] {
+        let mut s = tls::connect(https, "a.test", &config).await.unwrap();
+        assert_eq!(s.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+        s.write_all(sent).await.unwrap();
+        let mut got = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut got)).await;
+        assert!(read.is_ok(), "the connection is closed");
+        assert!(!got.starts_with(b"HTTP/"), "{:?}", String::from_utf8_lossy(&got));
+        assert!(
+            got.windows(17).any(|w| w == GOAWAY_PROTOCOL_ERROR),
+            "GOAWAY(PROTOCOL_ERROR) in {got:?}"
+        );
+    }
+    // The same on a plain listener for a client that started the preface and broke it.
+    let answer = raw(proxy.addr, b"PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n", Duration::from_secs(3));
+    assert!(
+        answer.as_bytes().windows(17).any(|w| w == GOAWAY_PROTOCOL_ERROR),
+        "{answer:?}"
+    );
+}
+
 #[tokio::test]
 async fn sessions_resume_on_tls13_and_tls12() {
     let origin = hello_origin().await;

@@ -77,7 +77,7 @@ pub fn parse(
             };
         }
         Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooLarge),
-        Err(httparse::Error::Version) => return Err(HeadError::Version),
+        Err(httparse::Error::Version) if names_a_version(buf) => return Err(HeadError::Version),
         Err(_) => return Err(HeadError::Bad("malformed request head")),
     };
     if len > max_head {
@@ -146,6 +146,21 @@ pub fn parse(
     }))
 }
 
+/// Whether the request line ends in an HTTP version rampart does not speak (`HTTP/2.0`,
+/// `HTTP/3`: 505) rather than in something that is no version at all (400).
+fn names_a_version(buf: &[u8]) -> bool {
+    let line = buf.split(|&b| b == b'\n').next().unwrap_or_default();
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let Some(v) = line.rsplit(|&b| b == b' ').next() else {
+        return false;
+    };
+    match v.strip_prefix(b"HTTP/") {
+        Some([major]) => major.is_ascii_digit(),
+        Some([major, b'.', minor]) => major.is_ascii_digit() && minor.is_ascii_digit(),
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -204,6 +219,12 @@ mod tests {
         assert_eq!(
             one(b"GET / HTTP/2.0\r\n\r\n").err(),
             Some(HeadError::Version)
+        );
+        assert_eq!(one(b"GET / HTTP/3\r\n\r\n").err(), Some(HeadError::Version));
+        // Not a version at all (a PROXY line sent to a listener that reads none): 400.
+        assert_eq!(
+            one(b"PROXY TCP4 192.0.2.1 192.0.2.2 1 2\r\n\r\n").err(),
+            Some(HeadError::Bad("malformed request head"))
         );
         assert_eq!(
             one(b"GET / HTTP/1.1\r\nHost : a\r\n\r\n").err(),
