@@ -41,7 +41,7 @@ pub struct Header {
 pub enum Malformed {
     #[error("the connection does not start with a PROXY protocol header")]
     NotProxy,
-    #[error("version 1 header longer than 107 bytes or without CRLF")]
+    #[error("version 1 header longer than 107 bytes")]
     V1TooLong,
     #[error("version 1 header: {0}")]
     V1(&'static str),
@@ -121,9 +121,24 @@ pub fn parse(buf: &[u8]) -> Result<Option<(Header, usize)>, Malformed> {
 }
 
 fn parse_v1(buf: &[u8]) -> Result<Option<(Header, usize)>, Malformed> {
-    let Some(end) = buf.windows(2).position(|w| w == b"\r\n") else {
-        // No CR in a full-length line, or a bare LF: it cannot become a valid line.
-        if buf.len() >= V1_MAX || buf.contains(&b'\n') {
+    // CR and LF appear only as the line's end: a bare one is an error as soon as it is seen,
+    // so a prefix of the bytes never passes where the whole would fail.
+    let window = &buf[..buf.len().min(V1_MAX)];
+    let mut end = None;
+    for (i, &b) in window.iter().enumerate() {
+        match (b, window.get(i + 1)) {
+            (b'\r', Some(b'\n')) => {
+                end = Some(i);
+                break;
+            }
+            (b'\r', None) => {}
+            (b'\r', Some(_)) | (b'\n', _) => return Err(Malformed::V1("bare CR or LF")),
+            _ => {}
+        }
+    }
+    let Some(end) = end else {
+        // A full-length line without its CRLF cannot become a valid one.
+        if buf.len() >= V1_MAX {
             return Err(Malformed::V1TooLong);
         }
         return Ok(None);
