@@ -88,6 +88,8 @@ pub enum ProxyError {
     ClientBody(BodyFault),
     #[error("too busy to screen the request body")]
     Busy,
+    #[error("protocol upgrades (WebSocket) are not allowed on this site")]
+    UpgradeRefused,
     // The management API and PURGE (answered as JSON: `{"error": "<this text>"}`).
     #[error("missing or wrong API key")]
     ApiKey,
@@ -112,7 +114,9 @@ impl ProxyError {
             ProxyError::ApiNoSuchEndpoint => StatusCode::NOT_FOUND,
             ProxyError::HeadTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ProxyError::VersionNotSupported => StatusCode::HTTP_VERSION_NOT_SUPPORTED,
-            ProxyError::BlockedByPathRule | ProxyError::Blocked(_) => StatusCode::FORBIDDEN,
+            ProxyError::BlockedByPathRule
+            | ProxyError::Blocked(_)
+            | ProxyError::UpgradeRefused => StatusCode::FORBIDDEN,
             ProxyError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ProxyError::ClientBody(BodyFault::TooLarge) => StatusCode::PAYLOAD_TOO_LARGE,
             ProxyError::ClientBody(BodyFault::Timeout) => StatusCode::REQUEST_TIMEOUT,
@@ -137,6 +141,7 @@ impl ProxyError {
             | ProxyError::VersionNotSupported
             | ProxyError::BlockedByPathRule
             | ProxyError::Blocked(_)
+            | ProxyError::UpgradeRefused
             | ProxyError::RateLimited { .. }
             | ProxyError::ClientBody(_)
             | ProxyError::NotCached

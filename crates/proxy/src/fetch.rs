@@ -47,6 +47,9 @@ pub struct Plan {
     pub validators: Option<Validators>,
     /// Passed on to [`Fetched::unsafe_target`].
     pub unsafe_target: Option<String>,
+    /// Ask the origin to switch to WebSocket (`Connection: upgrade`, `Upgrade: websocket`,
+    /// which the hop-by-hop rewrite removed).
+    pub upgrade: bool,
 }
 
 /// The fetch stage: revalidates a stale entry with its validators unless the client sent
@@ -70,6 +73,7 @@ pub fn fetch<'a>(
         keep_headers: txn.miss.is_some(),
         validators,
         unsafe_target,
+        upgrade: false,
     };
     send(w, txn, req, plan)
 }
@@ -104,6 +108,16 @@ pub fn send<'a>(
         downstream_version,
         plan.validators,
     );
+    if plan.upgrade {
+        parts.headers.insert(
+            http::header::CONNECTION,
+            HeaderValue::from_static("upgrade"),
+        );
+        parts.headers.insert(
+            http::header::UPGRADE,
+            HeaderValue::from_static("websocket"),
+        );
+    }
     let resendable = matches!(body, RequestBody::Empty);
     // A copy to re-send after a connect failure; only for body-less requests to a rule with
     // more than one origin, so the common case clones nothing.

@@ -45,6 +45,8 @@ pub mod server;
 pub mod store;
 pub mod synth;
 pub mod txn;
+pub mod tunnel;
+pub mod upgrade;
 pub mod upstream;
 pub mod worker;
 

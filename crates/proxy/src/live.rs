@@ -443,7 +443,9 @@ fn conn_settings(config: &Config, tls: Option<&Tls>, per_ip: Option<Arc<PerIp>>)
         .max_concurrent_streams(d.h2_max_concurrent_streams)
         .max_header_list_size(d.h2_max_header_list_bytes)
         .max_pending_accept_reset_streams(Some(50))
-        .max_local_error_reset_streams(Some(256));
+        .max_local_error_reset_streams(Some(256))
+        // RFC 8441: WebSocket over HTTP/2 (extended CONNECT), see upgrade.rs.
+        .enable_connect_protocol();
     ConnSettings {
         limits: h1::Limits {
             max_head: d.max_head_bytes,

@@ -230,7 +230,7 @@ impl Drop for OriginConnStats {
 }
 
 /// Why a request was refused (`rampart_blocked_requests_total{reason}`).
-pub const BLOCK_REASONS: [&str; 12] = [
+pub const BLOCK_REASONS: [&str; 13] = [
     "allow_ips",
     "deny_ips",
     "user_agent",
@@ -243,6 +243,7 @@ pub const BLOCK_REASONS: [&str; 12] = [
     "no_route",
     "busy",
     "encoded_body",
+    "upgrade",
 ];
 const BAD_REQUEST: usize = 8;
 
@@ -268,8 +269,19 @@ pub fn block_index(e: &ProxyError) -> Option<usize> {
         | ProxyError::VersionNotSupported => BAD_REQUEST,
         ProxyError::NoRoute(_) => 9,
         ProxyError::Busy => 10,
+        ProxyError::UpgradeRefused => 12,
         _ => return None,
     })
+}
+
+/// An open switched connection; counts its end when dropped.
+#[derive(Debug)]
+pub struct TunnelOpen(&'static WorkerShard);
+
+impl Drop for TunnelOpen {
+    fn drop(&mut self) {
+        self.0.tunnels[1].fetch_add(1, Relaxed);
+    }
 }
 
 /// Why a connection to a PROXY protocol listener was closed before HTTP: a peer outside
@@ -285,6 +297,8 @@ struct WorkerShard {
     ended: [AtomicU64; 2],
     /// Connections closed at once by `max_connections_per_ip`.
     refused_per_ip: AtomicU64,
+    /// Switched connections (WebSocket) opened and ended.
+    tunnels: [AtomicU64; 2],
     /// Connections closed on a PROXY protocol listener, by [`PP_REFUSALS`].
     pp_refused: [AtomicU64; PP_REFUSALS.len()],
     /// Bytes read from and written to clients (on the wire, TLS included).
@@ -400,6 +414,19 @@ impl Metrics {
     /// A connection closed at once by `max_connections_per_ip`.
     pub fn refused_per_ip(&self) {
         self.worker().refused_per_ip.fetch_add(1, Relaxed);
+    }
+
+    /// A switched connection (WebSocket) opened; the guard counts its end.
+    pub fn tunnel_opened(&'static self) -> TunnelOpen {
+        let shard = self.worker();
+        shard.tunnels[0].fetch_add(1, Relaxed);
+        TunnelOpen(shard)
+    }
+
+    /// Switched connections: (opened so far, open now).
+    pub fn tunnels(&self) -> (u64, u64) {
+        let [opened, ended] = self.sum_workers(|w| &w.tunnels);
+        (opened, opened.saturating_sub(ended))
     }
 
     /// A connection closed on a PROXY protocol listener for `PP_REFUSALS[reason]`.

@@ -1,4 +1,4 @@
-//! The dispatcher: recv → lookup → hit | miss | pass → fetch → deliver | synth.
+//! The dispatcher: recv → [upgrade] → lookup → hit | miss | pass → fetch → deliver | synth.
 //!
 //! [`Pipeline::handle`] runs the stages over one [`Txn`]. Each stage is a function in the module
 //! of its name and returns `Result<_, ProxyError>`; [`Pipeline::finish`] is the one place an
@@ -29,6 +29,7 @@ use crate::recv;
 use crate::route::PathDecision;
 use crate::synth;
 use crate::txn::{ConnInfo, Mode, Scheme, Txn};
+use crate::upgrade;
 use crate::worker::Worker;
 
 /// One worker's pipeline: the stages over its [`Worker`] state.
@@ -114,6 +115,11 @@ impl Pipeline {
             txn.outcome = Some(CacheOutcome::Blocked);
             remember_refusal(txn, &req, &ProxyError::BlockedByPathRule);
             return Err(ProxyError::BlockedByPathRule);
+        }
+
+        // A switch to WebSocket passes to the origin and may become a tunnel.
+        if let Some(kind) = upgrade::wants(&req) {
+            return Box::pin(upgrade::upgrade(&self.w, txn, req, kind)).await;
         }
 
         // lookup → hit | miss | pass

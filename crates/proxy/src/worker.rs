@@ -39,6 +39,8 @@ pub struct Worker {
     pub control: Option<Control>,
     /// `max_connections`, for the metrics.
     pub max_connections: usize,
+    /// `websocket_idle_timeout_seconds` (a rule may set its own).
+    pub upgrade_idle: Duration,
 }
 
 /// What a worker is made of besides the configuration.
@@ -85,6 +87,7 @@ impl Worker {
             acme,
             https_port,
             max_connections: config.downstream.max_connections,
+            upgrade_idle: config.downstream.upgrade_idle_timeout,
         }
     }
 }

@@ -125,6 +125,13 @@ pub async fn serve<I, H, F>(
         };
         let (req, mut feed) = request(head);
         let mut res = handle(&mut io, &mut carry, handler(req), feed.as_mut()).await;
+        if res.status() == http::StatusCode::SWITCHING_PROTOCOLS {
+            if let Some(tunnel) = res.extensions_mut().remove::<crate::tunnel::Tunnel>() {
+                // The connection is the WebSocket's from here on.
+                Box::pin(switch(&mut io, &mut carry, res, tunnel)).await;
+                return;
+            }
+        }
         if *stop.borrow() {
             res.headers_mut().insert(
                 http::header::CONNECTION,
@@ -140,6 +147,28 @@ pub async fn serve<I, H, F>(
             carry = BytesMut::new();
         }
     }
+}
+
+/// Writes a `101` and then moves the connection's bytes to and from the origin until the
+/// tunnel ends (`tunnel.rs`); `carry` holds what the client sent after its head.
+async fn switch<I: AsyncRead + AsyncWrite + Unpin>(
+    io: &mut I,
+    carry: &mut BytesMut,
+    res: Response<ProxyBody>,
+    tunnel: crate::tunnel::Tunnel,
+) {
+    let mut out = Vec::with_capacity(256);
+    write::switching(&mut out, res.headers());
+    if io.write_all(&out).await.is_err() || io.flush().await.is_err() {
+        return;
+    }
+    // The access-log record goes with the response: written now, at the switch.
+    drop(res);
+    let open = crate::metrics::get().tunnel_opened();
+    let early = carry.split().freeze();
+    let (ended, moved) = crate::tunnel::run(io, early, tunnel).await;
+    tracing::debug!(?ended, ?moved, "WebSocket ended");
+    drop(open);
 }
 
 /// How long a stopping server still waits for the next request on an idle keep-alive

@@ -122,6 +122,22 @@ pub fn head(
     (framing, keep_alive)
 }
 
+/// The head of a `101 Switching Protocols`: the response's fields (hop-by-hop ones already
+/// gone) and `Connection: upgrade`.
+pub fn switching(out: &mut Vec<u8>, headers: &HeaderMap) {
+    out.extend_from_slice(b"HTTP/1.1 101 Switching Protocols\r\n");
+    for (name, value) in headers {
+        if name == CONNECTION || name == TRANSFER_ENCODING || name == CONTENT_LENGTH {
+            continue;
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"connection: upgrade\r\n\r\n");
+}
+
 fn itoa(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
     let mut i = buf.len();
     loop {

@@ -313,6 +313,19 @@ fn connections(m: &Metrics, view: &View<'_>, f: &mut Families) {
         None,
     )
     .counter(vec![], m.sum_worker(|w| &w.refused_per_ip));
+    let (opened, open) = m.tunnels();
+    f.add(
+        "rampart_websockets_opened",
+        "WebSocket connections switched to (HTTP/1.1 Upgrade or HTTP/2 extended CONNECT).",
+        None,
+    )
+    .counter(vec![], opened);
+    f.add(
+        "rampart_websockets_open",
+        "WebSocket connections open now.",
+        None,
+    )
+    .gauge(vec![], open as f64);
     let pp = m.sum_workers(|w| &w.pp_refused);
     let fam = f.add(
         "rampart_proxy_protocol_refused",
