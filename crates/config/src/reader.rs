@@ -327,7 +327,14 @@ impl<'d> Section<'d> {
     ) -> Option<At<Vec<ListenEntry>>> {
         let (item, span) = self.item(key)?;
         let Some(Value::Array(arr)) = item.as_value() else {
-            self.wrong_type(sink, key, item, span, "an array of addresses", "[\"127.0.0.1:8080\"]");
+            self.wrong_type(
+                sink,
+                key,
+                item,
+                span,
+                "an array of addresses",
+                "[\"127.0.0.1:8080\"]",
+            );
             return None;
         };
         let mut out = Vec::with_capacity(arr.len());

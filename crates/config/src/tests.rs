@@ -929,7 +929,9 @@ fn proxy_protocol_listeners_and_trusted_peers() {
     assert!(!c.proxy_protocol.expects(a("127.0.0.1:8081"), false));
     assert!(c.proxy_protocol.expects(a("0.0.0.0:443"), true));
     assert!(c.proxy_protocol.trusts("10.1.2.3".parse().expect("ip")));
-    assert!(c.proxy_protocol.trusts("::ffff:10.1.2.3".parse().expect("ip")));
+    assert!(c
+        .proxy_protocol
+        .trusts("::ffff:10.1.2.3".parse().expect("ip")));
     assert!(!c.proxy_protocol.trusts("127.0.0.1".parse().expect("ip")));
     assert_eq!(
         c.rules[0].send_proxy_protocol,

@@ -114,9 +114,9 @@ impl ProxyError {
             ProxyError::ApiNoSuchEndpoint => StatusCode::NOT_FOUND,
             ProxyError::HeadTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ProxyError::VersionNotSupported => StatusCode::HTTP_VERSION_NOT_SUPPORTED,
-            ProxyError::BlockedByPathRule
-            | ProxyError::Blocked(_)
-            | ProxyError::UpgradeRefused => StatusCode::FORBIDDEN,
+            ProxyError::BlockedByPathRule | ProxyError::Blocked(_) | ProxyError::UpgradeRefused => {
+                StatusCode::FORBIDDEN
+            }
             ProxyError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ProxyError::ClientBody(BodyFault::TooLarge) => StatusCode::PAYLOAD_TOO_LARGE,
             ProxyError::ClientBody(BodyFault::Timeout) => StatusCode::REQUEST_TIMEOUT,

@@ -113,10 +113,9 @@ pub fn send<'a>(
             http::header::CONNECTION,
             HeaderValue::from_static("upgrade"),
         );
-        parts.headers.insert(
-            http::header::UPGRADE,
-            HeaderValue::from_static("websocket"),
-        );
+        parts
+            .headers
+            .insert(http::header::UPGRADE, HeaderValue::from_static("websocket"));
     }
     let resendable = matches!(body, RequestBody::Empty);
     // A copy to re-send after a connect failure; only for body-less requests to a rule with
@@ -160,7 +159,9 @@ pub fn send<'a>(
             .map(|v| crate::proxy_protocol::encode(v, Some((txn.conn.peer, txn.conn.local))));
         for member in upstreams.order() {
             let routed = match &header {
-                None => UpstreamSet::route(member, https).map(|(s, k, sc)| (s, Cow::Borrowed(k), sc)),
+                None => {
+                    UpstreamSet::route(member, https).map(|(s, k, sc)| (s, Cow::Borrowed(k), sc))
+                }
                 Some(h) => UpstreamSet::route_proxied(member, https, h)
                     .map(|(s, k, sc)| (s, Cow::Owned(k), sc)),
             };

@@ -153,7 +153,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 fn unhex(hex: &str) -> Option<Vec<u8>> {
     let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
     let b = hex.as_bytes();
-    if b.len() % 2 != 0 {
+    if !b.len().is_multiple_of(2) {
         return None;
     }
     b.chunks(2)

@@ -83,7 +83,9 @@ pub async fn read<I: tokio::io::AsyncRead + Unpin>(
     let mut buf = bytes::BytesMut::new();
     let reading = async {
         loop {
-            let got = crate::h1::read_some(io).await.map_err(|_| ReadError::Closed)?;
+            let got = crate::h1::read_some(io)
+                .await
+                .map_err(|_| ReadError::Closed)?;
             if got.is_empty() {
                 return Err(ReadError::Closed);
             }
@@ -162,7 +164,11 @@ fn parse_v1(buf: &[u8]) -> Result<Option<(Header, usize)>, Malformed> {
     let v6 = match family {
         "TCP4" => false,
         "TCP6" => true,
-        _ => return Err(Malformed::V1("protocol family is not TCP4, TCP6 or UNKNOWN")),
+        _ => {
+            return Err(Malformed::V1(
+                "protocol family is not TCP4, TCP6 or UNKNOWN",
+            ))
+        }
     };
     let mut field = || words.next().ok_or(Malformed::V1("missing field"));
     let (src, dst) = (field()?, field()?);
@@ -373,6 +379,7 @@ fn crc32c(data: &[u8]) -> u32 {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -389,9 +396,13 @@ mod tests {
             h.addresses,
             Some((sa("192.0.2.1:56324"), sa("198.51.100.2:443")))
         );
-        let (h, _) = parse(b"PROXY TCP6 2001:db8::1 ::1 1 2\r\n").unwrap().unwrap();
+        let (h, _) = parse(b"PROXY TCP6 2001:db8::1 ::1 1 2\r\n")
+            .unwrap()
+            .unwrap();
         assert_eq!(h.addresses, Some((sa("[2001:db8::1]:1"), sa("[::1]:2"))));
-        let (h, n) = parse(b"PROXY UNKNOWN ffff::1 whatever\r\n").unwrap().unwrap();
+        let (h, n) = parse(b"PROXY UNKNOWN ffff::1 whatever\r\n")
+            .unwrap()
+            .unwrap();
         assert_eq!((h.addresses, n), (None, 32));
         // Partial input waits for more.
         for cut in [1, 5, 6, 20, 42] {
@@ -438,10 +449,7 @@ mod tests {
         let (h, _) = parse(&encode(Version::V2, Some((sa("1.2.3.4:5"), sa("[::1]:6")))))
             .unwrap()
             .unwrap();
-        assert_eq!(
-            h.addresses,
-            Some((sa("[::ffff:1.2.3.4]:5"), sa("[::1]:6")))
-        );
+        assert_eq!(h.addresses, Some((sa("[::ffff:1.2.3.4]:5"), sa("[::1]:6"))));
         let local = encode(Version::V2, None);
         assert_eq!(local.len(), 16);
         assert_eq!(parse(&local).unwrap().unwrap().0.addresses, None);
@@ -451,7 +459,11 @@ mod tests {
     fn with_tlvs(crc_ok: bool) -> Vec<u8> {
         let mut h = encode(Version::V2, Some((sa("10.1.2.3:4000"), sa("10.0.0.1:80"))));
         let mut tlvs = Vec::new();
-        for (t, v) in [(0x01u8, &b"h2"[..]), (0x02, b"example.com"), (0x03, &[0; 4])] {
+        for (t, v) in [
+            (0x01u8, &b"h2"[..]),
+            (0x02, b"example.com"),
+            (0x03, &[0; 4]),
+        ] {
             tlvs.push(t);
             tlvs.extend_from_slice(&(v.len() as u16).to_be_bytes());
             tlvs.extend_from_slice(v);

@@ -135,7 +135,10 @@ impl Half {
                             Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                             Poll::Pending => 0,
                         };
-                        Poll::Ready(Ok(Some((written, Bytes::copy_from_slice(&data[written..])))))
+                        Poll::Ready(Ok(Some((
+                            written,
+                            Bytes::copy_from_slice(&data[written..]),
+                        ))))
                     }
                     Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
                     Poll::Pending => Poll::Pending,

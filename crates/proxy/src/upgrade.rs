@@ -50,11 +50,20 @@ pub fn wants<B>(req: &Request<B>) -> Option<Kind> {
     }
     let has = |v: &HeaderValue, token: &str| {
         v.to_str().is_ok_and(|s| {
-            s.split(',')
-                .any(|t| t.trim().split('/').next().unwrap_or("").eq_ignore_ascii_case(token))
+            s.split(',').any(|t| {
+                t.trim()
+                    .split('/')
+                    .next()
+                    .unwrap_or("")
+                    .eq_ignore_ascii_case(token)
+            })
         })
     };
-    let connection = req.headers().get_all(CONNECTION).iter().any(|v| has(v, "upgrade"));
+    let connection = req
+        .headers()
+        .get_all(CONNECTION)
+        .iter()
+        .any(|v| has(v, "upgrade"));
     (connection && has(upgrade, "websocket")).then_some(Kind::H1)
 }
 
@@ -83,8 +92,14 @@ pub async fn upgrade(
     match kind {
         Kind::H1 => {
             // RFC 6455 §4.1: a GET with the key and the version.
-            let key_ok = parts.headers.get(&SEC_WEBSOCKET_KEY).is_some_and(|k| k.len() == 24);
-            if parts.method != Method::GET || !key_ok || !parts.headers.contains_key(&SEC_WEBSOCKET_VERSION) {
+            let key_ok = parts
+                .headers
+                .get(&SEC_WEBSOCKET_KEY)
+                .is_some_and(|k| k.len() == 24);
+            if parts.method != Method::GET
+                || !key_ok
+                || !parts.headers.contains_key(&SEC_WEBSOCKET_VERSION)
+            {
                 return Err(ProxyError::BadRequest("WebSocket handshake"));
             }
         }
@@ -206,7 +221,10 @@ mod tests {
                 .unwrap_or_default()
         };
         assert_eq!(wants(&req("Upgrade", "websocket")), Some(Kind::H1));
-        assert_eq!(wants(&req("keep-alive, upgrade", "WebSocket")), Some(Kind::H1));
+        assert_eq!(
+            wants(&req("keep-alive, upgrade", "WebSocket")),
+            Some(Kind::H1)
+        );
         assert_eq!(wants(&req("keep-alive", "websocket")), None);
         assert_eq!(wants(&req("upgrade", "h2c")), None);
         let mut r = req("Upgrade", "websocket");

@@ -512,14 +512,20 @@ forward_port_http = 2
     fn proxied_keys_carry_the_header_in_the_user_part() {
         let header = crate::proxy_protocol::encode(
             crate::proxy_protocol::Version::V2,
-            Some(("[2001:db8::1]:4000".parse().unwrap(), "10.0.0.1:443".parse().unwrap())),
+            Some((
+                "[2001:db8::1]:4000".parse().expect("test value"),
+                "10.0.0.1:443".parse().expect("test value"),
+            )),
         );
-        for (key, user) in [("127.0.0.1:8080", ""), ("origin.test@[::1]:8443", "origin.test")] {
-            let key: Authority = key.parse().unwrap();
-            let k = proxied_key(&key, &header).unwrap();
+        for (key, user) in [
+            ("127.0.0.1:8080", ""),
+            ("origin.test@[::1]:8443", "origin.test"),
+        ] {
+            let key: Authority = key.parse().expect("test value");
+            let k = proxied_key(&key, &header).expect("test value");
             assert_eq!((k.host(), k.port_u16()), (key.host(), key.port_u16()));
-            let (u, _) = k.as_str().rsplit_once('@').unwrap();
-            let (name, hex) = u.split_once(PROXY_MARK).unwrap();
+            let (u, _) = k.as_str().rsplit_once('@').expect("test value");
+            let (name, hex) = u.split_once(PROXY_MARK).expect("test value");
             assert_eq!(name, user);
             assert_eq!(hex.len(), header.len() * 2);
         }

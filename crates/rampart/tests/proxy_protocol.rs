@@ -73,7 +73,10 @@ const GET: &[u8] = b"GET /who HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\
 
 async fn origin() -> OriginHandle {
     Origin::new()
-        .route("*", Reply::text("hello\n").header("cache-control", "no-store"))
+        .route(
+            "*",
+            Reply::text("hello\n").header("cache-control", "no-store"),
+        )
         .start()
         .await
 }
@@ -203,10 +206,22 @@ async fn malformed_headers_and_untrusted_peers_are_closed_without_an_answer() {
     long_tlv.extend_from_slice(&[0x01, 0x00, 0x40]);
     let cases: Vec<(&str, Vec<u8>)> = vec![
         ("no header", GET.to_vec()),
-        ("v1 bad address", b"PROXY TCP4 1.2.3 1.2.3.4 1 2\r\n".to_vec()),
-        ("v1 family mismatch", b"PROXY TCP6 1.2.3.4 ::1 1 2\r\n".to_vec()),
-        ("v1 port out of range", b"PROXY TCP4 1.2.3.4 1.2.3.4 70000 2\r\n".to_vec()),
-        ("v1 line too long", format!("PROXY UNKNOWN {}\r\n", "x".repeat(120)).into_bytes()),
+        (
+            "v1 bad address",
+            b"PROXY TCP4 1.2.3 1.2.3.4 1 2\r\n".to_vec(),
+        ),
+        (
+            "v1 family mismatch",
+            b"PROXY TCP6 1.2.3.4 ::1 1 2\r\n".to_vec(),
+        ),
+        (
+            "v1 port out of range",
+            b"PROXY TCP4 1.2.3.4 1.2.3.4 70000 2\r\n".to_vec(),
+        ),
+        (
+            "v1 line too long",
+            format!("PROXY UNKNOWN {}\r\n", "x".repeat(120)).into_bytes(),
+        ),
         ("v1 bare LF", b"PROXY TCP4 1.2.3.4 1.2.3.4 1 2\n".to_vec()),
         ("v2 version 3", bad_version),
         ("v2 unknown family", bad_family),
@@ -221,13 +236,28 @@ async fn malformed_headers_and_untrusted_peers_are_closed_without_an_answer() {
     // A header that never completes: closed at the request-head timeout.
     let started = Instant::now();
     assert_eq!(exchange(proxied, b"PROXY TCP4 1.2.3.4"), "");
-    assert!(started.elapsed() < Duration::from_millis(2900), "closed by the server");
+    assert!(
+        started.elapsed() < Duration::from_millis(2900),
+        "closed by the server"
+    );
     assert_eq!(origin.requests(), before, "nothing forwarded");
 
     // The plain listener counts refusals in the metrics.
     let text = scrape_at(plain).await;
-    assert_eq!(metric(&text, "rampart_proxy_protocol_refused_total{reason=\"malformed\"}"), 9);
-    assert_eq!(metric(&text, "rampart_proxy_protocol_refused_total{reason=\"timeout\"}"), 1);
+    assert_eq!(
+        metric(
+            &text,
+            "rampart_proxy_protocol_refused_total{reason=\"malformed\"}"
+        ),
+        9
+    );
+    assert_eq!(
+        metric(
+            &text,
+            "rampart_proxy_protocol_refused_total{reason=\"timeout\"}"
+        ),
+        1
+    );
     drop(proxy);
 
     // Only proxy_protocol_from may send headers: 127.0.0.1 is not in it here.
@@ -246,7 +276,13 @@ async fn malformed_headers_and_untrusted_peers_are_closed_without_an_answer() {
     assert_eq!(exchange(listeners[0], &bytes), "");
     assert_eq!(origin.requests(), before, "nothing forwarded");
     let text = scrape_at(listeners[1]).await;
-    assert_eq!(metric(&text, "rampart_proxy_protocol_refused_total{reason=\"untrusted\"}"), 1);
+    assert_eq!(
+        metric(
+            &text,
+            "rampart_proxy_protocol_refused_total{reason=\"untrusted\"}"
+        ),
+        1
+    );
 }
 
 async fn scrape_at(addr: SocketAddr) -> String {
@@ -274,7 +310,10 @@ async fn tls_follows_the_header_on_an_https_listener() {
     ));
     let https = proxy.https.unwrap();
     for (offer, header) in [
-        (b"h2".to_vec(), b"PROXY TCP4 198.51.100.20 192.0.2.1 5000 443\r\n".to_vec()),
+        (
+            b"h2".to_vec(),
+            b"PROXY TCP4 198.51.100.20 192.0.2.1 5000 443\r\n".to_vec(),
+        ),
         (
             b"http/1.1".to_vec(),
             v2(
@@ -285,12 +324,10 @@ async fn tls_follows_the_header_on_an_https_listener() {
         ),
     ] {
         let mut tcp = tokio::net::TcpStream::connect(https).await.unwrap();
-        tokio::io::AsyncWriteExt::write_all(&mut tcp, &header).await.unwrap();
-        let config = tls::client_config(
-            ca.roots(),
-            &[&offer[..]],
-            &[&rustls::version::TLS13],
-        );
+        tokio::io::AsyncWriteExt::write_all(&mut tcp, &header)
+            .await
+            .unwrap();
+        let config = tls::client_config(ca.roots(), &[&offer[..]], &[&rustls::version::TLS13]);
         let connector = tokio_rustls::TlsConnector::from(config);
         let name = rustls::pki_types::ServerName::try_from("a.test").unwrap();
         let s = connector.connect(name, tcp).await.unwrap();
@@ -302,7 +339,11 @@ async fn tls_follows_the_header_on_an_https_listener() {
         };
         let got = tls::request(s, req.body(empty()).unwrap()).await;
         assert_eq!(got.status, 200);
-        let want = if offer == b"h2" { "198.51.100.20" } else { "2001:db8::20" };
+        let want = if offer == b"h2" {
+            "198.51.100.20"
+        } else {
+            "2001:db8::20"
+        };
         assert_eq!(forwarded_for(&origin), want);
         assert_eq!(origin.last().headers["x-forwarded-proto"], "https");
     }
@@ -312,8 +353,11 @@ async fn tls_follows_the_header_on_an_https_listener() {
 /// every request on it, and records (header, requests on that connection).
 struct RawOrigin {
     port: u16,
-    seen: Arc<Mutex<Vec<(Vec<u8>, usize)>>>,
+    seen: Arc<Mutex<Vec<Connection>>>,
 }
+
+/// (bytes before the first request, requests served) of one origin connection.
+type Connection = (Vec<u8>, usize);
 
 impl RawOrigin {
     fn start() -> RawOrigin {
@@ -382,24 +426,29 @@ async fn headers_are_sent_to_origins_one_connection_per_client() {
             ports.push(s.local_addr().unwrap().port());
             s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
             for _ in 0..2 {
-                s.write_all(b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n").unwrap();
+                s.write_all(b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n")
+                    .unwrap();
                 let mut buf = [0u8; 1024];
                 let n = s.read(&mut buf).unwrap();
                 assert!(buf[..n].starts_with(b"HTTP/1.1 200"), "{version}");
             }
         }
         let seen = raw.seen.lock().unwrap().clone();
-        assert_eq!(seen.len(), 2, "{version}: one origin connection per client: {seen:?}");
+        assert_eq!(
+            seen.len(),
+            2,
+            "{version}: one origin connection per client: {seen:?}"
+        );
         for ((header, requests), port) in seen.iter().zip(&ports) {
             assert_eq!(*requests, 2, "{version}: the client's connection is reused");
             let want = if v1 {
-                format!("PROXY TCP4 127.0.0.1 127.0.0.1 {port} {}\r\n", proxy.addr.port()).into_bytes()
-            } else {
-                v2(
-                    SocketAddr::from(([127, 0, 0, 1], *port)),
-                    proxy.addr,
-                    &[],
+                format!(
+                    "PROXY TCP4 127.0.0.1 127.0.0.1 {port} {}\r\n",
+                    proxy.addr.port()
                 )
+                .into_bytes()
+            } else {
+                v2(SocketAddr::from(([127, 0, 0, 1], *port)), proxy.addr, &[])
             };
             assert_eq!(header, &want, "{version}");
         }
@@ -500,10 +549,9 @@ async fn haproxy_in_front_with_send_proxy_v2_and_behind_with_accept_proxy() {
 
 /// One HTTP/1.1 GET for a.test on `s`; the status.
 async fn tls_free_request(s: tokio::net::TcpStream) -> u16 {
-    let (mut send, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(s))
-            .await
-            .unwrap();
+    let (mut send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(s))
+        .await
+        .unwrap();
     tokio::spawn(conn);
     let res = send
         .send_request(

@@ -189,16 +189,27 @@ async fn after_alpn_h2_only_http2_is_spoken() {
         let mut got = Vec::new();
         let read = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut got)).await;
         assert!(read.is_ok(), "the connection is closed");
-        assert!(!got.starts_with(b"HTTP/"), "{:?}", String::from_utf8_lossy(&got));
+        assert!(
+            !got.starts_with(b"HTTP/"),
+            "{:?}",
+            String::from_utf8_lossy(&got)
+        );
         assert!(
             got.windows(17).any(|w| w == GOAWAY_PROTOCOL_ERROR),
             "GOAWAY(PROTOCOL_ERROR) in {got:?}"
         );
     }
     // The same on a plain listener for a client that started the preface and broke it.
-    let answer = raw(proxy.addr, b"PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n", Duration::from_secs(3));
+    let answer = raw(
+        proxy.addr,
+        b"PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n",
+        Duration::from_secs(3),
+    );
     assert!(
-        answer.as_bytes().windows(17).any(|w| w == GOAWAY_PROTOCOL_ERROR),
+        answer
+            .as_bytes()
+            .windows(17)
+            .any(|w| w == GOAWAY_PROTOCOL_ERROR),
         "{answer:?}"
     );
 }

@@ -2,7 +2,7 @@
 //! (tokio-tungstenite) over HTTP/1.1 `Upgrade` and over HTTP/2 extended CONNECT (RFC 8441):
 //! echo, large frames, the close handshake, the origin closing, the client vanishing, the idle
 //! timeout, the per-rule switch, screening of the handshake, and 1,000 sockets at once.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::result_large_err)]
 
 mod support;
 
@@ -63,7 +63,8 @@ async fn ws_origin() -> WsOrigin {
                         }
                         Message::Text(t) if t.as_str() == "bye" => break,
                         Message::Text(_) | Message::Binary(_) => {
-                            if ws.send(m).await.is_err() {
+                            let sent = ws.send(m).await;
+                            if sent.is_err() {
                                 break;
                             }
                         }
@@ -95,7 +96,9 @@ type Ws = WebSocketStream<TcpStream>;
 async fn connect(proxy: &Proxy, path: &str) -> Result<Ws, tokio_tungstenite::tungstenite::Error> {
     let tcp = TcpStream::connect(proxy.addr).await.unwrap();
     let req = format!("ws://a.test{path}");
-    tokio_tungstenite::client_async(req, tcp).await.map(|(ws, _)| ws)
+    tokio_tungstenite::client_async(req, tcp)
+        .await
+        .map(|(ws, _)| ws)
 }
 
 async fn next(ws: &mut Ws) -> Option<Message> {
@@ -120,7 +123,11 @@ async fn eventually(within: Duration, f: impl Fn() -> bool) -> bool {
 #[tokio::test]
 async fn echo_large_frames_and_the_close_handshake_over_http11() {
     let o = ws_origin().await;
-    let proxy = Proxy::start(&config(&o, "add_logging = true\nlogging_level = \"info\"", ""));
+    let proxy = Proxy::start(&config(
+        &o,
+        "add_logging = true\nlogging_level = \"info\"",
+        "",
+    ));
     let mut ws = connect(&proxy, "/chat?room=1").await.unwrap();
     ws.send(Message::text("hello")).await.unwrap();
     assert_eq!(next(&mut ws).await, Some(Message::text("hello")));
@@ -144,13 +151,15 @@ async fn echo_large_frames_and_the_close_handshake_over_http11() {
     }
     // The client closes: the close frame goes through and comes back.
     ws.close(None).await.unwrap();
-    loop {
-        match next(&mut ws).await {
-            Some(Message::Close(_)) | None => break,
-            Some(other) => panic!("{other:?}"),
-        }
+    match next(&mut ws).await {
+        Some(Message::Close(_)) | None => {}
+        Some(other) => panic!("{other:?}"),
     }
-    assert!(eventually(Duration::from_secs(5), || o.ended.load(Ordering::SeqCst) == 1).await);
+    assert!(
+        eventually(Duration::from_secs(5), || o.ended.load(Ordering::SeqCst)
+            == 1)
+        .await
+    );
     // Logged with its 101; never cached: a second handshake reaches the origin too.
     assert!(proxy.wait_for_output("status=101", Duration::from_secs(5)));
     let mut ws = connect(&proxy, "/chat?room=1").await.unwrap();
@@ -186,7 +195,9 @@ async fn the_origin_closing_and_the_client_vanishing_end_the_tunnel() {
     let ws = connect(&proxy, "/").await.unwrap();
     drop(ws);
     assert!(
-        eventually(Duration::from_secs(5), || o.ended.load(Ordering::SeqCst) > before).await,
+        eventually(Duration::from_secs(5), || o.ended.load(Ordering::SeqCst)
+            > before)
+        .await,
         "the origin's connection ended"
     );
 }
@@ -291,7 +302,9 @@ async fn websocket_over_http2_extended_connect() {
         streams.push(ws);
     }
     for (i, ws) in streams.iter_mut().enumerate() {
-        ws.send(Message::text(format!("over h2 {i}"))).await.unwrap();
+        ws.send(Message::text(format!("over h2 {i}")))
+            .await
+            .unwrap();
         let m = tokio::time::timeout(Duration::from_secs(10), ws.next())
             .await
             .unwrap();
@@ -309,7 +322,11 @@ async fn websocket_over_http2_extended_connect() {
     for mut ws in streams {
         ws.close(None).await.unwrap();
     }
-    assert!(eventually(Duration::from_secs(5), || o.ended.load(Ordering::SeqCst) == 2).await);
+    assert!(
+        eventually(Duration::from_secs(5), || o.ended.load(Ordering::SeqCst)
+            == 2)
+        .await
+    );
 }
 
 /// Resident memory of a process, from /proc (KiB).
@@ -349,11 +366,18 @@ async fn a_thousand_sockets_at_once_with_bounded_memory() {
     assert!(
         metrics.contains("rampart_websockets_open 1001"),
         "{}",
-        metrics.lines().filter(|l| l.contains("websocket")).collect::<Vec<_>>().join("\n")
+        metrics
+            .lines()
+            .filter(|l| l.contains("websocket"))
+            .collect::<Vec<_>>()
+            .join("\n")
     );
     eprintln!("1,000 open WebSockets: rampart grew by {grown} KiB");
     // Two sockets and a task each: tens of KiB would mean copy buffers kept while idle.
-    assert!(grown < 20 * 1024, "RSS grew by {grown} KiB for 1,000 idle WebSockets");
+    assert!(
+        grown < 20 * 1024,
+        "RSS grew by {grown} KiB for 1,000 idle WebSockets"
+    );
     // They all still work.
     for (i, ws) in all.iter_mut().enumerate().step_by(97) {
         ws.send(Message::text(format!("again {i}"))).await.unwrap();
@@ -362,7 +386,9 @@ async fn a_thousand_sockets_at_once_with_bounded_memory() {
     drop(all);
     drop(warm);
     assert!(
-        eventually(Duration::from_secs(10), || o.ended.load(Ordering::SeqCst) == 1001).await,
+        eventually(Duration::from_secs(10), || o.ended.load(Ordering::SeqCst)
+            == 1001)
+        .await,
         "every origin connection ended"
     );
 }

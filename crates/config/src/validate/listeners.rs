@@ -68,7 +68,11 @@ pub(super) fn read(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Listeners {
         for entry in &list.value {
             if let Some(a) = entry_address(sink, entry, "127.0.0.1:8080", "[::1]:8080") {
                 listen_http.push(a);
-                if entry.proxy_protocol.as_ref().map_or(pp_default, |p| p.value) {
+                if entry
+                    .proxy_protocol
+                    .as_ref()
+                    .map_or(pp_default, |p| p.value)
+                {
                     http_pp.push(a);
                 }
             }
@@ -113,7 +117,11 @@ pub(super) fn https(
         for entry in &list.value {
             if let Some(a) = entry_address(sink, entry, "127.0.0.1:8443", "[::1]:8443") {
                 listen_https.push(a);
-                if entry.proxy_protocol.as_ref().map_or(l.pp_default, |p| p.value) {
+                if entry
+                    .proxy_protocol
+                    .as_ref()
+                    .map_or(l.pp_default, |p| p.value)
+                {
                     https_pp.push(a);
                 }
             }
@@ -173,12 +181,16 @@ pub(super) fn proxy_protocol(
         listeners,
         // Only the machine itself unless told otherwise: a header from anyone else would let
         // them claim any client address.
-        from: l.pp_from.as_ref().map(|f| f.value.clone()).unwrap_or_else(|| {
-            ["127.0.0.0/8", "::1/128"]
-                .iter()
-                .filter_map(|c| Cidr::parse(c))
-                .collect()
-        }),
+        from: l
+            .pp_from
+            .as_ref()
+            .map(|f| f.value.clone())
+            .unwrap_or_else(|| {
+                ["127.0.0.0/8", "::1/128"]
+                    .iter()
+                    .filter_map(|c| Cidr::parse(c))
+                    .collect()
+            }),
     }
 }
 

@@ -17,16 +17,20 @@ pub(super) fn read_screen(s: &mut Section<'_>, sink: &mut Sink<'_>) -> ScreenCon
     };
     let configured = rate_limit(s, sink, Some(default));
     let rate_limit = on.then_some(configured).flatten();
-    let rate_limit_exempt = cidrs(s, sink, "rate_limit_exempt").map(|c| c.value).unwrap_or_else(|| {
-        ["127.0.0.0/8", "::1"]
-            .iter()
-            .filter_map(|c| Cidr::parse(c))
-            .collect()
-    });
+    let rate_limit_exempt = cidrs(s, sink, "rate_limit_exempt")
+        .map(|c| c.value)
+        .unwrap_or_else(|| {
+            ["127.0.0.0/8", "::1"]
+                .iter()
+                .filter_map(|c| Cidr::parse(c))
+                .collect()
+        });
     let rate_limit_max_clients = s
         .int(sink, "rate_limit_max_clients", 1024, 100_000_000)
         .map_or(100_000, |v| v.value as usize);
-    let trusted_proxies = cidrs(s, sink, "trusted_proxies").map(|c| c.value).unwrap_or_default();
+    let trusted_proxies = cidrs(s, sink, "trusted_proxies")
+        .map(|c| c.value)
+        .unwrap_or_default();
     let disabled = s
         .bool(sink, "disable_default_body_limit")
         .is_some_and(|b| b.value);
@@ -72,8 +76,12 @@ pub(super) fn read_admin(s: &mut Section<'_>, sink: &mut Sink<'_>) -> AdminConfi
         Some(k) => Some(k.value),
         None => None,
     };
-    let purge_allow = cidrs(s, sink, "purge_allow").map(|c| c.value).unwrap_or_default();
-    let metrics_allow = cidrs(s, sink, "metrics_allow").map(|c| c.value).unwrap_or_default();
+    let purge_allow = cidrs(s, sink, "purge_allow")
+        .map(|c| c.value)
+        .unwrap_or_default();
+    let metrics_allow = cidrs(s, sink, "metrics_allow")
+        .map(|c| c.value)
+        .unwrap_or_default();
     AdminConfig {
         api_key,
         purge_allow,

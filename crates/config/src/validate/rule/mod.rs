@@ -103,8 +103,12 @@ fn read_rule(
     let store_set_cookie = s
         .bool(sink, "store_set_cookie")
         .map_or(cache.store_set_cookie, |b| b.value);
-    let allow_ips = cidrs(&mut s, sink, "allow_ips").map(|c| c.value).unwrap_or_default();
-    let deny_ips = cidrs(&mut s, sink, "deny_ips").map(|c| c.value).unwrap_or_default();
+    let allow_ips = cidrs(&mut s, sink, "allow_ips")
+        .map(|c| c.value)
+        .unwrap_or_default();
+    let deny_ips = cidrs(&mut s, sink, "deny_ips")
+        .map(|c| c.value)
+        .unwrap_or_default();
     let rate_limit = rate_limit(&mut s, sink, None);
     let body_limit = s.has("max_body_size").then(|| body_size(&mut s, sink));
     let (cert, tls_ok) = tls::read_rule_tls(&mut s, sink, domain.as_ref(), tls_default);
@@ -169,7 +173,11 @@ fn read_rule(
 fn protocols(
     s: &mut Section<'_>,
     sink: &mut Sink<'_>,
-) -> (Option<ProxyProtocolVersion>, bool, Option<std::time::Duration>) {
+) -> (
+    Option<ProxyProtocolVersion>,
+    bool,
+    Option<std::time::Duration>,
+) {
     let send = s
         .string(sink, "send_proxy_protocol")
         .and_then(|v| match v.value.trim() {

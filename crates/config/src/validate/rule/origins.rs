@@ -100,7 +100,14 @@ pub(super) fn read(
     let (listed, listed_ok) = listed(s, sink, names, protocol.as_ref());
     ok &= listed_ok;
     if let Some(rr) = s.table(sink, "routing_rules") {
-        match routing_rules(rr, sink, host.is_some(), &rule_span_at, names, protocol.as_ref()) {
+        match routing_rules(
+            rr,
+            sink,
+            host.is_some(),
+            &rule_span_at,
+            names,
+            protocol.as_ref(),
+        ) {
             Some((ranked, method, health)) => {
                 upstreams = ranked;
                 routing_method = method;
