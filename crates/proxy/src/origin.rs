@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use http::uri::Authority;
 use http::Uri;
 use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
 use hyper_util::rt::TokioIo;
@@ -147,6 +148,31 @@ impl hyper::rt::Write for OriginIo {
     }
 }
 
+/// Marks the user part of a proxied pool key: `[TLS name];pp=HEX@host:port`.
+pub const PROXY_MARK: &str = ";pp=";
+
+/// The pool key of connections that start with the PROXY header `header`: the header, in hex,
+/// joins the authority's user part. The pool then never gives one client's connection to
+/// another (the header names the client), and the connector (`origin.rs`) knows what to
+/// write before anything else. hyper sends origin-form targets, so the user part never
+/// reaches the wire.
+pub fn proxied_key(key: &Authority, header: &[u8]) -> Option<Authority> {
+    use std::fmt::Write as _;
+    let (user, host) = match key.as_str().rsplit_once('@') {
+        Some((user, host)) => (user, host),
+        None => ("", key.as_str()),
+    };
+    let mut s = String::with_capacity(key.as_str().len() + PROXY_MARK.len() + 2 * header.len() + 1);
+    s.push_str(user);
+    s.push_str(PROXY_MARK);
+    for b in header {
+        let _ = write!(s, "{b:02x}");
+    }
+    s.push('@');
+    s.push_str(host);
+    Authority::try_from(s).ok()
+}
+
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The bytes of a hex string (`None` when it is not one).
@@ -172,12 +198,12 @@ impl tower_service::Service<Uri> for OriginConnector {
 
     fn call(&mut self, uri: Uri) -> Self::Future {
         let tls = uri.scheme_str() == Some("https");
-        // The user part: the TLS name, and a PROXY header to send first (`upstream::proxied_key`).
+        // The user part: the TLS name, and a PROXY header to send first ([`proxied_key`]).
         let user = uri
             .authority()
             .and_then(|a| a.as_str().rsplit_once('@'))
             .map(|(user, _)| user);
-        let (name, proxy_header) = match user.map(|u| u.split_once(crate::upstream::PROXY_MARK)) {
+        let (name, proxy_header) = match user.map(|u| u.split_once(PROXY_MARK)) {
             Some(Some((name, hex))) => (Some(name.to_owned()), unhex(hex)),
             Some(None) => (user.map(str::to_owned), None),
             None => (None, None),

@@ -22,7 +22,7 @@ use http::{Request, Response, Uri};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 
-use crate::origin::{OriginConnectTimeout, OriginConnector, OriginTlsError};
+use crate::origin::{proxied_key, OriginConnectTimeout, OriginConnector, OriginTlsError};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use rampart_config::{RoutingMethod, RuleConfig, UpstreamConfig, UpstreamTarget};
@@ -313,31 +313,6 @@ impl UpstreamSet {
     }
 }
 
-/// Marks the user part of a proxied pool key: `[TLS name];pp=HEX@host:port`.
-pub const PROXY_MARK: &str = ";pp=";
-
-/// The pool key of connections that start with the PROXY header `header`: the header, in hex,
-/// joins the authority's user part. The pool then never gives one client's connection to
-/// another (the header names the client), and the connector (`origin.rs`) knows what to
-/// write before anything else. hyper sends origin-form targets, so the user part never
-/// reaches the wire.
-pub fn proxied_key(key: &Authority, header: &[u8]) -> Option<Authority> {
-    use std::fmt::Write as _;
-    let (user, host) = match key.as_str().rsplit_once('@') {
-        Some((user, host)) => (user, host),
-        None => ("", key.as_str()),
-    };
-    let mut s = String::with_capacity(key.as_str().len() + PROXY_MARK.len() + 2 * header.len() + 1);
-    s.push_str(user);
-    s.push_str(PROXY_MARK);
-    for b in header {
-        let _ = write!(s, "{b:02x}");
-    }
-    s.push('@');
-    s.push_str(host);
-    Authority::try_from(s).ok()
-}
-
 /// A worker's connection pool to all origins.
 #[derive(Debug, Clone)]
 pub struct Upstream {
@@ -525,7 +500,7 @@ forward_port_http = 2
             let k = proxied_key(&key, &header).expect("test value");
             assert_eq!((k.host(), k.port_u16()), (key.host(), key.port_u16()));
             let (u, _) = k.as_str().rsplit_once('@').expect("test value");
-            let (name, hex) = u.split_once(PROXY_MARK).expect("test value");
+            let (name, hex) = u.split_once(crate::origin::PROXY_MARK).expect("test value");
             assert_eq!(name, user);
             assert_eq!(hex.len(), header.len() * 2);
         }
