@@ -121,6 +121,12 @@ impl Pipeline {
         if let Some(kind) = upgrade::wants(&req) {
             return Box::pin(upgrade::upgrade(&self.w, txn, req, kind)).await;
         }
+        // A reverse proxy opens no tunnels of its own choosing (as NGINX: 400).
+        if req.method() == Method::CONNECT {
+            return Err(ProxyError::BadRequest(
+                "CONNECT is only served for WebSocket over HTTP/2",
+            ));
+        }
 
         // lookup → hit | miss | pass
         let looked = lookup::lookup(&self.w, txn, &req)?;

@@ -263,6 +263,13 @@ async fn the_handshake_is_screened() {
         Duration::from_secs(2),
     );
     assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    // CONNECT for anything but a WebSocket over HTTP/2 opens no tunnel.
+    let answer = raw(
+        proxy.addr,
+        b"CONNECT a.test:443 HTTP/1.1\r\nHost: a.test:443\r\n\r\n",
+        Duration::from_secs(2),
+    );
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
     assert_eq!(o.handshakes.load(Ordering::SeqCst), 0);
 }
 
