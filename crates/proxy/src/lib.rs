@@ -16,6 +16,7 @@ pub mod body;
 pub mod cache;
 pub mod coalesce;
 pub mod conn;
+pub mod connection;
 pub mod control;
 pub mod dashboard;
 pub mod deliver;

@@ -6,22 +6,19 @@
 //!   never changes thread. Each worker has its own upstream pool.
 //! - `shared`: one multi-threaded runtime with `workers` threads and one listener per address.
 //!
+//! Each accepted connection is served in its own task (`connection.rs`).
+//!
 //! Sockets are bound before any thread starts, so a bind error is reported at startup. A
 //! reload (`live.rs`) swaps the configuration each worker reads and tells workers which
 //! sockets to open or close. On shutdown every worker stops accepting, lets in-flight
 //! requests finish (idle keep-alive connections are closed at once) for at most
 //! `shutdown_timeout`, then returns.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::{io, time::Duration};
 
-use bytes::BytesMut;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use rampart_config::{Config, RuntimeMode};
 use socket2::SockRef;
 use tokio::net::TcpListener;
@@ -29,10 +26,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use tracing::Instrument as _;
 
-use crate::body::ClientBody;
 use crate::conn::ConnLimit;
+use crate::connection::{Accepted, Conn};
 use crate::control::{Control, Requests};
-use crate::h1;
 use crate::listen::{self, Bound};
 use crate::live::{ListenerCmd, Live, Reloaded, Slot, WorkerStart};
 use crate::metrics::Counted;
@@ -353,7 +349,8 @@ async fn accept_loop(
                 peer,
             },
             acceptor,
-            proxied: proxied.then(|| settings.per_ip.clone()),
+            proxy_header: proxied,
+            per_ip: settings.per_ip.clone().filter(|_| proxied),
         };
         drop(current);
         // Counts the connection, its bytes and its end.
@@ -366,249 +363,6 @@ async fn accept_loop(
             drop((permit, per_ip, per_ip_behind, open));
         };
         tokio::spawn(task.instrument(span));
-    }
-}
-
-/// A connection as accept leaves it to its task.
-struct Accepted {
-    conn: Conn,
-    acceptor: Option<tokio_rustls::TlsAcceptor>,
-    /// `Some` on a listener that reads a PROXY header: the per-address limit to apply to the
-    /// client it names.
-    proxied: Option<Option<Arc<crate::conn::PerIp>>>,
-}
-
-impl Accepted {
-    /// [PROXY header] → [TLS] → HTTP. Returns the per-address slot taken for the client a
-    /// PROXY header named (held until the connection ends).
-    async fn serve(
-        self,
-        mut stream: ClientStream,
-        stop: &mut watch::Receiver<bool>,
-    ) -> Option<crate::conn::PerIpSlot> {
-        let Accepted {
-            mut conn,
-            acceptor,
-            proxied,
-        } = self;
-        let mut first = BytesMut::new();
-        let mut slot = None;
-        if let Some(per_ip) = proxied {
-            let read = tokio::select! {
-                r = crate::proxy_protocol::read(&mut stream, conn.limits.header_read_timeout) => r,
-                _ = stop.changed() => return None,
-            };
-            let (header, rest) = match read {
-                Ok(x) => x,
-                Err(e) => {
-                    crate::metrics::get().proxy_protocol_refused(e.reason());
-                    tracing::debug!(peer = %conn.peer, error = %e, "PROXY protocol header refused; connection closed");
-                    return None;
-                }
-            };
-            if let Some((client, dest)) = header.addresses {
-                conn.peer = client;
-                conn.info = Arc::new(ConnInfo::new(client, dest, conn.info.scheme));
-            }
-            if let Some(table) = per_ip {
-                slot = table.acquire(conn.info.client_ip);
-                if slot.is_none() {
-                    crate::metrics::get().refused_per_ip();
-                    tracing::debug!(client = %conn.peer, "per-address connection limit reached; connection closed");
-                    return None;
-                }
-            }
-            first = rest;
-        }
-        // Each protocol's state in its own allocation: the task itself stays small, and an
-        // idle HTTP/1.1 connection holds only what h1::serve needs between requests.
-        match acceptor {
-            None => Box::pin(conn.serve(stream, first, false, stop)).await,
-            Some(acceptor) if first.is_empty() => {
-                Box::pin(conn.serve_tls(acceptor, stream, stop)).await
-            }
-            Some(acceptor) => {
-                let stream = h1::Rewind::new(first.freeze(), stream);
-                Box::pin(conn.serve_tls(acceptor, stream, stop)).await
-            }
-        }
-        slot
-    }
-}
-
-/// Length of `PRI * HTTP/2.0\r\n`, the preface's request line: a client that sent it meant
-/// HTTP/2.
-const H2_REQUEST_LINE: usize = 16;
-
-/// A client's TCP connection, its bytes counted for the metrics.
-type ClientStream = Counted<tokio::net::TcpStream, crate::metrics::ConnStats>;
-
-/// What a connection task needs.
-struct Conn {
-    /// Where each request finds the configuration in force.
-    slot: Arc<Slot>,
-    info: Arc<ConnInfo>,
-    h2: Arc<hyper::server::conn::http2::Builder<TokioExecutor>>,
-    limits: h1::Limits,
-    peer: SocketAddr,
-}
-
-impl Conn {
-    /// The TLS handshake (within the request-head timeout), then HTTP/2 or HTTP/1.1 by ALPN; a
-    /// TLS-ALPN-01 validation ends with the handshake.
-    async fn serve_tls<I>(
-        self,
-        acceptor: tokio_rustls::TlsAcceptor,
-        stream: I,
-        stop: &mut watch::Receiver<bool>,
-    ) where
-        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-    {
-        let peer = self.peer;
-        let handshake = tokio::select! {
-            r = tokio::time::timeout(self.limits.header_read_timeout, acceptor.accept(stream)) => r,
-            _ = stop.changed() => return,
-        };
-        let metrics = crate::metrics::get();
-        match handshake {
-            Ok(Ok(tls)) => {
-                metrics.handshake(Some(true));
-                let alpn = tls.get_ref().1.alpn_protocol();
-                if alpn == Some(rampart_tls::store::ACME_TLS_ALPN) {
-                    // A TLS-ALPN-01 validation: the handshake was the answer.
-                    tracing::debug!(%peer, "ACME tls-alpn-01 validation handshake");
-                } else {
-                    // RFC 9113 §3.4: after ALPN `h2` the connection speaks only HTTP/2.
-                    let h2_only = alpn == Some(b"h2");
-                    self.serve(tls, BytesMut::new(), h2_only, stop).await;
-                }
-            }
-            Ok(Err(e)) => {
-                metrics.handshake(Some(false));
-                tracing::debug!(%peer, error = %e, "TLS handshake failed");
-            }
-            Err(_) => {
-                metrics.handshake(None);
-                tracing::debug!(%peer, "TLS handshake timed out");
-            }
-        }
-    }
-
-    /// Reads the first bytes (after `first`, already read): the HTTP/2 preface goes to hyper's
-    /// HTTP/2 server, anything else to rampart's HTTP/1.1 server. A connection that sends
-    /// nothing within the request-head timeout is closed (it would hold a connection slot).
-    ///
-    /// A connection that must speak HTTP/2 (`h2_only`: ALPN chose it) or that began the
-    /// preface's request line (`PRI * HTTP/2.0`) and then broke it is an HTTP/2 connection
-    /// error (RFC 9113 §3.4): it gets GOAWAY(PROTOCOL_ERROR) and is closed, never an HTTP/1.1
-    /// answer.
-    async fn serve<I>(
-        self,
-        mut io: I,
-        mut first: BytesMut,
-        h2_only: bool,
-        stop: &mut watch::Receiver<bool>,
-    ) where
-        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-    {
-        let deadline = tokio::time::Instant::now() + self.limits.header_read_timeout;
-        loop {
-            if !first.is_empty() {
-                let n = first.len().min(h1::H2_PREFACE.len());
-                if first[..n] != h1::H2_PREFACE[..n] {
-                    let same = first
-                        .iter()
-                        .zip(h1::H2_PREFACE)
-                        .take_while(|(a, b)| a == b)
-                        .count();
-                    if h2_only || same >= H2_REQUEST_LINE {
-                        tracing::debug!(peer = %self.peer, "invalid HTTP/2 connection preface; GOAWAY");
-                        crate::metrics::get().malformed(400);
-                        h1::refuse_h2_preface(&mut io).await;
-                        return;
-                    }
-                    break;
-                }
-                if n == h1::H2_PREFACE.len() {
-                    let io = h1::Rewind::new(first.freeze(), io);
-                    return Box::pin(self.serve_h2(io, stop)).await;
-                }
-            }
-            let read = tokio::select! {
-                r = tokio::time::timeout_at(deadline, h1::read_some(&mut io)) => r,
-                _ = stop.changed() => return,
-            };
-            match read {
-                Ok(Ok(b)) if !b.is_empty() => first.extend_from_slice(&b),
-                _ => return,
-            }
-        }
-        let (slot, info) = (self.slot, self.info);
-        let serving = h1::serve(
-            io,
-            first,
-            self.limits,
-            move |req| {
-                let (pipeline, info) = (slot.load().pipeline.clone(), info.clone());
-                // Boxed: the connection's own state stays small between requests.
-                Box::pin(async move { pipeline.handle(&info, req).await })
-            },
-            stop,
-        );
-        serving.await;
-    }
-
-    /// Serves HTTP/2 with hyper until the connection ends, the worker drains, or no request
-    /// starts for a whole keep-alive period.
-    async fn serve_h2<I>(self, io: I, stop: &mut watch::Receiver<bool>)
-    where
-        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-    {
-        let started = Arc::new(AtomicU64::new(0));
-        let svc = {
-            let (started, slot, info) = (started.clone(), self.slot, self.info);
-            service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                started.fetch_add(1, Ordering::Relaxed);
-                let (pipeline, info) = (slot.load().pipeline.clone(), info.clone());
-                async move { Ok::<_, Infallible>(pipeline.handle(&info, req.map(ClientBody::H2)).await) }
-            })
-        };
-        let conn = self.h2.serve_connection(TokioIo::new(io), svc);
-        tokio::pin!(conn);
-        // Idle timeout: a connection that started no request for a whole period is shut down
-        // gracefully. In-flight requests still complete, and a client trickling a header block
-        // (which never becomes a request) cannot keep the connection open.
-        let keepalive_timeout = self.limits.keepalive_timeout;
-        let mut tick = tokio::time::interval_at(
-            tokio::time::Instant::now() + keepalive_timeout,
-            keepalive_timeout,
-        );
-        let (mut seen, mut closing) = (0, false);
-        let peer = self.peer;
-        loop {
-            tokio::select! {
-                biased;
-                r = conn.as_mut() => {
-                    if let Err(e) = r {
-                        tracing::debug!(%peer, error = %e, "connection ended with an error");
-                    }
-                    break;
-                }
-                _ = stop.changed(), if !closing => {
-                    conn.as_mut().graceful_shutdown();
-                    closing = true;
-                }
-                _ = tick.tick() => {
-                    let now = started.load(Ordering::Relaxed);
-                    if now == seen && !closing {
-                        tracing::debug!(%peer, "idle connection closed");
-                        conn.as_mut().graceful_shutdown();
-                        closing = true;
-                    }
-                    seen = now;
-                }
-            }
-        }
     }
 }
 

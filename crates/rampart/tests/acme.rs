@@ -14,15 +14,6 @@ use rustls::pki_types::CertificateDer;
 use support::tls::{self, TestCa};
 use support::*;
 
-/// A free loopback port (bound, then released for the server that needs a fixed one).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn go_bin(env: &str, name: &str) -> PathBuf {
     if let Some(p) = std::env::var_os(env) {
         return PathBuf::from(p);

@@ -455,15 +455,6 @@ async fn headers_are_sent_to_origins_one_connection_per_client() {
     }
 }
 
-/// A free loopback port (bound and released: HAProxy needs fixed ports in its file).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 struct Haproxy(Child);
 
 impl Drop for Haproxy {

@@ -16,10 +16,10 @@ use std::cell::RefCell;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::Poll;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use http::{Request, Response};
 use rampart_screen::h1::Framing;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
@@ -30,23 +30,6 @@ use crate::body::{ClientBody, ProxyBody};
 use crate::error::ProxyError;
 use body::{Decoder, Feeder, Piece};
 use head::HeadError;
-
-/// The HTTP/2 connection preface (prior knowledge h2c).
-pub const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
-/// An HTTP/2 connection error for an invalid connection preface (RFC 9113 §3.4): an empty
-/// SETTINGS frame (the server's own preface) and GOAWAY with PROTOCOL_ERROR, then the
-/// connection is shut down.
-pub async fn refuse_h2_preface<W: AsyncWrite + Unpin>(io: &mut W) {
-    const FRAMES: [u8; 26] = [
-        // SETTINGS: length 0, type 0x4, no flags, stream 0.
-        0, 0, 0, 0x4, 0, 0, 0, 0, 0,
-        // GOAWAY: length 8, type 0x7, no flags, stream 0; last stream 0, PROTOCOL_ERROR (0x1).
-        0, 0, 8, 0x7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1,
-    ];
-    let _ = io.write_all(&FRAMES).await;
-    let _ = io.shutdown().await;
-}
 
 /// Size of the per-thread read buffer (one read never takes more).
 const SCRATCH: usize = 32 * 1024;
@@ -571,62 +554,4 @@ async fn refuse<W: AsyncWrite + Unpin>(io: &mut W, e: HeadError) {
     let (framing, _) = write::head(&mut out, res.status(), None, res.headers(), hint, ex);
     let _ = write::send(io, out, framing, res.body_mut()).await;
     let _ = io.shutdown().await;
-}
-
-/// An I/O stream with bytes already read put back in front (to hand a connection whose first
-/// bytes were the HTTP/2 preface to hyper).
-pub struct Rewind<I> {
-    pre: Bytes,
-    inner: I,
-}
-
-impl<I> Rewind<I> {
-    pub fn new(pre: Bytes, inner: I) -> Self {
-        Rewind { pre, inner }
-    }
-}
-
-impl<I: AsyncRead + Unpin> AsyncRead for Rewind<I> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        if !self.pre.is_empty() {
-            let n = self.pre.len().min(buf.remaining());
-            buf.put_slice(&self.pre.split_to(n));
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut self.inner).poll_read(cx, buf)
-    }
-}
-
-impl<I: AsyncWrite + Unpin> AsyncWrite for Rewind<I> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        data: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, data)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
 }

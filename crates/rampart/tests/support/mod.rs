@@ -731,6 +731,16 @@ pub async fn send(
     }
 }
 
+/// A free loopback port: bound, then released for a server that needs a fixed one in its
+/// configuration (Pebble, HAProxy).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// Writes raw bytes on a new connection and reads until the peer closes or `idle` passes
 /// without data.
 pub fn raw(addr: SocketAddr, bytes: &[u8], idle: Duration) -> String {

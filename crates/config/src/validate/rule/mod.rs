@@ -3,6 +3,7 @@
 
 mod origins;
 mod paths;
+mod protocols;
 mod tls;
 
 use crate::validate::{
@@ -116,7 +117,7 @@ fn read_rule(
     let (redirect_to_https, hsts) = tls::read_https(&mut s, sink, cert.is_some());
     let (names, names_ok) = origins::TlsNames::read(&mut s, sink, domain.as_ref());
     ok &= names_ok;
-    let (send_proxy_protocol, allow_upgrades, upgrade_idle_timeout) = protocols(&mut s, sink);
+    let (send_proxy_protocol, allow_upgrades, upgrade_idle_timeout) = protocols::read(&mut s, sink);
     let path_rules = paths::read_path_rules(&mut s, sink, max_age_seconds);
     ok &= path_rules.is_some();
     let origins = origins::read(&mut s, sink, &names, ok);
@@ -167,37 +168,6 @@ fn read_rule(
         allow_upgrades,
         upgrade_idle_timeout,
     })
-}
-
-/// `send_proxy_protocol`, `allow_upgrades` and `websocket_idle_timeout_seconds`.
-fn protocols(
-    s: &mut Section<'_>,
-    sink: &mut Sink<'_>,
-) -> (
-    Option<ProxyProtocolVersion>,
-    bool,
-    Option<std::time::Duration>,
-) {
-    let send = s
-        .string(sink, "send_proxy_protocol")
-        .and_then(|v| match v.value.trim() {
-            "v1" | "1" => Some(ProxyProtocolVersion::V1),
-            "v2" | "2" => Some(ProxyProtocolVersion::V2),
-            other => {
-                error(
-                    sink,
-                    &v,
-                    format!("unknown send_proxy_protocol {other:?}"),
-                    "use \"v1\" (text) or \"v2\" (binary), or remove the key",
-                );
-                None
-            }
-        });
-    let allow_upgrades = s.bool(sink, "allow_upgrades").is_none_or(|b| b.value);
-    let idle = s
-        .int(sink, "websocket_idle_timeout_seconds", 1, 7 * 86_400)
-        .map(|v| std::time::Duration::from_secs(v.value as u64));
-    (send, allow_upgrades, idle)
 }
 
 /// `domain`: required, and the first rule for a domain wins (a later one is warned about).

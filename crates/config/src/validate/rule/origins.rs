@@ -7,6 +7,7 @@ use std::str::FromStr;
 
 use http::uri::Authority;
 
+use super::protocols::{check_protocol, origin_protocol};
 use crate::model::{DomainPattern, HealthCheck, OriginProtocol, RoutingMethod, UpstreamTarget};
 use crate::reader::{At, Section, Sink};
 use crate::validate::{error, warn, U16, U32};
@@ -548,62 +549,6 @@ fn make_target(
     match tls.protocol {
         Some(p) if !check_protocol(sink, p, &target) => None,
         _ => Some(target),
-    }
-}
-
-/// `origin_protocol` in a rule or a routing location; the `bool` is false when invalid
-/// (reported).
-fn origin_protocol(s: &mut Section<'_>, sink: &mut Sink<'_>) -> (Option<At<OriginProtocol>>, bool) {
-    let Some(v) = s.string(sink, "origin_protocol") else {
-        return (None, true);
-    };
-    let p = match v.value.trim() {
-        "http1" | "http/1.1" => OriginProtocol::Http1,
-        "h2" => OriginProtocol::H2,
-        "h2c" => OriginProtocol::H2c,
-        other => {
-            error(
-                sink,
-                &v,
-                format!("unknown origin_protocol {other:?}"),
-                "use \"http1\" (default), \"h2\" (HTTP/2 over TLS) or \"h2c\" (HTTP/2 without TLS)",
-            );
-            return (None, false);
-        }
-    };
-    if p != OriginProtocol::Http1 {
-        // Read and checked now; the HTTP/2 origin client joins in a later version.
-        crate::validate::inactive(sink, &v, "HTTP/2 to origins (`origin_protocol`)");
-    }
-    (
-        Some(At {
-            value: p,
-            key: v.key,
-            span: v.span,
-        }),
-        true,
-    )
-}
-
-/// HTTP/2 over TLS needs an origin reached over TLS only; h2c one reached without TLS.
-fn check_protocol(sink: &mut Sink<'_>, p: &At<OriginProtocol>, t: &UpstreamTarget) -> bool {
-    let problem = match p.value {
-        OriginProtocol::H2 if !t.https_only => Some((
-            format!("origin_protocol \"h2\" is HTTP/2 over TLS, but {} is also reached without TLS", t.authority),
-            "set `https_only = true` (or list it as \"https://HOST:PORT\"), or use \"h2c\" for HTTP/2 without TLS",
-        )),
-        OriginProtocol::H2c if t.tls.is_some() => Some((
-            format!("origin_protocol \"h2c\" is HTTP/2 without TLS, but {} is reached over TLS", t.authority),
-            "use \"h2\" for HTTP/2 over TLS, or remove `https_only`/`forward_port_https`",
-        )),
-        _ => None,
-    };
-    match problem {
-        Some((message, hint)) => {
-            error(sink, p, message, hint);
-            false
-        }
-        None => true,
     }
 }
 
