@@ -1010,6 +1010,14 @@ fn origin_protocols_by_rule_and_location() {
         1,
     );
     assert!(errors(&v).is_empty(), "{:?}", v.diagnostics);
+    // Active: not reported as "accepted, not yet active".
+    assert!(
+        !v.diagnostics
+            .iter()
+            .any(|d| d.key.contains("origin_protocol")),
+        "{:?}",
+        v.diagnostics
+    );
     let c = v.config.expect("config");
     assert_eq!(c.rules[0].upstreams[0].protocol, OriginProtocol::H2c);
     let b: Vec<_> = c.rules[1].upstreams.iter().map(|u| u.protocol).collect();

@@ -373,6 +373,14 @@ impl RequestBody {
         }))
     }
 
+    /// Lifts the limit on the whole body's duration (`client_body_total_timeout_seconds`) for
+    /// a stream that is long-lived by design (a gRPC call); the pause limit stays.
+    pub fn without_total_timeout(&mut self) {
+        if let RequestBody::Stream(s) = self {
+            s.deadline = None;
+        }
+    }
+
     /// Sets the size limit (the rule's, known after routing).
     pub fn set_limit(&mut self, max: Option<u64>) {
         if let RequestBody::Stream(s) = self {

@@ -7,15 +7,15 @@ use std::borrow::Cow;
 use std::future::Future;
 use std::time::{Instant, SystemTime};
 
-use http::header::{HeaderValue, EXPECT, HOST, IF_MODIFIED_SINCE, IF_NONE_MATCH};
+use http::header::{HeaderValue, EXPECT, HOST, IF_MODIFIED_SINCE, IF_NONE_MATCH, TE};
 use http::{HeaderMap, Method, Request, Response, Uri, Version};
 use hyper::body::Incoming;
 use rampart_cache::conditional;
-use rampart_config::RoutingMethod;
+use rampart_config::{OriginProtocol, RoutingMethod};
 
 use crate::body::RequestBody;
 use crate::error::ProxyError;
-use crate::headers::{add_forwarded, append_via, strip_hop_by_hop};
+use crate::headers::{add_forwarded, append_via, strip_hop_by_hop, wants_trailers};
 use crate::txn::{target, ConnInfo, Scheme, Txn};
 use crate::upstream::{UpstreamSet, ERROR_PENALTY};
 use crate::worker::Worker;
@@ -117,6 +117,7 @@ pub fn send<'a>(
             .headers
             .insert(http::header::UPGRADE, HeaderValue::from_static("websocket"));
     }
+    let upgrade = plan.upgrade;
     let resendable = matches!(body, RequestBody::Empty);
     // A copy to re-send after a connect failure; only for body-less requests to a rule with
     // more than one origin, so the common case clones nothing.
@@ -178,7 +179,13 @@ pub fn send<'a>(
                             l.upstream = Some(shown.clone());
                         }
                         tracing::debug!(upstream = %shown, "fetch");
-                        w.upstream.send(req, &key, scheme)
+                        // WebSocket handshakes are HTTP/1.1 whatever the origin's protocol.
+                        let protocol = if upgrade {
+                            OriginProtocol::Http1
+                        } else {
+                            member.target.protocol
+                        };
+                        w.upstream.send(req, &key, scheme, protocol)
                     };
                     let sent_at = Instant::now();
                     let sent = sending.await;
@@ -223,7 +230,13 @@ fn rewrite_for_origin(
     downstream_version: Version,
     validators: Option<Validators>,
 ) {
+    // `TE: trailers` says the client takes trailer fields (gRPC requires it): the one TE
+    // value that is passed on.
+    let trailers = wants_trailers(h);
     strip_hop_by_hop(h);
+    if trailers {
+        h.insert(TE, HeaderValue::from_static("trailers"));
+    }
     // rampart answers `Expect: 100-continue` itself (hyper sends 100 when the body is read).
     h.remove(EXPECT);
     // The id the access log has (open_log put it in), the client's, or a new one.

@@ -27,6 +27,22 @@ pub fn parse_content_length(v: &HeaderValue) -> Option<u64> {
     std::str::from_utf8(v.as_bytes()).ok()?.trim().parse().ok()
 }
 
+/// A gRPC call (`Content-Type: application/grpc`, `application/grpc+proto`, ...).
+pub fn is_grpc(h: &HeaderMap) -> bool {
+    h.get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+}
+
+/// Whether `TE` names `trailers` (the client takes trailer fields; gRPC requires it).
+pub fn wants_trailers(h: &HeaderMap) -> bool {
+    h.get_all(TE).iter().any(|v| {
+        v.as_bytes().split(|&b| b == b',').any(|t| {
+            let name = t.split(|&b| b == b';').next().unwrap_or_default();
+            name.trim_ascii().eq_ignore_ascii_case(b"trailers")
+        })
+    })
+}
+
 /// Removes hop-by-hop headers, including those listed in `Connection`.
 pub fn strip_hop_by_hop(h: &mut HeaderMap) {
     // Most messages carry none: one walk over the names present decides, instead of seven
@@ -111,6 +127,23 @@ pub fn add_forwarded(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn te_trailers_is_found_among_other_codings() {
+        for (te, wants) in [
+            ("trailers", true),
+            ("gzip, Trailers", true),
+            ("trailers;q=1", true),
+            ("gzip", false),
+            ("trailersx", false),
+            ("", false),
+        ] {
+            let mut h = HeaderMap::new();
+            h.insert(TE, HeaderValue::from_str(te).expect("test value"));
+            assert_eq!(wants_trailers(&h), wants, "{te:?}");
+        }
+        assert!(!wants_trailers(&HeaderMap::new()));
+    }
 
     #[test]
     fn strips_fixed_and_connection_named() {

@@ -172,7 +172,12 @@ async fn probe(
         USER_AGENT,
         HeaderValue::from_static(concat!("rampart-health-check/", env!("CARGO_PKG_VERSION"))),
     );
-    match tokio::time::timeout(timeout, upstream.send(req, &key, scheme)).await {
+    match tokio::time::timeout(
+        timeout,
+        upstream.send(req, &key, scheme, member.target.protocol),
+    )
+    .await
+    {
         Err(_) => Err(format!("no answer within {}s", timeout.as_secs_f64())),
         Ok(Err(e)) => Err(e.to_string()),
         Ok(Ok(res)) => {

@@ -34,6 +34,7 @@ pub mod lookup;
 pub mod metrics;
 pub mod miss;
 pub mod origin;
+pub mod origin_h2;
 pub mod outcome;
 pub mod path;
 pub mod pipeline;

@@ -25,6 +25,10 @@ use tokio_rustls::TlsConnector;
 
 use crate::metrics::{Counted, OriginConnStats};
 
+/// The largest read buffer of an origin connection (HTTP/2: the largest response header
+/// block).
+pub const ORIGIN_READ_BUFFER: usize = 64 * 1024;
+
 /// A TLS handshake with an origin failed (certificate not trusted, name mismatch, protocol).
 #[derive(Debug, thiserror::Error)]
 #[error("TLS handshake with the origin as {name:?} failed: {source}")]
@@ -48,6 +52,9 @@ pub struct OriginConnector {
     /// `proxy_connect_timeout_seconds`: the limit of the TCP connection and, separately, of the
     /// TLS handshake.
     connect_timeout: Duration,
+    /// HTTP/2 connections (`origin_protocol = "h2"`): TLS offers only `h2` in ALPN and an
+    /// origin that does not choose it is an error, not a connection to misread.
+    h2: bool,
 }
 
 impl std::fmt::Debug for OriginConnector {
@@ -69,9 +76,27 @@ impl OriginConnector {
             tcp,
             tls: TlsConnector::from(tls),
             connect_timeout,
+            h2: false,
+        }
+    }
+
+    /// The same connector for HTTP/2: TLS offers `h2` alone in ALPN and requires it.
+    pub fn for_h2(&self, tls: &rustls::ClientConfig) -> Self {
+        let mut tls = tls.clone();
+        tls.alpn_protocols = vec![b"h2".to_vec()];
+        OriginConnector {
+            tcp: self.tcp.clone(),
+            tls: TlsConnector::from(Arc::new(tls)),
+            connect_timeout: self.connect_timeout,
+            h2: true,
         }
     }
 }
+
+/// The origin's TLS handshake did not choose `h2` although `origin_protocol = "h2"`.
+#[derive(Debug, thiserror::Error)]
+#[error("the origin did not choose HTTP/2 (ALPN h2) in its TLS handshake")]
+pub struct NoH2;
 
 /// A TCP connection to an origin, its bytes counted for the metrics.
 type Tcp = Counted<TcpStream, OriginConnStats>;
@@ -217,6 +242,7 @@ impl tower_service::Service<Uri> for OriginConnector {
         let connecting = self.tcp.call(uri);
         let connector = self.tls.clone();
         let limit = self.connect_timeout;
+        let h2 = self.h2;
         Box::pin(async move {
             let tcp = match tokio::time::timeout(limit, connecting).await {
                 Ok(tcp) => tcp?,
@@ -241,6 +267,13 @@ impl tower_service::Service<Uri> for OriginConnector {
             // like a refused connection, not use up the whole `proxy_timeout`.
             let handshake = connector.connect(server_name, tcp.into_inner());
             match tokio::time::timeout(limit, handshake).await {
+                Ok(Ok(s)) if h2 && s.get_ref().1.alpn_protocol() != Some(b"h2") => {
+                    Err(OriginTlsError {
+                        name,
+                        source: io::Error::new(io::ErrorKind::InvalidData, NoH2),
+                    }
+                    .into())
+                }
                 Ok(Ok(s)) => Ok(OriginIo::Tls(Box::new(TokioIo::new(s)))),
                 Ok(Err(source)) => Err(OriginTlsError { name, source }.into()),
                 Err(_) => Err(OriginTlsError {

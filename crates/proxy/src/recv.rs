@@ -176,6 +176,12 @@ async fn screen_request(
             .check_body(rule, txn.client, req.uri().path(), kind, &bytes)?;
         *req.body_mut() = RequestBody::Full(Some(bytes), Some(permit));
     }
+    // A gRPC call's stream may wait for the server before it sends (bidirectional calls):
+    // it starts as it is, and may last as long as the call (pauses are still bounded).
+    if crate::headers::is_grpc(req.headers()) {
+        req.body_mut().without_total_timeout();
+        return Ok(());
+    }
     req.body_mut()
         .prime()
         .await

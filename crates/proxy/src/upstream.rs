@@ -22,10 +22,13 @@ use http::{Request, Response, Uri};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 
-use crate::origin::{proxied_key, OriginConnectTimeout, OriginConnector, OriginTlsError};
+use crate::origin::{
+    proxied_key, OriginConnectTimeout, OriginConnector, OriginTlsError, ORIGIN_READ_BUFFER,
+};
+use crate::origin_h2::{H2Failure, H2Pool};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
-use rampart_config::{RoutingMethod, RuleConfig, UpstreamConfig, UpstreamTarget};
+use rampart_config::{OriginProtocol, RoutingMethod, RuleConfig, UpstreamConfig, UpstreamTarget};
 
 use crate::body::{RequestBody, RequestBodyError};
 use crate::error::ProxyError;
@@ -317,18 +320,18 @@ impl UpstreamSet {
 #[derive(Debug, Clone)]
 pub struct Upstream {
     client: Client<OriginConnector, RequestBody>,
+    /// Origins spoken to over HTTP/2 (`origin_protocol = "h2" | "h2c"`).
+    h2: H2Pool,
     timeout: Option<Duration>,
     connect_timeout: Duration,
 }
-
-/// The largest read buffer of an origin connection.
-const ORIGIN_READ_BUFFER: usize = 64 * 1024;
 
 impl Upstream {
     pub fn new(config: &UpstreamConfig, tls: std::sync::Arc<rustls::ClientConfig>) -> Self {
         let mut tcp = HttpConnector::new();
         tcp.set_nodelay(config.nodelay);
-        let connector = OriginConnector::new(tcp, tls, config.connect_timeout);
+        let connector = OriginConnector::new(tcp, tls.clone(), config.connect_timeout);
+        let h2 = H2Pool::new(connector.for_h2(&tls), config.keepalive);
         let client = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .timer(TokioTimer::new())
@@ -347,6 +350,7 @@ impl Upstream {
             .build(connector);
         Upstream {
             client,
+            h2,
             timeout: config.timeout,
             connect_timeout: config.connect_timeout,
         }
@@ -357,12 +361,45 @@ impl Upstream {
         self.timeout
     }
 
-    /// Sends `req` (origin-form URI, headers already rewritten) to `authority` over `scheme`;
-    /// waits at most `proxy_timeout` for the response head.
-    ///
+    /// Sends `req` (origin-form URI, headers already rewritten) to `authority` over `scheme`
+    /// in `protocol`; waits at most `proxy_timeout` for the response head.
+    pub fn send(
+        &self,
+        req: Request<RequestBody>,
+        authority: &Authority,
+        scheme: Scheme,
+        protocol: OriginProtocol,
+    ) -> impl Future<Output = Result<Response<Incoming>, ProxyError>> + '_ {
+        // Both futures are made here, before the request would be held by an `async` block.
+        let (h1, h2) = match protocol {
+            OriginProtocol::Http1 => (Some(self.send_h1(req, authority, scheme)), None),
+            OriginProtocol::H2 | OriginProtocol::H2c => {
+                (None, Some(self.h2.send(req, authority.clone(), scheme)))
+            }
+        };
+        async move {
+            if let Some(h1) = h1 {
+                return h1.await;
+            }
+            let Some(sent) = h2 else {
+                unreachable!("one of the two is made")
+            };
+            let res = match self.timeout {
+                Some(t) => tokio::time::timeout(t, sent)
+                    .await
+                    .map_err(|_| ProxyError::UpstreamTimeout)?,
+                None => sent.await,
+            };
+            res.map_err(|e| match e {
+                H2Failure::Connect(e) => self.classify(&*e, true),
+                H2Failure::Request(e) => self.classify(&e, false),
+            })
+        }
+    }
+
     /// Not an `async fn`: the request is handed to the client before the future is made, so
     /// the future holds the client's (boxed) response future, not the request too.
-    pub fn send(
+    fn send_h1(
         &self,
         mut req: Request<RequestBody>,
         authority: &Authority,
@@ -389,13 +426,14 @@ impl Upstream {
                     .map_err(|_| ProxyError::UpstreamTimeout)?,
                 None => fut.await,
             };
-            res.map_err(|e| self.classify(e))
+            res.map_err(|e| self.classify(&e, e.is_connect()))
         }
     }
 
-    fn classify(&self, e: hyper_util::client::legacy::Error) -> ProxyError {
+    /// What a failed exchange means for the client; `connect`: no connection was made.
+    fn classify(&self, e: &(dyn std::error::Error + 'static), connect: bool) -> ProxyError {
         // The client's own request body failed (too large, too slow, broken): its fault.
-        let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+        let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
         while let Some(c) = cur {
             if let Some(RequestBodyError(fault)) = c.downcast_ref::<RequestBodyError>() {
                 return ProxyError::ClientBody(*fault);
@@ -406,15 +444,15 @@ impl Upstream {
             }
             cur = c.source();
         }
-        if e.is_connect() {
-            let text = error_chain(&e);
-            if is_timeout(&e) {
+        if connect {
+            let text = error_chain(e);
+            if is_timeout(e) {
                 ProxyError::UpstreamConnectTimeout(self.connect_timeout)
             } else {
                 ProxyError::UpstreamConnect(text)
             }
         } else {
-            ProxyError::UpstreamProtocol(error_chain(&e))
+            ProxyError::UpstreamProtocol(error_chain(e))
         }
     }
 }

@@ -61,10 +61,6 @@ pub(super) fn origin_protocol(
             return (None, false);
         }
     };
-    if p != OriginProtocol::Http1 {
-        // Read and checked now; the HTTP/2 origin client joins in a later version.
-        crate::validate::inactive(sink, &v, "HTTP/2 to origins (`origin_protocol`)");
-    }
     (
         Some(At {
             value: p,

@@ -1,0 +1,79 @@
+//! An origin's HTTP/2 answer to a gRPC call, as rampart's origin client
+//! (`rampart_proxy::origin_h2::handshake`) reads it: frames, header blocks and trailers
+//! (`grpc-status`, `grpc-message`, anything else) made of the fuzzer's bytes, then the head
+//! through rampart's hop-by-hop rewrite and the body through the response body that streams
+//! it to the client. The first bytes are the client's `TE` value, through `wants_trailers`.
+//! Must never panic or hang; trailers come last, at most once.
+#![no_main]
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{HeaderValue, TE};
+use http::{HeaderMap, Request};
+use http_body_util::BodyExt;
+use libfuzzer_sys::fuzz_target;
+use rampart_proxy::body::{ProxyBody, RequestBody};
+use rampart_proxy::headers::{strip_hop_by_hop, wants_trailers};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&n, rest)) = data.split_first() else {
+        return;
+    };
+    let (te, origin_bytes) = rest.split_at((n as usize % 32).min(rest.len()));
+    let mut h = HeaderMap::new();
+    if let Ok(v) = HeaderValue::from_bytes(te) {
+        h.insert(TE, v);
+        let _ = wants_trailers(&h);
+    }
+    let origin_bytes = origin_bytes.to_vec();
+    // Paused time: once nothing can move, the clock jumps and the timeout ends the exchange.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("runtime");
+    rt.block_on(async move {
+        let (client, mut origin) = tokio::io::duplex(64 * 1024);
+        tokio::spawn(async move {
+            let _ = origin.write_all(&origin_bytes).await;
+            let mut sink = [0u8; 4096];
+            while let Ok(n) = origin.read(&mut sink).await {
+                if n == 0 {
+                    break;
+                }
+            }
+        });
+        let exchange = async {
+            let io = hyper_util::rt::TokioIo::new(client);
+            let Ok((mut send, conn)) = rampart_proxy::origin_h2::handshake(io).await else {
+                return;
+            };
+            tokio::spawn(conn);
+            let Ok(req) = Request::post("http://o.test/echo.Echo/Unary")
+                .header(TE, "trailers")
+                .header("content-type", "application/grpc")
+                .body(RequestBody::Full(
+                    Some(Bytes::from_static(b"\0\0\0\0\x05hello")),
+                    None,
+                ))
+            else {
+                return;
+            };
+            let Ok(res) = send.send_request(req).await else {
+                return;
+            };
+            let (mut parts, body) = res.into_parts();
+            strip_hop_by_hop(&mut parts.headers);
+            let mut body = ProxyBody::stream(body);
+            let mut trailers = false;
+            while let Some(frame) = body.frame().await {
+                let Ok(frame) = frame else { break };
+                assert!(!trailers, "a frame after the trailers");
+                trailers = frame.is_trailers();
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(5), exchange).await;
+    });
+});
