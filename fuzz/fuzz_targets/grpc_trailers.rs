@@ -37,9 +37,18 @@ fuzz_target!(|data: &[u8]| {
     rt.block_on(async move {
         let (client, mut origin) = tokio::io::duplex(64 * 1024);
         tokio::spawn(async move {
+            // The origin answers once the request's HEADERS frame has arrived (frames for a
+            // stream the client has not opened yet are a protocol error, not an answer).
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !has_headers_frame(&seen) {
+                match origin.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => seen.extend_from_slice(&buf[..n]),
+                }
+            }
             let _ = origin.write_all(&origin_bytes).await;
-            let mut sink = [0u8; 4096];
-            while let Ok(n) = origin.read(&mut sink).await {
+            while let Ok(n) = origin.read(&mut buf).await {
                 if n == 0 {
                     break;
                 }
@@ -77,3 +86,16 @@ fuzz_target!(|data: &[u8]| {
         let _ = tokio::time::timeout(Duration::from_secs(5), exchange).await;
     });
 });
+
+/// Whether the client's bytes (the 24-byte preface, then frames) hold a HEADERS frame.
+fn has_headers_frame(bytes: &[u8]) -> bool {
+    let mut rest = bytes.get(24..).unwrap_or_default();
+    while rest.len() >= 9 {
+        let len = u32::from_be_bytes([0, rest[0], rest[1], rest[2]]) as usize;
+        if rest[3] == 1 {
+            return true;
+        }
+        rest = rest.get(9 + len..).unwrap_or_default();
+    }
+    false
+}
