@@ -15,6 +15,7 @@ mod peers;
 mod procs;
 mod report;
 mod vus;
+mod websocket;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -64,6 +65,14 @@ enum Cmd {
     /// Compression ratio and CPU per MB of each codec and level on a corpus of HTML, CSS and
     /// JS files.
     Codecs(codecs::CodecsArgs),
+    /// Issue 16's WebSocket goals: RSS of many idle WebSockets through rampart, and the CPU of
+    /// an echo round trip through rampart against a direct one.
+    Websocket(websocket::WebsocketArgs),
+    /// The WebSocket echo origin (started by `websocket`).
+    WsOrigin {
+        #[arg(long)]
+        listen: SocketAddr,
+    },
     /// The fixed-response floor server (started by the suite itself).
     Floor {
         #[arg(long)]
@@ -177,6 +186,8 @@ fn main() -> anyhow::Result<()> {
         Some(Cmd::Memory(args)) => memory::run(args),
         Some(Cmd::Vus(args)) => vus::run(args),
         Some(Cmd::Instructions(args)) => instructions::run(args),
+        Some(Cmd::Websocket(args)) => websocket::run(args),
+        Some(Cmd::WsOrigin { listen }) => websocket::origin(listen),
         Some(Cmd::Codecs(args)) => codecs::run(args),
         Some(Cmd::Floor { listen }) => floor::run(listen),
         None => run(cli.run),

@@ -127,27 +127,7 @@ impl Server {
     /// `/proc/PID/task/TID/schedstat` (nanoseconds; tick-based utime+stime would round short
     /// runs to zero). Compare two samples with [`CpuSample::since`].
     pub fn cpu_sample(&self) -> CpuSample {
-        let mut threads = HashMap::new();
-        for pid in tree(self.pid()) {
-            if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
-                for t in tasks.flatten() {
-                    let Some(tid) = t.file_name().to_str().and_then(|s| s.parse::<u32>().ok())
-                    else {
-                        continue;
-                    };
-                    let ns = std::fs::read_to_string(t.path().join("schedstat"))
-                        .ok()
-                        .and_then(|s| {
-                            s.split_whitespace()
-                                .next()
-                                .and_then(|v| v.parse::<u64>().ok())
-                        })
-                        .unwrap_or_else(|| (cpu_ticks(tid) as f64 / clock_ticks() * 1e9) as u64);
-                    threads.insert(tid, ns);
-                }
-            }
-        }
-        CpuSample { threads }
+        cpu_sample_of(self.pid())
     }
 
     /// Sum of resident memory (VmRSS) of the tree now, in bytes.
@@ -186,6 +166,35 @@ impl Server {
             .status();
         let _ = self.child.wait();
     }
+}
+
+/// On-CPU time of every thread of `root` and its descendants now (see [`Server::cpu_sample`]).
+pub fn cpu_sample_of(root: u32) -> CpuSample {
+    cpu_sample_of_pids(&tree(root))
+}
+
+/// On-CPU time of every thread of the processes `pids` (not their children) now.
+pub fn cpu_sample_of_pids(pids: &[u32]) -> CpuSample {
+    let mut threads = HashMap::new();
+    for &pid in pids {
+        if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+            for t in tasks.flatten() {
+                let Some(tid) = t.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                    continue;
+                };
+                let ns = std::fs::read_to_string(t.path().join("schedstat"))
+                    .ok()
+                    .and_then(|s| {
+                        s.split_whitespace()
+                            .next()
+                            .and_then(|v| v.parse::<u64>().ok())
+                    })
+                    .unwrap_or_else(|| (cpu_ticks(tid) as f64 / clock_ticks() * 1e9) as u64);
+                threads.insert(tid, ns);
+            }
+        }
+    }
+    CpuSample { threads }
 }
 
 fn clock_ticks() -> f64 {

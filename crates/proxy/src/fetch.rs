@@ -231,7 +231,7 @@ fn rewrite_for_origin(
     validators: Option<Validators>,
 ) {
     // `TE: trailers` says the client takes trailer fields (gRPC requires it): the one TE
-    // value that is passed on.
+    // value that is passed on, to HTTP/2 origins (`Upstream::send` drops it for HTTP/1.1).
     let trailers = wants_trailers(h);
     strip_hop_by_hop(h);
     if trailers {

@@ -372,7 +372,15 @@ impl Upstream {
     ) -> impl Future<Output = Result<Response<Incoming>, ProxyError>> + '_ {
         // Both futures are made here, before the request would be held by an `async` block.
         let (h1, h2) = match protocol {
-            OriginProtocol::Http1 => (Some(self.send_h1(req, authority, scheme)), None),
+            OriginProtocol::Http1 => {
+                // `TE` is hop-by-hop and HTTP/1.1 clients never get trailers from rampart:
+                // `TE: trailers` (kept by fetch for gRPC) is for HTTP/2 origins only.
+                let mut req = req;
+                if req.headers().contains_key(http::header::TE) {
+                    req.headers_mut().remove(http::header::TE);
+                }
+                (Some(self.send_h1(req, authority, scheme)), None)
+            }
             OriginProtocol::H2 | OriginProtocol::H2c => {
                 (None, Some(self.h2.send(req, authority.clone(), scheme)))
             }
