@@ -38,6 +38,10 @@ pub struct WebsocketArgs {
     /// Interleaved rounds of the echo test (direct, through rampart, direct, ...).
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
+    /// Proxies in the echo test besides the direct path (comma-separated): rampart, haproxy,
+    /// nginx; those not installed are skipped.
+    #[arg(long, value_delimiter = ',', default_value = "rampart,haproxy,nginx")]
+    pub proxies: Vec<String>,
     /// The rampart binary (default: target/release/rampart next to this tool).
     #[arg(long)]
     pub rampart: Option<PathBuf>,
@@ -96,7 +100,20 @@ impl EchoRun {
 
 pub fn run(args: WebsocketArgs) -> anyhow::Result<()> {
     procs::stop_all_on_signal();
-    raise_open_files(args.idle as u64 * 3 + 1024);
+    let mut args = args;
+    // rampart holds two descriptors per WebSocket (client and origin side) and inherits this
+    // process's limit: where the hard limit is lower than that needs (20,000 on some machines),
+    // fewer sockets are opened and the report scales the goal to the count.
+    let limit = raise_open_files(args.idle as u64 * 2 + 1024);
+    let fits = (limit.saturating_sub(512) / 2) as usize;
+    if args.idle > fits {
+        eprintln!(
+            "open-file limit {limit}: {} idle sockets need about {} descriptors in rampart; measuring {fits}",
+            args.idle,
+            args.idle * 2 + 512
+        );
+        args.idle = fits;
+    }
     let me = std::env::current_exe()?;
     let rampart = args
         .rampart
@@ -135,7 +152,8 @@ pub fn run(args: WebsocketArgs) -> anyhow::Result<()> {
          max_connections = {}\n\n\
          [[proxy_rules]]\ndomain = \"ws.bench\"\nmax_age_seconds = 0\nforward_ipv4 = \"127.0.0.1\"\n\
          forward_port_http = {}\nrule_type = \"Whitelist\"\nenable_logging = false\n\
-         ignore_query_string = false\nenable_sql_injection_protection = false\n",
+         ignore_query_string = false\nenable_sql_injection_protection = false\n\
+         enable_compression = false\nenable_minification = false\nenable_webp_transformation = false\n",
         args.idle + args.echo + 100,
         origin_addr.port()
     );
@@ -165,7 +183,9 @@ pub fn run(args: WebsocketArgs) -> anyhow::Result<()> {
         .build()?;
     let result = rt.block_on(async {
         // Warm up: rampart's first WebSocket (its splice buffers and tables exist).
-        let warm = open(proxy_addr, "ws.bench").await?;
+        let warm = open(proxy_addr, "ws.bench")
+            .await
+            .context("warm-up socket")?;
         drop(warm);
         tokio::time::sleep(Duration::from_secs(1)).await;
         let before = server.rss();
@@ -184,24 +204,56 @@ pub fn run(args: WebsocketArgs) -> anyhow::Result<()> {
         // Every socket still works after the wait.
         let mut checked = 0;
         for ws in idle.iter_mut().step_by((args.idle / 100).max(1)) {
-            round_trip(ws).await?;
+            round_trip(ws)
+                .await
+                .context("an idle socket after the wait")?;
             checked += 1;
         }
         drop(idle);
         tokio::time::sleep(Duration::from_secs(2)).await;
 
-        let mut direct = Vec::new();
-        let mut proxied = Vec::new();
-        for _ in 0..args.rounds {
-            direct.push(echo(&args, origin_addr, "origin", &origin, None).await?);
-            proxied.push(echo(&args, proxy_addr, "ws.bench", &origin, Some(&server)).await?);
+        // The other proxies, each pinned like rampart, started now (after the idle test).
+        let mut others: Vec<(String, procs::Server, SocketAddr)> = Vec::new();
+        for name in args.proxies.iter().filter(|p| p.as_str() != "rampart") {
+            match start_peer(name, &args, &dir, origin_addr) {
+                Ok(Some((server, addr))) => others.push((name.clone(), server, addr)),
+                Ok(None) => eprintln!("{name}: not installed, skipped"),
+                Err(e) => eprintln!("{name}: did not start ({e:#}), skipped"),
+            }
         }
-        anyhow::Ok((before, after, opening, checked, direct, proxied))
+        let mut runs: Vec<(String, Vec<EchoRun>)> = vec![("direct".into(), Vec::new())];
+        if args.proxies.iter().any(|p| p == "rampart") {
+            runs.push(("rampart".into(), Vec::new()));
+        }
+        for (name, _, _) in &others {
+            runs.push((name.clone(), Vec::new()));
+        }
+        for _ in 0..args.rounds {
+            for (name, results) in runs.iter_mut() {
+                let (addr, host, proxy) = match name.as_str() {
+                    "direct" => (origin_addr, "origin", None),
+                    "rampart" => (proxy_addr, "ws.bench", Some(&server)),
+                    other => match others.iter().find(|(n, _, _)| n == other) {
+                        Some((_, s, a)) => (*a, "ws.bench", Some(s)),
+                        None => continue,
+                    },
+                };
+                results.push(
+                    echo(&args, addr, host, &origin, proxy)
+                        .await
+                        .with_context(|| format!("echo through {name}"))?,
+                );
+            }
+        }
+        for (_, mut s, _) in others {
+            s.stop();
+        }
+        anyhow::Ok((before, after, opening, checked, runs))
     });
     server.stop();
     origin.stop();
-    let (before, after, opening, checked, direct, proxied) = result?;
-    let report = report(&args, before, after, opening, checked, &direct, &proxied);
+    let (before, after, opening, checked, runs) = result?;
+    let report = report(&args, before, after, opening, checked, &runs);
     let out = args.out.clone().unwrap_or_else(|| {
         PathBuf::from("bench/results").join(format!("websocket-{}.md", crate::now_utc()))
     });
@@ -304,8 +356,7 @@ fn report(
     after: u64,
     opening: Duration,
     checked: usize,
-    direct: &[EchoRun],
-    proxied: &[EchoRun],
+    runs: &[(String, Vec<EchoRun>)],
 ) -> String {
     let growth = after.saturating_sub(before);
     let mut s = format!(
@@ -326,30 +377,45 @@ fn report(
         (args.idle / 100).max(1),
     );
     let med = |runs: &[EchoRun], f: &dyn Fn(&EchoRun) -> f64| median(runs.iter().map(f).collect());
+    let direct: &[EchoRun] = runs.first().map_or(&[], |(_, r)| r.as_slice());
     let d_total = med(direct, &|r| r.total_us());
-    let p_total = med(proxied, &|r| r.total_us());
+    let d_origin = med(direct, &|r| r.us(r.origin_s));
     s.push_str(&format!(
         "### Echo round trips (CPU µs per round trip, medians of {} rounds)\n\n\
-         | path | round trips/s | client | origin | rampart | total |\n|---|---|---|---|---|---|\n\
-         | direct | {:.0} | {:.1} | {:.1} | – | {:.1} |\n\
-         | through rampart | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} |\n\n\
-         Through rampart / direct (total): **{:.2}×** (goal ≤ 1.5×: {}). rampart alone / the origin's own cost direct: {:.2}×.\n\n",
-        args.rounds,
-        med(direct, &|r| r.round_trips as f64 / args.seconds as f64),
-        med(direct, &|r| r.us(r.client_s)),
-        med(direct, &|r| r.us(r.origin_s)),
-        d_total,
-        med(proxied, &|r| r.round_trips as f64 / args.seconds as f64),
-        med(proxied, &|r| r.us(r.client_s)),
-        med(proxied, &|r| r.us(r.origin_s)),
-        med(proxied, &|r| r.us(r.rampart_s)),
-        p_total,
-        p_total / d_total.max(1e-9),
-        if p_total <= 1.5 * d_total { "yes" } else { "**no**" },
-        med(proxied, &|r| r.us(r.rampart_s)) / med(direct, &|r| r.us(r.origin_s)).max(1e-9),
+         | path | round trips/s | client | origin | proxy | total | total / direct | proxy / origin direct |\n\
+         |---|---|---|---|---|---|---|---|\n",
+        args.rounds
     ));
+    for (name, rs) in runs {
+        let total = med(rs, &|r| r.total_us());
+        let proxy = med(rs, &|r| r.us(r.rampart_s));
+        s.push_str(&format!(
+            "| {} | {:.0} | {:.1} | {:.1} | {} | {:.1} | {:.2}× | {} |\n",
+            if name == "direct" {
+                "direct (client ↔ origin)".to_owned()
+            } else {
+                format!("through {name}")
+            },
+            med(rs, &|r| r.round_trips as f64 / args.seconds as f64),
+            med(rs, &|r| r.us(r.client_s)),
+            med(rs, &|r| r.us(r.origin_s)),
+            if name == "direct" {
+                "–".to_owned()
+            } else {
+                format!("{proxy:.1}")
+            },
+            total,
+            total / d_total.max(1e-9),
+            if name == "direct" {
+                "–".to_owned()
+            } else {
+                format!("{:.2}×", proxy / d_origin.max(1e-9))
+            },
+        ));
+    }
+    s.push_str("\nGoal (issue 16): total through rampart ≤ 1.5× direct.\n\n");
     s.push_str(&format!(
-        "Method: `rampart-bench websocket` — rampart release build, 1 worker, taskset CPU {}; the WebSocket echo origin (tokio-tungstenite, one thread) and the client (tokio-tungstenite, one thread) on CPU {}. RSS is VmRSS of the rampart process. Echo: {} connections, 32-byte text messages, each sent after the previous echo arrived, {} s per run, direct and through rampart interleaved; CPU from /proc schedstat of every thread of each process.\n",
+        "Method: `rampart-bench websocket` — rampart release build, 1 worker, taskset CPU {}; the WebSocket echo origin (tokio-tungstenite, one thread) and the client (tokio-tungstenite, one thread) on CPU {}. RSS is VmRSS of the rampart process. Echo: {} connections, 32-byte text messages, each sent after the previous echo arrived, {} s per run, the paths interleaved in each round (direct, rampart, HAProxy with one thread, NGINX with one worker, each pinned like rampart); CPU from /proc schedstat of every thread of each process.\n",
         args.server_cpus, args.origin_cpus, args.echo, args.seconds
     ));
     s
@@ -378,10 +444,10 @@ fn pin_self(cpus: &str) {
     }
 }
 
-/// Raises the open-file limit to at least `want` (the hard limit too when allowed, as root),
-/// so rampart (which inherits it) can hold two sockets per WebSocket.
+/// Raises the open-file limit to at least `want` (the hard limit too where allowed), so
+/// rampart (which inherits it) can hold two sockets per WebSocket; returns the limit in force.
 #[allow(unsafe_code)]
-fn raise_open_files(want: u64) {
+fn raise_open_files(want: u64) -> u64 {
     // SAFETY: plain getrlimit/setrlimit on this process with a valid struct.
     unsafe {
         let mut l = libc::rlimit {
@@ -389,15 +455,115 @@ fn raise_open_files(want: u64) {
             rlim_max: 0,
         };
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) != 0 {
-            return;
+            return 1024;
         }
         let raised = libc::rlimit {
             rlim_cur: want.max(l.rlim_cur),
             rlim_max: want.max(l.rlim_max),
         };
-        if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) != 0 {
-            l.rlim_cur = l.rlim_max;
-            let _ = libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+        if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+            return raised.rlim_cur;
         }
+        l.rlim_cur = l.rlim_max;
+        let _ = libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+        l.rlim_cur
     }
+}
+
+/// Starts `name` (haproxy, nginx) as a WebSocket-capable reverse proxy to `origin`, pinned
+/// like rampart; `None` when it is not installed.
+fn start_peer(
+    name: &str,
+    args: &WebsocketArgs,
+    dir: &std::path::Path,
+    origin: SocketAddr,
+) -> anyhow::Result<Option<(procs::Server, SocketAddr)>> {
+    let port = procs::free_port()?;
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let (program, cmd_args) = match name {
+        // HTTP mode passes the Upgrade through and tunnels after 101 (`timeout tunnel`).
+        "haproxy" => {
+            let cfg = dir.join("haproxy.cfg");
+            std::fs::write(
+                &cfg,
+                format!(
+                    "global\n    nbthread 1\n    maxconn 5000\n\ndefaults\n    mode http\n    \
+                     timeout connect 5s\n    timeout client 60s\n    timeout server 60s\n    \
+                     timeout tunnel 300s\n\nfrontend fe\n    bind 127.0.0.1:{port}\n    \
+                     default_backend be\n\nbackend be\n    server o {origin}\n"
+                ),
+            )?;
+            (
+                "haproxy",
+                vec![
+                    "-db".to_owned(),
+                    "-f".to_owned(),
+                    cfg.to_string_lossy().into_owned(),
+                ],
+            )
+        }
+        // The documented WebSocket proxying: HTTP/1.1 to the origin, Upgrade and Connection set.
+        "nginx" => {
+            let d = dir.join("nginx");
+            std::fs::create_dir_all(&d)?;
+            let conf = d.join("nginx.conf");
+            let p = d.to_string_lossy();
+            std::fs::write(
+                &conf,
+                format!(
+                    "worker_processes 1;\ndaemon off;\nmaster_process on;\npid {p}/nginx.pid;\n\
+                     lock_file {p}/nginx.lock;\nerror_log {p}/error.log error;\n\
+                     events {{ worker_connections 10000; }}\nhttp {{\n  access_log off;\n  \
+                     client_body_temp_path {p}/cb;\n  proxy_temp_path {p}/pt;\n  fastcgi_temp_path {p}/ft;\n  \
+                     uwsgi_temp_path {p}/ut;\n  scgi_temp_path {p}/st;\n  server {{\n    \
+                     listen 127.0.0.1:{port};\n    location / {{\n      proxy_pass http://{origin};\n      \
+                     proxy_http_version 1.1;\n      proxy_set_header Upgrade $http_upgrade;\n      \
+                     proxy_set_header Connection \"upgrade\";\n      proxy_read_timeout 300s;\n    }}\n  }}\n}}\n"
+                ),
+            )?;
+            let c = conf.to_string_lossy().into_owned();
+            (
+                "nginx",
+                vec![
+                    "-c".to_owned(),
+                    c,
+                    "-p".to_owned(),
+                    p.into_owned(),
+                    "-e".to_owned(),
+                    "stderr".to_owned(),
+                ],
+            )
+        }
+        other => bail!("unknown proxy {other} (known: rampart, haproxy, nginx)"),
+    };
+    let installed = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "command -v {program} || test -x /usr/sbin/{program}"
+        ))
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !installed {
+        return Ok(None);
+    }
+    let path = if std::path::Path::new(&format!("/usr/sbin/{program}")).exists() {
+        format!("/usr/sbin/{program}")
+    } else {
+        program.to_owned()
+    };
+    let mut server = procs::Server::start(
+        &args.server_cpus,
+        &path,
+        &cmd_args,
+        &[],
+        &dir.join(format!("{name}.log")),
+    )?;
+    if !procs::wait_listening(addr, Duration::from_secs(10)) {
+        server.stop();
+        bail!(
+            "not listening (see {})",
+            dir.join(format!("{name}.log")).display()
+        );
+    }
+    Ok(Some((server, addr)))
 }

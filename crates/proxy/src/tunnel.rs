@@ -202,15 +202,17 @@ where
                 last = Instant::now();
                 continue;
             }
-            // Nothing to do now: the timer decides, from the last byte moved.
-            let deadline = last + idle;
-            if timer.deadline() != deadline {
+            // Nothing to do now: the timer decides, from the last byte moved. It is moved
+            // only when it fires early (bytes moved since it was set), not on every message:
+            // re-arming a timer costs more than the check.
+            while timer.as_mut().poll(cx).is_ready() {
+                let deadline = last + idle;
+                if deadline <= Instant::now() {
+                    return Poll::Ready(Ended::Idle);
+                }
                 timer.as_mut().reset(deadline);
             }
-            return match timer.as_mut().poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Ended::Idle),
-                Poll::Pending => Poll::Pending,
-            };
+            return Poll::Pending;
         }
     })
     .await;

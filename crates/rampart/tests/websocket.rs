@@ -211,6 +211,13 @@ async fn idle_tunnels_are_closed_and_rules_can_refuse_upgrades() {
         "websocket_idle_timeout_seconds = 1",
     ));
     let mut ws = connect(&proxy, "/").await.unwrap();
+    // Busy for 2.5 idle periods: a message every 300 ms keeps the tunnel open.
+    for i in 0..8 {
+        let m = Message::text(format!("busy {i}"));
+        ws.send(m.clone()).await.unwrap();
+        assert_eq!(next(&mut ws).await, Some(m), "a busy tunnel stays open");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
     ws.send(Message::text("x")).await.unwrap();
     assert_eq!(next(&mut ws).await, Some(Message::text("x")));
     let started = Instant::now();
