@@ -381,9 +381,12 @@ impl Upstream {
                 }
                 (Some(self.send_h1(req, authority, scheme)), None)
             }
-            OriginProtocol::H2 | OriginProtocol::H2c => {
-                (None, Some(self.h2.send(req, authority.clone(), scheme)))
-            }
+            // Boxed: HTTP/2's future is large, and the HTTP/1.1 path (every request of
+            // most configurations) would otherwise carry its space in every fetch future.
+            OriginProtocol::H2 | OriginProtocol::H2c => (
+                None,
+                Some(Box::pin(self.h2.send(req, authority.clone(), scheme))),
+            ),
         };
         async move {
             if let Some(h1) = h1 {
