@@ -378,6 +378,10 @@ impl RequestBody {
     pub fn without_total_timeout(&mut self) {
         if let RequestBody::Stream(s) = self {
             s.deadline = None;
+            // The timer may stand at the total deadline (when that came before the first
+            // pause limit): from now on it is the pause limit alone.
+            let next = Instant::now() + s.idle;
+            s.timer.as_mut().reset(next);
         }
     }
 

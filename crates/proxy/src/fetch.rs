@@ -232,7 +232,8 @@ fn rewrite_for_origin(
 ) {
     // `TE: trailers` says the client takes trailer fields (gRPC requires it): the one TE
     // value that is passed on, to HTTP/2 origins (`Upstream::send` drops it for HTTP/1.1).
-    let trailers = wants_trailers(h);
+    // Only for HTTP/2 (and later) clients: rampart sends HTTP/1.1 clients no trailers.
+    let trailers = downstream_version >= Version::HTTP_2 && wants_trailers(h);
     strip_hop_by_hop(h);
     if trailers {
         h.insert(TE, HeaderValue::from_static("trailers"));

@@ -33,6 +33,8 @@ pub enum H2Failure {
     Connect(BoxError),
     /// The request failed on an established connection.
     Request(hyper::Error),
+    /// The request's target could not be made into an HTTP/2 one.
+    Target,
 }
 
 /// A worker's HTTP/2 connections to origins, by pool key.
@@ -54,6 +56,10 @@ impl std::fmt::Debug for H2Pool {
         f.debug_struct("H2Pool").finish_non_exhaustive()
     }
 }
+
+/// How often an HTTP/2 origin connection is PINGed, and how long its answer may take.
+const KEEPALIVE_PING: Duration = Duration::from_secs(20);
+const KEEPALIVE_PING_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One connection attempt, awaited by every request that needs it.
 type Attempt = Arc<tokio::sync::OnceCell<Result<SendRequest<RequestBody>, SharedError>>>;
@@ -104,7 +110,9 @@ impl H2Pool {
         // `:authority` is the Host the pipeline chose; the pool key's user part (TLS name,
         // PROXY header) never leaves rampart.
         let host = req.headers_mut().remove(HOST);
+        // A userinfo part is not allowed in `:authority` (RFC 9113 §8.3.1).
         let authority = host
+            .filter(|h| !h.as_bytes().contains(&b'@'))
             .and_then(|h| Authority::try_from(h.as_bytes()).ok())
             .unwrap_or_else(|| without_user(key));
         let pq = req
@@ -116,20 +124,43 @@ impl H2Pool {
         parts.scheme = Some(scheme.clone());
         parts.authority = Some(authority);
         parts.path_and_query = Some(pq);
-        *req.uri_mut() =
-            Uri::from_parts(parts).map_err(|e| H2Failure::Connect(Box::new(e) as BoxError))?;
+        *req.uri_mut() = Uri::from_parts(parts).map_err(|_| H2Failure::Target)?;
         *req.version_mut() = Version::HTTP_2;
 
-        let mut send = match self.pooled(tls, key) {
-            Some(s) => s,
-            None => self.shared_connect(tls, key, &scheme).await?,
+        let (mut send, pooled) = match self.pooled(tls, key) {
+            Some(s) => (s, true),
+            None => (self.shared_connect(tls, key, &scheme).await?, false),
         };
         if send.ready().await.is_err() {
+            if !pooled {
+                // A connection just made that closed at once (an HTTP/1.1 server taken for
+                // h2c, say): nothing was sent, the origin is unusable.
+                return Err(H2Failure::Connect(
+                    "the origin closed the new HTTP/2 connection".into(),
+                ));
+            }
             // The pooled connection closed between the look-up and now: one fresh try.
             send = self.shared_connect(tls, key, &scheme).await?;
-            send.ready().await.map_err(H2Failure::Request)?;
+            send.ready()
+                .await
+                .map_err(|e| H2Failure::Connect(Box::new(e)))?;
         }
-        send.send_request(req).await.map_err(H2Failure::Request)
+        match send.try_send_request(req).await {
+            Ok(res) => Ok(res),
+            // The connection went away (the origin's GOAWAY, an idle close) before the request
+            // was taken: it was not sent, so it goes once more on a fresh connection, as the
+            // HTTP/1.1 pool does.
+            Err(mut e) => match e.take_message() {
+                Some(req) if pooled => {
+                    let mut send = self.shared_connect(tls, key, &scheme).await?;
+                    send.ready()
+                        .await
+                        .map_err(|e| H2Failure::Connect(Box::new(e)))?;
+                    send.send_request(req).await.map_err(H2Failure::Request)
+                }
+                _ => Err(H2Failure::Request(e.into_error())),
+            },
+        }
     }
 
     /// The open connection for `key`, marked as used now.
@@ -167,6 +198,13 @@ impl H2Pool {
         let attempt: Attempt = {
             let mut connecting = self.connecting.lock().unwrap_or_else(|p| p.into_inner());
             connecting.entry(k.clone()).or_default().clone()
+        };
+        // Every waiter gone before the attempt finished (clients that left): the empty attempt
+        // leaves the map with the last of them.
+        let _leave = Leave {
+            connecting: &self.connecting,
+            k: &k,
+            attempt: &attempt,
         };
         let made = attempt
             .get_or_init(|| async {
@@ -254,10 +292,38 @@ where
 {
     http2::Builder::new(TokioExecutor::new())
         .timer(TokioTimer::new())
+        // A peer that vanished (no FIN, no RST) is found by its missing PING answer, idle or
+        // not; otherwise requests would keep going to the dead connection until the kernel
+        // gives up on it.
+        .keep_alive_interval(KEEPALIVE_PING)
+        .keep_alive_timeout(KEEPALIVE_PING_TIMEOUT)
+        .keep_alive_while_idle(true)
         // Response header blocks as large as an HTTP/1.1 origin's may be.
         .max_header_list_size(crate::origin::ORIGIN_READ_BUFFER as u32)
         .handshake(io)
         .await
+}
+
+/// Takes an unfinished connection attempt out of the map when its last waiter leaves.
+struct Leave<'a> {
+    connecting: &'a Mutex<HashMap<(bool, Authority), Attempt>>,
+    k: &'a (bool, Authority),
+    attempt: &'a Attempt,
+}
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        let mut connecting = self.connecting.lock().unwrap_or_else(|p| p.into_inner());
+        // The map's reference and this waiter's: no one else waits.
+        if !self.attempt.initialized()
+            && Arc::strong_count(self.attempt) == 2
+            && connecting
+                .get(self.k)
+                .is_some_and(|a| Arc::ptr_eq(a, self.attempt))
+        {
+            connecting.remove(self.k);
+        }
+    }
 }
 
 /// Whether connection `id` is still pooled and was used within `idle`; one that was not is

@@ -176,9 +176,17 @@ async fn screen_request(
             .check_body(rule, txn.client, req.uri().path(), kind, &bytes)?;
         *req.body_mut() = RequestBody::Full(Some(bytes), Some(permit));
     }
-    // A gRPC call's stream may wait for the server before it sends (bidirectional calls):
-    // it starts as it is, and may last as long as the call (pauses are still bounded).
-    if crate::headers::is_grpc(req.headers()) {
+    // A gRPC call to an HTTP/2 origin: its stream may wait for the server before it sends
+    // (bidirectional calls), so it starts as it is, and may last as long as the call (pauses
+    // are still bounded). Only where a gRPC server can be (a rule with an HTTP/2 origin): the
+    // header alone must not lift an upload's limits.
+    if crate::headers::is_grpc(req.headers())
+        && rule
+            .upstreams
+            .members()
+            .iter()
+            .any(|m| m.target.protocol != rampart_config::OriginProtocol::Http1)
+    {
         req.body_mut().without_total_timeout();
         return Ok(());
     }

@@ -404,6 +404,7 @@ impl Upstream {
             res.map_err(|e| match e {
                 H2Failure::Connect(e) => self.classify(&*e, true),
                 H2Failure::Request(e) => self.classify(&e, false),
+                H2Failure::Target => ProxyError::BadRequest("request target"),
             })
         }
     }

@@ -262,3 +262,49 @@ fn grpc_calls_pass_through_with_trailers_and_streams_both_ways() {
     let again = grpc_calls(&proxy, "c.test");
     assert_eq!(again["seq"], serde_json::json!(["3", "4"]), "{again}");
 }
+
+/// The gRPC exemptions (no read-ahead, no total body timeout) hold only on rules with an HTTP/2
+/// origin: elsewhere the header must not lift an upload's limits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_content_type_lifts_no_limit_on_http1_rules() {
+    let origin = Origin::new().route("*", Reply::text("ok\n")).start().await;
+    let proxy = Proxy::start(&config_for(
+        "slow.test",
+        &origin,
+        "client_body_timeout_seconds = 1\nclient_body_total_timeout_seconds = 2",
+        "",
+    ));
+    let addr = proxy.addr;
+    let started = std::time::Instant::now();
+    // A byte every 400 ms: never a pause of 1 s, but longer than 2 s in all.
+    let answer = tokio::task::spawn_blocking(move || {
+        use std::io::{Read as _, Write as _};
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(8))).unwrap();
+        s.write_all(
+            b"POST /echo.Echo/Unary HTTP/1.1\r\nHost: slow.test\r\n\
+              Content-Type: application/grpc\r\nContent-Length: 40\r\n\r\n",
+        )
+        .unwrap();
+        let mut w = s.try_clone().unwrap();
+        std::thread::spawn(move || {
+            for _ in 0..30 {
+                if w.write_all(b"x").is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(400));
+            }
+        });
+        let mut out = vec![0u8; 4096];
+        let n = s.read(&mut out).unwrap_or(0);
+        String::from_utf8_lossy(&out[..n]).into_owned()
+    })
+    .await
+    .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
