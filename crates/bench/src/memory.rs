@@ -290,26 +290,7 @@ async fn measure(
         origin.ip(),
         origin.port()
     );
-    let config = dir.join("rampart.toml");
-    std::fs::write(&config, toml)?;
-    let mut server = procs::Server::start(
-        &args.server_cpus,
-        &rampart.to_string_lossy(),
-        &[
-            "run".into(),
-            "--config".into(),
-            config.to_string_lossy().into_owned(),
-        ],
-        &[],
-        &dir.join("rampart.log"),
-    )?;
-    if !procs::wait_listening(addr, Duration::from_secs(10)) {
-        server.stop();
-        bail!(
-            "rampart did not start (see {})",
-            dir.join("rampart.log").display()
-        );
-    }
+    let mut server = procs::Server::rampart(&args.server_cpus, rampart, &toml, dir, addr)?;
     let pid = server.pid();
     let fill = phase(args, addr, pid, w).await?;
     admin(

@@ -114,6 +114,39 @@ impl Server {
         Ok((server, addr))
     }
 
+    /// Starts `rampart run` with the configuration `toml` (written to `dir/rampart.toml`, its
+    /// output to `dir/rampart.log`) pinned to `cpus`, and waits until it listens on `addr`.
+    pub fn rampart(
+        cpus: &str,
+        binary: &Path,
+        toml: &str,
+        dir: &Path,
+        addr: std::net::SocketAddr,
+    ) -> io::Result<Server> {
+        let config = dir.join("rampart.toml");
+        std::fs::write(&config, toml)?;
+        let log = dir.join("rampart.log");
+        let mut server = Server::start(
+            cpus,
+            &binary.to_string_lossy(),
+            &[
+                "run".into(),
+                "--config".into(),
+                config.to_string_lossy().into_owned(),
+            ],
+            &[],
+            &log,
+        )?;
+        if !wait_listening(addr, Duration::from_secs(10)) {
+            server.stop();
+            return Err(io::Error::other(format!(
+                "rampart did not start (see {})",
+                log.display()
+            )));
+        }
+        Ok(server)
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }

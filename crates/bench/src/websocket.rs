@@ -157,103 +157,34 @@ pub fn run(args: WebsocketArgs) -> anyhow::Result<()> {
         args.idle + args.echo + 100,
         origin_addr.port()
     );
-    let config = dir.join("rampart.toml");
-    std::fs::write(&config, toml)?;
-    let mut server = procs::Server::start(
-        &args.server_cpus,
-        &rampart.to_string_lossy(),
-        &[
-            "run".into(),
-            "--config".into(),
-            config.to_string_lossy().into_owned(),
-        ],
-        &[],
-        &dir.join("rampart.log"),
-    )?;
-    if !procs::wait_listening(proxy_addr, Duration::from_secs(10)) {
-        server.stop();
-        origin.stop();
-        bail!(
-            "rampart did not start (see {})",
-            dir.join("rampart.log").display()
-        );
-    }
+    let mut server =
+        match procs::Server::rampart(&args.server_cpus, &rampart, &toml, &dir, proxy_addr) {
+            Ok(s) => s,
+            Err(e) => {
+                origin.stop();
+                return Err(e.into());
+            }
+        };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let result = rt.block_on(async {
-        // Warm up: rampart's first WebSocket (its splice buffers and tables exist).
-        let warm = open(proxy_addr, "ws.bench")
-            .await
-            .context("warm-up socket")?;
-        drop(warm);
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let before = server.rss();
-        let started = Instant::now();
-        let mut idle = Vec::with_capacity(args.idle);
-        for i in 0..args.idle {
-            idle.push(
-                open(proxy_addr, "ws.bench")
-                    .await
-                    .with_context(|| format!("idle socket {i}"))?,
-            );
-        }
-        let opening = started.elapsed();
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let after = server.rss();
-        // Every socket still works after the wait.
-        let mut checked = 0;
-        for ws in idle.iter_mut().step_by((args.idle / 100).max(1)) {
-            round_trip(ws)
-                .await
-                .context("an idle socket after the wait")?;
-            checked += 1;
-        }
-        drop(idle);
-        tokio::time::sleep(Duration::from_secs(2)).await;
-
-        // The other proxies, each pinned like rampart, started now (after the idle test).
-        let mut others: Vec<(String, procs::Server, SocketAddr)> = Vec::new();
-        for name in args.proxies.iter().filter(|p| p.as_str() != "rampart") {
-            match start_peer(name, &args, &dir, origin_addr) {
-                Ok(Some((server, addr))) => others.push((name.clone(), server, addr)),
-                Ok(None) => eprintln!("{name}: not installed, skipped"),
-                Err(e) => eprintln!("{name}: did not start ({e:#}), skipped"),
-            }
-        }
-        let mut runs: Vec<(String, Vec<EchoRun>)> = vec![("direct".into(), Vec::new())];
-        if args.proxies.iter().any(|p| p == "rampart") {
-            runs.push(("rampart".into(), Vec::new()));
-        }
-        for (name, _, _) in &others {
-            runs.push((name.clone(), Vec::new()));
-        }
-        for _ in 0..args.rounds {
-            for (name, results) in runs.iter_mut() {
-                let (addr, host, proxy) = match name.as_str() {
-                    "direct" => (origin_addr, "origin", None),
-                    "rampart" => (proxy_addr, "ws.bench", Some(&server)),
-                    other => match others.iter().find(|(n, _, _)| n == other) {
-                        Some((_, s, a)) => (*a, "ws.bench", Some(s)),
-                        None => continue,
-                    },
-                };
-                results.push(
-                    echo(&args, addr, host, &origin, proxy)
-                        .await
-                        .with_context(|| format!("echo through {name}"))?,
-                );
-            }
-        }
-        for (_, mut s, _) in others {
-            s.stop();
-        }
-        anyhow::Ok((before, after, opening, checked, runs))
+        let idle = idle(&args, proxy_addr, &server).await?;
+        let paths = Paths {
+            origin: (origin_addr, &origin),
+            rampart: args
+                .proxies
+                .iter()
+                .any(|p| p == "rampart")
+                .then_some((proxy_addr, &server)),
+        };
+        let runs = echo_rounds(&args, &dir, &paths).await?;
+        anyhow::Ok((idle, runs))
     });
     server.stop();
     origin.stop();
-    let (before, after, opening, checked, runs) = result?;
-    let report = report(&args, before, after, opening, checked, &runs);
+    let (idle, runs) = result?;
+    let report = report(&args, &idle, &runs);
     let out = args.out.clone().unwrap_or_else(|| {
         PathBuf::from("bench/results").join(format!("websocket-{}.md", crate::now_utc()))
     });
@@ -264,6 +195,109 @@ pub fn run(args: WebsocketArgs) -> anyhow::Result<()> {
     println!("{report}\nreport: {}", out.display());
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
+}
+
+/// The idle-sockets figures.
+struct Idle {
+    /// rampart's RSS after one warm-up WebSocket, and with every idle one open.
+    before: u64,
+    after: u64,
+    opening: Duration,
+    /// Sockets that echoed again after the wait.
+    checked: usize,
+}
+
+/// Opens `--idle` WebSockets through rampart and reads its RSS before and after.
+async fn idle(
+    args: &WebsocketArgs,
+    proxy: SocketAddr,
+    server: &procs::Server,
+) -> anyhow::Result<Idle> {
+    // Warm up: rampart's first WebSocket (its splice buffers and tables exist).
+    let warm = open(proxy, "ws.bench").await.context("warm-up socket")?;
+    drop(warm);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = server.rss();
+    let started = Instant::now();
+    let mut sockets = Vec::with_capacity(args.idle);
+    for i in 0..args.idle {
+        sockets.push(
+            open(proxy, "ws.bench")
+                .await
+                .with_context(|| format!("idle socket {i}"))?,
+        );
+    }
+    let opening = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = server.rss();
+    // The sockets still work after the wait.
+    let mut checked = 0;
+    for ws in sockets.iter_mut().step_by((args.idle / 100).max(1)) {
+        round_trip(ws)
+            .await
+            .context("an idle socket after the wait")?;
+        checked += 1;
+    }
+    drop(sockets);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    Ok(Idle {
+        before,
+        after,
+        opening,
+        checked,
+    })
+}
+
+/// The origin and rampart, as the echo test reaches them.
+struct Paths<'a> {
+    origin: (SocketAddr, &'a procs::Server),
+    rampart: Option<(SocketAddr, &'a procs::Server)>,
+}
+
+/// The echo test's interleaved rounds: direct, rampart, then the other proxies (started here,
+/// stopped before returning).
+async fn echo_rounds(
+    args: &WebsocketArgs,
+    dir: &std::path::Path,
+    paths: &Paths<'_>,
+) -> anyhow::Result<Vec<(String, Vec<EchoRun>)>> {
+    let (origin_addr, origin) = paths.origin;
+    let mut proxies: Vec<(String, SocketAddr, Option<procs::Server>)> = Vec::new();
+    if let Some((addr, _)) = paths.rampart {
+        proxies.push(("rampart".into(), addr, None));
+    }
+    for name in args.proxies.iter().filter(|p| p.as_str() != "rampart") {
+        match start_peer(name, args, dir, origin_addr) {
+            Ok(Some((server, addr))) => proxies.push((name.clone(), addr, Some(server))),
+            Ok(None) => eprintln!("{name}: not installed, skipped"),
+            Err(e) => eprintln!("{name}: did not start ({e:#}), skipped"),
+        }
+    }
+    let mut runs: Vec<(String, Vec<EchoRun>)> = vec![("direct".into(), Vec::new())];
+    runs.extend(proxies.iter().map(|(n, _, _)| (n.clone(), Vec::new())));
+    let mut measured = Ok(());
+    'rounds: for _ in 0..args.rounds {
+        for (i, (name, results)) in runs.iter_mut().enumerate() {
+            let (addr, host, proxy) = match i.checked_sub(1).map(|j| &proxies[j]) {
+                None => (origin_addr, "origin", None),
+                Some((_, addr, Some(server))) => (*addr, "ws.bench", Some(server)),
+                Some((_, addr, None)) => (*addr, "ws.bench", paths.rampart.map(|(_, s)| s)),
+            };
+            match echo(args, addr, host, origin, proxy).await {
+                Ok(run) => results.push(run),
+                Err(e) => {
+                    measured = Err(e.context(format!("echo through {name}")));
+                    break 'rounds;
+                }
+            }
+        }
+    }
+    for (_, _, server) in &mut proxies {
+        if let Some(s) = server {
+            s.stop();
+        }
+    }
+    measured.map(|()| runs)
 }
 
 type Ws = tokio_tungstenite::WebSocketStream<TcpStream>;
@@ -350,19 +384,18 @@ fn mib(b: u64) -> f64 {
     b as f64 / (1u64 << 20) as f64
 }
 
-fn report(
-    args: &WebsocketArgs,
-    before: u64,
-    after: u64,
-    opening: Duration,
-    checked: usize,
-    runs: &[(String, Vec<EchoRun>)],
-) -> String {
+fn report(args: &WebsocketArgs, idle: &Idle, runs: &[(String, Vec<EchoRun>)]) -> String {
+    let Idle {
+        before,
+        after,
+        opening,
+        checked,
+    } = *idle;
     let growth = after.saturating_sub(before);
     let mut s = format!(
         "### Idle WebSockets\n\n| sockets | rampart RSS before | after | growth | per socket | goal | within |\n|---|---|---|---|---|---|---|\n\
          | {} | {:.1} MiB | {:.1} MiB | {:.1} MiB | {:.1} KiB | ≤ 100 MiB for 10,000 | {} |\n\n\
-         Opened in {:.1} s; {checked} of them (every {}th) echoed again after the wait.\n\n",
+         Opened in {:.1} s; {checked} of them (one in {}) echoed again after the wait.\n\n",
         args.idle,
         mib(before),
         mib(after),

@@ -8,6 +8,7 @@ use std::future::Future;
 use std::time::{Instant, SystemTime};
 
 use http::header::{HeaderValue, EXPECT, HOST, IF_MODIFIED_SINCE, IF_NONE_MATCH, TE};
+use http::uri::Authority;
 use http::{HeaderMap, Method, Request, Response, Uri, Version};
 use hyper::body::Incoming;
 use rampart_cache::conditional;
@@ -17,7 +18,7 @@ use crate::body::RequestBody;
 use crate::error::ProxyError;
 use crate::headers::{add_forwarded, append_via, strip_hop_by_hop, wants_trailers};
 use crate::txn::{target, ConnInfo, Scheme, Txn};
-use crate::upstream::{UpstreamSet, ERROR_PENALTY};
+use crate::upstream::{UpstreamSet, UpstreamState, ERROR_PENALTY};
 use crate::worker::Worker;
 
 /// What fetch brings back.
@@ -109,15 +110,10 @@ pub fn send<'a>(
         plan.validators,
     );
     if plan.upgrade {
-        parts.headers.insert(
-            http::header::CONNECTION,
-            HeaderValue::from_static("upgrade"),
-        );
-        parts
-            .headers
-            .insert(http::header::UPGRADE, HeaderValue::from_static("websocket"));
+        ask_for_websocket(&mut parts.headers);
     }
-    let upgrade = plan.upgrade;
+    // WebSocket handshakes are HTTP/1.1 whatever the origin's protocol.
+    let http1_only = plan.upgrade;
     let resendable = matches!(body, RequestBody::Empty);
     // A copy to re-send after a connect failure; only for body-less requests to a rule with
     // more than one origin, so the common case clones nothing.
@@ -129,7 +125,7 @@ pub fn send<'a>(
         )
     });
     parts.version = Version::HTTP_11;
-    let mut first = Some(Request::from_parts(parts, body));
+    let first = Request::from_parts(parts, body);
     let request_time = SystemTime::now();
     let done = move |res| Fetched {
         res,
@@ -142,83 +138,125 @@ pub fn send<'a>(
     };
 
     async move {
-        let https = txn.scheme() == Scheme::Https;
-        // Fields of `txn`, not `txn.route()`: the log record is written to while the route
-        // is read.
-        let Some(route) = &txn.route else {
-            unreachable!("fetch before recv")
-        };
-        let upstreams = &route.rule.upstreams;
-        // Each origin's response-head time: for the metrics, `Performance` and the access log.
-        let mut last_err = None;
-        // A rule that sends PROXY headers: the one for this client (its connections are its
-        // own; see `upstream::proxied_key`).
-        let header = route
-            .rule
-            .config
-            .send_proxy_protocol
-            .map(|v| crate::proxy_protocol::encode(v, Some((txn.conn.peer, txn.conn.local))));
-        for member in upstreams.order() {
-            let routed = match &header {
-                None => {
-                    UpstreamSet::route(member, https).map(|(s, k, sc)| (s, Cow::Borrowed(k), sc))
-                }
-                Some(h) => UpstreamSet::route_proxied(member, https, h)
-                    .map(|(s, k, sc)| (s, Cow::Owned(k), sc)),
-            };
-            let (shown, sent) = match routed {
-                Ok((shown, key, scheme)) => {
-                    let tls = scheme.as_str() == "https";
-                    let sending = {
-                        let req = match (first.take(), &spare) {
-                            (Some(req), _) => req,
-                            (None, Some((m, u, hm))) => rebuild(m, u, hm),
-                            (None, None) => break,
-                        };
-                        if let Some(l) = txn.log.as_deref_mut() {
-                            l.upstream = Some(shown.clone());
-                        }
-                        tracing::debug!(upstream = %shown, "fetch");
-                        // WebSocket handshakes are HTTP/1.1 whatever the origin's protocol.
-                        let protocol = if upgrade {
-                            OriginProtocol::Http1
-                        } else {
-                            member.target.protocol
-                        };
-                        w.upstream.send(req, &key, scheme, protocol)
-                    };
-                    let sent_at = Instant::now();
-                    let sent = sending.await;
-                    let took = sent_at.elapsed();
-                    if let Some(l) = txn.log.as_deref_mut() {
-                        l.upstream_time = Some(took);
-                    }
-                    if upstreams.method() == RoutingMethod::Performance {
-                        member.record(match &sent {
-                            Ok(res) if !res.status().is_server_error() => took,
-                            _ => took.max(ERROR_PENALTY),
-                        });
-                    }
-                    member.stats(tls).request(sent.as_ref().map(|_| took));
-                    (shown, sent)
-                }
-                Err(e) => (&member.target.authority, Err(e)),
-            };
-            match sent {
-                Ok(res) => {
-                    upstreams.mark_up(member);
-                    return Ok(done(res));
-                }
-                Err(e) if e.may_fail_over() => {
-                    tracing::warn!(upstream = %shown, error = %e, "origin failed before the request was sent; marking it down");
-                    upstreams.mark_down(member);
-                    last_err = Some(e);
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        Err(last_err.unwrap_or_else(|| ProxyError::UpstreamConnect("no upstream".into())))
+        try_origins(w, txn, first, spare, http1_only)
+            .await
+            .map(done)
     }
+}
+
+/// Sends the request to the rule's origins in order until one answers, failing over on a
+/// failed connection while a copy of the request (`spare`, body-less requests only) is left.
+async fn try_origins(
+    w: &Worker,
+    txn: &mut Txn,
+    first: Request<RequestBody>,
+    spare: Option<(Method, Uri, HeaderMap)>,
+    http1_only: bool,
+) -> Result<Response<Incoming>, ProxyError> {
+    let mut first = Some(first);
+    let https = txn.scheme() == Scheme::Https;
+    // Fields of `txn`, not `txn.route()`: the log record is written to while the route
+    // is read.
+    let Some(route) = &txn.route else {
+        unreachable!("fetch before recv")
+    };
+    let upstreams = &route.rule.upstreams;
+    // The last failure, for the client when no origin answers.
+    let mut last_err = None;
+    // A rule that sends PROXY headers: the one for this client (its connections are its
+    // own; see `upstream::proxied_key`).
+    let header = route.rule.config.send_proxy_protocol.map(|v| {
+        let client = Some((txn.conn.peer, txn.conn.local));
+        crate::proxy_protocol::encode(v, client)
+    });
+    for member in upstreams.order() {
+        let (shown, sent) = match pool_key(member, https, header.as_deref()) {
+            Ok((shown, key, scheme)) => {
+                let tls = scheme.as_str() == "https";
+                let req = match (first.take(), &spare) {
+                    (Some(req), _) => req,
+                    (None, Some((m, u, hm))) => rebuild(m, u, hm),
+                    (None, None) => break,
+                };
+                if let Some(l) = txn.log.as_deref_mut() {
+                    l.upstream = Some(shown.clone());
+                }
+                tracing::debug!(upstream = %shown, "fetch");
+                let protocol = if http1_only {
+                    OriginProtocol::Http1
+                } else {
+                    member.target.protocol
+                };
+                let sending = w.upstream.send(req, &key, scheme, protocol);
+                // The response-head time: for the metrics, `Performance` and the access log.
+                let sent_at = Instant::now();
+                let sent = sending.await;
+                let took = sent_at.elapsed();
+                if let Some(l) = txn.log.as_deref_mut() {
+                    l.upstream_time = Some(took);
+                }
+                record(upstreams, member, tls, took, &sent);
+                (shown, sent)
+            }
+            Err(e) => (&member.target.authority, Err(e)),
+        };
+        match sent {
+            Ok(res) => {
+                upstreams.mark_up(member);
+                return Ok(res);
+            }
+            Err(e) if e.may_fail_over() => {
+                tracing::warn!(upstream = %shown, error = %e, "origin failed before the request was sent; marking it down");
+                upstreams.mark_down(member);
+                last_err = Some(e);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last_err.unwrap_or_else(|| ProxyError::UpstreamConnect("no upstream".into())))
+}
+
+/// Asks the origin to switch to WebSocket (`Connection: upgrade`, `Upgrade: websocket`, which
+/// the hop-by-hop rewrite removed).
+fn ask_for_websocket(h: &mut HeaderMap) {
+    h.insert(
+        http::header::CONNECTION,
+        HeaderValue::from_static("upgrade"),
+    );
+    h.insert(http::header::UPGRADE, HeaderValue::from_static("websocket"));
+}
+
+/// `member`'s pool key for this request, with the name shown in logs and the scheme; a rule
+/// that sends PROXY headers (`header`) keys each client's connections apart.
+fn pool_key<'m>(
+    member: &'m UpstreamState,
+    https: bool,
+    header: Option<&[u8]>,
+) -> Result<(&'m Authority, Cow<'m, Authority>, http::uri::Scheme), ProxyError> {
+    match header {
+        None => UpstreamSet::route(member, https).map(|(s, k, sc)| (s, Cow::Borrowed(k), sc)),
+        Some(h) => {
+            UpstreamSet::route_proxied(member, https, h).map(|(s, k, sc)| (s, Cow::Owned(k), sc))
+        }
+    }
+}
+
+/// What one origin's answer (or failure) counts for: `Performance` routing's average and the
+/// origin's metrics.
+fn record(
+    upstreams: &UpstreamSet,
+    member: &UpstreamState,
+    tls: bool,
+    took: std::time::Duration,
+    sent: &Result<Response<Incoming>, ProxyError>,
+) {
+    if upstreams.method() == RoutingMethod::Performance {
+        member.record(match sent {
+            Ok(res) if !res.status().is_server_error() => took,
+            _ => took.max(ERROR_PENALTY),
+        });
+    }
+    member.stats(tls).request(sent.as_ref().map(|_| took));
 }
 
 /// The client's request fields made ready for the origin: hop-by-hop fields and `Expect` out,

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http::uri::Authority;
+use http::uri::{Authority, PathAndQuery, Scheme};
 use http::Uri;
 use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
 use hyper_util::rt::TokioIo;
@@ -171,6 +171,20 @@ impl hyper::rt::Write for OriginIo {
             OriginIo::Tls(s) => Pin::new(s).poll_write_vectored(cx, bufs),
         }
     }
+}
+
+/// `uri`'s path and query (`/` when it has none) under `scheme` and `authority`: the target
+/// as a client of the origin sends it (`None` if the parts do not make a URI).
+pub fn absolute_uri(uri: &Uri, scheme: Scheme, authority: Authority) -> Option<Uri> {
+    let mut parts = http::uri::Parts::default();
+    parts.scheme = Some(scheme);
+    parts.authority = Some(authority);
+    parts.path_and_query = Some(
+        uri.path_and_query()
+            .cloned()
+            .unwrap_or_else(|| PathAndQuery::from_static("/")),
+    );
+    Uri::from_parts(parts).ok()
 }
 
 /// Marks the user part of a proxied pool key: `[TLS name];pp=HEX@host:port`.

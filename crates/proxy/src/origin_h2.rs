@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use http::header::HOST;
-use http::uri::{Authority, PathAndQuery, Scheme};
+use http::uri::{Authority, Scheme};
 use http::{Request, Response, Uri, Version};
 use hyper::body::Incoming;
 use hyper::client::conn::http2::{self, SendRequest};
@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use tower_service::Service as _;
 
 use crate::body::RequestBody;
-use crate::origin::OriginConnector;
+use crate::origin::{absolute_uri, OriginConnector};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -33,8 +33,6 @@ pub enum H2Failure {
     Connect(BoxError),
     /// The request failed on an established connection.
     Request(hyper::Error),
-    /// The request's target could not be made into an HTTP/2 one.
-    Target,
 }
 
 /// A worker's HTTP/2 connections to origins, by pool key.
@@ -98,33 +96,28 @@ impl H2Pool {
         }
     }
 
-    /// Sends `req` (origin-form target, `Host` set) to the origin at `key` over `scheme`.
+    /// Sends `req` (target in absolute form with the pool key as authority, `Host` set) to
+    /// the origin at `key`.
     pub async fn send(
         &self,
         mut req: Request<RequestBody>,
         key: Authority,
-        scheme: Scheme,
     ) -> Result<Response<Incoming>, H2Failure> {
         let key = &key;
+        let scheme = req.uri().scheme().cloned().unwrap_or(Scheme::HTTP);
         let tls = scheme == Scheme::HTTPS;
         // `:authority` is the Host the pipeline chose; the pool key's user part (TLS name,
-        // PROXY header) never leaves rampart.
-        let host = req.headers_mut().remove(HOST);
-        // A userinfo part is not allowed in `:authority` (RFC 9113 §8.3.1).
-        let authority = host
+        // PROXY header) never leaves rampart. A userinfo part is not allowed in `:authority`
+        // (RFC 9113 §8.3.1).
+        let authority = req
+            .headers_mut()
+            .remove(HOST)
             .filter(|h| !h.as_bytes().contains(&b'@'))
             .and_then(|h| Authority::try_from(h.as_bytes()).ok())
             .unwrap_or_else(|| without_user(key));
-        let pq = req
-            .uri()
-            .path_and_query()
-            .cloned()
-            .unwrap_or_else(|| PathAndQuery::from_static("/"));
-        let mut parts = http::uri::Parts::default();
-        parts.scheme = Some(scheme.clone());
-        parts.authority = Some(authority);
-        parts.path_and_query = Some(pq);
-        *req.uri_mut() = Uri::from_parts(parts).map_err(|_| H2Failure::Target)?;
+        if let Some(uri) = absolute_uri(req.uri(), scheme.clone(), authority) {
+            *req.uri_mut() = uri;
+        }
         *req.version_mut() = Version::HTTP_2;
 
         let (mut send, pooled) = match self.pooled(tls, key) {

@@ -17,13 +17,14 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use http::uri::{Authority, PathAndQuery, Scheme};
-use http::{Request, Response, Uri};
+use http::uri::{Authority, Scheme};
+use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 
 use crate::origin::{
-    proxied_key, OriginConnectTimeout, OriginConnector, OriginTlsError, ORIGIN_READ_BUFFER,
+    absolute_uri, proxied_key, OriginConnectTimeout, OriginConnector, OriginTlsError,
+    ORIGIN_READ_BUFFER,
 };
 use crate::origin_h2::{H2Failure, H2Pool};
 use hyper_util::client::legacy::Client;
@@ -363,6 +364,9 @@ impl Upstream {
 
     /// Sends `req` (origin-form URI, headers already rewritten) to `authority` over `scheme`
     /// in `protocol`; waits at most `proxy_timeout` for the response head.
+    ///
+    /// Not an `async fn`: the request is handed to the client before the future is made, so
+    /// the future holds the client's response future, not the request too.
     pub fn send(
         &self,
         req: Request<RequestBody>,
@@ -370,75 +374,47 @@ impl Upstream {
         scheme: Scheme,
         protocol: OriginProtocol,
     ) -> impl Future<Output = Result<Response<Incoming>, ProxyError>> + '_ {
+        // The target as the client sends it: scheme and pool key (hyper's HTTP/1.1 client
+        // sends the origin form; HTTP/2 takes `:authority` from `Host`, see origin_h2.rs).
+        let target = absolute_uri(req.uri(), scheme, authority.clone());
         // Both futures are made here, before the request would be held by an `async` block.
-        let (h1, h2) = match protocol {
-            OriginProtocol::Http1 => {
+        let (h1, h2) = match (target, protocol) {
+            (None, _) => (None, None),
+            (Some(uri), OriginProtocol::Http1) => {
+                let mut req = req;
+                *req.uri_mut() = uri;
                 // `TE` is hop-by-hop and HTTP/1.1 clients never get trailers from rampart:
                 // `TE: trailers` (kept by fetch for gRPC) is for HTTP/2 origins only.
-                let mut req = req;
                 if req.headers().contains_key(http::header::TE) {
                     req.headers_mut().remove(http::header::TE);
                 }
-                (Some(self.send_h1(req, authority, scheme)), None)
+                (Some(self.client.request(req)), None)
             }
             // Boxed: HTTP/2's future is large, and the HTTP/1.1 path (every request of
             // most configurations) would otherwise carry its space in every fetch future.
-            OriginProtocol::H2 | OriginProtocol::H2c => (
-                None,
-                Some(Box::pin(self.h2.send(req, authority.clone(), scheme))),
-            ),
+            (Some(uri), OriginProtocol::H2 | OriginProtocol::H2c) => {
+                let mut req = req;
+                *req.uri_mut() = uri;
+                (None, Some(Box::pin(self.h2.send(req, authority.clone()))))
+            }
         };
         async move {
-            if let Some(h1) = h1 {
-                return h1.await;
+            let exchange = async {
+                match (h1, h2) {
+                    (Some(h1), _) => h1.await.map_err(|e| self.classify(&e, e.is_connect())),
+                    (None, Some(h2)) => h2.await.map_err(|e| match e {
+                        H2Failure::Connect(e) => self.classify(&*e, true),
+                        H2Failure::Request(e) => self.classify(&e, false),
+                    }),
+                    (None, None) => Err(ProxyError::BadRequest("request target")),
+                }
+            };
+            match self.timeout {
+                Some(t) => tokio::time::timeout(t, exchange)
+                    .await
+                    .map_err(|_| ProxyError::UpstreamTimeout)?,
+                None => exchange.await,
             }
-            let Some(sent) = h2 else {
-                unreachable!("one of the two is made")
-            };
-            let res = match self.timeout {
-                Some(t) => tokio::time::timeout(t, sent)
-                    .await
-                    .map_err(|_| ProxyError::UpstreamTimeout)?,
-                None => sent.await,
-            };
-            res.map_err(|e| match e {
-                H2Failure::Connect(e) => self.classify(&*e, true),
-                H2Failure::Request(e) => self.classify(&e, false),
-                H2Failure::Target => ProxyError::BadRequest("request target"),
-            })
-        }
-    }
-
-    /// Not an `async fn`: the request is handed to the client before the future is made, so
-    /// the future holds the client's (boxed) response future, not the request too.
-    fn send_h1(
-        &self,
-        mut req: Request<RequestBody>,
-        authority: &Authority,
-        scheme: Scheme,
-    ) -> impl Future<Output = Result<Response<Incoming>, ProxyError>> + '_ {
-        let pq = req
-            .uri()
-            .path_and_query()
-            .cloned()
-            .unwrap_or_else(|| PathAndQuery::from_static("/"));
-        let mut parts = http::uri::Parts::default();
-        parts.scheme = Some(scheme);
-        parts.authority = Some(authority.clone());
-        parts.path_and_query = Some(pq);
-        let sent = Uri::from_parts(parts).map(|uri| {
-            *req.uri_mut() = uri;
-            self.client.request(req)
-        });
-        async move {
-            let fut = sent.map_err(|_| ProxyError::BadRequest("request target"))?;
-            let res = match self.timeout {
-                Some(t) => tokio::time::timeout(t, fut)
-                    .await
-                    .map_err(|_| ProxyError::UpstreamTimeout)?,
-                None => fut.await,
-            };
-            res.map_err(|e| self.classify(&e, e.is_connect()))
         }
     }
 

@@ -308,3 +308,41 @@ async fn a_grpc_content_type_lifts_no_limit_on_http1_rules() {
         started.elapsed()
     );
 }
+
+/// Active health checks speak the origin's protocol: an h2c location is probed over HTTP/2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_probes_speak_http2_to_an_h2c_origin() {
+    let origin = Origin::new().route("*", Reply::text("ok\n")).start().await;
+    let proxy = Proxy::start(&format!(
+        "listening_address = \"127.0.0.1\"\nlistening_port_http = 0\nworkers = 1\n\
+         logging_level = \"warn\"\n\
+         [[proxy_rules]]\ndomain = \"c.test\"\nmax_age_seconds = 0\n\
+         [proxy_rules.routing_rules]\nrouting_method = \"Priority\"\nhttps_only = false\n\
+         enable_health_checks = true\nhealth_check_interval = 1\nhealth_check_path = \"/health\"\n\
+         [[proxy_rules.routing_rules.routing_locations]]\npriority = 1\n\
+         forward_ipv4 = \"127.0.0.1\"\nforward_port_http = {}\norigin_protocol = \"h2c\"\n",
+        origin.port()
+    ));
+    let probe = |s: &Seen| {
+        s.uri.path() == "/health"
+            && s.headers
+                .get("user-agent")
+                .is_some_and(|v| v.to_str().unwrap().starts_with("rampart-health-check/"))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !origin.seen().iter().any(probe) && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let seen = origin.seen();
+    let probes: Vec<_> = seen.iter().filter(|s| probe(s)).collect();
+    assert!(!probes.is_empty(), "no probe arrived: {}", proxy.output());
+    assert!(
+        probes.iter().all(|s| s.version == Version::HTTP_2),
+        "{:?}",
+        probes.iter().map(|s| s.version).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        probes[0].uri.authority().map(|a| a.as_str()),
+        Some("c.test")
+    );
+}
