@@ -399,22 +399,29 @@ impl Upstream {
             }
         };
         async move {
-            let exchange = async {
-                match (h1, h2) {
-                    (Some(h1), _) => h1.await.map_err(|e| self.classify(&e, e.is_connect())),
-                    (None, Some(h2)) => h2.await.map_err(|e| match e {
-                        H2Failure::Connect(e) => self.classify(&*e, true),
-                        H2Failure::Request(e) => self.classify(&e, false),
-                    }),
-                    (None, None) => Err(ProxyError::BadRequest("request target")),
-                }
-            };
-            match self.timeout {
-                Some(t) => tokio::time::timeout(t, exchange)
-                    .await
-                    .map_err(|_| ProxyError::UpstreamTimeout)?,
-                None => exchange.await,
+            // Each exchange under `proxy_timeout` as it is: an `async` block around the two
+            // would be one more future to move for every request.
+            match (h1, h2) {
+                (Some(h1), _) => self
+                    .within_timeout(h1)
+                    .await?
+                    .map_err(|e| self.classify(&e, e.is_connect())),
+                (None, Some(h2)) => self.within_timeout(h2).await?.map_err(|e| match e {
+                    H2Failure::Connect(e) => self.classify(&*e, true),
+                    H2Failure::Request(e) => self.classify(&e, false),
+                }),
+                (None, None) => Err(ProxyError::BadRequest("request target")),
             }
+        }
+    }
+
+    /// `fut`'s output, or `UpstreamTimeout` after `proxy_timeout`.
+    async fn within_timeout<F: Future>(&self, fut: F) -> Result<F::Output, ProxyError> {
+        match self.timeout {
+            Some(t) => tokio::time::timeout(t, fut)
+                .await
+                .map_err(|_| ProxyError::UpstreamTimeout),
+            None => Ok(fut.await),
         }
     }
 
