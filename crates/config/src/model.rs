@@ -104,6 +104,18 @@ pub struct TlsConfig {
     /// How often certificate files are checked for changes (`tls_reload_interval_seconds`).
     pub reload_interval: Duration,
     pub acme: AcmeConfig,
+    /// HTTP/3 on UDP beside every HTTPS address (`http3`; `None` = off, the default).
+    pub http3: Option<Http3Config>,
+}
+
+/// HTTP/3 (QUIC) beside the HTTPS listeners.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Http3Config {
+    /// Most concurrent request streams per connection (`http3_max_concurrent_streams`).
+    pub max_streams: u32,
+    /// `ma` of the `Alt-Svc` header that announces HTTP/3 on HTTPS responses
+    /// (`http3_alt_svc_max_age_seconds`); `None` (0) = not announced.
+    pub alt_svc_max_age: Option<Duration>,
 }
 
 /// The ACME client (automatic certificates).

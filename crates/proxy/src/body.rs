@@ -287,13 +287,14 @@ pub struct BodyLimits {
     pub total: Option<Duration>,
 }
 
-/// A client's request body as its connection delivers it: from rampart's HTTP/1.1 server or
-/// from hyper's HTTP/2 server.
+/// A client's request body as its connection delivers it: from rampart's HTTP/1.1 server,
+/// from hyper's HTTP/2 server, or from an HTTP/3 request stream.
 #[derive(Debug)]
 pub enum ClientBody {
     Empty,
     H1(crate::h1::body::Incoming),
     H2(Incoming),
+    H3(Box<crate::quic::H3Body>),
 }
 
 impl Body for ClientBody {
@@ -308,6 +309,7 @@ impl Body for ClientBody {
             ClientBody::Empty => Poll::Ready(None),
             ClientBody::H1(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
             ClientBody::H2(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
+            ClientBody::H3(b) => Pin::new(&mut **b).poll_frame(cx).map_err(Into::into),
         }
     }
 
@@ -316,6 +318,7 @@ impl Body for ClientBody {
             ClientBody::Empty => true,
             ClientBody::H1(b) => b.is_end_stream(),
             ClientBody::H2(b) => b.is_end_stream(),
+            ClientBody::H3(b) => b.is_end_stream(),
         }
     }
 
@@ -324,6 +327,7 @@ impl Body for ClientBody {
             ClientBody::Empty => SizeHint::with_exact(0),
             ClientBody::H1(b) => b.size_hint(),
             ClientBody::H2(b) => b.size_hint(),
+            ClientBody::H3(b) => b.size_hint(),
         }
     }
 }

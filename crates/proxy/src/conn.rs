@@ -81,6 +81,16 @@ impl ConnLimit {
         }
     }
 
+    /// A slot for one more connection if one is free now (HTTP/3: a QUIC connection attempt
+    /// has no backlog to wait in; it is refused at the limit).
+    pub fn try_acquire(self: &Arc<Self>) -> Option<ConnPermit> {
+        let permit = self.sem.clone().try_acquire_owned().ok()?;
+        Some(ConnPermit {
+            permit: Some(permit),
+            limit: self.clone(),
+        })
+    }
+
     /// Applies a new `max_connections`. A lower limit retires free permits now and the rest
     /// as connections close; open connections are never cut.
     pub fn resize(&self, max: usize) {

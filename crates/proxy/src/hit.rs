@@ -186,7 +186,8 @@ fn age_value(secs: u64) -> HeaderValue {
 }
 
 /// The hit stage: the answer to a request from `obj`. Over HTTP/1 a plain fresh hit sends the
-/// stored header block as it is ([`respond_h1`]); HTTP/2 gets a response of its own.
+/// stored header block as it is ([`respond_h1`]); HTTP/2 and HTTP/3 get a response of their
+/// own.
 pub fn answer(
     obj: &Arc<Object>,
     req_headers: &HeaderMap,
@@ -194,7 +195,7 @@ pub fn answer(
     head: bool,
     served: Served,
 ) -> Response<ProxyBody> {
-    if version == http::Version::HTTP_2 {
+    if version >= http::Version::HTTP_2 {
         respond(obj, req_headers, head, served)
     } else {
         respond_h1(obj, req_headers, head, served)

@@ -1,7 +1,7 @@
 //! rampart's proxy engine: the request pipeline and everything around it.
 //!
 //! ```text
-//! accept (server) → HTTP/1 (h1) | HTTP/2 → pipeline:
+//! accept (server) → HTTP/1 (h1) | HTTP/2 | HTTP/3 (quic) → pipeline:
 //!   recv → lookup → hit | miss | pass → fetch → deliver | synth      (one module per stage)
 //! ```
 //!
@@ -39,6 +39,7 @@ pub mod outcome;
 pub mod path;
 pub mod pipeline;
 pub mod proxy_protocol;
+pub mod quic;
 pub mod ranges;
 pub mod recv;
 pub mod route;

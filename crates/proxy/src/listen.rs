@@ -1,6 +1,6 @@
 //! Listening sockets: binding one address for every worker, refusing a port that another
 //! process already serves, and taking over the sockets of the process being upgraded
-//! ([`HANDOFF_ENV`]).
+//! ([`HANDOFF_ENV`]). TCP for HTTP and HTTPS; UDP for HTTP/3 beside an HTTPS address.
 
 use std::io;
 use std::net::SocketAddr;
@@ -13,15 +13,50 @@ use socket2::{Domain, Protocol, Socket, Type};
 const DEFAULT_BACKLOG: i32 = 4096;
 
 /// The environment variable through which an upgrading rampart hands its listening sockets to
-/// the new binary: `FD,CONFIGURED,ACTUAL,http|https` entries separated by `;`.
+/// the new binary: `FD,CONFIGURED,ACTUAL,http|https|h3` entries separated by `;`.
 pub const HANDOFF_ENV: &str = "RAMPART_LISTEN_FDS";
+
+/// What a listening socket serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// Plain HTTP on TCP.
+    Http,
+    /// HTTPS on TCP.
+    Https,
+    /// HTTP/3 on UDP, beside the HTTPS listener of the same configured address.
+    H3,
+}
+
+impl Kind {
+    /// The name in a handoff entry.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Http => "http",
+            Kind::Https => "https",
+            Kind::H3 => "h3",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Kind> {
+        [Kind::Http, Kind::Https, Kind::H3]
+            .into_iter()
+            .find(|k| k.as_str() == s)
+    }
+
+    fn socket_type(self) -> Type {
+        match self {
+            Kind::H3 => Type::DGRAM,
+            Kind::Http | Kind::Https => Type::STREAM,
+        }
+    }
+}
 
 /// A listening socket inherited from the process being upgraded.
 #[derive(Debug)]
 pub struct Inherited {
     configured: SocketAddr,
-    tls: bool,
-    socket: std::net::TcpListener,
+    kind: Kind,
+    socket: Socket,
 }
 
 /// Takes the sockets named in [`HANDOFF_ENV`] (and removes the variable, so no child of this
@@ -47,14 +82,10 @@ fn inherit_one(entry: &str) -> Option<Inherited> {
     let fd: RawFd = parts.next()?.parse().ok()?;
     let configured: SocketAddr = parts.next()?.parse().ok()?;
     let actual: SocketAddr = parts.next()?.parse().ok()?;
-    let tls = match parts.next()? {
-        "https" => true,
-        "http" => false,
-        _ => return None,
-    };
+    let kind = Kind::parse(parts.next()?)?;
     let socket = adopt_fd(fd)?;
-    let listening = socket.r#type().ok() == Some(Type::STREAM)
-        && socket.is_listener().unwrap_or(false)
+    let listening = socket.r#type().ok() == Some(kind.socket_type())
+        && (kind == Kind::H3 || socket.is_listener().unwrap_or(false))
         && socket.local_addr().ok().and_then(|a| a.as_socket()) == Some(actual);
     if !listening {
         return None;
@@ -63,8 +94,8 @@ fn inherit_one(entry: &str) -> Option<Inherited> {
     socket.set_nonblocking(true).ok()?;
     Some(Inherited {
         configured,
-        tls,
-        socket: socket.into(),
+        kind,
+        socket,
     })
 }
 
@@ -117,10 +148,11 @@ pub fn set_inheritable(fd: RawFd, inheritable: bool) -> io::Result<()> {
 pub struct Bound {
     pub configured: SocketAddr,
     pub actual: SocketAddr,
-    pub tls: bool,
+    pub kind: Kind,
     /// Socket `i` goes to worker `i % workers` (an upgrade may inherit more sockets than this
-    /// process has workers; each is still accepted from).
-    pub sockets: Vec<std::net::TcpListener>,
+    /// process has workers; each is still accepted from). Listening TCP sockets, or UDP
+    /// sockets for [`Kind::H3`].
+    pub sockets: Vec<Socket>,
 }
 
 impl Bound {
@@ -130,105 +162,133 @@ impl Bound {
     }
 }
 
-/// The addresses a configuration listens on: (address, HTTPS?), plain ones first.
-pub fn wanted(config: &Config, tls: bool) -> Vec<(SocketAddr, bool)> {
+/// The addresses a configuration listens on, plain ones first, then HTTPS, then HTTP/3 (UDP
+/// on every HTTPS address when `http3` is on, except those that read a PROXY protocol header:
+/// the balancer in front speaks TCP).
+pub fn wanted(config: &Config, tls: bool) -> Vec<(SocketAddr, Kind)> {
     let https = if tls {
         &config.tls.listen_https[..]
     } else {
         &[]
     };
+    let h3 = https
+        .iter()
+        .filter(|_| config.tls.http3.is_some())
+        .filter(|a| !config.proxy_protocol.expects(**a, true));
     config
         .listen_http
         .iter()
-        .map(|a| (*a, false))
-        .chain(https.iter().map(|a| (*a, true)))
+        .map(|a| (*a, Kind::Http))
+        .chain(https.iter().map(|a| (*a, Kind::Https)))
+        .chain(h3.map(|a| (*a, Kind::H3)))
         .collect()
 }
 
 /// Binds `addr` once per worker group. A port of 0 is resolved by the first socket and shared
-/// by its siblings.
-pub fn bind(addr: SocketAddr, tls: bool, config: &Config, groups: usize) -> io::Result<Bound> {
-    bind_or_inherit(addr, tls, config, groups, &mut Vec::new())
+/// by its siblings. For HTTP/3 on a port of 0, `https` (the HTTPS address bound for the same
+/// configured one) names the port to try first, so both protocols share a port number.
+pub fn bind(
+    addr: SocketAddr,
+    kind: Kind,
+    config: &Config,
+    groups: usize,
+    https: Option<SocketAddr>,
+) -> io::Result<Bound> {
+    bind_or_inherit(addr, kind, config, groups, &mut Vec::new(), https)
 }
 
 /// As [`bind`], but first takes the sockets `inherited` has for this address (an upgrade):
 /// the same sockets, so connections waiting in their queues are accepted here.
 pub fn bind_or_inherit(
     addr: SocketAddr,
-    tls: bool,
+    kind: Kind,
     config: &Config,
     groups: usize,
     inherited: &mut Vec<Inherited>,
+    https: Option<SocketAddr>,
 ) -> io::Result<Bound> {
     let mut taken = Vec::new();
     let mut i = 0;
     while i < inherited.len() {
-        if inherited[i].configured == addr && inherited[i].tls == tls {
+        if inherited[i].configured == addr && inherited[i].kind == kind {
             taken.push(inherited.remove(i).socket);
         } else {
             i += 1;
         }
     }
+    let per_core = config.runtime == RuntimeMode::PerCore;
     if let Some(first) = taken.first() {
-        let actual = first.local_addr()?;
-        let per_core = config.runtime == RuntimeMode::PerCore;
+        let actual = local_addr(first)?;
         while taken.len() < groups && per_core {
-            taken.push(bind_one(actual, config, true)?);
+            taken.push(bind_one(actual, kind, config, true)?);
         }
         return Ok(Bound {
             configured: addr,
             actual,
-            tls,
+            kind,
             sockets: taken,
         });
     }
-    let per_core = config.runtime == RuntimeMode::PerCore;
     // SO_REUSEPORT lets rampart's own workers share a port, but would also let a second
     // rampart (or anything else that sets it) join silently and take half the traffic to a
     // cache of its own: refuse a port another process already listens on.
-    if per_core && addr.port() != 0 && listened_on_by_another(addr) {
+    if per_core && addr.port() != 0 && listened_on_by_another(addr, kind) {
         return Err(io::Error::new(
             io::ErrorKind::AddrInUse,
             format!(
-                "cannot listen on {addr}: another process is already listening there \
-                 (another rampart?); rampart does not share a port with another instance"
+                "cannot listen on {addr}{}: another process is already listening there \
+                 (another rampart?); rampart does not share a port with another instance",
+                if kind == Kind::H3 { " (UDP, HTTP/3)" } else { "" }
             ),
         ));
     }
-    let first = bind_one(addr, config, per_core)
-        .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))?;
-    let actual = first.local_addr()?;
+    // HTTP/3 beside an HTTPS port chosen by the system: the same number when it is free.
+    let same_port = https.filter(|_| kind == Kind::H3 && addr.port() == 0);
+    let first = match same_port.map(|a| bind_one(a, kind, config, per_core)) {
+        Some(Ok(s)) => s,
+        _ => bind_one(addr, kind, config, per_core).map_err(|e| {
+            let udp = if kind == Kind::H3 { " (UDP, HTTP/3)" } else { "" };
+            io::Error::new(e.kind(), format!("cannot listen on {addr}{udp}: {e}"))
+        })?,
+    };
+    let actual = local_addr(&first)?;
     let mut sockets = vec![first];
     for _ in 1..groups {
-        sockets.push(bind_one(actual, config, true)?);
+        sockets.push(bind_one(actual, kind, config, true)?);
     }
     Ok(Bound {
         configured: addr,
         actual,
-        tls,
+        kind,
         sockets,
     })
 }
 
+fn local_addr(s: &Socket) -> io::Result<SocketAddr> {
+    s.local_addr()?
+        .as_socket()
+        .ok_or_else(|| io::Error::other("not an IP socket"))
+}
+
 /// Whether another socket already listens on `addr`: a bind without `SO_REUSEPORT` is refused
 /// then (the probe socket is closed at once).
-fn listened_on_by_another(addr: SocketAddr) -> bool {
-    let Ok(probe) = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
-    else {
+fn listened_on_by_another(addr: SocketAddr, kind: Kind) -> bool {
+    let Ok(probe) = Socket::new(Domain::for_address(addr), kind.socket_type(), None) else {
         return false;
     };
-    let _ = probe.set_reuse_address(true);
+    if kind != Kind::H3 {
+        let _ = probe.set_reuse_address(true);
+    }
     if addr.is_ipv6() {
         let _ = probe.set_only_v6(true);
     }
     matches!(probe.bind(&addr.into()), Err(e) if e.kind() == io::ErrorKind::AddrInUse)
 }
 
-fn bind_one(
-    addr: SocketAddr,
-    config: &Config,
-    reuse_port: bool,
-) -> io::Result<std::net::TcpListener> {
+fn bind_one(addr: SocketAddr, kind: Kind, config: &Config, reuse_port: bool) -> io::Result<Socket> {
+    if kind == Kind::H3 {
+        return bind_udp(addr, config, reuse_port);
+    }
     let d = &config.downstream;
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     socket.set_reuse_address(true)?;
@@ -256,5 +316,29 @@ fn bind_one(
     socket.bind(&addr.into())?;
     socket.listen(d.max_backlog.unwrap_or(DEFAULT_BACKLOG))?;
     socket.set_nonblocking(true)?;
-    Ok(socket.into())
+    Ok(socket)
+}
+
+/// A UDP socket for QUIC. `recv_buffer_size`/`send_buffer_size` apply here too (QUIC receives
+/// whole connections' traffic through one socket: a larger receive buffer drops fewer
+/// datagrams under load). No `SO_REUSEADDR`: on UDP it would let another socket share the
+/// port without the kernel's balancing.
+fn bind_udp(addr: SocketAddr, config: &Config, reuse_port: bool) -> io::Result<Socket> {
+    let d = &config.downstream;
+    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    if reuse_port {
+        socket.set_reuse_port(true)?;
+    }
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    if let Some(n) = d.recv_buffer_size {
+        socket.set_recv_buffer_size(n)?;
+    }
+    if let Some(n) = d.send_buffer_size {
+        socket.set_send_buffer_size(n)?;
+    }
+    socket.bind(&addr.into())?;
+    socket.set_nonblocking(true)?;
+    Ok(socket)
 }

@@ -29,7 +29,7 @@ use crate::cache::Cache;
 use crate::conn::{ConnLimit, PerIp};
 use crate::control::Control;
 use crate::h1;
-use crate::listen::{self, Bound};
+use crate::listen::{self, Bound, Kind};
 use crate::log::AccessLog;
 use crate::pipeline::Pipeline;
 use crate::route::Router;
@@ -44,6 +44,10 @@ pub struct ConnSettings {
     pub h2: Arc<hyper::server::conn::http2::Builder<TokioExecutor>>,
     /// `None` when no rule is served over HTTPS (HTTPS listeners are closed then).
     pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// HTTP/3's QUIC settings (`None`: `http3` is off; its listeners are closed then).
+    pub quic: Option<Arc<quinn::ServerConfig>>,
+    /// Largest request header section (HTTP/2's list, HTTP/3's field section).
+    pub max_header_list: u32,
     pub keepalive: Option<TcpKeepalive>,
     pub per_ip: Option<Arc<PerIp>>,
     /// Which listeners read a PROXY protocol header, from whom.
@@ -64,10 +68,12 @@ pub type Slot = ArcSwap<Current>;
 /// Listener changes sent to a worker.
 #[derive(Debug)]
 pub enum ListenerCmd {
-    /// Start accepting on this socket (`true`: HTTPS), configured as this address.
-    Open(std::net::TcpListener, bool, SocketAddr),
-    /// Stop accepting on the socket bound to this address and close it; its connections go on.
-    Close(SocketAddr),
+    /// Start accepting on this socket (a listening TCP socket, or a UDP one for HTTP/3),
+    /// configured as this address.
+    Open(socket2::Socket, Kind, SocketAddr),
+    /// Stop accepting on the socket of this kind bound to this address and close it; its
+    /// connections go on.
+    Close(SocketAddr, Kind),
 }
 
 /// A listening address in service.
@@ -75,7 +81,7 @@ pub enum ListenerCmd {
 struct Listening {
     configured: SocketAddr,
     actual: SocketAddr,
-    tls: bool,
+    kind: Kind,
     /// Its sockets' descriptors (held open by the workers), for an upgrade's handoff.
     fds: Vec<std::os::fd::RawFd>,
 }
@@ -85,7 +91,7 @@ impl Listening {
         Listening {
             configured: b.configured,
             actual: b.actual,
-            tls: b.tls,
+            kind: b.kind,
             fds: b.fds(),
         }
     }
@@ -111,7 +117,7 @@ struct Prepared {
     origin_tls: Option<Arc<rustls::ClientConfig>>,
     /// A new access log (`None`: unchanged).
     access: Option<Arc<AccessLog>>,
-    wanted: Vec<(SocketAddr, bool)>,
+    wanted: Vec<(SocketAddr, Kind)>,
     /// Newly bound addresses.
     fresh: Vec<Bound>,
 }
@@ -210,16 +216,13 @@ impl Live {
         self.limit.clone()
     }
 
-    /// The addresses in service: (plain HTTP, HTTPS).
-    pub fn addrs(&self) -> (Vec<SocketAddr>, Vec<SocketAddr>) {
-        let pick = |tls| {
-            self.listening
-                .iter()
-                .filter(|l| l.tls == tls)
-                .map(|l| l.actual)
-                .collect()
-        };
-        (pick(false), pick(true))
+    /// The addresses in service of one kind.
+    pub fn addrs(&self, kind: Kind) -> Vec<SocketAddr> {
+        self.listening
+            .iter()
+            .filter(|l| l.kind == kind)
+            .map(|l| l.actual)
+            .collect()
     }
 
     /// Reopens the access log file (SIGUSR1, after logrotate moved it).
@@ -264,17 +267,24 @@ impl Live {
                 .transpose()
                 .map_err(|e| e.to_string())?;
             let wanted = listen::wanted(config, tls.is_some());
-            let fresh = wanted
-                .iter()
-                .filter(|&&(addr, is_tls)| {
-                    !self
-                        .listening
-                        .iter()
-                        .any(|l| l.configured == addr && l.tls == is_tls)
-                })
-                .map(|&(addr, is_tls)| listen::bind(addr, is_tls, config, self.groups))
-                .collect::<std::io::Result<Vec<_>>>()
-                .map_err(|e| e.to_string())?;
+            let mut fresh: Vec<Bound> = Vec::new();
+            for &(addr, kind) in &wanted {
+                let same = |configured: SocketAddr, k: Kind| configured == addr && k == kind;
+                if self.listening.iter().any(|l| same(l.configured, l.kind)) {
+                    continue;
+                }
+                // HTTP/3 takes the port of the HTTPS socket of the same configured address.
+                let https = self
+                    .listening
+                    .iter()
+                    .map(|l| (l.configured, l.kind, l.actual))
+                    .chain(fresh.iter().map(|b| (b.configured, b.kind, b.actual)))
+                    .find(|&(c, k, _)| c == addr && k == Kind::Https)
+                    .map(|(_, _, actual)| actual);
+                let bound = listen::bind(addr, kind, config, self.groups, https)
+                    .map_err(|e| e.to_string())?;
+                fresh.push(bound);
+            }
             Ok((origin_tls, access, wanted, fresh))
         };
         match rest() {
@@ -324,7 +334,7 @@ impl Live {
             self.listening.iter().cloned().partition(|l| {
                 !p.wanted
                     .iter()
-                    .any(|&(addr, tls)| l.configured == addr && l.tls == tls)
+                    .any(|&(addr, kind)| l.configured == addr && l.kind == kind)
             });
         self.listening = kept;
         self.listening.extend(p.fresh.iter().map(Listening::of));
@@ -342,7 +352,7 @@ impl Live {
         self.open(p.fresh);
         for l in &gone {
             for cmds in &self.cmds {
-                let _ = cmds.send(ListenerCmd::Close(l.actual));
+                let _ = cmds.send(ListenerCmd::Close(l.actual, l.kind));
             }
         }
         // The old health checks end on their own once told; nothing waits for them.
@@ -368,7 +378,7 @@ impl Live {
         for b in bound {
             for (i, socket) in b.sockets.into_iter().enumerate() {
                 if let Some(cmds) = self.cmds.get(i % self.cmds.len().max(1)) {
-                    let _ = cmds.send(ListenerCmd::Open(socket, b.tls, b.configured));
+                    let _ = cmds.send(ListenerCmd::Open(socket, b.kind, b.configured));
                 }
             }
         }
@@ -382,8 +392,8 @@ impl Live {
         for l in &self.listening {
             for &fd in &l.fds {
                 fds.push(fd);
-                let scheme = if l.tls { "https" } else { "http" };
-                spec.push(format!("{fd},{},{},{scheme}", l.configured, l.actual));
+                let kind = l.kind.as_str();
+                spec.push(format!("{fd},{},{},{kind}", l.configured, l.actual));
             }
         }
         (fds, spec.join(";"))
@@ -403,6 +413,25 @@ impl Live {
         });
     }
 
+    /// The `Alt-Svc` value announcing HTTP/3 on each HTTPS port: (HTTPS port, value).
+    fn alt_svc(&self) -> Vec<(u16, http::HeaderValue)> {
+        let Some(ma) = self.config.tls.http3.as_ref().and_then(|h| h.alt_svc_max_age) else {
+            return Vec::new();
+        };
+        self.listening
+            .iter()
+            .filter(|l| l.kind == Kind::H3)
+            .filter_map(|h3| {
+                let https = self
+                    .listening
+                    .iter()
+                    .find(|l| l.kind == Kind::Https && l.configured == h3.configured)?;
+                let value = format!("h3=\":{}\"; ma={}", h3.actual.port(), ma.as_secs());
+                Some((https.actual.port(), http::HeaderValue::from_str(&value).ok()?))
+            })
+            .collect()
+    }
+
     /// Worker `i`'s view of the configuration in force.
     fn current(&self, i: usize) -> Current {
         let config = &self.config;
@@ -410,7 +439,7 @@ impl Live {
         let https_port = self
             .listening
             .iter()
-            .find(|l| l.tls)
+            .find(|l| l.kind == Kind::Https)
             .map(|l| l.actual.port());
         let pipeline = Arc::new(Pipeline::new(Worker::new(
             config,
@@ -423,6 +452,7 @@ impl Live {
                 https_port,
                 control: Some(self.control.clone()),
                 access: self.access.clone(),
+                alt_svc: self.alt_svc(),
             },
         )));
         Current {
@@ -456,6 +486,8 @@ fn conn_settings(config: &Config, tls: Option<&Tls>, per_ip: Option<Arc<PerIp>>)
         },
         h2: Arc::new(h2),
         tls: tls.map(|t| t.server.clone()),
+        quic: tls.and_then(|t| crate::quic::server_config(config, t)),
+        max_header_list: d.h2_max_header_list_bytes,
         keepalive: d.tcp_keepalive.map(|t| TcpKeepalive::new().with_time(t)),
         per_ip,
         proxy_protocol: Arc::new(config.proxy_protocol.clone()),
@@ -473,7 +505,12 @@ fn same_tls(old: &Config, new: &Config) -> bool {
             .map(|r| (r.domain.clone(), r.cert.clone()))
             .collect()
     };
-    old.tls == new.tls && sources(old) == sources(new)
+    // HTTP/3's own settings do not touch the certificates.
+    let tls = |c: &Config| rampart_config::TlsConfig {
+        http3: None,
+        ..c.tls.clone()
+    };
+    tls(old) == tls(new) && sources(old) == sources(new)
 }
 
 /// Changed keys a reload cannot apply.

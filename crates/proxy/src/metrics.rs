@@ -84,11 +84,14 @@ pub fn cache_index(o: Option<CacheOutcome>) -> usize {
     }
 }
 
+/// [`protocol_index`] of HTTP/3.
+pub const PROTOCOL_H3: u8 = 2;
+
 /// The index of a request's HTTP version in [`PROTOCOLS`].
 pub fn protocol_index(v: Version) -> u8 {
     match v {
         Version::HTTP_2 => 1,
-        Version::HTTP_3 => 2,
+        Version::HTTP_3 => PROTOCOL_H3,
         _ => 0,
     }
 }

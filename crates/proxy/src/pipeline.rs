@@ -9,7 +9,7 @@ use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use http::header::STRICT_TRANSPORT_SECURITY;
+use http::header::{ALT_SVC, STRICT_TRANSPORT_SECURITY};
 use http::{Method, Request, Response};
 use http_body_util::BodyExt as _;
 use tracing::Instrument as _;
@@ -223,6 +223,13 @@ impl Pipeline {
             if let Some(v) = txn.route.as_ref().and_then(|r| r.rule.hsts.clone()) {
                 res.headers_mut().insert(STRICT_TRANSPORT_SECURITY, v);
             }
+            // HTTP/3 is announced on the HTTPS (TCP) port it is served beside.
+            if !self.w.alt_svc.is_empty() && txn.protocol != metrics::PROTOCOL_H3 {
+                let port = txn.conn.local.port();
+                if let Some((_, v)) = self.w.alt_svc.iter().find(|(p, _)| *p == port) {
+                    res.headers_mut().insert(ALT_SVC, v.clone());
+                }
+            }
         }
         if let Some(mut log) = txn.log.take() {
             log.status = res.status().as_u16();
@@ -341,6 +348,7 @@ mod tests {
                 acme: None,
                 https_port: None,
                 control: None,
+                alt_svc: Vec::new(),
                 access: Arc::new(
                     crate::log::AccessLog::open(&config.access_log)
                         .unwrap_or_else(|e| panic!("{e}")),

@@ -29,7 +29,7 @@ use tracing::Instrument as _;
 use crate::conn::ConnLimit;
 use crate::connection::{Accepted, Conn};
 use crate::control::{Control, Requests};
-use crate::listen::{self, Bound};
+use crate::listen::{self, Bound, Kind};
 use crate::live::{ListenerCmd, Live, Reloaded, Slot, WorkerStart};
 use crate::metrics::Counted;
 use crate::txn::{ConnInfo, Scheme};
@@ -106,7 +106,14 @@ impl Running {
 
     /// The addresses in service now: (plain HTTP, HTTPS).
     pub fn addrs(&self) -> (Vec<SocketAddr>, Vec<SocketAddr>) {
-        self.live.lock().unwrap_or_else(|p| p.into_inner()).addrs()
+        let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        (live.addrs(Kind::Http), live.addrs(Kind::Https))
+    }
+
+    /// The HTTP/3 (UDP) addresses in service now.
+    pub fn h3_addrs(&self) -> Vec<SocketAddr> {
+        let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        live.addrs(Kind::H3)
     }
 
     /// The management API's reload and rule requests, for whoever owns the configuration
@@ -129,12 +136,22 @@ impl Server {
         let tls = rampart_tls::start(&config).map_err(io::Error::other)?;
         // An upgrade: the old process's sockets, taken over as they are.
         let mut inherited = listen::inherit();
-        let bound = listen::wanted(&config, tls.is_some())
-            .into_iter()
-            .map(|(addr, is_tls)| {
-                listen::bind_or_inherit(addr, is_tls, &config, groups, &mut inherited)
-            })
-            .collect::<io::Result<Vec<_>>>()?;
+        let mut bound: Vec<Bound> = Vec::new();
+        for (addr, kind) in listen::wanted(&config, tls.is_some()) {
+            // HTTP/3 takes the port of the HTTPS socket of the same configured address.
+            let https = bound
+                .iter()
+                .find(|b| b.configured == addr && b.kind == Kind::Https)
+                .map(|b| b.actual);
+            bound.push(listen::bind_or_inherit(
+                addr,
+                kind,
+                &config,
+                groups,
+                &mut inherited,
+                https,
+            )?);
+        }
         if !inherited.is_empty() {
             tracing::warn!(
                 sockets = inherited.len(),
@@ -151,18 +168,23 @@ impl Server {
 
     /// The plain-HTTP addresses actually bound (ports resolved).
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
-        self.bound
-            .iter()
-            .filter(|b| !b.tls)
-            .map(|b| b.actual)
-            .collect()
+        self.addrs(Kind::Http)
     }
 
     /// The HTTPS addresses actually bound (empty when no rule has a certificate).
     pub fn https_addrs(&self) -> Vec<SocketAddr> {
+        self.addrs(Kind::Https)
+    }
+
+    /// The HTTP/3 (UDP) addresses actually bound (empty when `http3` is off).
+    pub fn h3_addrs(&self) -> Vec<SocketAddr> {
+        self.addrs(Kind::H3)
+    }
+
+    fn addrs(&self, kind: Kind) -> Vec<SocketAddr> {
         self.bound
             .iter()
-            .filter(|b| b.tls)
+            .filter(|b| b.kind == kind)
             .map(|b| b.actual)
             .collect()
     }
@@ -217,16 +239,36 @@ async fn worker(start: WorkerStart, limit: Arc<ConnLimit>, mut shutdown: watch::
     let WorkerStart { slot, mut cmds } = start;
     // Every connection task holds a sender; the drain ends when all of them are gone.
     let (open_tx, mut open_rx) = mpsc::channel::<()>(1);
-    // (address, close, task): an upgrade can hand one worker two sockets of the same address.
-    let mut loops: Vec<(SocketAddr, oneshot::Sender<()>, tokio::task::JoinHandle<()>)> = Vec::new();
+    // ((address, kind), close, task): an upgrade can hand one worker two sockets of the same
+    // address; HTTPS and HTTP/3 share an address (TCP and UDP).
+    type Loop = ((SocketAddr, Kind), oneshot::Sender<()>, tokio::task::JoinHandle<()>);
+    let mut loops: Vec<Loop> = Vec::new();
     loop {
         let cmd = tokio::select! {
             c = cmds.recv() => c,
             _ = shutdown.changed() => None,
         };
         match cmd {
-            Some(ListenerCmd::Open(std_listener, tls, configured)) => {
-                let listener = match TcpListener::from_std(std_listener) {
+            Some(ListenerCmd::Open(socket, Kind::H3, configured)) => {
+                let udp = std::net::UdpSocket::from(socket);
+                let Ok(addr) = udp.local_addr() else {
+                    continue;
+                };
+                let (close, closed) = oneshot::channel();
+                let task = tokio::spawn(crate::quic::accept_loop(
+                    udp,
+                    configured,
+                    slot.clone(),
+                    limit.clone(),
+                    open_tx.clone(),
+                    closed,
+                    shutdown.clone(),
+                ));
+                loops.push(((addr, Kind::H3), close, task));
+            }
+            Some(ListenerCmd::Open(socket, kind, configured)) => {
+                let tls = kind == Kind::Https;
+                let listener = match TcpListener::from_std(socket.into()) {
                     Ok(l) => l,
                     Err(e) => {
                         tracing::error!(error = %e, "cannot register listener");
@@ -246,10 +288,12 @@ async fn worker(start: WorkerStart, limit: Arc<ConnLimit>, mut shutdown: watch::
                     closed,
                     shutdown.clone(),
                 ));
-                loops.push((addr, close, task));
+                loops.push(((addr, kind), close, task));
             }
-            Some(ListenerCmd::Close(addr)) => {
-                let (gone, kept) = loops.into_iter().partition(|(a, _, _)| *a == addr);
+            Some(ListenerCmd::Close(addr, kind)) => {
+                let (gone, kept) = loops
+                    .into_iter()
+                    .partition(|(a, _, _)| *a == (addr, kind));
                 loops = kept;
                 for (_, close, task) in gone {
                     let _ = close.send(());

@@ -41,6 +41,9 @@ pub struct Worker {
     pub max_connections: usize,
     /// `websocket_idle_timeout_seconds` (a rule may set its own).
     pub upgrade_idle: Duration,
+    /// `Alt-Svc` announcing HTTP/3, by the HTTPS port a connection came in on (empty: HTTP/3
+    /// is off or not announced).
+    pub alt_svc: Vec<(u16, http::HeaderValue)>,
 }
 
 /// What a worker is made of besides the configuration.
@@ -54,6 +57,7 @@ pub struct Parts {
     pub https_port: Option<u16>,
     pub control: Option<Control>,
     pub access: Arc<AccessLog>,
+    pub alt_svc: Vec<(u16, http::HeaderValue)>,
 }
 
 impl Worker {
@@ -67,6 +71,7 @@ impl Worker {
             https_port,
             control,
             access,
+            alt_svc,
         } = parts;
         Worker {
             access,
@@ -88,6 +93,7 @@ impl Worker {
             https_port,
             max_connections: config.downstream.max_connections,
             upgrade_idle: config.downstream.upgrade_idle_timeout,
+            alt_svc,
         }
     }
 }

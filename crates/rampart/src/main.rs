@@ -222,12 +222,19 @@ fn serve(
     let server = Server::bind(config.clone())?;
     let addrs = server.local_addrs();
     let https = server.https_addrs();
+    let h3 = server.h3_addrs();
     let mut running = server.start()?;
     // HTTPS first: a reader waiting for the http line then has both.
     // Startup and shutdown lines go to stderr: stdout carries the access log only.
     for a in &https {
         eprintln!(
             "rampart {} listening on https://{a} ({workers} worker(s))",
+            env!("CARGO_PKG_VERSION")
+        );
+    }
+    for a in &h3 {
+        eprintln!(
+            "rampart {} listening for HTTP/3 on udp://{a} ({workers} worker(s))",
             env!("CARGO_PKG_VERSION")
         );
     }

@@ -37,6 +37,8 @@ use crate::store::CertStore;
 pub struct Tls {
     pub store: Arc<CertStore>,
     pub server: Arc<ServerConfig>,
+    /// The same certificates for HTTP/3 (TLS 1.3, ALPN `h3`).
+    pub quic: Arc<ServerConfig>,
     manager: Arc<Manager>,
 }
 
@@ -158,6 +160,7 @@ pub fn start(config: &Config) -> Result<Option<Tls>, TlsError> {
         }
     }
     let server = server::server_config(store.clone(), tls.min_version)?;
+    let quic = server::quic_server_config(&server);
     let (bg_store, reload_every) = (store.clone(), tls.reload_interval);
     let (acme_cfg, state_dir) = (tls.acme.clone(), tls.state_dir.clone());
     let (stop, mut stopped) = tokio::sync::watch::channel(false);
@@ -209,6 +212,7 @@ pub fn start(config: &Config) -> Result<Option<Tls>, TlsError> {
     Ok(Some(Tls {
         store,
         server,
+        quic,
         manager,
     }))
 }

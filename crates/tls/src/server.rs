@@ -32,3 +32,19 @@ pub fn server_config(
     })?;
     Ok(Arc::new(config))
 }
+
+/// The server configuration for HTTP/3 (QUIC): the same certificates as `tcp` (its resolver),
+/// TLS 1.3 only (QUIC requires it), ALPN `h3`, and no 0-RTT (early data can be replayed, and
+/// a proxy cannot tell which requests are safe to replay). Resumption shares `tcp`'s tickets
+/// and session cache.
+pub fn quic_server_config(tcp: &ServerConfig) -> Arc<ServerConfig> {
+    let mut config = ServerConfig::builder_with_protocol_versions(&[&rustls::version::TLS13])
+        .with_no_client_auth()
+        .with_cert_resolver(tcp.cert_resolver.clone());
+    config.alpn_protocols = vec![b"h3".to_vec()];
+    config.max_early_data_size = 0;
+    config.session_storage = tcp.session_storage.clone();
+    config.send_tls13_tickets = 1;
+    config.ticketer = tcp.ticketer.clone();
+    Arc::new(config)
+}

@@ -4,13 +4,19 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use super::{error, file_key, secs};
+use super::{error, file_key, secs, warn, U32};
 use crate::model::*;
 use crate::reader::{At, Section, Sink};
 use crate::Severity;
 
 /// Let's Encrypt's production ACME directory (the default CA).
 pub const LETS_ENCRYPT_PRODUCTION: &str = "https://acme-v02.api.letsencrypt.org/directory";
+
+/// `http3_max_concurrent_streams` when unset (as NGINX's `http3_max_concurrent_streams`).
+const DEFAULT_H3_STREAMS: u32 = 128;
+
+/// `http3_alt_svc_max_age_seconds` when unset: a day, as Caddy announces.
+const DEFAULT_ALT_SVC_MAX_AGE: Duration = Duration::from_secs(86_400);
 
 /// `$STATE_DIRECTORY` (systemd's `StateDirectory=`), else `/var/lib/rampart` when running as
 /// root, else `$XDG_DATA_HOME/rampart`, else `$HOME/.local/share/rampart`, else
@@ -79,6 +85,8 @@ pub(super) struct Settings {
     default_domain: Option<String>,
     reload_interval: Duration,
     acme: AcmeConfig,
+    http3: Option<At<bool>>,
+    http3_config: Http3Config,
     /// What a rule without its own `tls`/files gets: the global `tls`, else ACME when a
     /// contact e-mail is set.
     pub rule_default: Option<CertSource>,
@@ -125,6 +133,17 @@ pub(super) fn read(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Settings {
         .int(sink, "tls_reload_interval_seconds", 1, 86_400)
         .map_or(Duration::from_secs(5), |v| secs(v.value));
     let acme = read_acme(s, sink);
+    let http3 = s.bool(sink, "http3");
+    let http3_config = Http3Config {
+        max_streams: s
+            .int(sink, "http3_max_concurrent_streams", 1, 10_000)
+            .map_or(DEFAULT_H3_STREAMS, |v| v.value as u32),
+        alt_svc_max_age: match s.int(sink, "http3_alt_svc_max_age_seconds", 0, U32) {
+            Some(v) if v.value == 0 => None,
+            Some(v) => Some(secs(v.value)),
+            None => Some(DEFAULT_ALT_SVC_MAX_AGE),
+        },
+    };
     // A rule without its own `tls`/files gets this: the global `tls`, else ACME when a contact
     // e-mail is set.
     let rule_tls_default = match tls_default {
@@ -139,6 +158,8 @@ pub(super) fn read(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Settings {
         default_domain,
         reload_interval,
         acme,
+        http3,
+        http3_config,
         rule_default: rule_tls_default,
     }
 }
@@ -231,7 +252,21 @@ pub(super) fn finish(
             );
         }
     }
+    let http3 = match t.http3 {
+        Some(on) if on.value && listen_https.is_empty() => {
+            warn(
+                sink,
+                &on,
+                "HTTP/3 is served beside the HTTPS listener, which is off (no rule has a certificate)",
+                "give a rule a certificate source, or remove `http3`",
+            );
+            None
+        }
+        Some(on) if on.value => Some(t.http3_config),
+        _ => None,
+    };
     TlsConfig {
+        http3,
         listen_https,
         min_version: t.min_version,
         state_dir: t.state_dir,

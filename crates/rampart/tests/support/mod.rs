@@ -434,6 +434,8 @@ pub struct Proxy {
     pub addr: SocketAddr,
     /// The HTTPS listener, when the config has one.
     pub https: Option<SocketAddr>,
+    /// The HTTP/3 (UDP) socket, when `http3` is on.
+    pub h3: Option<SocketAddr>,
     pub stdout: Arc<Mutex<String>>,
     pub stderr: Arc<Mutex<String>>,
 }
@@ -544,10 +546,18 @@ impl Proxy {
             .nth(1)
             .and_then(|rest| rest.split_whitespace().next())
             .and_then(|a| a.parse().ok());
+        let h3 = stderr
+            .lock()
+            .unwrap()
+            .split("listening for HTTP/3 on udp://")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|a| a.parse().ok());
         Proxy {
             child,
             addr,
             https,
+            h3,
             stdout,
             stderr,
         }

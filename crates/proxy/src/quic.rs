@@ -1,0 +1,534 @@
+//! HTTP/3: a QUIC endpoint on each UDP socket beside an HTTPS listener (`http3 = true`), its
+//! connections, and their request streams, which go through the same pipeline as HTTP/1.1 and
+//! HTTP/2 requests (screening, cache, logging).
+//!
+//! ```text
+//! UDP socket → endpoint (accept_loop) → connection (serve_connection) → request stream
+//!   (serve_request): head → pipeline.handle → response head, body frames, trailers
+//! ```
+//!
+//! Limits, as for HTTP/2: concurrent request streams per connection
+//! (`http3_max_concurrent_streams`, enforced by QUIC's stream credit), the header section
+//! size (`h2_max_header_list_size`), flow-control windows that bound what a client can make
+//! rampart buffer, connections counted in `max_connections` and `max_connections_per_ip`
+//! (refused at the limit: a QUIC attempt has no backlog to wait in), the request-head timeout
+//! for the handshake and for each request's head, and the keep-alive timeout for a connection
+//! that starts no request. Against floods of spoofed handshakes: QUIC's anti-amplification
+//! limit (three times what the client sent before its address is validated), and a Retry (a
+//! round trip that proves the address) for every new client while many handshakes are in
+//! progress. No 0-RTT: early data can be replayed.
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::{Buf as _, Bytes};
+use h3::error::Code;
+use h3::server::RequestStream;
+use http::{HeaderMap, Method, Request, Response, StatusCode};
+use http_body::{Body, Frame, SizeHint};
+use tokio::sync::{mpsc, oneshot, watch};
+use tracing::Instrument as _;
+
+use crate::body::{ClientBody, ProxyBody};
+use crate::conn::{ConnLimit, ConnPermit, PerIpSlot};
+use crate::live::Slot;
+use crate::metrics::ConnStats;
+use crate::txn::{ConnInfo, Scheme};
+
+/// While this many handshakes are in progress on one socket, a client whose address is not
+/// yet validated is sent a Retry first (RFC 9000 §8.1.2): spoofed Initial packets then cost
+/// one stateless packet each instead of a connection's state and a handshake's crypto.
+const RETRY_ABOVE: usize = 64;
+
+/// Connection attempts queued before the application sees them (quinn's default is 65,536).
+const MAX_INCOMING: usize = 4096;
+
+/// Flow-control windows: what a client may send before rampart reads (per request stream and
+/// per connection), and what rampart sends before the client acknowledges (per connection).
+/// They bound the memory one connection can hold; on loopback 1 MiB in flight moves several
+/// Gbit/s.
+const STREAM_WINDOW: u32 = 256 << 10;
+const CONN_WINDOW: u32 = 1 << 20;
+const SEND_WINDOW: u64 = 1 << 20;
+
+/// Unidirectional streams a client may open: HTTP/3's control stream and QPACK's two, with
+/// room for reserved (grease) stream types.
+const UNI_STREAMS: u32 = 8;
+
+/// How long a stopping worker waits for its connections' closing packets to go out.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
+
+/// HTTP/3's QUIC settings for a configuration, or `None` when `http3` is off.
+pub fn server_config(
+    config: &rampart_config::Config,
+    tls: &rampart_tls::Tls,
+) -> Option<Arc<quinn::ServerConfig>> {
+    let h3 = config.tls.http3.as_ref()?;
+    let crypto = match quinn::crypto::rustls::QuicServerConfig::try_from(tls.quic.clone()) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot set up TLS for HTTP/3; HTTP/3 is off");
+            return None;
+        }
+    };
+    let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    let mut transport = quinn::TransportConfig::default();
+    let idle = quinn::IdleTimeout::try_from(config.downstream.keepalive_timeout).ok();
+    transport
+        .max_concurrent_bidi_streams(h3.max_streams.into())
+        .max_concurrent_uni_streams(UNI_STREAMS.into())
+        .max_idle_timeout(idle)
+        .stream_receive_window(STREAM_WINDOW.into())
+        .receive_window(CONN_WINDOW.into())
+        .send_window(SEND_WINDOW)
+        .datagram_receive_buffer_size(None);
+    server
+        .transport_config(Arc::new(transport))
+        .max_incoming(MAX_INCOMING)
+        .incoming_buffer_size(64 << 10)
+        .incoming_buffer_size_total(16 << 20);
+    Some(Arc::new(server))
+}
+
+/// What a connection holds until it ends: its connection slot, its per-address slot, its
+/// count in the metrics, and the worker's drain handle.
+struct Held {
+    _permit: ConnPermit,
+    _per_ip: Option<PerIpSlot>,
+    _stats: ConnStats,
+    _open: mpsc::Sender<()>,
+}
+
+/// Counts a handshake in progress until dropped.
+struct Handshaking(Arc<AtomicUsize>);
+
+impl Handshaking {
+    fn new(count: &Arc<AtomicUsize>) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        Handshaking(count.clone())
+    }
+}
+
+impl Drop for Handshaking {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Accepts QUIC connections on one UDP socket until the worker closes it or stops. The
+/// configuration in force when a connection arrives sets its TLS and limits.
+pub(crate) async fn accept_loop(
+    socket: std::net::UdpSocket,
+    configured: SocketAddr,
+    slot: Arc<Slot>,
+    limit: Arc<ConnLimit>,
+    open: mpsc::Sender<()>,
+    mut closed: oneshot::Receiver<()>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    // `None`: a reload turned HTTP/3 off before this socket opened; it is being closed.
+    let Some(first) = slot.load().conn.quic.clone() else {
+        return;
+    };
+    let endpoint = match quinn::Endpoint::new(
+        quinn::EndpointConfig::default(),
+        Some((*first).clone()),
+        socket,
+        Arc::new(quinn::TokioRuntime),
+    ) {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::error!(error = %e, %configured, "cannot start the HTTP/3 endpoint");
+            return;
+        }
+    };
+    let actual = endpoint.local_addr().unwrap_or(configured);
+    let handshaking = Arc::new(AtomicUsize::new(0));
+    let stopping = loop {
+        let incoming = tokio::select! {
+            biased;
+            _ = shutdown.changed() => break true,
+            _ = &mut closed => break false,
+            i = endpoint.accept() => match i {
+                Some(i) => i,
+                None => break false,
+            },
+        };
+        let current = slot.load_full();
+        let settings = &current.conn;
+        let Some(server) = settings.quic.clone() else {
+            incoming.refuse();
+            continue;
+        };
+        if !incoming.remote_address_validated()
+            && handshaking.load(Ordering::Relaxed) >= RETRY_ABOVE
+        {
+            if let Err(e) = incoming.retry() {
+                e.into_incoming().refuse();
+            }
+            continue;
+        }
+        let peer = incoming.remote_address();
+        let Some(permit) = limit.try_acquire() else {
+            tracing::debug!(%peer, "connection limit reached; HTTP/3 connection refused");
+            incoming.refuse();
+            continue;
+        };
+        let per_ip = match &settings.per_ip {
+            Some(table) => match table.acquire(peer.ip().to_canonical()) {
+                Some(s) => Some(s),
+                None => {
+                    crate::metrics::get().refused_per_ip();
+                    tracing::debug!(%peer, "per-address connection limit reached; HTTP/3 connection refused");
+                    incoming.refuse();
+                    continue;
+                }
+            },
+            None => None,
+        };
+        let connecting = match incoming.accept_with(server) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::debug!(%peer, error = %e, "HTTP/3 connection attempt failed");
+                continue;
+            }
+        };
+        let held = Held {
+            _permit: permit,
+            _per_ip: per_ip,
+            _stats: crate::metrics::get().accepted(true),
+            _open: open.clone(),
+        };
+        let conn = Conn {
+            slot: slot.clone(),
+            local: actual,
+            limits: settings.limits,
+            max_field_section: u64::from(settings.max_header_list),
+        };
+        let span = tracing::debug_span!("conn", %peer, scheme = "h3");
+        let task = conn.serve(
+            connecting,
+            Handshaking::new(&handshaking),
+            held,
+            shutdown.clone(),
+        );
+        tokio::spawn(task.instrument(span));
+    };
+    // No new connections; those open go on (the endpoint runs while they do).
+    endpoint.set_server_config(None);
+    if stopping {
+        // Let the connections' closing packets out before the worker's runtime ends.
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(CLOSE_WAIT, endpoint.wait_idle()).await;
+            drop(open);
+        });
+    }
+}
+
+/// What a QUIC connection's task needs.
+struct Conn {
+    slot: Arc<Slot>,
+    /// The socket's address.
+    local: SocketAddr,
+    limits: crate::h1::Limits,
+    max_field_section: u64,
+}
+
+impl Conn {
+    /// The handshake (within the request-head timeout), then HTTP/3 until the connection
+    /// ends, the worker stops (GOAWAY, in-flight requests finish), or no request starts for a
+    /// whole keep-alive period.
+    async fn serve(
+        self,
+        connecting: quinn::Connecting,
+        handshaking: Handshaking,
+        held: Held,
+        mut stop: watch::Receiver<bool>,
+    ) {
+        let metrics = crate::metrics::get();
+        let handshake = tokio::select! {
+            r = tokio::time::timeout(self.limits.header_read_timeout, connecting) => r,
+            _ = stop.changed() => return,
+        };
+        drop(handshaking);
+        let conn = match handshake {
+            Ok(Ok(c)) => {
+                metrics.handshake(Some(true));
+                c
+            }
+            Ok(Err(e)) => {
+                metrics.handshake(Some(false));
+                tracing::debug!(error = %e, "QUIC handshake failed");
+                return;
+            }
+            Err(_) => {
+                metrics.handshake(None);
+                tracing::debug!("QUIC handshake timed out");
+                return;
+            }
+        };
+        let local = SocketAddr::new(conn.local_ip().unwrap_or(self.local.ip()), self.local.port());
+        let info = Arc::new(ConnInfo::new(conn.remote_address(), local, Scheme::Https));
+        let mut builder = h3::server::builder();
+        builder.max_field_section_size(self.max_field_section);
+        let h3 = builder
+            .build::<_, Bytes>(h3_quinn::Connection::new(conn.clone()))
+            .await;
+        let mut h3 = match h3 {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::debug!(error = %e, "HTTP/3 connection setup failed");
+                return;
+            }
+        };
+        let keepalive = self.limits.keepalive_timeout;
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + keepalive, keepalive);
+        let (mut started, mut seen, mut closing) = (0u64, 0u64, false);
+        loop {
+            tokio::select! {
+                biased;
+                r = h3.accept() => match r {
+                    Ok(Some(resolver)) => {
+                        started += 1;
+                        let task = serve_request(
+                            resolver,
+                            self.slot.clone(),
+                            info.clone(),
+                            self.limits.header_read_timeout,
+                        );
+                        tokio::spawn(task.in_current_span());
+                    }
+                    // GOAWAY sent or received, and every request finished.
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "HTTP/3 connection ended");
+                        break;
+                    }
+                },
+                _ = stop.changed(), if !closing => {
+                    closing = true;
+                    let _ = h3.shutdown(0).await;
+                }
+                _ = tick.tick(), if !closing => {
+                    if started == seen {
+                        tracing::debug!("idle HTTP/3 connection closed");
+                        closing = true;
+                        let _ = h3.shutdown(0).await;
+                    }
+                    seen = started;
+                }
+            }
+        }
+        conn.close(Code::H3_NO_ERROR.value().try_into().unwrap_or_default(), b"");
+        drop(held);
+    }
+}
+
+/// One request stream: its head (within the request-head timeout), the pipeline, the response.
+async fn serve_request(
+    resolver: h3::server::RequestResolver<h3_quinn::Connection, Bytes>,
+    slot: Arc<Slot>,
+    info: Arc<ConnInfo>,
+    head_timeout: Duration,
+) {
+    let (req, stream) = match tokio::time::timeout(head_timeout, resolver.resolve_request()).await
+    {
+        Ok(Ok(x)) => x,
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "HTTP/3 request head refused");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!("HTTP/3 request head timed out");
+            return;
+        }
+    };
+    let (mut send, recv) = stream.split();
+    let head = req.method() == Method::HEAD;
+    let res = if let Some(why) = malformed(req.headers()) {
+        // RFC 9114 §4.2: connection-specific fields make a request malformed.
+        tracing::debug!(why, "malformed HTTP/3 request");
+        crate::metrics::get().malformed(400);
+        crate::synth::text(StatusCode::BAD_REQUEST, format!("Bad Request: {why}\n"))
+    } else {
+        let req: Request<ClientBody> = req.map(|()| H3Body::new(recv).into_client());
+        let pipeline = slot.load().pipeline.clone();
+        pipeline.handle(&info, req).await
+    };
+    respond(&mut send, res, head).await;
+}
+
+/// Why a request head is malformed for HTTP/3, if it is.
+fn malformed(h: &HeaderMap) -> Option<&'static str> {
+    const NAMES: [&str; 5] = [
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "transfer-encoding",
+        "upgrade",
+    ];
+    if let Some(n) = NAMES.iter().find(|n| h.contains_key(**n)) {
+        return Some(n);
+    }
+    // `TE` may say only `trailers`.
+    if h.get_all(http::header::TE).iter().any(|v| !v.as_bytes().eq_ignore_ascii_case(b"trailers")) {
+        return Some("te");
+    }
+    None
+}
+
+type SendHalf = RequestStream<h3_quinn::SendStream<Bytes>, Bytes>;
+
+/// Sends a response: its head (connection-specific fields removed), its body's data frames
+/// (none for HEAD), its trailers, the end of the stream. A body that fails midway resets the
+/// stream, so the client sees an error rather than a short response.
+async fn respond(send: &mut SendHalf, res: Response<ProxyBody>, head: bool) {
+    let (mut parts, mut body) = res.into_parts();
+    crate::headers::strip_hop_by_hop(&mut parts.headers);
+    let bodiless = head
+        || parts.status == StatusCode::NO_CONTENT
+        || parts.status == StatusCode::NOT_MODIFIED;
+    if let Err(e) = send.send_response(Response::from_parts(parts, ())).await {
+        tracing::debug!(error = %e, "HTTP/3 response head not sent");
+        return;
+    }
+    if !bodiless {
+        loop {
+            let frame = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await;
+            match frame {
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) if data.is_empty() => {}
+                    Ok(data) => {
+                        if let Err(e) = send.send_data(data).await {
+                            tracing::debug!(error = %e, "HTTP/3 client went away");
+                            return;
+                        }
+                    }
+                    Err(frame) => {
+                        if let Ok(trailers) = frame.into_trailers() {
+                            if let Err(e) = send.send_trailers(trailers).await {
+                                tracing::debug!(error = %e, "HTTP/3 trailers not sent");
+                                return;
+                            }
+                            break;
+                        }
+                    }
+                },
+                Some(Err(e)) => {
+                    tracing::debug!(error = %e, "response body failed; HTTP/3 stream reset");
+                    send.stop_stream(Code::H3_INTERNAL_ERROR);
+                    return;
+                }
+                None => break,
+            }
+        }
+    }
+    if let Err(e) = send.finish().await {
+        tracing::debug!(error = %e, "HTTP/3 response not finished");
+    }
+}
+
+/// What is left to read of a request stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reading {
+    Data,
+    Trailers,
+    Done,
+}
+
+/// A request's body as its HTTP/3 stream delivers it: DATA frames, then trailers.
+pub struct H3Body {
+    stream: RequestStream<h3_quinn::RecvStream, Bytes>,
+    /// A chunk read while looking for the body's end (see [`H3Body::into_client`]).
+    first: Option<Bytes>,
+    reading: Reading,
+}
+
+impl std::fmt::Debug for H3Body {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("H3Body")
+    }
+}
+
+impl H3Body {
+    fn new(stream: RequestStream<h3_quinn::RecvStream, Bytes>) -> Self {
+        H3Body {
+            stream,
+            first: None,
+            reading: Reading::Data,
+        }
+    }
+
+    /// The body, or [`ClientBody::Empty`] when the stream has already ended without one (a
+    /// GET's end arrives with its head): an empty body can be resent to another origin and
+    /// carries no timers.
+    fn into_client(mut self) -> ClientBody {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        match Pin::new(&mut self).poll_frame(&mut cx) {
+            Poll::Ready(None) => return ClientBody::Empty,
+            Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                Ok(data) => self.first = Some(data),
+                // Trailers without a body: nothing to forward (HTTP/1.1 origins could not
+                // take them without one).
+                Err(_) => return ClientBody::Empty,
+            },
+            // The error comes again on the next read.
+            Poll::Ready(Some(Err(_))) => self.reading = Reading::Data,
+            Poll::Pending => {}
+        }
+        ClientBody::H3(Box::new(self))
+    }
+}
+
+impl Body for H3Body {
+    type Data = Bytes;
+    type Error = h3::error::StreamError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        if let Some(data) = self.first.take() {
+            return Poll::Ready(Some(Ok(Frame::data(data))));
+        }
+        loop {
+            match self.reading {
+                Reading::Data => match std::task::ready!(self.stream.poll_recv_data(cx)) {
+                    Ok(Some(mut buf)) => {
+                        let data = buf.copy_to_bytes(buf.remaining());
+                        if !data.is_empty() {
+                            return Poll::Ready(Some(Ok(Frame::data(data))));
+                        }
+                    }
+                    Ok(None) => self.reading = Reading::Trailers,
+                    Err(e) => {
+                        self.reading = Reading::Done;
+                        return Poll::Ready(Some(Err(e)));
+                    }
+                },
+                Reading::Trailers => {
+                    let trailers = std::task::ready!(self.stream.poll_recv_trailers(cx));
+                    self.reading = Reading::Done;
+                    return Poll::Ready(match trailers {
+                        Ok(Some(t)) => Some(Ok(Frame::trailers(t))),
+                        Ok(None) => None,
+                        Err(e) => Some(Err(e)),
+                    });
+                }
+                Reading::Done => return Poll::Ready(None),
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.first.is_none() && self.reading == Reading::Done
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::default()
+    }
+}
