@@ -484,6 +484,17 @@ impl H3Body {
     }
 }
 
+impl Drop for H3Body {
+    /// A body nobody reads to its end (the response went first: a refusal, or an origin that
+    /// answered early): the client is asked to stop sending, with H3_NO_ERROR so it still
+    /// reads the response (RFC 9114 §4.1).
+    fn drop(&mut self) {
+        if self.reading != Reading::Done {
+            self.stream.stop_sending(Code::H3_NO_ERROR);
+        }
+    }
+}
+
 impl Body for H3Body {
     type Data = Bytes;
     type Error = h3::error::StreamError;

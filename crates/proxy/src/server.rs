@@ -328,16 +328,11 @@ async fn accept_loop(
     let (tls, configured) = kind;
     let scheme = if tls { Scheme::Https } else { Scheme::Http };
     loop {
-        // Take a connection slot first: at the limit, new connections wait in the backlog.
-        let next = async {
-            let permit = limit.acquire().await;
-            (permit, listener.accept().await)
-        };
-        let (permit, accepted) = tokio::select! {
+        let accepted = tokio::select! {
             biased;
             _ = shutdown.changed() => break,
             _ = &mut closed => break,
-            x = next => x,
+            x = listener.accept() => x,
         };
         let (stream, peer) = match accepted {
             Ok(x) => x,
@@ -347,6 +342,15 @@ async fn accept_loop(
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
+        };
+        // Then a connection slot: at the limit, this connection waits for one, and the next
+        // ones wait in the backlog. (Taking the slot before accepting would hold one per
+        // idle listener, which HTTP/3, with no backlog to wait in, would find missing.)
+        let permit = tokio::select! {
+            biased;
+            _ = shutdown.changed() => break,
+            _ = &mut closed => break,
+            p = limit.acquire() => p,
         };
         // The configuration in force when the connection arrives sets its limits.
         let current = slot.load_full();
