@@ -238,7 +238,11 @@ pub fn bind_or_inherit(
             format!(
                 "cannot listen on {addr}{}: another process is already listening there \
                  (another rampart?); rampart does not share a port with another instance",
-                if kind == Kind::H3 { " (UDP, HTTP/3)" } else { "" }
+                if kind == Kind::H3 {
+                    " (UDP, HTTP/3)"
+                } else {
+                    ""
+                }
             ),
         ));
     }
@@ -247,7 +251,11 @@ pub fn bind_or_inherit(
     let first = match same_port.map(|a| bind_one(a, kind, config, per_core)) {
         Some(Ok(s)) => s,
         _ => bind_one(addr, kind, config, per_core).map_err(|e| {
-            let udp = if kind == Kind::H3 { " (UDP, HTTP/3)" } else { "" };
+            let udp = if kind == Kind::H3 {
+                " (UDP, HTTP/3)"
+            } else {
+                ""
+            };
             io::Error::new(e.kind(), format!("cannot listen on {addr}{udp}: {e}"))
         })?,
     };

@@ -415,7 +415,13 @@ impl Live {
 
     /// The `Alt-Svc` value announcing HTTP/3 on each HTTPS port: (HTTPS port, value).
     fn alt_svc(&self) -> Vec<(u16, http::HeaderValue)> {
-        let Some(ma) = self.config.tls.http3.as_ref().and_then(|h| h.alt_svc_max_age) else {
+        let Some(ma) = self
+            .config
+            .tls
+            .http3
+            .as_ref()
+            .and_then(|h| h.alt_svc_max_age)
+        else {
             return Vec::new();
         };
         self.listening
@@ -427,7 +433,10 @@ impl Live {
                     .iter()
                     .find(|l| l.kind == Kind::Https && l.configured == h3.configured)?;
                 let value = format!("h3=\":{}\"; ma={}", h3.actual.port(), ma.as_secs());
-                Some((https.actual.port(), http::HeaderValue::from_str(&value).ok()?))
+                Some((
+                    https.actual.port(),
+                    http::HeaderValue::from_str(&value).ok()?,
+                ))
             })
             .collect()
     }

@@ -271,7 +271,10 @@ impl Conn {
                 return;
             }
         };
-        let local = SocketAddr::new(conn.local_ip().unwrap_or(self.local.ip()), self.local.port());
+        let local = SocketAddr::new(
+            conn.local_ip().unwrap_or(self.local.ip()),
+            self.local.port(),
+        );
         let info = Arc::new(ConnInfo::new(conn.remote_address(), local, Scheme::Https));
         let mut builder = h3::server::builder();
         builder.max_field_section_size(self.max_field_section);
@@ -323,7 +326,10 @@ impl Conn {
                 }
             }
         }
-        conn.close(Code::H3_NO_ERROR.value().try_into().unwrap_or_default(), b"");
+        conn.close(
+            Code::H3_NO_ERROR.value().try_into().unwrap_or_default(),
+            b"",
+        );
         drop(held);
     }
 }
@@ -335,8 +341,7 @@ async fn serve_request(
     info: Arc<ConnInfo>,
     head_timeout: Duration,
 ) {
-    let (req, stream) = match tokio::time::timeout(head_timeout, resolver.resolve_request()).await
-    {
+    let (req, stream) = match tokio::time::timeout(head_timeout, resolver.resolve_request()).await {
         Ok(Ok(x)) => x,
         Ok(Err(e)) => {
             tracing::debug!(error = %e, "HTTP/3 request head refused");
@@ -375,7 +380,10 @@ fn malformed(h: &HeaderMap) -> Option<&'static str> {
         return Some(n);
     }
     // `TE` may say only `trailers`.
-    if h.get_all(http::header::TE).iter().any(|v| !v.as_bytes().eq_ignore_ascii_case(b"trailers")) {
+    if h.get_all(http::header::TE)
+        .iter()
+        .any(|v| !v.as_bytes().eq_ignore_ascii_case(b"trailers"))
+    {
         return Some("te");
     }
     None
@@ -389,9 +397,8 @@ type SendHalf = RequestStream<h3_quinn::SendStream<Bytes>, Bytes>;
 async fn respond(send: &mut SendHalf, res: Response<ProxyBody>, head: bool) {
     let (mut parts, mut body) = res.into_parts();
     crate::headers::strip_hop_by_hop(&mut parts.headers);
-    let bodiless = head
-        || parts.status == StatusCode::NO_CONTENT
-        || parts.status == StatusCode::NOT_MODIFIED;
+    let bodiless =
+        head || parts.status == StatusCode::NO_CONTENT || parts.status == StatusCode::NOT_MODIFIED;
     if let Err(e) = send.send_response(Response::from_parts(parts, ())).await {
         tracing::debug!(error = %e, "HTTP/3 response head not sent");
         return;

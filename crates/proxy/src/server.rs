@@ -241,7 +241,11 @@ async fn worker(start: WorkerStart, limit: Arc<ConnLimit>, mut shutdown: watch::
     let (open_tx, mut open_rx) = mpsc::channel::<()>(1);
     // ((address, kind), close, task): an upgrade can hand one worker two sockets of the same
     // address; HTTPS and HTTP/3 share an address (TCP and UDP).
-    type Loop = ((SocketAddr, Kind), oneshot::Sender<()>, tokio::task::JoinHandle<()>);
+    type Loop = (
+        (SocketAddr, Kind),
+        oneshot::Sender<()>,
+        tokio::task::JoinHandle<()>,
+    );
     let mut loops: Vec<Loop> = Vec::new();
     loop {
         let cmd = tokio::select! {
@@ -291,9 +295,7 @@ async fn worker(start: WorkerStart, limit: Arc<ConnLimit>, mut shutdown: watch::
                 loops.push(((addr, kind), close, task));
             }
             Some(ListenerCmd::Close(addr, kind)) => {
-                let (gone, kept) = loops
-                    .into_iter()
-                    .partition(|(a, _, _)| *a == (addr, kind));
+                let (gone, kept) = loops.into_iter().partition(|(a, _, _)| *a == (addr, kind));
                 loops = kept;
                 for (_, close, task) in gone {
                     let _ = close.send(());

@@ -5,9 +5,9 @@
 //! idle connections, malformed requests).
 #![allow(clippy::unwrap_used)]
 
-mod support;
 #[path = "support/h3.rs"]
 mod h3c;
+mod support;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -66,7 +66,9 @@ async fn http3_goes_through_the_same_pipeline() {
             Reply::text("hello over h3\n").header("cache-control", "max-age=60"),
         )
         .route("/big", Reply::streamed(4 << 20))
-        .route_fn("/upload", |s| Reply::text(&format!("got {} bytes", s.body_len)))
+        .route_fn("/upload", |s| {
+            Reply::text(&format!("got {} bytes", s.body_len))
+        })
         .route("*", Reply::text("other\n"))
         .start()
         .await;
@@ -100,11 +102,22 @@ async fn http3_goes_through_the_same_pipeline() {
     assert_eq!(first.version, http::Version::HTTP_3);
     assert_eq!(first.text(), "hello over h3\n");
     assert_eq!(first.header("x-arc2-cache"), Some("Miss"));
-    assert_eq!(first.header("alt-svc"), None, "no Alt-Svc over HTTP/3 itself");
+    assert_eq!(
+        first.header("alt-svc"),
+        None,
+        "no Alt-Svc over HTTP/3 itself"
+    );
     let again = h3.get("a.test", "/page").await;
     assert_eq!(again.header("x-arc2-cache"), Some("Hit"));
     assert_eq!(again.text(), "hello over h3\n");
-    assert_eq!(origin.seen().iter().filter(|s| s.uri.path() == "/page").count(), 1);
+    assert_eq!(
+        origin
+            .seen()
+            .iter()
+            .filter(|s| s.uri.path() == "/page")
+            .count(),
+        1
+    );
     // The origin sees an HTTP/1.1 request that says where it came from.
     let seen = origin.last();
     assert_eq!(seen.version, http::Version::HTTP_11);
@@ -119,7 +132,10 @@ async fn http3_goes_through_the_same_pipeline() {
     assert_eq!(got.text(), format!("got {} bytes", 900 << 10));
     // Over the body limit (1 MiB by default): 413, and the client is told to stop sending.
     let req = Request::post("https://a.test/upload").body(()).unwrap();
-    let too_big = h3.send(req, Bytes::from(vec![b'u'; 3 << 20])).await.unwrap();
+    let too_big = h3
+        .send(req, Bytes::from(vec![b'u'; 3 << 20]))
+        .await
+        .unwrap();
     assert_eq!(too_big.status, 413);
     let big = h3.get("a.test", "/big").await;
     assert_eq!(big.status, 200);
@@ -147,7 +163,11 @@ async fn http3_goes_through_the_same_pipeline() {
         .body(())
         .unwrap();
     assert_eq!(h3.send(req, Bytes::new()).await.unwrap().status, 400);
-    assert_eq!(origin.requests(), before, "refused requests reached the origin");
+    assert_eq!(
+        origin.requests(),
+        before,
+        "refused requests reached the origin"
+    );
     // An unknown host: the rule table decides, as over TCP.
     let other = h3.get("b.test", "/page").await;
     assert_eq!(other.status, get(&proxy, "b.test", "/page").await.status);
@@ -178,7 +198,11 @@ async fn http3_limits_streams_connections_and_idle_time() {
     let proxy = Proxy::start(&format!(
         "{GLOBAL}http3 = true\nhttp3_max_concurrent_streams = 2\nmax_connections = 2\n\
          client_keepalive_timeout_seconds = 2\n{}",
-        rule("a.test", origin.port(), &format!("{}cache_policy = \"no-cache\"\n", files(&c, &k)))
+        rule(
+            "a.test",
+            origin.port(),
+            &format!("{}cache_policy = \"no-cache\"\n", files(&c, &k))
+        )
     ));
     let udp = proxy.h3.unwrap();
 
@@ -189,14 +213,20 @@ async fn http3_limits_streams_connections_and_idle_time() {
     for i in 0..6 {
         let mut send = h3c::H3Sender::from(&h3);
         tasks.push(tokio::spawn(async move {
-            let req = Request::get(format!("https://a.test/slow?{i}")).body(()).unwrap();
+            let req = Request::get(format!("https://a.test/slow?{i}"))
+                .body(())
+                .unwrap();
             send.send(req).await
         }));
     }
     for t in tasks {
         assert_eq!(t.await.unwrap().unwrap(), 200);
     }
-    assert!(start.elapsed() >= Duration::from_millis(850), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() >= Duration::from_millis(850),
+        "{:?}",
+        start.elapsed()
+    );
     let arrived = arrivals.lock().unwrap().clone();
     assert_eq!(arrived.len(), 6);
     // No more than two were ever at the origin within one reply's time.
@@ -205,7 +235,10 @@ async fn http3_limits_streams_connections_and_idle_time() {
             .iter()
             .filter(|b| b.duration_since(*a) < Duration::from_millis(250))
             .count();
-        assert!(within <= 2, "{within} requests arrived together: {arrived:?}");
+        assert!(
+            within <= 2,
+            "{within} requests arrived together: {arrived:?}"
+        );
     }
 
     // `max_connections = 2`: a third connection is refused while two are open.
@@ -353,5 +386,8 @@ fn http3_keys_are_checked() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(out.status.code(), Some(0), "{text}");
-    assert!(text.contains("HTTP/3 is served beside the HTTPS listener"), "{text}");
+    assert!(
+        text.contains("HTTP/3 is served beside the HTTPS listener"),
+        "{text}"
+    );
 }

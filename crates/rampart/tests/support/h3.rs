@@ -54,11 +54,7 @@ impl H3Sender {
 }
 
 /// Connects to `addr` as `sni`, trusting `roots`.
-pub async fn connect(
-    addr: SocketAddr,
-    sni: &str,
-    roots: RootCertStore,
-) -> Result<H3, String> {
+pub async fn connect(addr: SocketAddr, sni: &str, roots: RootCertStore) -> Result<H3, String> {
     let mut tls = rustls::ClientConfig::builder_with_protocol_versions(&[&rustls::version::TLS13])
         .with_root_certificates(roots)
         .with_no_client_auth();
@@ -138,7 +134,9 @@ impl H3 {
 
     /// GET `https://{host}{path}`.
     pub async fn get(&mut self, host: &str, path: &str) -> Got {
-        let req = Request::get(format!("https://{host}{path}")).body(()).unwrap();
+        let req = Request::get(format!("https://{host}{path}"))
+            .body(())
+            .unwrap();
         self.send(req, Bytes::new()).await.unwrap()
     }
 }
