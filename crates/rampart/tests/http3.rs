@@ -130,7 +130,7 @@ async fn http3_goes_through_the_same_pipeline() {
     let got = h3.send(req, up).await.unwrap();
     assert_eq!(got.status, 200);
     assert_eq!(got.text(), format!("got {} bytes", 900 << 10));
-    // Over the body limit (1 MiB by default): 413, and the client is told to stop sending.
+    // Over the body limit (2 MiB by default): 413, and the client is told to stop sending.
     let req = Request::post("https://a.test/upload").body(()).unwrap();
     let too_big = h3
         .send(req, Bytes::from(vec![b'u'; 3 << 20]))
