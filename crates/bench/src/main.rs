@@ -7,6 +7,7 @@
 
 mod codecs;
 mod floor;
+mod h3;
 mod instructions;
 mod load;
 mod memory;
@@ -68,6 +69,11 @@ enum Cmd {
     /// Issue 16's WebSocket goals: RSS of many idle WebSockets through rampart, and the CPU of
     /// an echo round trip through rampart against a direct one.
     Websocket(websocket::WebsocketArgs),
+    /// Issue 16's HTTP/3 goals: CPU per cached hit over HTTP/3 against HTTPS/2, rampart and
+    /// Caddy side by side.
+    H3(h3::H3Args),
+    /// A closed-loop HTTP/3 client (started by `h3`); prints a JSON line.
+    H3Load(h3::H3LoadArgs),
     /// The WebSocket echo origin (started by `websocket`).
     WsOrigin {
         #[arg(long)]
@@ -187,6 +193,8 @@ fn main() -> anyhow::Result<()> {
         Some(Cmd::Vus(args)) => vus::run(args),
         Some(Cmd::Instructions(args)) => instructions::run(args),
         Some(Cmd::Websocket(args)) => websocket::run(args),
+        Some(Cmd::H3(args)) => h3::run(args),
+        Some(Cmd::H3Load(args)) => h3::load(args),
         Some(Cmd::WsOrigin { listen }) => websocket::origin(listen),
         Some(Cmd::Codecs(args)) => codecs::run(args),
         Some(Cmd::Floor { listen }) => floor::run(listen),

@@ -294,7 +294,7 @@ pub enum ClientBody {
     Empty,
     H1(crate::h1::body::Incoming),
     H2(Incoming),
-    H3(Box<crate::quic::H3Body>),
+    H3(Box<crate::quic::body::H3Body>),
 }
 
 impl Body for ClientBody {

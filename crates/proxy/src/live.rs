@@ -495,7 +495,7 @@ fn conn_settings(config: &Config, tls: Option<&Tls>, per_ip: Option<Arc<PerIp>>)
         },
         h2: Arc::new(h2),
         tls: tls.map(|t| t.server.clone()),
-        quic: tls.and_then(|t| crate::quic::server_config(config, t)),
+        quic: tls.and_then(|t| crate::quic::config::server_config(config, t)),
         max_header_list: d.h2_max_header_list_bytes,
         keepalive: d.tcp_keepalive.map(|t| TcpKeepalive::new().with_time(t)),
         per_ip,

@@ -18,21 +18,24 @@
 //! round trip that proves the address) for every new client while many handshakes are in
 //! progress. No 0-RTT: early data can be replayed.
 
+pub mod body;
+pub mod config;
+
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::{Buf as _, Bytes};
+use bytes::Bytes;
 use h3::error::Code;
 use h3::server::RequestStream;
 use http::{HeaderMap, Method, Request, Response, StatusCode};
-use http_body::{Body, Frame, SizeHint};
+use http_body::Body;
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument as _;
 
+use self::body::H3Body;
 use crate::body::{ClientBody, ProxyBody};
 use crate::conn::{ConnLimit, ConnPermit, PerIpSlot};
 use crate::live::Slot;
@@ -44,55 +47,8 @@ use crate::txn::{ConnInfo, Scheme};
 /// one stateless packet each instead of a connection's state and a handshake's crypto.
 const RETRY_ABOVE: usize = 64;
 
-/// Connection attempts queued before the application sees them (quinn's default is 65,536).
-const MAX_INCOMING: usize = 4096;
-
-/// Flow-control windows: what a client may send before rampart reads (per request stream and
-/// per connection), and what rampart sends before the client acknowledges (per connection).
-/// They bound the memory one connection can hold; on loopback 1 MiB in flight moves several
-/// Gbit/s.
-const STREAM_WINDOW: u32 = 256 << 10;
-const CONN_WINDOW: u32 = 1 << 20;
-const SEND_WINDOW: u64 = 1 << 20;
-
-/// Unidirectional streams a client may open: HTTP/3's control stream and QPACK's two, with
-/// room for reserved (grease) stream types.
-const UNI_STREAMS: u32 = 8;
-
 /// How long a stopping worker waits for its connections' closing packets to go out.
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
-
-/// HTTP/3's QUIC settings for a configuration, or `None` when `http3` is off.
-pub fn server_config(
-    config: &rampart_config::Config,
-    tls: &rampart_tls::Tls,
-) -> Option<Arc<quinn::ServerConfig>> {
-    let h3 = config.tls.http3.as_ref()?;
-    let crypto = match quinn::crypto::rustls::QuicServerConfig::try_from(tls.quic.clone()) {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot set up TLS for HTTP/3; HTTP/3 is off");
-            return None;
-        }
-    };
-    let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-    let mut transport = quinn::TransportConfig::default();
-    let idle = quinn::IdleTimeout::try_from(config.downstream.keepalive_timeout).ok();
-    transport
-        .max_concurrent_bidi_streams(h3.max_streams.into())
-        .max_concurrent_uni_streams(UNI_STREAMS.into())
-        .max_idle_timeout(idle)
-        .stream_receive_window(STREAM_WINDOW.into())
-        .receive_window(CONN_WINDOW.into())
-        .send_window(SEND_WINDOW)
-        .datagram_receive_buffer_size(None);
-    server
-        .transport_config(Arc::new(transport))
-        .max_incoming(MAX_INCOMING)
-        .incoming_buffer_size(64 << 10)
-        .incoming_buffer_size_total(16 << 20);
-    Some(Arc::new(server))
-}
 
 /// What a connection holds until it ends: its connection slot, its per-address slot, its
 /// count in the metrics, and the worker's drain handle.
@@ -360,7 +316,15 @@ async fn serve_request(
         crate::metrics::get().malformed(400);
         crate::synth::text(StatusCode::BAD_REQUEST, format!("Bad Request: {why}\n"))
     } else {
-        let req: Request<ClientBody> = req.map(|()| H3Body::new(recv).into_client());
+        let mut body = H3Body::new(recv);
+        // A body already ended with the head (a GET's) is Empty: it can be resent to another
+        // origin and carries no timers.
+        let body = if body.ended_without_body() {
+            ClientBody::Empty
+        } else {
+            ClientBody::H3(Box::new(body))
+        };
+        let req: Request<ClientBody> = req.map(|()| body);
         let pipeline = slot.load().pipeline.clone();
         pipeline.handle(&info, req).await
     };
@@ -436,117 +400,5 @@ async fn respond(send: &mut SendHalf, res: Response<ProxyBody>, head: bool) {
     }
     if let Err(e) = send.finish().await {
         tracing::debug!(error = %e, "HTTP/3 response not finished");
-    }
-}
-
-/// What is left to read of a request stream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Reading {
-    Data,
-    Trailers,
-    Done,
-}
-
-/// A request's body as its HTTP/3 stream delivers it: DATA frames, then trailers.
-pub struct H3Body {
-    stream: RequestStream<h3_quinn::RecvStream, Bytes>,
-    /// A chunk read while looking for the body's end (see [`H3Body::into_client`]).
-    first: Option<Bytes>,
-    reading: Reading,
-}
-
-impl std::fmt::Debug for H3Body {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("H3Body")
-    }
-}
-
-impl H3Body {
-    fn new(stream: RequestStream<h3_quinn::RecvStream, Bytes>) -> Self {
-        H3Body {
-            stream,
-            first: None,
-            reading: Reading::Data,
-        }
-    }
-
-    /// The body, or [`ClientBody::Empty`] when the stream has already ended without one (a
-    /// GET's end arrives with its head): an empty body can be resent to another origin and
-    /// carries no timers.
-    fn into_client(mut self) -> ClientBody {
-        let mut cx = Context::from_waker(std::task::Waker::noop());
-        match Pin::new(&mut self).poll_frame(&mut cx) {
-            Poll::Ready(None) => return ClientBody::Empty,
-            Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
-                Ok(data) => self.first = Some(data),
-                // Trailers without a body: nothing to forward (HTTP/1.1 origins could not
-                // take them without one).
-                Err(_) => return ClientBody::Empty,
-            },
-            // The error comes again on the next read.
-            Poll::Ready(Some(Err(_))) => self.reading = Reading::Data,
-            Poll::Pending => {}
-        }
-        ClientBody::H3(Box::new(self))
-    }
-}
-
-impl Drop for H3Body {
-    /// A body nobody reads to its end (the response went first: a refusal, or an origin that
-    /// answered early): the client is asked to stop sending, with H3_NO_ERROR so it still
-    /// reads the response (RFC 9114 §4.1).
-    fn drop(&mut self) {
-        if self.reading != Reading::Done {
-            self.stream.stop_sending(Code::H3_NO_ERROR);
-        }
-    }
-}
-
-impl Body for H3Body {
-    type Data = Bytes;
-    type Error = h3::error::StreamError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        if let Some(data) = self.first.take() {
-            return Poll::Ready(Some(Ok(Frame::data(data))));
-        }
-        loop {
-            match self.reading {
-                Reading::Data => match std::task::ready!(self.stream.poll_recv_data(cx)) {
-                    Ok(Some(mut buf)) => {
-                        let data = buf.copy_to_bytes(buf.remaining());
-                        if !data.is_empty() {
-                            return Poll::Ready(Some(Ok(Frame::data(data))));
-                        }
-                    }
-                    Ok(None) => self.reading = Reading::Trailers,
-                    Err(e) => {
-                        self.reading = Reading::Done;
-                        return Poll::Ready(Some(Err(e)));
-                    }
-                },
-                Reading::Trailers => {
-                    let trailers = std::task::ready!(self.stream.poll_recv_trailers(cx));
-                    self.reading = Reading::Done;
-                    return Poll::Ready(match trailers {
-                        Ok(Some(t)) => Some(Ok(Frame::trailers(t))),
-                        Ok(None) => None,
-                        Err(e) => Some(Err(e)),
-                    });
-                }
-                Reading::Done => return Poll::Ready(None),
-            }
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.first.is_none() && self.reading == Reading::Done
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        SizeHint::default()
     }
 }
