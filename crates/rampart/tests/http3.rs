@@ -9,13 +9,12 @@
 mod h3c;
 mod support;
 
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::Request;
-use support::tls::{self, TestCa};
+use support::tls::{self, eventually, files, TestCa};
 use support::*;
 
 const SIGHUP: i32 = 1;
@@ -32,26 +31,6 @@ fn rule(domain: &str, port: u16, extra: &str) -> String {
 
 const GLOBAL: &str = "listening_address = \"127.0.0.1\"\nlistening_port_http = 0\nlistening_port_https = 0\n\
                       workers = 2\nlogging_level = \"info\"\nadd_logging = true\nadd_sql_injection_protection = true\n";
-
-fn files(cert: &Path, key: &Path) -> String {
-    format!(
-        "tls_cert_file = {:?}\ntls_key_file = {:?}\n",
-        cert.display().to_string(),
-        key.display().to_string()
-    )
-}
-
-/// Polls `f` until it returns true or `within` passes.
-async fn eventually(within: Duration, mut f: impl AsyncFnMut() -> bool) -> bool {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if f().await {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    false
-}
 
 /// The UDP port an `Alt-Svc: h3=":PORT"; ma=N` value names.
 fn alt_svc_port(v: &str) -> Option<u16> {
@@ -342,16 +321,10 @@ async fn http3_follows_certificate_and_configuration_reloads() {
     assert_eq!(h3.get("a.test", "/").await.status, 200);
 }
 
-#[test]
-fn http3_keys_are_checked() {
-    let path = scratch("h3-bad.toml");
-    std::fs::write(
-        &path,
-        "listening_address = \"127.0.0.1\"\nhttp3 = \"yes\"\nhttp3_max_concurrent_streams = 0\n\
-         http3_alt_svc_max_age_seconds = -1\n\
-         [[proxy_rules]]\ndomain = \"a.test\"\nforward_ipv4 = \"127.0.0.1\"\n",
-    )
-    .unwrap();
+/// `rampart check` on `toml`: its exit code and everything it printed.
+fn check(toml: &str) -> (Option<i32>, String) {
+    let path = scratch("h3-check.toml");
+    std::fs::write(&path, toml).unwrap();
     let out = std::process::Command::new(rampart_bin())
         .args(["check", "--config", path.to_str().unwrap()])
         .output()
@@ -361,7 +334,17 @@ fn http3_keys_are_checked() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(out.status.code(), Some(1), "{text}");
+    (out.status.code(), text)
+}
+
+#[test]
+fn http3_keys_are_checked() {
+    let (code, text) = check(
+        "listening_address = \"127.0.0.1\"\nhttp3 = \"yes\"\nhttp3_max_concurrent_streams = 0\n\
+         http3_alt_svc_max_age_seconds = -1\n\
+         [[proxy_rules]]\ndomain = \"a.test\"\nforward_ipv4 = \"127.0.0.1\"\n",
+    );
+    assert_eq!(code, Some(1), "{text}");
     for at in [
         "2:9: error: `http3`",
         "3:32: error: `http3_max_concurrent_streams`",
@@ -370,22 +353,11 @@ fn http3_keys_are_checked() {
         assert!(text.contains(at), "{at} not reported:\n{text}");
     }
     // `http3` without a certificate anywhere: a warning, not an error.
-    std::fs::write(
-        &path,
+    let (code, text) = check(
         "listening_address = \"127.0.0.1\"\nhttp3 = true\n\
          [[proxy_rules]]\ndomain = \"a.test\"\nforward_ipv4 = \"127.0.0.1\"\n",
-    )
-    .unwrap();
-    let out = std::process::Command::new(rampart_bin())
-        .args(["check", "--config", path.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert_eq!(code, Some(0), "{text}");
     assert!(
         text.contains("HTTP/3 is served beside the HTTPS listener"),
         "{text}"

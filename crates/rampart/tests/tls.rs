@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use http::Request;
 use rustls::HandshakeKind;
-use support::tls::{self, TestCa};
+use support::tls::{self, eventually, files, TestCa};
 use support::*;
 
 /// A rule for `domain` to the origin on `port`, with extra rule lines.
@@ -27,14 +27,6 @@ fn rule(domain: &str, port: u16, extra: &str) -> String {
 const GLOBAL: &str = "listening_address = \"127.0.0.1\"\nlistening_port_http = 0\nlistening_port_https = 0\n\
                       workers = 1\nlogging_level = \"info\"\nadd_logging = true\nadd_sql_injection_protection = true\n";
 
-fn files(cert: &Path, key: &Path) -> String {
-    format!(
-        "tls_cert_file = {:?}\ntls_key_file = {:?}\n",
-        cert.display().to_string(),
-        key.display().to_string()
-    )
-}
-
 async fn hello_origin() -> OriginHandle {
     Origin::new()
         .route(
@@ -43,18 +35,6 @@ async fn hello_origin() -> OriginHandle {
         )
         .start()
         .await
-}
-
-/// Polls `f` until it returns true or `within` passes.
-async fn eventually(within: Duration, mut f: impl AsyncFnMut() -> bool) -> bool {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if f().await {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    false
 }
 
 #[tokio::test]

@@ -208,3 +208,26 @@ pub async fn get(
     };
     request(s, req.body(super::empty()).unwrap()).await
 }
+
+/// `tls_cert_file` + `tls_key_file` lines for a rule.
+#[allow(dead_code)] // not every test file serves certificate files
+pub fn files(cert: &std::path::Path, key: &std::path::Path) -> String {
+    format!(
+        "tls_cert_file = {:?}\ntls_key_file = {:?}\n",
+        cert.display().to_string(),
+        key.display().to_string()
+    )
+}
+
+/// Polls `f` until it returns true or `within` passes.
+#[allow(dead_code)]
+pub async fn eventually(within: Duration, mut f: impl AsyncFnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    while std::time::Instant::now() < deadline {
+        if f().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
