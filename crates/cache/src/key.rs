@@ -82,6 +82,24 @@ impl CacheKey {
         }
     }
 
+    /// The key made of a host and a URL as [`CacheKey::host`] and [`CacheKey::url`] return
+    /// them (from another instance); `None` when the host is not lower case or either holds
+    /// a NUL.
+    pub fn from_parts(host: &[u8], url: &[u8]) -> Option<Self> {
+        if host.contains(&0) || url.contains(&0) || host.iter().any(u8::is_ascii_uppercase) {
+            return None;
+        }
+        let mut b = BytesMut::with_capacity(host.len() + 1 + url.len());
+        b.put_slice(host);
+        b.put_u8(0);
+        b.put_slice(url);
+        Some(CacheKey {
+            bytes: b.freeze(),
+            host_len: host.len(),
+            https: false,
+        })
+    }
+
     /// The key for the HTTPS side of a rule whose schemes reach different origins (`yes`), or
     /// the shared key.
     pub fn for_https(mut self, yes: bool) -> Self {

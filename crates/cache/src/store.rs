@@ -71,9 +71,52 @@ pub enum PurgeScope {
     Contains { host: Vec<u8>, needle: Vec<u8> },
     /// Everything stored for `host`.
     Domain(Vec<u8>),
+    /// Everything (an instance that may have missed purges from the others drops it all).
+    Everything,
 }
 
 impl PurgeScope {
+    /// The scope as bytes, for other instances: a kind byte, then the host and the argument
+    /// separated by NUL (which neither can contain).
+    pub fn encode(&self) -> Vec<u8> {
+        let (kind, host, arg): (u8, &[u8], &[u8]) = match self {
+            PurgeScope::Exact(k) => (b'e', k.host(), k.url()),
+            PurgeScope::Prefix { host, prefix } => (b'p', host, prefix),
+            PurgeScope::Contains { host, needle } => (b'c', host, needle),
+            PurgeScope::Domain(host) => (b'd', host, b""),
+            PurgeScope::Everything => return vec![b'*'],
+        };
+        let mut out = Vec::with_capacity(2 + host.len() + arg.len());
+        out.push(kind);
+        out.extend_from_slice(host);
+        out.push(0);
+        out.extend_from_slice(arg);
+        out
+    }
+
+    /// The scope [`PurgeScope::encode`] wrote; `None` for anything else.
+    pub fn decode(bytes: &[u8]) -> Option<PurgeScope> {
+        let (&kind, rest) = bytes.split_first()?;
+        if kind == b'*' {
+            return rest.is_empty().then_some(PurgeScope::Everything);
+        }
+        let nul = rest.iter().position(|&b| b == 0)?;
+        let (host, arg) = (&rest[..nul], &rest[nul + 1..]);
+        Some(match kind {
+            b'e' => PurgeScope::Exact(CacheKey::from_parts(host, arg)?),
+            b'p' => PurgeScope::Prefix {
+                host: host.to_vec(),
+                prefix: arg.to_vec(),
+            },
+            b'c' => PurgeScope::Contains {
+                host: host.to_vec(),
+                needle: arg.to_vec(),
+            },
+            b'd' if arg.is_empty() => PurgeScope::Domain(host.to_vec()),
+            _ => return None,
+        })
+    }
+
     fn matches(&self, key: &CacheKey) -> bool {
         match self {
             PurgeScope::Exact(k) => k.same_resource(key),
@@ -89,6 +132,7 @@ impl PurgeScope {
                             .any(|w| w == needle.as_slice()))
             }
             PurgeScope::Domain(host) => key.host() == host.as_slice(),
+            PurgeScope::Everything => true,
         }
     }
 }
@@ -402,6 +446,29 @@ mod tests {
     use http::StatusCode;
     use std::sync::atomic::AtomicBool;
     use std::time::{Duration, SystemTime};
+
+    #[test]
+    fn purge_scopes_survive_the_trip_to_other_instances() {
+        let scopes = [
+            PurgeScope::Exact(CacheKey::new("Example.COM:8080", "/a?b=1", false)),
+            PurgeScope::Prefix {
+                host: b"example.com".to_vec(),
+                prefix: b"/img/".to_vec(),
+            },
+            PurgeScope::Contains {
+                host: b"example.com".to_vec(),
+                needle: vec![],
+            },
+            PurgeScope::Domain(b"example.com".to_vec()),
+            PurgeScope::Everything,
+        ];
+        for s in scopes {
+            assert_eq!(PurgeScope::decode(&s.encode()), Some(s));
+        }
+        for bad in [&b""[..], b"e", b"x\0/", b"eHOST\0/", b"*x", b"dh\0/"] {
+            assert_eq!(PurgeScope::decode(bad), None, "{bad:?}");
+        }
+    }
 
     fn object(body_len: usize) -> Arc<Object> {
         let now = SystemTime::now();

@@ -37,6 +37,9 @@ pub struct Config {
     pub admin: AdminConfig,
     pub screen: ScreenConfig,
     pub tls: TlsConfig,
+    /// What several instances share through Redis (`redis_url` / `redis_cluster`); `None`
+    /// without either key: every instance keeps its own state.
+    pub redis: Option<RedisConfig>,
 }
 
 /// The PROXY protocol on client connections (`proxy_protocol`, `proxy_protocol_from`).
@@ -566,5 +569,76 @@ impl RuleConfig {
         self.upstreams
             .iter()
             .any(|u| u.tls.is_some() && !u.https_only)
+    }
+}
+
+/// Redis shared by several instances: where it is and what goes through it.
+#[derive(Clone, PartialEq)]
+pub struct RedisConfig {
+    pub endpoint: RedisEndpoint,
+    /// Prepended to every key and stream rampart writes (`redis_key_prefix`, default
+    /// `rampart:`), so instances of several sites can share one Redis.
+    pub key_prefix: String,
+    /// Longest wait for one answer on the request path (`redis_timeout_ms`, default 5 ms);
+    /// past it the instance decides locally.
+    pub timeout: Duration,
+    /// Rate limits counted in Redis (`redis_rate_limits`, default on).
+    pub rate_limits: bool,
+    /// Purges sent to every instance (`redis_purge`, default on).
+    pub purge: bool,
+}
+
+impl std::fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisConfig")
+            .field("endpoint", &self.endpoint)
+            .field("key_prefix", &self.key_prefix)
+            .field("timeout", &self.timeout)
+            .field("rate_limits", &self.rate_limits)
+            .field("purge", &self.purge)
+            .finish()
+    }
+}
+
+/// One Redis server, or the seed nodes of a Redis Cluster. Each address is a URL
+/// (`redis://[user:password@]host[:port][/db]`, `rediss://` for TLS, `redis+unix:///path`).
+#[derive(Clone, PartialEq, Eq)]
+pub enum RedisEndpoint {
+    Node(String),
+    Cluster(Vec<String>),
+}
+
+impl RedisEndpoint {
+    /// The addresses with any password replaced by `***` (for logs and `Debug`).
+    pub fn redacted(&self) -> Vec<String> {
+        let urls = match self {
+            RedisEndpoint::Node(u) => std::slice::from_ref(u),
+            RedisEndpoint::Cluster(n) => n.as_slice(),
+        };
+        urls.iter().map(|u| redact_url(u)).collect()
+    }
+}
+
+impl std::fmt::Debug for RedisEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RedisEndpoint::Node(_) => write!(f, "Node({:?})", self.redacted()[0]),
+            RedisEndpoint::Cluster(_) => write!(f, "Cluster({:?})", self.redacted()),
+        }
+    }
+}
+
+/// `scheme://user:secret@host` → `scheme://user:***@host`.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => {
+            let user = rest[..at].split_once(':').map_or(&rest[..at], |(u, _)| u);
+            format!("{scheme}://{user}:***{}", &rest[at..])
+        }
+        None => url.to_owned(),
     }
 }

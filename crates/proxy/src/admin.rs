@@ -219,7 +219,7 @@ pub fn purge_method(
             "X-Purge-Scope must be exact, prefix, contains or domain",
         ));
     };
-    let n = cache.store().purge(&scope, soft);
+    let n = cache.purge(&scope, soft);
     tracing::info!(%client, host, pq, scope = kind, soft, purged = n, "purge");
     Ok(purged(n, soft))
 }
@@ -350,7 +350,7 @@ fn purge_api(
             "scope must be exact, prefix, contains or domain",
         ));
     };
-    let n = cache.map_or(0, |c| c.store().purge(&scope, soft));
+    let n = cache.map_or(0, |c| c.purge(&scope, soft));
     tracing::info!(host, scope = kind, soft, purged = n, "purge via API");
     Ok(purged(n, soft))
 }

@@ -11,7 +11,8 @@ use http::HeaderMap;
 use rampart_cache::control::RequestDirectives;
 use rampart_cache::key::{CacheKey, SlotKeyRef};
 use rampart_cache::policy::{self, RulePolicy, Usable};
-use rampart_cache::store::{MemoryStore, Object};
+use rampart_cache::store::{MemoryStore, Object, PurgeScope};
+use rampart_shared::Shared;
 
 use crate::coalesce::Coalescer;
 
@@ -42,6 +43,8 @@ pub struct Cache {
     coalescer: Arc<Coalescer>,
     /// URLs whose whole representation a range miss could not store (see [`Cache::refuse_widening`]).
     unwidenable: std::sync::Mutex<std::collections::HashMap<CacheKey, std::time::Instant>>,
+    /// Where purges and invalidations go to reach the other instances (`redis_purge`).
+    shared: arc_swap::ArcSwapOption<Shared>,
 }
 
 /// How long a range request for a URL whose whole representation could not be stored goes
@@ -57,7 +60,35 @@ impl Cache {
             store: MemoryStore::new(memory, max_object),
             coalescer: Arc::new(Coalescer::default()),
             unwidenable: Default::default(),
+            shared: Default::default(),
         }
+    }
+
+    /// Sends this cache's purges and invalidations to the other instances through `shared`
+    /// from now on, and applies theirs (see `rampart_shared::purge`).
+    pub fn share(&self, shared: Option<&Shared>) {
+        self.shared.store(shared.map(|s| Arc::new(s.clone())));
+    }
+
+    /// What the purge follower applies: another instance's purge, to this store only. Holds
+    /// the cache weakly (the follower must not keep a replaced configuration's cache alive).
+    pub fn remote_purges(self: &Arc<Self>) -> rampart_shared::purge::Apply {
+        let cache = Arc::downgrade(self);
+        Arc::new(move |r: &rampart_shared::purge::Remote| {
+            cache
+                .upgrade()
+                .map_or(0, |c| c.store.purge(&r.scope, r.soft))
+        })
+    }
+
+    /// Purges `scope` here and, with Redis, on every other instance; returns how many entries
+    /// it hit here.
+    pub fn purge(&self, scope: &PurgeScope, soft: bool) -> usize {
+        let n = self.store.purge(scope, soft);
+        if let Some(shared) = &*self.shared.load() {
+            shared.publish_purge(scope, soft);
+        }
+        n
     }
 
     /// Whether a range miss on `key` may fetch the whole representation to store it: not while
@@ -131,8 +162,13 @@ impl Cache {
     }
 
     /// Invalidates a URL on a host after an unsafe request succeeded (RFC 9111 §4.4).
+    /// With Redis, the other instances remove it too.
     pub fn invalidate(&self, host: &str, pq: &str, ignore_query: bool) -> bool {
-        self.store
-            .invalidate(&CacheKey::new(host, pq, ignore_query))
+        let key = CacheKey::new(host, pq, ignore_query);
+        let removed = self.store.invalidate(&key);
+        if let Some(shared) = &*self.shared.load() {
+            shared.publish_purge(&PurgeScope::Exact(key), false);
+        }
+        removed
     }
 }

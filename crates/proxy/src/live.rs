@@ -21,6 +21,7 @@ use std::thread::JoinHandle;
 use arc_swap::ArcSwap;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use rampart_config::Config;
+use rampart_shared::Shared;
 use rampart_tls::Tls;
 use socket2::TcpKeepalive;
 use tokio::sync::{mpsc, watch};
@@ -120,6 +121,9 @@ struct Prepared {
     wanted: Vec<(SocketAddr, Kind)>,
     /// Newly bound addresses.
     fresh: Vec<Bound>,
+    /// New Redis state (`None`: the Redis settings did not change; `Some(None)`: Redis is no
+    /// longer used).
+    shared: Option<Option<Shared>>,
 }
 
 /// The state a reload replaces, and what it keeps.
@@ -139,11 +143,25 @@ pub struct Live {
     per_ip: Option<Arc<PerIp>>,
     limit: Arc<ConnLimit>,
     cache: Option<Arc<Cache>>,
+    /// What this instance shares with others through Redis.
+    shared: Option<Shared>,
     control: Control,
     /// Where access-log lines go (reopened on SIGUSR1).
     access: Arc<AccessLog>,
     /// The health-check thread of this configuration, and how to stop it.
     health: Option<(watch::Sender<bool>, JoinHandle<()>)>,
+}
+
+/// Starts sharing through Redis when `config` names it: rate limits, and purges to and from the
+/// other instances' caches (applied to `cache`). Fails only on addresses Redis's client
+/// cannot use; an unreachable Redis is no error (instances decide locally until it answers).
+fn start_shared(config: &Config, cache: Option<&Arc<Cache>>) -> Result<Option<Shared>, String> {
+    let Some(redis) = &config.redis else {
+        return Ok(None);
+    };
+    Shared::start(redis, cache.map(|c| c.remote_purges()))
+        .map(Some)
+        .map_err(|e| format!("redis: {e}"))
 }
 
 /// What a worker thread starts with.
@@ -170,6 +188,10 @@ impl Live {
             .cache
             .enabled
             .then(|| Arc::new(Cache::new(config.cache.memory, config.cache.max_object)));
+        let shared = start_shared(&config, cache.as_ref()).map_err(std::io::Error::other)?;
+        if let (Some(c), Some(s)) = (&cache, &shared) {
+            c.share(Some(s));
+        }
         let router = Arc::new(Router::new(&config));
         let upstreams = (0..groups)
             .map(|_| Upstream::new(&config.upstream, origin_tls.clone()))
@@ -178,7 +200,8 @@ impl Live {
         let access = Arc::new(AccessLog::open(&config.access_log)?);
         let mut live = Live {
             access,
-            screen: Arc::new(Screen::new(&config)),
+            screen: Arc::new(Screen::new(&config, shared.as_ref())),
+            shared,
             per_ip: config.downstream.max_connections_per_ip.map(PerIp::new),
             limit: ConnLimit::new(config.downstream.max_connections),
             groups,
@@ -266,6 +289,9 @@ impl Live {
                 .then(|| AccessLog::open(&config.access_log).map(Arc::new))
                 .transpose()
                 .map_err(|e| e.to_string())?;
+            let shared = (config.redis != self.config.redis)
+                .then(|| start_shared(config, self.cache.as_ref()))
+                .transpose()?;
             let wanted = listen::wanted(config, tls.is_some());
             let mut fresh: Vec<Bound> = Vec::new();
             for &(addr, kind) in &wanted {
@@ -285,16 +311,17 @@ impl Live {
                     .map_err(|e| e.to_string())?;
                 fresh.push(bound);
             }
-            Ok((origin_tls, access, wanted, fresh))
+            Ok((origin_tls, access, shared, wanted, fresh))
         };
         match rest() {
-            Ok((origin_tls, access, wanted, fresh)) => Ok(Prepared {
+            Ok((origin_tls, access, shared, wanted, fresh)) => Ok(Prepared {
                 same_tls,
                 tls,
                 origin_tls,
                 access,
                 wanted,
                 fresh,
+                shared,
             }),
             Err(e) => {
                 if let (false, Some(t)) = (same_tls, &tls) {
@@ -317,8 +344,18 @@ impl Live {
                 .collect();
             self.origin_tls = origin_tls;
         }
+        if let Some(shared) = p.shared {
+            self.shared = shared;
+            if let Some(c) = &self.cache {
+                c.share(self.shared.as_ref());
+            }
+        }
         self.router = Arc::new(Router::reloaded(&config, &self.router));
-        self.screen = Arc::new(Screen::reloaded(&config, &self.screen));
+        self.screen = Arc::new(Screen::reloaded(
+            &config,
+            &self.screen,
+            self.shared.as_ref(),
+        ));
         self.per_ip = match (config.downstream.max_connections_per_ip, &self.per_ip) {
             (Some(n), Some(table)) => {
                 table.set_max(n);
@@ -457,6 +494,7 @@ impl Live {
                 upstream: self.upstreams[i].clone(),
                 cache: self.cache.clone(),
                 screen: self.screen.clone(),
+                shared: self.shared.clone(),
                 acme: self.tls.as_ref().map(|t| t.store.clone()),
                 https_port,
                 control: Some(self.control.clone()),

@@ -152,7 +152,7 @@ async fn screen_request(
     req: &mut Request<RequestBody>,
 ) -> Result<(), ProxyError> {
     let rule = &txn.route().rule;
-    let kind = w.screen.check_head(rule, txn.client, req)?;
+    let kind = w.screen.check_head(rule, txn.client, req).await?;
     let limit = w.screen.body_limit(rule);
     req.body_mut().set_limit(limit);
     if let (Some(kind), RequestBody::Stream(_)) = (kind, req.body()) {

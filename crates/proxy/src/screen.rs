@@ -21,6 +21,8 @@ use rampart_config::{Cidr, Config, RateLimit};
 use rampart_screen::inspect::{self, BodyKind, Finding};
 use rampart_screen::ratelimit::{Limiter, Refused};
 use rampart_screen::sqli::{Detector, Libinjection};
+use rampart_shared::ratelimit::{Gcra, Verdict};
+use rampart_shared::{Feature, Shared};
 
 use crate::error::{ProxyError, Screened};
 use crate::route::Rule;
@@ -44,20 +46,28 @@ pub struct Screen {
     body_limit: Option<u64>,
     /// `rate_limit_max_clients` the limiter was made with.
     max_clients: usize,
+    /// Where the limits are counted when several instances share them (`redis_rate_limits`).
+    shared: Option<Shared>,
+    gcra: Gcra,
 }
 
+/// The global limiter's name in Redis keys (a rule's is its `domain`; no domain is `@`).
+const GLOBAL_LIMIT: &str = "@";
+
 impl Screen {
-    pub fn new(config: &Config) -> Screen {
-        Screen::build(config, None)
+    /// Screening; with `shared` (Redis, `redis_rate_limits` on) the rate limits are counted
+    /// there, for all instances together.
+    pub fn new(config: &Config, shared: Option<&Shared>) -> Screen {
+        Screen::build(config, None, shared)
     }
 
     /// Screening for a reloaded configuration: the global limiter (when its settings are
     /// unchanged) and the inspection budget carry over, so a reload resets no client's count.
-    pub fn reloaded(config: &Config, previous: &Screen) -> Screen {
-        Screen::build(config, Some(previous))
+    pub fn reloaded(config: &Config, previous: &Screen, shared: Option<&Shared>) -> Screen {
+        Screen::build(config, Some(previous), shared)
     }
 
-    fn build(config: &Config, previous: Option<&Screen>) -> Screen {
+    fn build(config: &Config, previous: Option<&Screen>, shared: Option<&Shared>) -> Screen {
         let s = &config.screen;
         let limiter = match previous.and_then(|p| p.limiter.as_ref().map(|l| (p, l))) {
             Some((p, l))
@@ -93,6 +103,8 @@ impl Screen {
             exempt: s.rate_limit_exempt.clone(),
             trusted: s.trusted_proxies.clone(),
             body_limit: s.body_limit,
+            shared: shared.filter(|s| s.config().rate_limits).cloned(),
+            gcra: Gcra::default(),
         }
     }
 
@@ -129,12 +141,24 @@ impl Screen {
 
     /// Steps 1–5 on the request head. `Ok(Some(kind))` asks the caller to read the body and
     /// pass it to [`Screen::check_body`].
-    pub fn check_head<B>(
+    pub async fn check_head<B>(
         &self,
         rule: &Rule,
         client: IpAddr,
         req: &Request<B>,
     ) -> Result<Option<BodyKind>, ProxyError> {
+        self.check_client(rule, client, req)?;
+        self.check_rate(rule, client).await?;
+        self.check_request(rule, client, req)
+    }
+
+    /// Steps 1 and 2: the client's address and user agent.
+    fn check_client<B>(
+        &self,
+        rule: &Rule,
+        client: IpAddr,
+        req: &Request<B>,
+    ) -> Result<(), ProxyError> {
         let c = &rule.config;
         let refuse = |why: Screened| {
             tracing::info!(%client, domain = c.domain_text, path = req.uri().path(), reason = why.message(), "request blocked");
@@ -159,18 +183,86 @@ impl Screen {
                 return Err(refuse(Screened::UserAgent));
             }
         }
-        let limiters = [self.limiter.as_ref(), rule.limiter.as_ref()];
-        if limiters.iter().any(Option::is_some) && !self.exempt.iter().any(|n| n.contains(client)) {
-            for l in limiters.into_iter().flatten() {
-                if let Err(Refused { retry_after }) = l.check(client) {
-                    tracing::info!(%client, domain = c.domain_text, ?retry_after, "request rate limited");
-                    return Err(ProxyError::RateLimited {
-                        retry_after,
-                        limit: l.burst,
-                    });
-                }
+        Ok(())
+    }
+
+    /// Step 3: the global limit, then the rule's. Exempt clients never reach a limiter (nor
+    /// Redis).
+    async fn check_rate(&self, rule: &Rule, client: IpAddr) -> Result<(), ProxyError> {
+        let limiters = [
+            (self.limiter.as_ref(), GLOBAL_LIMIT),
+            (rule.limiter.as_ref(), rule.config.domain_text.as_str()),
+        ];
+        if limiters.iter().all(|(l, _)| l.is_none())
+            || self.exempt.iter().any(|n| n.contains(client))
+        {
+            return Ok(());
+        }
+        for (l, name) in limiters {
+            let Some(l) = l else { continue };
+            let verdict = match &self.shared {
+                None => l.check(client),
+                Some(shared) => self.check_shared(shared, l, name, client).await,
+            };
+            if let Err(Refused { retry_after }) = verdict {
+                tracing::info!(%client, domain = rule.config.domain_text, ?retry_after, "request rate limited");
+                return Err(ProxyError::RateLimited {
+                    retry_after,
+                    limit: l.burst,
+                });
             }
         }
+        Ok(())
+    }
+
+    /// One limit counted in Redis for all instances. A refusal Redis gave stands here until it
+    /// runs out (no round trip for a client already refused); while Redis is slow or away the
+    /// local limiter decides (it counts every request, so it is current when needed).
+    async fn check_shared(
+        &self,
+        shared: &Shared,
+        l: &Limiter,
+        name: &str,
+        client: IpAddr,
+    ) -> Result<(), Refused> {
+        if let Some(refused) = l.refused(client) {
+            return Err(refused);
+        }
+        let local = l.check(client);
+        match self
+            .gcra
+            .check(shared, name, client, l.per_second, l.burst)
+            .await
+        {
+            Ok(Verdict::Admitted) => {
+                shared.stats().used(Feature::RateLimit);
+                Ok(())
+            }
+            Ok(Verdict::Refused(retry_after)) => {
+                shared.stats().used(Feature::RateLimit);
+                l.remember_refusal(client, retry_after);
+                Err(Refused { retry_after })
+            }
+            Err(e) => {
+                shared.stats().fallback(Feature::RateLimit);
+                tracing::debug!(%client, error = %e, "rate limit decided locally");
+                local
+            }
+        }
+    }
+
+    /// Steps 4 and 5: the declared body size and SQL injection in the head.
+    fn check_request<B>(
+        &self,
+        rule: &Rule,
+        client: IpAddr,
+        req: &Request<B>,
+    ) -> Result<Option<BodyKind>, ProxyError> {
+        let c = &rule.config;
+        let refuse = |why: Screened| {
+            tracing::info!(%client, domain = c.domain_text, path = req.uri().path(), reason = why.message(), "request blocked");
+            ProxyError::Blocked(why)
+        };
         if let Some(limit) = self.body_limit(rule) {
             let declared = crate::headers::content_length(req.headers());
             if declared.is_some_and(|n| n > limit) {

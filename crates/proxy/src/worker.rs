@@ -44,6 +44,8 @@ pub struct Worker {
     /// `Alt-Svc` announcing HTTP/3, by the HTTPS port a connection came in on (empty: HTTP/3
     /// is off or not announced).
     pub alt_svc: Vec<(u16, http::HeaderValue)>,
+    /// What this instance shares with others through Redis (`None`: nothing).
+    pub shared: Option<rampart_shared::Shared>,
 }
 
 /// What a worker is made of besides the configuration.
@@ -53,6 +55,7 @@ pub struct Parts {
     pub upstream: Upstream,
     pub cache: Option<Arc<Cache>>,
     pub screen: Arc<Screen>,
+    pub shared: Option<rampart_shared::Shared>,
     pub acme: Option<Arc<CertStore>>,
     pub https_port: Option<u16>,
     pub control: Option<Control>,
@@ -67,6 +70,7 @@ impl Worker {
             upstream,
             cache,
             screen,
+            shared,
             acme,
             https_port,
             control,
@@ -94,6 +98,7 @@ impl Worker {
             max_connections: config.downstream.max_connections,
             upgrade_idle: config.downstream.upgrade_idle_timeout,
             alt_svc,
+            shared,
         }
     }
 }

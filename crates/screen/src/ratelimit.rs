@@ -82,6 +82,22 @@ impl BoundedStore {
     }
 }
 
+impl BoundedStore {
+    /// The value held for `key`, if any.
+    fn get(&self, key: &IpAddr) -> Option<u64> {
+        let map = match self.shard(key).lock() {
+            Ok(m) => m,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        map.get(key).copied()
+    }
+
+    /// Sets `key`'s value, as a check would (the table stays bounded the same way).
+    fn put(&self, key: &IpAddr, value: u64) {
+        let _ = self.measure_and_replace(key, |_| Ok::<_, ()>(((), Nanos::from(value))));
+    }
+}
+
 impl StateStore for BoundedStore {
     type Key = IpAddr;
 
@@ -125,6 +141,9 @@ pub struct Refused {
 pub struct Limiter {
     inner: RateLimiter<IpAddr, BoundedStore, DefaultClock, NoOpMiddleware>,
     store: BoundedStore,
+    /// Refusals decided elsewhere (by the shared limiter in Redis), by client: until when
+    /// (nanoseconds since `start`) the client stays refused without asking again.
+    refusals: BoundedStore,
     /// Taken just before the limiter's own start, so "now" computed from it is never earlier
     /// than the limiter's view.
     start: <DefaultClock as Clock>::Instant,
@@ -144,6 +163,7 @@ impl Limiter {
         Limiter {
             inner: RateLimiter::new(quota, store.clone(), clock),
             store,
+            refusals: BoundedStore::new(max_clients),
             start,
             per_second,
             burst,
@@ -153,21 +173,46 @@ impl Limiter {
     /// Counts one request from `client`. IPv6 clients are counted per /64 (one subscriber's
     /// network: a host can pick any address in it).
     pub fn check(&self, client: IpAddr) -> Result<(), Refused> {
-        let client = match client {
-            IpAddr::V6(a) => IpAddr::V6((u128::from(a) & !u128::from(u64::MAX)).into()),
-            v4 => v4,
-        };
+        let client = per_subscriber(client);
         let clock = self.inner.clock();
-        let now = clock.now();
-        // Publish "now" (relative to the limiter's start, as the stored TATs are) for sweeps,
-        // a millisecond early so no key is swept a moment before it turns idle.
+        self.publish_now(&self.store);
+        self.inner.check_key(&client).map_err(|not_until| Refused {
+            retry_after: not_until.wait_time_from(clock.now()),
+        })
+    }
+
+    /// Nanoseconds since the limiter's start, published to `store` for its sweeps (a
+    /// millisecond early, so no key is swept a moment before it turns idle).
+    fn publish_now(&self, store: &BoundedStore) -> u64 {
+        let now = self.inner.clock().now();
         let rel = now.saturating_duration_since(self.start).as_nanos() as u64;
-        self.store.inner.now.store(
+        store.inner.now.store(
             rel.saturating_sub(1_000_000),
             std::sync::atomic::Ordering::Relaxed,
         );
-        self.inner.check_key(&client).map_err(|not_until| Refused {
-            retry_after: not_until.wait_time_from(clock.now()),
+        rel
+    }
+
+    /// Remembers that `client` was refused elsewhere until `retry_after` from now, so its
+    /// requests until then are refused here without asking (a GCRA refusal stands until
+    /// then whatever other instances admit meanwhile).
+    pub fn remember_refusal(&self, client: IpAddr, retry_after: Duration) {
+        let now = self.publish_now(&self.refusals);
+        let until = now.saturating_add(retry_after.as_nanos() as u64);
+        self.refusals.put(&per_subscriber(client), until);
+    }
+
+    /// A refusal remembered by [`Limiter::remember_refusal`] that still stands.
+    pub fn refused(&self, client: IpAddr) -> Option<Refused> {
+        let until = self.refusals.get(&per_subscriber(client))?;
+        let now = self
+            .inner
+            .clock()
+            .now()
+            .saturating_duration_since(self.start)
+            .as_nanos() as u64;
+        (until > now).then(|| Refused {
+            retry_after: Duration::from_nanos(until - now),
         })
     }
 
@@ -178,6 +223,14 @@ impl Limiter {
     /// Addresses currently tracked.
     pub fn tracked(&self) -> usize {
         self.store().len()
+    }
+}
+
+/// The address a client is counted by: IPv4 as it is, IPv6 by its /64.
+pub fn per_subscriber(client: IpAddr) -> IpAddr {
+    match client {
+        IpAddr::V6(a) => IpAddr::V6((u128::from(a) & !u128::from(u64::MAX)).into()),
+        v4 => v4,
     }
 }
 
@@ -222,6 +275,22 @@ mod tests {
         assert!(l.check(a).is_ok());
         assert!(l.check(b).is_err());
         assert!(l.check(other).is_ok());
+    }
+
+    #[test]
+    fn a_refusal_decided_elsewhere_stands_until_it_runs_out() {
+        let l = Limiter::new(10, 5, 1024);
+        let a: IpAddr = "2001:db8::1".parse().unwrap();
+        let same_64: IpAddr = "2001:db8::2".parse().unwrap();
+        assert!(l.refused(a).is_none());
+        l.remember_refusal(a, Duration::from_millis(50));
+        let r = l.refused(same_64).unwrap();
+        assert!(r.retry_after <= Duration::from_millis(50) && r.retry_after > Duration::ZERO);
+        assert!(l.refused("2001:db8:0:1::1".parse().unwrap()).is_none());
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(l.refused(a).is_none());
+        // Local counting is untouched by remembered refusals.
+        assert!(l.check(a).is_ok());
     }
 
     #[test]

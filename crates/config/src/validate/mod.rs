@@ -15,6 +15,7 @@ mod cache;
 mod listeners;
 mod process;
 mod punycode;
+mod redis;
 mod rule;
 mod screening;
 mod sockets;
@@ -242,6 +243,7 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
     let downstream = sockets::read_downstream(&mut s, sink);
     let upstream = sockets::read_upstream(&mut s, sink);
     let tls = tls::read(&mut s, sink);
+    let redis = redis::read(&mut s, sink);
     let strict_default = s.bool(sink, "strict_path_rules").is_some_and(|b| b.value);
     let mut rules = rule::read_rules(
         &mut s,
@@ -277,6 +279,7 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
         admin,
         screen,
         tls,
+        redis,
     })
 }
 
