@@ -368,6 +368,7 @@ fn metrics_response<B>(w: &Worker, req: &Request<B>) -> Response<ProxyBody> {
         router: &w.router,
         certs: w.acme.as_deref(),
         max_connections: w.max_connections,
+        redis: w.shared.as_ref(),
     };
     let body = expose::render(crate::metrics::get(), &view, openmetrics);
     let mut res = synth::text(StatusCode::OK, body);

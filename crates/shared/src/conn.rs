@@ -17,8 +17,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// shorter limit); a connection that stays silent longer is replaced.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Where Redis is, checked and ready to connect.
+/// Where Redis is, checked and ready to connect (made once per configuration: the sizes of
+/// the two clients do not matter).
 #[derive(Clone)]
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Endpoint {
     Node(redis::Client),
     Cluster(ClusterClient),

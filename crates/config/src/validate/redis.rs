@@ -32,7 +32,9 @@ pub(super) fn read(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Option<RedisConf
                 "both `redis_url` and `redis_cluster` are set",
                 "keep `redis_url` for one Redis server, or `redis_cluster` for a Redis Cluster",
             );
-            check_url(sink, &u, false).map(|_| RedisEndpoint::Node(u.value))
+            cluster_nodes(sink, c);
+            check_url(sink, &u, false);
+            None
         }
         (Some(u), None) => check_url(sink, &u, false).map(|_| RedisEndpoint::Node(u.value)),
         (None, Some(c)) => cluster_nodes(sink, c),

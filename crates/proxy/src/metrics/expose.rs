@@ -23,6 +23,8 @@ pub struct View<'a> {
     pub router: &'a Router,
     pub certs: Option<&'a rampart_tls::store::CertStore>,
     pub max_connections: usize,
+    /// Redis shared with other instances, when configured.
+    pub redis: Option<&'a rampart_shared::Shared>,
 }
 
 /// The `Content-Type` of each format.
@@ -193,8 +195,52 @@ fn gather(m: &Metrics, view: &View<'_>) -> Families {
         )
         .gauge(vec![], last as f64);
     }
+    if let Some(r) = view.redis {
+        redis(r, &mut f);
+    }
     process(m, &mut f);
     f
+}
+
+/// What went through Redis, and the local decisions taken while it did not answer.
+fn redis(r: &rampart_shared::Shared, f: &mut Families) {
+    use rampart_shared::FEATURES;
+    let s = r.stats();
+    f.add(
+        "rampart_redis_up",
+        "Whether Redis answered the last command or the once-a-second PING (1) or not (0).",
+        None,
+    )
+    .gauge(vec![], if r.is_up() { 1.0 } else { 0.0 });
+    let used = f.add(
+        "rampart_redis_requests",
+        "Decisions and purges that went through Redis, by feature.",
+        None,
+    );
+    for (i, name) in FEATURES.iter().enumerate() {
+        used.counter(
+            vec![("feature", (*name).to_owned())],
+            s.used[i].load(Relaxed),
+        );
+    }
+    let fallbacks = f.add(
+        "rampart_redis_fallbacks",
+        "Local decisions taken because Redis was slow, away or backing off (rate_limit), and purges that could not wait for Redis (purge), by feature.",
+        None,
+    );
+    for (i, name) in FEATURES.iter().enumerate() {
+        fallbacks.counter(
+            vec![("feature", (*name).to_owned())],
+            s.fallbacks[i].load(Relaxed),
+        );
+    }
+    for (name, help, v) in [
+        ("rampart_redis_errors", "Redis commands on the request path that failed or timed out (each starts a one-second back-off).", &s.errors),
+        ("rampart_redis_purges_received", "Purges and invalidations other instances made, applied here.", &s.purges_received),
+        ("rampart_redis_purge_resyncs", "Times the cache was emptied because purges may have been missed while Redis was away.", &s.purge_resyncs),
+    ] {
+        f.add(name, help, None).counter(vec![], v.load(Relaxed));
+    }
 }
 
 fn requests(m: &Metrics, f: &mut Families) {
@@ -570,6 +616,7 @@ mod tests {
             router: &router,
             certs: None,
             max_connections: 100,
+            redis: None,
         };
         let text = render(&m, &view, false);
         for line in [

@@ -22,6 +22,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::sync::watch;
 
+pub mod redis;
 pub mod tls;
 
 pub type BoxBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;

@@ -1,0 +1,457 @@
+//! Several rampart instances sharing state through a real Redis (one server, and a Redis
+//! Cluster of three masters): rate limits counted once for all instances, purges and
+//! invalidations reaching every instance, and no failed request while Redis is away.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http::Request;
+use support::redis::{Cluster, Redis};
+use support::*;
+
+const HOST: &str = "shared.test";
+
+/// `n` instances in front of `origin`, one worker each, sharing through `redis` (TOML lines).
+fn instances(n: usize, origin: &OriginHandle, redis: &str, extra: &str) -> Vec<Proxy> {
+    let global =
+        format!("workers = 1\nlogging_level = \"info\"\napi_key = \"{API_KEY}\"\n{redis}\n{extra}");
+    (0..n)
+        .map(|_| Proxy::start(&config_for(HOST, origin, &global, "")))
+        .collect()
+}
+
+async fn metrics(p: &Proxy) -> String {
+    fetch(req(p, HOST, "/_rampart/metrics").header("authorization", format!("Bearer {API_KEY}")))
+        .await
+        .text()
+}
+
+/// A counter's value in the metrics (0 when absent).
+async fn counter(p: &Proxy, line_start: &str) -> u64 {
+    metrics(p)
+        .await
+        .lines()
+        .find(|l| l.starts_with(line_start))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
+}
+
+/// Entries in an instance's cache.
+async fn entries(p: &Proxy) -> u64 {
+    let status = fetch(
+        req(p, HOST, "/_rampart/status").header("authorization", format!("Bearer {API_KEY}")),
+    )
+    .await
+    .text();
+    let at = status.find("\"entries\":").unwrap() + "\"entries\":".len();
+    status[at..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+async fn cache_state(p: &Proxy, path: &str) -> String {
+    get(p, HOST, path)
+        .await
+        .header("x-arc2-cache")
+        .unwrap_or("")
+        .to_owned()
+}
+
+/// Sends `per_second` requests a second for `secs` seconds, spread in turn over `proxies`, each
+/// on its own task (a slow answer does not delay the schedule); returns (admitted, refused).
+async fn paced_load(proxies: &[&Proxy], per_second: u32, secs: u32) -> (usize, usize) {
+    let admitted = Arc::new(AtomicUsize::new(0));
+    let refused = Arc::new(AtomicUsize::new(0));
+    let c = client();
+    let mut tick = tokio::time::interval(Duration::from_secs(1) / per_second);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..(per_second * secs) as usize {
+        tick.tick().await;
+        let url = proxies[i % proxies.len()].url("/");
+        let (c, admitted, refused) = (c.clone(), admitted.clone(), refused.clone());
+        tasks.spawn(async move {
+            let got = send(
+                &c,
+                Request::get(url)
+                    .header("host", HOST)
+                    .body(empty())
+                    .unwrap(),
+            )
+            .await;
+            match got.status.as_u16() {
+                200 => admitted.fetch_add(1, Ordering::Relaxed),
+                429 => refused.fetch_add(1, Ordering::Relaxed),
+                other => panic!("unexpected status {other}"),
+            };
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    (
+        admitted.load(Ordering::Relaxed),
+        refused.load(Ordering::Relaxed),
+    )
+}
+
+const LIMIT: &str = "rate_limit_per_second = 50\nrate_limit_burst = 50\nrate_limit_exempt = []";
+
+#[tokio::test]
+async fn three_instances_admit_what_one_would() {
+    let origin = Origin::new().route("/", Reply::text("ok")).start().await;
+    let redis = Redis::start();
+    let shared = instances(
+        3,
+        &origin,
+        &format!("redis_url = \"{}\"", redis.url()),
+        LIMIT,
+    );
+    // The same client, the same schedule, one instance without Redis: the figure to match.
+    let alone = instances(1, &origin, "", LIMIT);
+    let (one, _) = paced_load(&[&alone[0]], 150, 3).await;
+    let (three, refused) = paced_load(&[&shared[0], &shared[1], &shared[2]], 150, 3).await;
+    eprintln!("admitted: one instance {one}, three sharing Redis {three} (refused {refused})");
+    // GCRA: the burst, then 50 a second.
+    assert!((190..=215).contains(&one), "one instance admitted {one}");
+    let diff = (three as f64 - one as f64).abs() / one as f64;
+    assert!(diff <= 0.05, "three instances admitted {three}, one {one}");
+    let mut fallbacks = 0;
+    for p in &shared {
+        fallbacks += counter(p, "rampart_redis_fallbacks_total{feature=\"rate_limit\"}").await;
+        assert!(counter(p, "rampart_redis_requests_total{feature=\"rate_limit\"}").await > 100);
+    }
+    assert_eq!(fallbacks, 0, "every decision came from Redis");
+    // One key for the one client, expiring with its TAT.
+    let keys = redis.cli(&["KEYS", "rampart:rl:*"]);
+    assert_eq!(keys.trim(), "rampart:rl:@:127.0.0.1", "{keys}");
+    let ttl: i64 = redis
+        .cli(&["PTTL", "rampart:rl:@:127.0.0.1"])
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(ttl > 0 && ttl <= 2_000, "{ttl}");
+}
+
+/// Caches `/page` and `/other` on every instance (a miss, then a hit, on each).
+async fn warm(proxies: &[Proxy]) {
+    for p in proxies {
+        for path in ["/page", "/other"] {
+            get(p, HOST, path).await;
+            assert_eq!(cache_state(p, path).await, "Hit");
+        }
+    }
+}
+
+/// Waits until every instance but the first has `want` entries; how long it took.
+async fn until_entries(proxies: &[Proxy], want: u64) -> Duration {
+    let t = Instant::now();
+    loop {
+        let mut all = true;
+        for p in &proxies[1..] {
+            all &= entries(p).await == want;
+        }
+        if all {
+            return t.elapsed();
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "purge did not reach every instance"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn purges_reach_every_instance(redis: &str) {
+    let origin = Origin::new()
+        .route("/page", Reply::text("page"))
+        .route("/other", Reply::text("other"))
+        .route_fn("/form", |_| {
+            Reply::text("saved").header("location", "/other")
+        })
+        .start()
+        .await;
+    let proxies = instances(3, &origin, redis, "");
+    warm(&proxies).await;
+    // PURGE (exact) on one instance: gone from the two others within a second.
+    let purged = fetch(
+        req(&proxies[0], HOST, "/page")
+            .method("PURGE")
+            .header("authorization", format!("Bearer {API_KEY}")),
+    )
+    .await;
+    assert_eq!(purged.status, 200, "{}", purged.text());
+    let took = until_entries(&proxies, 1).await;
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    eprintln!("exact purge reached the other instances in {took:?}");
+    for p in &proxies {
+        assert_eq!(cache_state(p, "/page").await, "Miss");
+        assert_eq!(cache_state(p, "/other").await, "Hit");
+    }
+    // A soft purge of the whole domain through the API of another instance: every copy is
+    // kept but must be revalidated.
+    let before = origin.requests();
+    let soft = send(
+        &client(),
+        Request::post(proxies[1].url(&format!(
+            "/_rampart/purge?scope=domain&host={HOST}&soft=true"
+        )))
+        .header("host", HOST)
+        .header("authorization", format!("Bearer {API_KEY}"))
+        .body(empty())
+        .unwrap(),
+    )
+    .await;
+    assert_eq!(soft.status, 200, "{}", soft.text());
+    let t = Instant::now();
+    for p in [&proxies[0], &proxies[2]] {
+        loop {
+            let asked = origin.requests();
+            let state = cache_state(p, "/other").await;
+            if origin.requests() > asked {
+                assert_ne!(state, "Hit");
+                break;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(1),
+                "soft purge not applied in time"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    assert!(origin.requests() >= before + 2);
+    // An unsafe request through one instance invalidates its target and Location everywhere.
+    warm(&proxies).await;
+    let posted = send(
+        &client(),
+        Request::post(proxies[2].url("/form"))
+            .header("host", HOST)
+            .body(empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(posted.status, 200);
+    let t = Instant::now();
+    loop {
+        let mut gone = true;
+        for p in &proxies[..2] {
+            gone &= entries(p).await == 1;
+        }
+        if gone {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(1),
+            "invalidation not applied in time"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for p in &proxies {
+        assert!(counter(p, "rampart_redis_purges_received_total").await >= 1);
+    }
+}
+
+#[tokio::test]
+async fn purges_reach_every_instance_through_one_redis() {
+    let redis = Redis::start();
+    purges_reach_every_instance(&format!("redis_url = \"{}\"", redis.url())).await;
+}
+
+#[tokio::test]
+async fn purges_reach_every_instance_through_a_redis_cluster() {
+    let cluster = Cluster::start();
+    purges_reach_every_instance(&format!("redis_cluster = {}", cluster.toml_list())).await;
+}
+
+#[tokio::test]
+async fn rate_limits_are_shared_through_a_redis_cluster() {
+    let origin = Origin::new().route("/", Reply::text("ok")).start().await;
+    let cluster = Cluster::start();
+    let limit = "rate_limit_per_second = 1\nrate_limit_burst = 4\nrate_limit_exempt = []";
+    let proxies = instances(
+        2,
+        &origin,
+        &format!("redis_cluster = {}", cluster.toml_list()),
+        limit,
+    );
+    let mut statuses = Vec::new();
+    for i in 0..8 {
+        statuses.push(get(&proxies[i % 2], HOST, "/").await.status.as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 200, 200, 429, 429, 429, 429]);
+    // Refused clients are answered without a round trip: only the first refusal of each
+    // instance asked Redis.
+    let mut asked = 0;
+    for p in &proxies {
+        asked += counter(p, "rampart_redis_requests_total{feature=\"rate_limit\"}").await;
+    }
+    assert_eq!(asked, 6, "4 admitted + one refusal per instance");
+}
+
+/// Redis goes away under load: no request fails, the decisions are local (and counted), and
+/// sharing resumes when it is back.
+#[tokio::test]
+async fn no_request_fails_while_redis_is_away() {
+    let origin = Origin::new().route("/", Reply::text("ok")).start().await;
+    let mut redis = Redis::start();
+    let limit = "rate_limit_per_second = 100000\nrate_limit_burst = 100000\nrate_limit_exempt = []";
+    let proxies = instances(
+        2,
+        &origin,
+        &format!("redis_url = \"{}\"", redis.url()),
+        limit,
+    );
+    let (ok, refused) = paced_load(&[&proxies[0], &proxies[1]], 200, 1).await;
+    assert_eq!((ok, refused), (200, 0));
+    let load = {
+        let urls: Vec<String> = proxies.iter().map(|p| p.url("/")).collect();
+        tokio::spawn(async move {
+            let c = client();
+            let mut statuses = std::collections::BTreeMap::new();
+            let until = Instant::now() + Duration::from_secs(3);
+            let mut i = 0;
+            while Instant::now() < until {
+                let got = send(
+                    &c,
+                    Request::get(urls[i % 2].clone())
+                        .header("host", HOST)
+                        .body(empty())
+                        .unwrap(),
+                )
+                .await;
+                *statuses.entry(got.status.as_u16()).or_insert(0) += 1;
+                i += 1;
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            statuses
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    redis.node.stop();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    redis.node.start();
+    let statuses = load.await.unwrap();
+    assert_eq!(
+        statuses.keys().copied().collect::<Vec<_>>(),
+        [200],
+        "{statuses:?}"
+    );
+    let mut fallbacks = 0;
+    for p in &proxies {
+        fallbacks += counter(p, "rampart_redis_fallbacks_total{feature=\"rate_limit\"}").await;
+    }
+    assert!(
+        fallbacks > 0,
+        "decisions taken locally while Redis was away were counted"
+    );
+    // Sharing resumes: both instances ask Redis again, and nothing more falls back.
+    const ASKED: &str = "rampart_redis_requests_total{feature=\"rate_limit\"}";
+    const LOCAL: &str = "rampart_redis_fallbacks_total{feature=\"rate_limit\"}";
+    for p in &proxies {
+        let asked = counter(p, ASKED).await;
+        let t = Instant::now();
+        loop {
+            assert_eq!(get(p, HOST, "/").await.status, 200);
+            if counter(p, ASKED).await > asked {
+                break;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "sharing did not resume"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let (asked, local) = (counter(p, ASKED).await, counter(p, LOCAL).await);
+        for _ in 0..20 {
+            assert_eq!(get(p, HOST, "/").await.status, 200);
+        }
+        assert_eq!(counter(p, LOCAL).await, local);
+        assert_eq!(counter(p, ASKED).await, asked + 20);
+    }
+}
+
+/// A purge made while Redis is away is sent when it is back; an instance whose last purge
+/// read is gone from Redis (its data was lost) drops its whole cache rather than keep what
+/// it may have been told to purge.
+#[tokio::test]
+async fn purges_made_while_redis_is_away_arrive_and_lost_ones_empty_the_cache() {
+    let origin = Origin::new()
+        .route("/page", Reply::text("page"))
+        .route("/other", Reply::text("other"))
+        .start()
+        .await;
+    let mut redis = Redis::start();
+    let proxies = instances(2, &origin, &format!("redis_url = \"{}\"", redis.url()), "");
+    warm(&proxies).await;
+    // One purge through Redis first, so that instance 1 has read an entry.
+    let purge = |p: &Proxy, path: &str| {
+        fetch(
+            req(p, HOST, path)
+                .method("PURGE")
+                .header("authorization", format!("Bearer {API_KEY}")),
+        )
+    };
+    assert_eq!(purge(&proxies[0], "/page").await.status, 200);
+    until_entries(&proxies, 1).await;
+    get(&proxies[1], HOST, "/page").await;
+    assert_eq!(entries(&proxies[1]).await, 2);
+    // Redis dies and comes back empty (no persistence); meanwhile instance 0 purges /page.
+    redis.node.stop();
+    assert_eq!(purge(&proxies[0], "/page").await.status, 200);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    redis.node.start();
+    // Instance 1 finds its last entry gone and empties its cache; the purge arrives too.
+    let t = Instant::now();
+    while entries(&proxies[1]).await != 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "instance 1 kept its cache"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        counter(&proxies[1], "rampart_redis_purge_resyncs_total").await,
+        1
+    );
+    let t = Instant::now();
+    while redis.cli(&["XLEN", "rampart:purges"]).trim() != "1" {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the waiting purge was not sent"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(cache_state(&proxies[1], "/other").await, "Miss");
+}
+
+#[test]
+fn check_reports_redis_keys_with_their_positions() {
+    let path = scratch("redis-check.toml");
+    std::fs::write(
+        &path,
+        "redis_url = \"http://127.0.0.1:6379\"\nredis_timeout_ms = 0\nredis_cluster = [\"127.0.0.1\"]\n\
+         [[proxy_rules]]\ndomain = \"a.test\"\nforward_ipv4 = \"127.0.0.1\"\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(rampart_bin())
+        .args(["check", "--config", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    for needle in [
+        ":1:13: error: `redis_url` unknown scheme \"http\"",
+        ":2:20: error: `redis_timeout_ms` 0 is out of range",
+        ":3:17: error: `redis_cluster` both `redis_url` and `redis_cluster` are set",
+        ":3:18: error: `redis_cluster[0]` \"127.0.0.1\" names no port",
+    ] {
+        assert!(text.contains(needle), "{needle} in\n{text}");
+    }
+}
