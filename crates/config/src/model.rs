@@ -586,6 +586,22 @@ pub struct RedisConfig {
     pub rate_limits: bool,
     /// Purges sent to every instance (`redis_purge`, default on).
     pub purge: bool,
+    /// ACME account, certificates and keys kept in Redis, one order for all instances
+    /// (`redis_certificates`, default on when a rule uses ACME).
+    pub certificates: bool,
+    /// What encrypts the ACME account and keys in Redis (`redis_encryption_key` or
+    /// `redis_encryption_key_file`); required when `certificates` is on.
+    pub encryption_key: Option<Secret>,
+}
+
+/// Key material for encryption at rest (never printed).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub Vec<u8>);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(***)")
+    }
 }
 
 impl std::fmt::Debug for RedisConfig {
@@ -596,6 +612,8 @@ impl std::fmt::Debug for RedisConfig {
             .field("timeout", &self.timeout)
             .field("rate_limits", &self.rate_limits)
             .field("purge", &self.purge)
+            .field("certificates", &self.certificates)
+            .field("encryption_key", &self.encryption_key.as_ref().map(|_| "***"))
             .finish()
     }
 }

@@ -152,16 +152,21 @@ pub struct Live {
     health: Option<(watch::Sender<bool>, JoinHandle<()>)>,
 }
 
-/// Starts sharing through Redis when `config` names it: rate limits, and purges to and from the
-/// other instances' caches (applied to `cache`). Fails only on addresses Redis's client
+/// Starts sharing through Redis when `config` names it. Fails only on addresses Redis's client
 /// cannot use; an unreachable Redis is no error (instances decide locally until it answers).
-fn start_shared(config: &Config, cache: Option<&Arc<Cache>>) -> Result<Option<Shared>, String> {
+pub fn start_shared(config: &Config) -> Result<Option<Shared>, String> {
     let Some(redis) = &config.redis else {
         return Ok(None);
     };
-    Shared::start(redis, cache.map(|c| c.remote_purges()))
+    Shared::start(redis)
         .map(Some)
         .map_err(|e| format!("redis: {e}"))
+}
+
+/// Purges made in `cache` go to the other instances through `shared`, and theirs come here.
+fn share(cache: &Arc<Cache>, shared: &Shared) {
+    cache.share(Some(shared));
+    shared.follow_purges(cache.remote_purges());
 }
 
 /// What a worker thread starts with.
@@ -178,6 +183,7 @@ impl Live {
         config: Config,
         bound: Vec<Bound>,
         tls: Option<Tls>,
+        shared: Option<Shared>,
         groups: usize,
         control: Control,
     ) -> std::io::Result<(Live, Vec<WorkerStart>)> {
@@ -188,9 +194,8 @@ impl Live {
             .cache
             .enabled
             .then(|| Arc::new(Cache::new(config.cache.memory, config.cache.max_object)));
-        let shared = start_shared(&config, cache.as_ref()).map_err(std::io::Error::other)?;
         if let (Some(c), Some(s)) = (&cache, &shared) {
-            c.share(Some(s));
+            share(c, s);
         }
         let router = Arc::new(Router::new(&config));
         let upstreams = (0..groups)
@@ -274,11 +279,16 @@ impl Live {
     /// The fallible half of a reload: what `config` needs that the configuration in service
     /// does not have. A certificate manager started here is stopped again on an error.
     fn prepare(&self, config: &Config) -> Result<Prepared, String> {
-        let same_tls = same_tls(&self.config, config);
+        // New Redis settings: a new connection, and the certificate manager starts again with it.
+        let shared = (config.redis != self.config.redis)
+            .then(|| start_shared(config))
+            .transpose()?;
+        let same_tls = same_tls(&self.config, config) && shared.is_none();
         let tls = if same_tls {
             self.tls.clone()
         } else {
-            rampart_tls::start(config).map_err(|e| e.to_string())?
+            let with = shared.as_ref().unwrap_or(&self.shared).as_ref();
+            rampart_tls::start(config, with).map_err(|e| e.to_string())?
         };
         let rest = || -> Result<_, String> {
             let origin_tls = (config.upstream != self.config.upstream)
@@ -289,9 +299,6 @@ impl Live {
                 .then(|| AccessLog::open(&config.access_log).map(Arc::new))
                 .transpose()
                 .map_err(|e| e.to_string())?;
-            let shared = (config.redis != self.config.redis)
-                .then(|| start_shared(config, self.cache.as_ref()))
-                .transpose()?;
             let wanted = listen::wanted(config, tls.is_some());
             let mut fresh: Vec<Bound> = Vec::new();
             for &(addr, kind) in &wanted {
@@ -311,10 +318,10 @@ impl Live {
                     .map_err(|e| e.to_string())?;
                 fresh.push(bound);
             }
-            Ok((origin_tls, access, shared, wanted, fresh))
+            Ok((origin_tls, access, wanted, fresh))
         };
         match rest() {
-            Ok((origin_tls, access, shared, wanted, fresh)) => Ok(Prepared {
+            Ok((origin_tls, access, wanted, fresh)) => Ok(Prepared {
                 same_tls,
                 tls,
                 origin_tls,
@@ -347,7 +354,10 @@ impl Live {
         if let Some(shared) = p.shared {
             self.shared = shared;
             if let Some(c) = &self.cache {
-                c.share(self.shared.as_ref());
+                match &self.shared {
+                    Some(s) => share(c, s),
+                    None => c.share(None),
+                }
             }
         }
         self.router = Arc::new(Router::reloaded(&config, &self.router));

@@ -93,6 +93,11 @@ impl Pipeline {
         if let Some(answer) = recv::local_answer(&self.w, txn, &req) {
             return answer;
         }
+        if recv::may_be_shared_challenge(&self.w, &req) {
+            if let Some(answer) = Box::pin(recv::shared_challenge(&self.w, txn, &req)).await {
+                return answer;
+            }
+        }
         txn.route = Some(recv::route(&self.w.router, &mut req)?);
         let metrics = metrics::get();
         if metrics.watched() && txn.mode == Mode::Client {

@@ -51,6 +51,35 @@ pub fn local_answer(
     None
 }
 
+/// An ACME http-01 challenge that another instance's order published in Redis (this one's
+/// own are answered by [`local_answer`]); `None` when there is none, and the request goes on.
+pub async fn shared_challenge(
+    w: &Worker,
+    txn: &Txn,
+    req: &Request<RequestBody>,
+) -> Option<Result<Response<ProxyBody>, ProxyError>> {
+    let shared = w.shared.as_ref().filter(|s| s.config().certificates)?;
+    let token = req.uri().path().strip_prefix(ACME_CHALLENGE_PREFIX)?;
+    match shared.http_challenge(token).await {
+        Ok(Some(answer)) => {
+            tracing::info!(client = %txn.client, "answered an ACME http-01 challenge (from Redis)");
+            Some(Ok(synth::text(StatusCode::OK, answer)))
+        }
+        Ok(None) => None,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot look up an ACME challenge in Redis");
+            None
+        }
+    }
+}
+
+/// Whether [`shared_challenge`] may have an answer (checked first: it costs nothing).
+pub fn may_be_shared_challenge<B>(w: &Worker, req: &Request<B>) -> bool {
+    w.acme.is_some()
+        && w.shared.is_some()
+        && req.uri().path().starts_with(ACME_CHALLENGE_PREFIX)
+}
+
 /// Finds the rule by host, normalises the path (see `path.rs`: the request is rewritten, so
 /// the cache and the origin see the path the rules checked) and applies the path policy.
 pub fn route<B>(router: &Router, req: &mut Request<B>) -> Result<Route, ProxyError> {

@@ -43,6 +43,8 @@ pub struct Server {
     bound: Vec<Bound>,
     /// Certificates and the TLS server configuration (`None` without an HTTPS listener).
     tls: Option<rampart_tls::Tls>,
+    /// Redis shared with other instances (`None` without `redis_url` / `redis_cluster`).
+    shared: Option<rampart_shared::Shared>,
 }
 
 /// A running server: reload it, signal it to stop, then join it.
@@ -133,7 +135,8 @@ impl Server {
         };
         // One metrics shard per worker thread under `per-core`; `shared` threads share one.
         crate::metrics::init(groups);
-        let tls = rampart_tls::start(&config).map_err(io::Error::other)?;
+        let shared = crate::live::start_shared(&config).map_err(io::Error::other)?;
+        let tls = rampart_tls::start(&config, shared.as_ref()).map_err(io::Error::other)?;
         // An upgrade: the old process's sockets, taken over as they are.
         let mut inherited = listen::inherit();
         let mut bound: Vec<Bound> = Vec::new();
@@ -163,6 +166,7 @@ impl Server {
             groups,
             bound,
             tls,
+            shared,
         })
     }
 
@@ -195,7 +199,14 @@ impl Server {
         let (control, requests) = Control::channel();
         let runtime = self.config.runtime;
         let workers = self.config.workers.max(1);
-        let (live, starts) = Live::start(self.config, self.bound, self.tls, self.groups, control)?;
+        let (live, starts) = Live::start(
+            self.config,
+            self.bound,
+            self.tls,
+            self.shared,
+            self.groups,
+            control,
+        )?;
         let limit = live.limit();
         let mut threads = Vec::new();
         for (i, start) in starts.into_iter().enumerate() {

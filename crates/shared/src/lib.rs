@@ -12,6 +12,7 @@
 //! the back-off as soon as Redis answers again. Nothing here panics or blocks on Redis, and
 //! rampart starts and serves whether or not Redis is there.
 
+pub mod certs;
 mod conn;
 pub mod purge;
 pub mod ratelimit;
@@ -124,6 +125,9 @@ struct Inner {
     /// Ends the Redis thread when the last handle goes.
     stop: tokio::sync::watch::Sender<bool>,
     outbox: Arc<purge::Outbox>,
+    endpoint: conn::Endpoint,
+    /// The Redis thread's runtime.
+    handle: tokio::runtime::Handle,
 }
 
 impl Drop for Inner {
@@ -167,11 +171,11 @@ impl Health {
 }
 
 impl Shared {
-    /// Starts the Redis thread and its (lazy) connections, and with `redis_purge` the purge
-    /// sender and, when there is a cache (`apply`), the purge follower. Fails only when the
-    /// addresses cannot be used at all or the thread cannot start; an unreachable Redis is not
-    /// an error.
-    pub fn start(config: &RedisConfig, apply: Option<purge::Apply>) -> Result<Shared, SharedError> {
+    /// Starts the Redis thread and its (lazy) connection, the PING, and with `redis_purge`
+    /// the purge sender ([`Shared::follow_purges`] adds the follower once there is a cache).
+    /// Fails only when the addresses cannot be used at all or the thread cannot start; an
+    /// unreachable Redis is not an error.
+    pub fn start(config: &RedisConfig) -> Result<Shared, SharedError> {
         let endpoint = conn::Endpoint::parse(&config.endpoint)?;
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let (tx, rx) = std::sync::mpsc::channel();
@@ -182,13 +186,12 @@ impl Shared {
         });
         let outbox = Arc::new(purge::Outbox::default());
         let instance = instance_name();
-        let bg = purge::Background {
+        let sender = purge::Sender {
             stream: format!("{}purges", config.key_prefix),
             instance: instance.clone(),
             outbox: outbox.clone(),
-            apply: apply.filter(|_| config.purge),
         };
-        let (purge_on, ping_health) = (config.purge, health.clone());
+        let (purge_on, ping_health, ep) = (config.purge, health.clone(), endpoint.clone());
         std::thread::Builder::new()
             .name("rampart-redis".into())
             .spawn(move || {
@@ -204,30 +207,26 @@ impl Shared {
                 };
                 rt.block_on(async move {
                     // Connections are made here so that their tasks run on this thread.
-                    let conn = match endpoint.connect() {
+                    let conn = match ep.connect() {
                         Ok(c) => c,
                         Err(e) => {
                             let _ = tx.send(Err(SharedError::Redis(e)));
                             return;
                         }
                     };
-                    let _ = tx.send(Ok(conn.clone()));
+                    let handle = tokio::runtime::Handle::current();
+                    let _ = tx.send(Ok((conn.clone(), handle)));
                     let mut tasks = tokio::task::JoinSet::new();
                     tasks.spawn(ping(conn.clone(), ping_health));
                     if purge_on {
-                        match endpoint.connect_with(purge::BLOCK + Duration::from_secs(2)) {
-                            Ok(reader) => bg.spawn(&mut tasks, conn, reader),
-                            Err(e) => {
-                                tracing::error!(error = %e, "cannot follow purges through Redis")
-                            }
-                        }
+                        tasks.spawn(sender.run(conn));
                     }
                     wait_stop(stopped).await;
                     tasks.abort_all();
                 });
             })
             .map_err(SharedError::Thread)?;
-        let conn = rx
+        let (conn, handle) = rx
             .recv()
             .map_err(|_| SharedError::Unexpected("the Redis thread stopped"))??;
         tracing::info!(redis = ?config.endpoint.redacted(), prefix = config.key_prefix, instance, "sharing state through Redis");
@@ -238,9 +237,22 @@ impl Shared {
                 health,
                 outbox,
                 conn,
+                endpoint,
+                handle,
                 stop,
             }),
         })
+    }
+
+    /// Runs `task` on the Redis thread until this configuration's Redis state is dropped.
+    pub fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        let stopped = self.inner.stop.subscribe();
+        self.inner.handle.spawn(async move {
+            tokio::select! {
+                _ = task => {}
+                _ = wait_stop(stopped) => {}
+            }
+        });
     }
 
     /// The settings it was started with (a reload with others starts a new one).
@@ -278,11 +290,25 @@ impl Shared {
         F: FnOnce(Conn) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
-        let health = &self.inner.health;
-        if health.backing_off() {
+        if self.inner.health.backing_off() {
             return Err(SharedError::BackingOff);
         }
-        let timeout = self.inner.config.timeout;
+        self.call_with(self.inner.config.timeout, what, f).await
+    }
+
+    /// Sends one command off the request path (certificates), waiting up to `timeout`, even
+    /// while the request path backs off. A failure starts the back-off.
+    pub async fn call_with<T, F, Fut>(
+        &self,
+        timeout: Duration,
+        what: &'static str,
+        f: F,
+    ) -> Result<T, SharedError>
+    where
+        F: FnOnce(Conn) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        let health = &self.inner.health;
         let result = match tokio::time::timeout(timeout, f(self.inner.conn.clone())).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(SharedError::Redis(e)),

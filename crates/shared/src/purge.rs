@@ -105,29 +105,52 @@ impl Shared {
     }
 }
 
-/// What the Redis thread's purge tasks need (no handle to [`Shared`]: the thread ends when
-/// the last one goes).
-pub(crate) struct Background {
+/// Sends this instance's purges (a task on the Redis thread).
+pub(crate) struct Sender {
     pub(crate) stream: String,
     pub(crate) instance: String,
     pub(crate) outbox: Arc<Outbox>,
-    /// `None`: no cache here, so nothing to follow.
-    pub(crate) apply: Option<Apply>,
 }
 
-impl Background {
-    pub(crate) fn spawn(self, tasks: &mut tokio::task::JoinSet<()>, conn: Conn, reader: Conn) {
-        STARTED.get_or_init(Instant::now);
-        let bg = Arc::new(self);
-        tasks.spawn(send(bg.clone(), conn.clone()));
-        if bg.apply.is_some() {
-            tasks.spawn(follow(bg, conn, reader));
+impl Sender {
+    pub(crate) async fn run(self, conn: Conn) {
+        send(Arc::new(self), conn).await
+    }
+}
+
+/// What the follower needs (no handle to [`Shared`]: the Redis thread ends when the last
+/// one goes).
+struct Follower {
+    stream: String,
+    instance: String,
+    apply: Apply,
+}
+
+impl Shared {
+    /// Applies the other instances' purges to the local cache (through `apply`) from now on.
+    pub fn follow_purges(&self, apply: Apply) {
+        if !self.config().purge {
+            return;
         }
+        STARTED.get_or_init(Instant::now);
+        let follower = Follower {
+            stream: self.key("purges"),
+            instance: self.instance().to_owned(),
+            apply,
+        };
+        let (endpoint, conn) = (self.inner.endpoint.clone(), self.inner.conn.clone());
+        self.spawn(async move {
+            // A connection of its own: XREAD blocks it.
+            match endpoint.connect_with(BLOCK + Duration::from_secs(2)) {
+                Ok(reader) => follow(follower, conn, reader).await,
+                Err(e) => tracing::error!(error = %e, "cannot follow purges through Redis"),
+            }
+        });
     }
 }
 
 /// Drains the outbox into the stream, in order, retrying while Redis is away.
-async fn send(bg: Arc<Background>, mut conn: Conn) {
+async fn send(bg: Arc<Sender>, mut conn: Conn) {
     loop {
         let (batch, overflowed, generation) = {
             let q = bg.outbox.lock();
@@ -192,10 +215,8 @@ struct Position {
 }
 
 /// Follows the stream and applies the other instances' purges.
-async fn follow(bg: Arc<Background>, mut conn: Conn, mut reader: Conn) {
-    let Some(apply) = bg.apply.clone() else {
-        return;
-    };
+async fn follow(bg: Follower, mut conn: Conn, mut reader: Conn) {
+    let apply = bg.apply.clone();
     let mut pos = loop {
         match start_position(&mut conn).await {
             Some(last) => {
@@ -265,7 +286,7 @@ async fn start_position(conn: &mut Conn) -> Option<String> {
 /// After a lost connection: if the last entry read is gone, purges may have been missed and
 /// the whole cache goes; reading goes on from the stream's end then.
 async fn catch_up(
-    bg: &Background,
+    bg: &Follower,
     apply: &Apply,
     conn: &mut Conn,
     pos: &mut Position,
@@ -308,7 +329,7 @@ async fn catch_up(
 }
 
 /// Applies one stream entry unless this instance sent it.
-fn received(bg: &Background, apply: &Apply, fields: &std::collections::HashMap<String, Value>) {
+fn received(bg: &Follower, apply: &Apply, fields: &std::collections::HashMap<String, Value>) {
     let bytes = |name: &str| match fields.get(name) {
         Some(Value::BulkString(b)) => Some(b.as_slice()),
         _ => None,

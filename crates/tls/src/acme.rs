@@ -3,6 +3,13 @@
 //! by the HTTPS listener's resolver), renewal at two thirds of the lifetime, and retries with
 //! jittered exponential backoff. Nothing here blocks startup: a domain without a certificate
 //! simply fails its handshakes until one arrives.
+//!
+//! With Redis (`redis_certificates`), the instances share one account and one certificate per
+//! domain (`rampart_shared::certs::Vault`, encrypted): the instance that takes a domain's lock
+//! orders, publishing its challenge answers in Redis so that whichever instance the CA reaches
+//! answers; the others wait and take the certificate from Redis, and every instance checks
+//! Redis for a newer certificate at least every [`VAULT_POLL`], so a renewal happens once and
+//! reaches them all. Each instance also keeps a copy on disk for restarts without Redis.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -13,6 +20,8 @@ use instant_acme::{
     NewOrder, OrderStatus, RetryPolicy,
 };
 use rampart_config::{AcmeChallenge, AcmeConfig, DomainPattern};
+use rampart_shared::certs::Vault;
+use rampart_shared::Shared;
 use rcgen::{CertificateParams, CustomExtension, KeyPair};
 
 use crate::der::Validity;
@@ -29,6 +38,10 @@ const RATE_LIMITED_BACKOFF: Duration = Duration::from_secs(3600);
 /// then stays silent must not stop renewals for good.
 const ACCOUNT_TIMEOUT: Duration = Duration::from_secs(120);
 const ORDER_TIMEOUT: Duration = Duration::from_secs(600);
+/// With Redis: how often an instance looks for a certificate another one obtained.
+pub const VAULT_POLL: Duration = Duration::from_secs(30);
+/// With Redis: the wait before looking again while another instance holds the order's lock.
+const OTHER_ORDERING: Duration = Duration::from_secs(2);
 
 /// Where one CA's account and certificates live: `state_dir/acme/<directory host and path>`.
 pub fn ca_dir(state_dir: &Path, directory_url: &str) -> PathBuf {
@@ -114,13 +127,29 @@ pub fn renew_time(v: &Validity) -> SystemTime {
 struct AccountCell {
     cfg: AcmeConfig,
     dir: PathBuf,
-    /// The account and how many times it has been replaced.
-    current: tokio::sync::Mutex<(Account, u64)>,
+    vault: Option<Arc<Vault>>,
+    /// The account (fetched or created on first need) and how many times it has been
+    /// replaced.
+    current: tokio::sync::Mutex<(Option<Account>, u64)>,
 }
 
 impl AccountCell {
-    async fn get(&self) -> (Account, u64) {
-        self.current.lock().await.clone()
+    /// The account, fetched or created when first needed (an order is the first need: a CA
+    /// that is away delays orders, never the certificates already obtained).
+    async fn get(&self) -> Result<(Account, u64), TlsError> {
+        let mut current = self.current.lock().await;
+        if let Some(a) = &current.0 {
+            return Ok((a.clone(), current.1));
+        }
+        let attempt =
+            tokio::time::timeout(ACCOUNT_TIMEOUT, account(&self.cfg, &self.dir, self.vault.as_deref())).await;
+        let a = attempt
+            .unwrap_or_else(|_| Err(TlsError::AcmeTimeout("the CA did not answer in time")))
+            .inspect_err(|e| {
+                tracing::warn!(directory = %self.cfg.directory_url, error = %e, "ACME account unavailable; orders wait for it (certificates already obtained stay in service)");
+            })?;
+        current.0 = Some(a.clone());
+        Ok((a, current.1))
     }
 
     /// The CA answered `accountDoesNotExist` for the account of `generation` (a staging CA
@@ -136,10 +165,25 @@ impl AccountCell {
         if let Err(e) = std::fs::rename(&path, &old) {
             tracing::warn!(path = %path.display(), error = %e, "cannot set the unknown ACME account aside");
         }
-        match tokio::time::timeout(ACCOUNT_TIMEOUT, account(&self.cfg, &self.dir)).await {
+        let vault = self.vault.as_deref();
+        if let Some(v) = vault {
+            // Another instance may have replaced it already: take that one. Else forget it.
+            let shared_one = v.get("account").await.ok().flatten();
+            let ours = std::fs::read(&old).ok();
+            if shared_one.is_some() && shared_one != ours {
+                if let Ok(a) = account(&self.cfg, &self.dir, vault).await {
+                    *current = (Some(a), generation + 1);
+                    return true;
+                }
+            }
+            if let Err(e) = v.put("account", b"").await {
+                tracing::warn!(error = %e, "cannot forget the unknown ACME account in Redis");
+            }
+        }
+        match tokio::time::timeout(ACCOUNT_TIMEOUT, account(&self.cfg, &self.dir, vault)).await {
             Ok(Ok(a)) => {
                 tracing::warn!(directory = %self.cfg.directory_url, "the CA did not know the stored ACME account; registered a new one");
-                *current = (a, generation + 1);
+                *current = (Some(a), generation + 1);
                 return true;
             }
             Ok(Err(e)) => {
@@ -160,37 +204,75 @@ pub async fn run(
     state_dir: PathBuf,
     domains: Vec<(DomainPattern, String, Option<Validity>)>,
     store: Arc<CertStore>,
+    shared: Option<Shared>,
 ) {
     let dir = ca_dir(&state_dir, &cfg.directory_url);
-    let mut failures = 0;
-    let account = loop {
-        let attempt = tokio::time::timeout(ACCOUNT_TIMEOUT, account(&cfg, &dir)).await;
-        match attempt
-            .unwrap_or_else(|_| Err(TlsError::AcmeTimeout("the CA did not answer in time")))
-        {
-            Ok(a) => break a,
-            Err(e) => {
-                failures += 1;
-                let wait = backoff(failures, e.acme_problem() == Some("rateLimited"));
-                tracing::warn!(directory = %cfg.directory_url, error = %e, retry_in = ?wait, "ACME account unavailable; HTTPS for ACME domains waits for it");
-                tokio::time::sleep(wait).await;
-            }
-        }
-    };
+    let ca_name = dir
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    let vault = shared
+        .as_ref()
+        .and_then(|s| Vault::new(s, &ca_name))
+        .map(Arc::new);
+    let shared = shared.filter(|_| vault.is_some());
     let cell = Arc::new(AccountCell {
         cfg,
         dir,
-        current: tokio::sync::Mutex::new((account, 0)),
+        vault,
+        current: tokio::sync::Mutex::new((None, 0)),
     });
     let mut tasks = tokio::task::JoinSet::new();
     for (pattern, domain, validity) in domains {
-        let (cell, store) = (cell.clone(), store.clone());
-        tasks.spawn(keep_current(cell, pattern, domain, validity, store));
+        let (cell, store, shared) = (cell.clone(), store.clone(), shared.clone());
+        tasks.spawn(keep_current(cell, pattern, domain, validity, store, shared));
     }
     while tasks.join_next().await.is_some() {}
 }
 
-async fn account(cfg: &AcmeConfig, dir: &Path) -> Result<Account, TlsError> {
+/// The account: from Redis when shared (the first instance creates it under a lock, the
+/// others wait for it), else from `dir` (created on first use).
+async fn account(cfg: &AcmeConfig, dir: &Path, vault: Option<&Vault>) -> Result<Account, TlsError> {
+    let Some(v) = vault else {
+        return local_account(cfg, dir).await;
+    };
+    let builder = || match &cfg.ca_file {
+        Some(ca) => Account::builder_with_root(ca),
+        None => Account::builder(),
+    };
+    loop {
+        if let Some(json) = v.get("account").await?.filter(|j| !j.is_empty()) {
+            let creds: AccountCredentials =
+                serde_json::from_slice(&json).map_err(|e| TlsError::AccountFile {
+                    path: PathBuf::from("redis"),
+                    reason: e.to_string(),
+                })?;
+            return Ok(builder()?.from_credentials(creds).await?);
+        }
+        let Some(lock) = v.lock("account", ACCOUNT_TIMEOUT + Duration::from_secs(30)).await?
+        else {
+            tokio::time::sleep(OTHER_ORDERING).await;
+            continue;
+        };
+        if v.get("account").await?.is_some_and(|j| !j.is_empty()) {
+            v.release(lock).await;
+            continue;
+        }
+        // Not the disk copy: it may be another CA generation's (see AccountCell::replace).
+        let path = dir.join("account.json");
+        let _ = std::fs::rename(&path, dir.join("account.json.before-redis"));
+        let created = local_account(cfg, dir).await;
+        if created.is_ok() {
+            match std::fs::read(&path) {
+                Ok(json) => v.put("account", &json).await?,
+                Err(e) => tracing::warn!(error = %e, "cannot read back the new ACME account"),
+            }
+        }
+        v.release(lock).await;
+        return created;
+    }
+}
+
+async fn local_account(cfg: &AcmeConfig, dir: &Path) -> Result<Account, TlsError> {
     let path = dir.join("account.json");
     let builder = || match &cfg.ca_file {
         Some(ca) => Account::builder_with_root(ca),
@@ -228,40 +310,135 @@ async fn account(cfg: &AcmeConfig, dir: &Path) -> Result<Account, TlsError> {
 }
 
 /// Keeps one domain's certificate current: order when missing or due, retry with backoff.
+/// With Redis, adopt a newer certificate another instance obtained, and order only while
+/// holding the domain's lock.
 async fn keep_current(
     cell: Arc<AccountCell>,
     pattern: DomainPattern,
     domain: String,
     mut validity: Option<Validity>,
     store: Arc<CertStore>,
+    shared: Option<Shared>,
 ) {
     let mut failures = 0u32;
     // The challenge type in use: the first in `acme_challenges`, the next one after each
     // failure; one that worked stays in use for later renewals.
     let mut choice = 0usize;
     let mut retried_new_account = false;
+    // After a failure: no order before then (checking Redis goes on meanwhile).
+    let mut next_order: Option<std::time::Instant> = None;
+    let vault = cell.vault.clone();
+    let adopt = |validity: &mut Option<Validity>, loaded: Loaded| {
+        let newer = match (&validity, &loaded.validity) {
+            (None, _) => true,
+            (Some(have), Some(got)) => got.not_after > have.not_after,
+            (Some(_), None) => false,
+        };
+        if newer {
+            store.set(&pattern, loaded.key.clone());
+            *validity = loaded.validity;
+        }
+        newer
+    };
     loop {
+        if let Some(v) = &vault {
+            match from_vault(v, &cell.dir, &domain).await {
+                Ok(Some(loaded)) => {
+                    if adopt(&mut validity, loaded) {
+                        failures = 0;
+                        tracing::info!(
+                            domain,
+                            valid_days = validity.map_or(0, |v| days_left(v.not_after)),
+                            "certificate taken from Redis (obtained by this or another instance)"
+                        );
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(domain, error = %e, "cannot read the shared certificate from Redis"),
+            }
+        }
+        // With Redis, how soon to look there again: soon while nothing is served.
+        let poll = match (&vault, &validity) {
+            (None, _) => Duration::MAX,
+            (Some(_), None) => OTHER_ORDERING,
+            (Some(_), Some(_)) => VAULT_POLL,
+        };
         if let Some(v) = &validity {
             let due = renew_time(v);
             if let Ok(wait) = due.duration_since(SystemTime::now()) {
                 tracing::debug!(domain, ?wait, "next ACME renewal");
-                tokio::time::sleep(wait).await;
+                tokio::time::sleep(wait.min(poll)).await;
+                continue;
+            }
+        }
+        if let Some(wait) = next_order.and_then(|t| t.checked_duration_since(std::time::Instant::now())) {
+            tokio::time::sleep(wait.min(poll)).await;
+            continue;
+        }
+        // Due or missing. With Redis, only the holder of the domain's lock orders.
+        let lock = match &vault {
+            None => None,
+            Some(v) => match v.lock(&format!("order:{domain}"), ORDER_TIMEOUT + Duration::from_secs(60)).await {
+                Ok(Some(lock)) => Some(lock),
+                Ok(None) => {
+                    tracing::debug!(domain, "another instance is ordering; waiting for its certificate");
+                    tokio::time::sleep(OTHER_ORDERING).await;
+                    continue;
+                }
+                Err(e) => {
+                    failures += 1;
+                    let wait = backoff(failures, false);
+                    tracing::warn!(domain, error = %e, retry_in = ?wait, "cannot take the order lock in Redis; the certificate in service stays");
+                    next_order = Some(std::time::Instant::now() + wait);
+                    continue;
+                }
+            },
+        };
+        // Another instance may have finished just before the lock was free.
+        if let (Some(v), Some(_)) = (&vault, &lock) {
+            if let Ok(Some(loaded)) = from_vault(v, &cell.dir, &domain).await {
+                let fresh = loaded
+                    .validity
+                    .is_some_and(|l| renew_time(&l) > SystemTime::now());
+                if fresh && adopt(&mut validity, loaded) {
+                    if let Some(lock) = lock {
+                        v.release(lock).await;
+                    }
+                    continue;
+                }
             }
         }
         let challenges = &cell.cfg.challenges;
         let kind = challenges[choice % challenges.len().max(1)];
-        let (account, generation) = cell.get().await;
-        let attempt =
-            tokio::time::timeout(ORDER_TIMEOUT, obtain(&account, &domain, kind, &store)).await;
-        let timed_out = TlsError::AcmeTimeout("the CA did not finish the order in time");
-        match attempt.unwrap_or_else(|_| Err(timed_out)) {
+        let mut generation = 0;
+        let result = match cell.get().await {
+            Ok((account, g)) => {
+                generation = g;
+                let attempt = tokio::time::timeout(
+                    ORDER_TIMEOUT,
+                    obtain(&account, &domain, kind, &store, shared.as_ref()),
+                )
+                .await;
+                attempt.unwrap_or_else(|_| {
+                    Err(TlsError::AcmeTimeout("the CA did not finish the order in time"))
+                })
+            }
+            Err(e) => Err(e),
+        };
+        let release = |lock| async {
+            if let (Some(v), Some(lock)) = (&vault, lock) {
+                v.release(lock).await;
+            }
+        };
+        match result {
             Ok((chain, key)) => {
                 let loaded = match pem::parse_pair(chain.as_bytes(), key.as_bytes()) {
                     Ok(l) => l,
                     Err(e) => {
+                        release(lock).await;
                         failures += 1;
                         tracing::error!(domain, error = %e, "the CA's certificate cannot be used");
-                        tokio::time::sleep(backoff(failures, false)).await;
+                        next_order = Some(std::time::Instant::now() + backoff(failures, false));
                         continue;
                     }
                 };
@@ -271,9 +448,17 @@ async fn keep_current(
                 {
                     tracing::error!(domain, error = %e, "cannot store the certificate; it is served but will be ordered again after a restart");
                 }
+                if let Some(v) = &vault {
+                    let blob = [chain.as_bytes(), b"\0", key.as_bytes()].concat();
+                    if let Err(e) = v.put(&format!("cert:{domain}"), &blob).await {
+                        tracing::error!(domain, error = %e, "cannot share the certificate through Redis; the other instances will order their own when theirs is due");
+                    }
+                }
+                release(lock).await;
                 store.set(&pattern, loaded.key.clone());
                 validity = loaded.validity;
                 failures = 0;
+                next_order = None;
                 retried_new_account = false;
                 tracing::info!(
                     domain,
@@ -287,6 +472,7 @@ async fn keep_current(
                 }
             }
             Err(e) => {
+                release(lock).await;
                 if e.acme_problem() == Some("accountDoesNotExist")
                     && cell.replace(generation).await
                     && !retried_new_account
@@ -302,11 +488,31 @@ async fn keep_current(
                 let wait = backoff(failures, e.acme_problem() == Some("rateLimited"));
                 let serving = store.has(&pattern);
                 tracing::warn!(domain, challenge = ?kind, error = %e, retry_in = ?wait, serving_previous = serving, "ACME order failed");
-                tokio::time::sleep(wait).await;
                 // A stored certificate that is still valid stays in service meanwhile.
+                next_order = Some(std::time::Instant::now() + wait);
             }
         }
     }
+}
+
+/// The certificate Redis holds for `domain` (chain and key, NUL between), also written to
+/// `dir` so a restart without Redis serves it.
+async fn from_vault(v: &Vault, dir: &Path, domain: &str) -> Result<Option<Loaded>, TlsError> {
+    let Some(blob) = v.get(&format!("cert:{domain}")).await? else {
+        return Ok(None);
+    };
+    let Some(nul) = blob.iter().position(|&b| b == 0) else {
+        return Err(TlsError::AcmeOrder("the certificate in Redis is malformed".into()));
+    };
+    let (chain, key) = (&blob[..nul], &blob[nul + 1..]);
+    let loaded = pem::parse_pair(chain, key)?;
+    let (c, k) = cert_paths(dir, domain);
+    if std::fs::read(&c).ok().as_deref() != Some(chain) {
+        if let Err(e) = pem::write_private(&k, key).and_then(|()| pem::write_private(&c, chain)) {
+            tracing::warn!(domain, error = %e, "cannot keep a copy of the shared certificate on disk");
+        }
+    }
+    Ok(Some(loaded))
 }
 
 /// Whole days from now until `t` (0 if past).
@@ -363,6 +569,7 @@ async fn obtain(
     domain: &str,
     kind: AcmeChallenge,
     store: &CertStore,
+    shared: Option<&Shared>,
 ) -> Result<(String, String), TlsError> {
     let ids = [Identifier::Dns(domain.to_owned())];
     let mut order = account
@@ -395,11 +602,19 @@ async fn obtain(
                 AcmeChallenge::Http01 => {
                     store.set_http_challenge(&challenge.token, key_auth.as_str());
                     answers.tokens.push(challenge.token.clone());
+                    if let Some(s) = shared {
+                        // Whichever instance the CA reaches answers.
+                        s.set_http_challenge(&challenge.token, key_auth.as_str()).await?;
+                    }
                 }
                 AcmeChallenge::TlsAlpn01 => {
-                    let cert = alpn_challenge_cert(domain, key_auth.digest().as_ref())?;
+                    let digest = key_auth.digest();
+                    let cert = alpn_challenge_cert(domain, digest.as_ref())?;
                     store.set_alpn_challenge(domain, cert.key);
                     answers.names.push(domain.to_owned());
+                    if let Some(s) = shared {
+                        s.set_alpn_challenge(domain, digest.as_ref()).await?;
+                    }
                 }
             }
             challenge

@@ -62,6 +62,9 @@ pub enum TlsError {
     /// The CA did not answer, or did not finish an order, in time.
     #[error("{0}")]
     AcmeTimeout(&'static str),
+
+    #[error("shared certificate store: {0}")]
+    Shared(#[from] rampart_shared::SharedError),
 }
 
 impl TlsError {

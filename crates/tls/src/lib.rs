@@ -99,7 +99,10 @@ fn cert_name(d: &DomainPattern) -> Option<String> {
 /// Loads the certificates of every rule that has one and starts the background work (file
 /// reloads, local-CA renewals, ACME). `Ok(None)` when no rule is served over HTTPS. An
 /// unreadable certificate file or local CA is an error; an unreachable ACME CA is not.
-pub fn start(config: &Config) -> Result<Option<Tls>, TlsError> {
+pub fn start(
+    config: &Config,
+    shared: Option<&rampart_shared::Shared>,
+) -> Result<Option<Tls>, TlsError> {
     if config.tls.listen_https.is_empty() {
         return Ok(None);
     }
@@ -163,6 +166,7 @@ pub fn start(config: &Config) -> Result<Option<Tls>, TlsError> {
     let quic = server::quic_server_config(&server);
     let (bg_store, reload_every) = (store.clone(), tls.reload_interval);
     let (acme_cfg, state_dir) = (tls.acme.clone(), tls.state_dir.clone());
+    let shared = shared.cloned();
     let (stop, mut stopped) = tokio::sync::watch::channel(false);
     let refresh = Arc::new(tokio::sync::Notify::new());
     let manager = Arc::new(Manager {
@@ -195,7 +199,7 @@ pub fn start(config: &Config) -> Result<Option<Tls>, TlsError> {
                     tasks.spawn(renew_internal(ca, internal, bg_store.clone()));
                 }
                 if !acme.is_empty() {
-                    tasks.spawn(acme::run(acme_cfg, state_dir, acme, bg_store));
+                    tasks.spawn(acme::run(acme_cfg, state_dir, acme, bg_store, shared));
                 }
                 tokio::select! {
                     _ = async { while tasks.join_next().await.is_some() {} } => {}

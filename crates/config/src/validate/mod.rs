@@ -257,6 +257,8 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
     for rule in &mut rules {
         rule.sql_injection &= screen.sql_injection;
     }
+    let acme_in_use = rules.iter().any(|r| r.cert == Some(CertSource::Acme));
+    let redis = redis::finish(sink, redis, acme_in_use);
     let has_certs = rules.iter().any(|r| r.cert.is_some());
     let (listen_https, https_pp) = listeners::https(sink, &listeners, has_certs);
     let proxy_protocol = listeners::proxy_protocol(sink, &listeners, https_pp);

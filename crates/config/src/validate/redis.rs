@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::{error, warn};
-use crate::model::{RedisConfig, RedisEndpoint};
+use crate::model::{RedisConfig, RedisEndpoint, Secret};
 use crate::reader::{At, Section, Sink};
 
 /// `redis_key_prefix` when unset.
@@ -15,14 +15,41 @@ pub const DEFAULT_KEY_PREFIX: &str = "rampart:";
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(5);
 
 /// The feature switches, read whether or not an address is given (so a typo is reported).
-const SWITCHES: [&str; 2] = ["redis_rate_limits", "redis_purge"];
+const SWITCHES: [&str; 3] = ["redis_rate_limits", "redis_purge", "redis_certificates"];
 
-pub(super) fn read(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Option<RedisConfig> {
+/// Shortest `redis_encryption_key` accepted (it is hashed into a 256-bit key).
+const MIN_KEY_LEN: usize = 16;
+
+/// The Redis keys as read, and where the address was given (for checks that need the rules).
+pub(super) struct Settings {
+    pub(super) config: Option<RedisConfig>,
+    at: Option<(String, Option<std::ops::Range<usize>>)>,
+}
+
+pub(super) fn read(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Settings {
     let url = s.string(sink, "redis_url");
     let cluster = s.strings(sink, "redis_cluster");
+    let at = url
+        .as_ref()
+        .map(|u| (u.key.clone(), u.span.clone()))
+        .or_else(|| cluster.as_ref().map(|c| (c.key.clone(), c.span.clone())));
+    Settings {
+        config: read_config(s, sink, url, cluster),
+        at,
+    }
+}
+
+fn read_config(
+    s: &mut Section<'_>,
+    sink: &mut Sink<'_>,
+    url: Option<At<String>>,
+    cluster: Option<At<Vec<At<String>>>>,
+) -> Option<RedisConfig> {
     let prefix = s.string(sink, "redis_key_prefix");
     let timeout = s.int(sink, "redis_timeout_ms", 1, 60_000);
     let switches = SWITCHES.map(|k| s.bool(sink, k));
+    let key = s.string(sink, "redis_encryption_key");
+    let key_file = s.string(sink, "redis_encryption_key_file");
 
     let endpoint = match (url, cluster) {
         (Some(u), Some(c)) => {
@@ -43,7 +70,8 @@ pub(super) fn read(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Option<RedisConf
                 .iter()
                 .map(|a| (&a.key, &a.span))
                 .chain(timeout.iter().map(|a| (&a.key, &a.span)))
-                .chain(switches.iter().flatten().map(|a| (&a.key, &a.span)));
+                .chain(switches.iter().flatten().map(|a| (&a.key, &a.span)))
+                .chain(key.iter().chain(key_file.iter()).map(|a| (&a.key, &a.span)));
             for (key, span) in unused {
                 sink.push(
                     crate::diag::Severity::Warning,
@@ -72,14 +100,83 @@ pub(super) fn read(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Option<RedisConf
         Some(p) => p.value,
         None => DEFAULT_KEY_PREFIX.to_owned(),
     };
-    let [rate_limits, purge] = switches.map(|b| b.is_none_or(|b| b.value));
+    let [rate_limits, purge, certificates] = switches.map(|b| b.is_none_or(|b| b.value));
+    let encryption_key = encryption_key(sink, key, key_file);
     Some(RedisConfig {
         endpoint,
         key_prefix,
         timeout: timeout.map_or(DEFAULT_TIMEOUT, |t| Duration::from_millis(t.value as u64)),
         rate_limits,
         purge,
+        certificates,
+        encryption_key,
     })
+}
+
+/// `redis_encryption_key` (a passphrase of at least 16 characters) or
+/// `redis_encryption_key_file` (a file holding one).
+fn encryption_key(
+    sink: &mut Sink<'_>,
+    key: Option<At<String>>,
+    file: Option<At<String>>,
+) -> Option<Secret> {
+    let (text, at) = match (key, file) {
+        (Some(k), Some(f)) => {
+            error(
+                sink,
+                &f,
+                "both `redis_encryption_key` and `redis_encryption_key_file` are set",
+                "keep one of them",
+            );
+            (k.value.clone(), k)
+        }
+        (Some(k), None) => (k.value.clone(), k),
+        (None, Some(f)) => match std::fs::read_to_string(f.value.trim()) {
+            Ok(t) => (t.trim().to_owned(), f),
+            Err(e) => {
+                error(
+                    sink,
+                    &f,
+                    format!("cannot read {:?}: {e}", f.value),
+                    "name a readable file holding the key (e.g. made with `openssl rand -hex 32 > key`)",
+                );
+                return None;
+            }
+        },
+        (None, None) => return None,
+    };
+    if text.chars().count() < MIN_KEY_LEN {
+        error(
+            sink,
+            &at,
+            "the encryption key is too short to protect private keys",
+            "use at least 32 random characters, e.g. from `openssl rand -hex 32`",
+        );
+        return None;
+    }
+    Some(Secret(text.into_bytes()))
+}
+
+/// With ACME in use and `redis_certificates` on, the encryption key must be there. Called once
+/// the rules are read.
+pub(super) fn finish(sink: &mut Sink<'_>, read: Settings, acme_in_use: bool) -> Option<RedisConfig> {
+    let mut redis = read.config;
+    let r = redis.as_mut()?;
+    if !acme_in_use {
+        r.certificates = false;
+        return redis;
+    }
+    if r.certificates && r.encryption_key.is_none() {
+        let (key, span) = read.at.unwrap_or_default();
+        sink.push(
+            crate::diag::Severity::Error,
+            &key,
+            span,
+            "ACME keys would be kept in Redis unencrypted",
+            "set `redis_encryption_key` (or `redis_encryption_key_file`) to a secret shared by the instances, e.g. from `openssl rand -hex 32`, or `redis_certificates = false` to keep certificates per instance",
+        );
+    }
+    redis
 }
 
 fn cluster_nodes(sink: &mut Sink<'_>, list: At<Vec<At<String>>>) -> Option<RedisEndpoint> {
