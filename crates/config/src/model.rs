@@ -613,7 +613,10 @@ impl std::fmt::Debug for RedisConfig {
             .field("rate_limits", &self.rate_limits)
             .field("purge", &self.purge)
             .field("certificates", &self.certificates)
-            .field("encryption_key", &self.encryption_key.as_ref().map(|_| "***"))
+            .field(
+                "encryption_key",
+                &self.encryption_key.as_ref().map(|_| "***"),
+            )
             .finish()
     }
 }

@@ -75,9 +75,7 @@ pub async fn shared_challenge(
 
 /// Whether [`shared_challenge`] may have an answer (checked first: it costs nothing).
 pub fn may_be_shared_challenge<B>(w: &Worker, req: &Request<B>) -> bool {
-    w.acme.is_some()
-        && w.shared.is_some()
-        && req.uri().path().starts_with(ACME_CHALLENGE_PREFIX)
+    w.acme.is_some() && w.shared.is_some() && req.uri().path().starts_with(ACME_CHALLENGE_PREFIX)
 }
 
 /// Finds the rule by host, normalises the path (see `path.rs`: the request is rewritten, so

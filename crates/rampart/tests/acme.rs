@@ -11,6 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rustls::pki_types::CertificateDer;
+use support::redis::Redis;
 use support::tls::{self, TestCa};
 use support::*;
 
@@ -44,6 +45,8 @@ struct Layout {
     mgmt: u16,
     dns: u16,
     dns_mgmt: u16,
+    /// The address Pebble's DNS gives every name (where it validates challenges).
+    dns_ip: String,
     /// Trusts Pebble's own HTTPS (directory and management).
     ca: std::sync::Arc<TestCa>,
     ca_file: PathBuf,
@@ -72,6 +75,11 @@ impl Pebble {
     /// Starts Pebble validating challenges on `http_port` / `tls_port` (rampart's listeners),
     /// issuing certificates valid for `validity` seconds.
     fn start(http_port: u16, tls_port: u16, validity: u64) -> Pebble {
+        Pebble::start_resolving(http_port, tls_port, validity, "127.0.0.1")
+    }
+
+    /// As [`Pebble::start`], validating challenges at `ip`.
+    fn start_resolving(http_port: u16, tls_port: u16, validity: u64, ip: &str) -> Pebble {
         let ca = TestCa::new("pebble front CA");
         let (cert, key) = ca.leaf(&["localhost", "127.0.0.1"]).write("pebble");
         let ca_file = ca.write("pebble-front-ca");
@@ -83,6 +91,7 @@ impl Pebble {
             mgmt: free_port(),
             dns: free_port(),
             dns_mgmt: free_port(),
+            dns_ip: ip.to_owned(),
             ca: std::sync::Arc::new(ca),
             ca_file,
             cert,
@@ -122,7 +131,7 @@ impl Pebble {
         .unwrap();
         let log = |name: &str| std::fs::File::create(scratch(name)).unwrap();
         let dns_server = Command::new(go_bin("CHALLTESTSRV_BIN", "pebble-challtestsrv"))
-            .args(["-defaultIPv4", "127.0.0.1", "-defaultIPv6", ""])
+            .args(["-defaultIPv4", &l.dns_ip, "-defaultIPv6", ""])
             .args(["-dnsserver", &format!("127.0.0.1:{dns}")])
             .args(["-management", &format!("127.0.0.1:{dns_mgmt}")])
             .args(["-http01", "", "-https01", "", "-tlsalpn01", "", "-doh", ""])
@@ -435,4 +444,111 @@ async fn an_unreachable_ca_never_blocks_startup() {
         "{}",
         proxy.output()
     );
+}
+
+/// Three instances sharing Redis: one account and one order for all; the CA validates at an
+/// instance that cannot reach the CA itself (it trusts another root), so what it answers and
+/// serves came through Redis. Restarted with empty state directories and no CA, all three
+/// still serve the certificate, from Redis, where it is stored encrypted.
+#[tokio::test]
+async fn three_instances_share_one_order_through_redis() {
+    let origin = Origin::new()
+        .route("*", Reply::text("shared\n"))
+        .start()
+        .await;
+    let ports = (free_port(), free_port());
+    let pebble = Pebble::start_resolving(ports.0, ports.1, 3600, "127.0.0.3");
+    let root = pebble.issuing_root().await;
+    let redis = Redis::start();
+    let wrong_ca = TestCa::new("not pebble").write("not-pebble-ca");
+    let conf = |ip: &str, ca_file: Option<&Path>| {
+        let state = scratch(&format!("acme-shared-{ip}"));
+        let mut c = acme_config(&pebble, ports, &state, "s.test", &origin, "\"http-01\"")
+            .replace(
+                "listening_address = \"127.0.0.1\"",
+                &format!("listening_address = \"{ip}\""),
+            )
+            .replace(
+                "[[proxy_rules]]",
+                &format!(
+                    "redis_url = \"{}\"\nredis_encryption_key = \"0123456789abcdef0123456789abcdef\"\n[[proxy_rules]]",
+                    redis.url()
+                ),
+            );
+        if let Some(f) = ca_file {
+            c = c.replace(
+                &format!("{:?}", pebble.layout.ca_file.display().to_string()),
+                &format!("{:?}", f.display().to_string()),
+            );
+        }
+        c
+    };
+    let confs = [
+        conf("127.0.0.3", Some(&wrong_ca)),
+        conf("127.0.0.1", None),
+        conf("127.0.0.2", None),
+    ];
+    let proxies: Vec<Proxy> = confs.iter().map(|c| Proxy::start(c)).collect();
+    let mut leaves = Vec::new();
+    for p in &proxies {
+        let https = p.https.unwrap();
+        leaves.push(wait_for_cert(https, "s.test", &root, None, Duration::from_secs(60), p).await);
+    }
+    assert!(
+        leaves.iter().all(|l| *l == leaves[0]),
+        "one certificate for all"
+    );
+    let outputs: Vec<String> = proxies.iter().map(Proxy::output).collect();
+    let orders = outputs
+        .iter()
+        .map(|o| o.matches("certificate obtained from the ACME CA").count())
+        .sum::<usize>();
+    assert_eq!(orders, 1, "{outputs:#?}");
+    assert!(
+        outputs[0].contains("answered an ACME http-01 challenge (from Redis)"),
+        "{}",
+        outputs[0]
+    );
+    assert!(
+        outputs[0].contains("ACME account unavailable"),
+        "{}",
+        outputs[0]
+    );
+    let config = tls::browser(tls::roots_from_pem(&root));
+    let got = tls::get(proxies[0].https.unwrap(), "s.test", "/", &config).await;
+    assert_eq!(got.text(), "shared\n");
+    // Encrypted at rest: no PEM in Redis.
+    let keys = redis.cli(&["KEYS", "rampart:acme:*"]);
+    assert!(
+        keys.contains(":cert:s.test") && keys.contains(":account"),
+        "{keys}"
+    );
+    for key in keys.lines().filter(|k| !k.is_empty()) {
+        let value = redis.cli(&["GET", key]);
+        assert!(
+            !value.contains("BEGIN") && !value.contains("kid"),
+            "{key}: {value}"
+        );
+    }
+    // Restart all three without the CA and with empty state directories.
+    let confs = [
+        conf("127.0.0.3", Some(&wrong_ca)),
+        conf("127.0.0.1", None),
+        conf("127.0.0.2", None),
+    ];
+    drop(proxies);
+    drop(pebble);
+    for c in &confs {
+        let p = Proxy::start(c);
+        let leaf = wait_for_cert(
+            p.https.unwrap(),
+            "s.test",
+            &root,
+            None,
+            Duration::from_secs(10),
+            &p,
+        )
+        .await;
+        assert_eq!(leaf, leaves[0]);
+    }
 }

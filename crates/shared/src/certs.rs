@@ -91,7 +91,11 @@ impl Vault {
         let blob = self.seal(&key, value)?;
         self.shared
             .call_with(TIMEOUT, "certificate store", |mut c| async move {
-                redis::cmd("SET").arg(key).arg(blob).query_async(&mut c).await
+                redis::cmd("SET")
+                    .arg(key)
+                    .arg(blob)
+                    .query_async(&mut c)
+                    .await
             })
             .await
     }
@@ -121,7 +125,8 @@ impl Vault {
             return Err(undecryptable);
         }
         let (nonce, sealed) = rest.split_at(NONCE_LEN);
-        let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| SharedError::Unexpected("bad nonce"))?;
+        let nonce = Nonce::try_assume_unique_for_key(nonce)
+            .map_err(|_| SharedError::Unexpected("bad nonce"))?;
         let mut data = sealed.to_vec();
         let plain = self
             .key
@@ -172,9 +177,16 @@ impl Vault {
 
 impl Shared {
     /// Publishes an HTTP-01 answer so that any instance can serve it.
-    pub async fn set_http_challenge(&self, token: &str, key_authorization: &str) -> Result<(), SharedError> {
-        self.set_challenge(format!("acme:http:{token}"), key_authorization.as_bytes().to_vec())
-            .await
+    pub async fn set_http_challenge(
+        &self,
+        token: &str,
+        key_authorization: &str,
+    ) -> Result<(), SharedError> {
+        self.set_challenge(
+            format!("acme:http:{token}"),
+            key_authorization.as_bytes().to_vec(),
+        )
+        .await
     }
 
     /// The HTTP-01 answer for `token` another instance published.
@@ -185,7 +197,8 @@ impl Shared {
 
     /// Publishes a TLS-ALPN-01 answer (the key authorization's digest) for `domain`.
     pub async fn set_alpn_challenge(&self, domain: &str, digest: &[u8]) -> Result<(), SharedError> {
-        self.set_challenge(format!("acme:alpn:{domain}"), digest.to_vec()).await
+        self.set_challenge(format!("acme:alpn:{domain}"), digest.to_vec())
+            .await
     }
 
     /// The TLS-ALPN-01 digest for `domain` another instance published.
@@ -209,9 +222,11 @@ impl Shared {
 
     async fn challenge(&self, name: String) -> Result<Option<Vec<u8>>, SharedError> {
         let key = self.key(&name);
-        self.call_with(Duration::from_millis(500), "ACME challenge", |mut c| async move {
-            redis::cmd("GET").arg(key).query_async(&mut c).await
-        })
+        self.call_with(
+            Duration::from_millis(500),
+            "ACME challenge",
+            |mut c| async move { redis::cmd("GET").arg(key).query_async(&mut c).await },
+        )
         .await
     }
 }

@@ -141,8 +141,11 @@ impl AccountCell {
         if let Some(a) = &current.0 {
             return Ok((a.clone(), current.1));
         }
-        let attempt =
-            tokio::time::timeout(ACCOUNT_TIMEOUT, account(&self.cfg, &self.dir, self.vault.as_deref())).await;
+        let attempt = tokio::time::timeout(
+            ACCOUNT_TIMEOUT,
+            account(&self.cfg, &self.dir, self.vault.as_deref()),
+        )
+        .await;
         let a = attempt
             .unwrap_or_else(|_| Err(TlsError::AcmeTimeout("the CA did not answer in time")))
             .inspect_err(|e| {
@@ -248,7 +251,9 @@ async fn account(cfg: &AcmeConfig, dir: &Path, vault: Option<&Vault>) -> Result<
                 })?;
             return Ok(builder()?.from_credentials(creds).await?);
         }
-        let Some(lock) = v.lock("account", ACCOUNT_TIMEOUT + Duration::from_secs(30)).await?
+        let Some(lock) = v
+            .lock("account", ACCOUNT_TIMEOUT + Duration::from_secs(30))
+            .await?
         else {
             tokio::time::sleep(OTHER_ORDERING).await;
             continue;
@@ -354,7 +359,9 @@ async fn keep_current(
                     }
                 }
                 Ok(None) => {}
-                Err(e) => tracing::warn!(domain, error = %e, "cannot read the shared certificate from Redis"),
+                Err(e) => {
+                    tracing::warn!(domain, error = %e, "cannot read the shared certificate from Redis")
+                }
             }
         }
         // With Redis, how soon to look there again: soon while nothing is served.
@@ -371,17 +378,28 @@ async fn keep_current(
                 continue;
             }
         }
-        if let Some(wait) = next_order.and_then(|t| t.checked_duration_since(std::time::Instant::now())) {
+        if let Some(wait) =
+            next_order.and_then(|t| t.checked_duration_since(std::time::Instant::now()))
+        {
             tokio::time::sleep(wait.min(poll)).await;
             continue;
         }
         // Due or missing. With Redis, only the holder of the domain's lock orders.
         let lock = match &vault {
             None => None,
-            Some(v) => match v.lock(&format!("order:{domain}"), ORDER_TIMEOUT + Duration::from_secs(60)).await {
+            Some(v) => match v
+                .lock(
+                    &format!("order:{domain}"),
+                    ORDER_TIMEOUT + Duration::from_secs(60),
+                )
+                .await
+            {
                 Ok(Some(lock)) => Some(lock),
                 Ok(None) => {
-                    tracing::debug!(domain, "another instance is ordering; waiting for its certificate");
+                    tracing::debug!(
+                        domain,
+                        "another instance is ordering; waiting for its certificate"
+                    );
                     tokio::time::sleep(OTHER_ORDERING).await;
                     continue;
                 }
@@ -420,7 +438,9 @@ async fn keep_current(
                 )
                 .await;
                 attempt.unwrap_or_else(|_| {
-                    Err(TlsError::AcmeTimeout("the CA did not finish the order in time"))
+                    Err(TlsError::AcmeTimeout(
+                        "the CA did not finish the order in time",
+                    ))
                 })
             }
             Err(e) => Err(e),
@@ -502,7 +522,9 @@ async fn from_vault(v: &Vault, dir: &Path, domain: &str) -> Result<Option<Loaded
         return Ok(None);
     };
     let Some(nul) = blob.iter().position(|&b| b == 0) else {
-        return Err(TlsError::AcmeOrder("the certificate in Redis is malformed".into()));
+        return Err(TlsError::AcmeOrder(
+            "the certificate in Redis is malformed".into(),
+        ));
     };
     let (chain, key) = (&blob[..nul], &blob[nul + 1..]);
     let loaded = pem::parse_pair(chain, key)?;
@@ -604,7 +626,8 @@ async fn obtain(
                     answers.tokens.push(challenge.token.clone());
                     if let Some(s) = shared {
                         // Whichever instance the CA reaches answers.
-                        s.set_http_challenge(&challenge.token, key_auth.as_str()).await?;
+                        s.set_http_challenge(&challenge.token, key_auth.as_str())
+                            .await?;
                     }
                 }
                 AcmeChallenge::TlsAlpn01 => {

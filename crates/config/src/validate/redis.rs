@@ -159,7 +159,11 @@ fn encryption_key(
 
 /// With ACME in use and `redis_certificates` on, the encryption key must be there. Called once
 /// the rules are read.
-pub(super) fn finish(sink: &mut Sink<'_>, read: Settings, acme_in_use: bool) -> Option<RedisConfig> {
+pub(super) fn finish(
+    sink: &mut Sink<'_>,
+    read: Settings,
+    acme_in_use: bool,
+) -> Option<RedisConfig> {
     let mut redis = read.config;
     let r = redis.as_mut()?;
     if !acme_in_use {
