@@ -3,7 +3,8 @@
 //! Order (cheapest and most specific first; ARC2-COMPAT §9 names the layers, each independent):
 //! 1. client address allow/deny lists of the rule (`allow_ips`, `deny_ips`) → 403
 //! 2. `disallowed_user_agents` → 403
-//! 3. rate limits: the global per-client limiter, then the rule's → 429
+//! 3. rate limits: the global per-client limiter, then the rule's → 429 (counted in Redis for
+//!    all instances with `redis_rate_limits`; see `rampart_shared::ratelimit`)
 //! 4. a declared `Content-Length` over the body limit → 413 (streamed bodies are cut at the
 //!    limit as they arrive, see `body.rs`)
 //! 5. SQL-injection screening of path, query and cookies → 403; form and JSON bodies are read
