@@ -10,7 +10,8 @@
 //! - [`policy`]: what may be stored, and when a stored response may be used;
 //! - [`object`]: stored objects, their encoded and WebP copies, and what they are charged;
 //! - [`store`]: the in-memory store with a hard byte budget;
-//! - [`index`]: the sharded index under the store, with its admission and eviction policy.
+//! - [`index`]: the sharded index under the store, with its admission and eviction policy;
+//! - [`wire`]: stored objects as bytes, for the tier instances share through Redis.
 
 pub mod conditional;
 pub mod control;
@@ -23,6 +24,7 @@ pub mod policy;
 pub mod store;
 pub mod targeted;
 pub mod vary;
+pub mod wire;
 
 #[cfg(test)]
 mod testutil;

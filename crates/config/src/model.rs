@@ -592,6 +592,10 @@ pub struct RedisConfig {
     /// What encrypts the ACME account and keys in Redis (`redis_encryption_key` or
     /// `redis_encryption_key_file`); required when `certificates` is on.
     pub encryption_key: Option<Secret>,
+    /// A second cache tier in Redis, shared by every instance (`redis_cache`, default off).
+    pub cache: bool,
+    /// Largest body written to the Redis tier (`redis_cache_max_object`, default 1 MiB).
+    pub cache_max_object: u64,
 }
 
 /// Key material for encryption at rest (never printed).
@@ -617,6 +621,8 @@ impl std::fmt::Debug for RedisConfig {
                 "encryption_key",
                 &self.encryption_key.as_ref().map(|_| "***"),
             )
+            .field("cache", &self.cache)
+            .field("cache_max_object", &self.cache_max_object)
             .finish()
     }
 }

@@ -91,6 +91,11 @@ impl Cache {
         n
     }
 
+    /// The shared cache tier (`redis_cache`), when there is one.
+    pub fn tier(&self) -> Option<Arc<Shared>> {
+        self.shared.load_full().filter(|s| s.caches())
+    }
+
     /// Whether a range miss on `key` may fetch the whole representation to store it: not while
     /// an earlier try found it unstorable (no-store, too large, no length, …).
     pub fn may_widen(&self, key: &CacheKey) -> bool {
@@ -170,5 +175,38 @@ impl Cache {
             shared.publish_purge(&PurgeScope::Exact(key), false);
         }
         removed
+    }
+}
+
+/// This instance fetches `key` for every instance (it holds the shared tier's fetch lock):
+/// storing the response lifts the lock ([`TierLock::stored`]); anything else, dropping this
+/// included, turns it into a pass marker so the others stop waiting and fetch on their own.
+#[derive(Debug)]
+pub struct TierLock {
+    shared: Arc<Shared>,
+    key: CacheKey,
+    held: bool,
+}
+
+impl TierLock {
+    pub fn new(shared: Arc<Shared>, key: CacheKey) -> TierLock {
+        TierLock {
+            shared,
+            key,
+            held: true,
+        }
+    }
+
+    /// The object went to the shared tier, whose write lifted the lock.
+    pub fn stored(mut self) {
+        self.held = false;
+    }
+}
+
+impl Drop for TierLock {
+    fn drop(&mut self) {
+        if self.held {
+            self.shared.cache_unlock(&self.key);
+        }
     }
 }

@@ -60,7 +60,10 @@ pub async fn deliver(
         };
         let transforms = txn.route().rule.transforms();
         ticket = match store::prepare(cache, l, &method, req_headers, &parts, timing, transforms) {
-            Ok(t) => Some(t),
+            Ok(mut t) => {
+                t.hold_tier_lock(txn.tier_lock.take());
+                Some(t)
+            }
             Err(why) => {
                 tracing::debug!(reason = why.as_str(), "response not stored");
                 None

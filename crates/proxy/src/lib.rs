@@ -47,6 +47,7 @@ pub mod screen;
 pub mod server;
 pub mod store;
 pub mod synth;
+pub mod tier;
 pub mod tunnel;
 pub mod txn;
 pub mod upgrade;

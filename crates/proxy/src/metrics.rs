@@ -39,7 +39,7 @@ pub use io::{Counted, Tally};
 pub use recent::{Ranking, Refusal, Watching};
 
 /// The `cache` label of `rampart_requests_total`.
-pub const CACHE_LABELS: [&str; 11] = [
+pub const CACHE_LABELS: [&str; 12] = [
     "hit",
     "stale",
     "revalidated",
@@ -51,11 +51,12 @@ pub const CACHE_LABELS: [&str; 11] = [
     "blocked",
     "error",
     "none",
+    "shared",
 ];
 /// Of [`CACHE_LABELS`], the answers from the store and the lookups that went to the origin
 /// for something cacheable: the hit ratio's numerator and denominator.
-const HITS: [usize; 3] = [0, 1, 2];
-const LOOKUPS: [usize; 6] = [0, 1, 2, 3, 4, 5];
+const HITS: [usize; 4] = [0, 1, 2, 11];
+const LOOKUPS: [usize; 7] = [0, 1, 2, 3, 4, 5, 11];
 
 /// The `protocol` label.
 pub const PROTOCOLS: [&str; 3] = ["http1", "http2", "http3"];
@@ -70,6 +71,7 @@ pub fn cache_index(o: Option<CacheOutcome>) -> usize {
         Some(CacheOutcome::Served(Served::Fresh)) => 0,
         Some(CacheOutcome::Served(Served::StaleWhileRevalidate | Served::StaleIfError)) => 1,
         Some(CacheOutcome::Served(Served::Revalidated)) => 2,
+        Some(CacheOutcome::Served(Served::Shared)) => 11,
         Some(CacheOutcome::Fetched { label, .. }) => match label {
             CacheLabel::Miss | CacheLabel::Hit => 3,
             CacheLabel::Expired => 4,

@@ -47,6 +47,13 @@ pub async fn join(
             Role::Leader(g) => {
                 tracing::debug!("miss, leading the fetch");
                 txn.leader = Some(g);
+                if txn.mode == Mode::Client && cache.tier().is_some() {
+                    let wait = w.upstream.timeout().unwrap_or(Duration::from_secs(45));
+                    // Boxed: only with the shared tier, and it would grow every miss's future.
+                    if let Some(res) = Box::pin(crate::tier::lookup(cache, txn, req, wait)).await {
+                        return Ok(Some(res));
+                    }
+                }
             }
             // Somebody is already fetching it: nothing to refresh.
             Role::Waiter(_) if txn.mode == Mode::Refresh => return Err(ProxyError::NotCached),

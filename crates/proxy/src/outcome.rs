@@ -48,6 +48,8 @@ pub enum Served {
     StaleIfError,
     /// Revalidated with the origin just now (304).
     Revalidated,
+    /// Not stored here, but in the cache tier the instances share (Redis), and fresh.
+    Shared,
 }
 
 /// What happened to a response fetched from the origin, for `Cache-Status`'s `fwd`.
@@ -110,6 +112,7 @@ impl CacheOutcome {
                 "rampart; hit; detail=stale-while-revalidate"
             }
             CacheOutcome::Served(Served::StaleIfError) => "rampart; hit; detail=stale-if-error",
+            CacheOutcome::Served(Served::Shared) => "rampart; hit; detail=shared",
             CacheOutcome::Served(Served::Revalidated) => {
                 "rampart; fwd=stale; fwd-status=304; stored"
             }

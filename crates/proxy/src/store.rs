@@ -25,7 +25,7 @@ use rampart_cache::store::{body_charge, compact_headers, headers_charge, Object,
 use rampart_cache::targeted::CDN_CACHE_CONTROL;
 use rampart_cache::vary::Vary;
 
-use crate::cache::{Cache, Lookup};
+use crate::cache::{Cache, Lookup, TierLock};
 use crate::coalesce::{Feed, InflightBody, Leader, SharedHead};
 use crate::encode::Transforms;
 use crate::outcome::{CacheLabel, CACHE_STATUS, X_ARC2_CACHE};
@@ -97,6 +97,7 @@ pub fn prepare(
         expected,
         reservation: Some(reservation),
         transforms,
+        tier_lock: None,
     }))
 }
 
@@ -178,6 +179,7 @@ pub fn freshen(
             Vary::None => None,
             v => v.variant_key(req_headers),
         };
+        share(cache, &lookup.key, variant.as_deref(), &obj, None);
         cache
             .store()
             .insert(lookup.key.clone(), variant.as_deref(), obj.clone());
@@ -209,6 +211,8 @@ pub struct StoreTicket {
     reservation: Option<Reservation>,
     /// The rule minifies or compresses: done once the object is stored.
     transforms: Transforms,
+    /// This request fetches for every instance: storing the object lifts the lock.
+    tier_lock: Option<TierLock>,
 }
 
 /// Reservations for bodies of unknown length grow by at least this much at a time.
@@ -217,6 +221,11 @@ const RESERVE_STEP: usize = 64 * 1024;
 impl StoreTicket {
     pub fn vary(&self) -> &Vary {
         &self.vary
+    }
+
+    /// Takes over the shared tier's fetch lock this request holds (lifted once stored).
+    pub fn hold_tier_lock(&mut self, lock: Option<TierLock>) {
+        self.tier_lock = lock;
     }
 
     pub fn variant(&self) -> Option<&bytes::Bytes> {
@@ -288,6 +297,13 @@ impl StoreTicket {
         };
         let variant = self.variant.take();
         let obj = Arc::new(obj);
+        share(
+            &self.cache,
+            &self.key,
+            variant.as_deref(),
+            &obj,
+            self.tier_lock.take(),
+        );
         let stored = self
             .cache
             .store()
@@ -437,6 +453,40 @@ async fn pump(feed: Feed, mut body: Incoming, ticket: Box<StoreTicket>, idle: Op
         t.finish();
     }
     feed.finish(false);
+}
+
+/// Writes an object just stored here to the cache tier the instances share, when there is
+/// one and the object is within `redis_cache_max_object` and of use for a while yet; the
+/// write lifts `lock`. In the background: the request never waits for it.
+fn share(
+    cache: &Cache,
+    key: &CacheKey,
+    variant: Option<&[u8]>,
+    obj: &Object,
+    lock: Option<TierLock>,
+) {
+    let Some(shared) = cache.tier() else {
+        return;
+    };
+    if obj.body.len() > shared.cache_max_object() {
+        return;
+    }
+    let ttl = rampart_cache::wire::shared_ttl(obj, SystemTime::now());
+    if ttl.is_zero() {
+        return;
+    }
+    let vary = match &obj.vary {
+        Vary::Fields(f) => f
+            .iter()
+            .map(HeaderName::as_str)
+            .collect::<Vec<_>>()
+            .join(","),
+        _ => String::new(),
+    };
+    shared.cache_store(key, vary, variant, rampart_cache::wire::encode(obj), ttl);
+    if let Some(lock) = lock {
+        lock.stored();
+    }
 }
 
 /// The fields a stored copy keeps: not `Age` (recomputed per answer), not `CDN-Cache-Control`

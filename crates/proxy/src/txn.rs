@@ -100,6 +100,8 @@ pub struct Txn {
     pub miss: Option<Lookup>,
     /// This request fetches for every coalesced waiter of its resource.
     pub leader: Option<Leader>,
+    /// This request fetches for every instance (the shared tier's fetch lock).
+    pub tier_lock: Option<crate::cache::TierLock>,
     /// A range miss fetched as the whole representation (see `ranges.rs`).
     pub widened: Option<Box<Widened>>,
     /// The request's HTTP version, as an index into [`crate::metrics::PROTOCOLS`].
@@ -118,6 +120,7 @@ impl Txn {
             outcome: None,
             miss: None,
             leader: None,
+            tier_lock: None,
             widened: None,
             protocol: 0,
         }

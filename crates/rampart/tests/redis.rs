@@ -434,12 +434,237 @@ async fn purges_made_while_redis_is_away_arrive_and_lost_ones_empty_the_cache() 
     assert_eq!(cache_state(&proxies[1], "/other").await, "Miss");
 }
 
+/// The shared cache tier: 1,000 concurrent requests for one cold key, spread over three
+/// instances, make one origin request (local coalescing on each, the fetch lock across them).
+async fn one_origin_fetch_for_every_instance(redis: &str) {
+    let origin = Origin::new()
+        .route(
+            "/cold",
+            Reply::text("cold").delay(Duration::from_millis(300)),
+        )
+        .start()
+        .await;
+    let proxies = instances(
+        3,
+        &origin,
+        redis,
+        "redis_cache = true\nredis_timeout_ms = 100",
+    );
+    let c = client();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..1000 {
+        let url = proxies[i % 3].url("/cold");
+        let c = c.clone();
+        tasks.spawn(async move {
+            let got = send(
+                &c,
+                Request::get(url)
+                    .header("host", HOST)
+                    .body(empty())
+                    .unwrap(),
+            )
+            .await;
+            (
+                got.status.as_u16(),
+                got.text(),
+                got.header("cache-status").unwrap_or("").to_owned(),
+            )
+        });
+    }
+    let mut answers = std::collections::BTreeMap::new();
+    while let Some(r) = tasks.join_next().await {
+        let (status, body, cache) = r.unwrap();
+        assert_eq!((status, body.as_str()), (200, "cold"));
+        *answers.entry(cache).or_insert(0) += 1;
+    }
+    eprintln!("1,000 requests over 3 instances: {answers:?}");
+    assert_eq!(origin.requests(), 1, "{answers:?}");
+    let mut shared_hits = 0;
+    let mut waits = 0;
+    for p in &proxies {
+        shared_hits += counter(p, "rampart_redis_cache_hits_total").await;
+        waits += counter(p, "rampart_redis_cache_waits_total").await;
+    }
+    assert_eq!(
+        shared_hits, 2,
+        "the two instances that did not fetch took it from Redis"
+    );
+    assert_eq!(waits, 2, "and waited for it rather than fetch");
+}
+
+#[tokio::test]
+async fn one_origin_fetch_for_every_instance_through_one_redis() {
+    let redis = Redis::start();
+    one_origin_fetch_for_every_instance(&format!("redis_url = \"{}\"", redis.url())).await;
+}
+
+#[tokio::test]
+async fn one_origin_fetch_for_every_instance_through_a_redis_cluster() {
+    let cluster = Cluster::start();
+    one_origin_fetch_for_every_instance(&format!("redis_cluster = {}", cluster.toml_list())).await;
+}
+
+/// An object instance A stored is a hit on instance B, from Redis, with its variants, its
+/// freshness and its size bound; a purge on one instance removes it from Redis too.
+#[tokio::test]
+async fn what_one_instance_stored_is_a_hit_on_another() {
+    let big = "x".repeat(5000);
+    let origin = Origin::new()
+        .route(
+            "/page",
+            Reply::text("page").header("cache-control", "max-age=30, stale-if-error=20"),
+        )
+        .route(
+            "/lang",
+            Reply::text("varies").header("vary", "Accept-Language"),
+        )
+        .route("/big", Reply::text(&big))
+        .route(
+            "/private",
+            Reply::text("mine").header("cache-control", "private"),
+        )
+        .start()
+        .await;
+    let redis = Redis::start();
+    let proxies = instances(
+        2,
+        &origin,
+        &format!("redis_url = \"{}\"", redis.url()),
+        "redis_cache = true\nredis_cache_max_object = 4096\nredis_timeout_ms = 100",
+    );
+    let (a, b) = (&proxies[0], &proxies[1]);
+    let first = get(a, HOST, "/page").await;
+    assert_eq!(first.header("x-arc2-cache"), Some("Miss"));
+    // The write is in the background: wait until it is in Redis.
+    let key = format!("rampart:c:h:{HOST} /page");
+    let t = Instant::now();
+    while redis.cli(&["EXISTS", &key]).trim() != "1" {
+        assert!(t.elapsed() < Duration::from_secs(2), "not written to Redis");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Kept for its freshness plus its stale-if-error allowance: 50 s at most.
+    let ttl: u64 = redis.cli(&["PTTL", &key]).trim().parse().unwrap();
+    assert!((45_000..=50_000).contains(&ttl), "{ttl}");
+    let on_b = get(b, HOST, "/page").await;
+    assert_eq!(on_b.status, 200);
+    assert_eq!(on_b.text(), "page");
+    assert_eq!(
+        on_b.header("cache-status"),
+        Some("rampart; hit; detail=shared")
+    );
+    assert_eq!(on_b.header("x-arc2-cache"), Some("Hit"));
+    assert_eq!(
+        on_b.header("cache-control"),
+        Some("max-age=30, stale-if-error=20"),
+        "the stored header block"
+    );
+    assert!(on_b.header("age").is_some());
+    assert_eq!(origin.requests(), 1);
+    // Now stored on B as well: a plain local hit.
+    assert_eq!(
+        get(b, HOST, "/page").await.header("cache-status"),
+        Some("rampart; hit")
+    );
+    assert_eq!(counter(b, "rampart_redis_cache_hits_total").await, 1);
+    assert!(counter(a, "rampart_redis_cache_writes_total").await >= 1);
+
+    // Variants: B gets A's English one from Redis, and fetches the French one itself.
+    let lang =
+        |p: &Proxy, l: &'static str| fetch(req(p, HOST, "/lang").header("accept-language", l));
+    assert_eq!(lang(a, "en").await.header("x-arc2-cache"), Some("Miss"));
+    let t = Instant::now();
+    loop {
+        let got = lang(b, "en").await;
+        if got.header("cache-status") == Some("rampart; hit; detail=shared") {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(2), "variant not shared");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let asked = origin.requests();
+    assert_eq!(lang(b, "fr").await.header("x-arc2-cache"), Some("Miss"));
+    assert_eq!(origin.requests(), asked + 1);
+
+    // Past redis_cache_max_object, and not shareable at all: each instance fetches its own.
+    assert_eq!(get(a, HOST, "/big").await.text(), big);
+    assert_eq!(get(a, HOST, "/private").await.text(), "mine");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let asked = origin.requests();
+    assert_eq!(
+        get(b, HOST, "/big").await.header("x-arc2-cache"),
+        Some("Miss")
+    );
+    assert_eq!(get(b, HOST, "/private").await.text(), "mine");
+    assert_eq!(origin.requests(), asked + 2);
+    // Only the pass marker is there (the lock A held, given up: nobody waits for /big).
+    let big_key = format!("rampart:c:h:{HOST} /big");
+    assert_eq!(redis.cli(&["HEXISTS", &big_key, "o"]).trim(), "0");
+    assert!(redis.cli(&["HGET", &big_key, "l"]).trim().ends_with(" -"));
+
+    // A purge on A removes the object from Redis before the others hear of it: B's next
+    // miss goes to the origin, not to Redis.
+    let purged = fetch(
+        req(a, HOST, "/page")
+            .method("PURGE")
+            .header("authorization", format!("Bearer {API_KEY}")),
+    )
+    .await;
+    assert_eq!(purged.status, 200);
+    let t = Instant::now();
+    while redis.cli(&["EXISTS", &key]).trim() != "0" {
+        assert!(
+            t.elapsed() < Duration::from_secs(1),
+            "purge left it in Redis"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let t = Instant::now();
+    while counter(b, "rampart_redis_purges_received_total").await == 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(1),
+            "purge did not reach B"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let asked = origin.requests();
+    assert_eq!(
+        get(b, HOST, "/page").await.header("x-arc2-cache"),
+        Some("Miss")
+    );
+    assert_eq!(origin.requests(), asked + 1);
+    // A domain purge scans the keys away.
+    let t = Instant::now();
+    while redis.cli(&["EXISTS", &key]).trim() != "1" {
+        assert!(t.elapsed() < Duration::from_secs(2), "not written again");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let domain = send(
+        &client(),
+        Request::post(a.url(&format!("/_rampart/purge?scope=domain&host={HOST}")))
+            .header("host", HOST)
+            .header("authorization", format!("Bearer {API_KEY}"))
+            .body(empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(domain.status, 200, "{}", domain.text());
+    let t = Instant::now();
+    while !redis.cli(&["KEYS", "rampart:c:*"]).trim().is_empty() {
+        assert!(
+            t.elapsed() < Duration::from_secs(1),
+            "domain purge left keys in Redis"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 #[test]
 fn check_reports_redis_keys_with_their_positions() {
     let path = scratch("redis-check.toml");
     std::fs::write(
         &path,
         "redis_url = \"http://127.0.0.1:6379\"\nredis_timeout_ms = 0\nredis_cluster = [\"127.0.0.1\"]\n\
+         redis_cache = \"yes\"\nredis_cache_max_object = \"lots\"\n\
          [[proxy_rules]]\ndomain = \"a.test\"\nforward_ipv4 = \"127.0.0.1\"\n",
     )
     .unwrap();
@@ -455,6 +680,8 @@ fn check_reports_redis_keys_with_their_positions() {
         ":2:20: error: `redis_timeout_ms` 0 is out of range",
         ":3:17: error: `redis_cluster` both `redis_url` and `redis_cluster` are set",
         ":3:18: error: `redis_cluster[0]` \"127.0.0.1\" names no port",
+        ":4:15: error: `redis_cache` expected a boolean",
+        ":5:26: error: `redis_cache_max_object` \"lots\" is not a size",
     ] {
         assert!(text.contains(needle), "{needle} in\n{text}");
     }

@@ -1,5 +1,6 @@
 //! What several rampart instances share through Redis (one server or a Redis Cluster): rate
-//! limits ([`ratelimit`]), purges ([`purge`]), and later certificates and a second cache tier.
+//! limits ([`ratelimit`]), purges ([`purge`]), certificates ([`certs`]) and a second cache
+//! tier ([`cache`]).
 //!
 //! One [`Shared`] per configuration. It owns a thread (`rampart-redis`) with a runtime of its
 //! own, where the connections live (their driver tasks run there, whatever worker sends a
@@ -12,6 +13,7 @@
 //! the back-off as soon as Redis answers again. Nothing here panics or blocks on Redis, and
 //! rampart starts and serves whether or not Redis is there.
 
+pub mod cache;
 pub mod certs;
 mod conn;
 pub mod purge;
@@ -37,10 +39,11 @@ const PING_EVERY: Duration = Duration::from_secs(1);
 pub enum Feature {
     RateLimit = 0,
     Purge = 1,
+    Cache = 2,
 }
 
 /// The `feature` label of the Redis counters, indexed by [`Feature`].
-pub const FEATURES: [&str; 2] = ["rate_limit", "purge"];
+pub const FEATURES: [&str; 3] = ["rate_limit", "purge", "cache"];
 
 /// Counters read by the metrics: one set per process (a reload that replaces the Redis
 /// settings keeps counting).
@@ -50,25 +53,34 @@ pub static STATS: Stats = Stats::new();
 #[derive(Debug)]
 pub struct Stats {
     /// Decisions and deliveries made with Redis, per feature.
-    pub used: [AtomicU64; 2],
+    pub used: [AtomicU64; 3],
     /// Local decisions taken because Redis was slow, down or backing off, per feature.
-    pub fallbacks: [AtomicU64; 2],
+    pub fallbacks: [AtomicU64; 3],
     /// Commands that failed or timed out.
     pub errors: AtomicU64,
     /// Purges applied here that another instance sent.
     pub purges_received: AtomicU64,
     /// Times this instance dropped its whole cache because purges may have been missed.
     pub purge_resyncs: AtomicU64,
+    /// Local misses answered from the shared cache tier.
+    pub cache_hits: AtomicU64,
+    /// Objects written to the shared cache tier.
+    pub cache_writes: AtomicU64,
+    /// Fetches this instance left to another instance (it waited for their object).
+    pub cache_waits: AtomicU64,
 }
 
 impl Stats {
     const fn new() -> Stats {
         Stats {
-            used: [AtomicU64::new(0), AtomicU64::new(0)],
-            fallbacks: [AtomicU64::new(0), AtomicU64::new(0)],
+            used: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
+            fallbacks: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
             errors: AtomicU64::new(0),
             purges_received: AtomicU64::new(0),
             purge_resyncs: AtomicU64::new(0),
+            cache_hits: AtomicU64::new(0),
+            cache_writes: AtomicU64::new(0),
+            cache_waits: AtomicU64::new(0),
         }
     }
 
@@ -187,11 +199,13 @@ impl Shared {
         let outbox = Arc::new(purge::Outbox::default());
         let instance = instance_name();
         let sender = purge::Sender {
-            stream: format!("{}purges", config.key_prefix),
+            stream: config.purge.then(|| format!("{}purges", config.key_prefix)),
+            tier: config.cache.then(|| config.key_prefix.clone()),
             instance: instance.clone(),
             outbox: outbox.clone(),
         };
-        let (purge_on, ping_health, ep) = (config.purge, health.clone(), endpoint.clone());
+        let purge_on = config.purge || config.cache;
+        let (ping_health, ep) = (health.clone(), endpoint.clone());
         std::thread::Builder::new()
             .name("rampart-redis".into())
             .spawn(move || {

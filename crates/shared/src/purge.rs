@@ -36,6 +36,9 @@ pub(crate) const BLOCK: Duration = Duration::from_secs(5);
 const RETRY: Duration = Duration::from_millis(250);
 /// Longest wait for a batch of purges to be taken.
 const SEND_TIMEOUT: Duration = Duration::from_secs(2);
+/// Longest wait for a batch when purged objects leave the shared cache tier too (a scope
+/// other than one URL scans the keys).
+const TIER_PURGE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Purges sent in one pipeline at most.
 const BATCH: usize = 256;
 
@@ -81,7 +84,7 @@ impl Outbox {
 impl Shared {
     /// Sends a purge made here to every other instance (never waits; see the module notes).
     pub fn publish_purge(&self, scope: &PurgeScope, soft: bool) {
-        if !self.config().purge {
+        if !self.config().purge && !self.config().cache {
             return;
         }
         let outbox = &self.inner.outbox;
@@ -107,7 +110,10 @@ impl Shared {
 
 /// Sends this instance's purges (a task on the Redis thread).
 pub(crate) struct Sender {
-    pub(crate) stream: String,
+    /// The stream (`redis_purge`).
+    pub(crate) stream: Option<String>,
+    /// The key prefix when the shared cache tier is on: purged objects leave it first.
+    pub(crate) tier: Option<String>,
     pub(crate) instance: String,
     pub(crate) outbox: Arc<Outbox>,
 }
@@ -161,28 +167,51 @@ async fn send(bg: Arc<Sender>, mut conn: Conn) {
             bg.outbox.ready.notified().await;
             continue;
         }
-        let mut pipe = redis::pipe();
         let everything = overflowed.then(|| PurgeScope::Everything.encode());
-        for (scope, soft) in everything
+        let scopes: Vec<(&Vec<u8>, bool)> = everything
             .iter()
             .map(|s| (s, false))
             .chain(batch.iter().map(|(s, soft)| (s, *soft)))
-        {
-            pipe.cmd("XADD")
-                .arg(&bg.stream)
-                .arg("MAXLEN")
-                .arg("~")
-                .arg(STREAM_MAX)
-                .arg("*")
-                .arg("i")
-                .arg(&bg.instance)
-                .arg("s")
-                .arg(scope.as_slice())
-                .arg("h")
-                .arg(u8::from(!soft))
-                .ignore();
+            .collect();
+        let mut pipe = redis::pipe();
+        if let Some(stream) = &bg.stream {
+            for (scope, soft) in &scopes {
+                pipe.cmd("XADD")
+                    .arg(stream)
+                    .arg("MAXLEN")
+                    .arg("~")
+                    .arg(STREAM_MAX)
+                    .arg("*")
+                    .arg("i")
+                    .arg(&bg.instance)
+                    .arg("s")
+                    .arg(scope.as_slice())
+                    .arg("h")
+                    .arg(u8::from(!soft))
+                    .ignore();
+            }
         }
-        match tokio::time::timeout(SEND_TIMEOUT, pipe.query_async::<()>(&mut conn)).await {
+        // The shared tier first: an instance told of the purge must not load the object
+        // back from it.
+        let deliver = async {
+            if let Some(prefix) = &bg.tier {
+                for (scope, _) in &scopes {
+                    if let Some(scope) = PurgeScope::decode(scope) {
+                        crate::cache::purge(&mut conn, prefix, &scope).await?;
+                    }
+                }
+            }
+            if bg.stream.is_some() {
+                pipe.query_async::<()>(&mut conn).await?;
+            }
+            redis::RedisResult::Ok(())
+        };
+        let timeout = if bg.tier.is_some() {
+            TIER_PURGE_TIMEOUT
+        } else {
+            SEND_TIMEOUT
+        };
+        match tokio::time::timeout(timeout, deliver).await {
             Ok(Ok(())) => {
                 let mut q = bg.outbox.lock();
                 if q.generation == generation {

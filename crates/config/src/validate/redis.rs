@@ -17,6 +17,10 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(5);
 /// The feature switches, read whether or not an address is given (so a typo is reported).
 const SWITCHES: [&str; 3] = ["redis_rate_limits", "redis_purge", "redis_certificates"];
 
+/// `redis_cache_max_object` when unset: larger values slow every command queued behind them
+/// on the shared connection.
+pub const DEFAULT_CACHE_MAX_OBJECT: u64 = 1 << 20;
+
 /// Shortest `redis_encryption_key` accepted (it is hashed into a 256-bit key).
 const MIN_KEY_LEN: usize = 16;
 
@@ -48,6 +52,14 @@ fn read_config(
     let prefix = s.string(sink, "redis_key_prefix");
     let timeout = s.int(sink, "redis_timeout_ms", 1, 60_000);
     let switches = SWITCHES.map(|k| s.bool(sink, k));
+    let cache = s.bool(sink, "redis_cache");
+    let cache_max_object = super::size(
+        s,
+        sink,
+        "redis_cache_max_object",
+        DEFAULT_CACHE_MAX_OBJECT,
+        1,
+    );
     let key = s.string(sink, "redis_encryption_key");
     let key_file = s.string(sink, "redis_encryption_key_file");
 
@@ -71,6 +83,7 @@ fn read_config(
                 .map(|a| (&a.key, &a.span))
                 .chain(timeout.iter().map(|a| (&a.key, &a.span)))
                 .chain(switches.iter().flatten().map(|a| (&a.key, &a.span)))
+                .chain(cache.iter().map(|a| (&a.key, &a.span)))
                 .chain(key.iter().chain(key_file.iter()).map(|a| (&a.key, &a.span)));
             for (key, span) in unused {
                 sink.push(
@@ -110,6 +123,8 @@ fn read_config(
         purge,
         certificates,
         encryption_key,
+        cache: cache.is_some_and(|b| b.value),
+        cache_max_object,
     })
 }
 

@@ -225,7 +225,7 @@ fn redis(r: &rampart_shared::Shared, f: &mut Families) {
     }
     let fallbacks = f.add(
         "rampart_redis_fallbacks",
-        "Local decisions taken because Redis was slow, away or backing off (rate_limit), and purges that could not wait for Redis (purge), by feature.",
+        "Local decisions taken because Redis was slow, away or backing off (rate_limit, cache), and purges that could not wait for Redis (purge), by feature.",
         None,
     );
     for (i, name) in FEATURES.iter().enumerate() {
@@ -238,6 +238,9 @@ fn redis(r: &rampart_shared::Shared, f: &mut Families) {
         ("rampart_redis_errors", "Redis commands on the request path that failed or timed out (each starts a one-second back-off).", &s.errors),
         ("rampart_redis_purges_received", "Purges and invalidations other instances made, applied here.", &s.purges_received),
         ("rampart_redis_purge_resyncs", "Times the cache was emptied because purges may have been missed while Redis was away.", &s.purge_resyncs),
+        ("rampart_redis_cache_hits", "Local misses answered from the shared cache tier.", &s.cache_hits),
+        ("rampart_redis_cache_writes", "Objects written to the shared cache tier.", &s.cache_writes),
+        ("rampart_redis_cache_waits", "Misses that waited for another instance's fetch instead of fetching.", &s.cache_waits),
     ] {
         f.add(name, help, None).counter(vec![], v.load(Relaxed));
     }
