@@ -658,6 +658,94 @@ async fn what_one_instance_stored_is_a_hit_on_another() {
     }
 }
 
+/// One master of a Redis Cluster dies under load (rate limits and the shared cache tier in
+/// use, every request a new cache key): no request fails, the local decisions are counted,
+/// and sharing resumes once the node is back.
+#[tokio::test]
+async fn no_request_fails_while_a_cluster_node_is_away() {
+    let origin = Origin::new().route("/", Reply::text("ok")).start().await;
+    let mut cluster = Cluster::start();
+    let proxies = instances(
+        2,
+        &origin,
+        &format!("redis_cluster = {}", cluster.toml_list()),
+        "rate_limit_per_second = 100000\nrate_limit_burst = 100000\nrate_limit_exempt = []\n\
+         redis_cache = true\nredis_timeout_ms = 100",
+    );
+    let load = {
+        let urls: Vec<String> = proxies.iter().map(|p| p.url("/")).collect();
+        tokio::spawn(async move {
+            let c = client();
+            let mut statuses = std::collections::BTreeMap::new();
+            let until = Instant::now() + Duration::from_secs(4);
+            let mut i = 0;
+            while Instant::now() < until {
+                let got = send(
+                    &c,
+                    Request::get(format!("{}?n={i}", urls[i % 2]))
+                        .header("host", HOST)
+                        .body(empty())
+                        .unwrap(),
+                )
+                .await;
+                *statuses.entry(got.status.as_u16()).or_insert(0) += 1;
+                i += 1;
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            statuses
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    cluster.nodes[1].stop();
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    cluster.nodes[1].start();
+    let statuses = load.await.unwrap();
+    assert_eq!(
+        statuses.keys().copied().collect::<Vec<_>>(),
+        [200],
+        "{statuses:?}"
+    );
+    let mut fallbacks = 0;
+    for p in &proxies {
+        for feature in ["rate_limit", "cache"] {
+            fallbacks += counter(
+                p,
+                &format!("rampart_redis_fallbacks_total{{feature=\"{feature}\"}}"),
+            )
+            .await;
+        }
+    }
+    eprintln!("node away: {statuses:?}, {fallbacks} local decisions");
+    assert!(
+        fallbacks > 0,
+        "local decisions while the node was away were counted"
+    );
+    // Sharing resumes: 20 new keys on each instance, every one asked of Redis, none local.
+    cluster.wait_ok();
+    const ASKED: &str = "rampart_redis_requests_total{feature=\"cache\"}";
+    const LOCAL: &str = "rampart_redis_fallbacks_total{feature=\"cache\"}";
+    for (n, p) in proxies.iter().enumerate() {
+        let t = Instant::now();
+        let mut round = 0;
+        loop {
+            let (asked, local) = (counter(p, ASKED).await, counter(p, LOCAL).await);
+            for i in 0..20 {
+                let path = format!("/?after={n}-{round}-{i}");
+                assert_eq!(get(p, HOST, &path).await.status, 200);
+            }
+            if counter(p, LOCAL).await == local && counter(p, ASKED).await == asked + 20 {
+                break;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "sharing did not resume"
+            );
+            round += 1;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
 #[test]
 fn check_reports_redis_keys_with_their_positions() {
     let path = scratch("redis-check.toml");
