@@ -5,6 +5,7 @@
 //! per request from /proc, a check that cached scenarios really hit, and a flag when the load
 //! generator rather than the server was the ceiling.
 
+mod cluster;
 mod codecs;
 mod floor;
 mod h3;
@@ -72,6 +73,9 @@ enum Cmd {
     /// Issue 16's HTTP/3 goals: CPU per cached hit over HTTP/3 against HTTPS/2, rampart and
     /// Caddy side by side.
     H3(h3::H3Args),
+    /// Issue 17's cost figures: what Redis adds to a local hit, a shared (Redis) hit and a
+    /// miss, and that hits from exempt or refused clients make no Redis round trip.
+    Cluster(cluster::ClusterArgs),
     /// A closed-loop HTTP/3 client (started by `h3`); prints a JSON line.
     H3Load(h3::H3LoadArgs),
     /// The WebSocket echo origin (started by `websocket`).
@@ -194,6 +198,7 @@ fn main() -> anyhow::Result<()> {
         Some(Cmd::Instructions(args)) => instructions::run(args),
         Some(Cmd::Websocket(args)) => websocket::run(args),
         Some(Cmd::H3(args)) => h3::run(args),
+        Some(Cmd::Cluster(args)) => cluster::run(args),
         Some(Cmd::H3Load(args)) => h3::load(args),
         Some(Cmd::WsOrigin { listen }) => websocket::origin(listen),
         Some(Cmd::Codecs(args)) => codecs::run(args),

@@ -205,14 +205,16 @@ async fn user(
     }
 }
 
-struct Exchanged {
-    status: u16,
-    bytes: usize,
-    close: bool,
+pub(crate) struct Exchanged {
+    pub(crate) status: u16,
+    pub(crate) bytes: usize,
+    pub(crate) close: bool,
+    /// Where the body starts in the buffer (the head is before it).
+    pub(crate) head_end: usize,
 }
 
 /// Writes the request and reads one whole response (Content-Length or chunked framing).
-async fn exchange(
+pub(crate) async fn exchange(
     s: &mut TcpStream,
     request: &[u8],
     buf: &mut Vec<u8>,
@@ -266,6 +268,7 @@ async fn exchange(
         status,
         bytes: buf.len(),
         close,
+        head_end,
     })
 }
 

@@ -456,7 +456,7 @@ fn report(args: &WebsocketArgs, idle: &Idle, runs: &[(String, Vec<EchoRun>)]) ->
 
 /// Pins this process to `cpus` (a taskset list such as `1` or `0-1`).
 #[allow(unsafe_code)]
-fn pin_self(cpus: &str) {
+pub(crate) fn pin_self(cpus: &str) {
     let list: Vec<usize> = cpus
         .split(',')
         .flat_map(|part| match part.split_once('-') {

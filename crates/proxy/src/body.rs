@@ -19,7 +19,7 @@ use crate::log::AccessRecord;
 use crate::store::{StoreTicket, Tee};
 use rampart_cache::store::Object;
 use rampart_transform::compress::StreamEncoder;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 enum Kind {
     Full(Option<Bytes>),
@@ -342,9 +342,17 @@ pub struct Limited {
     timer: Pin<Box<Sleep>>,
     /// A frame read ahead by [`RequestBody::prime`].
     primed: Option<Frame<Bytes>>,
+    /// The fault, once there is one, where the upstream client's caller finds it whatever
+    /// error the client reports (the origin may close first: see [`RequestBody::fault`]).
+    fault: Arc<OnceLock<BodyFault>>,
 }
 
 impl Limited {
+    fn failed(&self, fault: BodyFault) -> RequestBodyError {
+        let _ = self.fault.set(fault);
+        RequestBodyError(fault)
+    }
+
     fn deadline_after_frame(&self) -> Instant {
         let idle = Instant::now() + self.idle;
         self.deadline.map_or(idle, |d| d.min(idle))
@@ -374,7 +382,17 @@ impl RequestBody {
             deadline,
             timer: Box::pin(tokio::time::sleep_until(first)),
             primed: None,
+            fault: Arc::default(),
         }))
+    }
+
+    /// Where the body's fault will be, for whoever sends it on: the upstream client may report
+    /// the origin closing the connection (cut off mid-body) rather than the body's error.
+    pub fn fault(&self) -> Option<Arc<OnceLock<BodyFault>>> {
+        match self {
+            RequestBody::Stream(s) => Some(s.fault.clone()),
+            _ => None,
+        }
     }
 
     /// Lifts the limit on the whole body's duration (`client_body_total_timeout_seconds`) for
@@ -487,9 +505,7 @@ impl Body for RequestBody {
                         if let Some(data) = frame.data_ref() {
                             s.seen += data.len() as u64;
                             if s.max.is_some_and(|m| s.seen > m) {
-                                return Poll::Ready(Some(Err(RequestBodyError(
-                                    BodyFault::TooLarge,
-                                ))));
+                                return Poll::Ready(Some(Err(s.failed(BodyFault::TooLarge))));
                             }
                         }
                         let next = s.deadline_after_frame();
@@ -498,13 +514,11 @@ impl Body for RequestBody {
                     }
                     Poll::Ready(Some(Err(e))) => {
                         tracing::debug!(error = %e, "client request body failed");
-                        Poll::Ready(Some(Err(RequestBodyError(BodyFault::Broken))))
+                        Poll::Ready(Some(Err(s.failed(BodyFault::Broken))))
                     }
                     Poll::Ready(None) => Poll::Ready(None),
                     Poll::Pending => match s.timer.as_mut().poll(cx) {
-                        Poll::Ready(()) => {
-                            Poll::Ready(Some(Err(RequestBodyError(BodyFault::Timeout))))
-                        }
+                        Poll::Ready(()) => Poll::Ready(Some(Err(s.failed(BodyFault::Timeout)))),
                         Poll::Pending => Poll::Pending,
                     },
                 }

@@ -25,6 +25,8 @@ use crate::txn::ConnInfo;
 pub(crate) struct Accepted {
     pub(crate) conn: Conn,
     pub(crate) acceptor: Option<tokio_rustls::TlsAcceptor>,
+    /// Reads the client hello first, to answer other instances' TLS-ALPN-01 challenges.
+    pub(crate) shared_alpn: Option<rampart_tls::alpn::SharedAlpn>,
     /// The listener reads a PROXY header first.
     pub(crate) proxy_header: bool,
     /// With a PROXY header: the per-address limit, applied to the client it names.
@@ -42,6 +44,7 @@ impl Accepted {
         let Accepted {
             mut conn,
             acceptor,
+            shared_alpn,
             proxy_header,
             per_ip,
         } = self;
@@ -79,11 +82,11 @@ impl Accepted {
         match acceptor {
             None => Box::pin(conn.serve(stream, first, false, stop)).await,
             Some(acceptor) if first.is_empty() => {
-                Box::pin(conn.serve_tls(acceptor, stream, stop)).await
+                Box::pin(conn.serve_tls(acceptor, shared_alpn, stream, stop)).await
             }
             Some(acceptor) => {
                 let stream = Rewind::new(first.freeze(), stream);
-                Box::pin(conn.serve_tls(acceptor, stream, stop)).await
+                Box::pin(conn.serve_tls(acceptor, shared_alpn, stream, stop)).await
             }
         }
         slot
@@ -116,14 +119,30 @@ impl Conn {
     async fn serve_tls<I>(
         self,
         acceptor: tokio_rustls::TlsAcceptor,
+        shared_alpn: Option<rampart_tls::alpn::SharedAlpn>,
         stream: I,
         stop: &mut watch::Receiver<bool>,
     ) where
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
         let peer = self.peer;
+        let accept = async {
+            let Some(alpn) = shared_alpn else {
+                return acceptor.accept(stream).await;
+            };
+            // The client hello first: a TLS-ALPN-01 validation of another instance's order
+            // needs its answer from Redis before the certificate is chosen.
+            let start =
+                tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), stream)
+                    .await?;
+            let hello = start.client_hello();
+            let sni = hello.server_name().map(str::to_owned);
+            let protocols = hello.alpn().map(|p| p.map(<[u8]>::to_vec).collect());
+            alpn.prepare(sni.as_deref(), protocols).await;
+            start.into_stream(acceptor.config().clone()).await
+        };
         let handshake = tokio::select! {
-            r = tokio::time::timeout(self.limits.header_read_timeout, acceptor.accept(stream)) => r,
+            r = tokio::time::timeout(self.limits.header_read_timeout, accept) => r,
             _ = stop.changed() => return,
         };
         let metrics = crate::metrics::get();

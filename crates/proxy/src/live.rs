@@ -45,6 +45,8 @@ pub struct ConnSettings {
     pub h2: Arc<hyper::server::conn::http2::Builder<TokioExecutor>>,
     /// `None` when no rule is served over HTTPS (HTTPS listeners are closed then).
     pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Other instances' TLS-ALPN-01 answers, taken from Redis during a validation handshake.
+    pub shared_alpn: Option<rampart_tls::alpn::SharedAlpn>,
     /// HTTP/3's QUIC settings (`None`: `http3` is off; its listeners are closed then).
     pub quic: Option<Arc<quinn::ServerConfig>>,
     /// Largest request header section (HTTP/2's list, HTTP/3's field section).
@@ -543,6 +545,7 @@ fn conn_settings(config: &Config, tls: Option<&Tls>, per_ip: Option<Arc<PerIp>>)
         },
         h2: Arc::new(h2),
         tls: tls.map(|t| t.server.clone()),
+        shared_alpn: tls.and_then(|t| t.shared_alpn.clone()),
         quic: tls.and_then(|t| crate::quic::config::server_config(config, t)),
         max_header_list: d.h2_max_header_list_bytes,
         keepalive: d.tcp_keepalive.map(|t| TcpKeepalive::new().with_time(t)),

@@ -232,7 +232,13 @@ impl Screen {
         let local = l.check(client);
         match self
             .gcra
-            .check(shared, name, client, l.per_second, l.burst)
+            .check(
+                shared,
+                name,
+                rampart_screen::ratelimit::per_subscriber(client),
+                l.per_second,
+                l.burst,
+            )
             .await
         {
             Ok(Verdict::Admitted) => {

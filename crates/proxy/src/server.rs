@@ -410,6 +410,7 @@ async fn accept_loop(
                 peer,
             },
             acceptor,
+            shared_alpn: settings.shared_alpn.clone().filter(|_| tls),
             proxy_header: proxied,
             per_ip: settings.per_ip.clone().filter(|_| proxied),
         };

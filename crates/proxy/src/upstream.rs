@@ -377,6 +377,14 @@ impl Upstream {
         // The target as the client sends it: scheme and pool key (hyper's HTTP/1.1 client
         // sends the origin form; HTTP/2 takes `:authority` from `Host`, see origin_h2.rs).
         let target = absolute_uri(req.uri(), scheme, authority.clone());
+        // The client's body fault wins over whatever the upstream client reports.
+        let fault = req.body().fault();
+        let body_fault = move || {
+            fault
+                .as_ref()
+                .and_then(|f| f.get().copied())
+                .map(ProxyError::ClientBody)
+        };
         // Both futures are made here, before the request would be held by an `async` block.
         let (h1, h2) = match (target, protocol) {
             (None, _) => (None, None),
@@ -402,13 +410,14 @@ impl Upstream {
             // Each exchange under `proxy_timeout` as it is: an `async` block around the two
             // would be one more future to move for every request.
             match (h1, h2) {
-                (Some(h1), _) => self
-                    .within_timeout(h1)
-                    .await?
-                    .map_err(|e| self.classify(&e, e.is_connect())),
-                (None, Some(h2)) => self.within_timeout(h2).await?.map_err(|e| match e {
-                    H2Failure::Connect(e) => self.classify(&*e, true),
-                    H2Failure::Request(e) => self.classify(&e, false),
+                (Some(h1), _) => self.within_timeout(h1).await?.map_err(|e| {
+                    body_fault().unwrap_or_else(|| self.classify(&e, e.is_connect()))
+                }),
+                (None, Some(h2)) => self.within_timeout(h2).await?.map_err(|e| {
+                    body_fault().unwrap_or_else(|| match e {
+                        H2Failure::Connect(e) => self.classify(&*e, true),
+                        H2Failure::Request(e) => self.classify(&e, false),
+                    })
                 }),
                 (None, None) => Err(ProxyError::BadRequest("request target")),
             }

@@ -552,3 +552,66 @@ async fn three_instances_share_one_order_through_redis() {
         assert_eq!(leaf, leaves[0]);
     }
 }
+
+/// TLS-ALPN-01 across instances: the CA's validation handshake reaches an instance that did
+/// not order (and cannot reach the CA); it takes the answer the ordering instance published in
+/// Redis, and both serve the one certificate.
+#[tokio::test]
+async fn a_tls_alpn_challenge_is_answered_by_any_instance() {
+    let origin = Origin::new()
+        .route("*", Reply::text("alpn\n"))
+        .start()
+        .await;
+    let ports = (free_port(), free_port());
+    let pebble = Pebble::start_resolving(ports.0, ports.1, 3600, "127.0.0.3");
+    let root = pebble.issuing_root().await;
+    let redis = Redis::start();
+    let wrong_ca = TestCa::new("not pebble").write("not-pebble-ca-alpn");
+    let conf = |ip: &str, ca_file: Option<&Path>| {
+        let state = scratch(&format!("acme-alpn-{ip}"));
+        let mut c = acme_config(&pebble, ports, &state, "t.test", &origin, "\"tls-alpn-01\"")
+            .replace(
+                "listening_address = \"127.0.0.1\"",
+                &format!("listening_address = \"{ip}\""),
+            )
+            .replace(
+                "[[proxy_rules]]",
+                &format!(
+                    "redis_url = \"{}\"\nredis_encryption_key = \"0123456789abcdef0123456789abcdef\"\n[[proxy_rules]]",
+                    redis.url()
+                ),
+            );
+        if let Some(f) = ca_file {
+            c = c.replace(
+                &format!("{:?}", pebble.layout.ca_file.display().to_string()),
+                &format!("{:?}", f.display().to_string()),
+            );
+        }
+        c
+    };
+    // 127.0.0.3, where the CA connects, cannot order (it does not trust the CA).
+    let proxies = [
+        Proxy::start(&conf("127.0.0.3", Some(&wrong_ca))),
+        Proxy::start(&conf("127.0.0.1", None)),
+    ];
+    let mut leaves = Vec::new();
+    for p in &proxies {
+        let https = p.https.unwrap();
+        leaves.push(wait_for_cert(https, "t.test", &root, None, Duration::from_secs(60), p).await);
+    }
+    assert_eq!(leaves[0], leaves[1], "one certificate for both");
+    let outputs: Vec<String> = proxies.iter().map(Proxy::output).collect();
+    assert!(
+        outputs[0].contains("answering another instance's TLS-ALPN-01 challenge"),
+        "{}",
+        outputs[0]
+    );
+    assert!(
+        outputs[1].contains("certificate obtained from the ACME CA"),
+        "{}",
+        outputs[1]
+    );
+    let config = tls::browser(tls::roots_from_pem(&root));
+    let got = tls::get(proxies[0].https.unwrap(), "t.test", "/", &config).await;
+    assert_eq!(got.text(), "alpn\n");
+}

@@ -55,7 +55,8 @@ impl Default for Gcra {
 
 impl Gcra {
     /// Counts one request of `client` against the limit called `name` (`per_second`
-    /// sustained, `burst` at once). IPv6 clients count per /64, as locally.
+    /// sustained, `burst` at once). `client` is the subscriber the limit counts (the caller
+    /// masks IPv6 addresses to their /64, as the local limiter does).
     pub async fn check(
         &self,
         shared: &Shared,
@@ -87,9 +88,5 @@ impl Gcra {
 
 /// `PREFIX rl:NAME:CLIENT`.
 fn client_key(shared: &Shared, name: &str, client: IpAddr) -> String {
-    let client = match client {
-        IpAddr::V6(a) => IpAddr::V6((u128::from(a) & !u128::from(u64::MAX)).into()),
-        v4 => v4,
-    };
     shared.key(&format!("rl:{name}:{client}"))
 }

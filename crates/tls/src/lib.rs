@@ -10,6 +10,7 @@
 //! keeping them current; it never waits for an ACME CA.
 
 pub mod acme;
+pub mod alpn;
 pub mod der;
 mod error;
 pub mod internal;
@@ -40,6 +41,9 @@ pub struct Tls {
     /// The same certificates for HTTP/3 (TLS 1.3, ALPN `h3`).
     pub quic: Arc<ServerConfig>,
     manager: Arc<Manager>,
+    /// With certificates shared through Redis: answers to the other instances' TLS-ALPN-01
+    /// challenges (the listeners then read the client hello first).
+    pub shared_alpn: Option<alpn::SharedAlpn>,
 }
 
 /// The certificate manager thread's controls.
@@ -167,6 +171,11 @@ pub fn start(
     let (bg_store, reload_every) = (store.clone(), tls.reload_interval);
     let (acme_cfg, state_dir) = (tls.acme.clone(), tls.state_dir.clone());
     let shared = shared.cloned();
+    // Other instances' TLS-ALPN-01 answers, when they order for this one too.
+    let shared_alpn = shared
+        .as_ref()
+        .filter(|s| s.config().certificates && !acme.is_empty())
+        .map(|s| alpn::SharedAlpn::new(store.clone(), s.clone()));
     let (stop, mut stopped) = tokio::sync::watch::channel(false);
     let refresh = Arc::new(tokio::sync::Notify::new());
     let manager = Arc::new(Manager {
@@ -218,6 +227,7 @@ pub fn start(
         server,
         quic,
         manager,
+        shared_alpn,
     }))
 }
 

@@ -129,6 +129,10 @@ impl CertStore {
         write(&self.alpn_challenges).insert(name.to_owned(), key);
     }
 
+    pub fn has_alpn_challenge(&self, name: &str) -> bool {
+        read(&self.alpn_challenges).contains_key(name)
+    }
+
     pub fn clear_alpn_challenge(&self, name: &str) {
         write(&self.alpn_challenges).remove(name);
     }
