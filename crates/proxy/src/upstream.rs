@@ -410,9 +410,10 @@ impl Upstream {
             // Each exchange under `proxy_timeout` as it is: an `async` block around the two
             // would be one more future to move for every request.
             match (h1, h2) {
-                (Some(h1), _) => self.within_timeout(h1).await?.map_err(|e| {
-                    body_fault().unwrap_or_else(|| self.classify(&e, e.is_connect()))
-                }),
+                (Some(h1), _) => self
+                    .within_timeout(h1)
+                    .await?
+                    .map_err(|e| body_fault().unwrap_or_else(|| self.classify(&e, e.is_connect()))),
                 (None, Some(h2)) => self.within_timeout(h2).await?.map_err(|e| {
                     body_fault().unwrap_or_else(|| match e {
                         H2Failure::Connect(e) => self.classify(&*e, true),

@@ -40,7 +40,8 @@ impl SharedAlpn {
         if self.store.has_alpn_challenge(&name) {
             return;
         }
-        let digest = match tokio::time::timeout(ASK_WITHIN, self.shared.alpn_challenge(&name)).await {
+        let digest = match tokio::time::timeout(ASK_WITHIN, self.shared.alpn_challenge(&name)).await
+        {
             Ok(Ok(Some(d))) => d,
             Ok(Ok(None)) => {
                 tracing::debug!(domain = %name, "TLS-ALPN-01 validation for a name no instance is ordering");
@@ -62,7 +63,9 @@ impl SharedAlpn {
                     store.clear_alpn_challenge(&name);
                 });
             }
-            Err(e) => tracing::warn!(domain = %name, error = %e, "cannot make the TLS-ALPN-01 certificate"),
+            Err(e) => {
+                tracing::warn!(domain = %name, error = %e, "cannot make the TLS-ALPN-01 certificate")
+            }
         }
     }
 }
