@@ -3,7 +3,7 @@
 //! 502). A test binary of its own: run beside `http3.rs`'s pipeline test, the two sometimes
 //! made that test's early refusals fail in the test client (H3_FRAME_UNEXPECTED, "stream
 //! finished without receiving response headers"), which is left for a follow-up.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, dead_code)]
 
 #[path = "support/h3.rs"]
 mod h3c;
