@@ -203,7 +203,8 @@ impl Screen {
             let Some(l) = l else { continue };
             let verdict = match &self.shared {
                 None => l.check(client),
-                Some(shared) => self.check_shared(shared, l, name, client).await,
+                // Boxed: only with Redis, and its round trip would grow every request's future.
+                Some(shared) => Box::pin(self.check_shared(shared, l, name, client)).await,
             };
             if let Err(Refused { retry_after }) = verdict {
                 tracing::info!(%client, domain = rule.config.domain_text, ?retry_after, "request rate limited");

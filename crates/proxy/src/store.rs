@@ -212,7 +212,7 @@ pub struct StoreTicket {
     /// The rule minifies or compresses: done once the object is stored.
     transforms: Transforms,
     /// This request fetches for every instance: storing the object lifts the lock.
-    tier_lock: Option<TierLock>,
+    tier_lock: Option<Box<TierLock>>,
 }
 
 /// Reservations for bodies of unknown length grow by at least this much at a time.
@@ -224,7 +224,7 @@ impl StoreTicket {
     }
 
     /// Takes over the shared tier's fetch lock this request holds (lifted once stored).
-    pub fn hold_tier_lock(&mut self, lock: Option<TierLock>) {
+    pub fn hold_tier_lock(&mut self, lock: Option<Box<TierLock>>) {
         self.tier_lock = lock;
     }
 
@@ -302,7 +302,7 @@ impl StoreTicket {
             &self.key,
             variant.as_deref(),
             &obj,
-            self.tier_lock.take(),
+            self.tier_lock.take().map(|l| *l),
         );
         let stored = self
             .cache

@@ -77,7 +77,7 @@ pub async fn lookup(
                 pause = (pause * 2).min(POLL_MAX);
             }
             Found::Lead => {
-                txn.tier_lock = Some(TierLock::new(shared, key));
+                txn.tier_lock = Some(Box::new(TierLock::new(shared, key)));
                 return None;
             }
             Found::Locked | Found::Nothing => return None,

@@ -101,7 +101,7 @@ pub struct Txn {
     /// This request fetches for every coalesced waiter of its resource.
     pub leader: Option<Leader>,
     /// This request fetches for every instance (the shared tier's fetch lock).
-    pub tier_lock: Option<crate::cache::TierLock>,
+    pub tier_lock: Option<Box<crate::cache::TierLock>>,
     /// A range miss fetched as the whole representation (see `ranges.rs`).
     pub widened: Option<Box<Widened>>,
     /// The request's HTTP version, as an index into [`crate::metrics::PROTOCOLS`].
