@@ -22,6 +22,9 @@ pub struct H3Body {
     /// A chunk read while looking for the body's end (see [`H3Body::into_client`]).
     first: Option<Bytes>,
     reading: Reading,
+    /// The last read is still in flight (it returned `Pending`): h3-quinn holds the QUIC
+    /// stream inside that read, where `stop_sending` cannot reach it (it would panic).
+    in_flight: bool,
 }
 
 impl std::fmt::Debug for H3Body {
@@ -36,6 +39,7 @@ impl H3Body {
             stream,
             first: None,
             reading: Reading::Data,
+            in_flight: false,
         }
     }
 
@@ -68,8 +72,11 @@ impl Drop for H3Body {
     /// A body nobody reads to its end (the response went first: a refusal, or an origin that
     /// answered early): the client is asked to stop sending, with H3_NO_ERROR so it still
     /// reads the response (RFC 9114 §4.1).
+    ///
+    /// Not while a read is in flight: the QUIC stream is inside that read then (h3-quinn would
+    /// panic); dropping it there makes quinn send STOP_SENDING itself (with code 0).
     fn drop(&mut self) {
-        if self.reading != Reading::Done {
+        if self.reading != Reading::Done && !self.in_flight {
             self.stream.stop_sending(Code::H3_NO_ERROR);
         }
     }
@@ -83,6 +90,25 @@ impl Body for H3Body {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let polled = self.as_mut().read(cx);
+        self.in_flight = polled.is_pending();
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.first.is_none() && self.reading == Reading::Done
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::default()
+    }
+}
+
+impl H3Body {
+    fn read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, h3::error::StreamError>>> {
         if let Some(data) = self.first.take() {
             return Poll::Ready(Some(Ok(Frame::data(data))));
         }
@@ -113,13 +139,5 @@ impl Body for H3Body {
                 Reading::Done => return Poll::Ready(None),
             }
         }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.first.is_none() && self.reading == Reading::Done
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        SizeHint::default()
     }
 }
