@@ -205,6 +205,41 @@ fn acme_config(
     )
 }
 
+/// An instance on `ip` that shares its certificates through `redis`, ordering `domain` with
+/// `challenge`; with `ca_file`, it trusts that CA file instead of Pebble's (so it cannot order).
+#[allow(clippy::too_many_arguments)]
+fn shared_conf(
+    pebble: &Pebble,
+    ports: (u16, u16),
+    redis: &Redis,
+    origin: &OriginHandle,
+    domain: &str,
+    challenge: &str,
+    ip: &str,
+    ca_file: Option<&Path>,
+) -> String {
+    let state = scratch(&format!("acme-shared-{domain}-{ip}"));
+    let mut c = acme_config(pebble, ports, &state, domain, origin, challenge)
+        .replace(
+            "listening_address = \"127.0.0.1\"",
+            &format!("listening_address = \"{ip}\""),
+        )
+        .replace(
+            "[[proxy_rules]]",
+            &format!(
+                "redis_url = \"{}\"\nredis_encryption_key = \"0123456789abcdef0123456789abcdef\"\n[[proxy_rules]]",
+                redis.url()
+            ),
+        );
+    if let Some(f) = ca_file {
+        c = c.replace(
+            &format!("{:?}", pebble.layout.ca_file.display().to_string()),
+            &format!("{:?}", f.display().to_string()),
+        );
+    }
+    c
+}
+
 /// Waits until `domain` is served with a certificate that verifies against `root` and is not
 /// `previous`; returns it.
 async fn wait_for_cert(
@@ -462,26 +497,16 @@ async fn three_instances_share_one_order_through_redis() {
     let redis = Redis::start();
     let wrong_ca = TestCa::new("not pebble").write("not-pebble-ca");
     let conf = |ip: &str, ca_file: Option<&Path>| {
-        let state = scratch(&format!("acme-shared-{ip}"));
-        let mut c = acme_config(&pebble, ports, &state, "s.test", &origin, "\"http-01\"")
-            .replace(
-                "listening_address = \"127.0.0.1\"",
-                &format!("listening_address = \"{ip}\""),
-            )
-            .replace(
-                "[[proxy_rules]]",
-                &format!(
-                    "redis_url = \"{}\"\nredis_encryption_key = \"0123456789abcdef0123456789abcdef\"\n[[proxy_rules]]",
-                    redis.url()
-                ),
-            );
-        if let Some(f) = ca_file {
-            c = c.replace(
-                &format!("{:?}", pebble.layout.ca_file.display().to_string()),
-                &format!("{:?}", f.display().to_string()),
-            );
-        }
-        c
+        shared_conf(
+            &pebble,
+            ports,
+            &redis,
+            &origin,
+            "s.test",
+            "\"http-01\"",
+            ip,
+            ca_file,
+        )
     };
     let confs = [
         conf("127.0.0.3", Some(&wrong_ca)),
@@ -568,26 +593,16 @@ async fn a_tls_alpn_challenge_is_answered_by_any_instance() {
     let redis = Redis::start();
     let wrong_ca = TestCa::new("not pebble").write("not-pebble-ca-alpn");
     let conf = |ip: &str, ca_file: Option<&Path>| {
-        let state = scratch(&format!("acme-alpn-{ip}"));
-        let mut c = acme_config(&pebble, ports, &state, "t.test", &origin, "\"tls-alpn-01\"")
-            .replace(
-                "listening_address = \"127.0.0.1\"",
-                &format!("listening_address = \"{ip}\""),
-            )
-            .replace(
-                "[[proxy_rules]]",
-                &format!(
-                    "redis_url = \"{}\"\nredis_encryption_key = \"0123456789abcdef0123456789abcdef\"\n[[proxy_rules]]",
-                    redis.url()
-                ),
-            );
-        if let Some(f) = ca_file {
-            c = c.replace(
-                &format!("{:?}", pebble.layout.ca_file.display().to_string()),
-                &format!("{:?}", f.display().to_string()),
-            );
-        }
-        c
+        shared_conf(
+            &pebble,
+            ports,
+            &redis,
+            &origin,
+            "t.test",
+            "\"tls-alpn-01\"",
+            ip,
+            ca_file,
+        )
     };
     // 127.0.0.3, where the CA connects, cannot order (it does not trust the CA).
     let proxies = [

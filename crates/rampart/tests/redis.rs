@@ -101,6 +101,41 @@ async fn paced_load(proxies: &[&Proxy], per_second: u32, secs: u32) -> (usize, u
     )
 }
 
+/// Requests, one every ~2 ms, alternating over `urls`, for `secs` (each a new cache key when
+/// `fresh`); the count of each status.
+fn steady_load(
+    urls: Vec<String>,
+    secs: Duration,
+    fresh: bool,
+) -> tokio::task::JoinHandle<std::collections::BTreeMap<u16, usize>> {
+    tokio::spawn(async move {
+        let c = client();
+        let mut statuses = std::collections::BTreeMap::new();
+        let until = Instant::now() + secs;
+        let mut i = 0;
+        while Instant::now() < until {
+            let url = &urls[i % urls.len()];
+            let url = if fresh {
+                format!("{url}?n={i}")
+            } else {
+                url.clone()
+            };
+            let got = send(
+                &c,
+                Request::get(url)
+                    .header("host", HOST)
+                    .body(empty())
+                    .unwrap(),
+            )
+            .await;
+            *statuses.entry(got.status.as_u16()).or_insert(0) += 1;
+            i += 1;
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        statuses
+    })
+}
+
 /// The tests that count Redis's decisions allow it 100 ms: the whole suite runs on two cores
 /// beside a dozen other processes, where the production default (5 ms) is sometimes exceeded
 /// and a local decision would be counted.
@@ -313,29 +348,11 @@ async fn no_request_fails_while_redis_is_away() {
     );
     let (ok, refused) = paced_load(&[&proxies[0], &proxies[1]], 200, 1).await;
     assert_eq!((ok, refused), (200, 0));
-    let load = {
-        let urls: Vec<String> = proxies.iter().map(|p| p.url("/")).collect();
-        tokio::spawn(async move {
-            let c = client();
-            let mut statuses = std::collections::BTreeMap::new();
-            let until = Instant::now() + Duration::from_secs(3);
-            let mut i = 0;
-            while Instant::now() < until {
-                let got = send(
-                    &c,
-                    Request::get(urls[i % 2].clone())
-                        .header("host", HOST)
-                        .body(empty())
-                        .unwrap(),
-                )
-                .await;
-                *statuses.entry(got.status.as_u16()).or_insert(0) += 1;
-                i += 1;
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-            statuses
-        })
-    };
+    let load = steady_load(
+        proxies.iter().map(|p| p.url("/")).collect(),
+        Duration::from_secs(3),
+        false,
+    );
     tokio::time::sleep(Duration::from_millis(500)).await;
     redis.node.stop();
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -672,29 +689,11 @@ async fn no_request_fails_while_a_cluster_node_is_away() {
         "rate_limit_per_second = 100000\nrate_limit_burst = 100000\nrate_limit_exempt = []\n\
          redis_cache = true\nredis_timeout_ms = 100",
     );
-    let load = {
-        let urls: Vec<String> = proxies.iter().map(|p| p.url("/")).collect();
-        tokio::spawn(async move {
-            let c = client();
-            let mut statuses = std::collections::BTreeMap::new();
-            let until = Instant::now() + Duration::from_secs(4);
-            let mut i = 0;
-            while Instant::now() < until {
-                let got = send(
-                    &c,
-                    Request::get(format!("{}?n={i}", urls[i % 2]))
-                        .header("host", HOST)
-                        .body(empty())
-                        .unwrap(),
-                )
-                .await;
-                *statuses.entry(got.status.as_u16()).or_insert(0) += 1;
-                i += 1;
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-            statuses
-        })
-    };
+    let load = steady_load(
+        proxies.iter().map(|p| p.url("/")).collect(),
+        Duration::from_secs(4),
+        true,
+    );
     tokio::time::sleep(Duration::from_millis(700)).await;
     cluster.nodes[1].stop();
     tokio::time::sleep(Duration::from_millis(2000)).await;

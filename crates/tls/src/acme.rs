@@ -10,6 +10,8 @@
 //! answers; the others wait and take the certificate from Redis, and every instance checks
 //! Redis for a newer certificate at least every [`VAULT_POLL`], so a renewal happens once and
 //! reaches them all. Each instance also keeps a copy on disk for restarts without Redis.
+//!
+//! Each domain's loop (adopt, wait, lock, order) is `renew::Keeper`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -37,11 +39,11 @@ const RATE_LIMITED_BACKOFF: Duration = Duration::from_secs(3600);
 /// Limits on one exchange with the CA: a CA (or a middlebox) that accepts a connection and
 /// then stays silent must not stop renewals for good.
 const ACCOUNT_TIMEOUT: Duration = Duration::from_secs(120);
-const ORDER_TIMEOUT: Duration = Duration::from_secs(600);
+pub(crate) const ORDER_TIMEOUT: Duration = Duration::from_secs(600);
 /// With Redis: how often an instance looks for a certificate another one obtained.
 pub const VAULT_POLL: Duration = Duration::from_secs(30);
 /// With Redis: the wait before looking again while another instance holds the order's lock.
-const OTHER_ORDERING: Duration = Duration::from_secs(2);
+pub(crate) const OTHER_ORDERING: Duration = Duration::from_secs(2);
 
 /// Where one CA's account and certificates live: `state_dir/acme/<directory host and path>`.
 pub fn ca_dir(state_dir: &Path, directory_url: &str) -> PathBuf {
@@ -61,7 +63,7 @@ pub fn ca_dir(state_dir: &Path, directory_url: &str) -> PathBuf {
     state_dir.join("acme").join(name)
 }
 
-fn cert_paths(dir: &Path, domain: &str) -> (PathBuf, PathBuf) {
+pub(crate) fn cert_paths(dir: &Path, domain: &str) -> (PathBuf, PathBuf) {
     let certs = dir.join("certificates");
     (
         certs.join(format!("{domain}.crt")),
@@ -124,10 +126,10 @@ pub fn renew_time(v: &Validity) -> SystemTime {
 }
 
 /// The account every domain's orders use, replaced when the CA no longer knows it.
-struct AccountCell {
-    cfg: AcmeConfig,
-    dir: PathBuf,
-    vault: Option<Arc<Vault>>,
+pub(crate) struct AccountCell {
+    pub(crate) cfg: AcmeConfig,
+    pub(crate) dir: PathBuf,
+    pub(crate) vault: Option<Arc<Vault>>,
     /// The account (fetched or created on first need) and how many times it has been
     /// replaced.
     current: tokio::sync::Mutex<(Option<Account>, u64)>,
@@ -136,7 +138,7 @@ struct AccountCell {
 impl AccountCell {
     /// The account, fetched or created when first needed (an order is the first need: a CA
     /// that is away delays orders, never the certificates already obtained).
-    async fn get(&self) -> Result<(Account, u64), TlsError> {
+    pub(crate) async fn get(&self) -> Result<(Account, u64), TlsError> {
         let mut current = self.current.lock().await;
         if let Some(a) = &current.0 {
             return Ok((a.clone(), current.1));
@@ -158,7 +160,7 @@ impl AccountCell {
     /// The CA answered `accountDoesNotExist` for the account of `generation` (a staging CA
     /// reset, a deactivated account): registers a new one, once for all the domains that saw it.
     /// Returns whether the account in use is now another one than `generation`'s.
-    async fn replace(&self, generation: u64) -> bool {
+    pub(crate) async fn replace(&self, generation: u64) -> bool {
         let mut current = self.current.lock().await;
         if current.1 != generation {
             return true;
@@ -226,8 +228,19 @@ pub async fn run(
     });
     let mut tasks = tokio::task::JoinSet::new();
     for (pattern, domain, validity) in domains {
-        let (cell, store, shared) = (cell.clone(), store.clone(), shared.clone());
-        tasks.spawn(keep_current(cell, pattern, domain, validity, store, shared));
+        let keeper = crate::renew::Keeper {
+            cell: cell.clone(),
+            pattern,
+            domain,
+            validity,
+            store: store.clone(),
+            shared: shared.clone(),
+            failures: 0,
+            choice: 0,
+            retried_new_account: false,
+            next_order: None,
+        };
+        tasks.spawn(keeper.run());
     }
     while tasks.join_next().await.is_some() {}
 }
@@ -314,229 +327,6 @@ async fn local_account(cfg: &AcmeConfig, dir: &Path) -> Result<Account, TlsError
     Ok(account)
 }
 
-/// Keeps one domain's certificate current: order when missing or due, retry with backoff.
-/// With Redis, adopt a newer certificate another instance obtained, and order only while
-/// holding the domain's lock.
-async fn keep_current(
-    cell: Arc<AccountCell>,
-    pattern: DomainPattern,
-    domain: String,
-    mut validity: Option<Validity>,
-    store: Arc<CertStore>,
-    shared: Option<Shared>,
-) {
-    let mut failures = 0u32;
-    // The challenge type in use: the first in `acme_challenges`, the next one after each
-    // failure; one that worked stays in use for later renewals.
-    let mut choice = 0usize;
-    let mut retried_new_account = false;
-    // After a failure: no order before then (checking Redis goes on meanwhile).
-    let mut next_order: Option<std::time::Instant> = None;
-    let vault = cell.vault.clone();
-    let adopt = |validity: &mut Option<Validity>, loaded: Loaded| {
-        let newer = match (&validity, &loaded.validity) {
-            (None, _) => true,
-            (Some(have), Some(got)) => got.not_after > have.not_after,
-            (Some(_), None) => false,
-        };
-        if newer {
-            store.set(&pattern, loaded.key.clone());
-            *validity = loaded.validity;
-        }
-        newer
-    };
-    loop {
-        if let Some(v) = &vault {
-            match from_vault(v, &cell.dir, &domain).await {
-                Ok(Some(loaded)) => {
-                    if adopt(&mut validity, loaded) {
-                        failures = 0;
-                        tracing::info!(
-                            domain,
-                            valid_days = validity.map_or(0, |v| days_left(v.not_after)),
-                            "certificate taken from Redis (obtained by this or another instance)"
-                        );
-                    }
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    tracing::warn!(domain, error = %e, "cannot read the shared certificate from Redis")
-                }
-            }
-        }
-        // With Redis, how soon to look there again: soon while nothing is served.
-        let poll = match (&vault, &validity) {
-            (None, _) => Duration::MAX,
-            (Some(_), None) => OTHER_ORDERING,
-            (Some(_), Some(_)) => VAULT_POLL,
-        };
-        if let Some(v) = &validity {
-            let due = renew_time(v);
-            if let Ok(wait) = due.duration_since(SystemTime::now()) {
-                tracing::debug!(domain, ?wait, "next ACME renewal");
-                tokio::time::sleep(wait.min(poll)).await;
-                continue;
-            }
-        }
-        if let Some(wait) =
-            next_order.and_then(|t| t.checked_duration_since(std::time::Instant::now()))
-        {
-            tokio::time::sleep(wait.min(poll)).await;
-            continue;
-        }
-        // Due or missing. With Redis, only the holder of the domain's lock orders.
-        let lock = match &vault {
-            None => None,
-            Some(v) => match v
-                .lock(
-                    &format!("order:{domain}"),
-                    ORDER_TIMEOUT + Duration::from_secs(60),
-                )
-                .await
-            {
-                Ok(Some(lock)) => Some(lock),
-                Ok(None) => {
-                    tracing::debug!(
-                        domain,
-                        "another instance is ordering; waiting for its certificate"
-                    );
-                    tokio::time::sleep(OTHER_ORDERING).await;
-                    continue;
-                }
-                Err(e) => {
-                    failures += 1;
-                    let wait = backoff(failures, false);
-                    tracing::warn!(domain, error = %e, retry_in = ?wait, "cannot take the order lock in Redis; the certificate in service stays");
-                    next_order = Some(std::time::Instant::now() + wait);
-                    continue;
-                }
-            },
-        };
-        // Another instance may have finished just before the lock was free.
-        if let (Some(v), Some(_)) = (&vault, &lock) {
-            if let Ok(Some(loaded)) = from_vault(v, &cell.dir, &domain).await {
-                let fresh = loaded
-                    .validity
-                    .is_some_and(|l| renew_time(&l) > SystemTime::now());
-                if fresh && adopt(&mut validity, loaded) {
-                    if let Some(lock) = lock {
-                        v.release(lock).await;
-                    }
-                    continue;
-                }
-            }
-        }
-        let challenges = &cell.cfg.challenges;
-        let kind = challenges[choice % challenges.len().max(1)];
-        let mut generation = 0;
-        let result = match cell.get().await {
-            Ok((account, g)) => {
-                generation = g;
-                let attempt = tokio::time::timeout(
-                    ORDER_TIMEOUT,
-                    obtain(&account, &domain, kind, &store, shared.as_ref()),
-                )
-                .await;
-                attempt.unwrap_or_else(|_| {
-                    Err(TlsError::AcmeTimeout(
-                        "the CA did not finish the order in time",
-                    ))
-                })
-            }
-            Err(e) => Err(e),
-        };
-        let release = |lock| async {
-            if let (Some(v), Some(lock)) = (&vault, lock) {
-                v.release(lock).await;
-            }
-        };
-        match result {
-            Ok((chain, key)) => {
-                let loaded = match pem::parse_pair(chain.as_bytes(), key.as_bytes()) {
-                    Ok(l) => l,
-                    Err(e) => {
-                        release(lock).await;
-                        failures += 1;
-                        tracing::error!(domain, error = %e, "the CA's certificate cannot be used");
-                        next_order = Some(std::time::Instant::now() + backoff(failures, false));
-                        continue;
-                    }
-                };
-                let (c, k) = cert_paths(&cell.dir, &domain);
-                if let Err(e) = pem::write_private(&k, key.as_bytes())
-                    .and_then(|()| pem::write_private(&c, chain.as_bytes()))
-                {
-                    tracing::error!(domain, error = %e, "cannot store the certificate; it is served but will be ordered again after a restart");
-                }
-                if let Some(v) = &vault {
-                    let blob = [chain.as_bytes(), b"\0", key.as_bytes()].concat();
-                    if let Err(e) = v.put(&format!("cert:{domain}"), &blob).await {
-                        tracing::error!(domain, error = %e, "cannot share the certificate through Redis; the other instances will order their own when theirs is due");
-                    }
-                }
-                release(lock).await;
-                store.set(&pattern, loaded.key.clone());
-                validity = loaded.validity;
-                failures = 0;
-                next_order = None;
-                retried_new_account = false;
-                tracing::info!(
-                    domain,
-                    challenge = ?kind,
-                    valid_days = validity.map_or(0, |v| days_left(v.not_after)),
-                    "certificate obtained from the ACME CA"
-                );
-                if validity.is_none() {
-                    // Cannot tell its lifetime: check again in a day.
-                    tokio::time::sleep(Duration::from_secs(86_400)).await;
-                }
-            }
-            Err(e) => {
-                release(lock).await;
-                if e.acme_problem() == Some("accountDoesNotExist")
-                    && cell.replace(generation).await
-                    && !retried_new_account
-                {
-                    // Not this domain's failure: order again at once with the new account
-                    // (once: a CA that keeps saying so gets the usual backoff).
-                    retried_new_account = true;
-                    tracing::info!(domain, "ordering again with the new ACME account");
-                    continue;
-                }
-                failures += 1;
-                choice += 1;
-                let wait = backoff(failures, e.acme_problem() == Some("rateLimited"));
-                let serving = store.has(&pattern);
-                tracing::warn!(domain, challenge = ?kind, error = %e, retry_in = ?wait, serving_previous = serving, "ACME order failed");
-                // A stored certificate that is still valid stays in service meanwhile.
-                next_order = Some(std::time::Instant::now() + wait);
-            }
-        }
-    }
-}
-
-/// The certificate Redis holds for `domain` (chain and key, NUL between), also written to
-/// `dir` so a restart without Redis serves it.
-async fn from_vault(v: &Vault, dir: &Path, domain: &str) -> Result<Option<Loaded>, TlsError> {
-    let Some(blob) = v.get(&format!("cert:{domain}")).await? else {
-        return Ok(None);
-    };
-    let Some(nul) = blob.iter().position(|&b| b == 0) else {
-        return Err(TlsError::AcmeOrder(
-            "the certificate in Redis is malformed".into(),
-        ));
-    };
-    let (chain, key) = (&blob[..nul], &blob[nul + 1..]);
-    let loaded = pem::parse_pair(chain, key)?;
-    let (c, k) = cert_paths(dir, domain);
-    if std::fs::read(&c).ok().as_deref() != Some(chain) {
-        if let Err(e) = pem::write_private(&k, key).and_then(|()| pem::write_private(&c, chain)) {
-            tracing::warn!(domain, error = %e, "cannot keep a copy of the shared certificate on disk");
-        }
-    }
-    Ok(Some(loaded))
-}
-
 /// Whole days from now until `t` (0 if past).
 pub fn days_left(t: SystemTime) -> u64 {
     t.duration_since(SystemTime::now())
@@ -586,7 +376,7 @@ impl Drop for Answers<'_> {
 }
 
 /// One order: authorize `domain` with `kind`, finalize, download. Returns (chain PEM, key PEM).
-async fn obtain(
+pub(crate) async fn obtain(
     account: &Account,
     domain: &str,
     kind: AcmeChallenge,

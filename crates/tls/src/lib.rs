@@ -16,6 +16,7 @@ mod error;
 pub mod internal;
 pub mod origin;
 pub mod pem;
+mod renew;
 pub mod server;
 pub mod store;
 
