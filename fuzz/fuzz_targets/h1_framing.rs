@@ -44,7 +44,11 @@ fn read(data: &[u8], step: usize) -> Vec<Event> {
             }
             match head::parse(&mut carry, 8192, 32) {
                 Ok(Some(h)) => {
-                    events.push(Event::Head(h.method.to_string(), h.uri.to_string(), h.framing));
+                    events.push(Event::Head(
+                        h.method.to_string(),
+                        h.uri.to_string(),
+                        h.framing,
+                    ));
                     decoder = match h.framing {
                         Framing::None => None,
                         Framing::Length(n) => Some(Decoder::Length(n)),

@@ -48,9 +48,7 @@ fuzz_target!(|data: &[u8]| {
             let mut out = Vec::new();
             let _ = r.read_to_end(&mut out).await;
         };
-        let _ = tokio::time::timeout(Duration::from_secs(2), async {
-            tokio::join!(serve, drive)
-        })
-        .await;
+        let _ = tokio::time::timeout(Duration::from_secs(2), async { tokio::join!(serve, drive) })
+            .await;
     });
 });

@@ -16,8 +16,10 @@ fuzz_target!(|data: &[u8]| {
             String::from_utf8_lossy(data)
         );
     }
-    let _ = inspect::body(d, BodyKind::Json, data);
-    let _ = inspect::body(d, BodyKind::Form, data);
+    let _ = inspect::body(d, BodyKind::Json, b"", data);
+    let _ = inspect::body(d, BodyKind::Form, b"", data);
+    let _ = inspect::multipart(d, b"multipart/form-data; boundary=b", data);
+    let _ = inspect::multipart(d, b"multipart/form-data", data);
     let _ = inspect::cookies(d, data);
     if let Ok(s) = std::str::from_utf8(data) {
         let _ = inspect::query(d, s);

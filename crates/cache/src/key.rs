@@ -224,6 +224,51 @@ impl crate::index::Equivalent<SlotKey> for SlotKeyRef<'_> {
     }
 }
 
+/// Whether `host` (a `Host` field or an `:authority`) is one rampart routes and keys on
+/// (RFC 9110 §7.2, RFC 3986 §3.2.2): a name of letters, digits, `-`, `.`, `_` and `~` (IPv4
+/// addresses are such names) or an IPv6 literal in brackets, then optionally `:` and a port
+/// of digits below 65536 (RFC 9112 §3.2: `port = *DIGIT`, so `name:` is allowed). Anything
+/// else (userinfo, letters or quotes after the colon, percent escapes, an empty name) is
+/// refused: every byte the key ignores is one an attacker could use to make the origin answer
+/// differently under the same key.
+pub fn is_valid_host(host: &[u8]) -> bool {
+    let (name, port) = if host.first() == Some(&b'[') {
+        let Some(end) = host.iter().position(|&b| b == b']') else {
+            return false;
+        };
+        let literal = &host[1..end];
+        if literal.len() < 2
+            || !literal
+                .iter()
+                .all(|&b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
+        {
+            return false;
+        }
+        match &host[end + 1..] {
+            [] => (&host[..=end], None),
+            [b':', port @ ..] => (&host[..=end], Some(port)),
+            _ => return false,
+        }
+    } else {
+        match host.iter().position(|&b| b == b':') {
+            Some(i) => (&host[..i], Some(&host[i + 1..])),
+            None => (host, None),
+        }
+    };
+    let name_ok = !name.is_empty()
+        && name.len() <= 255
+        && (name[0] == b'['
+            || name
+                .iter()
+                .all(|&b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')));
+    let port_ok = port.is_none_or(|p| {
+        p.len() <= 5
+            && p.iter().all(u8::is_ascii_digit)
+            && p.iter().fold(0u32, |n, &d| n * 10 + u32::from(d - b'0')) <= 65535
+    });
+    name_ok && port_ok
+}
+
 /// The host name of an authority, without its port: `example.com:8080` → `example.com`,
 /// `[::1]:8080` → `[::1]` (brackets kept), a bare `::1` (more than one colon) as it is. The one
 /// port-stripping routine: routing (`strip_port` in rampart-proxy), redirects and cache keys
@@ -244,6 +289,42 @@ pub fn host_name(host: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hosts_that_route() {
+        for ok in [
+            "example.com",
+            "Example.COM:8080",
+            "example.com.",
+            "a_b-c~d.test:",
+            "127.0.0.1:65535",
+            "[::1]",
+            "[::1]:443",
+            "[::ffff:127.0.0.1]:80",
+        ] {
+            assert!(is_valid_host(ok.as_bytes()), "{ok}");
+        }
+        for bad in [
+            "",
+            ":80",
+            "localhost:@evil.com",
+            "localhost:'\"><script>",
+            "localhost:abc",
+            "localhost:65536",
+            "localhost:000080",
+            "user@localhost",
+            "local host",
+            "localhost:80:80",
+            "loc%61lhost",
+            "[::1",
+            "[::1]x",
+            "[]",
+            "[::1]:8a",
+            "[v1.x]",
+        ] {
+            assert!(!is_valid_host(bad.as_bytes()), "{bad}");
+        }
+    }
 
     #[test]
     fn key_normalises_host_and_keeps_url() {

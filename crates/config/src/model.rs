@@ -362,13 +362,21 @@ pub enum MatchType {
 impl MatchType {
     /// Case-sensitive comparison of `subject` with `pattern`.
     pub fn matches(self, pattern: &str, subject: &str) -> bool {
+        self.matches_bytes(pattern.as_bytes(), subject.as_bytes())
+    }
+
+    /// [`MatchType::matches`] on bytes: a field value need not be UTF-8 (a header with one
+    /// non-ASCII byte is still compared, not skipped).
+    pub fn matches_bytes(self, pattern: &[u8], subject: &[u8]) -> bool {
+        let contains =
+            || pattern.is_empty() || subject.windows(pattern.len()).any(|w| w == pattern);
         match self {
             MatchType::Equals => subject == pattern,
             MatchType::StartsWith => subject.starts_with(pattern),
             MatchType::EndsWith => subject.ends_with(pattern),
-            MatchType::Contains => subject.contains(pattern),
+            MatchType::Contains => contains(),
             MatchType::DoesNotEqual => subject != pattern,
-            MatchType::DoesNotContain => !subject.contains(pattern),
+            MatchType::DoesNotContain => !contains(),
         }
     }
 }

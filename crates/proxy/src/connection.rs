@@ -96,9 +96,10 @@ impl Accepted {
 /// The HTTP/2 connection preface (prior knowledge h2c).
 pub const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// Length of `PRI * HTTP/2.0\r\n`, the preface's request line: a client that sent it meant
-/// HTTP/2.
-const H2_REQUEST_LINE: usize = 16;
+/// Length of `PRI `, the preface's method: no HTTP/1.1 client uses it (RFC 9113 §11.6
+/// registers it so that none does), so a connection that starts with it meant HTTP/2, and a
+/// wrong byte after it is an HTTP/2 connection error, not an HTTP/1.1 request (issue 30).
+const H2_METHOD: usize = 4;
 
 /// A client's TCP connection, its bytes counted for the metrics.
 pub(crate) type ClientStream = Counted<tokio::net::TcpStream, crate::metrics::ConnStats>;
@@ -175,7 +176,7 @@ impl Conn {
     /// nothing within the request-head timeout is closed (it would hold a connection slot).
     ///
     /// A connection that must speak HTTP/2 (`h2_only`: ALPN chose it) or that began the
-    /// preface's request line (`PRI * HTTP/2.0`) and then broke it is an HTTP/2 connection
+    /// preface (its method, `PRI `) and then broke it is an HTTP/2 connection
     /// error (RFC 9113 §3.4): it gets GOAWAY(PROTOCOL_ERROR) and is closed, never an HTTP/1.1
     /// answer.
     async fn serve<I>(
@@ -197,7 +198,7 @@ impl Conn {
                         .zip(H2_PREFACE)
                         .take_while(|(a, b)| a == b)
                         .count();
-                    if h2_only || same >= H2_REQUEST_LINE {
+                    if h2_only || same >= H2_METHOD {
                         tracing::debug!(peer = %self.peer, "invalid HTTP/2 connection preface; GOAWAY");
                         crate::metrics::get().malformed(400);
                         refuse_h2_preface(&mut io).await;

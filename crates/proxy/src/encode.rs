@@ -225,6 +225,18 @@ impl Drop for Queued {
 }
 
 /// At most this many stored objects are compressed at once (the rest wait their turn).
+/// The memory WebP conversions in flight may take together (their estimated peak, see
+/// `webp::working_bytes`): beside the cache's budget, the bound of what WebP adds to the
+/// process's memory. A picture that needs more (about 3 megapixels for a lossless PNG, 5 for a
+/// JPEG) is served as it is.
+pub const WEBP_MEMORY: u64 = 128 << 20;
+
+/// [`WEBP_MEMORY`] in KiB permits.
+fn webp_memory() -> &'static Arc<Semaphore> {
+    static POOL: std::sync::OnceLock<Arc<Semaphore>> = std::sync::OnceLock::new();
+    POOL.get_or_init(|| Arc::new(Semaphore::new((WEBP_MEMORY >> 10) as usize)))
+}
+
 fn encoders() -> &'static Semaphore {
     static POOL: std::sync::OnceLock<Semaphore> = std::sync::OnceLock::new();
     POOL.get_or_init(|| Semaphore::new(std::thread::available_parallelism().map_or(1, |n| n.get())))
@@ -310,6 +322,11 @@ fn compressible_status_and_fields(status: StatusCode, h: &HeaderMap) -> bool {
 /// Minifies and compresses a stored object off the request path (on a bounded pool of blocking
 /// threads) and hands the result to `store` (which replaces the entry if the entry still is
 /// `obj`). Nothing happens when neither applies.
+///
+/// A WebP conversion first takes the memory it can need (`webp::working_bytes`, from the
+/// picture's header alone) from [`WEBP_MEMORY`], and keeps it until the conversion is over; a
+/// picture that needs more than all of it is served as it is. The memory of conversions in
+/// flight is thus bounded, not only their count (issue 30).
 pub fn transform_stored(
     t: Transforms,
     obj: &Arc<Object>,
@@ -348,6 +365,35 @@ pub fn transform_stored(
             return;
         };
         let Some(obj) = weak.upgrade() else { return };
+        let picture = picture.and_then(|source| {
+            let bytes = match webp::working_bytes(&obj.body, source) {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::warn!(error = %e, bytes = obj.body.len(), "picture not converted to WebP; the original is served");
+                    return None;
+                }
+            };
+            if bytes > WEBP_MEMORY {
+                tracing::warn!(
+                    working_bytes = bytes,
+                    limit = WEBP_MEMORY,
+                    "picture not converted to WebP: converting it would take more memory than conversions may use; the original is served"
+                );
+                return None;
+            }
+            Some((source, bytes))
+        });
+        // Waits for the memory while other conversions hold it (the queue is bounded).
+        let picture = match picture {
+            Some((source, bytes)) => {
+                let kib = (bytes.div_ceil(1024) as u32).max(1);
+                match webp_memory().clone().acquire_many_owned(kib).await {
+                    Ok(held) => Some((source, held)),
+                    Err(_) => None,
+                }
+            }
+            None => None,
+        };
         let made = tokio::task::spawn_blocking(move || {
             let minified = lang.and_then(|lang| {
                 let out = match lang {
@@ -368,7 +414,8 @@ pub fn transform_stored(
                     })
                     .collect::<Vec<_>>()
             });
-            let webp = picture.and_then(|source| match webp::to_webp(&obj.body, source) {
+            // `_held` goes back to the budget when the conversion is over.
+            let webp = picture.and_then(|(source, _held)| match webp::to_webp(&obj.body, source) {
                 // Skipped when it would not be smaller.
                 Ok(w) => (w.len() < obj.body.len()).then_some(w),
                 Err(e) => {

@@ -35,6 +35,8 @@ pub enum Screened {
     NotInAllowIps,
     InDenyIps,
     UserAgent,
+    /// More than one `User-Agent` line, on a rule that blocks user agents.
+    SeveralUserAgents,
     SqlInjection,
     /// A compressed form or JSON body under SQL-injection screening.
     EncodedBody,
@@ -47,6 +49,7 @@ impl Screened {
             Screened::NotInAllowIps => "client address not in allow_ips",
             Screened::InDenyIps => "client address in deny_ips",
             Screened::UserAgent => "disallowed user agent",
+            Screened::SeveralUserAgents => "more than one User-Agent field",
             Screened::SqlInjection => "SQL injection",
             Screened::EncodedBody => "encoded form or JSON body cannot be screened",
         }
@@ -64,6 +67,8 @@ pub enum ProxyError {
     BadRequest(&'static str),
     #[error("request head over the size or field-count limit")]
     HeadTooLarge,
+    #[error("request target longer than the head limit")]
+    UriTooLong,
     #[error("HTTP version other than 1.0 or 1.1")]
     VersionNotSupported,
     #[error("blocked by path rule")]
@@ -113,6 +118,7 @@ impl ProxyError {
             ProxyError::PurgeNotAllowed => StatusCode::FORBIDDEN,
             ProxyError::ApiNoSuchEndpoint => StatusCode::NOT_FOUND,
             ProxyError::HeadTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            ProxyError::UriTooLong => StatusCode::URI_TOO_LONG,
             ProxyError::VersionNotSupported => StatusCode::HTTP_VERSION_NOT_SUPPORTED,
             ProxyError::BlockedByPathRule | ProxyError::Blocked(_) | ProxyError::UpgradeRefused => {
                 StatusCode::FORBIDDEN
@@ -138,6 +144,7 @@ impl ProxyError {
             | ProxyError::MissingHost
             | ProxyError::BadRequest(_)
             | ProxyError::HeadTooLarge
+            | ProxyError::UriTooLong
             | ProxyError::VersionNotSupported
             | ProxyError::BlockedByPathRule
             | ProxyError::Blocked(_)

@@ -280,8 +280,15 @@ fn rewrite_for_origin(
     h.remove(EXPECT);
     // The id the access log has (open_log put it in), the client's, or a new one.
     crate::log::request_id(h);
-    h.insert(HOST, host.clone());
-    add_forwarded(h, &conn.client_ip_header, host, conn.scheme.as_str());
+    let host = crate::headers::origin_host(host);
+    add_forwarded(
+        h,
+        &conn.client_ip_header,
+        &host,
+        conn.scheme.as_str(),
+        &conn.local_port_header,
+    );
+    h.insert(HOST, host);
     append_via(h, downstream_version);
     if let Some((etag, last_modified)) = validators {
         if let Some(v) = etag {

@@ -2,7 +2,8 @@
 //!
 //! Hop-by-hop headers (RFC 9110 §7.6.1) are removed: the fixed list plus every header the
 //! `Connection` header names. Towards the origin rampart adds `X-Forwarded-For` (appended),
-//! `X-Forwarded-Proto`, `X-Forwarded-Host` (replaced: a client must not choose them) and `Via`
+//! `X-Forwarded-Proto`, `X-Forwarded-Host`, `X-Forwarded-Port` (replaced: a client must not
+//! choose them) and `Via`
 //! (appended); towards the client it adds `Via`.
 
 use http::header::{
@@ -13,6 +14,7 @@ use http::Version;
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+static X_FORWARDED_PORT: HeaderName = HeaderName::from_static("x-forwarded-port");
 static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
@@ -41,6 +43,21 @@ pub fn wants_trailers(h: &HeaderMap) -> bool {
             name.trim_ascii().eq_ignore_ascii_case(b"trailers")
         })
     })
+}
+
+/// The `Host` (and `X-Forwarded-Host`) the origin gets for a routed host: the name the cache
+/// key uses, lower case, without its port or a trailing dot (NGINX's `$host`). The origin
+/// then sees nothing of the host that the key does not hold: a client cannot make it answer
+/// for another host or port under the same key (issue 30). The port the client connected to
+/// goes as `X-Forwarded-Port`, from the connection, not from the client's text.
+pub fn origin_host(host: &HeaderValue) -> HeaderValue {
+    let raw = host.to_str().unwrap_or_default();
+    let name = rampart_cache::key::host_name(raw);
+    let name = name.strip_suffix('.').unwrap_or(name);
+    if name.len() == raw.len() && !name.bytes().any(|b| b.is_ascii_uppercase()) {
+        return host.clone();
+    }
+    HeaderValue::from_str(&name.to_ascii_lowercase()).unwrap_or_else(|_| host.clone())
 }
 
 /// Removes hop-by-hop headers, including those listed in `Connection`.
@@ -101,11 +118,13 @@ pub fn append_via(h: &mut HeaderMap, version: Version) {
 }
 
 /// Adds the forwarding headers to a request bound for the origin.
+/// `port` is the port the client connected to, pre-rendered.
 pub fn add_forwarded(
     h: &mut HeaderMap,
     client_ip: &HeaderValue,
     host: &HeaderValue,
     proto: &'static str,
+    port: &HeaderValue,
 ) {
     // Several X-Forwarded-For lines form one list (RFC 9110 §5.3); keep them all, in order.
     let xff = if h.contains_key(&X_FORWARDED_FOR) {
@@ -122,6 +141,7 @@ pub fn add_forwarded(
     h.insert(X_FORWARDED_FOR.clone(), xff);
     h.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static(proto));
     h.insert(X_FORWARDED_HOST.clone(), host.clone());
+    h.insert(X_FORWARDED_PORT.clone(), port.clone());
 }
 
 #[cfg(test)]
@@ -171,10 +191,29 @@ mod tests {
             &HeaderValue::from_static("127.0.0.1"),
             &HeaderValue::from_static("a.example"),
             "http",
+            &HeaderValue::from_static("8080"),
         );
         assert_eq!(h.get_all("x-forwarded-for").iter().count(), 1);
         assert_eq!(h["x-forwarded-for"], "10.0.0.1, 10.0.0.2, 127.0.0.1");
         assert_eq!(h["x-forwarded-proto"], "http");
         assert_eq!(h["x-forwarded-host"], "a.example");
+        assert_eq!(h["x-forwarded-port"], "8080");
+    }
+
+    #[test]
+    fn the_origin_gets_the_name_the_key_uses() {
+        for (sent, origin) in [
+            ("a.example", "a.example"),
+            ("A.Example:8080", "a.example"),
+            ("a.example.:80", "a.example"),
+            ("a.example:", "a.example"),
+            ("[::1]:8443", "[::1]"),
+        ] {
+            assert_eq!(
+                origin_host(&HeaderValue::from_static(sent)),
+                origin,
+                "{sent}"
+            );
+        }
     }
 }

@@ -259,7 +259,7 @@ pub fn block_index(e: &ProxyError) -> Option<usize> {
         ProxyError::Blocked(why) => match why {
             Screened::NotInAllowIps => 0,
             Screened::InDenyIps => 1,
-            Screened::UserAgent => 2,
+            Screened::UserAgent | Screened::SeveralUserAgents => 2,
             Screened::SqlInjection => 3,
             Screened::EncodedBody => 11,
         },
@@ -271,6 +271,7 @@ pub fn block_index(e: &ProxyError) -> Option<usize> {
         | ProxyError::BadRequest(_)
         | ProxyError::MissingHost
         | ProxyError::HeadTooLarge
+        | ProxyError::UriTooLong
         | ProxyError::VersionNotSupported => BAD_REQUEST,
         ProxyError::NoRoute(_) => 9,
         ProxyError::Busy => 10,

@@ -85,7 +85,14 @@ impl Pipeline {
         txn: &mut Txn,
         mut req: Request<RequestBody>,
     ) -> Result<Response<ProxyBody>, ProxyError> {
-        // recv: answers that need no rule, then the rule, then screening.
+        // recv: the path in its normal form, answers that need no rule, then the rule, then
+        // screening.
+        // HTTP/2 and HTTP/3 heads are bounded in bytes by their servers; the field count
+        // `max_request_headers` sets is checked here (HTTP/1.1's parser applies it itself).
+        if req.version() >= http::Version::HTTP_2 && req.headers().len() > self.w.max_headers {
+            return Err(ProxyError::HeadTooLarge);
+        }
+        recv::normalize_path(&mut req)?;
         if admin::is_control(&self.w, txn, &req) {
             // Boxed: a configuration change is rare; every other request stays small.
             return Box::pin(admin::control(&self.w, req)).await;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use http::header::{HeaderValue, EXPECT, HOST};
 use http::uri::PathAndQuery;
 use http::{Request, Response, StatusCode, Uri, Version};
-use rampart_cache::key::host_name;
+use rampart_cache::key::{host_name, is_valid_host};
 
 use crate::admin;
 use crate::body::{BodyFault, ProxyBody, RequestBody};
@@ -78,8 +78,7 @@ pub fn may_be_shared_challenge<B>(w: &Worker, req: &Request<B>) -> bool {
     w.acme.is_some() && w.shared.is_some() && req.uri().path().starts_with(ACME_CHALLENGE_PREFIX)
 }
 
-/// Finds the rule by host, normalises the path (see `path.rs`: the request is rewritten, so
-/// the cache and the origin see the path the rules checked) and applies the path policy.
+/// Finds the rule by host and applies the path policy to the path [`normalize_path`] made.
 pub fn route<B>(router: &Router, req: &mut Request<B>) -> Result<Route, ProxyError> {
     // RFC 9112 §3.2.2: an absolute-form target's authority wins over Host; HTTP/2 carries
     // the host in :authority, which hyper puts in the URI.
@@ -93,12 +92,16 @@ pub fn route<B>(router: &Router, req: &mut Request<B>) -> Result<Route, ProxyErr
             .cloned()
             .ok_or(ProxyError::MissingHost)?,
     };
+    // A host the key would read differently from the origin is refused (see
+    // `is_valid_host`); what passes is visible ASCII.
+    if !is_valid_host(host.as_bytes()) {
+        return Err(ProxyError::BadRequest("invalid Host"));
+    }
     let host_str = host.to_str().map_err(|_| ProxyError::BadRequest("host"))?;
     let rule = router
         .find(host_str)
         .ok_or_else(|| ProxyError::NoRoute(host_str.to_owned()))?
         .clone();
-    normalize_path(req)?;
     let decision = rule.decide(&path::match_form(req.uri().path()));
     tracing::debug!(domain = rule.config.domain_text, ?decision, "routed");
     Ok(Route {
@@ -109,7 +112,10 @@ pub fn route<B>(router: &Router, req: &mut Request<B>) -> Result<Route, ProxyErr
 }
 
 /// Rewrites the request target's path into its normal form (the query is kept as sent).
-fn normalize_path<B>(req: &mut Request<B>) -> Result<(), ProxyError> {
+/// The first thing recv does: every decision after it (the management prefix, ACME, path
+/// rules, the cache key) reads the path the origin will get, so `/%5frampart/` or
+/// `/x/../_rampart/` cannot slip past a check the raw path would fail (issue 30).
+pub fn normalize_path<B>(req: &mut Request<B>) -> Result<(), ProxyError> {
     let normal = path::normalize(req.uri().path())
         .map_err(|_| ProxyError::BadRequest("malformed percent-encoding in the path"))?;
     let Some(normal) = normal else { return Ok(()) };
@@ -199,8 +205,18 @@ async fn screen_request(
             .collect()
             .await
             .map_err(|e| ProxyError::ClientBody(e.0))?;
-        w.screen
-            .check_body(rule, txn.client, req.uri().path(), kind, &bytes)?;
+        let content_type = req
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .map_or(&b""[..], HeaderValue::as_bytes);
+        w.screen.check_body(
+            rule,
+            txn.client,
+            req.uri().path(),
+            kind,
+            content_type,
+            &bytes,
+        )?;
         *req.body_mut() = RequestBody::Full(Some(bytes), Some(permit));
     }
     // A gRPC call to an HTTP/2 origin: its stream may wait for the server before it sends
@@ -250,6 +266,19 @@ mod stage_tests {
         assert!(route(&r, &mut req.unwrap_or_default()).is_ok());
         let mut req = Request::get("/a").body(()).unwrap_or_default();
         assert!(matches!(route(&r, &mut req), Err(ProxyError::MissingHost)));
+        // Cache poisoning through the port (issue 30): nothing but digits after the colon.
+        for bad in [
+            "example.com:@evil.com",
+            "example.com:abc",
+            "example.com:'\"><x>",
+        ] {
+            let req = Request::get("/a").header(HOST, bad).body(());
+            let err = route(&r, &mut req.unwrap_or_default()).err();
+            assert!(
+                matches!(err, Some(ProxyError::BadRequest(_))),
+                "{bad}: {err:?}"
+            );
+        }
         let req = Request::get("/a").header(HOST, "other.org").body(());
         let err = route(&r, &mut req.unwrap_or_default())
             .err()

@@ -17,7 +17,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use http::header::{CONTENT_TYPE, COOKIE, USER_AGENT};
-use http::{HeaderMap, Request};
+use http::{HeaderMap, HeaderValue, Request};
 use rampart_config::{Cidr, Config, RateLimit};
 use rampart_screen::inspect::{self, BodyKind, Finding};
 use rampart_screen::ratelimit::{Limiter, Refused};
@@ -172,14 +172,17 @@ impl Screen {
             return Err(refuse(Screened::InDenyIps));
         }
         if !c.disallowed_user_agents.is_empty() {
-            let ua = req
-                .headers()
-                .get(USER_AGENT)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
+            // `User-Agent` is one field (RFC 9110 §10.1.5): a second line would let a client
+            // show the screen one agent and the origin another (issue 30).
+            let mut lines = req.headers().get_all(USER_AGENT).iter();
+            let ua = lines.next().map_or(&b""[..], HeaderValue::as_bytes);
+            if lines.next().is_some() {
+                return Err(refuse(Screened::SeveralUserAgents));
+            }
+            // Matched on the bytes: a value with non-ASCII bytes is still the agent it names.
             if c.disallowed_user_agents
                 .iter()
-                .any(|(m, pattern)| m.matches(pattern, ua))
+                .any(|(m, pattern)| m.matches_bytes(pattern.as_bytes(), ua))
             {
                 return Err(refuse(Screened::UserAgent));
             }
@@ -333,16 +336,18 @@ impl Screen {
         }
     }
 
-    /// Step 5 for a form or JSON body read in full.
+    /// Step 5 for a form, JSON or multipart body read in full (`content_type` is the
+    /// request's).
     pub fn check_body(
         &self,
         rule: &Rule,
         client: IpAddr,
         path: &str,
         kind: BodyKind,
+        content_type: &[u8],
         body: &[u8],
     ) -> Result<(), ProxyError> {
-        match inspect::body(&*self.detector, kind, body) {
+        match inspect::body(&*self.detector, kind, content_type, body) {
             Some(f) => Err(sqli_block(client, &rule.config.domain_text, path, &f)),
             None => Ok(()),
         }

@@ -44,6 +44,8 @@ pub struct ConnInfo {
     /// or what a PROXY protocol header said on a listener that reads one.
     pub peer: SocketAddr,
     pub local: SocketAddr,
+    /// `local`'s port pre-rendered for `X-Forwarded-Port`.
+    pub local_port_header: HeaderValue,
 }
 
 impl ConnInfo {
@@ -58,6 +60,7 @@ impl ConnInfo {
             scheme,
             peer,
             local,
+            local_port_header: HeaderValue::from(local.port()),
         }
     }
 }
@@ -75,7 +78,9 @@ pub enum Mode {
 #[derive(Debug)]
 pub struct Route {
     pub rule: Arc<Rule>,
-    /// The routed host as the client sent it (with its port, if any); visible ASCII.
+    /// The routed host as the client sent it (with its port, if any), checked by
+    /// `rampart_cache::key::is_valid_host`. The origin gets [`crate::headers::origin_host`]
+    /// of it: the name the cache key uses.
     pub host: HeaderValue,
     pub decision: PathDecision,
 }

@@ -317,6 +317,33 @@ impl UpstreamSet {
     }
 }
 
+/// An HTTP/1.1 origin's response as it framed it, when rampart reads its body as the origin
+/// meant it: a `Transfer-Encoding` other than `chunked` alone (`gzip, chunked`) would have its
+/// outer coding dropped when the client de-chunks, and the coded bytes served and stored as
+/// the body. Such a response is a 502 and nothing is stored (issue 30); its connection is not
+/// reused (the unread body closes it).
+fn only_chunked(res: Response<Incoming>) -> Result<Response<Incoming>, ProxyError> {
+    let mut codings = res
+        .headers()
+        .get_all(http::header::TRANSFER_ENCODING)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+        .map(<[u8]>::trim_ascii);
+    match (codings.next(), codings.next()) {
+        (None, _) => Ok(res),
+        (Some(c), None) if c.eq_ignore_ascii_case(b"chunked") => Ok(res),
+        _ => {
+            tracing::warn!(
+                transfer_encoding = ?res.headers().get(http::header::TRANSFER_ENCODING),
+                "origin used a transfer coding rampart does not decode; 502"
+            );
+            Err(ProxyError::UpstreamProtocol(
+                "a transfer coding other than chunked".into(),
+            ))
+        }
+    }
+}
+
 /// A worker's connection pool to all origins.
 #[derive(Debug, Clone)]
 pub struct Upstream {
@@ -413,7 +440,8 @@ impl Upstream {
                 (Some(h1), _) => self
                     .within_timeout(h1)
                     .await?
-                    .map_err(|e| body_fault().unwrap_or_else(|| self.classify(&e, e.is_connect()))),
+                    .map_err(|e| body_fault().unwrap_or_else(|| self.classify(&e, e.is_connect())))
+                    .and_then(only_chunked),
                 (None, Some(h2)) => self.within_timeout(h2).await?.map_err(|e| {
                     body_fault().unwrap_or_else(|| match e {
                         H2Failure::Connect(e) => self.classify(&*e, true),

@@ -39,6 +39,9 @@ pub struct Worker {
     pub control: Option<Control>,
     /// `max_connections`, for the metrics.
     pub max_connections: usize,
+    /// `max_request_headers`: rampart's HTTP/1.1 parser applies it itself; HTTP/2 and HTTP/3
+    /// requests are counted in recv.
+    pub max_headers: usize,
     /// `websocket_idle_timeout_seconds` (a rule may set its own).
     pub upgrade_idle: Duration,
     /// `Alt-Svc` announcing HTTP/3, by the HTTPS port a connection came in on (empty: HTTP/3
@@ -96,6 +99,7 @@ impl Worker {
             acme,
             https_port,
             max_connections: config.downstream.max_connections,
+            max_headers: config.downstream.max_headers,
             upgrade_idle: config.downstream.upgrade_idle_timeout,
             alt_svc,
             shared,

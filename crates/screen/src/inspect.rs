@@ -185,29 +185,172 @@ pub fn cookies(d: &dyn Detector, header: &[u8]) -> Option<Finding> {
 pub enum BodyKind {
     Form,
     Json,
+    /// `multipart/form-data`: PHP, Django, Rails and ASP.NET read its fields as parameters.
+    Multipart,
 }
 
 impl BodyKind {
-    /// `application/x-www-form-urlencoded` → Form; `application/json` and `+json` types → Json.
+    /// `application/x-www-form-urlencoded` → Form; every JSON media type an application reads
+    /// as JSON (`application/json`, `text/json`, `application/x-json`, `text/x-json` and any
+    /// `+json` type: ASP.NET Core reads `text/json` and `application/*+json`) → Json;
+    /// `multipart/form-data` → Multipart.
     pub fn from_content_type(ct: &[u8]) -> Option<BodyKind> {
         let essence = ct.split(|&b| b == b';').next()?.trim_ascii();
         let lower = essence.to_ascii_lowercase();
-        if lower == b"application/x-www-form-urlencoded" {
-            Some(BodyKind::Form)
-        } else if lower == b"application/json" || lower.ends_with(b"+json") {
-            Some(BodyKind::Json)
-        } else {
-            None
+        match &lower[..] {
+            b"application/x-www-form-urlencoded" => Some(BodyKind::Form),
+            b"multipart/form-data" => Some(BodyKind::Multipart),
+            b"application/json" | b"text/json" | b"application/x-json" | b"text/x-json" => {
+                Some(BodyKind::Json)
+            }
+            l if l.ends_with(b"+json") => Some(BodyKind::Json),
+            _ => None,
         }
     }
 }
 
-/// A complete request body of the given kind.
-pub fn body(d: &dyn Detector, kind: BodyKind, body: &[u8]) -> Option<Finding> {
+/// A complete request body of the given kind; `content_type` is the request's (a multipart
+/// body's boundary is there).
+pub fn body(d: &dyn Detector, kind: BodyKind, content_type: &[u8], body: &[u8]) -> Option<Finding> {
     match kind {
         BodyKind::Form => pairs(d, body, Location::FormName, Location::FormValue),
         BodyKind::Json => json(d, body),
+        BodyKind::Multipart => multipart(d, content_type, body),
     }
+}
+
+/// A `multipart/form-data` body (RFC 7578): each part's field name, and the content of every
+/// part that is not a file (files are uploads, not parameters; their file names are checked).
+/// A part whose own type is JSON is scanned as JSON. Parsed leniently, as the applications
+/// behind rampart do: LF line ends are accepted, and without a `boundary` parameter the
+/// body's first `--` line is taken as the delimiter.
+pub fn multipart(d: &dyn Detector, content_type: &[u8], body: &[u8]) -> Option<Finding> {
+    let boundary = match param(content_type, b"boundary") {
+        Some(b) if !b.is_empty() => b,
+        _ => {
+            let start = body.iter().position(|&b| b != b'\r' && b != b'\n')?;
+            let line = body[start..].split(|&b| b == b'\n').next()?;
+            line.strip_prefix(b"--")?.trim_ascii_end().to_vec()
+        }
+    };
+    let delimiter = [&b"--"[..], &boundary].concat();
+    for part in split_on(body, &delimiter).skip(1) {
+        if part.starts_with(b"--") {
+            break;
+        }
+        // Transport padding, then the line end that ends the delimiter line.
+        let Some(nl) = part.iter().position(|&b| b == b'\n') else {
+            continue;
+        };
+        let part = &part[nl + 1..];
+        let (head, content) = match find(part, b"\r\n\r\n") {
+            Some(i) => (&part[..i], &part[i + 4..]),
+            None => match find(part, b"\n\n") {
+                Some(i) => (&part[..i], &part[i + 2..]),
+                None => (part, &part[..0]),
+            },
+        };
+        // The line end before the next delimiter belongs to it.
+        let content = content.strip_suffix(b"\n").unwrap_or(content);
+        let content = content.strip_suffix(b"\r").unwrap_or(content);
+        let mut name: Vec<u8> = Vec::new();
+        let mut file = false;
+        let mut json_part = false;
+        for line in head.split(|&b| b == b'\n') {
+            let line = line.trim_ascii();
+            let Some(colon) = line.iter().position(|&b| b == b':') else {
+                continue;
+            };
+            let (field, value) = (line[..colon].trim_ascii(), &line[colon + 1..]);
+            if field.eq_ignore_ascii_case(b"content-disposition") {
+                for key in [&b"name"[..], b"name*"] {
+                    if let Some(n) = param(value, key) {
+                        if let Some(fp) = check_encoded(d, &n, false) {
+                            return Some(finding(Location::FormName, &n, fp));
+                        }
+                        name = n;
+                    }
+                }
+                for key in [&b"filename"[..], b"filename*"] {
+                    if let Some(f) = param(value, key) {
+                        file = true;
+                        if let Some(fp) = check_encoded(d, &f, false) {
+                            return Some(finding(Location::FormValue, &name, fp));
+                        }
+                    }
+                }
+            } else if field.eq_ignore_ascii_case(b"content-type") {
+                json_part = BodyKind::from_content_type(value) == Some(BodyKind::Json);
+            }
+        }
+        if file {
+            continue;
+        }
+        if json_part {
+            if let Some(f) = json(d, content) {
+                return Some(f);
+            }
+        }
+        if let Some(fp) = check_encoded(d, content, false) {
+            return Some(finding(Location::FormValue, &name, fp));
+        }
+    }
+    None
+}
+
+/// The value of parameter `key` (case-insensitive) in a header value such as
+/// `form-data; name="a"` or `multipart/form-data; boundary=x`, unquoted.
+fn param(header: &[u8], key: &[u8]) -> Option<Vec<u8>> {
+    let mut rest = header;
+    while let Some(semi) = rest.iter().position(|&b| b == b';') {
+        rest = &rest[semi + 1..];
+        let trimmed = rest.trim_ascii_start();
+        let Some(eq) = trimmed.iter().position(|&b| b == b'=') else {
+            continue;
+        };
+        if !trimmed[..eq].trim_ascii().eq_ignore_ascii_case(key) {
+            continue;
+        }
+        let value = trimmed[eq + 1..].trim_ascii_start();
+        if let Some(quoted) = value.strip_prefix(b"\"") {
+            let mut out = Vec::new();
+            let mut i = 0;
+            while i < quoted.len() && quoted[i] != b'"' {
+                if quoted[i] == b'\\' && i + 1 < quoted.len() {
+                    i += 1;
+                }
+                out.push(quoted[i]);
+                i += 1;
+            }
+            return Some(out);
+        }
+        let end = value.iter().position(|&b| b == b';').unwrap_or(value.len());
+        return Some(value[..end].trim_ascii().to_vec());
+    }
+    None
+}
+
+/// The first index of `needle` in `hay`.
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// `hay` cut at every occurrence of `sep` (the separators left out).
+fn split_on<'a>(hay: &'a [u8], sep: &'a [u8]) -> impl Iterator<Item = &'a [u8]> + 'a {
+    let mut rest = Some(hay);
+    std::iter::from_fn(move || {
+        let r = rest?;
+        match find(r, sep) {
+            Some(i) => {
+                rest = Some(&r[i + sep.len()..]);
+                Some(&r[..i])
+            }
+            None => {
+                rest = None;
+                Some(r)
+            }
+        }
+    })
 }
 
 /// Every string in a JSON document (object keys and values), unescaped. The scanner does not
@@ -315,7 +458,7 @@ mod tests {
         assert_eq!(f.location, Location::Path);
         assert!(path(d, "/1/**/UNION/**/SELECT/**/password/**/FROM/**/users").is_some());
         assert!(path(d, "/static/app.v2.js").is_none());
-        let f = body(d, BodyKind::Form, b"user=admin%27--&pass=x").unwrap();
+        let f = body(d, BodyKind::Form, b"", b"user=admin%27--&pass=x").unwrap();
         assert_eq!((f.location, f.name.as_str()), (Location::FormValue, "user"));
         let f = json(d, br#"{"a":{"user":"admin' OR '1'='1' --"}}"#).unwrap();
         assert_eq!((f.location, f.name.as_str()), (Location::Json, "user"));
@@ -326,6 +469,34 @@ mod tests {
             br#"{"query":"running shoes","page":2,"note":"it's fine"}"#
         )
         .is_none());
+    }
+
+    #[test]
+    fn multipart_fields_are_screened_and_files_are_not() {
+        let d = &Libinjection;
+        let ct = b"multipart/form-data; boundary=\"----x1\"";
+        let form = |value: &str| {
+            format!(
+                "------x1\r\nContent-Disposition: form-data; name=\"q\"\r\n\r\nshoes\r\n\
+                 ------x1\r\nContent-Disposition: form-data; name=\"user\"\r\n\r\n{value}\r\n\
+                 ------x1\r\nContent-Disposition: form-data; name=\"f\"; filename=\"a.sql\"\r\n\
+                 Content-Type: text/plain\r\n\r\n1' OR '1'='1' --\r\n------x1--\r\n"
+            )
+        };
+        let f = multipart(d, ct, form("admin' OR '1'='1' --").as_bytes()).unwrap();
+        assert_eq!((f.location, f.name.as_str()), (Location::FormValue, "user"));
+        // The same payload in an uploaded file's content is not a parameter.
+        assert!(multipart(d, ct, form("admin").as_bytes()).is_none());
+        // LF line ends, and no boundary parameter: the first `--` line is the delimiter.
+        let lf = "--b\nContent-Disposition: form-data; name=id\n\n1 UNION SELECT password FROM users --\n--b--\n";
+        assert!(multipart(d, b"multipart/form-data", lf.as_bytes()).is_some());
+        // A JSON part is read as JSON.
+        let js = "--b\r\nContent-Disposition: form-data; name=\"j\"\r\nContent-Type: application/json\r\n\r\n{\"u\":\"1\\u0027 or 1=1 --\"}\r\n--b--";
+        let f = multipart(d, b"multipart/form-data; boundary=b", js.as_bytes()).unwrap();
+        assert_eq!(f.location, Location::Json);
+        // A file name is checked.
+        let name = "--b\r\nContent-Disposition: form-data; name=\"f\"; filename=\"x' OR '1'='1' --\"\r\n\r\nhello\r\n--b--";
+        assert!(multipart(d, b"multipart/form-data; boundary=b", name.as_bytes()).is_some());
     }
 
     #[test]
@@ -343,6 +514,17 @@ mod tests {
             Some(BodyKind::Json)
         );
         assert_eq!(BodyKind::from_content_type(b"image/png"), None);
+        for json in [
+            &b"text/json"[..],
+            b"application/x-json",
+            b"application/problem+json; charset=utf-8",
+        ] {
+            assert_eq!(BodyKind::from_content_type(json), Some(BodyKind::Json));
+        }
+        assert_eq!(
+            BodyKind::from_content_type(b"multipart/form-data; boundary=x"),
+            Some(BodyKind::Multipart)
+        );
     }
 
     #[test]
@@ -358,7 +540,9 @@ mod tests {
             b"=&=&",
         ] {
             let _ = json(d, s);
-            let _ = body(d, BodyKind::Form, s);
+            let _ = body(d, BodyKind::Form, b"", s);
+            let _ = multipart(d, b"multipart/form-data; boundary=b", s);
+            let _ = multipart(d, b"multipart/form-data", s);
             let _ = cookies(d, s);
         }
     }

@@ -89,12 +89,12 @@ fn json_bodies() {
     let benign = lines("benign-json.txt");
     let fp: Vec<_> = benign
         .iter()
-        .filter(|b| inspect::body(d, BodyKind::Json, b.as_bytes()).is_some())
+        .filter(|b| inspect::body(d, BodyKind::Json, b"", b.as_bytes()).is_some())
         .collect();
     let attacks = lines("sqli-json.txt");
     let detected = attacks
         .iter()
-        .filter(|a| inspect::body(d, BodyKind::Json, a.as_bytes()).is_some())
+        .filter(|a| inspect::body(d, BodyKind::Json, b"", a.as_bytes()).is_some())
         .count();
     println!(
         "benign-json.txt: {}/{} flagged; sqli-json.txt: {detected}/{} detected",

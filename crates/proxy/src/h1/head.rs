@@ -20,6 +20,8 @@ pub enum HeadError {
     Bad(&'static str),
     /// Longer than the head limit, or more fields than allowed (431).
     TooLarge,
+    /// A request line that does not end within the head limit: its target is too long (414).
+    UriTooLong,
     /// Not HTTP/1.0 or HTTP/1.1 (505).
     Version,
 }
@@ -71,7 +73,7 @@ pub fn parse(
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) => {
             return if buf.len() > max_head {
-                Err(HeadError::TooLarge)
+                Err(too_large(buf, max_head))
             } else {
                 Ok(None)
             };
@@ -81,7 +83,7 @@ pub fn parse(
         Err(_) => return Err(HeadError::Bad("malformed request head")),
     };
     if len > max_head {
-        return Err(HeadError::TooLarge);
+        return Err(too_large(buf, max_head));
     }
     let framing = rampart_screen::h1::framing(&req).map_err(HeadError::Bad)?;
     let version = if req.version == Some(0) {
@@ -146,11 +148,26 @@ pub fn parse(
     }))
 }
 
+/// What a head over `max_head` bytes is: a request line that does not end within the limit
+/// is a target too long (414, as NGINX answers), anything else too many or too long fields
+/// (431).
+fn too_large(buf: &[u8], max_head: usize) -> HeadError {
+    if buf[..max_head.min(buf.len())].contains(&b'\n') {
+        HeadError::TooLarge
+    } else {
+        HeadError::UriTooLong
+    }
+}
+
 /// Whether the request line ends in an HTTP version rampart does not speak (`HTTP/2.0`,
-/// `HTTP/3`: 505) rather than in something that is no version at all (400).
+/// `HTTP/3`: 505) rather than in something that is no version at all (400). A line of more
+/// than three parts (`GET /a b HTTP/1.1`) is malformed whatever it ends with.
 fn names_a_version(buf: &[u8]) -> bool {
     let line = buf.split(|&b| b == b'\n').next().unwrap_or_default();
     let line = line.strip_suffix(b"\r").unwrap_or(line);
+    if line.iter().filter(|&&b| b == b' ').count() != 2 {
+        return false;
+    }
     let Some(v) = line.rsplit(|&b| b == b' ').next() else {
         return false;
     };
@@ -232,6 +249,16 @@ mod tests {
         );
         let long = [&b"GET / HTTP/1.1\r\nHost: a\r\nX: "[..], &[b'a'; 9000]].concat();
         assert_eq!(one(&long).err(), Some(HeadError::TooLarge));
+        // A target longer than the head limit: 414, complete or not (issue 30).
+        let target = [&b"GET /"[..], &[b'a'; 9000]].concat();
+        assert_eq!(one(&target).err(), Some(HeadError::UriTooLong));
+        let whole = [&target[..], b" HTTP/1.1\r\nHost: a\r\n\r\n"].concat();
+        assert_eq!(one(&whole).err(), Some(HeadError::UriTooLong));
+        // A space inside the target is a malformed line, not an unknown version (400, not 505).
+        assert_eq!(
+            one(b"GET /a b HTTP/1.1\r\nHost: a\r\n\r\n").err(),
+            Some(HeadError::Bad("malformed request head"))
+        );
         let many: Vec<u8> = (0..101)
             .flat_map(|i| format!("X-{i}: 1\r\n").into_bytes())
             .collect();

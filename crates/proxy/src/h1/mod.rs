@@ -532,6 +532,7 @@ async fn refuse<W: AsyncWrite + Unpin>(io: &mut W, e: HeadError) {
     let (error, reason) = match e {
         HeadError::Bad(reason) => (ProxyError::BadRequest(reason), reason),
         HeadError::TooLarge => (ProxyError::HeadTooLarge, "request head too large"),
+        HeadError::UriTooLong => (ProxyError::UriTooLong, "request target too long"),
         HeadError::Version => (
             ProxyError::VersionNotSupported,
             "HTTP version not supported",
