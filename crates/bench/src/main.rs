@@ -16,6 +16,7 @@ mod origin;
 mod peers;
 mod procs;
 mod report;
+mod soak;
 mod vus;
 mod websocket;
 
@@ -76,6 +77,13 @@ enum Cmd {
     /// Issue 17's cost figures: what Redis adds to a local hit, a shared (Redis) hit and a
     /// miss, and that hits from exempt or refused clients make no Redis round trip.
     Cluster(cluster::ClusterArgs),
+    /// Issue 30's chaos soak: mixed traffic through a real rampart with every answer checked
+    /// against the origin's bytes, while it is reloaded, upgraded, its origins and Redis are
+    /// killed, and slow clients hold connections; writes soak.md and soak.json.
+    Soak(soak::SoakArgs),
+    /// The soak's origin (started by `soak`).
+    #[command(hide = true)]
+    SoakOrigin(soak::origin::OriginArgs),
     /// A closed-loop HTTP/3 client (started by `h3`); prints a JSON line.
     H3Load(h3::H3LoadArgs),
     /// The WebSocket echo origin (started by `websocket`).
@@ -202,6 +210,8 @@ fn main() -> anyhow::Result<()> {
         Some(Cmd::H3Load(args)) => h3::load(args),
         Some(Cmd::WsOrigin { listen }) => websocket::origin(listen),
         Some(Cmd::Codecs(args)) => codecs::run(args),
+        Some(Cmd::Soak(args)) => soak::run(args),
+        Some(Cmd::SoakOrigin(args)) => soak::origin::run(args),
         Some(Cmd::Floor { listen }) => floor::run(listen),
         None => run(cli.run),
     }
