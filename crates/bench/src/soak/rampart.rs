@@ -90,6 +90,7 @@ pub struct Rampart {
     /// The process serving now.
     pid: Arc<AtomicU32>,
     next_variant: usize,
+    stopped: bool,
     pub http: SocketAddr,
     pub https: SocketAddr,
     pub h3: SocketAddr,
@@ -157,6 +158,7 @@ impl Rampart {
             first,
             pid,
             next_variant: 1,
+            stopped: false,
             http: SocketAddr::from(([127, 0, 0, 1], 0)),
             https: SocketAddr::from(([127, 0, 0, 1], 0)),
             h3: SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -276,8 +278,11 @@ impl Rampart {
         Ok((old, new))
     }
 
-    /// SIGTERM to the serving process, then the whole group is killed.
+    /// SIGTERM to the serving process, then the whole group is killed. Once.
     pub fn stop(&mut self) {
+        if std::mem::replace(&mut self.stopped, true) {
+            return;
+        }
         let pid = self.pid.load(Ordering::Relaxed);
         signal(pid, "-TERM");
         let deadline = Instant::now() + Duration::from_secs(15);
@@ -294,6 +299,12 @@ impl Rampart {
         }
         let _ = self.first.kill();
         let _ = self.first.wait();
+    }
+}
+
+impl Drop for Rampart {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 

@@ -22,6 +22,8 @@ pub struct ClassCount {
     /// GETs sent again on a new connection because the reused one was closed before any byte
     /// of the answer came back (what browsers and HTTP libraries do; RFC 9112 §9.3.1).
     pub retried: u64,
+    /// Answered, but only after a second or more.
+    pub over_1s: u64,
 }
 
 /// One failed request.
@@ -36,6 +38,8 @@ pub struct Failure {
     pub to_s: f64,
     /// The scheduled fault that explains it (filled in at the end).
     pub explained_by: Option<String>,
+    /// Or the known rampart defect that caused it (filled in at the end).
+    pub known_defect: Option<&'static str>,
 }
 
 /// One response whose bytes were not the origin's.
@@ -113,6 +117,9 @@ impl Tally {
             c.sent += 1;
             if answered {
                 c.answered += 1;
+                if us >= 1_000_000 {
+                    c.over_1s += 1;
+                }
             }
             match outcome {
                 Outcome::Ok => c.ok += 1,
@@ -125,6 +132,7 @@ impl Tally {
                         from_s,
                         to_s,
                         explained_by: None,
+                        known_defect: None,
                     });
                 }
                 Outcome::Wrong(what) => {
