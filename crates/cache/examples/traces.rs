@@ -286,6 +286,7 @@ pub fn object(k: u32, pool: &Bytes, now: SystemTime) -> Object {
         refreshing: AtomicBool::new(false),
         encoded: Box::default(),
         webp: None,
+        residency: None,
     }
 }
 

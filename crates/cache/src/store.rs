@@ -13,7 +13,11 @@
 //!
 //! Bodies still being collected for the store are charged too: a miss reserves room in the
 //! store ([`MemoryStore::reserve`]) before it keeps any bytes, and at most a quarter of the
-//! budget can be reserved at once.
+//! budget can be reserved at once. And bodies made with [`MemoryStore::charged_body`] stay
+//! charged for as long as they live, wherever they are: while an entry holds them, in its
+//! weight; while none does (being stored, or evicted while a slow client still reads them), in
+//! the store's pinned gauge, which takes room from the entries (see
+//! [`crate::object::Residency`]).
 //!
 //! The store is shared by all workers; values are `Arc`s, so a hit clones a pointer, never a
 //! body.
@@ -31,7 +35,7 @@ use crate::vary::Vary;
 
 // Objects and their charges live in `object.rs`; their paths under `store` stay.
 pub use crate::object::{
-    alloc_size, body_charge, compact_headers, headers_charge, owned_body, Object,
+    alloc_size, body_charge, compact_headers, headers_charge, owned_body, Object, Residency,
 };
 
 /// What one slot holds.
@@ -191,10 +195,26 @@ impl MemoryStore {
         let shards = (fit.min(4 * cpus as u64) as usize).max(1);
         let shards = 1usize << (usize::BITS - 1 - shards.leading_zeros());
         MemoryStore {
-            index: Index::new(budget.max(1), shards),
+            index: Index::new(budget.max(1), shards).with_on_leave(|slot| {
+                if let Slot::Object(o) = slot {
+                    o.left_store();
+                }
+            }),
             max_object,
             reserved: AtomicU64::new(0),
         }
+    }
+
+    /// `data` as a stored body, charged to this store's budget for as long as it lives (see
+    /// [`crate::object::Residency`]); put its residency in the object made with it.
+    pub fn charged_body(&self, data: Vec<u8>) -> (Bytes, Option<Arc<Residency>>) {
+        crate::object::charged_body(data, self.index.pinned())
+    }
+
+    /// Bytes of stored bodies alive outside the store's entries (being stored, or evicted
+    /// while clients still read them), counted against the budget.
+    pub fn pinned(&self) -> u64 {
+        self.index.pinned().load(Ordering::Relaxed)
     }
 
     pub fn max_object(&self) -> usize {
@@ -215,7 +235,20 @@ impl MemoryStore {
             }
         }
         let w = slot_weight(&key, &slot);
-        self.index.insert(key, slot, w) != Inserted::TooHeavy
+        if let Slot::Object(o) = &slot {
+            o.entered_store();
+        }
+        let object = match &slot {
+            Slot::Object(o) => Some(o.clone()),
+            Slot::Vary(_) => None,
+        };
+        let stored = self.index.insert(key, slot, w) != Inserted::TooHeavy;
+        if !stored {
+            if let Some(o) = object {
+                o.left_store();
+            }
+        }
+        stored
     }
 
     pub fn remove(&self, key: &SlotKey) {
@@ -301,12 +334,17 @@ impl MemoryStore {
         if new.body.len() > self.max_object {
             return false;
         }
-        let value = Slot::Object(new);
+        new.entered_store();
+        let value = Slot::Object(new.clone());
         let weight = slot_weight(&slot, &value);
-        self.index.replace_if(slot, value, weight, |current| {
+        let replaced = self.index.replace_if(slot, value, weight, |current| {
             matches!(current, Slot::Object(o) if Arc::ptr_eq(o, old)
                 && !o.invalidated.load(Ordering::Relaxed))
-        })
+        });
+        if !replaced {
+            new.left_store();
+        }
+        replaced
     }
 
     /// Holds `bytes` of the budget for a body of `key` being collected, evicting to make room.
@@ -489,6 +527,7 @@ mod tests {
             refreshing: AtomicBool::new(false),
             encoded: Box::default(),
             webp: None,
+            residency: None,
         })
     }
 
@@ -497,6 +536,75 @@ mod tests {
             primary: CacheKey::new(host, url, false),
             variant: None,
         }
+    }
+
+    /// An object whose body is charged to `store` for as long as it lives.
+    fn charged(store: &MemoryStore, body_len: usize) -> Arc<Object> {
+        let (body, residency) = store.charged_body(vec![b'x'; body_len]);
+        let o = object(0);
+        let o = Arc::into_inner(o).unwrap_or_else(|| unreachable!());
+        Arc::new(Object {
+            body,
+            residency,
+            ..o
+        })
+    }
+
+    #[test]
+    fn a_body_clients_still_read_after_eviction_stays_charged_until_they_let_go() {
+        let store = MemoryStore::new(1 << 20, 64 << 10);
+        let charge = body_charge(50_000);
+        let k = CacheKey::new("h", "/big", false);
+        let obj = charged(&store, 50_000);
+        // Being stored: charged to the pinned gauge; stored: to the entry.
+        assert_eq!(store.pinned(), charge);
+        assert!(store.insert(k.clone(), None, obj.clone()));
+        assert_eq!(store.pinned(), 0);
+        // A newer object with the same body (a 304's refresh) replaces it: nothing moves.
+        let refreshed = Arc::new(Object {
+            body: obj.body.clone(),
+            residency: obj.residency.clone(),
+            ..Arc::into_inner(object(0)).unwrap_or_else(|| unreachable!())
+        });
+        assert!(store.insert(k.clone(), None, refreshed));
+        assert_eq!(store.pinned(), 0);
+        // A client holds the body (a response being sent) when the entry goes.
+        let reading = obj.body.clone();
+        drop(obj);
+        store.remove(&key("h", "/big"));
+        assert_eq!(store.pinned(), charge);
+        // The last reader lets go: nothing is charged any more.
+        drop(reading);
+        assert_eq!(store.pinned(), 0);
+        // Gone with nobody reading: never pinned.
+        let obj = charged(&store, 50_000);
+        assert!(store.insert(k, None, obj));
+        store.remove(&key("h", "/big"));
+        assert_eq!(store.pinned(), 0);
+    }
+
+    #[test]
+    fn pinned_bodies_take_room_from_the_entries() {
+        // 1 MiB: with 700 KB pinned by readers, at most ~300 KB of entries fit.
+        let store = MemoryStore::new(1 << 20, 64 << 10);
+        let mut readers = Vec::new();
+        for i in 0..14 {
+            let o = charged(&store, 50_000);
+            readers.push(o.body.clone());
+            assert!(store.insert(CacheKey::new("h", &format!("/r{i}"), false), None, o));
+        }
+        for i in 0..14 {
+            store.remove(&key("h", &format!("/r{i}")));
+        }
+        assert!(store.pinned() >= 14 * 50_000);
+        for i in 0..40 {
+            let o = charged(&store, 50_000);
+            store.insert(CacheKey::new("h", &format!("/n{i}"), false), None, o);
+        }
+        let total = store.weight() + store.pinned() + store.reserved();
+        assert!(total <= store.capacity(), "{total} > {}", store.capacity());
+        drop(readers);
+        assert_eq!(store.pinned(), 0);
     }
 
     #[test]

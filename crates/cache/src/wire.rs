@@ -161,6 +161,7 @@ pub fn decode(bytes: &[u8]) -> Option<Object> {
         refreshing: Default::default(),
         encoded: Box::default(),
         webp: None,
+        residency: None,
     })
 }
 
@@ -268,6 +269,7 @@ mod tests {
             refreshing: Default::default(),
             encoded: Box::default(),
             webp: None,
+            residency: None,
         }
     }
 

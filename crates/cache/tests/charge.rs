@@ -94,6 +94,7 @@ fn object(headers: &HeaderMap, body: Bytes) -> Arc<Object> {
         refreshing: AtomicBool::new(false),
         encoded: Box::default(),
         webp: None,
+        residency: None,
     })
 }
 

@@ -307,6 +307,9 @@ pub struct DownstreamConfig {
     pub body_idle_timeout: Duration,
     /// Longest a client may take to send a whole request body (`None` = no limit).
     pub body_total_timeout: Option<Duration>,
+    /// Longest a response may wait for the client to take more of it
+    /// (`client_send_timeout_seconds`, NGINX's `send_timeout`): the connection is closed.
+    pub send_timeout: Duration,
     /// A connection that moves no bytes for this long is closed (gracefully).
     pub keepalive_timeout: Duration,
     /// Largest request head (request line + headers) in bytes; larger → 431.

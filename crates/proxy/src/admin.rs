@@ -288,10 +288,11 @@ fn status(cache: Option<&Cache>, router: &Router) -> Response<ProxyBody> {
         Some(c) => {
             let s = c.store().stats();
             format!(
-                "{{\"entries\":{},\"weight_bytes\":{},\"reserved_bytes\":{},\"capacity_bytes\":{},\"evictions\":{},\"in_flight\":{}}}",
+                "{{\"entries\":{},\"weight_bytes\":{},\"reserved_bytes\":{},\"pinned_bytes\":{},\"capacity_bytes\":{},\"evictions\":{},\"in_flight\":{}}}",
                 s.entries,
                 s.weight,
                 s.reserved,
+                s.pinned,
                 c.store().capacity(),
                 s.evictions,
                 c.coalescer().len()

@@ -6,7 +6,10 @@
 //! - storable with a known length (≤ `cache_max_object`): the head is published and a pump task
 //!   reads the origin body into the in-flight buffer (and then into the store). The leader and
 //!   every waiter stream from that buffer as it fills — nobody waits for the whole body, and a
-//!   client that goes away does not stop the fetch the others are reading.
+//!   client that goes away does not stop the fetch the others are reading. Once the body is
+//!   stored, readers still behind read the stored body instead ([`Feed::complete`]) and the
+//!   buffer is freed: a slow reader then holds only what the cache's budget counts, not a
+//!   second copy (the buffer itself is charged while it lives, see [`Feed::hold`]).
 //! - anything else (not storable, unknown length, origin error, leader cancelled): the waiters
 //!   are released at once and fetch on their own.
 //!
@@ -50,9 +53,22 @@ enum HeadState {
 #[derive(Default)]
 struct BodyState {
     chunks: Vec<Bytes>,
+    /// The complete body as stored: read from here once set (`chunks` is then empty).
+    whole: Option<Bytes>,
     done: bool,
     failed: bool,
     wakers: Vec<Waker>,
+    /// What the buffer's memory is charged to; dropped with the buffer.
+    guard: Option<Box<dyn Send>>,
+}
+
+/// What a reader finds next.
+enum Next {
+    Chunk(Bytes),
+    Whole(Bytes),
+    End,
+    Failed,
+    Wait,
 }
 
 /// One in-flight fetch.
@@ -155,12 +171,18 @@ impl Inflight {
         wakers.into_iter().for_each(Waker::wake);
     }
 
-    fn finish(&self, failed: bool) {
-        let wakers = self.with_body(|b| {
+    fn finish(&self, failed: bool, whole: Option<Bytes>) {
+        let (wakers, freed) = self.with_body(|b| {
             b.done = true;
             b.failed = failed;
-            std::mem::take(&mut b.wakers)
+            let freed = whole.is_some().then(|| {
+                b.whole = whole;
+                (std::mem::take(&mut b.chunks), b.guard.take())
+            });
+            (std::mem::take(&mut b.wakers), freed)
         });
+        // The buffer is freed outside the lock.
+        drop(freed);
         wakers.into_iter().for_each(Waker::wake);
     }
 }
@@ -218,14 +240,25 @@ impl Feed {
         self.inflight.push(chunk);
     }
 
-    /// The body ended (`failed`: before its end); later misses start a new fetch.
-    pub fn finish(mut self, failed: bool) {
-        self.end(failed);
+    /// Charges the buffer's memory to `guard` (dropped when the buffer is freed).
+    pub fn hold(&self, guard: Box<dyn Send>) {
+        self.inflight.with_body(|b| b.guard = Some(guard));
     }
 
-    fn end(&mut self, failed: bool) {
+    /// The body ended (`failed`: before its end); later misses start a new fetch.
+    pub fn finish(mut self, failed: bool) {
+        self.end(failed, None);
+    }
+
+    /// The body ended and was stored as `whole`: readers read it from there, and the buffer
+    /// is freed.
+    pub fn complete(mut self, whole: Bytes) {
+        self.end(false, Some(whole));
+    }
+
+    fn end(&mut self, failed: bool, whole: Option<Bytes>) {
         if !std::mem::replace(&mut self.done, true) {
-            self.inflight.finish(failed);
+            self.inflight.finish(failed, whole);
             self.coalescer.remove(&self.key, &self.inflight);
         }
     }
@@ -233,7 +266,7 @@ impl Feed {
 
 impl Drop for Feed {
     fn drop(&mut self) {
-        self.end(true);
+        self.end(true, None);
     }
 }
 
@@ -299,27 +332,40 @@ impl Body for InflightBody {
             }
             let next = self.next;
             let polled = self.inflight.with_body(|b| {
-                if let Some(c) = b.chunks.get(next) {
-                    Poll::Ready(Some(Ok(c.clone())))
+                if let Some(w) = &b.whole {
+                    Next::Whole(w.clone())
+                } else if let Some(c) = b.chunks.get(next) {
+                    Next::Chunk(c.clone())
                 } else if b.done {
-                    Poll::Ready(if b.failed {
-                        Some(Err(TruncatedBody))
+                    if b.failed {
+                        Next::Failed
                     } else {
-                        None
-                    })
+                        Next::End
+                    }
                 } else {
                     if !b.wakers.iter().any(|w| w.will_wake(cx.waker())) {
                         b.wakers.push(cx.waker().clone());
                     }
-                    Poll::Pending
+                    Next::Wait
                 }
             });
             let chunk = match polled {
-                Poll::Ready(Some(Ok(c))) => c,
-                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
+                Next::Chunk(c) => c,
+                // The stored body: the rest of the range at once, sliced from it.
+                Next::Whole(whole) => {
+                    let len = whole.len() as u64;
+                    let (from, to) = (self.pos.max(self.start).min(len), self.end.min(len));
+                    self.pos = self.end;
+                    if from >= to {
+                        return Poll::Ready(None);
+                    }
+                    let piece = whole.slice(from as usize..to as usize);
+                    return Poll::Ready(Some(Ok(Frame::data(piece))));
+                }
+                Next::Failed => return Poll::Ready(Some(Err(TruncatedBody))),
                 // The origin sent less than it announced: hyper reports that to the client.
-                Poll::Ready(None) => return Poll::Ready(None),
-                Poll::Pending => return Poll::Pending,
+                Next::End => return Poll::Ready(None),
+                Next::Wait => return Poll::Pending,
             };
             let at = self.pos;
             let len = chunk.len() as u64;

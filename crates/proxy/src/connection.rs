@@ -8,6 +8,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use hyper::service::service_fn;
@@ -19,6 +20,7 @@ use crate::body::ClientBody;
 use crate::h1;
 use crate::live::Slot;
 use crate::metrics::Counted;
+use crate::send_timeout::Watched;
 use crate::txn::ConnInfo;
 
 /// A connection as accept leaves it to its task.
@@ -242,12 +244,20 @@ impl Conn {
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
         let started = Arc::new(AtomicU64::new(0));
+        // How the responses move: a client that takes none of them for the send timeout is
+        // cut off (see `send_timeout.rs`).
+        let progress = Arc::new(crate::send_timeout::Progress::default());
         let svc = {
-            let (started, slot, info) = (started.clone(), self.slot, self.info);
+            let (started, slot, info, progress) =
+                (started.clone(), self.slot, self.info, progress.clone());
             service_fn(move |req: http::Request<hyper::body::Incoming>| {
                 started.fetch_add(1, Ordering::Relaxed);
-                let (pipeline, info) = (slot.load().pipeline.clone(), info.clone());
-                async move { Ok::<_, Infallible>(pipeline.handle(&info, req.map(ClientBody::H2)).await) }
+                let (pipeline, info, progress) =
+                    (slot.load().pipeline.clone(), info.clone(), progress.clone());
+                async move {
+                    let res = pipeline.handle(&info, req.map(ClientBody::H2)).await;
+                    Ok::<_, Infallible>(res.map(|b| Watched::new(b, &progress)))
+                }
             })
         };
         let conn = self.h2.serve_connection(TokioIo::new(io), svc);
@@ -262,6 +272,8 @@ impl Conn {
         );
         let (mut seen, mut closing) = (0, false);
         let peer = self.peer;
+        let send_timeout = self.limits.send_timeout;
+        let mut watch = tokio::time::interval((send_timeout / 4).max(Duration::from_millis(250)));
         loop {
             tokio::select! {
                 biased;
@@ -274,6 +286,13 @@ impl Conn {
                 _ = stop.changed(), if !closing => {
                     conn.as_mut().graceful_shutdown();
                     closing = true;
+                }
+                _ = watch.tick() => {
+                    if progress.stalled(send_timeout) {
+                        tracing::info!(%peer, ?send_timeout, "HTTP/2 client took nothing of its responses for client_send_timeout_seconds; closing the connection");
+                        crate::metrics::get().send_timeout();
+                        break;
+                    }
                 }
                 _ = tick.tick() => {
                     let now = started.load(Ordering::Relaxed);

@@ -120,9 +120,15 @@ fn respond(
     widened: Option<Box<ranges::Widened>>,
     length: Option<u64>,
 ) -> Response<ProxyBody> {
-    let body = match (ticket, txn.leader.take(), length) {
+    // The shared buffer of a coalesced fetch is charged to the store too: without room for
+    // it, the response is only teed to its own client (and waiters fetch on their own).
+    let room = match (&ticket, &txn.leader, length) {
+        (Some(t), Some(_), Some(_)) => t.hold_buffer(),
+        _ => None,
+    };
+    let body = match (ticket, txn.leader.take(), length, room) {
         // Storable with a known length: waiters stream the leader's fetch with it.
-        (Some(t), Some(leader), Some(length)) => {
+        (Some(t), Some(leader), Some(length), Some(room)) => {
             // Other clients get what the store keeps: no field a qualified `private` /
             // `no-cache` withholds (the leader's own client gets them all).
             let mut shared = parts.headers.clone();
@@ -136,7 +142,7 @@ fn respond(
                 variant: t.variant().cloned(),
                 length,
             };
-            let reader = store::publish(leader, head, body, t, w.upstream.timeout());
+            let reader = store::publish(leader, head, body, t, room, w.upstream.timeout());
             let (status, body) = ranges::cut_range(
                 widened.as_ref().map(|w| &w.headers),
                 parts.status,
@@ -148,8 +154,8 @@ fn respond(
             body
         }
         // Otherwise the leader guard is dropped here, releasing any waiters at once.
-        (Some(t), _, _) => ProxyBody::tee(body, t),
-        (None, _, _) => ProxyBody::stream(body),
+        (Some(t), _, _, _) => ProxyBody::tee(body, t),
+        (None, _, _, _) => ProxyBody::stream(body),
     };
     if let Some(o) = txn.outcome {
         o.write(&mut parts.headers);

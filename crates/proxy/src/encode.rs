@@ -445,7 +445,7 @@ fn with_copies(
     webp: Option<Vec<u8>>,
 ) -> Arc<Object> {
     let mut headers = obj.headers.clone();
-    let body = match minified {
+    let body = match minified.clone() {
         Some(m) => {
             headers.insert(CONTENT_LENGTH, HeaderValue::from(m.len()));
             weaken_etag(&mut headers);
@@ -478,6 +478,10 @@ fn with_copies(
         .collect();
     let mut identity = copy_of(obj, headers, body, encoded);
     identity.webp = webp;
+    if minified.is_none() {
+        // The stored body itself: charged where it was (see `Residency`).
+        identity.residency = obj.residency.clone();
+    }
     Arc::new(identity)
 }
 
@@ -545,6 +549,7 @@ fn copy_of(
         ),
         encoded,
         webp: None,
+        residency: None,
     }
 }
 

@@ -228,6 +228,7 @@ mod tests {
             refreshing: Default::default(),
             encoded: Box::default(),
             webp: None,
+            residency: None,
         })
     }
 

@@ -44,6 +44,7 @@ pub mod ranges;
 pub mod recv;
 pub mod route;
 pub mod screen;
+pub mod send_timeout;
 pub mod server;
 pub mod store;
 pub mod synth;

@@ -542,6 +542,7 @@ fn conn_settings(config: &Config, tls: Option<&Tls>, per_ip: Option<Arc<PerIp>>)
             header_read_timeout: d.header_read_timeout,
             keepalive_timeout: d.keepalive_timeout,
             body_idle_timeout: d.body_idle_timeout,
+            send_timeout: d.send_timeout,
         },
         h2: Arc::new(h2),
         tls: tls.map(|t| t.server.clone()),

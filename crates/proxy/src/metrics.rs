@@ -307,6 +307,8 @@ struct WorkerShard {
     tunnels: [AtomicU64; 2],
     /// Connections closed on a PROXY protocol listener, by [`PP_REFUSALS`].
     pp_refused: [AtomicU64; PP_REFUSALS.len()],
+    /// Connections closed by `client_send_timeout_seconds`.
+    send_timeouts: AtomicU64,
     /// Bytes read from and written to clients (on the wire, TLS included).
     received: AtomicU64,
     sent: AtomicU64,
@@ -438,6 +440,12 @@ impl Metrics {
     /// A connection closed on a PROXY protocol listener for `PP_REFUSALS[reason]`.
     pub fn proxy_protocol_refused(&self, reason: usize) {
         self.worker().pp_refused[reason.min(PP_REFUSALS.len() - 1)].fetch_add(1, Relaxed);
+    }
+
+    /// A connection closed because its client took nothing of a response for
+    /// `client_send_timeout_seconds`.
+    pub fn send_timeout(&self) {
+        self.worker().send_timeouts.fetch_add(1, Relaxed);
     }
 
     /// A TLS handshake: completed (`Some(true)`), failed (`Some(false)`) or timed out.

@@ -157,6 +157,7 @@ pub fn freshen(
         refreshing: Default::default(),
         encoded: Box::default(),
         webp: None,
+        residency: None,
     };
     // The encoded and WebP copies keep their bodies and take the refreshed fields.
     if !stale.encoded.is_empty() {
@@ -167,9 +168,11 @@ pub fn freshen(
     }
     let encoded = crate::encode::reheaded_copies(stale, &headers, make);
     let webp = crate::encode::reheaded_webp(stale, &headers, make);
+    // The same body, charged where the stale object's was (see `Residency`).
     let obj = Arc::new(Object {
         encoded,
         webp,
+        residency: stale.residency.clone(),
         ..make(headers, stale.body.clone())
     });
     if lifetime.is_zero() {
@@ -232,6 +235,19 @@ impl StoreTicket {
         self.variant.as_ref()
     }
 
+    /// Room in the store for a second copy of the body: the buffer coalesced readers read while
+    /// it arrives (the ticket's own copy is what will be stored). Held until the buffer is
+    /// freed; `None` when the store has no room for it (the response is then teed to its own
+    /// client only, as any storable response).
+    pub fn hold_buffer(&self) -> Option<Box<dyn Send>> {
+        let bytes = body_charge(self.expected?);
+        let reservation = self.cache.store().reserve(&self.key, bytes)?;
+        Some(Box::new(Room {
+            cache: self.cache.clone(),
+            reservation: Some(reservation),
+        }))
+    }
+
     /// The fields a qualified `private` / `no-cache` withholds from other clients.
     pub fn withheld(&self) -> &[HeaderName] {
         self.directives.withheld()
@@ -268,13 +284,15 @@ impl StoreTicket {
         true
     }
 
-    /// The body is complete: store the object.
-    pub fn finish(mut self: Box<Self>) {
-        let mut body = std::mem::take(&mut self.body);
-        if body.capacity() != body.len() {
-            // Exactly its length, so the object holds what it is charged for.
-            body = body.as_slice().to_vec();
-        }
+    /// The body is complete: store the object. Returns its body (for readers still behind,
+    /// who read it from then on instead of the chunks they were reading).
+    pub fn finish(mut self: Box<Self>) -> Bytes {
+        // Exactly its length, so the object holds what it is charged for, and charged for as
+        // long as it lives (in the store or not) before the room reserved for it is released.
+        let (body, residency) = self
+            .cache
+            .store()
+            .charged_body(std::mem::take(&mut self.body));
         if let Some(r) = self.reservation.take() {
             self.cache.store().release(r);
         }
@@ -283,7 +301,7 @@ impl StoreTicket {
             status: self.status,
             headers_charge: headers_charge(&headers),
             headers,
-            body: bytes::Bytes::from(body),
+            body: body.clone(),
             request_time: self.request_time,
             response_time: self.response_time,
             initial_age: self.initial_age,
@@ -294,6 +312,7 @@ impl StoreTicket {
             refreshing: Default::default(),
             encoded: Box::default(),
             webp: None,
+            residency,
         };
         let variant = self.variant.take();
         let obj = Arc::new(obj);
@@ -309,11 +328,32 @@ impl StoreTicket {
             .store()
             .insert(self.key.clone(), variant.as_deref(), obj.clone());
         let transforms = std::mem::take(&mut self.transforms);
+        if !stored {
+            tracing::debug!(
+                bytes = body.len(),
+                "complete body not stored (no room in its shard)"
+            );
+        }
         if stored && transforms.any() {
             let (cache, key) = (self.cache.clone(), self.key.clone());
             crate::encode::transform_stored(transforms, &obj, move |old, new| {
                 cache.store().replace(&key, variant.as_deref(), old, new);
             });
+        }
+        body
+    }
+}
+
+/// Room reserved in the store, given back when dropped.
+struct Room {
+    cache: Arc<Cache>,
+    reservation: Option<Reservation>,
+}
+
+impl Drop for Room {
+    fn drop(&mut self) {
+        if let Some(r) = self.reservation.take() {
+            self.cache.store().release(r);
         }
     }
 }
@@ -398,14 +438,17 @@ impl Tee {
 /// A coalescing leader's storable response: publishes its head to the waiters and pumps the
 /// origin body into the shared buffer and the store (on a task of its own, so a leader's
 /// client that goes away does not stop the fetch the others read). Returns the leader's reader.
+/// `room` is what the shared buffer is charged to ([`StoreTicket::hold_buffer`]).
 pub fn publish(
     leader: Leader,
     head: SharedHead,
     body: Incoming,
     ticket: Box<StoreTicket>,
+    room: Box<dyn Send>,
     idle: Option<Duration>,
 ) -> InflightBody {
     let (feed, reader) = leader.publish(head);
+    feed.hold(room);
     tokio::spawn(pump(feed, body, ticket, idle));
     reader
 }
@@ -449,10 +492,11 @@ async fn pump(feed: Feed, mut body: Incoming, ticket: Box<StoreTicket>, idle: Op
             None => break,
         }
     }
-    if let Some(t) = ticket {
-        t.finish();
+    // Stored: readers still behind read the stored body, and the buffer is freed.
+    match ticket {
+        Some(t) => feed.complete(t.finish()),
+        None => feed.finish(false),
     }
-    feed.finish(false);
 }
 
 /// Writes an object just stored here to the cache tier the instances share, when there is

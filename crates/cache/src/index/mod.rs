@@ -24,7 +24,9 @@
 //! # Memory
 //!
 //! Every entry has a weight (its bytes, computed by the caller); a shard never holds more than
-//! its share of the capacity, counting bytes *reserved* for bodies still being collected. The
+//! its share of the capacity, counting bytes *reserved* for bodies still being collected and
+//! its share of the *pinned* gauge: bytes of values the index let go that are still alive
+//! elsewhere (the caller keeps the gauge; see [`Index::pinned`] and [`Index::with_on_leave`]). The
 //! index's own memory per entry (slot, table, queue and ghost) is a fixed cost the caller
 //! includes in the weight ([`METADATA_PER_ENTRY`]). Slots live in fixed-size pages, so the
 //! index never holds a doubled `Vec`'s spare capacity for long.
@@ -37,7 +39,8 @@
 
 use std::collections::VecDeque;
 use std::hash::{BuildHasher, Hash};
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 mod shard;
 use shard::Shard;
@@ -77,6 +80,10 @@ pub struct Index<K, V, S = foldhash::quality::RandomState> {
     hasher: S,
     shift: u32,
     capacity: u64,
+    /// Bytes outside the index that count against its capacity (spread evenly over shards).
+    pinned: Arc<AtomicU64>,
+    /// Called once for every value that leaves the index (evicted, replaced, removed).
+    on_leave: fn(&V),
 }
 
 /// Totals over all shards (read one shard at a time, so only approximately simultaneous).
@@ -85,6 +92,8 @@ pub struct IndexStats {
     pub entries: usize,
     pub weight: u64,
     pub reserved: u64,
+    /// Bytes counted against the capacity outside the entries (see [`Index::pinned`]).
+    pub pinned: u64,
     pub evictions: u64,
     pub small_weight: u64,
     pub main_weight: u64,
@@ -112,12 +121,37 @@ impl<K: Hash + Eq, V: Clone, S: BuildHasher> Index<K, V, S> {
         let n = shards.max(1).next_power_of_two();
         let capacity = capacity.max(n as u64);
         let per = capacity / n as u64;
+        let pinned = Arc::new(AtomicU64::new(0));
         Index {
-            shards: (0..n).map(|_| RwLock::new(Shard::new(per))).collect(),
+            shards: (0..n)
+                .map(|_| RwLock::new(Shard::new(per, pinned.clone(), n as u64)))
+                .collect(),
             hasher,
             shift: 64 - n.trailing_zeros(),
             capacity: per * n as u64,
+            pinned,
+            on_leave: |_| {},
         }
+    }
+
+    /// Calls `f` once for every value that leaves the index: evicted, replaced by an insert,
+    /// removed, purged. (A value handed to an insert that refuses it never entered.)
+    pub fn with_on_leave(mut self, f: fn(&V)) -> Self {
+        self.on_leave = f;
+        self
+    }
+
+    /// The gauge of bytes outside the index that count against its capacity: the caller adds
+    /// what values the index let go still hold, and takes it back when they are freed. Each
+    /// shard counts an equal share, so the total of entries, reservations and pinned bytes
+    /// stays within the capacity.
+    pub fn pinned(&self) -> &Arc<AtomicU64> {
+        &self.pinned
+    }
+
+    fn left(&self, entries: &[shard::Entry<K, V>], replaced: &Option<V>) {
+        entries.iter().for_each(|e| (self.on_leave)(&e.value));
+        replaced.iter().for_each(self.on_leave);
     }
 
     fn hash<Q: Hash + ?Sized>(&self, q: &Q) -> u64 {
@@ -170,6 +204,7 @@ impl<K: Hash + Eq, V: Clone, S: BuildHasher> Index<K, V, S> {
             let mut shard = write(self.shard_of(hash));
             shard.insert(hash, key, value, weight, &mut evicted, &mut replaced)
         };
+        self.left(&evicted, &replaced);
         // Values are dropped here, after the lock: freeing a large body takes time.
         drop((evicted, replaced));
         outcome
@@ -198,6 +233,7 @@ impl<K: Hash + Eq, V: Clone, S: BuildHasher> Index<K, V, S> {
                 && shard.insert(hash, key, value, weight, &mut evicted, &mut replaced)
                     != Inserted::TooHeavy
         };
+        self.left(&evicted, &replaced);
         drop((evicted, replaced));
         stored
     }
@@ -212,6 +248,7 @@ impl<K: Hash + Eq, V: Clone, S: BuildHasher> Index<K, V, S> {
             shard.compact_queues();
             e
         };
+        (self.on_leave)(&entry.value);
         Some(entry.value)
     }
 
@@ -229,6 +266,7 @@ impl<K: Hash + Eq, V: Clone, S: BuildHasher> Index<K, V, S> {
                 true
             }
         };
+        self.left(&evicted, &None);
         drop(evicted);
         ok
     }
@@ -269,7 +307,9 @@ impl<K: Hash + Eq, V: Clone, S: BuildHasher> Index<K, V, S> {
                 .map(|(i, _)| i as u32)
                 .collect();
             for idx in doomed {
-                out.push(shard.unlink(idx).value);
+                let value = shard.unlink(idx).value;
+                (self.on_leave)(&value);
+                out.push(value);
             }
             if shard.len() == 0 {
                 // Emptied: give the queues' and history's memory back too.
@@ -284,7 +324,10 @@ impl<K: Hash + Eq, V: Clone, S: BuildHasher> Index<K, V, S> {
     }
 
     pub fn stats(&self) -> IndexStats {
-        let mut t = IndexStats::default();
+        let mut t = IndexStats {
+            pinned: self.pinned.load(Ordering::Relaxed),
+            ..IndexStats::default()
+        };
         for s in self.shards.iter() {
             let s = read(s);
             t.entries += s.len();

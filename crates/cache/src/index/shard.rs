@@ -3,6 +3,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
 
 use hashbrown::HashTable;
 
@@ -136,10 +137,13 @@ pub(super) struct Shard<K, V> {
     pub(super) evictions: u64,
     /// Bytes inserted so far: the clock entries' last use is read on.
     pub(super) clock: u64,
+    /// The index's pinned gauge and the number of shards sharing it.
+    pinned: Arc<AtomicU64>,
+    shards: u64,
 }
 
 impl<K, V> Shard<K, V> {
-    pub(super) fn new(capacity: u64) -> Self {
+    pub(super) fn new(capacity: u64, pinned: Arc<AtomicU64>, shards: u64) -> Self {
         Shard {
             table: HashTable::new(),
             pages: Vec::new(),
@@ -156,6 +160,8 @@ impl<K, V> Shard<K, V> {
             ghost: Ghost::new(),
             evictions: 0,
             clock: 0,
+            pinned,
+            shards: shards.max(1),
         }
     }
 
@@ -163,8 +169,12 @@ impl<K, V> Shard<K, V> {
         self.small_len + self.main_len
     }
 
+    /// Entries, reservations and this shard's share of the pinned bytes.
     pub(super) fn used(&self) -> u64 {
-        self.small_weight + self.main_weight + self.reserved
+        self.small_weight
+            + self.main_weight
+            + self.reserved
+            + self.pinned.load(Ordering::Relaxed) / self.shards
     }
 
     pub(super) fn slot(&self, idx: u32) -> &Slot<K, V> {

@@ -76,6 +76,9 @@ pub(super) fn read_downstream(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Downs
             Some(v) => Some(secs(v.value)),
             None => Some(Duration::from_secs(300)),
         },
+        send_timeout: s
+            .int(sink, "client_send_timeout_seconds", 1, 86_400)
+            .map_or(Duration::from_secs(60), |v| secs(v.value)),
         keepalive_timeout: s
             .int(sink, "client_keepalive_timeout_seconds", 1, 86_400)
             .map_or(Duration::from_secs(60), |v| secs(v.value)),

@@ -70,6 +70,8 @@ pub struct Limits {
     pub keepalive_timeout: Duration,
     /// Between two pieces of a request body still sent to the origin after its answer.
     pub body_idle_timeout: Duration,
+    /// The longest a write may wait for the client to take bytes (see `send_timeout.rs`).
+    pub send_timeout: Duration,
 }
 
 /// Serves HTTP/1.1 requests on `io` until the client closes, an error or timeout ends the
@@ -79,7 +81,7 @@ pub struct Limits {
 /// [`handle`]) → deliver (the response, and what the connection does with a body the pipeline
 /// did not read: [`deliver`]).
 pub async fn serve<I, H, F>(
-    mut io: I,
+    io: I,
     mut carry: BytesMut,
     limits: Limits,
     mut handler: H,
@@ -89,6 +91,8 @@ pub async fn serve<I, H, F>(
     H: FnMut(Request<ClientBody>) -> F,
     F: Future<Output = Response<ProxyBody>>,
 {
+    // Every write the client does not take within `client_send_timeout_seconds` fails.
+    let mut io = crate::send_timeout::TimedWrite::new(io, limits.send_timeout);
     // `carry`: bytes read past the current head (its body, or the next requests).
     let timer = tokio::time::sleep(limits.keepalive_timeout);
     tokio::pin!(timer);

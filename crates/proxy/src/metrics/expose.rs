@@ -301,10 +301,11 @@ fn cache(m: &Metrics, view: &View<'_>, f: &mut Families) {
         return;
     };
     let s = c.store().stats();
-    let figures: [(&'static str, &'static str, Option<Unit>, f64); 5] = [
+    let figures: [(&'static str, &'static str, Option<Unit>, f64); 6] = [
         ("rampart_cache_entries", "Responses stored (each variant counts).", None, s.entries as f64),
         ("rampart_cache_size", "Memory the stored responses take (the budget's measure).", Some(Unit::Bytes), s.weight as f64),
         ("rampart_cache_reserved", "Memory reserved for responses being stored now.", Some(Unit::Bytes), s.reserved as f64),
+        ("rampart_cache_pinned", "Memory of stored bodies no entry holds that clients still read (evicted or replaced while being sent, or being stored), counted in the budget.", Some(Unit::Bytes), s.pinned as f64),
         ("rampart_cache_capacity", "The cache's memory budget (cache_memory).", Some(Unit::Bytes), c.store().capacity() as f64),
         ("rampart_cache_fetches_in_flight", "Origin fetches that other requests for the same resource wait on (request coalescing).", None, c.coalescer().len() as f64),
     ];
@@ -384,6 +385,12 @@ fn connections(m: &Metrics, view: &View<'_>, f: &mut Families) {
     for (reason, n) in super::PP_REFUSALS.iter().zip(pp) {
         fam.counter(vec![("reason", (*reason).to_owned())], n);
     }
+    f.add(
+        "rampart_client_send_timeouts",
+        "Client connections closed because the client took nothing of a response for client_send_timeout_seconds.",
+        None,
+    )
+    .counter(vec![], m.sum_worker(|w| &w.send_timeouts));
     f.add(
         "rampart_client_received",
         "Bytes read from clients (on the wire: TLS records included).",

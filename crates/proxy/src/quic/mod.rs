@@ -258,6 +258,7 @@ impl Conn {
                             self.slot.clone(),
                             info.clone(),
                             self.limits.header_read_timeout,
+                            self.limits.send_timeout,
                         );
                         tokio::spawn(task.in_current_span());
                     }
@@ -296,6 +297,7 @@ async fn serve_request(
     slot: Arc<Slot>,
     info: Arc<ConnInfo>,
     head_timeout: Duration,
+    send_timeout: Duration,
 ) {
     let (req, stream) = match tokio::time::timeout(head_timeout, resolver.resolve_request()).await {
         Ok(Ok(x)) => x,
@@ -328,7 +330,7 @@ async fn serve_request(
         let pipeline = slot.load().pipeline.clone();
         pipeline.handle(&info, req).await
     };
-    respond(&mut send, res, head).await;
+    respond(&mut send, res, head, send_timeout).await;
 }
 
 /// Why a request head is malformed for HTTP/3, if it is.
@@ -358,7 +360,15 @@ type SendHalf = RequestStream<h3_quinn::SendStream<Bytes>, Bytes>;
 /// Sends a response: its head (connection-specific fields removed), its body's data frames
 /// (none for HEAD), its trailers, the end of the stream. A body that fails midway resets the
 /// stream, so the client sees an error rather than a short response.
-async fn respond(send: &mut SendHalf, res: Response<ProxyBody>, head: bool) {
+///
+/// Each piece of the body the client does not take within `send_timeout`
+/// (`client_send_timeout_seconds`) ends the stream.
+async fn respond(
+    send: &mut SendHalf,
+    res: Response<ProxyBody>,
+    head: bool,
+    send_timeout: Duration,
+) {
     let (mut parts, mut body) = res.into_parts();
     crate::headers::strip_hop_by_hop(&mut parts.headers);
     let bodiless =
@@ -374,9 +384,18 @@ async fn respond(send: &mut SendHalf, res: Response<ProxyBody>, head: bool) {
                 Some(Ok(frame)) => match frame.into_data() {
                     Ok(data) if data.is_empty() => {}
                     Ok(data) => {
-                        if let Err(e) = send.send_data(data).await {
-                            tracing::debug!(error = %e, "HTTP/3 client went away");
-                            return;
+                        match tokio::time::timeout(send_timeout, send.send_data(data)).await {
+                            Ok(Ok(())) => {}
+                            Ok(Err(e)) => {
+                                tracing::debug!(error = %e, "HTTP/3 client went away");
+                                return;
+                            }
+                            Err(_) => {
+                                tracing::info!(?send_timeout, "HTTP/3 client took nothing of a response for client_send_timeout_seconds; stream reset");
+                                crate::metrics::get().send_timeout();
+                                send.stop_stream(Code::H3_REQUEST_CANCELLED);
+                                return;
+                            }
                         }
                     }
                     Err(frame) => {
