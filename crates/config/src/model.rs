@@ -264,6 +264,8 @@ pub struct CacheConfig {
     pub heuristic: CacheHeuristic,
     /// The default `store_set_cookie` of rules.
     pub store_set_cookie: bool,
+    /// The default `cache_by_scheme` of rules.
+    pub by_scheme: bool,
 }
 
 /// What a response without an explicit lifetime gets (`cache_heuristic`).
@@ -543,6 +545,10 @@ pub struct RuleConfig {
     pub cache_heuristic: CacheHeuristic,
     /// `store_set_cookie` (the global one unless the rule sets its own).
     pub store_set_cookie: bool,
+    /// `cache_by_scheme` (the global one unless the rule sets its own): responses to HTTPS
+    /// requests are stored apart from those to plain HTTP (NGINX's default key has the
+    /// scheme). Off, they share entries (ARC2-COMPAT §7.3) unless the origins differ.
+    pub cache_by_scheme: bool,
     /// SQL-injection screening for this rule (global and rule switches both on).
     pub sql_injection: bool,
     /// `disallowed_user_agents`: a request whose User-Agent matches any entry is blocked.
@@ -576,6 +582,12 @@ impl RuleConfig {
     /// Whether requests over HTTPS reach a different origin than plain ones (an origin with
     /// `forward_port_https` and without `https_only`). Such a rule keeps the schemes' cache
     /// entries apart (ARC2-COMPAT §7.3).
+    /// Whether HTTPS requests use keys of their own: `cache_by_scheme`, or origins that differ
+    /// by scheme.
+    pub fn keys_by_scheme(&self) -> bool {
+        self.cache_by_scheme || self.origins_differ_by_scheme()
+    }
+
     pub fn origins_differ_by_scheme(&self) -> bool {
         self.upstreams
             .iter()

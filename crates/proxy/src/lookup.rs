@@ -87,10 +87,11 @@ pub fn lookup<B>(w: &Worker, txn: &mut Txn, req: &Request<B>) -> Result<Looked, 
 }
 
 /// The request's key in the store: routed host, target, the rule's `ignore_query_string`, and
-/// the scheme when the rule's schemes reach different origins (see `CacheKey::for_https`).
+/// the scheme unless the rule shares entries between schemes (`cache_by_scheme = false` with
+/// the same origins for both; see `CacheKey::for_https`).
 pub fn slot_key<'a, B>(txn: &'a Txn, req: &'a Request<B>) -> SlotKeyRef<'a> {
     let rule = &txn.route().rule.config;
-    let https = txn.scheme() == Scheme::Https && rule.origins_differ_by_scheme();
+    let https = txn.scheme() == Scheme::Https && rule.keys_by_scheme();
     SlotKeyRef::new(txn.host(), target(req), rule.ignore_query_string).for_https(https)
 }
 

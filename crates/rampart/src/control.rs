@@ -230,7 +230,7 @@ impl<'a> Controller<'a> {
                 ));
             }
         };
-        let done = self.apply(&path, &src, why, None);
+        let done = self.apply(&path, &src, why, None, true);
         if matches!(&done, Err(a) if a.status == StatusCode::UNPROCESSABLE_ENTITY) {
             // An invalid file (a failure to put a valid one in service is counted there).
             rampart_proxy::metrics::get().reloaded(false);
@@ -241,12 +241,17 @@ impl<'a> Controller<'a> {
     /// Validates `src` and puts it in service. `commit`, when given, runs after the new
     /// configuration is in service and before it is reported (the rule operations rename
     /// their file there); its failure puts the previous configuration back.
+    ///
+    /// `keep_rules`: a file without any `[[proxy_rules]]` does not replace one with rules (a
+    /// truncated or half-written file would answer every request 404); `proxy_rules = []`
+    /// says it on purpose. The rule API removing the last rule is on purpose too.
     fn apply(
         &mut self,
         path: &Path,
         src: &str,
         why: &str,
         commit: Option<&dyn Fn() -> std::io::Result<()>>,
+        keep_rules: bool,
     ) -> Result<Answer, Answer> {
         let v = rampart_config::validate(src, crate::cpus());
         let Some(config) = v.config else {
@@ -268,6 +273,25 @@ impl<'a> Controller<'a> {
                 .to_string(),
             ));
         };
+        let no_rules_key = v
+            .diagnostics
+            .iter()
+            .any(|d| d.key == "proxy_rules" && d.severity == Severity::Warning);
+        if keep_rules && no_rules_key && config.rules.is_empty() && !self.config.rules.is_empty() {
+            eprintln!(
+                "rampart: reload ({why}) refused: {} has no [[proxy_rules]] (truncated?) and would answer every request 404; the configuration in service stays ({} rule(s)). To run without rules on purpose, write `proxy_rules = []`",
+                path.display(),
+                self.config.rules.len()
+            );
+            rampart_proxy::metrics::get().reloaded(false);
+            return Err(refusal(
+                StatusCode::CONFLICT,
+                format!(
+                    "{} has no [[proxy_rules]]: every request would be answered 404; the configuration in service stays (write `proxy_rules = []` to run without rules on purpose)",
+                    path.display()
+                ),
+            ));
+        }
         let previous = self.config.clone();
         let report = match self.running.reload(config.clone()) {
             Ok(r) => r,
@@ -414,7 +438,7 @@ impl<'a> Controller<'a> {
             ));
         }
         let rename = || std::fs::rename(&temp, &real);
-        let result = self.apply(&path, &new, what, Some(&rename));
+        let result = self.apply(&path, &new, what, Some(&rename), false);
         let _ = std::fs::remove_file(&temp);
         result.map(|mut a| {
             a.status = status;

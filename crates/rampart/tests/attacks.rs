@@ -401,3 +401,45 @@ async fn a_small_png_of_a_huge_picture_is_not_converted_and_memory_stays_bounded
     assert!(peak_mib < 110, "peak RSS {peak_mib} MiB");
     assert_eq!(origin.requests(), 1);
 }
+
+#[tokio::test]
+async fn many_large_partial_heads_are_bounded_together() {
+    raise_fd_limit();
+    let origin = Origin::new().route("*", Reply::text("ok")).start().await;
+    let proxy = Proxy::start(&config_for("h", &origin, "workers = 1", ""));
+    let addr = proxy.addr;
+    let base = proxy.peak_rss_kib() >> 10;
+    // 1,200 connections, each 60 KB into a head that never ends (under the 64 KiB limit).
+    let (refused, held) = tokio::task::spawn_blocking(move || {
+        let filler = format!("GET / HTTP/1.1\r\nHost: h\r\nX-Pad: {}", "a".repeat(60_000));
+        let mut conns = Vec::new();
+        for _ in 0..1200 {
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            let _ = s.write_all(filler.as_bytes());
+            conns.push(s);
+        }
+        std::thread::sleep(Duration::from_secs(1));
+        let mut refused = 0;
+        for s in &mut conns {
+            s.set_read_timeout(Some(Duration::from_millis(5))).unwrap();
+            let mut buf = [0u8; 64];
+            if let Ok(n) = s.read(&mut buf) {
+                if buf[..n].starts_with(b"HTTP/1.1 431") {
+                    refused += 1;
+                }
+            }
+        }
+        (refused, conns)
+    })
+    .await
+    .unwrap();
+    let peak = proxy.peak_rss_kib() >> 10;
+    eprintln!("1,200 partial 60 KB heads: {refused} refused, peak RSS {peak} MiB (from {base})");
+    // The budget (32 MiB) holds a few hundred heads' bytes over their first 8 KiB; the rest
+    // are refused, and the process holds the budget (plus 8 KiB a head), not 1,200 × 60 KB
+    // of buffers (~80 MiB, more with the buffers' growth).
+    assert!(refused > 0, "no head was refused");
+    assert!(peak < base + 32 + 20, "peak RSS {peak} MiB from {base} MiB");
+    drop(held);
+    assert_eq!(get(&proxy, "h", "/").await.status, 200);
+}

@@ -252,8 +252,13 @@ async fn watch_config_reloads_when_the_file_changes() {
     let (proxy, path) = start(&config_for("x", &origin, "watch_config = true", ""));
     assert_eq!(get(&proxy, "y", "/").await.status, 404, "no rule for y yet");
     rewrite(&path, "domain = \"x\"", "domain = \"y\"");
-    let out = wait_reloads(&proxy, 1);
-    assert!(out.contains("(the file changed)"), "{out}");
+    // The watcher may see the file half written first (refused: it has no rules yet); the
+    // whole file is then put in service.
+    assert!(
+        proxy.wait_for_output("(the file changed): 1 rule(s)", Duration::from_secs(10)),
+        "{}",
+        proxy.output()
+    );
     assert_eq!(get(&proxy, "y", "/").await.text(), "hi");
 }
 
@@ -536,4 +541,28 @@ async fn a_reload_gives_no_client_a_fresh_rate_limit_burst() {
     rewrite(&path, "rate_limit_burst = 2", "rate_limit_burst = 50");
     sighup(&proxy, 2);
     assert_eq!(statuses(3).await, [200, 200, 200]);
+}
+
+/// Issue 30: a file truncated before its first `[[proxy_rules]]` (an editor or a deploy that
+/// wrote half of it) used to be put in service, answering every request 404. It is refused;
+/// `proxy_rules = []` empties the rules on purpose.
+#[tokio::test]
+async fn a_reload_that_would_drop_every_rule_is_refused_unless_said_on_purpose() {
+    let origin = Origin::new()
+        .route("*", Reply::text("page").header("cache-control", "no-store"))
+        .start()
+        .await;
+    let cfg = config_for("x", &origin, "", "");
+    let (proxy, path) = start(&cfg);
+    assert_eq!(get(&proxy, "x", "/").await.status, 200);
+    let head = cfg.split("[[proxy_rules]]").next().unwrap().to_owned();
+    std::fs::write(&path, &head).unwrap();
+    let out = sighup(&proxy, 1);
+    assert!(out.contains("has no [[proxy_rules]] (truncated?)"), "{out}");
+    assert_eq!(get(&proxy, "x", "/").await.status, 200);
+    // Said on purpose: the rules go.
+    std::fs::write(&path, format!("{head}proxy_rules = []\n")).unwrap();
+    let out = sighup(&proxy, 2);
+    assert!(out.contains("0 rule(s)"), "{out}");
+    assert_eq!(get(&proxy, "x", "/").await.status, 404);
 }

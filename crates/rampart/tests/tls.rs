@@ -454,19 +454,21 @@ async fn http2_over_tls_caches_screens_and_logs_like_http11() {
     assert_eq!(got.header("x-arc2-cache"), Some("Miss"));
     let got = tls::get(https, "a.test", "/cached", &h2).await;
     assert_eq!(got.header("x-arc2-cache"), Some("Hit"));
-    // One cache for every protocol and scheme.
+    // One cache for every protocol; HTTPS entries apart from plain HTTP's (cache_by_scheme).
     let got = tls::get(https, "a.test", "/cached", &h1).await;
     assert_eq!(got.version, http::Version::HTTP_11);
     assert_eq!(got.header("x-arc2-cache"), Some("Hit"));
     let got = get(&proxy, "a.test", "/cached").await;
+    assert_eq!(got.header("x-arc2-cache"), Some("Miss"));
+    let got = get(&proxy, "a.test", "/cached").await;
     assert_eq!(got.header("x-arc2-cache"), Some("Hit"));
-    assert_eq!(origin.requests(), 1);
+    assert_eq!(origin.requests(), 2);
 
     // Screening: SQL injection is refused over HTTP/2 + TLS before the origin sees it.
     let got = tls::get(https, "a.test", "/s?id=1%27%20OR%20%271%27%3D%271", &h2).await;
     assert_eq!(got.status, 403);
     assert_eq!(got.header("x-arc2-cache"), Some("Block"));
-    assert_eq!(origin.requests(), 1);
+    assert_eq!(origin.requests(), 2);
 
     // The access log names the scheme and protocol.
     assert!(
@@ -613,23 +615,31 @@ async fn schemes_with_different_origins_keep_their_own_cache_entries() {
         .start()
         .await;
     let site_ca = TestCa::new("site CA");
-    let (c, k) = site_ca.leaf(&["s.test", "same.test"]).write("site");
+    let (c, k) = site_ca
+        .leaf(&["s.test", "same.test", "shared.test"])
+        .write("site");
     let ca_file = origin_ca.write("origin-ca");
-    let proxy = Proxy::start(&format!(
-        "{GLOBAL}proxy_ca_file = {:?}\npurge_allow = [\"127.0.0.0/8\"]\n{}{}",
-        ca_file.display().to_string(),
-        rule(
-            "s.test",
+    let proxy = Proxy::start(
+        &(format!(
+            "{GLOBAL}proxy_ca_file = {:?}\npurge_allow = [\"127.0.0.0/8\"]\n{}{}",
+            ca_file.display().to_string(),
+            rule(
+                "s.test",
+                plain_origin.port(),
+                &format!(
+                    "{}forward_port_https = {}\nforward_tls_name = \"origin.test\"\n",
+                    files(&c, &k),
+                    tls_origin.port()
+                )
+            ),
+            // One origin for both schemes: entries apart (the default), or shared.
+            rule("same.test", plain_origin.port(), &files(&c, &k)),
+        ) + &rule(
+            "shared.test",
             plain_origin.port(),
-            &format!(
-                "{}forward_port_https = {}\nforward_tls_name = \"origin.test\"\n",
-                files(&c, &k),
-                tls_origin.port()
-            )
-        ),
-        // One origin for both schemes: one shared entry.
-        rule("same.test", plain_origin.port(), &files(&c, &k)),
-    ));
+            &format!("{}cache_by_scheme = false\n", files(&c, &k)),
+        )),
+    );
     let https = proxy.https.unwrap();
     let browser = tls::browser(site_ca.roots());
     let plain = |path: &'static str| get(&proxy, "s.test", path);
@@ -672,9 +682,13 @@ async fn schemes_with_different_origins_keep_their_own_cache_entries() {
     assert_eq!(after.header("x-arc2-cache"), Some("Miss"));
     assert_eq!((plain_origin.requests(), tls_origin.requests()), (2, 2));
 
-    // A rule with one origin for both schemes shares the entry.
+    // One origin for both schemes: HTTPS has its own entry (a page made for plain HTTP, with
+    // its http:// links, never reaches HTTPS clients) unless the rule shares them.
     get(&proxy, "same.test", "/q").await;
-    let shared = tls::get(https, "same.test", "/q", &browser).await;
+    let apart = tls::get(https, "same.test", "/q", &browser).await;
+    assert_eq!(apart.header("x-arc2-cache"), Some("Miss"));
+    get(&proxy, "shared.test", "/q").await;
+    let shared = tls::get(https, "shared.test", "/q", &browser).await;
     assert_eq!(shared.header("x-arc2-cache"), Some("Hit"));
 }
 

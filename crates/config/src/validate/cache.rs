@@ -37,5 +37,6 @@ pub(super) fn read(s: &mut Section<'_>, sink: &mut Sink<'_>) -> CacheConfig {
             .map_or(Duration::from_secs(10), |v| secs(v.value)),
         heuristic: cache_heuristic(s, sink).unwrap_or_default(),
         store_set_cookie: s.bool(sink, "store_set_cookie").is_some_and(|b| b.value),
+        by_scheme: s.bool(sink, "cache_by_scheme").is_none_or(|b| b.value),
     }
 }

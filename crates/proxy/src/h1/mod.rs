@@ -172,6 +172,49 @@ enum Recv {
     End,
 }
 
+/// Bytes of partial request heads above [`FREE_HEAD`] each, held by all connections together:
+/// past it, a connection whose head grows further gets 431. `max_request_head_size` bounds one
+/// connection; this bounds them all (issue 30: 1,000 connections holding 60 KB partial heads
+/// cost 60 MB).
+pub const PARTIAL_HEADS_BUDGET: usize = 32 << 20;
+
+/// What a partial head may hold without counting against [`PARTIAL_HEADS_BUDGET`]: heads of
+/// ordinary size never touch the shared counter.
+const FREE_HEAD: usize = 8 << 10;
+
+static PARTIAL_HEADS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// One connection's share of [`PARTIAL_HEADS`], given back when its head is complete or the
+/// connection ends.
+#[derive(Default)]
+struct HeadCharge(usize);
+
+impl HeadCharge {
+    /// Charges a partial head of `held` bytes; false when the budget is spent.
+    fn hold(&mut self, held: usize) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        let want = held.saturating_sub(FREE_HEAD);
+        if want <= self.0 {
+            return true;
+        }
+        let more = want - self.0;
+        if PARTIAL_HEADS.fetch_add(more, Relaxed) + more > PARTIAL_HEADS_BUDGET {
+            PARTIAL_HEADS.fetch_sub(more, Relaxed);
+            return false;
+        }
+        self.0 = want;
+        true
+    }
+}
+
+impl Drop for HeadCharge {
+    fn drop(&mut self) {
+        if self.0 > 0 {
+            PARTIAL_HEADS.fetch_sub(self.0, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
 /// recv: reads until `carry` starts with a complete head, within the keep-alive timeout for
 /// its first byte and the header read timeout for the rest.
 async fn recv_head<I: AsyncRead + Unpin>(
@@ -183,6 +226,7 @@ async fn recv_head<I: AsyncRead + Unpin>(
 ) -> Recv {
     let mut started: Option<Instant> = None;
     let mut closing: Option<Instant> = None;
+    let mut charge = HeadCharge::default();
     loop {
         if !carry.is_empty() {
             match head::parse(carry, limits.max_head, limits.max_headers) {
@@ -221,6 +265,13 @@ async fn recv_head<I: AsyncRead + Unpin>(
                         started.get_or_insert_with(Instant::now);
                     } else {
                         carry.extend_from_slice(&b);
+                    }
+                    if carry.len() > FREE_HEAD && !charge.hold(carry.capacity()) {
+                        tracing::info!(
+                            budget = PARTIAL_HEADS_BUDGET,
+                            "partial request heads of all connections over their budget; 431"
+                        );
+                        return Recv::Refused(HeadError::TooLarge);
                     }
                 }
                 Err(_) => return Recv::End,

@@ -104,6 +104,9 @@ fn read_rule(
     let store_set_cookie = s
         .bool(sink, "store_set_cookie")
         .map_or(cache.store_set_cookie, |b| b.value);
+    let cache_by_scheme = s
+        .bool(sink, "cache_by_scheme")
+        .map_or(cache.by_scheme, |b| b.value);
     let allow_ips = cidrs(&mut s, sink, "allow_ips")
         .map(|c| c.value)
         .unwrap_or_default();
@@ -155,6 +158,7 @@ fn read_rule(
         max_age_overrides_origin,
         cache_heuristic,
         store_set_cookie,
+        cache_by_scheme,
         sql_injection,
         disallowed_user_agents,
         allow_ips,
