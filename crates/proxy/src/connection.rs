@@ -144,10 +144,12 @@ impl Conn {
             alpn.prepare(sni.as_deref(), protocols).await;
             start.into_stream(acceptor.config().clone()).await
         };
-        let handshake = tokio::select! {
-            r = tokio::time::timeout(self.limits.header_read_timeout, accept) => r,
-            _ = stop.changed() => return,
-        };
+        // A stop (shutdown, or the upgrade to a new binary) does not cut a handshake short:
+        // the client would send its request into a closed connection. It completes (within
+        // the head timeout), and the request that follows is answered with `Connection:
+        // close` like any on a stopping server (issue 30's soak: TLS requests failed at every
+        // upgrade).
+        let handshake = tokio::time::timeout(self.limits.header_read_timeout, accept).await;
         let metrics = crate::metrics::get();
         match handshake {
             Ok(Ok(tls)) => {
@@ -190,7 +192,7 @@ impl Conn {
     ) where
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
-        let deadline = tokio::time::Instant::now() + self.limits.header_read_timeout;
+        let mut deadline = tokio::time::Instant::now() + self.limits.header_read_timeout;
         loop {
             if !first.is_empty() {
                 let n = first.len().min(H2_PREFACE.len());
@@ -213,9 +215,19 @@ impl Conn {
                     return Box::pin(self.serve_h2(io, stop)).await;
                 }
             }
+            // Stopping: a connection that sent nothing yet gets a short grace for the request
+            // its client may already be sending (as h1 gives an idle keep-alive connection).
+            if *stop.borrow() {
+                deadline = deadline.min(tokio::time::Instant::now() + h1::STOP_GRACE);
+            }
             let read = tokio::select! {
                 r = tokio::time::timeout_at(deadline, h1::read_some(&mut io)) => r,
-                _ = stop.changed() => return,
+                r = stop.changed(), if !*stop.borrow() => {
+                    if r.is_err() {
+                        return;
+                    }
+                    continue;
+                }
             };
             match read {
                 Ok(Ok(b)) if !b.is_empty() => first.extend_from_slice(&b),

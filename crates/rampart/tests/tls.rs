@@ -778,3 +778,43 @@ async fn the_local_ca_issues_certificates_that_survive_a_restart() {
     );
     assert_eq!(std::fs::read_to_string(&root).unwrap(), first_root.unwrap());
 }
+
+/// Issue 30's soak: a TLS connection still in its handshake when the process stops (SIGTERM,
+/// or an upgrade's old process) was closed at once, and the client's request went unanswered.
+/// The handshake now completes and the request is answered, with `Connection: close`.
+#[tokio::test]
+async fn a_handshake_under_way_when_the_process_stops_is_completed_and_answered() {
+    let origin = hello_origin().await;
+    let ca = TestCa::new("stop CA");
+    let (c, k) = ca.leaf(&["a.test"]).write("stop");
+    let proxy = Proxy::start(&format!(
+        "{GLOBAL}metrics_allow = [\"127.0.0.1\"]\n{}",
+        rule("a.test", origin.port(), &files(&c, &k))
+    ));
+    let https = proxy.https.unwrap();
+    // Connected, accepted, and nothing of the handshake sent yet.
+    let tcp = tokio::net::TcpStream::connect(https).await.unwrap();
+    let accepted = eventually(Duration::from_secs(10), async || {
+        let m = get(&proxy, "a.test", "/_rampart/metrics").await.text();
+        m.contains("rampart_connections_open{scheme=\"https\"} 1")
+    })
+    .await;
+    assert!(accepted, "the connection was not accepted");
+    proxy.signal(15);
+    let config = tls::client_config(ca.roots(), &[b"http/1.1"], &[&rustls::version::TLS13]);
+    let name = rustls::pki_types::ServerName::try_from("a.test").unwrap();
+    let s = tokio_rustls::TlsConnector::from(config)
+        .connect(name, tcp)
+        .await
+        .expect("the handshake completes while the process stops");
+    let got = tls::request(
+        s,
+        Request::get("/")
+            .header("host", "a.test")
+            .body(empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(got.status, 200);
+    assert_eq!(got.header("connection"), Some("close"));
+}

@@ -160,7 +160,7 @@ async fn switch<I: AsyncRead + AsyncWrite + Unpin>(
 
 /// How long a stopping server still waits for the next request on an idle keep-alive
 /// connection.
-const STOP_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
+pub(crate) const STOP_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
 
 // Returned once per request and taken apart at once; boxing the head would allocate per request.
 #[allow(clippy::large_enum_variant)]
