@@ -10,10 +10,12 @@
 //! answers mid-body, and slow readers and slowloris clients hold connections ([`attackers`]).
 //!
 //! The report ([`report`]) counts requests sent, answered and failed (by cause, each failure
-//! explained by a fault or not), wrong bodies, RSS and open descriptors of the serving process
-//! each second, latency percentiles per window, and the faults injected. The exit status is
-//! non-zero on any wrong body, any failure no fault explains, a fault that did not go as
-//! planned, RSS over the bound, or descriptors that kept growing.
+//! explained by a fault, by a known rampart defect, or by nothing), wrong bodies, RSS and open
+//! descriptors of the serving process each second, latency percentiles per window, and the
+//! faults injected. The exit status is non-zero on any wrong body, any failure no fault
+//! explains (known defects included, unless `--tolerate-known-defects`), a fault that did not
+//! go as planned or never happened, RSS over the bound, descriptors that kept growing, a
+//! slowloris connection held past the header timeout, or a panic in rampart's stderr.
 
 mod attackers;
 mod body;
@@ -311,7 +313,7 @@ fn soak(args: &SoakArgs) -> anyhow::Result<bool> {
     // own footprint is part of those 40 MiB; the binary under test may be a debug build
     // whose code and unoptimised runtime alone take tens of MiB more. Adding the process's
     // RSS before any traffic keeps the bound about what traffic and the cache add, whichever
-    // build runs (a release build's baseline is a few MiB, so its bound barely loosens).
+    // build runs (a release build's baseline is much smaller, so its bound barely loosens).
     let rss_bound = args.max_rss_mib.map_or_else(
         || cache_memory + cache_memory / 10 + (40 << 20) + baseline_rss,
         |m| m << 20,

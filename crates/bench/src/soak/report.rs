@@ -659,7 +659,7 @@ fn markdown(i: &Input<'_>, j: &Json<'_>) -> String {
         }
         at += w;
     }
-    s.push_str("\n## Latency per window (answered requests, head to last byte)\n\n| seconds | answered | p50 ms | p90 ms | p99 ms | max ms | slowest |\n|---|---:|---:|---:|---:|---:|---|\n");
+    s.push_str("\n## Latency per window (answered requests, from the request's start, a new connection included, to its last byte)\n\n| seconds | answered | p50 ms | p90 ms | p99 ms | max ms | slowest |\n|---|---:|---:|---:|---:|---:|---|\n");
     for x in j.latency {
         let _ = writeln!(
             s,
