@@ -210,6 +210,16 @@ async fn try_origins(
                 upstreams.mark_down(member);
                 last_err = Some(e);
             }
+            // The connection failed before any of the answer came (an origin killed or
+            // restarted mid-request): a safe, body-less request goes to the next origin, as
+            // NGINX's `proxy_next_upstream error` does. The origin is not marked down: its
+            // next connection says whether it is.
+            Err(e @ ProxyError::UpstreamProtocol(_))
+                if spare.as_ref().is_some_and(|(m, _, _)| m.is_safe()) =>
+            {
+                tracing::warn!(upstream = %shown, error = %e, "origin connection failed before the answer; trying the next origin");
+                last_err = Some(e);
+            }
             Err(e) => return Err(e),
         }
     }

@@ -236,6 +236,65 @@ async fn fails_over_to_the_next_upstream() {
     assert_eq!(live.requests(), 3);
 }
 
+/// Issue 30's soak: an origin killed while it held a GET made that GET a 502 although another
+/// origin was up. A safe, body-less request whose connection fails before any of the answer
+/// goes to the next origin; a POST does not (it may have been acted on).
+#[tokio::test]
+async fn a_get_whose_origin_drops_the_connection_goes_to_the_next_origin() {
+    use std::io::Read as _;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    // Reads each request head, then closes the connection without a byte of answer.
+    let dropping = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dropping_port = dropping.local_addr().unwrap().port();
+    let dropped = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = dropped.clone();
+    std::thread::spawn(move || {
+        for conn in dropping.incoming() {
+            let Ok(mut conn) = conn else { break };
+            let mut buf = [0u8; 4096];
+            let mut head = Vec::new();
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match conn.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
+            counted.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    let live = Origin::new().route("*", Reply::text("live")).start().await;
+    let cfg = format!(
+        "listen = [\"127.0.0.1:0\"]\nworkers = 1\n[[proxy_rules]]\ndomain = \"lb\"\nmax_age_seconds = 0\n\
+         upstreams = [\"127.0.0.1:{dropping_port}\", \"127.0.0.1:{}\"]\n",
+        live.port()
+    );
+    let proxy = Proxy::start(&cfg);
+    for _ in 0..6 {
+        let got = get(&proxy, "lb", "/").await;
+        assert_eq!((got.status.as_u16(), got.text()), (200, "live".to_owned()));
+    }
+    assert!(
+        dropped.load(Ordering::SeqCst) > 0,
+        "the failing origin was never tried"
+    );
+    // A POST that reached the failing origin is not sent again.
+    let before = dropped.load(Ordering::SeqCst);
+    let mut statuses = Vec::new();
+    for _ in 0..6 {
+        let req = Request::post(proxy.url("/"))
+            .header("host", "lb")
+            .body(full("x"))
+            .unwrap();
+        statuses.push(send(&client(), req).await.status.as_u16());
+    }
+    let tried = dropped.load(Ordering::SeqCst) - before;
+    assert_eq!(
+        statuses.iter().filter(|&&s| s == 502).count(),
+        tried,
+        "{statuses:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_bodies_stream_both_ways_with_bounded_memory() {
     const GIB: u64 = 1 << 30;
