@@ -435,11 +435,37 @@ pub struct Sample {
     pub pid: u32,
     pub rss_bytes: u64,
     pub fds: usize,
+    /// What the cache says it holds (`/_rampart/metrics`: stored responses, room reserved by
+    /// bodies on their way in, bodies pinned outside entries), when it answered.
+    pub cache_bytes: Option<u64>,
+}
+
+/// The cache's own account of its memory from `/_rampart/metrics` (`metrics_allow` has
+/// loopback): the stored responses' size, the room reserved by bodies on their way in, and
+/// the bodies pinned outside entries; `None` when it did not answer within 500 ms.
+fn cache_bytes(http: SocketAddr) -> Option<u64> {
+    use std::io::{Read as _, Write as _};
+    let mut s = std::net::TcpStream::connect_timeout(&http, Duration::from_millis(500)).ok()?;
+    s.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
+    s.write_all(b"GET /_rampart/metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut text = String::new();
+    let _ = s.read_to_string(&mut text);
+    let gauge = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+    };
+    let size = gauge("rampart_cache_size_bytes")?;
+    let more = gauge("rampart_cache_reserved_bytes").unwrap_or(0.0)
+        + gauge("rampart_cache_pinned_bytes").unwrap_or(0.0);
+    Some((size + more) as u64)
 }
 
 /// Samples the serving process every second until `stop`.
 pub fn sampler(
     pid: Arc<AtomicU32>,
+    http: SocketAddr,
     start: Instant,
     stop: Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<Vec<Sample>> {
@@ -454,6 +480,7 @@ pub fn sampler(
                     pid: p,
                     rss_bytes: rampart::rss(p),
                     fds,
+                    cache_bytes: cache_bytes(http),
                 });
             }
             next += Duration::from_secs(1);

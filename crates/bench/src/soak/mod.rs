@@ -9,7 +9,7 @@
 //! ([`faults`]) reloads, upgrades the binary, kills origins and Redis, an origin path cuts its
 //! answers mid-body, and slow readers and slowloris clients hold connections ([`attackers`]).
 //!
-//! The report ([`report`]) counts requests sent, answered and failed (by cause, each failure
+//! The report ([`report`]; soak.md, soak.json, and rampart's stderr as rampart-stderr.log) counts requests sent, answered and failed (by cause, each failure
 //! explained by a fault, by a known rampart defect, or by nothing), wrong bodies, RSS and open
 //! descriptors of the serving process each second, latency percentiles per window, and the
 //! faults injected. The exit status is non-zero on any wrong body, any failure no fault
@@ -335,6 +335,7 @@ fn soak(args: &SoakArgs) -> anyhow::Result<bool> {
         Duration::from_millis(args.think_ms),
         Duration::from_secs(HEADER_TIMEOUT_S),
     ));
+    let http_addr = rampart.http;
     let rampart = Arc::new(Mutex::new(rampart));
     let origins = vec![
         Arc::new(Mutex::new(origin_a)),
@@ -349,7 +350,7 @@ fn soak(args: &SoakArgs) -> anyhow::Result<bool> {
     };
     let stop = Arc::new(AtomicBool::new(false));
     let fault_log = Arc::new(FaultLog::new(start));
-    let sampler = faults::sampler(pid.clone(), start, stop.clone());
+    let sampler = faults::sampler(pid.clone(), http_addr, start, stop.clone());
     let fault_threads = faults::spawn(schedule, &targets, &fault_log, start, end, &stop);
 
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -390,11 +391,13 @@ fn soak(args: &SoakArgs) -> anyhow::Result<bool> {
         recorded: ctx.tally.take(),
         faults: fault_log.events(),
         samples,
-        rampart_log: log_text,
+        rampart_log: log_text.clone(),
         redis: targets.redis.is_some(),
     };
     let (md, json, summary, passed) = report::build(input);
     std::fs::write(out.join("soak.md"), md)?;
+    // rampart's stderr, whole (the report quotes its end).
+    std::fs::write(out.join("rampart-stderr.log"), &log_text)?;
     std::fs::write(out.join("soak.json"), json)?;
     println!("{summary}\nreport: {}", out.join("soak.md").display());
     let _ = std::fs::remove_dir_all(&scratch);

@@ -67,7 +67,7 @@ pub fn config(s: &Setup, variant: usize) -> String {
         "# rampart-bench soak, variant {variant}\n\
          listen = [\"127.0.0.1:0\"]\nlisten_https = [\"127.0.0.1:0\"]\nhttp3 = true\n\
          workers = 2\nadd_logging = false\nlogging_level = \"error\"\nadd_caching = true\n\
-         cache_memory = {}\nstate_dir = {:?}\npurge_allow = [\"127.0.0.1\"]\n\
+         cache_memory = {}\nstate_dir = {:?}\npurge_allow = [\"127.0.0.1\"]\nmetrics_allow = [\"127.0.0.1\"]\n\
          client_header_timeout_seconds = {}\nshutdown_timeout_seconds = {}\n{redis}\n\
          {}\n[[proxy_rules.path_rules]]\npath = \"/soak-reload-variant-{variant}\"\n\
          match_type = \"Equals\"\nrule_type = \"Blacklist\"\nmax_age_seconds = 0\n\n{}",
