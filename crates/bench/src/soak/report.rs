@@ -2,9 +2,12 @@
 //! Markdown (`soak.md`), JSON (`soak.json`, what the CI test reads) and a summary on stdout.
 //!
 //! A failure is explained only by a fault that can cause it, at the time it happened:
-//! - an origin killed: an origin-failure status (5xx) or an answer cut mid-body, for a request
-//!   in flight between the kill and 5 s after the origin is back (rampart's pooled connections
-//!   to the dead process, and the 5 s it keeps a refusing origin marked down);
+//! - an origin killed: an answer cut mid-body, or an origin-failure status (5xx) to a POST
+//!   (a request with a body is not sent to the other origin), for a request in flight between
+//!   the kill and 5 s after the origin is back (rampart's pooled connections to the dead
+//!   process, and the 5 s it keeps a refusing origin marked down). A body-less request goes to
+//!   the other origin when its origin's connection breaks before any of the answer, so a 5xx
+//!   to a GET is not explained;
 //! - the flaky path: a 5xx, a cut answer or a reset before the answer to a `/flaky/` request
 //!   (the origin cut it on purpose: what matters is that it is never served as complete);
 //! - an upgrade: a WebSocket closed, between SIGUSR2 and 1 s after the old process exited (the
@@ -63,7 +66,8 @@ fn explain(f: &Failure, faults: &[FaultEvent]) -> Option<String> {
     if f.class.ends_with(" flaky") && clean_error {
         return Some("the origin cut this URL's answer mid-body on purpose (flaky path)".into());
     }
-    if origin_like {
+    let origin_death = f.cause == "body cut" || (is_5xx(&f.cause) && f.class.ends_with(" post"));
+    if origin_death {
         if let Some(ev) = faults
             .iter()
             .find(|e| e.kind == "origin-kill" && overlaps(e.start_s, e.end_s + ORIGIN_GRACE_S))
@@ -717,6 +721,8 @@ mod tests {
         let e = |f: Failure| explain(&f, &faults);
         assert!(e(failure("h1 post", "status 502", 16.0))
             .is_some_and(|x| x.contains("origin b was down")));
+        // A GET goes to the other origin: its 502 is not the dead origin's doing.
+        assert!(e(failure("h1 get", "status 502", 16.0)).is_none());
         // Within the grace after the origin is back, not after it.
         assert!(e(failure("h2c get", "body cut", 22.0)).is_some());
         assert!(e(failure("h2c get", "body cut", 24.0)).is_none());
