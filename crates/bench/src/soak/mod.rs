@@ -103,6 +103,10 @@ pub struct SoakArgs {
     /// Run without Redis even when redis-server is installed.
     #[arg(long)]
     pub no_redis: bool,
+    /// With Redis, leave the shared cache tier (`redis_cache`) off: rate limits and purges
+    /// only.
+    #[arg(long)]
+    pub no_redis_cache: bool,
     /// Pause of each client between two requests (milliseconds).
     #[arg(long, default_value_t = 2)]
     pub think_ms: u64,
@@ -283,6 +287,7 @@ fn soak(args: &SoakArgs) -> anyhow::Result<bool> {
         state_dir: scratch.join("state"),
         cache_memory,
         redis: redis.as_ref().map(|r| r.addr),
+        redis_cache: !args.no_redis_cache,
         header_timeout_s: HEADER_TIMEOUT_S,
         shutdown_timeout_s: SHUTDOWN_TIMEOUT_S,
     };

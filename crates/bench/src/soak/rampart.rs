@@ -26,6 +26,8 @@ pub struct Setup {
     /// `cache_memory` in bytes.
     pub cache_memory: u64,
     pub redis: Option<SocketAddr>,
+    /// The shared cache tier (`redis_cache`) with Redis.
+    pub redis_cache: bool,
     pub header_timeout_s: u64,
     pub shutdown_timeout_s: u64,
 }
@@ -39,10 +41,12 @@ pub const WS_HOST: &str = "ws.soak";
 pub fn config(s: &Setup, variant: usize) -> String {
     let redis = match s.redis {
         // Every request's rate-limit decision goes through Redis (nobody is exempt, the rate
-        // is out of reach), purges go through its stream, and the shared cache tier is on.
+        // is out of reach), purges go through its stream, and the shared cache tier is on
+        // (unless `--no-redis-cache`).
         Some(r) => format!(
-            "redis_url = \"redis://{r}\"\nredis_cache = true\nadd_rate_limiting = true\n\
-             rate_limit_per_second = 1000000\nrate_limit_burst = 1000000\nrate_limit_exempt = []\n"
+            "redis_url = \"redis://{r}\"\nredis_cache = {}\nadd_rate_limiting = true\n\
+             rate_limit_per_second = 1000000\nrate_limit_burst = 1000000\nrate_limit_exempt = []\n",
+            s.redis_cache
         ),
         None => "add_rate_limiting = false\n".to_owned(),
     };

@@ -516,7 +516,11 @@ fn markdown(i: &Input<'_>, j: &Json<'_>) -> String {
         i.args.slowloris,
         i.args.objects,
         mib(i.cache_memory),
-        if i.redis { "one redis-server (rate limits, purges, cache tier)" } else { "none" }
+        match (i.redis, i.args.no_redis_cache) {
+            (false, _) => "none",
+            (true, false) => "one redis-server (rate limits, purges, cache tier)",
+            (true, true) => "one redis-server (rate limits, purges; no cache tier)",
+        }
     );
     let _ = writeln!(
         s,
