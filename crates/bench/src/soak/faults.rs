@@ -4,7 +4,8 @@
 //! own interval, from one interval after the start to a few seconds before the end (so the run
 //! ends with everything back up); every fault is logged with when it started and ended, which
 //! is what explains the failures it causes. A sampler thread reads the serving process's RSS
-//! and open descriptors every second.
+//! and open descriptors every second, and the cache's own account of its memory from
+//! `/_rampart/metrics`.
 
 use std::io::BufRead as _;
 use std::net::SocketAddr;
