@@ -172,12 +172,13 @@ impl Shared {
         let field = object_field(variant);
         let lock_ms = if lock { LOCK_FOR.as_millis() as u64 } else { 0 };
         let known = u8::from(variant.is_some());
+        let instance = self.instance().to_owned();
         let answer: Vec<Value> = self
-            .call("shared cache", |mut conn| async move {
+            .call("shared cache", move |mut conn| async move {
                 SCRIPTS[0]
                     .key(rkey)
                     .arg(field)
-                    .arg(self.instance())
+                    .arg(instance)
                     .arg(lock_ms)
                     .arg(known)
                     .invoke_async(&mut conn)
@@ -217,24 +218,42 @@ impl Shared {
         object: Vec<u8>,
         ttl: Duration,
     ) {
+        // Writes in flight hold their object (and Redis's copy of the command) until Redis
+        // takes it: bounded together, a write over the budget is skipped (a fallback), so a
+        // slow or absent Redis cannot make them pile up beside the cache (issue 30's soak:
+        // RSS past cache_memory × 1.1 + 40 MiB with the tier on).
+        let kib = (object.len().div_ceil(1024)).max(1) as u32;
+        let Ok(held) = WRITES.try_acquire_many(kib) else {
+            STATS.fallback(Feature::Cache);
+            tracing::debug!(
+                bytes = object.len(),
+                "shared cache writes in flight at their budget; this one skipped"
+            );
+            return;
+        };
         let rkey = resource_key(&self.config().key_prefix, key);
         let field = object_field(variant);
         let ttl_ms = ttl.as_millis().max(1) as u64;
         let this = self.clone();
         self.spawn_call(async move {
+            let _held = held;
             let instance = this.instance().to_owned();
             let r: Result<(), _> = this
-                .call_with(STORE_TIMEOUT, "shared cache write", |mut conn| async move {
-                    SCRIPTS[1]
-                        .key(rkey)
-                        .arg(vary)
-                        .arg(field)
-                        .arg(object)
-                        .arg(ttl_ms)
-                        .arg(instance)
-                        .invoke_async(&mut conn)
-                        .await
-                })
+                .call_with(
+                    STORE_TIMEOUT,
+                    "shared cache write",
+                    move |mut conn| async move {
+                        SCRIPTS[1]
+                            .key(rkey)
+                            .arg(vary)
+                            .arg(field)
+                            .arg(object)
+                            .arg(ttl_ms)
+                            .arg(instance)
+                            .invoke_async(&mut conn)
+                            .await
+                    },
+                )
                 .await;
             match r {
                 Ok(()) => STATS
@@ -280,6 +299,12 @@ impl Shared {
 
 /// Longest wait for a background write.
 const STORE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Bytes of objects being written to the shared tier at once (KiB permits): with the command
+/// Redis's client builds of each, at most twice this is held beside the cache.
+pub const WRITES_IN_FLIGHT: usize = 8 << 20;
+
+static WRITES: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(WRITES_IN_FLIGHT >> 10);
 
 /// Removes what `scope` addresses from the shared tier (on the Redis thread, before the purge
 /// is sent to the others).

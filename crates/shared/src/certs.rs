@@ -77,9 +77,9 @@ impl Vault {
         let key = self.name(name);
         let blob: Option<Vec<u8>> = self
             .shared
-            .call_with(TIMEOUT, "certificate store", |mut c| {
+            .call_with(TIMEOUT, "certificate store", {
                 let key = key.clone();
-                async move { redis::cmd("GET").arg(key).query_async(&mut c).await }
+                move |mut c| async move { redis::cmd("GET").arg(key).query_async(&mut c).await }
             })
             .await?;
         blob.map(|b| self.open(&key, b)).transpose()
@@ -142,7 +142,7 @@ impl Vault {
         let (k, t) = (key.clone(), token.clone());
         let taken: Option<String> = self
             .shared
-            .call_with(TIMEOUT, "certificate lock", |mut c| async move {
+            .call_with(TIMEOUT, "certificate lock", move |mut c| async move {
                 redis::cmd("SET")
                     .arg(k)
                     .arg(t)

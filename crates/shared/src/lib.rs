@@ -301,8 +301,9 @@ impl Shared {
     /// `redis_timeout_ms`. A failure starts the back-off.
     pub async fn call<T, F, Fut>(&self, what: &'static str, f: F) -> Result<T, SharedError>
     where
-        F: FnOnce(Conn) -> Fut,
-        Fut: Future<Output = redis::RedisResult<T>>,
+        F: FnOnce(Conn) -> Fut + Send + 'static,
+        Fut: Future<Output = redis::RedisResult<T>> + Send + 'static,
+        T: Send + 'static,
     {
         if self.inner.health.backing_off() {
             return Err(SharedError::BackingOff);
@@ -312,6 +313,11 @@ impl Shared {
 
     /// Sends one command off the request path (certificates), waiting up to `timeout`, even
     /// while the request path backs off. A failure starts the back-off.
+    ///
+    /// The command runs on the Redis thread, whoever asks: the connection's futures (its
+    /// reconnection, with its timers) then only ever belong to that thread's runtime. Polled
+    /// on a worker, a reconnection made there outlived the worker's runtime at shutdown and
+    /// panicked the Redis thread that polled it next (issue 30's soak).
     pub async fn call_with<T, F, Fut>(
         &self,
         timeout: Duration,
@@ -319,14 +325,23 @@ impl Shared {
         f: F,
     ) -> Result<T, SharedError>
     where
-        F: FnOnce(Conn) -> Fut,
-        Fut: Future<Output = redis::RedisResult<T>>,
+        F: FnOnce(Conn) -> Fut + Send + 'static,
+        Fut: Future<Output = redis::RedisResult<T>> + Send + 'static,
+        T: Send + 'static,
     {
         let health = &self.inner.health;
-        let result = match tokio::time::timeout(timeout, f(self.inner.conn.clone())).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(SharedError::Redis(e)),
-            Err(_) => Err(SharedError::Timeout(timeout)),
+        let conn = self.inner.conn.clone();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.inner.handle.spawn(async move {
+            let answer = tokio::time::timeout(timeout, f(conn)).await;
+            let _ = tx.send(answer);
+        });
+        let result = match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(Ok(Ok(v)))) => Ok(v),
+            Ok(Ok(Ok(Err(e)))) => Err(SharedError::Redis(e)),
+            // Timed out there or here, or the Redis thread is gone (stopping).
+            Ok(Ok(Err(_))) | Err(_) => Err(SharedError::Timeout(timeout)),
+            Ok(Err(_)) => Err(SharedError::Unexpected("the Redis thread stopped")),
         };
         match &result {
             Ok(_) => health.answered(),

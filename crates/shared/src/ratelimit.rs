@@ -42,13 +42,13 @@ pub enum Verdict {
 /// The script, compiled once (its SHA is sent; the source only when Redis lacks it).
 #[derive(Debug)]
 pub struct Gcra {
-    script: redis::Script,
+    script: std::sync::Arc<redis::Script>,
 }
 
 impl Default for Gcra {
     fn default() -> Self {
         Gcra {
-            script: redis::Script::new(GCRA),
+            script: std::sync::Arc::new(redis::Script::new(GCRA)),
         }
     }
 }
@@ -69,13 +69,16 @@ impl Gcra {
         let interval = 1_000_000 / u64::from(per_second.max(1));
         let tolerance = interval * u64::from(burst.max(1) - 1);
         let (admitted, wait): (i64, i64) = shared
-            .call("rate limit", |mut conn| async move {
-                self.script
-                    .key(&key)
-                    .arg(interval)
-                    .arg(tolerance)
-                    .invoke_async(&mut conn)
-                    .await
+            .call("rate limit", {
+                let script = self.script.clone();
+                move |mut conn| async move {
+                    script
+                        .key(&key)
+                        .arg(interval)
+                        .arg(tolerance)
+                        .invoke_async(&mut conn)
+                        .await
+                }
             })
             .await?;
         Ok(if admitted == 1 {
