@@ -327,16 +327,6 @@ async fn conformance_cases_get_the_status_the_rfcs_name() {
 /// A valid grayscale PNG of `side` × `side` black pixels: tiny on the wire, `side`² bytes
 /// decoded and far more to convert.
 fn flat_png(side: u32) -> Vec<u8> {
-    fn chunk(kind: &[u8], data: &[u8]) -> Vec<u8> {
-        let mut c = (data.len() as u32).to_be_bytes().to_vec();
-        c.extend_from_slice(kind);
-        c.extend_from_slice(data);
-        let mut crc = flate2::Crc::new();
-        crc.update(kind);
-        crc.update(data);
-        c.extend_from_slice(&crc.sum().to_be_bytes());
-        c
-    }
     let mut ihdr = Vec::new();
     ihdr.extend_from_slice(&side.to_be_bytes());
     ihdr.extend_from_slice(&side.to_be_bytes());
@@ -348,9 +338,9 @@ fn flat_png(side: u32) -> Vec<u8> {
     }
     let idat = z.finish().unwrap();
     let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
-    png.extend(chunk(b"IHDR", &ihdr));
-    png.extend(chunk(b"IDAT", &idat));
-    png.extend(chunk(b"IEND", &[]));
+    png.extend(png_chunk(b"IHDR", &ihdr));
+    png.extend(png_chunk(b"IDAT", &idat));
+    png.extend(png_chunk(b"IEND", &[]));
     png
 }
 

@@ -14,16 +14,6 @@ const BROWSER_ACCEPT: &str = "image/avif,image/webp,image/apng,image/*,*/*;q=0.8
 
 /// A 1×1 PNG whose header claims 60,000 × 60,000 pixels (10.8 GB of RGB once decoded).
 fn bomb() -> Vec<u8> {
-    fn chunk(kind: &[u8], data: &[u8]) -> Vec<u8> {
-        let mut c = (data.len() as u32).to_be_bytes().to_vec();
-        c.extend_from_slice(kind);
-        c.extend_from_slice(data);
-        let mut crc = flate2::Crc::new();
-        crc.update(kind);
-        crc.update(data);
-        c.extend_from_slice(&crc.sum().to_be_bytes());
-        c
-    }
     let mut ihdr = Vec::new();
     ihdr.extend_from_slice(&60_000u32.to_be_bytes());
     ihdr.extend_from_slice(&60_000u32.to_be_bytes());
@@ -32,9 +22,9 @@ fn bomb() -> Vec<u8> {
     std::io::Write::write_all(&mut z, &[0, 1, 2, 3]).unwrap();
     let idat = z.finish().unwrap();
     let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
-    png.extend(chunk(b"IHDR", &ihdr));
-    png.extend(chunk(b"IDAT", &idat));
-    png.extend(chunk(b"IEND", &[]));
+    png.extend(png_chunk(b"IHDR", &ihdr));
+    png.extend(png_chunk(b"IDAT", &idat));
+    png.extend(png_chunk(b"IEND", &[]));
     png
 }
 

@@ -7,7 +7,8 @@
 //! A GET sent on a reused connection that the server closed before any byte of the answer is
 //! sent once more on a new connection (counted as `retried`), as HTTP clients do (RFC 9112
 //! §9.3.1); a POST is sent again only when it provably never left (an HTTP/3 connection that
-//! refused to open its stream after the server's GOAWAY).
+//! refused to open its stream after the server's GOAWAY, or a request hyper reports canceled:
+//! never sent on an HTTP/2 connection that was closing).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -161,7 +162,10 @@ pub async fn hyper_client(ctx: Arc<Ctx>, h2: bool, seed: u64) {
                 }
                 Ok(Err(e)) => {
                     conn = None;
-                    if reused && !retried && op.idempotent() {
+                    // `canceled`: hyper never sent it (the connection was closing: an HTTP/2
+                    // GOAWAY at an upgrade), so even a POST may go again, as hyper-util's
+                    // pooled client does.
+                    if !retried && ((reused && op.idempotent()) || e.is_canceled()) {
                         retried = true;
                         ctx.tally.retried(&class);
                         continue;

@@ -769,3 +769,16 @@ pub fn raw(addr: SocketAddr, bytes: &[u8], idle: Duration) -> String {
     }
     String::from_utf8_lossy(&out).into_owned()
 }
+
+/// One PNG chunk: length, type, data and CRC (for the pictures tests build by hand).
+#[allow(dead_code)] // only the picture tests
+pub fn png_chunk(kind: &[u8], data: &[u8]) -> Vec<u8> {
+    let mut c = (data.len() as u32).to_be_bytes().to_vec();
+    c.extend_from_slice(kind);
+    c.extend_from_slice(data);
+    let mut crc = flate2::Crc::new();
+    crc.update(kind);
+    crc.update(data);
+    c.extend_from_slice(&crc.sum().to_be_bytes());
+    c
+}
