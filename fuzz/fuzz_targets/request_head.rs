@@ -26,6 +26,7 @@ fuzz_target!(|data: &[u8]| {
             header_read_timeout: Duration::from_millis(500),
             keepalive_timeout: Duration::from_millis(500),
             body_idle_timeout: Duration::from_millis(500),
+            send_timeout: Duration::from_millis(500),
         };
         let serve = h1::serve(
             server,

@@ -91,6 +91,15 @@ pub fn encode(obj: &Object) -> Vec<u8> {
 /// The object [`encode`] wrote, owning its memory (nothing of `bytes` is kept); `None` for
 /// anything else.
 pub fn decode(bytes: &[u8]) -> Option<Object> {
+    decode_with(bytes, |b| (Bytes::copy_from_slice(b), None))
+}
+
+/// [`decode`] with the body made by `body` (a store's charged body, see
+/// [`crate::object::Residency`], for an object that will be stored).
+pub fn decode_with(
+    bytes: &[u8],
+    body: impl FnOnce(&[u8]) -> (Bytes, Option<Arc<crate::object::Residency>>),
+) -> Option<Object> {
     let mut r = Reader(bytes);
     if r.take(4)? != MAGIC {
         return None;
@@ -145,7 +154,7 @@ pub fn decode(bytes: &[u8]) -> Option<Object> {
         headers.append(name, value);
     }
     let headers = compact_headers(&headers, &[]);
-    let body = Bytes::copy_from_slice(r.0);
+    let (body, residency) = body(r.0);
     Some(Object {
         status,
         headers_charge: headers_charge(&headers),
@@ -161,7 +170,7 @@ pub fn decode(bytes: &[u8]) -> Option<Object> {
         refreshing: Default::default(),
         encoded: Box::default(),
         webp: None,
-        residency: None,
+        residency,
     })
 }
 

@@ -93,7 +93,10 @@ fn use_object(
     req: &Request<RequestBody>,
     bytes: &[u8],
 ) -> Option<Response<ProxyBody>> {
-    let Some(obj) = rampart_cache::wire::decode(bytes) else {
+    // Its body charged to the budget for as long as it lives, as a fetched one is.
+    let Some(obj) =
+        rampart_cache::wire::decode_with(bytes, |b| cache.store().charged_body(b.to_vec()))
+    else {
         tracing::warn!("the shared cache tier holds an object this version cannot read");
         return None;
     };
