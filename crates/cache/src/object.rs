@@ -195,11 +195,18 @@ impl Drop for Charged {
     }
 }
 
+/// Bodies below this are stored as plain bytes, one allocation, not followed once the store
+/// lets them go: what slow readers can hold of them is small next to their connections, and
+/// the two extra allocations a followed body needs would be most of a tiny object's memory.
+pub const CHARGED_FROM: usize = 16 << 10;
+
 /// `data` as a stored body charged to `gauge` (a store's pinned gauge) until a store entry
-/// takes it, and again whenever no entry holds it while it lives. Empty bodies are not charged.
+/// takes it, and again whenever no entry holds it while it lives. Bodies under
+/// [`CHARGED_FROM`] are not followed.
 pub fn charged_body(data: Vec<u8>, gauge: &Arc<AtomicU64>) -> (Bytes, Option<Arc<Residency>>) {
-    if data.is_empty() {
-        return (Bytes::new(), None);
+    if data.len() < CHARGED_FROM {
+        // Exactly its length, so the object holds what it is charged for.
+        return (Bytes::from(data.into_boxed_slice()), None);
     }
     let charge = body_charge(data.len());
     gauge.fetch_add(charge, Ordering::Relaxed);
