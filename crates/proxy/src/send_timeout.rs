@@ -35,6 +35,8 @@ pub struct TimedWrite<W> {
     timeout: Duration,
     /// Made when a write has to wait; dropped when one completes.
     deadline: Option<Pin<Box<Sleep>>>,
+    /// The timeout passed once: every later wait fails at once (counted and logged once).
+    expired: bool,
 }
 
 impl<W> TimedWrite<W> {
@@ -43,6 +45,7 @@ impl<W> TimedWrite<W> {
             inner,
             timeout,
             deadline: None,
+            expired: false,
         }
     }
 
@@ -56,11 +59,15 @@ impl<W> TimedWrite<W> {
             self.deadline = None;
             return polled;
         }
+        if self.expired {
+            return Poll::Ready(Err(std::io::ErrorKind::TimedOut.into()));
+        }
         let timeout = self.timeout;
         let deadline = self
             .deadline
             .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
         ready!(deadline.as_mut().poll(cx));
+        self.expired = true;
         tracing::info!(?timeout, "client took nothing of the response for client_send_timeout_seconds; closing the connection");
         crate::metrics::get().send_timeout();
         Poll::Ready(Err(std::io::ErrorKind::TimedOut.into()))
