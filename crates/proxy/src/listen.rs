@@ -13,8 +13,21 @@ use socket2::{Domain, Protocol, Socket, Type};
 const DEFAULT_BACKLOG: i32 = 4096;
 
 /// The environment variable through which an upgrading rampart hands its listening sockets to
-/// the new binary: `FD,CONFIGURED,ACTUAL,http|https|h3` entries separated by `;`.
+/// the new binary: `FD,CONFIGURED,ACTUAL,http|https|h3` entries separated by `;`. An `h3` entry
+/// may go on with `,LINK,GENERATION`: the descriptor of the link over which the two processes
+/// pass each other's QUIC datagrams while the old one drains, and the old one's generation
+/// (see `quic::relay`).
 pub const HANDOFF_ENV: &str = "RAMPART_LISTEN_FDS";
+
+/// What an upgrade hands the new process: descriptors to leave open across `exec`, and the
+/// [`HANDOFF_ENV`] value naming them. Holds this process's copies of the HTTP/3 links' far
+/// ends until dropped (once the new process has started).
+#[derive(Debug, Default)]
+pub struct Handoff {
+    pub fds: Vec<RawFd>,
+    pub spec: String,
+    pub links: Vec<std::os::fd::OwnedFd>,
+}
 
 /// What a listening socket serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -92,6 +105,21 @@ fn inherit_one(entry: &str) -> Option<Inherited> {
     }
     socket.set_cloexec(true).ok()?;
     socket.set_nonblocking(true).ok()?;
+    if kind == Kind::H3 {
+        let link = parts.next().and_then(|l| l.parse::<RawFd>().ok());
+        let generation = parts.next().and_then(|g| g.parse::<u8>().ok());
+        if let (Some(link), Some(generation)) = (link, generation) {
+            let adopted = adopt_fd(link)
+                .filter(|l| l.r#type().ok() == Some(Type::SEQPACKET))
+                .map(|l| crate::quic::relay::inherit(fd, l, generation));
+            if !matches!(adopted, Some(Ok(()))) {
+                tracing::warn!(
+                    entry,
+                    "the HTTP/3 upgrade link is not usable: connections of the old process may stall while it drains"
+                );
+            }
+        }
+    }
     Some(Inherited {
         configured,
         kind,

@@ -433,19 +433,30 @@ impl Live {
         }
     }
 
-    /// For an upgrade: the listening descriptors and the [`crate::listen::HANDOFF_ENV`] value
-    /// that names them.
-    pub fn handoff(&self) -> (Vec<std::os::fd::RawFd>, String) {
-        let mut fds = Vec::new();
+    /// For an upgrade: the listening descriptors, the [`crate::listen::HANDOFF_ENV`] value
+    /// that names them, and a link beside each HTTP/3 socket (`quic::relay`).
+    pub fn handoff(&self) -> crate::listen::Handoff {
+        use std::os::fd::AsRawFd as _;
+        let mut out = crate::listen::Handoff::default();
         let mut spec = Vec::new();
         for l in &self.listening {
             for &fd in &l.fds {
-                fds.push(fd);
+                out.fds.push(fd);
                 let kind = l.kind.as_str();
-                spec.push(format!("{fd},{},{},{kind}", l.configured, l.actual));
+                let mut entry = format!("{fd},{},{},{kind}", l.configured, l.actual);
+                if l.kind == Kind::H3 {
+                    if let Some(link) = crate::quic::relay::offer(fd) {
+                        let generation = crate::quic::relay::generation();
+                        entry.push_str(&format!(",{},{generation}", link.as_raw_fd()));
+                        out.fds.push(link.as_raw_fd());
+                        out.links.push(link);
+                    }
+                }
+                spec.push(entry);
             }
         }
-        (fds, spec.join(";"))
+        out.spec = spec.join(";");
+        out
     }
 
     fn start_health(&self) -> std::io::Result<Option<(watch::Sender<bool>, JoinHandle<()>)>> {

@@ -91,7 +91,7 @@ impl Running {
 
     /// For an upgrade: the listening descriptors and the value of
     /// [`crate::listen::HANDOFF_ENV`] that names them for the new process.
-    pub fn handoff(&self) -> (Vec<std::os::fd::RawFd>, String) {
+    pub fn handoff(&self) -> crate::listen::Handoff {
         self.live
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -53,19 +53,23 @@ impl Upgrader {
         if let Some((pid, _)) = &self.pending {
             return Err(format!("an upgrade is in progress already (process {pid})"));
         }
-        let (fds, spec) = running.handoff();
-        for &fd in &fds {
+        let handoff = running.handoff();
+        let (fds, spec) = (&handoff.fds, &handoff.spec);
+        for &fd in fds {
             set_inheritable(fd, true).map_err(|e| format!("cannot hand over socket {fd}: {e}"))?;
         }
         let spawned = Command::new(&self.exe)
             .args(&self.args)
-            .env(HANDOFF_ENV, &spec)
+            .env(HANDOFF_ENV, spec)
             .env(FROM_ENV, std::process::id().to_string())
             .stdin(Stdio::null())
             .spawn();
-        for &fd in &fds {
+        for &fd in fds {
             let _ = set_inheritable(fd, false);
         }
+        // The new process has its copies of the HTTP/3 links' far ends; this one closes its own
+        // (so a link reports the new process gone when it exits).
+        drop(handoff);
         let mut child = spawned.map_err(|e| format!("cannot start {}: {e}", self.exe.display()))?;
         let pid = child.id();
         let (tx, rx) = mpsc::channel();

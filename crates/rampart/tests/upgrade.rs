@@ -1,10 +1,15 @@
 //! Upgrading the binary under load: SIGUSR2 hands the listening sockets to a new process.
 #![allow(clippy::unwrap_used)]
 
+#[path = "support/h3.rs"]
+#[allow(dead_code)]
+mod h3c;
 mod support;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+use support::tls::{files, TestCa};
 use support::*;
 
 const SIGUSR2: i32 = 12;
@@ -118,4 +123,92 @@ async fn a_new_process_that_cannot_start_leaves_the_old_one_serving() {
     );
     assert_eq!(proxy.wait_exit(Duration::from_millis(200)), None);
     assert_eq!(get(&proxy, "x", "/").await.text(), "still here");
+}
+
+/// HTTP/3 across an upgrade. While the old process drains, both processes read the same UDP
+/// sockets, and whichever reads a datagram first gets it: each must reach the process whose
+/// connection it belongs to (the old one's in-flight response goes on), and a new connection's
+/// handshake the new process (the old one no longer accepts). Before connection IDs named their
+/// process, half the new connections were refused and old ones stalled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http3_survives_an_upgrade_old_connections_finish_and_new_ones_reach_the_new_process() {
+    const SLOW_LEN: u64 = 4 << 20;
+    let origin = Origin::new()
+        .route(
+            "/slow",
+            Reply::streamed(SLOW_LEN).delay(Duration::from_secs(6)),
+        )
+        .route("*", Reply::text("fast"))
+        .start()
+        .await;
+    let ca = TestCa::new("test CA");
+    let (c, k) = ca.leaf(&["a.test"]).write("upgrade-h3");
+    let mut proxy = Proxy::start(&format!(
+        "listening_address = \"127.0.0.1\"\nlistening_port_http = 0\nlistening_port_https = 0\n\
+         workers = 2\nhttp3 = true\n\n[[proxy_rules]]\ndomain = \"a.test\"\nmax_age_seconds = 0\n\
+         forward_ipv4 = \"127.0.0.1\"\nforward_port_http = {}\nrule_type = \"Whitelist\"\n{}\n",
+        origin.port(),
+        files(&c, &k)
+    ));
+    let udp = proxy.h3.expect("an HTTP/3 socket");
+    // A connection to the old process with a response still to come when it is told to stop.
+    let mut first = h3c::connect(udp, "a.test", ca.roots()).await.unwrap();
+    assert_eq!(first.get("a.test", "/warm").await.text(), "fast");
+    let started = Instant::now();
+    let slow = tokio::spawn(async move {
+        let req = http::Request::get("https://a.test/slow").body(()).unwrap();
+        let got = first.send(req, Bytes::new()).await;
+        (got, started.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.signal(SIGUSR2);
+    let _successor = Successor::find(&proxy);
+    assert!(
+        proxy.wait_for_output("stopping the previous process", Duration::from_secs(20)),
+        "{}",
+        proxy.output()
+    );
+    // The old process drains (its /slow is in flight); new connections meanwhile.
+    let mut failed = Vec::new();
+    for i in 0..16 {
+        let attempt = async {
+            let mut h3 = h3c::connect(udp, "a.test", ca.roots()).await?;
+            let req = http::Request::get(format!("https://a.test/n{i}"))
+                .body(())
+                .unwrap();
+            let got = h3.send(req, Bytes::new()).await?;
+            if got.text() == "fast" {
+                Ok(())
+            } else {
+                Err(format!("{} {:?}", got.status, got.text()))
+            }
+        };
+        match tokio::time::timeout(Duration::from_secs(3), attempt).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => failed.push(format!("connection {i}: {e}")),
+            Err(_) => failed.push(format!("connection {i}: no answer within 3 s")),
+        }
+    }
+    assert_eq!(
+        proxy.wait_exit(Duration::from_millis(10)),
+        None,
+        "the old process had stopped before the new connections were tried: the test proves \
+         nothing\n{}",
+        proxy.output()
+    );
+    assert!(failed.is_empty(), "{failed:#?}\n{}", proxy.output());
+    let (got, took) = slow.await.unwrap();
+    let got = got.unwrap_or_else(|e| panic!("{e}\n{}", proxy.output()));
+    assert_eq!(got.status, 200);
+    assert_eq!(got.body.len() as u64, SLOW_LEN);
+    assert!(
+        took < Duration::from_secs(12),
+        "the in-flight response took {took:?}"
+    );
+    assert_eq!(
+        proxy.wait_exit(Duration::from_secs(20)),
+        Some(0),
+        "{}",
+        proxy.output()
+    );
 }

@@ -112,26 +112,11 @@ pub struct KnownDefect {
     matches: fn(&Failure, &[FaultEvent]) -> bool,
 }
 
-/// Whether `f` overlaps an upgrade (from SIGUSR2 to 1 s after the old process exited).
-fn during_upgrade(f: &Failure, faults: &[FaultEvent]) -> bool {
-    faults
-        .iter()
-        .any(|e| e.kind == "upgrade" && f.from_s <= e.end_s + 1.0 && f.to_s >= e.start_s)
-}
-
 /// The defects found so far and not yet fixed. Each must go once rampart is fixed (the soak
-/// then fails on it again if it comes back); `upgrade-drops-tls-handshakes` went with c7d8dda.
-pub const KNOWN_DEFECTS: &[KnownDefect] = &[
-    KnownDefect {
-        name: "upgrade-splits-http3-datagrams",
-        what: "while the old process drains after an upgrade, it and the new process read the same UDP socket, so datagrams reach the process that does not know their connection: HTTP/3 requests and handshakes stall for seconds until the old process exits (its own connections cannot finish, so it drains for all of shutdown_timeout_seconds)",
-        matches: |f, faults| {
-            f.class.starts_with("h3 ")
-                && (f.cause == "timeout" || f.cause == "h3 connect failed")
-                && during_upgrade(f, faults)
-        },
-    },
-];
+/// then fails on it again if it comes back). Gone: `upgrade-drops-tls-handshakes` (c7d8dda) and
+/// `upgrade-splits-http3-datagrams` (HTTP/3 datagrams read by the process that did not own
+/// their connection while an upgrade drained the old one; fixed by `quic::relay`).
+pub const KNOWN_DEFECTS: &[KnownDefect] = &[];
 
 /// Failures grouped by (class, cause, explanation).
 #[derive(Debug, Serialize)]
@@ -743,7 +728,7 @@ mod tests {
     }
 
     #[test]
-    fn known_defects_match_their_failures_only() {
+    fn fixed_defects_are_no_longer_known() {
         let faults = [fault("upgrade", 40.0, 45.0, "process 1 → 2")];
         let d = |f: Failure| {
             KNOWN_DEFECTS
@@ -751,7 +736,7 @@ mod tests {
                 .find(|d| (d.matches)(&f, &faults))
                 .map(|d| d.name)
         };
-        // Fixed, so no longer known: a TLS request dropped at an upgrade fails the run.
+        // A TLS request dropped or an HTTP/3 request stalled at an upgrade fails the run.
         assert_eq!(
             d(failure(
                 "tls get",
@@ -760,26 +745,7 @@ mod tests {
             )),
             None
         );
-        assert_eq!(
-            d(failure("h3 post", "timeout", 42.0)),
-            Some("upgrade-splits-http3-datagrams")
-        );
-        assert_eq!(
-            d(failure(
-                "tls get",
-                "connection closed before the answer",
-                20.0
-            )),
-            None
-        );
-        assert_eq!(
-            d(failure(
-                "h1 get",
-                "connection closed before the answer",
-                40.1
-            )),
-            None
-        );
-        assert_eq!(d(failure("h3 get", "status 502", 42.0)), None);
+        assert_eq!(d(failure("h3 post", "timeout", 42.0)), None);
+        assert_eq!(d(failure("h3 get", "h3 connect failed", 41.0)), None);
     }
 }

@@ -17,9 +17,13 @@
 //! limit (three times what the client sent before its address is validated), and a Retry (a
 //! round trip that proves the address) for every new client while many handshakes are in
 //! progress. No 0-RTT: early data can be replayed.
+//!
+//! Across a binary upgrade both processes read the same UDP sockets while the old one drains;
+//! [`relay`] gets each datagram to the process whose connection it is.
 
 pub mod body;
 pub mod config;
+pub mod relay;
 
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -90,12 +94,18 @@ pub(crate) async fn accept_loop(
     let Some(first) = slot.load().conn.quic.clone() else {
         return;
     };
-    let endpoint = match quinn::Endpoint::new(
-        quinn::EndpointConfig::default(),
-        Some((*first).clone()),
-        socket,
-        Arc::new(quinn::TokioRuntime),
-    ) {
+    let relay = relay::Relay::register(std::os::fd::AsRawFd::as_raw_fd(&socket));
+    let mut endpoint_config = quinn::EndpointConfig::default();
+    endpoint_config.cid_generator(|| Box::new(relay::Cids::default()));
+    let started = quinn::Runtime::wrap_udp_socket(&quinn::TokioRuntime, socket).and_then(|udp| {
+        quinn::Endpoint::new_with_abstract_socket(
+            endpoint_config,
+            Some((*first).clone()),
+            Arc::new(relay::RelaySocket::new(udp, relay.clone())),
+            Arc::new(quinn::TokioRuntime),
+        )
+    });
+    let endpoint = match started {
         Ok(e) => e,
         Err(e) => {
             tracing::error!(error = %e, %configured, "cannot start the HTTP/3 endpoint");
@@ -174,7 +184,9 @@ pub(crate) async fn accept_loop(
         );
         tokio::spawn(task.instrument(span));
     };
-    // No new connections; those open go on (the endpoint runs while they do).
+    // No new connections; those open go on (the endpoint runs while they do). During an
+    // upgrade, new connections' first datagrams read here go to the new process.
+    relay.stop_accepting();
     endpoint.set_server_config(None);
     if stopping {
         // Let the connections' closing packets out before the worker's runtime ends.
