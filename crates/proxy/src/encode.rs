@@ -361,9 +361,8 @@ pub fn transform_stored(
     let weak = Arc::downgrade(obj);
     tokio::spawn(async move {
         let _queued = queued;
-        let Ok(_permit) = encoders().acquire().await else {
-            return;
-        };
+        // The memory first, then an encoder: a conversion waiting for memory holds no encoder
+        // another object's compression could use (nor the object: weak while it waits).
         let Some(obj) = weak.upgrade() else { return };
         let picture = picture.and_then(|source| {
             let bytes = match webp::working_bytes(&obj.body, source) {
@@ -383,6 +382,7 @@ pub fn transform_stored(
             }
             Some((source, bytes))
         });
+        drop(obj);
         // Waits for the memory while other conversions hold it (the queue is bounded).
         let picture = match picture {
             Some((source, bytes)) => {
@@ -394,6 +394,10 @@ pub fn transform_stored(
             }
             None => None,
         };
+        let Ok(_permit) = encoders().acquire().await else {
+            return;
+        };
+        let Some(obj) = weak.upgrade() else { return };
         let made = tokio::task::spawn_blocking(move || {
             let minified = lang.and_then(|lang| {
                 let out = match lang {

@@ -6,9 +6,11 @@
 //!
 //! A GET sent on a reused connection that the server closed before any byte of the answer is
 //! sent once more on a new connection (counted as `retried`), as HTTP clients do (RFC 9112
-//! §9.3.1); a POST is sent again only when it provably never left (an HTTP/3 connection that
-//! refused to open its stream after the server's GOAWAY, or a request hyper reports canceled:
-//! never sent on an HTTP/2 connection that was closing).
+//! §9.3.1); a POST is sent again only when it provably never left or was never processed (an
+//! HTTP/3 connection that refused to open its stream after the server's GOAWAY, a request hyper
+//! reports canceled: never sent on an HTTP/2 connection that was closing, or an HTTP/2 stream
+//! the server refused: above the last stream its GOAWAY accepted, or reset with
+//! REFUSED_STREAM, which RFC 9113 §8.7 says was not processed).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -82,6 +84,16 @@ impl Sender {
             Sender::H2(s) => s.send_request(req).await,
         }
     }
+}
+
+/// Whether the server refused the request's HTTP/2 stream without processing it: a stream above
+/// the last one its GOAWAY accepted (the race of a graceful shutdown), or one reset with
+/// REFUSED_STREAM (RFC 9113 §6.8, §8.7). Safe to send again, even a POST.
+fn refused_stream(e: &hyper::Error) -> bool {
+    let Some(h2e) = std::error::Error::source(e).and_then(|s| s.downcast_ref::<h2::Error>()) else {
+        return false;
+    };
+    (h2e.is_go_away() && h2e.is_remote()) || h2e.reason() == Some(h2::Reason::REFUSED_STREAM)
 }
 
 /// Why hyper gave no answer, in a few stable words.
@@ -165,7 +177,9 @@ pub async fn hyper_client(ctx: Arc<Ctx>, h2: bool, seed: u64) {
                     // `canceled`: hyper never sent it (the connection was closing: an HTTP/2
                     // GOAWAY at an upgrade), so even a POST may go again, as hyper-util's
                     // pooled client does.
-                    if !retried && ((reused && op.idempotent()) || e.is_canceled()) {
+                    if !retried
+                        && ((reused && op.idempotent()) || e.is_canceled() || refused_stream(&e))
+                    {
                         retried = true;
                         ctx.tally.retried(&class);
                         continue;
@@ -176,7 +190,12 @@ pub async fn hyper_client(ctx: Arc<Ctx>, h2: bool, seed: u64) {
                         false,
                         failed(
                             no_answer(&e),
-                            format!("{} {}: {e}", op.method(), op.path(&ctx)),
+                            format!(
+                                "{} {}: {e} ({:?})",
+                                op.method(),
+                                op.path(&ctx),
+                                std::error::Error::source(&e)
+                            ),
                         ),
                     );
                     break;
