@@ -177,11 +177,8 @@ pub async fn hyper_client(ctx: Arc<Ctx>, h2: bool, seed: u64) {
                     // `canceled`: hyper never sent it (the connection was closing: an HTTP/2
                     // GOAWAY at an upgrade), so even a POST may go again, as hyper-util's
                     // pooled client does.
-                    if !retried
-                        && ((reused && op.idempotent()) || e.is_canceled() || refused_stream(&e))
-                    {
-                        retried = true;
-                        ctx.tally.retried(&class);
+                    let safe = (reused && op.idempotent()) || e.is_canceled() || refused_stream(&e);
+                    if ctx.tally.retry_once(&class, &mut retried, safe) {
                         continue;
                     }
                     ctx.tally.record(

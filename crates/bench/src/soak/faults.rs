@@ -155,17 +155,36 @@ impl OriginProc {
             }
         }
     }
+}
+
+impl Restartable for OriginProc {
+    fn spawn(&mut self) -> anyhow::Result<()> {
+        OriginProc::spawn(self)
+    }
+
+    fn child(&mut self) -> &mut Option<Child> {
+        &mut self.child
+    }
+}
+
+/// A process the schedule kills and starts again (an origin, Redis).
+pub trait Restartable {
+    /// Starts it on its port.
+    fn spawn(&mut self) -> anyhow::Result<()>;
+
+    /// The running process, if any.
+    fn child(&mut self) -> &mut Option<Child>;
 
     /// SIGKILL: every connection it had is reset by the kernel.
-    pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child().take() {
             let _ = c.kill();
             let _ = c.wait();
         }
     }
 
     /// Starts it again on the same port (retried for 10 s: the port may be briefly taken).
-    pub fn restart(&mut self) -> anyhow::Result<()> {
+    fn restart(&mut self) -> anyhow::Result<()> {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             match self.spawn() {
@@ -228,23 +247,15 @@ impl RedisProc {
         }
         Ok(())
     }
+}
 
-    pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+impl Restartable for RedisProc {
+    fn spawn(&mut self) -> anyhow::Result<()> {
+        RedisProc::spawn(self)
     }
 
-    pub fn restart(&mut self) -> anyhow::Result<()> {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            match self.spawn() {
-                Ok(()) => return Ok(()),
-                Err(e) if Instant::now() > deadline => return Err(e),
-                Err(_) => std::thread::sleep(Duration::from_millis(200)),
-            }
-        }
+    fn child(&mut self) -> &mut Option<Child> {
+        &mut self.child
     }
 }
 

@@ -154,9 +154,7 @@ pub async fn h3_client(ctx: Arc<Ctx>, seed: u64) {
                     // server's GOAWAY) takes no more: the request goes on a new one, once.
                     c.close(0x100u32.into(), b"gone");
                     conn = None;
-                    if reused && !retried {
-                        retried = true;
-                        ctx.tally.retried(&class);
+                    if ctx.tally.retry_once(&class, &mut retried, reused) {
                         continue;
                     }
                     ctx.tally.record(
@@ -180,9 +178,8 @@ pub async fn h3_client(ctx: Arc<Ctx>, seed: u64) {
                     );
                     c.close(0x100u32.into(), b"gone");
                     conn = None;
-                    if graceful && reused && !retried && op.idempotent() {
-                        retried = true;
-                        ctx.tally.retried(&class);
+                    let safe = graceful && reused && op.idempotent();
+                    if ctx.tally.retry_once(&class, &mut retried, safe) {
                         continue;
                     }
                     ctx.tally.record(

@@ -161,6 +161,18 @@ impl Tally {
         self.with(|i| i.classes.entry(class.to_owned()).or_default().retried += 1);
     }
 
+    /// Whether a request that got no answer goes once more on a new connection: when `safe`
+    /// (it was not processed, or may be repeated) and it has not gone again already
+    /// (`retried`, set here). Counted in `class`.
+    pub fn retry_once(&self, class: &str, retried: &mut bool, safe: bool) -> bool {
+        if !safe || *retried {
+            return false;
+        }
+        *retried = true;
+        self.retried(class);
+        true
+    }
+
     pub fn count(&self, name: &str, n: u64) {
         self.with(|i| *i.counters.entry(name.to_owned()).or_default() += n);
     }
