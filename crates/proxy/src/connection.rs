@@ -272,7 +272,11 @@ impl Conn {
                 }
             })
         };
-        let conn = self.h2.serve_connection(TokioIo::new(io), svc);
+        // Closed with a lingering close: a stream the client opens as the last GOAWAY leaves
+        // is refused, not reset with the connection (`linger.rs`).
+        let conn = self
+            .h2
+            .serve_connection(TokioIo::new(crate::linger::Linger::new(io)), svc);
         tokio::pin!(conn);
         // Idle timeout: a connection that started no request for a whole period is shut down
         // gracefully. In-flight requests still complete, and a client trickling a header block

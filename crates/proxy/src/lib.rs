@@ -27,6 +27,7 @@ pub mod h1;
 pub mod headers;
 pub mod health;
 pub mod hit;
+pub mod linger;
 pub mod listen;
 pub mod live;
 pub mod log;

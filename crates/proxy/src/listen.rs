@@ -96,6 +96,24 @@ fn inherit_one(entry: &str) -> Option<Inherited> {
     let configured: SocketAddr = parts.next()?.parse().ok()?;
     let actual: SocketAddr = parts.next()?.parse().ok()?;
     let kind = Kind::parse(parts.next()?)?;
+    // An HTTP/3 socket's upgrade link, taken (and closed, if unused) whatever becomes of the
+    // socket: never left open and inheritable.
+    let link = match (kind, parts.next(), parts.next()) {
+        (Kind::H3, Some(l), Some(g)) => {
+            let link = l.parse::<RawFd>().ok().and_then(adopt_fd);
+            match (link, g.parse::<u8>()) {
+                (Some(l), Ok(g)) if l.r#type().ok() == Some(Type::SEQPACKET) => Some((l, g)),
+                _ => {
+                    tracing::warn!(
+                        entry,
+                        "the HTTP/3 upgrade link is not usable: connections of the old process may stall while it drains"
+                    );
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
     let socket = adopt_fd(fd)?;
     let listening = socket.r#type().ok() == Some(kind.socket_type())
         && (kind == Kind::H3 || socket.is_listener().unwrap_or(false))
@@ -105,19 +123,9 @@ fn inherit_one(entry: &str) -> Option<Inherited> {
     }
     socket.set_cloexec(true).ok()?;
     socket.set_nonblocking(true).ok()?;
-    if kind == Kind::H3 {
-        let link = parts.next().and_then(|l| l.parse::<RawFd>().ok());
-        let generation = parts.next().and_then(|g| g.parse::<u8>().ok());
-        if let (Some(link), Some(generation)) = (link, generation) {
-            let adopted = adopt_fd(link)
-                .filter(|l| l.r#type().ok() == Some(Type::SEQPACKET))
-                .map(|l| crate::quic::relay::inherit(fd, l, generation));
-            if !matches!(adopted, Some(Ok(()))) {
-                tracing::warn!(
-                    entry,
-                    "the HTTP/3 upgrade link is not usable: connections of the old process may stall while it drains"
-                );
-            }
+    if let Some((link, generation)) = link {
+        if let Err(e) = crate::quic::relay::inherit(fd, link, generation) {
+            tracing::warn!(entry, error = %e, "the HTTP/3 upgrade link is not usable: connections of the old process may stall while it drains");
         }
     }
     Some(Inherited {
@@ -125,6 +133,22 @@ fn inherit_one(entry: &str) -> Option<Inherited> {
         kind,
         socket,
     })
+}
+
+/// Closes inherited sockets this configuration does not serve (and their HTTP/3 links).
+pub fn discard(inherited: Vec<Inherited>) {
+    if inherited.is_empty() {
+        return;
+    }
+    tracing::warn!(
+        sockets = inherited.len(),
+        "inherited listening sockets for addresses this configuration no longer has: closed"
+    );
+    for i in inherited {
+        if i.kind == Kind::H3 {
+            crate::quic::relay::forget(i.socket.as_raw_fd());
+        }
+    }
 }
 
 /// Takes ownership of a descriptor named by the upgrading parent.
@@ -247,6 +271,14 @@ pub fn bind_or_inherit(
     let per_core = config.runtime == RuntimeMode::PerCore;
     if let Some(first) = taken.first() {
         let actual = local_addr(first)?;
+        if kind == Kind::H3 && per_core && taken.len() < groups {
+            tracing::warn!(
+                %addr,
+                inherited = taken.len(),
+                workers = groups,
+                "more workers than the process this one took over from: new HTTP/3 sockets move some of its connections to sockets it does not read, and those stall until it exits"
+            );
+        }
         while taken.len() < groups && per_core {
             taken.push(bind_one(actual, kind, config, true)?);
         }

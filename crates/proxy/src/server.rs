@@ -155,12 +155,7 @@ impl Server {
                 https,
             )?);
         }
-        if !inherited.is_empty() {
-            tracing::warn!(
-                sockets = inherited.len(),
-                "inherited listening sockets for addresses this configuration no longer has: closed"
-            );
-        }
+        listen::discard(inherited);
         Ok(Server {
             config,
             groups,

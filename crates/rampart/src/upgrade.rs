@@ -53,6 +53,14 @@ impl Upgrader {
         if let Some((pid, _)) = &self.pending {
             return Err(format!("an upgrade is in progress already (process {pid})"));
         }
+        if rampart_proxy::quic::relay::predecessor_draining() {
+            return Err(
+                "the process this one took over from is still finishing its HTTP/3 \
+                        connections; upgrade again once it has exited (shutdown_timeout_seconds \
+                        at most)"
+                    .into(),
+            );
+        }
         let handoff = running.handoff();
         let (fds, spec) = (&handoff.fds, &handoff.spec);
         for &fd in fds {

@@ -243,15 +243,30 @@ impl Shared {
                     STORE_TIMEOUT,
                     "shared cache write",
                     move |mut conn| async move {
-                        SCRIPTS[1]
-                            .key(rkey)
+                        // The object goes straight into the command, once: a
+                        // `ScriptInvocation` keeps a copy of every argument beside the
+                        // command it builds of them (twice the object in flight).
+                        let script = &SCRIPTS[1];
+                        let mut cmd = redis::cmd("EVALSHA");
+                        cmd.arg(script.get_hash())
+                            .arg(1)
+                            .arg(rkey)
                             .arg(vary)
-                            .arg(field)
-                            .arg(object)
-                            .arg(ttl_ms)
-                            .arg(instance)
-                            .invoke_async(&mut conn)
-                            .await
+                            .arg(field);
+                        cmd.arg(&object[..]).arg(ttl_ms).arg(instance);
+                        drop(object);
+                        match cmd.query_async(&mut conn).await {
+                            Err(e)
+                                if e.kind()
+                                    == redis::ErrorKind::Server(
+                                        redis::ServerErrorKind::NoScript,
+                                    ) =>
+                            {
+                                script.prepare_invoke().load_async(&mut conn).await?;
+                                cmd.query_async(&mut conn).await
+                            }
+                            r => r,
+                        }
                     },
                 )
                 .await;
@@ -300,8 +315,9 @@ impl Shared {
 /// Longest wait for a background write.
 const STORE_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Bytes of objects being written to the shared tier at once (KiB permits): with the command
-/// Redis's client builds of each, at most twice this is held beside the cache.
+/// Bytes of objects being written to the shared tier at once (KiB permits): each is held once,
+/// in the command Redis's client sends (and, for as long as the command is being built, in the
+/// caller's buffer too).
 pub const WRITES_IN_FLIGHT: usize = 8 << 20;
 
 static WRITES: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(WRITES_IN_FLIGHT >> 10);

@@ -92,6 +92,7 @@ pub(crate) async fn accept_loop(
 ) {
     // `None`: a reload turned HTTP/3 off before this socket opened; it is being closed.
     let Some(first) = slot.load().conn.quic.clone() else {
+        relay::forget(std::os::fd::AsRawFd::as_raw_fd(&socket));
         return;
     };
     let relay = relay::Relay::register(std::os::fd::AsRawFd::as_raw_fd(&socket));

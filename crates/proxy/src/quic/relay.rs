@@ -16,8 +16,19 @@
 //!   longer accepts connections passes on the first datagrams of new ones.
 //!
 //! With no link (no upgrade under way) nothing is parsed: one atomic load per read. A datagram
-//! that cannot be passed on (the link's buffer is full, the other process is gone) is handled
-//! here as before; QUIC recovers a lost datagram.
+//! the link has no room for is dropped, as a full socket buffer drops one (QUIC recovers a lost
+//! datagram); once the other process is gone, its datagrams are handled here (and answered with
+//! a stateless reset the client ignores: its connection is over).
+//!
+//! Limits, each narrow and recovered by QUIC's retransmission (or documented in
+//! docs/operations.md): a process refuses a second upgrade while its predecessor still drains
+//! (links join neighbours only); a new process with more workers binds more sockets, which moves
+//! the kernel's choice of socket for existing flows, and the old process's connections on a moved
+//! flow stall (each socket's endpoint knows only its own); a draining process passes a client's
+//! retransmitted first Initial (client-chosen ID) on to the new process, which then starts a
+//! second handshake the client ignores. The links wake the endpoint through its runtime when a
+//! datagram arrives; a link offered while the socket is idle is taken up at the next datagram
+//! (both processes' readers are woken by every datagram on the shared socket).
 
 use std::fmt;
 use std::io::{self, IoSlice, IoSliceMut, Read as _};
@@ -73,6 +84,25 @@ pub fn inherit(udp: RawFd, link: Socket, predecessor: u8) -> io::Result<()> {
     Ok(())
 }
 
+/// The inherited UDP socket `udp` will not be served (the configuration no longer has its
+/// address, or HTTP/3 is off): its link is closed, and a later socket that gets the same
+/// descriptor number does not take it up.
+pub fn forget(udp: RawFd) {
+    registry().inherited.retain(|(fd, ..)| *fd != udp);
+}
+
+/// Whether the process this one took over from still drains HTTP/3 connections through a link:
+/// an upgrade of this process must wait until it has exited (links join neighbours only).
+pub fn predecessor_draining() -> bool {
+    let reg = registry();
+    !reg.inherited.is_empty()
+        || reg
+            .relays
+            .iter()
+            .filter_map(|(_, r)| r.upgrade())
+            .any(|r| r.links().predecessor.is_some())
+}
+
 /// For an upgrade: a new link beside UDP socket `udp`, whose other end (returned) the new
 /// process inherits. `None` when no endpoint serves that socket. The caller closes its copy of
 /// the returned end once the new process has started.
@@ -96,12 +126,24 @@ pub fn offer(udp: RawFd) -> Option<OwnedFd> {
         tracing::warn!(error = %e, "cannot set up the HTTP/3 upgrade link");
         return None;
     }
+    // Room for bursts of datagrams in both directions (the kernel caps it at its maximum).
+    for end in [&here, &there] {
+        let _ = end.set_send_buffer_size(LINK_BUFFER);
+        let _ = end.set_recv_buffer_size(LINK_BUFFER);
+    }
     let mut links = relay.links();
     links.successor = None;
     links.pending = Some(here);
     relay.linked.store(true, Ordering::Release);
     Some(there.into())
 }
+
+/// Socket buffer asked for on each end of a link.
+const LINK_BUFFER: usize = 4 << 20;
+
+/// The shortest short-header packet: first byte, connection ID, packet number and the sample
+/// header protection needs (RFC 9001 §5.4.2); anything shorter is not passed on.
+const SHORT_MIN: usize = 1 + CID_LEN + 4 + 16;
 
 /// What an endpoint's socket and the handoff share.
 pub struct Relay {
@@ -204,7 +246,10 @@ impl Links {
         let first = *d.first()?;
         if first & 0x80 == 0 {
             // Short header: the destination ID follows the first byte.
-            return self.owner(d.get(1..1 + CID_LEN)?);
+            if d.len() < SHORT_MIN {
+                return None;
+            }
+            return self.owner(&d[1..1 + CID_LEN]);
         }
         // Long header: version, destination ID length, destination ID.
         if d.get(1..5)? == [0; 4] {
@@ -236,12 +281,19 @@ impl Links {
             .send_vectored_with_flags(&[IoSlice::new(&header), IoSlice::new(d)], flags)
         {
             Ok(_) => true,
-            // The other process is behind: the datagram is lost, as on a full socket buffer.
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => true,
-            Err(e) => {
+            // The other process is gone: its datagrams are handled here from now on.
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EPIPE | libc::ECONNRESET | libc::ENOTCONN | libc::ECONNREFUSED)
+                ) =>
+            {
                 self.drop_link(side, &e);
                 false
             }
+            // The other process is behind (a full buffer) or the system is short of memory:
+            // the datagram is lost, as on a full socket buffer.
+            Err(_) => true,
         }
     }
 
@@ -325,8 +377,8 @@ impl Link {
 }
 
 /// A passed datagram's header: flags (IPv4 source, destination address known, ECN bits), source
-/// address and port, destination address.
-const HEADER: usize = 36;
+/// address and port, destination address, the source's IPv6 scope (a link-local client).
+const HEADER: usize = 40;
 
 fn encode(meta: &RecvMeta) -> [u8; HEADER] {
     let mut h = [0u8; HEADER];
@@ -341,6 +393,9 @@ fn encode(meta: &RecvMeta) -> [u8; HEADER] {
     h[17..19].copy_from_slice(&meta.addr.port().to_be_bytes());
     if let Some(ip) = meta.dst_ip {
         h[19..35].copy_from_slice(&v6(ip).octets());
+    }
+    if let SocketAddr::V6(a) = meta.addr {
+        h[36..40].copy_from_slice(&a.scope_id().to_be_bytes());
     }
     h
 }
@@ -357,7 +412,14 @@ fn decode(h: &[u8; HEADER], len: usize, meta: &mut RecvMeta) -> bool {
     let Some(src) = ip(&h[1..17]) else {
         return false;
     };
-    meta.addr = SocketAddr::new(src, u16::from_be_bytes([h[17], h[18]]));
+    let port = u16::from_be_bytes([h[17], h[18]]);
+    meta.addr = match src {
+        IpAddr::V6(a) => {
+            let scope = u32::from_be_bytes([h[36], h[37], h[38], h[39]]);
+            SocketAddr::V6(std::net::SocketAddrV6::new(a, port, 0, scope))
+        }
+        IpAddr::V4(_) => SocketAddr::new(src, port),
+    };
     meta.dst_ip = if h[0] & 2 != 0 { ip(&h[19..35]) } else { None };
     meta.ecn = EcnCodepoint::from_bits(h[0] >> 2);
     meta.len = len;
@@ -568,6 +630,7 @@ mod tests {
             ("127.0.0.1:4433", Some("127.0.0.2")),
             ("[::1]:9", None),
             ("[2001:db8::1]:65535", Some("2001:db8::2")),
+            ("[fe80::1%3]:443", Some("fe80::2")),
         ] {
             let meta = RecvMeta {
                 addr: src.parse().unwrap(),
@@ -652,6 +715,23 @@ mod tests {
         let mut big = [0u8; 1400];
         let n = (&there).read(&mut big).unwrap();
         assert_eq!(&big[HEADER..n], &first[..]);
+        // A Handshake packet (long header) for the successor's ID goes on; a short packet too
+        // small to be one stays.
+        let mut hs = initial(300);
+        hs[0] = 0xe0;
+        hs[6..14].copy_from_slice(&theirs);
+        let mut buf = hs.clone();
+        meta.len = buf.len();
+        meta.stride = buf.len();
+        route(&mut links, true, &mut buf, &mut meta);
+        assert_eq!(meta.len, 0);
+        let n = (&there).read(&mut big).unwrap();
+        assert_eq!(&big[HEADER..n], &hs[..]);
+        let mut buf = short(&theirs, SHORT_MIN - 1, 7);
+        meta.len = buf.len();
+        meta.stride = buf.len();
+        route(&mut links, true, &mut buf, &mut meta);
+        assert_eq!(meta.len, SHORT_MIN - 1);
         // The successor gone: its datagrams are handled here.
         drop(there);
         let mut buf = short(&theirs, 80, 9);
