@@ -473,14 +473,6 @@ async fn load(
     })
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 /// The table: medians over rounds per (case, instance).
 fn report(args: &ClusterArgs, samples: &[Sample]) -> String {
     let mut out = format!(
@@ -497,7 +489,7 @@ fn report(args: &ClusterArgs, samples: &[Sample]) -> String {
             .iter()
             .filter(|x| x.case == s.case && x.instance == s.instance)
             .collect();
-        let m = |f: fn(&Sample) -> f64| median(of.iter().map(|x| f(x)).collect());
+        let m = |f: fn(&Sample) -> f64| crate::median_of(of.iter().map(|x| f(x)));
         let expected: usize = of.iter().map(|x| x.expected).sum();
         let total: usize = of.iter().map(|x| x.requests).sum();
         out.push_str(&format!(

@@ -442,10 +442,6 @@ fn h3_load(
     })
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    crate::median(&mut v)
-}
-
 fn report(args: &H3Args, targets: &[Target], runs: &[Run]) -> String {
     let mut out = format!(
         "# HTTP/3 (rampart-bench h3)\n\n\
@@ -464,12 +460,11 @@ fn report(args: &H3Args, targets: &[Target], runs: &[Run]) -> String {
         if rs.is_empty() {
             return None;
         }
-        let rps = median(
+        let rps = crate::median_of(
             rs.iter()
-                .map(|r| r.counted.requests as f64 / r.counted.seconds)
-                .collect(),
+                .map(|r| r.counted.requests as f64 / r.counted.seconds),
         );
-        let cpu = median(rs.iter().map(|r| r.cpu_us_per_request).collect());
+        let cpu = crate::median_of(rs.iter().map(|r| r.cpu_us_per_request));
         Some((rps, cpu, rs.iter().map(|r| r.counted.errors).sum()))
     };
     for t in targets {

@@ -483,6 +483,7 @@ fn copy_configs(from: &Path, to: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The median of `v` (the upper one of an even count; 0 when empty), sorting `v` in place.
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     if v.is_empty() {
@@ -490,6 +491,12 @@ fn median(v: &mut [f64]) -> f64 {
     } else {
         v[v.len() / 2]
     }
+}
+
+/// [`median`] of the values of an iterator.
+fn median_of(values: impl IntoIterator<Item = f64>) -> f64 {
+    let mut v: Vec<f64> = values.into_iter().collect();
+    median(&mut v)
 }
 
 fn run(args: RunArgs) -> anyhow::Result<()> {

@@ -375,11 +375,6 @@ async fn echo(
     Ok(run)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
-}
-
 fn mib(b: u64) -> f64 {
     b as f64 / (1u64 << 20) as f64
 }
@@ -409,7 +404,7 @@ fn report(args: &WebsocketArgs, idle: &Idle, runs: &[(String, Vec<EchoRun>)]) ->
         opening.as_secs_f64(),
         (args.idle / 100).max(1),
     );
-    let med = |runs: &[EchoRun], f: &dyn Fn(&EchoRun) -> f64| median(runs.iter().map(f).collect());
+    let med = |runs: &[EchoRun], f: &dyn Fn(&EchoRun) -> f64| crate::median_of(runs.iter().map(f));
     let direct: &[EchoRun] = runs.first().map_or(&[], |(_, r)| r.as_slice());
     let d_total = med(direct, &|r| r.total_us());
     let d_origin = med(direct, &|r| r.us(r.origin_s));

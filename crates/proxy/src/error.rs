@@ -11,6 +11,9 @@ use http::StatusCode;
 
 use crate::body::BodyFault;
 
+/// Any error, boxed, as hyper and tower take them.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 /// Where a failure came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Side {

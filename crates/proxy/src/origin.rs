@@ -212,7 +212,7 @@ pub fn proxied_key(key: &Authority, header: &[u8]) -> Option<Authority> {
     Authority::try_from(s).ok()
 }
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use crate::error::BoxError;
 
 /// The bytes of a hex string (`None` when it is not one).
 fn unhex(hex: &str) -> Option<Vec<u8>> {

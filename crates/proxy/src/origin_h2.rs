@@ -24,7 +24,7 @@ use tower_service::Service as _;
 use crate::body::RequestBody;
 use crate::origin::{absolute_uri, OriginConnector};
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use crate::error::BoxError;
 
 /// Why an HTTP/2 exchange with an origin failed.
 #[derive(Debug)]
