@@ -211,7 +211,7 @@ impl Conn {
                     break;
                 }
                 if n == H2_PREFACE.len() {
-                    let io = Rewind::new(first.freeze(), io);
+                    let io = Rewind::lingering(first.freeze(), io);
                     return Box::pin(self.serve_h2(io, stop)).await;
                 }
             }
@@ -272,11 +272,7 @@ impl Conn {
                 }
             })
         };
-        // Closed with a lingering close: a stream the client opens as the last GOAWAY leaves
-        // is refused, not reset with the connection (`linger.rs`).
-        let conn = self
-            .h2
-            .serve_connection(TokioIo::new(crate::linger::Linger::new(io)), svc);
+        let conn = self.h2.serve_connection(TokioIo::new(io), svc);
         tokio::pin!(conn);
         // Idle timeout: a connection that started no request for a whole period is shut down
         // gracefully. In-flight requests still complete, and a client trickling a header block
@@ -339,15 +335,30 @@ pub async fn refuse_h2_preface<W: AsyncWrite + Unpin>(io: &mut W) {
 }
 
 /// An I/O stream with bytes already read put back in front (to hand a connection whose first
-/// bytes were the HTTP/2 preface to hyper).
+/// bytes were the HTTP/2 preface to hyper), and for HTTP/2 a lingering close (`linger.rs`).
 pub struct Rewind<I> {
     pre: Bytes,
     inner: I,
+    linger: Option<crate::linger::Lingering>,
 }
 
 impl<I> Rewind<I> {
     pub fn new(pre: Bytes, inner: I) -> Self {
-        Rewind { pre, inner }
+        Rewind {
+            pre,
+            inner,
+            linger: None,
+        }
+    }
+
+    /// As [`Rewind::new`], closed with a lingering close: a stream the client opens as the
+    /// last GOAWAY leaves is refused, not reset with the connection.
+    pub fn lingering(pre: Bytes, inner: I) -> Self {
+        Rewind {
+            pre,
+            inner,
+            linger: Some(crate::linger::Lingering::default()),
+        }
     }
 }
 
@@ -366,7 +377,7 @@ impl<I: AsyncRead + Unpin> AsyncRead for Rewind<I> {
     }
 }
 
-impl<I: AsyncWrite + Unpin> AsyncWrite for Rewind<I> {
+impl<I: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Rewind<I> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -392,6 +403,10 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Rewind<I> {
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
+        let this = &mut *self;
+        match &mut this.linger {
+            Some(l) => l.poll_shutdown(&mut this.inner, cx),
+            None => Pin::new(&mut this.inner).poll_shutdown(cx),
+        }
     }
 }

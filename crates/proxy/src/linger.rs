@@ -20,69 +20,34 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 /// Longest wait for the client to close after rampart's side is shut.
 pub const LINGER: Duration = Duration::from_secs(2);
 
-/// An I/O whose shutdown lingers (see the module).
-pub struct Linger<I> {
-    inner: I,
+/// The state of a lingering shutdown, kept by the I/O wrapper that does it (`Rewind`).
+#[derive(Default)]
+pub struct Lingering {
     /// Set once the inner shutdown is done: when the lingering ends at the latest.
     until: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
-impl<I> Linger<I> {
-    pub fn new(inner: I) -> Linger<I> {
-        Linger { inner, until: None }
-    }
-}
-
-impl<I: AsyncRead + Unpin> AsyncRead for Linger<I> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
+impl Lingering {
+    /// Shuts `inner`'s sending side, then reads and drops until the client closes, or for
+    /// [`LINGER`].
+    pub fn poll_shutdown<I: AsyncRead + AsyncWrite + Unpin>(
+        &mut self,
+        inner: &mut I,
         cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_read(cx, buf)
-    }
-}
-
-impl<I: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Linger<I> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        data: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, data)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = &mut *self;
-        if this.until.is_none() {
-            ready!(Pin::new(&mut this.inner).poll_shutdown(cx))?;
-            this.until = Some(Box::pin(tokio::time::sleep(LINGER)));
+        if self.until.is_none() {
+            ready!(Pin::new(&mut *inner).poll_shutdown(cx))?;
+            self.until = Some(Box::pin(tokio::time::sleep(LINGER)));
         }
         let mut scratch = [0u8; 2048];
         loop {
-            if let Some(until) = this.until.as_mut() {
+            if let Some(until) = self.until.as_mut() {
                 if until.as_mut().poll(cx).is_ready() {
                     return Poll::Ready(Ok(()));
                 }
             }
             let mut buf = ReadBuf::new(&mut scratch);
-            match Pin::new(&mut this.inner).poll_read(cx, &mut buf) {
+            match Pin::new(&mut *inner).poll_read(cx, &mut buf) {
                 // The client closed (or the connection broke): done.
                 Poll::Ready(Ok(())) if buf.filled().is_empty() => return Poll::Ready(Ok(())),
                 Poll::Ready(Err(_)) => return Poll::Ready(Ok(())),
@@ -98,16 +63,21 @@ impl<I: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Linger<I> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    async fn shutdown(io: &mut tokio::io::DuplexStream) -> io::Result<()> {
+        let mut l = Lingering::default();
+        std::future::poll_fn(|cx| l.poll_shutdown(io, cx)).await
+    }
+
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
     #[tokio::test]
     async fn shutdown_reads_until_the_client_closes() {
-        let (client, server) = tokio::io::duplex(64);
-        let mut server = Linger::new(server);
+        let (client, mut server) = tokio::io::duplex(64);
         let (mut cr, mut cw) = tokio::io::split(client);
         server.write_all(b"goaway").await.unwrap();
         let started = tokio::time::Instant::now();
-        let shut = tokio::spawn(async move { server.shutdown().await });
+        let shut = tokio::spawn(async move { shutdown(&mut server).await });
         // The client's late frames do not fail anything; its close ends the lingering.
         cw.write_all(b"late frame").await.unwrap();
         let mut got = Vec::new();
@@ -121,10 +91,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_client_that_never_closes_is_given_linger_at_most() {
-        let (_client, server) = tokio::io::duplex(64);
-        let mut server = Linger::new(server);
+        let (_client, mut server) = tokio::io::duplex(64);
         let started = tokio::time::Instant::now();
-        server.shutdown().await.unwrap();
+        shutdown(&mut server).await.unwrap();
         let took = started.elapsed();
         assert!(took >= LINGER && took < LINGER * 2, "{took:?}");
     }

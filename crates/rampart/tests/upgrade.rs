@@ -44,11 +44,16 @@ impl Successor {
 impl Drop for Successor {
     fn drop(&mut self) {
         if let Some(pid) = self.0 {
-            let _ = std::process::Command::new("kill")
-                .args([format!("-{SIGKILL}"), pid.to_string()])
-                .status();
+            signal(pid, SIGKILL);
         }
     }
+}
+
+/// Sends `sig` to process `pid` (not the test's child, so not through `Proxy::signal`).
+fn signal(pid: u32, sig: i32) {
+    let _ = std::process::Command::new("kill")
+        .args([format!("-{sig}"), pid.to_string()])
+        .status();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -201,11 +206,7 @@ async fn http3_survives_an_upgrade_old_connections_finish_and_new_ones_reach_the
     assert!(failed.is_empty(), "{failed:#?}\n{}", proxy.output());
     // The new process refuses to be upgraded while the old one drains (links join neighbours
     // only); it says so on the stderr it shares with the old one.
-    let pid = successor.0.unwrap().to_string();
-    std::process::Command::new("kill")
-        .args([format!("-{SIGUSR2}"), pid])
-        .status()
-        .unwrap();
+    signal(successor.0.unwrap(), SIGUSR2);
     assert!(
         proxy.wait_for_output("still finishing its HTTP/3", Duration::from_secs(5)),
         "{}",
