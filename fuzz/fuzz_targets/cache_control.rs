@@ -4,7 +4,7 @@
 
 use http::header::{HeaderMap, HeaderValue, CACHE_CONTROL, PRAGMA};
 use libfuzzer_sys::fuzz_target;
-use rampart_cache::control::{RequestDirectives, ResponseDirectives};
+use rampart_cache::cache_control::{RequestDirectives, ResponseDirectives};
 use rampart_cache::targeted::CDN_CACHE_CONTROL;
 
 fuzz_target!(|data: &[u8]| {

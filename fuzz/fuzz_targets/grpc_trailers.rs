@@ -1,5 +1,5 @@
 //! An origin's HTTP/2 answer to a gRPC call, as rampart's origin client
-//! (`rampart_proxy::origin_h2::handshake`) reads it: frames, header blocks and trailers
+//! (`rampart_proxy::origin::h2::handshake`) reads it: frames, header blocks and trailers
 //! (`grpc-status`, `grpc-message`, anything else) made of the fuzzer's bytes, then the head
 //! through rampart's hop-by-hop rewrite and the body through the response body that streams
 //! it to the client. The first bytes are the client's `TE` value, through `wants_trailers`.
@@ -56,7 +56,7 @@ fuzz_target!(|data: &[u8]| {
         });
         let exchange = async {
             let io = hyper_util::rt::TokioIo::new(client);
-            let Ok((mut send, conn)) = rampart_proxy::origin_h2::handshake(io).await else {
+            let Ok((mut send, conn)) = rampart_proxy::origin::h2::handshake(io).await else {
                 return;
             };
             tokio::spawn(conn);

@@ -1,12 +1,12 @@
 //! PROXY protocol headers (v1 text, v2 binary with TLVs) as a balancer or an attacker might
-//! send them, into `rampart_proxy::proxy_protocol::parse`. Must never panic; a complete header
+//! send them, into `rampart_proxy::net::proxy_protocol::parse`. Must never panic; a complete header
 //! must say no more than the bytes hold, every shorter prefix of it must ask for more bytes
 //! (the connection reader relies on that), and its addresses must survive a round trip
 //! through `encode`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rampart_proxy::proxy_protocol::{encode, parse, Version};
+use rampart_proxy::net::proxy_protocol::{encode, parse, Version};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(Some((header, len))) = parse(data) else {

@@ -8,7 +8,7 @@
 use http::header::HeaderValue;
 use libfuzzer_sys::fuzz_target;
 use rampart_cache::encoding::{negotiate, Coding};
-use rampart_proxy::path;
+use rampart_proxy::policy::path;
 use rampart_transform::minify::{self, Languages};
 use rampart_transform::webp;
 

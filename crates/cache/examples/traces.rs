@@ -28,7 +28,7 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
-use rampart_cache::control::ResponseDirectives;
+use rampart_cache::cache_control::ResponseDirectives;
 use rampart_cache::key::{CacheKey, SlotKeyRef};
 use rampart_cache::store::{MemoryStore, Object};
 use rampart_cache::vary::Vary;

@@ -31,7 +31,7 @@ use http::header::{
 };
 use http::{HeaderMap, HeaderName, HeaderValue};
 
-use crate::control::{is_ows, trim_ows};
+use crate::cache_control::{is_ows, trim_ows};
 use crate::freshness::http_date;
 
 /// How far a `Last-Modified` must precede the stored `Date` for a cache to treat it as a strong

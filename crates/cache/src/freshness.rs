@@ -19,7 +19,7 @@ use std::time::{Duration, SystemTime};
 use http::header::{HeaderMap, HeaderName, HeaderValue, AGE, DATE, EXPIRES, LAST_MODIFIED};
 use http::StatusCode;
 
-use crate::control::{parse_delta_seconds, trim_ows, ResponseDirectives};
+use crate::cache_control::{parse_delta_seconds, trim_ows, ResponseDirectives};
 
 /// Where a stored response's freshness lifetime came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

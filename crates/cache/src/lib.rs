@@ -2,7 +2,7 @@
 //!
 //! - [`conditional`]: conditional requests (304), revalidation validators and 304 merging,
 //!   single byte ranges with If-Range;
-//! - [`control`]: Cache-Control and Pragma directives;
+//! - [`cache_control`]: Cache-Control and Pragma directives;
 //! - [`encoding`]: content codings and `Accept-Encoding` negotiation;
 //! - [`freshness`]: freshness lifetime and age;
 //! - [`vary`]: Vary and variant keys;
@@ -13,8 +13,8 @@
 //! - [`index`]: the sharded index under the store, with its admission and eviction policy;
 //! - [`wire`]: stored objects as bytes, for the tier instances share through Redis.
 
+pub mod cache_control;
 pub mod conditional;
-pub mod control;
 pub mod encoding;
 pub mod freshness;
 pub mod index;

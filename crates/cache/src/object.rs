@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 
-use crate::control::ResponseDirectives;
+use crate::cache_control::ResponseDirectives;
 use crate::encoding::{accepts_webp, negotiate, Coding};
 use crate::index::METADATA_PER_ENTRY;
 use crate::vary::Vary;

@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 use http::header::{AUTHORIZATION, SET_COOKIE};
 use http::{HeaderMap, Method, StatusCode};
 
-use crate::control::{RequestDirectives, ResponseDirectives};
+use crate::cache_control::{RequestDirectives, ResponseDirectives};
 use crate::freshness::{self, Lifetime};
 use crate::store::Object;
 use crate::vary::Vary;

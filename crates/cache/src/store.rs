@@ -480,7 +480,7 @@ impl MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::control::ResponseDirectives;
+    use crate::cache_control::ResponseDirectives;
     use http::StatusCode;
     use std::sync::atomic::AtomicBool;
     use std::time::{Duration, SystemTime};

@@ -20,7 +20,7 @@ use std::borrow::Cow;
 
 use http::header::{HeaderMap, HeaderName};
 
-use crate::control::{split_while, ResponseDirectives, DELTA_SECONDS_MAX};
+use crate::cache_control::{split_while, ResponseDirectives, DELTA_SECONDS_MAX};
 
 /// The targeted field rampart implements (its whole target list).
 pub static CDN_CACHE_CONTROL: HeaderName = HeaderName::from_static("cdn-cache-control");
@@ -111,7 +111,7 @@ impl<'a> Seen<'a> {
             Some(Value::Integer(n)) if n >= 0 => Some((n as u64).min(DELTA_SECONDS_MAX)),
             _ => None,
         };
-        let qualified = |v: Option<Value<'_>>| matches!(v, Some(Value::String(s)) if crate::control::field_names(s).next().is_some());
+        let qualified = |v: Option<Value<'_>>| matches!(v, Some(Value::String(s)) if crate::cache_control::field_names(s).next().is_some());
         let mut d = ResponseDirectives {
             targeted: true,
             ..ResponseDirectives::default()
@@ -134,11 +134,11 @@ impl<'a> Seen<'a> {
             let names = [self.private, self.no_cache]
                 .into_iter()
                 .filter_map(|v| match v {
-                    Some(Value::String(s)) => Some(crate::control::field_names(s)),
+                    Some(Value::String(s)) => Some(crate::cache_control::field_names(s)),
                     _ => None,
                 })
                 .flatten();
-            d.withheld = Some(crate::control::header_names(names));
+            d.withheld = Some(crate::cache_control::header_names(names));
         }
         d.public = permissive(self.public);
         d.must_revalidate = restrictive(self.must_revalidate);
@@ -231,7 +231,7 @@ impl<'a> Dictionary<'a> {
                 Ok(Value::Other)
             }
             b if b.is_ascii_alphabetic() || b == b'*' => {
-                self.eat(|b| crate::control::is_tchar(b) || b == b':' || b == b'/');
+                self.eat(|b| crate::cache_control::is_tchar(b) || b == b':' || b == b'/');
                 Ok(Value::Other)
             }
             _ => Err(ParseError),
@@ -356,6 +356,17 @@ impl<'a> Iterator for Dictionary<'a> {
         let m = self.member();
         self.failed = m.is_err();
         Some(m)
+    }
+}
+
+impl ResponseDirectives {
+    /// The directives rampart follows for a response: a valid, non-empty `CDN-Cache-Control`
+    /// (this module), else every `Cache-Control` line (`cache_control.rs`).
+    ///
+    /// Never fails: malformed parts are ignored, except that a malformed or conflicting
+    /// `max-age` / `s-maxage` sets [`invalid_freshness`](Self::invalid_freshness).
+    pub fn parse(headers: &HeaderMap) -> Self {
+        parse(headers).unwrap_or_else(|| Self::parse_cache_control(headers))
     }
 }
 

@@ -19,7 +19,7 @@
 use bytes::Bytes;
 use http::header::{GetAll, HeaderMap, HeaderName, HeaderValue, ACCEPT_ENCODING, VARY};
 
-use crate::control::{is_ows, is_tchar, trim_ows};
+use crate::cache_control::{is_ows, is_tchar, trim_ows};
 
 /// The request headers a stored response varies on.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

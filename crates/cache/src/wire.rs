@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 
-use crate::control::ResponseDirectives;
+use crate::cache_control::ResponseDirectives;
 use crate::object::{compact_headers, headers_charge, Object};
 use crate::vary::Vary;
 
@@ -283,7 +283,7 @@ mod tests {
     }
 
     #[test]
-    fn objects_survive_the_trip_through_the_shared_tier() {
+    fn objects_survive_the_trip_through_the_redis_tier() {
         let obj = sample();
         let back = decode(&encode(&obj)).expect("decodes");
         assert_eq!(back.status, obj.status);
@@ -324,7 +324,7 @@ mod tests {
     }
 
     #[test]
-    fn the_shared_tier_keeps_freshness_plus_the_stale_allowances() {
+    fn the_redis_tier_keeps_freshness_plus_the_stale_allowances() {
         let obj = sample();
         let now = obj.response_time + Duration::from_secs(7);
         // lifetime 60 − age (3 + 7) = 50 s, plus stale-if-error 30 s.

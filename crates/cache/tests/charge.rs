@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
-use rampart_cache::control::ResponseDirectives;
+use rampart_cache::cache_control::ResponseDirectives;
 use rampart_cache::key::CacheKey;
 use rampart_cache::store::{
     alloc_size, compact_headers, headers_charge, owned_body, MemoryStore, Object,

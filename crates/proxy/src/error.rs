@@ -3,13 +3,11 @@
 //! "What happens on a 502?" is answered here: [`ProxyError::status`] is the only place an error
 //! becomes a status code, and [`ProxyError::side`] records whose fault it was (downstream client,
 //! upstream origin, or rampart itself) for logs and metrics. How each error is rendered is
-//! `synth.rs`.
+//! `pipeline/synth.rs`.
 
 use std::time::Duration;
 
 use http::StatusCode;
-
-use crate::body::BodyFault;
 
 /// Any error, boxed, as hyper and tower take them.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -188,4 +186,17 @@ impl ProxyError {
                 | ProxyError::ApiNoSuchEndpoint
         )
     }
+}
+
+/// Why a client's request body failed. It travels inside the upstream client's error
+/// (`fetch::classify` finds it there), so the client gets 413/408/400, not 502.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyFault {
+    /// More than the body limit (413).
+    TooLarge,
+    /// The client paused longer than the body idle timeout, or took longer than the total
+    /// timeout (408).
+    Timeout,
+    /// The client's framing broke or it went away (400).
+    Broken,
 }

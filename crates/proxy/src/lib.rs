@@ -1,60 +1,50 @@
 //! rampart's proxy engine: the request pipeline and everything around it.
 //!
 //! ```text
-//! accept (server) → HTTP/1 (h1) | HTTP/2 | HTTP/3 (quic) → pipeline:
-//!   recv → lookup → hit | miss | pass → fetch → deliver | synth      (one module per stage)
+//! server (threads, accept loops, reload) → transport (TLS, ALPN; HTTP/1.1 | HTTP/2 | HTTP/3)
+//!   → pipeline: recv → lookup → hit | miss | pass → fetch → deliver | synth
 //! ```
 //!
-//! Every request is a [`txn::Txn`] that the stages fill in; the stages read the worker's shared
-//! state ([`worker::Worker`]). Imports go one way, from the dispatcher down:
-//! `pipeline` → stages (`recv`, `lookup`, `hit`, `miss`, `fetch`, `deliver`, `synth`) →
-//! `worker`, `txn` → `route`, `upstream`, `ranges` → `error`, `body` → `store` → `cache` →
-//! `coalesce`, `outcome`, `log`, `headers`. There is no import circle.
+//! Every request is a [`pipeline::txn::Txn`] that the stages fill in; the stages read the
+//! worker's shared state ([`pipeline::worker_state::Worker`]).
+//!
+//! The folders are layers, top to bottom; a folder imports only the folders below it
+//! (`tests/layering.rs` checks it, and that no files import each other in a circle):
+//!
+//! server > transport > pipeline > admin > policy > origin > body > caching > net > telemetry
+//!
+//! - `server`: the process: worker threads, accept loops, reload and the configuration in
+//!   force, active health probes.
+//! - `transport`: socket → request: listening sockets, accept (PROXY header, TLS, ALPN),
+//!   connection limits, the HTTP/1.1 (`h1`), HTTP/2 and HTTP/3 (`h3`) servers.
+//! - `pipeline`: the dispatcher and one file per stage, the request's state ([`pipeline::txn`]),
+//!   the Redis shared tier and WebSocket.
+//! - `admin`: the management API, purge, the dashboard, the metrics exposition, the channel
+//!   to the binary.
+//! - `policy`: routing, path normalisation, screening.
+//! - `origin`: upstream sets with balancing and passive health, the connection pool, the
+//!   connector, HTTP/2 to origins.
+//! - `body`: request and response bodies, and the HTTP/1 and HTTP/3 body feeds.
+//! - `caching`: glue to the cache crate: look-up, the writer, coalescing, transforms
+//!   (compression, minification, WebP).
+//! - `net`: byte level on both sides: reading, the PROXY protocol, tunnels.
+//! - `telemetry`: counters, histograms, the access log.
+//! - root leaves, below every folder: [`error`] (the error type and its one status map),
+//!   [`outcome`] (what the cache did), [`headers`] (header rewriting).
 
 pub mod admin;
 pub mod body;
-pub mod cache;
-pub mod coalesce;
-pub mod conn;
-pub mod connection;
-pub mod control;
-pub mod dashboard;
-pub mod deliver;
-pub mod encode;
+pub mod caching;
 pub mod error;
-pub mod fetch;
-pub mod h1;
 pub mod headers;
-pub mod health;
-pub mod hit;
-pub mod linger;
-pub mod listen;
-pub mod live;
-pub mod log;
-pub mod lookup;
-pub mod metrics;
-pub mod miss;
+pub mod net;
 pub mod origin;
-pub mod origin_h2;
 pub mod outcome;
-pub mod path;
 pub mod pipeline;
-pub mod proxy_protocol;
-pub mod quic;
-pub mod ranges;
-pub mod recv;
-pub mod route;
-pub mod screen;
-pub mod send_timeout;
+pub mod policy;
 pub mod server;
-pub mod store;
-pub mod synth;
-pub mod tier;
-pub mod tunnel;
-pub mod txn;
-pub mod upgrade;
-pub mod upstream;
-pub mod worker;
+pub mod telemetry;
+pub mod transport;
 
-pub use live::Reloaded;
+pub use server::reload::Reloaded;
 pub use server::{Running, Server};

@@ -1,15 +1,61 @@
-//! The crate's modules import one another one way only: no import circle (see
-//! docs/architecture.md, "The pipeline"). Reads `src/` and fails with the modules of any circle.
+//! The shape of the code, checked: `crates/proxy/src` is layered folders that import downwards
+//! only (the order is [`LAYERS`], written out in `src/lib.rs` and docs/architecture.md), and no
+//! crate of the workspace has an import circle between its files. Reads the sources; fails with
+//! the import that breaks the rule.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-/// Module name (`store`, `h1::body`) → the crate modules it names outside its tests.
-fn imports() -> BTreeMap<String, BTreeSet<String>> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+/// The folders of `crates/proxy/src`, top to bottom. A folder may import itself and the
+/// folders after it, never one before it. The root files (`error`, `outcome`, `headers`) are
+/// leaves below every folder: they import no folder.
+const LAYERS: [&str; 10] = [
+    "server",
+    "transport",
+    "pipeline",
+    "admin",
+    "policy",
+    "origin",
+    "body",
+    "caching",
+    "net",
+    "telemetry",
+];
+const LEAVES: [&str; 3] = ["error", "outcome", "headers"];
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The module a source file is, as a path (`["transport", "h1", "write"]`; `mod.rs` and
+/// `lib.rs`/`main.rs` name their folder).
+fn module_of(src: &Path, file: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(src).unwrap().with_extension("");
+    let mut parts: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if matches!(
+        parts.last().map(String::as_str),
+        Some("mod" | "lib" | "main")
+    ) {
+        parts.pop();
+    }
+    parts
+}
+
+/// Whether `path` names a module of the crate in `src`.
+fn is_module(src: &Path, path: &[String]) -> bool {
+    let base = path.iter().fold(src.to_path_buf(), |p, s| p.join(s));
+    base.with_extension("rs").exists() || base.join("mod.rs").exists()
+}
+
+/// Module (`transport::h1::write`) → the modules of the same crate it names outside its unit
+/// tests, each the longest module path a `crate::` or `super::` path starts with.
+fn imports(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
     let mut files = vec![];
-    let mut dirs = vec![src.clone()];
+    let mut dirs = vec![src.to_path_buf()];
     while let Some(d) = dirs.pop() {
         for e in std::fs::read_dir(d).unwrap() {
             let p = e.unwrap().path();
@@ -22,79 +68,152 @@ fn imports() -> BTreeMap<String, BTreeSet<String>> {
     }
     let mut graph = BTreeMap::new();
     for f in files {
-        let rel = f.strip_prefix(&src).unwrap().with_extension("");
-        let name = rel.to_string_lossy().replace("/mod", "").replace('/', "::");
-        if name == "lib" {
-            continue;
-        }
+        let me = module_of(src, &f);
         let text = std::fs::read_to_string(&f).unwrap();
         // Unit tests may reach anywhere.
         let code = text.split("#[cfg(test)]").next().unwrap_or("");
         let mut deps = BTreeSet::new();
         for line in code.lines().map(str::trim).filter(|l| !l.starts_with("//")) {
-            for part in line.split("crate::").skip(1) {
-                let path: Vec<&str> = part
-                    .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
-                    .next()
-                    .unwrap_or("")
-                    .split("::")
-                    .collect();
-                let Some(first) = path.first().filter(|s| !s.is_empty()) else {
-                    continue;
-                };
-                // A submodule counts as itself when it is a file (`h1::body`).
-                let dep = match path.get(1) {
-                    Some(sub) if src.join(first).join(format!("{sub}.rs")).exists() => {
-                        format!("{first}::{sub}")
+            for (prefix, base) in [("crate::", vec![]), ("super::", parent(&me))] {
+                for (i, _) in line.match_indices(prefix) {
+                    // Not the tail of a longer path (`super::super::`, `rampart_x::crate::`).
+                    if line[..i].ends_with("::")
+                        || line[..i].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+                    {
+                        continue;
                     }
-                    _ => first.to_string(),
-                };
-                if dep != name {
-                    deps.insert(dep);
+                    let rest = &line[i + prefix.len()..];
+                    let path: Vec<String> = rest
+                        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+                        .next()
+                        .unwrap_or("")
+                        .split("::")
+                        .filter(|s| !s.is_empty())
+                        .map(str::to_owned)
+                        .collect();
+                    let mut full = base.clone();
+                    full.extend(path);
+                    while !full.is_empty() && !is_module(src, &full) {
+                        full.pop();
+                    }
+                    if !full.is_empty() && full != me {
+                        deps.insert(full.join("::"));
+                    }
                 }
             }
         }
-        graph.insert(name, deps);
+        graph.insert(me.join("::"), deps);
     }
+    graph.remove("");
     graph
 }
 
-#[test]
-fn no_import_circle() {
-    let graph = imports();
-    assert!(graph.contains_key("pipeline") && graph.contains_key("store"));
-    // Depth-first search; a module met again while on the path closes a circle.
+/// The module `super` names from `me` (a folder's `mod.rs` is the folder itself, so its
+/// `super` is one folder up, like a file's).
+fn parent(me: &[String]) -> Vec<String> {
+    let mut p = me.to_vec();
+    p.pop();
+    p
+}
+
+/// Panics with the circle's modules if the graph has one.
+fn assert_no_circle(crate_name: &str, graph: &BTreeMap<String, BTreeSet<String>>) {
     fn visit<'a>(
         n: &'a str,
         g: &'a BTreeMap<String, BTreeSet<String>>,
         path: &mut Vec<&'a str>,
         done: &mut BTreeSet<&'a str>,
+        crate_name: &str,
     ) {
         if done.contains(n) {
             return;
         }
         if let Some(i) = path.iter().position(|m| *m == n) {
-            panic!("import circle: {} → {n}", path[i..].join(" → "));
+            panic!(
+                "import circle in {crate_name}: {} → {n}",
+                path[i..].join(" → ")
+            );
         }
         path.push(n);
         for d in g.get(n).into_iter().flatten() {
-            visit(d, g, path, done);
+            visit(d, g, path, done, crate_name);
         }
         path.pop();
         done.insert(n);
     }
     let mut done = BTreeSet::new();
     for n in graph.keys() {
-        visit(n, &graph, &mut vec![], &mut done);
+        visit(n, graph, &mut vec![], &mut done, crate_name);
+    }
+}
+
+/// The layer index of a module: its folder's place in [`LAYERS`], the leaves after them all.
+fn layer(module: &str) -> usize {
+    let top = module.split("::").next().unwrap();
+    LAYERS.iter().position(|l| *l == top).unwrap_or_else(|| {
+        assert!(
+            LEAVES.contains(&top),
+            "`{top}` is neither a folder of LAYERS nor a root leaf: place it"
+        );
+        LAYERS.len()
+    })
+}
+
+#[test]
+fn folders_import_downwards_only() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let graph = imports(&src);
+    assert!(graph.contains_key("pipeline") && graph.contains_key("caching::writer"));
+    let mut wrong = vec![];
+    for (module, deps) in &graph {
+        let top = module.split("::").next().unwrap();
+        for dep in deps {
+            let dep_top = dep.split("::").next().unwrap();
+            let leaf_to_leaf = LEAVES.contains(&top) && LEAVES.contains(&dep_top);
+            if dep_top != top && !leaf_to_leaf && layer(dep) <= layer(module) {
+                wrong.push(format!("{module} → {dep}"));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "imports that run up the layers ({}): {wrong:#?}",
+        LAYERS.join(" > ")
+    );
+    // Every folder is placed, and lib.rs states the same order.
+    let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
+    assert!(lib.contains(&LAYERS.join(" > ")), "lib.rs states the order");
+    for e in std::fs::read_dir(&src).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_stem().unwrap().to_string_lossy().into_owned();
+        if name != "lib" {
+            layer(&name);
+        }
+    }
+}
+
+#[test]
+fn no_import_circle_in_any_crate() {
+    let mut crates = vec![];
+    for e in std::fs::read_dir(workspace().join("crates")).unwrap() {
+        let src = e.unwrap().path().join("src");
+        if src.is_dir() {
+            crates.push(src);
+        }
+    }
+    assert!(crates.len() >= 8, "{crates:?}");
+    for src in crates {
+        let name = src.parent().unwrap().file_name().unwrap().to_string_lossy();
+        assert_no_circle(&name, &imports(&src));
     }
 }
 
 #[test]
 fn the_dispatcher_names_every_stage() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let pipeline = std::fs::read_to_string(src.join("pipeline.rs")).unwrap();
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/pipeline");
+    let pipeline = std::fs::read_to_string(dir.join("mod.rs")).unwrap();
     for stage in ["recv", "lookup", "hit", "miss", "fetch", "deliver", "synth"] {
-        assert!(src.join(format!("{stage}.rs")).exists(), "{stage}.rs");
+        assert!(dir.join(format!("{stage}.rs")).exists(), "{stage}.rs");
         assert!(
             pipeline.contains(&format!("{stage}::")),
             "pipeline calls {stage}"

@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime};
 use http::StatusCode;
 use rampart_config::edit::{self, EditError};
 use rampart_config::{Config, Diagnostic, Severity};
-use rampart_proxy::control::{Answer, Request};
+use rampart_proxy::admin::commands::{Answer, Request};
 use rampart_proxy::Running;
 use serde_json::json;
 
@@ -223,7 +223,7 @@ impl<'a> Controller<'a> {
                     "rampart: reload ({why}) refused: cannot read {}: {e}; the configuration in service stays",
                     path.display()
                 );
-                rampart_proxy::metrics::get().reloaded(false);
+                rampart_proxy::telemetry::metrics::get().reloaded(false);
                 return Err(refusal(
                     StatusCode::CONFLICT,
                     format!("cannot read {}: {e}", path.display()),
@@ -233,7 +233,7 @@ impl<'a> Controller<'a> {
         let done = self.apply(&path, &src, why, None, true);
         if matches!(&done, Err(a) if a.status == StatusCode::UNPROCESSABLE_ENTITY) {
             // An invalid file (a failure to put a valid one in service is counted there).
-            rampart_proxy::metrics::get().reloaded(false);
+            rampart_proxy::telemetry::metrics::get().reloaded(false);
         }
         done
     }
@@ -283,7 +283,7 @@ impl<'a> Controller<'a> {
                 path.display(),
                 self.config.rules.len()
             );
-            rampart_proxy::metrics::get().reloaded(false);
+            rampart_proxy::telemetry::metrics::get().reloaded(false);
             return Err(refusal(
                 StatusCode::CONFLICT,
                 format!(

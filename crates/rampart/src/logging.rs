@@ -1,5 +1,5 @@
 //! Diagnostics: stderr, filtered by `logging_level` (a reload applies a new one). The access
-//! log is written by the proxy itself (`rampart_proxy::log`).
+//! log is written by the proxy itself (`rampart_proxy::telemetry::access_log`).
 
 use rampart_config::Config;
 use tracing_subscriber::filter::EnvFilter;

@@ -220,7 +220,10 @@ fn serve(
     let upgrader = upgrade::Upgrader::new();
     let signals = Signals::install()?;
     let workers = config.workers;
-    rampart_proxy::metrics::set_build(env!("CARGO_PKG_VERSION"), env!("RAMPART_COMMIT_ID"));
+    rampart_proxy::telemetry::metrics::set_build(
+        env!("CARGO_PKG_VERSION"),
+        env!("RAMPART_COMMIT_ID"),
+    );
     let server = Server::bind(config.clone())?;
     let addrs = server.local_addrs();
     let https = server.https_addrs();

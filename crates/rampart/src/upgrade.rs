@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 
-use rampart_proxy::listen::{set_inheritable, HANDOFF_ENV};
+use rampart_proxy::transport::listen::{set_inheritable, HANDOFF_ENV};
 use rampart_proxy::Running;
 
 /// Set in the new process: the old process's id, to stop once the new one serves.
@@ -53,7 +53,7 @@ impl Upgrader {
         if let Some((pid, _)) = &self.pending {
             return Err(format!("an upgrade is in progress already (process {pid})"));
         }
-        if rampart_proxy::quic::relay::predecessor_draining() {
+        if rampart_proxy::transport::h3::relay::predecessor_draining() {
             return Err(
                 "the process this one took over from is still finishing its HTTP/3 \
                         connections; upgrade again once it has exited (shutdown_timeout_seconds \

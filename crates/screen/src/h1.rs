@@ -13,7 +13,7 @@
 //! - request targets a reverse proxy does not serve: `CONNECT` (authority-form), `*` for
 //!   anything but `OPTIONS`, absolute-form with a scheme other than http/https.
 //!
-//! rampart's HTTP/1.1 server (`rampart_proxy::h1`) parses each head once and applies these
+//! rampart's HTTP/1.1 server (`rampart_proxy::transport::h1`) parses each head once and applies these
 //! checks to it; its body decoder enforces strict chunk framing (`HEXDIG+ [; extension] CRLF …
 //! CRLF`, no overflow, no control bytes in extensions or trailers).
 

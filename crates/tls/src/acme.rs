@@ -5,7 +5,7 @@
 //! simply fails its handshakes until one arrives.
 //!
 //! With Redis (`redis_certificates`), the instances share one account and one certificate per
-//! domain (`rampart_shared::certs::Vault`, encrypted): the instance that takes a domain's lock
+//! domain (`rampart_redis::certs::Vault`, encrypted): the instance that takes a domain's lock
 //! orders, publishing its challenge answers in Redis so that whichever instance the CA reaches
 //! answers; the others wait and take the certificate from Redis, and every instance checks
 //! Redis for a newer certificate at least every [`VAULT_POLL`], so a renewal happens once and
@@ -21,14 +21,14 @@ use instant_acme::{
     Account, AccountCredentials, AuthorizationStatus, ChallengeType, Identifier, NewAccount,
     NewOrder, OrderStatus, RetryPolicy,
 };
-use rampart_config::{AcmeChallenge, AcmeConfig, DomainPattern};
-use rampart_shared::certs::Vault;
-use rampart_shared::Shared;
+use rampart_config::{AcmeChallenge, AcmeConfig};
+use rampart_redis::certs::Vault;
+use rampart_redis::Shared;
 use rcgen::{CertificateParams, CustomExtension, KeyPair};
 
+use crate::cert_store::CertStore;
 use crate::der::Validity;
 use crate::pem::{self, Loaded};
-use crate::store::CertStore;
 use crate::TlsError;
 
 /// First retry after a failed order; doubles up to [`MAX_BACKOFF`].
@@ -136,6 +136,16 @@ pub(crate) struct AccountCell {
 }
 
 impl AccountCell {
+    /// No account yet: the first order fetches or creates it.
+    pub(crate) fn new(cfg: AcmeConfig, dir: PathBuf, vault: Option<Arc<Vault>>) -> Self {
+        AccountCell {
+            cfg,
+            dir,
+            vault,
+            current: tokio::sync::Mutex::new((None, 0)),
+        }
+    }
+
     /// The account, fetched or created when first needed (an order is the first need: a CA
     /// that is away delays orders, never the certificates already obtained).
     pub(crate) async fn get(&self) -> Result<(Account, u64), TlsError> {
@@ -200,49 +210,6 @@ impl AccountCell {
         }
         false
     }
-}
-
-/// Runs the ACME client for `domains` forever: gets the account (creating it on first use),
-/// then keeps each domain's certificate current.
-pub async fn run(
-    cfg: AcmeConfig,
-    state_dir: PathBuf,
-    domains: Vec<(DomainPattern, String, Option<Validity>)>,
-    store: Arc<CertStore>,
-    shared: Option<Shared>,
-) {
-    let dir = ca_dir(&state_dir, &cfg.directory_url);
-    let ca_name = dir
-        .file_name()
-        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-    let vault = shared
-        .as_ref()
-        .and_then(|s| Vault::new(s, &ca_name))
-        .map(Arc::new);
-    let shared = shared.filter(|_| vault.is_some());
-    let cell = Arc::new(AccountCell {
-        cfg,
-        dir,
-        vault,
-        current: tokio::sync::Mutex::new((None, 0)),
-    });
-    let mut tasks = tokio::task::JoinSet::new();
-    for (pattern, domain, validity) in domains {
-        let keeper = crate::renew::Keeper {
-            cell: cell.clone(),
-            pattern,
-            domain,
-            validity,
-            store: store.clone(),
-            shared: shared.clone(),
-            failures: 0,
-            choice: 0,
-            retried_new_account: false,
-            next_order: None,
-        };
-        tasks.spawn(keeper.run());
-    }
-    while tasks.join_next().await.is_some() {}
 }
 
 /// The account: from Redis when shared (the first instance creates it under a lock, the

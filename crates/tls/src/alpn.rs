@@ -8,9 +8,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rampart_shared::Shared;
+use rampart_redis::Shared;
 
-use crate::store::{CertStore, ACME_TLS_ALPN};
+use crate::cert_store::{CertStore, ACME_TLS_ALPN};
 
 /// How long an answer taken from Redis stays here (the CA validates within seconds; the
 /// ordering instance's key in Redis lives 10 minutes).

@@ -64,7 +64,7 @@ pub enum TlsError {
     AcmeTimeout(&'static str),
 
     #[error("shared certificate store: {0}")]
-    Shared(#[from] rampart_shared::SharedError),
+    Shared(#[from] rampart_redis::SharedError),
 }
 
 impl TlsError {

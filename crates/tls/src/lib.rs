@@ -1,6 +1,6 @@
 //! rampart's certificates and TLS.
 //!
-//! - [`store::CertStore`]: certificates by SNI name and ACME challenge answers; the HTTPS
+//! - [`cert_store::CertStore`]: certificates by SNI name and ACME challenge answers; the HTTPS
 //!   listener's certificate resolver.
 //! - Certificate sources per rule: PEM files (reloaded when they change), the local CA
 //!   (`tls = "internal"`), ACME.
@@ -11,6 +11,7 @@
 
 pub mod acme;
 pub mod alpn;
+pub mod cert_store;
 pub mod der;
 mod error;
 pub mod internal;
@@ -18,7 +19,6 @@ pub mod origin;
 pub mod pem;
 mod renew;
 pub mod server;
-pub mod store;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -29,9 +29,9 @@ use rustls::ServerConfig;
 
 pub use crate::error::TlsError;
 
+use crate::cert_store::CertStore;
 use crate::der::Validity;
 use crate::internal::LocalCa;
-use crate::store::CertStore;
 
 /// What the listeners need: the store (resolver and HTTP-01 answers) and the server config,
 /// with a handle on the background work that keeps the certificates current.
@@ -106,7 +106,7 @@ fn cert_name(d: &DomainPattern) -> Option<String> {
 /// unreadable certificate file or local CA is an error; an unreachable ACME CA is not.
 pub fn start(
     config: &Config,
-    shared: Option<&rampart_shared::Shared>,
+    shared: Option<&rampart_redis::Shared>,
 ) -> Result<Option<Tls>, TlsError> {
     if config.tls.listen_https.is_empty() {
         return Ok(None);
@@ -209,7 +209,7 @@ pub fn start(
                     tasks.spawn(renew_internal(ca, internal, bg_store.clone()));
                 }
                 if !acme.is_empty() {
-                    tasks.spawn(acme::run(acme_cfg, state_dir, acme, bg_store, shared));
+                    tasks.spawn(renew::run(acme_cfg, state_dir, acme, bg_store, shared));
                 }
                 tokio::select! {
                     _ = async { while tasks.join_next().await.is_some() {} } => {}

@@ -1,4 +1,4 @@
-//! Keeping one domain's ACME certificate current: `acme::run` starts one [`Keeper`] per
+//! Keeping one domain's ACME certificate current: [`run`] starts one [`Keeper`] per
 //! domain, and each goes round its stages until the process stops:
 //!
 //! 1. **adopt**: with Redis, a newer certificate another instance (or this one, earlier)
@@ -11,22 +11,60 @@
 //!    challenge type, a longer wait, a new account once when the CA forgot this one
 //!    ([`Keeper::order`]).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use rampart_config::DomainPattern;
-use rampart_shared::certs::{Lock, Vault};
-use rampart_shared::Shared;
+use rampart_config::{AcmeConfig, DomainPattern};
+use rampart_redis::certs::{Lock, Vault};
+use rampart_redis::Shared;
 
 use crate::acme::{
-    backoff, cert_paths, days_left, obtain, renew_time, AccountCell, ORDER_TIMEOUT, OTHER_ORDERING,
-    VAULT_POLL,
+    backoff, ca_dir, cert_paths, days_left, obtain, renew_time, AccountCell, ORDER_TIMEOUT,
+    OTHER_ORDERING, VAULT_POLL,
 };
+use crate::cert_store::CertStore;
 use crate::der::Validity;
 use crate::pem::{self, Loaded};
-use crate::store::CertStore;
 use crate::TlsError;
+
+/// Runs the ACME client for `domains` forever: gets the account (creating it on first use),
+/// then keeps each domain's certificate current.
+pub async fn run(
+    cfg: AcmeConfig,
+    state_dir: PathBuf,
+    domains: Vec<(DomainPattern, String, Option<Validity>)>,
+    store: Arc<CertStore>,
+    shared: Option<Shared>,
+) {
+    let dir = ca_dir(&state_dir, &cfg.directory_url);
+    let ca_name = dir
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    let vault = shared
+        .as_ref()
+        .and_then(|s| Vault::new(s, &ca_name))
+        .map(Arc::new);
+    let shared = shared.filter(|_| vault.is_some());
+    let cell = Arc::new(AccountCell::new(cfg, dir, vault));
+    let mut tasks = tokio::task::JoinSet::new();
+    for (pattern, domain, validity) in domains {
+        let keeper = Keeper {
+            cell: cell.clone(),
+            pattern,
+            domain,
+            validity,
+            store: store.clone(),
+            shared: shared.clone(),
+            failures: 0,
+            choice: 0,
+            retried_new_account: false,
+            next_order: None,
+        };
+        tasks.spawn(keeper.run());
+    }
+    while tasks.join_next().await.is_some() {}
+}
 
 /// One domain's certificate, and what its orders have met so far.
 pub(crate) struct Keeper {

@@ -7,8 +7,8 @@ use rampart_config::TlsVersion;
 use rustls::server::ServerSessionMemoryCache;
 use rustls::ServerConfig;
 
+use crate::cert_store::{CertStore, ACME_TLS_ALPN};
 use crate::origin::versions;
-use crate::store::{CertStore, ACME_TLS_ALPN};
 
 /// Session-cache entries (TLS 1.2 session IDs and TLS 1.3 stateful resumption fallback).
 const SESSION_CACHE: usize = 16 * 1024;

@@ -1,0 +1,212 @@
+//! The live dashboard: a page (HTML, script and style embedded in the binary, nothing fetched
+//! from elsewhere) and the stream of figures it draws, as server-sent events.
+//!
+//! `GET /_rampart/dashboard` serves the page to anyone when the management API is on: it holds
+//! no figures. The page asks for the API key (kept in the tab's session storage) and reads
+//! `GET /_rampart/dashboard/events` with it in the `Authorization` header (a `fetch` stream,
+//! not `EventSource`, so the key never appears in a URL or a log); a client in
+//! `metrics_allow` needs no key for the stream. One event a second: the last second's request
+//! rate, hit ratio, latency percentiles, status classes and refusals, plus the cache, origin
+//! health, the most requested hosts and paths (kept only while a dashboard watches) and the
+//! latest refused requests. The stream ends when the server stops.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+use http::header::{HeaderValue, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE};
+use http::{Response, StatusCode};
+use serde_json::{json, Value};
+
+use crate::body::ProxyBody;
+use crate::caching::Cache;
+use crate::policy::route::Router;
+use crate::telemetry::metrics::{self, hit_ratio, Metrics, Totals, BLOCK_REASONS, CACHE_LABELS};
+
+const PAGE: &str = include_str!("../../assets/dashboard/index.html");
+const SCRIPT: &str = include_str!("../../assets/dashboard/app.js");
+const STYLE: &str = include_str!("../../assets/dashboard/style.css");
+
+/// How often the stream sends an event.
+const TICK: Duration = Duration::from_secs(1);
+
+/// What the stream reads besides the counts: the configuration in service.
+#[derive(Debug)]
+pub struct Scene {
+    pub router: Arc<Router>,
+    pub cache: Option<Arc<Cache>>,
+}
+
+static SCENE: Mutex<Option<Arc<Scene>>> = Mutex::new(None);
+
+/// Puts a new configuration's view in place (`server/reload.rs`: startup and reloads).
+pub fn publish(scene: Scene) {
+    *SCENE.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(scene));
+}
+
+fn scene() -> Option<Arc<Scene>> {
+    SCENE.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// The page's files by their name under `/_rampart/`.
+pub fn asset(name: &str) -> Option<Response<ProxyBody>> {
+    let (body, kind) = match name {
+        "dashboard" => (PAGE, "text/html; charset=utf-8"),
+        "dashboard.js" => (SCRIPT, "text/javascript; charset=utf-8"),
+        "dashboard.css" => (STYLE, "text/css; charset=utf-8"),
+        _ => return None,
+    };
+    let mut res = Response::new(ProxyBody::full(Bytes::from_static(body.as_bytes())));
+    let h = res.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static(kind));
+    h.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
+    h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    // Only its own files, never framed, no referrer leaves it.
+    h.insert(
+        "content-security-policy",
+        HeaderValue::from_static(
+            "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
+             img-src 'self' data:; form-action 'none'; base-uri 'none'; frame-ancestors 'none'",
+        ),
+    );
+    h.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert("referrer-policy", HeaderValue::from_static("no-referrer"));
+    Some(res)
+}
+
+/// `GET /_rampart/dashboard/events`: one event now, then one a second.
+pub fn events() -> Response<ProxyBody> {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(2);
+    let m = metrics::get();
+    tokio::spawn(async move {
+        let _watching = m.watch();
+        let mut before = (Instant::now(), m.totals());
+        let mut tick = tokio::time::interval(TICK);
+        loop {
+            tick.tick().await;
+            if m.stopping() {
+                break;
+            }
+            let now = (Instant::now(), m.totals());
+            let event = frame(&snapshot(m, &before, &now));
+            before = now;
+            // The client went away: the body, and with it the receiver, is gone.
+            if tx.send(event).await.is_err() {
+                break;
+            }
+        }
+    });
+    let mut res = Response::new(ProxyBody::channel(rx));
+    *res.status_mut() = StatusCode::OK;
+    let h = res.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    res
+}
+
+fn frame(v: &Value) -> Bytes {
+    Bytes::from(format!("data: {v}\n\n"))
+}
+
+fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The figures of one event: the window between `before` and `now`, and the state now.
+pub fn snapshot(m: &Metrics, before: &(Instant, Totals), now: &(Instant, Totals)) -> Value {
+    let (t0, a) = before;
+    let (t1, b) = now;
+    // The first event comes at once: its window counts as a second, not a spike.
+    let secs = t1.duration_since(*t0).as_secs_f64().max(1.0);
+    let window = |i: usize| b.by_cache[i].saturating_sub(a.by_cache[i]);
+    let requests = b.requests.saturating_sub(a.requests);
+    let (hits_a, lookups_a) = a.hits_and_lookups();
+    let (hits_b, lookups_b) = b.hits_and_lookups();
+    let latency = b.duration.since(&a.duration);
+    let q = |p: f64| latency.quantile(p).map(|s| (s * 1e6).round() / 1e3);
+    let blocked_now: u64 = b.blocked.iter().sum();
+    let blocked_before: u64 = a.blocked.iter().sum();
+    let scene = scene();
+    let cache = scene.as_ref().and_then(|s| s.cache.as_ref()).map(|c| {
+        let s = c.store().stats();
+        json!({
+            "entries": s.entries,
+            "size_bytes": s.weight,
+            "capacity_bytes": c.store().capacity(),
+            "evictions": s.evictions,
+        })
+    });
+    let mut upstreams = Vec::new();
+    if let Some(scene) = &scene {
+        for rule in scene.router.rules() {
+            let set = &rule.upstreams;
+            for member in set.members() {
+                upstreams.push(json!({
+                    "rule": rule.config.domain_text,
+                    "origin": member.target.authority.as_str(),
+                    "up": set.in_rotation(member),
+                    "latency_ms": member.latency().map(|d| (d.as_secs_f64() * 1e6).round() / 1e3),
+                }));
+            }
+        }
+    }
+    let (hosts, paths) = m.top(10);
+    let refusals: Vec<Value> = m
+        .refusals(20)
+        .into_iter()
+        .map(|r| {
+            json!({
+                "time": unix_ms(r.time),
+                "client": r.client.to_string(),
+                "host": r.host,
+                "path": r.path,
+                "reason": r.reason,
+            })
+        })
+        .collect();
+    let classes: serde_json::Map<String, Value> = (0..5)
+        .map(|i| {
+            (
+                format!("{}xx", i + 1),
+                json!(b.by_class[i].saturating_sub(a.by_class[i])),
+            )
+        })
+        .collect();
+    let outcomes: serde_json::Map<String, Value> = CACHE_LABELS
+        .iter()
+        .enumerate()
+        .map(|(i, l)| ((*l).to_owned(), json!(window(i))))
+        .collect();
+    let by_reason: serde_json::Map<String, Value> = BLOCK_REASONS
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| b.blocked[*i] > 0)
+        .map(|(i, r)| ((*r).to_owned(), json!(b.blocked[i])))
+        .collect();
+    json!({
+        "time": unix_ms(SystemTime::now()),
+        "window_seconds": secs,
+        "requests_per_second": requests as f64 / secs,
+        "hit_ratio": hit_ratio(hits_b.saturating_sub(hits_a), lookups_b.saturating_sub(lookups_a)),
+        "hit_ratio_since_start": hit_ratio(hits_b, lookups_b),
+        "latency_ms": { "p50": q(0.5), "p90": q(0.9), "p99": q(0.99) },
+        "status": classes,
+        "cache_outcomes": outcomes,
+        "blocked_per_second": blocked_now.saturating_sub(blocked_before) as f64 / secs,
+        "totals": {
+            "requests": b.requests,
+            "blocked": blocked_now,
+            "blocked_by_reason": by_reason,
+        },
+        "connections_open": m.connections_open(),
+        "cache": cache,
+        "upstreams": upstreams,
+        "top_hosts": hosts,
+        "top_paths": paths,
+        "recent_blocked": refusals,
+    })
+}

@@ -1,0 +1,458 @@
+//! The management API and cache purging (synth responses only; nothing here reaches an origin).
+//!
+//! - `PURGE <url>` on any host rampart serves: removes that URL (every variant) from the cache.
+//!   Allowed from `purge_allow` addresses, or with the `api_key` (`Authorization: Bearer KEY` or
+//!   `X-Api-Key: KEY`). Header `X-Purge-Scope: prefix | contains | domain` widens it to the ARC2
+//!   scopes (the URL's path is the prefix or substring); `X-Purge: soft` marks entries stale
+//!   instead of removing them (kept for stale-if-error).
+//! - `/_rampart/...` on any host, only when `api_key` is set, always with the key:
+//!   `GET /_rampart/status` (cache figures as JSON),
+//!   `POST /_rampart/purge?scope=exact|prefix|contains|domain&host=H[&path=P][&soft=true]`,
+//!   `POST /_rampart/reload` (read the configuration file again), and the rule operations
+//!   `GET|POST /_rampart/rules`, `PUT|DELETE /_rampart/rules/{domain}` (a `proxy_rules` entry
+//!   as TOML or JSON, validated like the file and written back to it). Reloads and rule
+//!   changes are answered by the file's owner through [`crate::admin::commands`].
+//!
+//! Keys are compared in constant time. Wrong or missing key → 401; PURGE from elsewhere → 403.
+
+pub mod commands;
+pub mod dashboard;
+pub mod exposition;
+pub mod state;
+
+pub use state::Api;
+
+use http::header::AUTHORIZATION;
+use http::{HeaderMap, Method, Request, Response, StatusCode};
+use rampart_cache::key::CacheKey;
+use rampart_cache::store::PurgeScope;
+use rampart_config::AdminConfig;
+
+use crate::body::local::json;
+use crate::body::{ProxyBody, RequestBody};
+use crate::caching::Cache;
+use crate::error::ProxyError;
+use crate::policy::route::Router;
+
+/// Reserved path prefix of the management API.
+pub const ADMIN_PREFIX: &str = "/_rampart/";
+
+/// Largest body of a rule operation.
+const MAX_RULE_BODY: usize = 1 << 20;
+
+/// Whether a client's request is a reload or a rule operation (answered by [`control`]).
+pub fn is_control(admin: &AdminConfig, req: &Request<RequestBody>) -> bool {
+    if admin.api_key.is_none() {
+        return false;
+    }
+    let Some(rest) = req.uri().path().strip_prefix(ADMIN_PREFIX) else {
+        return false;
+    };
+    rest == "reload" || rest == "rules" || rest.starts_with("rules/")
+}
+
+/// `POST /_rampart/reload` and the rule operations: checked here, carried out by the owner of
+/// the configuration file.
+pub async fn control(
+    api: Api<'_>,
+    req: Request<RequestBody>,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    use crate::admin::commands::Request as Ask;
+    if !has_key(api.config, req.headers()) {
+        return Err(ProxyError::ApiKey);
+    }
+    let path = req
+        .uri()
+        .path()
+        .strip_prefix(ADMIN_PREFIX)
+        .unwrap_or("")
+        .to_owned();
+    let domain = path
+        .strip_prefix("rules/")
+        .map(|d| String::from_utf8_lossy(&percent_decode(d)).into_owned());
+    let json = req
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.to_ascii_lowercase().contains("json"));
+    let method = req.method().clone();
+    let body = || async {
+        use http_body_util::BodyExt as _;
+        http_body_util::Limited::new(req.into_body(), MAX_RULE_BODY)
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .map_err(|_| ProxyError::ApiBadRequest("the rule could not be read (at most 1 MiB)"))
+    };
+    let ask = match (&method, path.as_str(), domain) {
+        (&Method::POST, "reload", _) => Ask::Reload,
+        (&Method::GET, "rules", _) => Ask::ListRules,
+        (&Method::POST, "rules", _) => Ask::AddRule {
+            body: body().await?,
+            json,
+        },
+        (&Method::PUT, _, Some(domain)) => Ask::ReplaceRule {
+            domain,
+            body: body().await?,
+            json,
+        },
+        (&Method::DELETE, _, Some(domain)) => Ask::RemoveRule { domain },
+        _ => return Err(ProxyError::ApiNoSuchEndpoint),
+    };
+    let Some(control) = api.control else {
+        return Err(ProxyError::ApiNoSuchEndpoint);
+    };
+    let answer = control.ask(ask).await;
+    Ok(crate::body::local::json(answer.status, answer.body))
+}
+
+/// Whether `method` is the PURGE extension method.
+pub fn is_purge(method: &Method) -> bool {
+    method.as_str() == "PURGE"
+}
+
+/// Constant-time equality (no early exit on the first differing byte).
+fn same(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Whether the request carries the API key.
+pub fn has_key(admin: &AdminConfig, headers: &HeaderMap) -> bool {
+    let Some(key) = admin.api_key.as_deref() else {
+        return false;
+    };
+    let bearer = headers
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        });
+    let x_api_key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
+    [bearer, x_api_key]
+        .into_iter()
+        .flatten()
+        .any(|given| same(given.trim().as_bytes(), key.as_bytes()))
+}
+
+/// Decodes `%XX` escapes and `+` (query values); invalid escapes are kept as they are.
+fn percent_decode(s: &str) -> Vec<u8> {
+    rampart_screen::inspect::percent_decode(s.as_bytes(), true).into_owned()
+}
+
+/// A purge target in the form the cache keys on: the path normalised as recv normalises it
+/// (`policy/path.rs`), the query as given. A path that cannot be normalised is kept as given.
+fn normal_target(target: &[u8]) -> Vec<u8> {
+    let split = target
+        .iter()
+        .position(|&b| b == b'?')
+        .unwrap_or(target.len());
+    let (p, query) = target.split_at(split);
+    match std::str::from_utf8(p).map(crate::policy::path::normalize) {
+        Ok(Ok(Some(normal))) => [normal.as_bytes(), query].concat(),
+        _ => target.to_vec(),
+    }
+}
+
+fn scope_from(kind: &str, host: &str, path: &[u8], ignore_query: bool) -> Option<PurgeScope> {
+    let host_key = CacheKey::new(host, "/", false).host().to_vec();
+    Some(match kind {
+        "exact" | "" => PurgeScope::Exact(CacheKey::new(
+            host,
+            &String::from_utf8_lossy(&normal_target(path)),
+            ignore_query,
+        )),
+        "prefix" => PurgeScope::Prefix {
+            host: host_key,
+            prefix: normal_target(path),
+        },
+        "contains" => PurgeScope::Contains {
+            host: host_key,
+            needle: path.to_vec(),
+        },
+        "domain" => PurgeScope::Domain(host_key),
+        _ => return None,
+    })
+}
+
+fn purged(n: usize, soft: bool) -> Response<ProxyBody> {
+    json(
+        StatusCode::OK,
+        format!("{{\"purged\":{n},\"soft\":{soft}}}\n"),
+    )
+}
+
+/// A `PURGE` request for a URL on a routed host: who sent it, and what it names.
+#[derive(Debug, Clone, Copy)]
+pub struct Purge<'a> {
+    /// The TCP peer, as for `purge_allow` (`X-Forwarded-For` is not trusted here).
+    pub client: std::net::IpAddr,
+    pub host: &'a str,
+    /// Path and query as requested.
+    pub target: &'a str,
+    /// The rule's `ignore_query_string`.
+    pub ignore_query: bool,
+}
+
+/// `PURGE` for a URL on a routed host (the recv stage's last step).
+pub fn purge_method(
+    api: Api<'_>,
+    purge: Purge<'_>,
+    headers: &HeaderMap,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    let (admin, client) = (api.config, purge.client);
+    let (host, pq, ignore_query) = (purge.host, purge.target, purge.ignore_query);
+    if !(admin.purge_allow.iter().any(|c| c.contains(client)) || has_key(admin, headers)) {
+        tracing::warn!(%client, host, pq, "PURGE refused: not from purge_allow and no api_key");
+        return Err(ProxyError::PurgeNotAllowed);
+    }
+    let Some(cache) = api.cache else {
+        return Ok(purged(
+            0,
+            headers
+                .get("x-purge")
+                .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"soft")),
+        ));
+    };
+    let kind = headers
+        .get("x-purge-scope")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("exact")
+        .trim()
+        .to_ascii_lowercase();
+    let soft = headers
+        .get("x-purge")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"soft"));
+    let path = if kind == "exact" {
+        pq
+    } else {
+        pq.split('?').next().unwrap_or(pq)
+    };
+    let Some(scope) = scope_from(&kind, host, path.as_bytes(), ignore_query) else {
+        return Err(ProxyError::ApiBadRequest(
+            "X-Purge-Scope must be exact, prefix, contains or domain",
+        ));
+    };
+    let n = cache.purge(&scope, soft);
+    tracing::info!(%client, host, pq, scope = kind, soft, purged = n, "purge");
+    Ok(purged(n, soft))
+}
+
+/// `/_rampart/...`; `None` when the API is off (the path is then proxied like any other).
+///
+/// With `metrics_allow` alone (no `api_key`), only the metrics and the dashboard are answered
+/// here, to those addresses; every other path is proxied.
+pub fn admin_request<B>(
+    api: Api<'_>,
+    client: std::net::IpAddr,
+    req: &Request<B>,
+) -> Option<Result<Response<ProxyBody>, ProxyError>> {
+    let admin = api.config;
+    let method = req.method();
+    let rest = req.uri().path().strip_prefix(ADMIN_PREFIX).unwrap_or("");
+    if method == Method::GET || method == Method::HEAD {
+        if let Some(answer) = readable(api, client, req, rest) {
+            return Some(answer);
+        }
+    }
+    admin.api_key.as_ref()?;
+    if !has_key(admin, req.headers()) {
+        return Some(Err(ProxyError::ApiKey));
+    }
+    Some(match (method, rest) {
+        (&Method::GET, "status") => Ok(status(api.cache, api.router)),
+        (&Method::POST, "purge") => purge_api(api.cache, req.uri().query()),
+        _ => Err(ProxyError::ApiNoSuchEndpoint),
+    })
+}
+
+/// The dashboard's page (to anyone: it holds no figures), and the metrics and the dashboard's
+/// stream (with the key, or to `metrics_allow`); `None` for other paths.
+fn readable<B>(
+    api: Api<'_>,
+    client: std::net::IpAddr,
+    req: &Request<B>,
+    rest: &str,
+) -> Option<Result<Response<ProxyBody>, ProxyError>> {
+    if let Some(page) = crate::admin::dashboard::asset(rest) {
+        return Some(Ok(page));
+    }
+    if rest != "metrics" && rest != "dashboard/events" {
+        return None;
+    }
+    // The TCP peer, as for purge_allow: X-Forwarded-For is not trusted here.
+    let admin = api.config;
+    let allowed = admin.metrics_allow.iter().any(|c| c.contains(client));
+    if !allowed && !has_key(admin, req.headers()) {
+        return Some(Err(ProxyError::ApiKey));
+    }
+    Some(Ok(if rest == "metrics" {
+        metrics_response(api, req)
+    } else {
+        crate::admin::dashboard::events()
+    }))
+}
+
+/// `GET /_rampart/status`: the cache's figures, the process's memory, the origins.
+fn status(cache: Option<&Cache>, router: &Router) -> Response<ProxyBody> {
+    let cache = match cache {
+        Some(c) => {
+            let s = c.store().stats();
+            format!(
+                "{{\"entries\":{},\"weight_bytes\":{},\"reserved_bytes\":{},\"pinned_bytes\":{},\"capacity_bytes\":{},\"evictions\":{},\"in_flight\":{}}}",
+                s.entries,
+                s.weight,
+                s.reserved,
+                s.pinned,
+                c.store().capacity(),
+                s.evictions,
+                c.coalescer().len()
+            )
+        }
+        None => "null".to_owned(),
+    };
+    // The process's resident memory beside the cache's weight, so a mismatch shows.
+    let process = match crate::admin::exposition::process_memory() {
+        Some((rss, peak)) => format!("{{\"rss_bytes\":{rss},\"peak_rss_bytes\":{peak}}}"),
+        None => "null".to_owned(),
+    };
+    let upstreams = upstreams_json(router);
+    json(
+        StatusCode::OK,
+        format!("{{\"cache\":{cache},\"process\":{process},\"upstreams\":{upstreams}}}\n"),
+    )
+}
+
+/// `POST /_rampart/purge?scope=…&host=…&path=…&soft=…`.
+fn purge_api(
+    cache: Option<&Cache>,
+    query: Option<&str>,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    let params: Vec<(String, Vec<u8>)> = query
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (
+                String::from_utf8_lossy(&percent_decode(k)).into_owned(),
+                percent_decode(v),
+            )
+        })
+        .collect();
+    let param = |name: &str| {
+        params
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_slice())
+    };
+    let Some(host) = param("host").map(|h| String::from_utf8_lossy(h).into_owned()) else {
+        return Err(ProxyError::ApiBadRequest("purge needs host="));
+    };
+    let kind = param("scope")
+        .map(|s| String::from_utf8_lossy(s).to_ascii_lowercase())
+        .unwrap_or_else(|| "exact".into());
+    let path = param("path").unwrap_or(b"/");
+    let soft = param("soft").is_some_and(|v| v == b"true" || v == b"1");
+    if kind != "domain" && param("path").is_none() {
+        return Err(ProxyError::ApiBadRequest("this scope needs path="));
+    }
+    let Some(scope) = scope_from(&kind, &host, path, false) else {
+        return Err(ProxyError::ApiBadRequest(
+            "scope must be exact, prefix, contains or domain",
+        ));
+    };
+    let n = cache.map_or(0, |c| c.purge(&scope, soft));
+    tracing::info!(host, scope = kind, soft, purged = n, "purge via API");
+    Ok(purged(n, soft))
+}
+
+/// `GET /_rampart/metrics`: OpenMetrics when the scraper asks for it, else Prometheus text.
+fn metrics_response<B>(api: Api<'_>, req: &Request<B>) -> Response<ProxyBody> {
+    use crate::admin::exposition;
+    let openmetrics = req
+        .headers()
+        .get(http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("application/openmetrics-text"));
+    let body = exposition::render(crate::telemetry::metrics::get(), &api, openmetrics);
+    let mut res = crate::body::local::text(StatusCode::OK, body);
+    let kind = if openmetrics {
+        exposition::OPENMETRICS_TEXT
+    } else {
+        exposition::PROMETHEUS_TEXT
+    };
+    res.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static(kind),
+    );
+    res
+}
+
+/// Every rule's origins with their health: `healthy` is the active checks' verdict (true
+/// without checks), `refused_lately` the passive one, `latency_ms` the `Performance` average.
+fn upstreams_json(router: &Router) -> String {
+    let mut out = String::from("[");
+    for rule in router.rules() {
+        let set = &rule.upstreams;
+        for m in set.members() {
+            if out.len() > 1 {
+                out.push(',');
+            }
+            let latency = m.latency().map_or("null".to_owned(), |d| {
+                format!("{:.3}", d.as_secs_f64() * 1000.0)
+            });
+            out.push_str(&format!(
+                "{{\"domain\":{:?},\"origin\":{:?},\"method\":\"{:?}\",\"health_checks\":{},\"healthy\":{},\"refused_lately\":{},\"latency_ms\":{latency}}}",
+                rule.config.domain_text,
+                m.target.authority.as_str(),
+                set.method(),
+                rule.config.health_check.is_some(),
+                m.healthy(),
+                set.refused_lately(m),
+            ));
+        }
+    }
+    out.push(']');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    #[test]
+    fn constant_time_compare_and_decoding() {
+        assert!(same(b"abc", b"abc"));
+        assert!(!same(b"abc", b"abd"));
+        assert!(!same(b"abc", b"ab"));
+        assert_eq!(
+            percent_decode("%2Fblog%2F+x%zz%4"),
+            b"/blog/ x%zz%4".to_vec()
+        );
+    }
+
+    #[test]
+    fn keys_from_bearer_or_header() {
+        let admin = AdminConfig {
+            api_key: Some("k".repeat(32)),
+            purge_allow: vec![],
+            metrics_allow: vec![],
+        };
+        let mut h = HeaderMap::new();
+        assert!(!has_key(&admin, &h));
+        h.insert(
+            AUTHORIZATION,
+            HeaderValue::from_str(&format!("Bearer {}", "k".repeat(32)))
+                .unwrap_or(HeaderValue::from_static("x")),
+        );
+        assert!(has_key(&admin, &h));
+        let mut h = HeaderMap::new();
+        h.insert("x-api-key", HeaderValue::from_static("wrong"));
+        assert!(!has_key(&admin, &h));
+    }
+}

@@ -1,0 +1,36 @@
+//! Complete bodies rampart writes itself, as responses that no cache may keep: plain text and
+//! JSON. The pipeline's synth stage and the management API build their answers with these.
+
+use bytes::Bytes;
+use http::header::{HeaderValue, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE};
+use http::{Response, StatusCode};
+
+use crate::body::ProxyBody;
+
+/// A plain-text response rampart answers itself (not cacheable).
+pub fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<ProxyBody> {
+    let body: Bytes = body.into();
+    let len = body.len();
+    let mut res = Response::new(ProxyBody::full(body));
+    *res.status_mut() = status;
+    let h = res.headers_mut();
+    h.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    h.insert(CONTENT_LENGTH, HeaderValue::from(len));
+    h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    res
+}
+
+/// A JSON answer (the management API and `PURGE`), not cacheable.
+pub fn json(status: StatusCode, body: String) -> Response<ProxyBody> {
+    let len = body.len();
+    let mut res = Response::new(ProxyBody::full(Bytes::from(body)));
+    *res.status_mut() = status;
+    let h = res.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    h.insert(CONTENT_LENGTH, HeaderValue::from(len));
+    h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    res
+}

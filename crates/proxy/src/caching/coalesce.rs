@@ -1,0 +1,395 @@
+//! Request coalescing: concurrent misses on one resource send one request to the origin.
+//!
+//! The first miss on a key becomes the *leader* and registers an [`Inflight`]; later misses on
+//! the same key become *waiters*. When the origin's response head arrives the leader decides:
+//!
+//! - storable with a known length (≤ `cache_max_object`): the head is published and a pump task
+//!   reads the origin body into the in-flight buffer (and then into the store). The leader and
+//!   every waiter stream from that buffer as it fills — nobody waits for the whole body, and a
+//!   client that goes away does not stop the fetch the others are reading. Once the body is
+//!   stored, readers still behind read the stored body instead ([`Feed::complete`]) and the
+//!   buffer is freed: a slow reader then holds only what the cache's budget counts, not a
+//!   second copy (the buffer itself is charged while it lives, see [`Feed::hold`]).
+//! - anything else (not storable, unknown length, origin error, leader cancelled): the waiters
+//!   are released at once and fetch on their own.
+//!
+//! Invariant: an `Inflight` is in the table only while its head is pending or its body is being
+//! pumped; the [`Leader`] guard (then the [`Feed`]) removes it in every outcome, including drop
+//! on cancellation. This module knows nothing of the store: `writer.rs` pumps the body into a
+//! [`Feed`] and into the store.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, StatusCode};
+use http_body::{Body, Frame, SizeHint};
+use rampart_cache::key::CacheKey;
+use rampart_cache::vary::Vary;
+use tokio::sync::watch;
+
+/// The response head shared with waiters.
+#[derive(Debug)]
+pub struct SharedHead {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub vary: Vary,
+    /// The leader's variant key (when the response varies).
+    pub variant: Option<Bytes>,
+    pub length: u64,
+}
+
+#[derive(Debug, Clone)]
+enum HeadState {
+    Pending,
+    Ready(Arc<SharedHead>),
+    /// Fetch on your own.
+    Released,
+}
+
+#[derive(Default)]
+struct BodyState {
+    chunks: Vec<Bytes>,
+    /// The complete body as stored: read from here once set (`chunks` is then empty).
+    whole: Option<Bytes>,
+    done: bool,
+    failed: bool,
+    wakers: Vec<Waker>,
+    /// What the buffer's memory is charged to; dropped with the buffer.
+    guard: Option<Box<dyn Send>>,
+}
+
+/// What a reader finds next.
+enum Next {
+    Chunk(Bytes),
+    Whole(Bytes),
+    End,
+    Failed,
+    Wait,
+}
+
+/// One in-flight fetch.
+pub struct Inflight {
+    head: watch::Sender<HeadState>,
+    body: Mutex<BodyState>,
+}
+
+impl std::fmt::Debug for Inflight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Inflight")
+    }
+}
+
+/// The table of in-flight fetches (one per process, shared by workers).
+#[derive(Debug, Default)]
+pub struct Coalescer {
+    table: Mutex<HashMap<CacheKey, Arc<Inflight>>>,
+}
+
+/// What a miss becomes.
+#[derive(Debug)]
+pub enum Role {
+    Leader(Leader),
+    Waiter(Arc<Inflight>),
+}
+
+impl Coalescer {
+    pub fn join(self: &Arc<Self>, key: &CacheKey) -> Role {
+        // invariant: the lock is never held across an await or a panic-prone call.
+        let mut table = match self.table.lock() {
+            Ok(t) => t,
+            Err(p) => p.into_inner(),
+        };
+        if let Some(f) = table.get(key) {
+            return Role::Waiter(f.clone());
+        }
+        let (tx, _) = watch::channel(HeadState::Pending);
+        let inflight = Arc::new(Inflight {
+            head: tx,
+            body: Mutex::new(BodyState::default()),
+        });
+        table.insert(key.clone(), inflight.clone());
+        Role::Leader(Leader {
+            coalescer: self.clone(),
+            key: key.clone(),
+            inflight,
+            published: false,
+        })
+    }
+
+    fn remove(&self, key: &CacheKey, inflight: &Arc<Inflight>) {
+        let mut table = match self.table.lock() {
+            Ok(t) => t,
+            Err(p) => p.into_inner(),
+        };
+        if table.get(key).is_some_and(|f| Arc::ptr_eq(f, inflight)) {
+            table.remove(key);
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.table.lock().map_or(0, |t| t.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Inflight {
+    /// Waits (at most `timeout`) for the leader's decision. `None`: fetch on your own.
+    pub async fn wait_head(&self, timeout: Duration) -> Option<Arc<SharedHead>> {
+        let mut rx = self.head.subscribe();
+        let decided = tokio::time::timeout(timeout, async {
+            rx.wait_for(|s| !matches!(s, HeadState::Pending))
+                .await
+                .map(|s| s.clone())
+        })
+        .await;
+        match decided {
+            Ok(Ok(HeadState::Ready(h))) => Some(h),
+            _ => None,
+        }
+    }
+
+    fn with_body<R>(&self, f: impl FnOnce(&mut BodyState) -> R) -> R {
+        let mut b = match self.body.lock() {
+            Ok(b) => b,
+            Err(p) => p.into_inner(),
+        };
+        f(&mut b)
+    }
+
+    fn push(&self, chunk: Bytes) {
+        let wakers = self.with_body(|b| {
+            b.chunks.push(chunk);
+            std::mem::take(&mut b.wakers)
+        });
+        wakers.into_iter().for_each(Waker::wake);
+    }
+
+    fn finish(&self, failed: bool, whole: Option<Bytes>) {
+        let (wakers, freed) = self.with_body(|b| {
+            b.done = true;
+            b.failed = failed;
+            let freed = whole.is_some().then(|| {
+                b.whole = whole;
+                (std::mem::take(&mut b.chunks), b.guard.take())
+            });
+            (std::mem::take(&mut b.wakers), freed)
+        });
+        // The buffer is freed outside the lock.
+        drop(freed);
+        wakers.into_iter().for_each(Waker::wake);
+    }
+}
+
+/// The leader's obligation: publish a head or release the waiters. Dropping it releases them.
+#[derive(Debug)]
+pub struct Leader {
+    coalescer: Arc<Coalescer>,
+    key: CacheKey,
+    inflight: Arc<Inflight>,
+    published: bool,
+}
+
+impl Leader {
+    /// Publishes the head: waiters start reading. Returns the feed the body is written into
+    /// (by the store's pump) and the leader's own reader.
+    pub fn publish(mut self, head: SharedHead) -> (Feed, InflightBody) {
+        self.published = true;
+        let length = head.length;
+        self.inflight
+            .head
+            .send_replace(HeadState::Ready(Arc::new(head)));
+        let reader = InflightBody::new(self.inflight.clone(), length);
+        let feed = Feed {
+            coalescer: self.coalescer.clone(),
+            key: self.key.clone(),
+            inflight: self.inflight.clone(),
+            done: false,
+        };
+        (feed, reader)
+    }
+}
+
+impl Drop for Leader {
+    fn drop(&mut self) {
+        if !self.published {
+            self.inflight.head.send_replace(HeadState::Released);
+            self.coalescer.remove(&self.key, &self.inflight);
+        }
+    }
+}
+
+/// The writing end of a published fetch: chunks go to every reader; [`Feed::finish`] ends it
+/// and takes it off the table. Dropped unfinished, it fails the readers.
+#[derive(Debug)]
+pub struct Feed {
+    coalescer: Arc<Coalescer>,
+    key: CacheKey,
+    inflight: Arc<Inflight>,
+    done: bool,
+}
+
+impl Feed {
+    pub fn push(&self, chunk: Bytes) {
+        self.inflight.push(chunk);
+    }
+
+    /// Charges the buffer's memory to `guard` (dropped when the buffer is freed).
+    pub fn hold(&self, guard: Box<dyn Send>) {
+        self.inflight.with_body(|b| b.guard = Some(guard));
+    }
+
+    /// The body ended (`failed`: before its end); later misses start a new fetch.
+    pub fn finish(mut self, failed: bool) {
+        self.end(failed, None);
+    }
+
+    /// The body ended and was stored as `whole`: readers read it from there, and the buffer
+    /// is freed.
+    pub fn complete(mut self, whole: Bytes) {
+        self.end(false, Some(whole));
+    }
+
+    fn end(&mut self, failed: bool, whole: Option<Bytes>) {
+        if !std::mem::replace(&mut self.done, true) {
+            self.inflight.finish(failed, whole);
+            self.coalescer.remove(&self.key, &self.inflight);
+        }
+    }
+}
+
+impl Drop for Feed {
+    fn drop(&mut self) {
+        self.end(true, None);
+    }
+}
+
+/// A client's view of an in-flight body: every chunk from the start as it arrives, or the
+/// bytes of one range of it (a range request answered from a whole-object fetch).
+pub struct InflightBody {
+    inflight: Arc<Inflight>,
+    /// The next chunk to read.
+    next: usize,
+    /// The offset of chunk `next` in the body.
+    pos: u64,
+    /// The bytes sent: `start..end` (the whole body unless cut with [`InflightBody::range`]).
+    start: u64,
+    end: u64,
+}
+
+impl std::fmt::Debug for InflightBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("InflightBody")
+    }
+}
+
+/// The origin failed mid-body: the client's response must end with an error, not look whole.
+#[derive(Debug, thiserror::Error)]
+#[error("origin body failed mid-stream")]
+pub struct TruncatedBody;
+
+impl InflightBody {
+    pub fn new(inflight: Arc<Inflight>, length: u64) -> Self {
+        InflightBody {
+            inflight,
+            next: 0,
+            pos: 0,
+            start: 0,
+            end: length,
+        }
+    }
+
+    /// Only bytes `first..=last` of the body (a 206's content); the fetch itself goes on to
+    /// the end for the store and the other readers.
+    pub fn range(mut self, first: u64, last: u64) -> Self {
+        self.start = first;
+        self.end = last.saturating_add(1).min(self.end).max(first);
+        self
+    }
+
+    fn remaining(&self) -> u64 {
+        self.end.saturating_sub(self.pos.max(self.start))
+    }
+}
+
+impl Body for InflightBody {
+    type Data = Bytes;
+    type Error = TruncatedBody;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, TruncatedBody>>> {
+        loop {
+            if self.pos >= self.end {
+                return Poll::Ready(None);
+            }
+            let next = self.next;
+            let polled = self.inflight.with_body(|b| {
+                if let Some(w) = &b.whole {
+                    Next::Whole(w.clone())
+                } else if let Some(c) = b.chunks.get(next) {
+                    Next::Chunk(c.clone())
+                } else if b.done {
+                    if b.failed {
+                        Next::Failed
+                    } else {
+                        Next::End
+                    }
+                } else {
+                    if !b.wakers.iter().any(|w| w.will_wake(cx.waker())) {
+                        b.wakers.push(cx.waker().clone());
+                    }
+                    Next::Wait
+                }
+            });
+            let chunk = match polled {
+                Next::Chunk(c) => c,
+                // The stored body: the rest of the range at once, sliced from it.
+                Next::Whole(whole) => {
+                    let len = whole.len() as u64;
+                    let (from, to) = (self.pos.max(self.start).min(len), self.end.min(len));
+                    self.pos = self.end;
+                    if from >= to {
+                        return Poll::Ready(None);
+                    }
+                    let piece = whole.slice(from as usize..to as usize);
+                    return Poll::Ready(Some(Ok(Frame::data(piece))));
+                }
+                Next::Failed => return Poll::Ready(Some(Err(TruncatedBody))),
+                // The origin sent less than it announced: hyper reports that to the client.
+                Next::End => return Poll::Ready(None),
+                Next::Wait => return Poll::Pending,
+            };
+            let at = self.pos;
+            let len = chunk.len() as u64;
+            self.next += 1;
+            self.pos = at + len;
+            // The part of this chunk inside start..end, if any.
+            let from = self.start.max(at);
+            let to = self.end.min(at + len);
+            if from < to {
+                let piece = if from == at && to == at + len {
+                    chunk
+                } else {
+                    chunk.slice((from - at) as usize..(to - at) as usize)
+                };
+                return Poll::Ready(Some(Ok(Frame::data(piece))));
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.remaining() == 0
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.remaining())
+    }
+}

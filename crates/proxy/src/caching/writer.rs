@@ -1,0 +1,555 @@
+//! store: everything that writes to the cache. A miss's response head decides whether its body
+//! is stored ([`prepare`] gives a [`StoreTicket`]); the body is then copied into the ticket as it
+//! streams, teed to one client ([`Tee`]) or pumped for every coalesced reader ([`publish`]), and
+//! stored when it ends. [`freshen`] updates a stored response with a 304.
+//!
+//! Imports: `cache` and `coalesce` below it; `body` and the stages above it import this module,
+//! never the other way round.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use http::header::{HeaderName, HeaderValue, AGE, ETAG};
+use http::{HeaderMap, Method, StatusCode};
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+use rampart_cache::cache_control::ResponseDirectives;
+use rampart_cache::conditional;
+use rampart_cache::freshness;
+use rampart_cache::key::CacheKey;
+use rampart_cache::policy::{self, NotStored};
+use rampart_cache::store::{body_charge, compact_headers, headers_charge, Object, Reservation};
+use rampart_cache::targeted::CDN_CACHE_CONTROL;
+use rampart_cache::vary::Vary;
+
+use crate::caching::coalesce::{Feed, InflightBody, Leader, SharedHead};
+use crate::caching::transform::Transforms;
+use crate::caching::{Cache, Lookup, TierLock};
+use crate::outcome::{CacheLabel, CACHE_STATUS, X_ARC2_CACHE};
+
+/// When the request that brought a response was sent and its response received (the
+/// `request_time` and `response_time` of RFC 9111 §4.2.3).
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    pub request: SystemTime,
+    pub response: SystemTime,
+}
+
+/// Decides, from the origin's response head, whether to store the body; returns what the
+/// body tee needs, or why not.
+pub fn prepare(
+    cache: &Arc<Cache>,
+    lookup: &Lookup,
+    method: &Method,
+    req_headers: &HeaderMap,
+    res: &http::response::Parts,
+    timing: Timing,
+    transforms: Transforms,
+) -> Result<Box<StoreTicket>, NotStored> {
+    let (status, res_headers) = (res.status, &res.headers);
+    let (request_time, response_time) = (timing.request, timing.response);
+    let directives = ResponseDirectives::parse(res_headers);
+    let vary = Vary::parse(res_headers);
+    let exchange = policy::Exchange {
+        method,
+        req_headers,
+        req: &lookup.directives,
+        status,
+        res_headers,
+        res: &directives,
+        vary: &vary,
+        response_time,
+    };
+    let lifetime = policy::storable(&exchange, lookup.policy)?;
+    let too_big = crate::headers::content_length(res_headers)
+        .is_some_and(|n| n > cache.store().max_object() as u64);
+    if too_big {
+        return Err(NotStored::TooLarge);
+    }
+    let variant = match &vary {
+        Vary::None => None,
+        v => Some(v.variant_key(req_headers).ok_or(NotStored::VaryAny)?),
+    };
+    // The body is collected in memory charged to the store: hold room for it first (all of
+    // it when its length is known, else as it arrives).
+    let expected = crate::headers::content_length(res_headers).map(|n| n as usize);
+    let reservation = cache
+        .store()
+        .reserve(&lookup.key, body_charge(expected.unwrap_or(0)))
+        .ok_or(NotStored::NoRoom)?;
+    let headers = hit_headers(&stored_headers(res_headers, &directives));
+    Ok(Box::new(StoreTicket {
+        cache: cache.clone(),
+        key: lookup.key.clone(),
+        variant,
+        status,
+        initial_age: freshness::initial_age(res_headers, request_time, response_time),
+        headers,
+        request_time,
+        response_time,
+        lifetime,
+        directives,
+        vary,
+        body: Vec::with_capacity(expected.unwrap_or(0)),
+        expected,
+        reservation: Some(reservation),
+        transforms,
+        tier_lock: None,
+    }))
+}
+
+/// Updates a stored response with a 304 (RFC 9111 §4.3.4) and stores the result; returns
+/// the object to answer with (its old body, its new headers and freshness).
+pub fn freshen(
+    cache: &Cache,
+    lookup: &Lookup,
+    stale: &Object,
+    req_headers: &HeaderMap,
+    not_modified: &HeaderMap,
+    timing: Timing,
+) -> Arc<Object> {
+    let (request_time, response_time) = (timing.request, timing.response);
+    let mut merged = conditional::freshen(&stale.headers, not_modified);
+    // A stored body rampart rewrote (minified) carries the origin's validator made weak; the
+    // origin's 304 names the strong one again, which must not come back for these bytes.
+    if let (Some(old), Some(new)) = (stale.headers.get(ETAG), merged.get(ETAG)) {
+        if old.as_bytes().strip_prefix(b"W/") == Some(new.as_bytes()) {
+            merged.insert(ETAG, old.clone());
+        }
+    }
+    // The stored copy has no CDN-Cache-Control any more: unless the 304 brings one, the
+    // directives it was stored under still hold.
+    let directives = if stale.directives.targeted && !not_modified.contains_key(&CDN_CACHE_CONTROL)
+    {
+        stale.directives.clone()
+    } else {
+        ResponseDirectives::parse(&merged)
+    };
+    let headers = stored_headers(&merged, &directives);
+    let exchange = policy::Exchange {
+        method: &Method::GET,
+        req_headers,
+        req: &lookup.directives,
+        status: stale.status,
+        res_headers: &headers,
+        res: &directives,
+        vary: &stale.vary,
+        response_time,
+    };
+    let lifetime = policy::storable(&exchange, lookup.policy).unwrap_or(Duration::ZERO);
+    let mut headers = hit_headers(&headers);
+    let initial_age = freshness::initial_age(not_modified, request_time, response_time);
+    let make = |headers: HeaderMap, body: bytes::Bytes| Object {
+        status: stale.status,
+        headers_charge: headers_charge(&headers),
+        initial_age,
+        headers,
+        body,
+        request_time,
+        response_time,
+        lifetime,
+        directives: directives.clone(),
+        vary: stale.vary.clone(),
+        invalidated: Default::default(),
+        refreshing: Default::default(),
+        encoded: Box::default(),
+        webp: None,
+        residency: None,
+    };
+    // The encoded and WebP copies keep their bodies and take the refreshed fields.
+    if !stale.encoded.is_empty() {
+        crate::caching::transform::vary_on_accept_encoding(&mut headers);
+    }
+    if stale.webp.is_some() {
+        crate::caching::transform::vary_on(&mut headers, "Accept");
+    }
+    let encoded = crate::caching::transform::reheaded_copies(stale, &headers, make);
+    let webp = crate::caching::transform::reheaded_webp(stale, &headers, make);
+    // The same body, charged where the stale object's was (see `Residency`).
+    let obj = Arc::new(Object {
+        encoded,
+        webp,
+        residency: stale.residency.clone(),
+        ..make(headers, stale.body.clone())
+    });
+    if lifetime.is_zero() {
+        cache.store().invalidate(&lookup.key);
+    } else {
+        let variant = match &obj.vary {
+            Vary::None => None,
+            v => v.variant_key(req_headers),
+        };
+        share(cache, &lookup.key, variant.as_deref(), &obj, None);
+        cache
+            .store()
+            .insert(lookup.key.clone(), variant.as_deref(), obj.clone());
+    }
+    obj
+}
+
+/// Everything needed to store a response, and its body as it is collected. The body is
+/// copied into one buffer this ticket owns (the chunks it arrives in are slices of the origin
+/// connection's read buffer, which a stored object must not keep alive), in room reserved in the
+/// store; dropping the ticket gives the room back.
+#[derive(Debug)]
+pub struct StoreTicket {
+    cache: Arc<Cache>,
+    key: CacheKey,
+    variant: Option<bytes::Bytes>,
+    status: StatusCode,
+    /// The header block of a hit (see [`Object::headers`]), compacted at store time.
+    headers: HeaderMap,
+    request_time: SystemTime,
+    response_time: SystemTime,
+    initial_age: Duration,
+    lifetime: Duration,
+    directives: ResponseDirectives,
+    vary: Vary,
+    body: Vec<u8>,
+    /// The origin's Content-Length.
+    expected: Option<usize>,
+    reservation: Option<Reservation>,
+    /// The rule minifies or compresses: done once the object is stored.
+    transforms: Transforms,
+    /// This request fetches for every instance: storing the object lifts the lock.
+    tier_lock: Option<Box<TierLock>>,
+}
+
+/// Reservations for bodies of unknown length grow by at least this much at a time.
+const RESERVE_STEP: usize = 64 * 1024;
+
+impl StoreTicket {
+    pub fn vary(&self) -> &Vary {
+        &self.vary
+    }
+
+    /// Takes over the shared tier's fetch lock this request holds (lifted once stored).
+    pub fn hold_tier_lock(&mut self, lock: Option<Box<TierLock>>) {
+        self.tier_lock = lock;
+    }
+
+    pub fn variant(&self) -> Option<&bytes::Bytes> {
+        self.variant.as_ref()
+    }
+
+    /// Room in the store for a second copy of the body: the buffer coalesced readers read while
+    /// it arrives (the ticket's own copy is what will be stored). Held until the buffer is
+    /// freed; `None` when the store has no room for it (the response is then teed to its own
+    /// client only, as any storable response).
+    pub fn hold_buffer(&self) -> Option<Box<dyn Send>> {
+        let bytes = body_charge(self.expected?);
+        let reservation = self.cache.store().reserve(&self.key, bytes)?;
+        Some(Box::new(Room {
+            cache: self.cache.clone(),
+            reservation: Some(reservation),
+        }))
+    }
+
+    /// The fields a qualified `private` / `no-cache` withholds from other clients.
+    pub fn withheld(&self) -> &[HeaderName] {
+        self.directives.withheld()
+    }
+
+    /// Adds the next chunk of the body. False when the body will not be stored (larger than
+    /// `cache_max_object`, or no room for it in the store): drop the ticket then.
+    pub fn push(&mut self, chunk: &[u8]) -> bool {
+        let store = self.cache.store();
+        let len = self.body.len() + chunk.len();
+        if len > store.max_object() {
+            return false;
+        }
+        if len > self.body.capacity() {
+            // The buffer grows to the announced length, or doubles (never past the limit);
+            // the store is charged for what the buffer will hold before it grows.
+            let want = match self.expected {
+                Some(n) if n >= len => n,
+                _ => len
+                    .max(2 * self.body.capacity())
+                    .max(RESERVE_STEP)
+                    .min(store.max_object()),
+            };
+            let Some(r) = self.reservation.as_mut() else {
+                return false;
+            };
+            let need = body_charge(want);
+            if need > r.bytes() && !store.grow(r, need - r.bytes()) {
+                return false;
+            }
+            self.body.reserve_exact(want - self.body.len());
+        }
+        self.body.extend_from_slice(chunk);
+        true
+    }
+
+    /// The body is complete: store the object. Returns its body (for readers still behind,
+    /// who read it from then on instead of the chunks they were reading).
+    pub fn finish(mut self: Box<Self>) -> Bytes {
+        // Exactly its length, so the object holds what it is charged for, and charged for as
+        // long as it lives (in the store or not) before the room reserved for it is released.
+        let (body, residency) = self
+            .cache
+            .store()
+            .charged_body(std::mem::take(&mut self.body));
+        if let Some(r) = self.reservation.take() {
+            self.cache.store().release(r);
+        }
+        let headers = std::mem::take(&mut self.headers);
+        let obj = Object {
+            status: self.status,
+            headers_charge: headers_charge(&headers),
+            headers,
+            body: body.clone(),
+            request_time: self.request_time,
+            response_time: self.response_time,
+            initial_age: self.initial_age,
+            lifetime: self.lifetime,
+            directives: std::mem::take(&mut self.directives),
+            vary: std::mem::take(&mut self.vary),
+            invalidated: Default::default(),
+            refreshing: Default::default(),
+            encoded: Box::default(),
+            webp: None,
+            residency,
+        };
+        let variant = self.variant.take();
+        let obj = Arc::new(obj);
+        share(
+            &self.cache,
+            &self.key,
+            variant.as_deref(),
+            &obj,
+            self.tier_lock.take().map(|l| *l),
+        );
+        let stored = self
+            .cache
+            .store()
+            .insert(self.key.clone(), variant.as_deref(), obj.clone());
+        let transforms = std::mem::take(&mut self.transforms);
+        if !stored {
+            tracing::debug!(
+                bytes = body.len(),
+                "complete body not stored (no room in its shard)"
+            );
+        }
+        if stored && transforms.any() {
+            let (cache, key) = (self.cache.clone(), self.key.clone());
+            crate::caching::transform::transform_stored(transforms, &obj, move |old, new| {
+                cache.store().replace(&key, variant.as_deref(), old, new);
+            });
+        }
+        body
+    }
+}
+
+/// Room reserved in the store, given back when dropped.
+struct Room {
+    cache: Arc<Cache>,
+    reservation: Option<Reservation>,
+}
+
+impl Drop for Room {
+    fn drop(&mut self) {
+        if let Some(r) = self.reservation.take() {
+            self.cache.store().release(r);
+        }
+    }
+}
+
+impl Drop for StoreTicket {
+    fn drop(&mut self) {
+        if let Some(r) = self.reservation.take() {
+            self.cache.store().release(r);
+        }
+    }
+}
+
+/// The cache side of a teed body: each chunk is copied into the ticket's buffer as it passes
+/// (see [`StoreTicket::push`]) and the object is stored when the body ends. Past the size limit,
+/// or without room in the store, the ticket is dropped and the body simply streams on.
+pub struct Tee {
+    inner: Incoming,
+    ticket: Option<Box<StoreTicket>>,
+}
+
+impl Tee {
+    /// Streams `body` and stores it with `ticket` when it ends completely; `None` when the body
+    /// is empty (stored at once, nothing to tee).
+    pub fn new(body: Incoming, ticket: Box<StoreTicket>) -> Result<Tee, Incoming> {
+        if body.is_end_stream() {
+            // An empty body is never polled: store it now.
+            ticket.finish();
+            return Err(body);
+        }
+        Ok(Tee {
+            inner: body,
+            ticket: Some(ticket),
+        })
+    }
+
+    /// The next frame of the origin's body, copied to the store on its way.
+    pub fn poll_frame(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let frame = ready!(Pin::new(&mut self.inner).poll_frame(cx));
+        self.on_frame(&frame);
+        Poll::Ready(frame)
+    }
+
+    pub fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    pub fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+
+    fn on_frame(&mut self, frame: &Option<Result<Frame<Bytes>, hyper::Error>>) {
+        match frame {
+            Some(Ok(f)) => {
+                if let (Some(d), Some(t)) = (f.data_ref(), &mut self.ticket) {
+                    if !t.push(d) {
+                        self.ticket = None;
+                        return;
+                    }
+                }
+                // hyper stops polling a body once its declared length has been written, so a
+                // length-delimited body is complete when the origin's body says so.
+                if self.inner.is_end_stream() {
+                    self.complete();
+                }
+            }
+            // The origin failed mid-body: never store a truncated response.
+            Some(Err(_)) => self.ticket = None,
+            None => self.complete(),
+        }
+    }
+
+    fn complete(&mut self) {
+        if let Some(t) = self.ticket.take() {
+            t.finish();
+        }
+    }
+}
+
+/// A coalescing leader's storable response: publishes its head to the waiters and pumps the
+/// origin body into the shared buffer and the store (on a task of its own, so a leader's
+/// client that goes away does not stop the fetch the others read). Returns the leader's reader.
+/// `room` is what the shared buffer is charged to ([`StoreTicket::hold_buffer`]).
+pub fn publish(
+    leader: Leader,
+    head: SharedHead,
+    body: Incoming,
+    ticket: Box<StoreTicket>,
+    room: Box<dyn Send>,
+    idle: Option<Duration>,
+) -> InflightBody {
+    let (feed, reader) = leader.publish(head);
+    feed.hold(room);
+    tokio::spawn(pump(feed, body, ticket, idle));
+    reader
+}
+
+/// Reads the origin body into the shared buffer. `idle` (the `proxy_timeout`) bounds the wait
+/// for each chunk: an origin that stalls mid-body fails the fetch (readers get an error, later
+/// misses start a new one) instead of holding every reader of the URL forever.
+async fn pump(feed: Feed, mut body: Incoming, ticket: Box<StoreTicket>, idle: Option<Duration>) {
+    use http_body_util::BodyExt;
+    let mut ticket = Some(ticket);
+    loop {
+        let next = match idle {
+            Some(t) => match tokio::time::timeout(t, body.frame()).await {
+                Ok(f) => f,
+                Err(_) => {
+                    tracing::warn!(
+                        ?t,
+                        "origin stalled mid-body while coalesced clients were reading it"
+                    );
+                    feed.finish(true);
+                    return;
+                }
+            },
+            None => body.frame().await,
+        };
+        match next {
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    // Past the size limit or without room in the store: stream on, unstored.
+                    if ticket.as_mut().is_some_and(|t| !t.push(&data)) {
+                        ticket = None;
+                    }
+                    feed.push(data);
+                }
+            }
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "origin body failed while coalesced clients were reading it");
+                feed.finish(true);
+                return;
+            }
+            None => break,
+        }
+    }
+    // Stored: readers still behind read the stored body, and the buffer is freed.
+    match ticket {
+        Some(t) => feed.complete(t.finish()),
+        None => feed.finish(false),
+    }
+}
+
+/// Writes an object just stored here to the cache tier the instances share, when there is
+/// one and the object is within `redis_cache_max_object` and of use for a while yet; the
+/// write lifts `lock`. In the background: the request never waits for it.
+fn share(
+    cache: &Cache,
+    key: &CacheKey,
+    variant: Option<&[u8]>,
+    obj: &Object,
+    lock: Option<TierLock>,
+) {
+    let Some(shared) = cache.tier() else {
+        return;
+    };
+    if obj.body.len() > shared.cache_max_object() {
+        return;
+    }
+    let ttl = rampart_cache::wire::shared_ttl(obj, SystemTime::now());
+    if ttl.is_zero() {
+        return;
+    }
+    let vary = match &obj.vary {
+        Vary::Fields(f) => f
+            .iter()
+            .map(HeaderName::as_str)
+            .collect::<Vec<_>>()
+            .join(","),
+        _ => String::new(),
+    };
+    shared.cache_store(key, vary, variant, rampart_cache::wire::encode(obj), ttl);
+    if let Some(lock) = lock {
+        lock.stored();
+    }
+}
+
+/// The fields a stored copy keeps: not `Age` (recomputed per answer), not `CDN-Cache-Control`
+/// (rampart is its target; it is not forwarded), and none that a qualified `private="…"` /
+/// `no-cache="…"` withholds from shared reuse.
+fn stored_headers(res_headers: &HeaderMap, directives: &ResponseDirectives) -> HeaderMap {
+    let mut stored = res_headers.clone();
+    for name in directives.withheld() {
+        stored.remove(name);
+    }
+    stored.remove(AGE);
+    stored.remove(&CDN_CACHE_CONTROL);
+    stored
+}
+
+/// The header block of a fresh full hit, minus `Age`/`X-Arc2-Cache-Age`: an owned copy of
+/// the stored fields (see [`compact_headers`]) with the hit labels.
+fn hit_headers(stored: &HeaderMap) -> HeaderMap {
+    static HIT: HeaderValue = HeaderValue::from_static("rampart; hit");
+    let label = CacheLabel::Hit.header();
+    compact_headers(stored, &[(&X_ARC2_CACHE, &label), (&CACHE_STATUS, &HIT)])
+}

@@ -1,0 +1,670 @@
+//! The upstream pool used by fetch: a rule's origins in preference order with their shared
+//! health ([`UpstreamSet`]), and a worker's pooled keep-alive connections with their timeouts
+//! ([`Upstream`]).
+//!
+//! Each worker owns one [`Upstream`] (connection pool), so pooled connections never cross
+//! threads. Upstream health is shared: an origin that refused a connection is skipped by every
+//! worker for [`DOWN_FOR`] (passive health checking), and one that failed its active health
+//! checks (`server/probes.rs`) until it passes them again, unless no origin is left: then the
+//! best-ranked one is used (fail open).
+//!
+//! `Performance` routing sends each request to the healthy origin with the lowest average
+//! response-head time (an EWMA over requests, errors counted as [`ERROR_PENALTY`]); an origin
+//! not chosen for [`RETRY_AFTER`] gets the next request, so one that became fast again is
+//! seen.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use http::uri::{Authority, Scheme};
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::connect::HttpConnector;
+
+use crate::origin::connect::{
+    absolute_uri, proxied_key, OriginConnectTimeout, OriginConnector, OriginTlsError,
+    ORIGIN_READ_BUFFER,
+};
+use crate::origin::h2::{H2Failure, H2Pool};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use rampart_config::{OriginProtocol, RoutingMethod, RuleConfig, UpstreamConfig, UpstreamTarget};
+
+use crate::body::{RequestBody, RequestBodyError};
+use crate::error::ProxyError;
+
+/// How long an origin that refused a connection is skipped.
+const DOWN_FOR: Duration = Duration::from_secs(5);
+
+/// What an error (no connection, timeout, 5xx) counts as in the `Performance` average.
+pub const ERROR_PENALTY: Duration = Duration::from_secs(1);
+
+/// `Performance`: an origin not chosen for this long gets the next request (one request, then
+/// its average decides again).
+pub const RETRY_AFTER: Duration = Duration::from_secs(2);
+
+/// Weight of a new sample in the `Performance` average (1/4: about the last 8 requests count).
+const EWMA_SHIFT: u32 = 2;
+
+/// One origin and its shared health state.
+#[derive(Debug)]
+pub struct UpstreamState {
+    pub target: UpstreamTarget,
+    /// The pool authority for TLS: `name@host:port` (see `connect.rs`); `None` without TLS.
+    tls_key: Option<Authority>,
+    /// Milliseconds since `epoch` until which this origin is considered down (0 = up).
+    down_until_ms: AtomicU64,
+    /// The active health checks' verdict (always true without them).
+    healthy: AtomicBool,
+    /// `Performance`: average response-head time in µs (0 = no sample yet).
+    ewma_us: AtomicU64,
+    /// `Performance`: when this origin was last chosen first (ms since `epoch`).
+    picked_ms: AtomicU64,
+    /// Requests, errors and response times at `target.authority`, and at `target.tls` (kept
+    /// by address: shared by every rule that uses it, and across reloads).
+    stats: std::sync::Arc<crate::telemetry::metrics::OriginStats>,
+    tls_stats: Option<std::sync::Arc<crate::telemetry::metrics::OriginStats>>,
+}
+
+impl UpstreamState {
+    /// The active health checks' verdict.
+    pub fn healthy(&self) -> bool {
+        self.healthy.load(Ordering::Relaxed)
+    }
+
+    /// Sets the active health checks' verdict; returns the previous one.
+    pub fn set_healthy(&self, healthy: bool) -> bool {
+        self.healthy.swap(healthy, Ordering::Relaxed)
+    }
+
+    /// The counts of this origin's plain (`tls` false) or TLS address.
+    pub fn stats(&self, tls: bool) -> &crate::telemetry::metrics::OriginStats {
+        match (&self.tls_stats, tls) {
+            (Some(s), true) => s,
+            _ => &self.stats,
+        }
+    }
+
+    /// The `Performance` average, `None` before the first sample.
+    pub fn latency(&self) -> Option<Duration> {
+        match self.ewma_us.load(Ordering::Relaxed) {
+            0 => None,
+            us => Some(Duration::from_micros(us)),
+        }
+    }
+
+    /// Adds one response-head time (or [`ERROR_PENALTY`]) to the `Performance` average.
+    pub fn record(&self, took: Duration) {
+        let sample = (took.as_micros() as u64).max(1);
+        let old = self.ewma_us.load(Ordering::Relaxed);
+        let new = if old == 0 {
+            sample
+        } else {
+            // old + (sample - old) / 4, in integers; racing updates lose a sample at worst.
+            (old - (old >> EWMA_SHIFT) + (sample >> EWMA_SHIFT)).max(1)
+        };
+        self.ewma_us.store(new, Ordering::Relaxed);
+    }
+}
+
+/// A rule's origins in preference order, with the selection state for its routing method.
+#[derive(Debug)]
+pub struct UpstreamSet {
+    members: Vec<UpstreamState>,
+    method: RoutingMethod,
+    /// For `Weighted`: indices into `members`, each repeated by weight.
+    schedule: Vec<usize>,
+    next: AtomicUsize,
+    epoch: Instant,
+}
+
+impl UpstreamSet {
+    pub fn new(rule: &RuleConfig) -> Self {
+        let members: Vec<_> =
+            rule.upstreams
+                .iter()
+                .map(|t| UpstreamState {
+                    tls_key: t.tls.as_ref().and_then(|a| {
+                        std::str::FromStr::from_str(&format!("{}@{a}", t.tls_name)).ok()
+                    }),
+                    target: t.clone(),
+                    down_until_ms: AtomicU64::new(0),
+                    healthy: AtomicBool::new(true),
+                    ewma_us: AtomicU64::new(0),
+                    // As if chosen at startup: an origin never chosen is retried after
+                    // RETRY_AFTER like any other.
+                    picked_ms: AtomicU64::new(1),
+                    stats: crate::telemetry::metrics::get().origin(t.authority.as_str()),
+                    tls_stats: t
+                        .tls
+                        .as_ref()
+                        .map(|a| crate::telemetry::metrics::get().origin(a.as_str())),
+                })
+                .collect();
+        let mut schedule = Vec::new();
+        if rule.routing_method == RoutingMethod::Weighted {
+            // Interleave by weight so consecutive requests spread (1,2,1,2,2 rather than 1,2,2,2).
+            let max = rule
+                .upstreams
+                .iter()
+                .map(|t| t.weight)
+                .max()
+                .unwrap_or(1)
+                .min(1000);
+            for round in 0..max {
+                for (i, t) in rule.upstreams.iter().enumerate() {
+                    if t.weight.min(1000) > round {
+                        schedule.push(i);
+                    }
+                }
+            }
+        }
+        UpstreamSet {
+            members,
+            method: rule.routing_method,
+            schedule,
+            next: AtomicUsize::new(0),
+            epoch: Instant::now(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Takes over, from the same rule before a reload, the health verdict and response-time
+    /// average of each origin that is still listed.
+    pub fn adopt(&self, old: &UpstreamSet) {
+        for m in &self.members {
+            if let Some(o) = old.members.iter().find(|o| o.target == m.target) {
+                m.healthy.store(o.healthy(), Ordering::Relaxed);
+                m.ewma_us
+                    .store(o.ewma_us.load(Ordering::Relaxed), Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The origins in rank order.
+    pub fn members(&self) -> &[UpstreamState] {
+        &self.members
+    }
+
+    /// The rule's routing method.
+    pub fn method(&self) -> RoutingMethod {
+        self.method
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// The order in which to try the origins for one request: the first healthy one by the
+    /// routing method, then the others in rank order from there; origins that are down
+    /// (refused a connection lately, or failed their health checks) go last, best-ranked first.
+    pub fn order(&self) -> impl Iterator<Item = &UpstreamState> + '_ {
+        let n = self.members.len();
+        let now = self.now_ms();
+        let up = move |m: &UpstreamState| {
+            m.down_until_ms.load(Ordering::Relaxed) <= now && m.healthy.load(Ordering::Relaxed)
+        };
+        let start = match self.method {
+            RoutingMethod::Weighted if !self.schedule.is_empty() => {
+                let k = self.next.fetch_add(1, Ordering::Relaxed) % self.schedule.len();
+                self.schedule[k]
+            }
+            RoutingMethod::Performance if n > 1 => self.fastest(now, up),
+            _ => 0,
+        };
+        let rotated = (0..n).map(move |i| &self.members[(start + i) % n]);
+        rotated
+            .clone()
+            .filter(move |m| up(m))
+            .chain(rotated.filter(move |m| !up(m)))
+    }
+
+    /// `Performance`: the up origin not chosen for [`RETRY_AFTER`] (a retry), else the one
+    /// with the lowest average (no sample yet counts as fastest). Rank order breaks ties.
+    fn fastest(&self, now: u64, up: impl Fn(&UpstreamState) -> bool) -> usize {
+        let retry_ms = RETRY_AFTER.as_millis() as u64;
+        let mut best: Option<(usize, u64)> = None;
+        for (i, m) in self.members.iter().enumerate() {
+            if !up(m) {
+                continue;
+            }
+            if now.saturating_sub(m.picked_ms.load(Ordering::Relaxed)) >= retry_ms {
+                best = Some((i, 0));
+                break;
+            }
+            let score = m.ewma_us.load(Ordering::Relaxed);
+            if best.is_none_or(|(_, b)| score < b) {
+                best = Some((i, score));
+            }
+        }
+        let Some((i, _)) = best else { return 0 };
+        // Written once per millisecond at most: every worker reads this line.
+        let picked = &self.members[i].picked_ms;
+        if picked.load(Ordering::Relaxed) != now {
+            picked.store(now, Ordering::Relaxed);
+        }
+        i
+    }
+
+    /// How a request reaches `member`: (authority for logs, authority for the pool, scheme).
+    /// TLS when the origin is `https_only`, or when the client came over HTTPS and the origin
+    /// has a `forward_port_https`. Fails closed: a TLS origin whose pool key cannot be built
+    /// (a name the configuration check should have refused) is an error, never plain HTTP.
+    pub fn route(
+        member: &UpstreamState,
+        https: bool,
+    ) -> Result<(&Authority, &Authority, Scheme), ProxyError> {
+        match (&member.target.tls, &member.tls_key) {
+            (Some(shown), key) if member.target.https_only || https => match key {
+                Some(key) => Ok((shown, key, Scheme::HTTPS)),
+                None => Err(ProxyError::UpstreamTls(format!(
+                    "cannot use {:?} as the origin's TLS name",
+                    member.target.tls_name
+                ))),
+            },
+            _ => Ok((
+                &member.target.authority,
+                &member.target.authority,
+                Scheme::HTTP,
+            )),
+        }
+    }
+
+    /// [`UpstreamSet::route`] for a rule that sends a PROXY header (`header`) first: the pool
+    /// key carries the header (see [`proxied_key`]), so each client's connections are its own.
+    pub fn route_proxied<'m>(
+        member: &'m UpstreamState,
+        https: bool,
+        header: &[u8],
+    ) -> Result<(&'m Authority, Authority, Scheme), ProxyError> {
+        let (shown, key, scheme) = UpstreamSet::route(member, https)?;
+        let key = proxied_key(key, header).ok_or_else(|| {
+            ProxyError::UpstreamConnect(format!("cannot make a pool key for {key}"))
+        })?;
+        Ok((shown, key, scheme))
+    }
+
+    /// Whether `member` is in rotation: passing its active checks and not refusing
+    /// connections lately (what the metrics and the dashboard call up).
+    pub fn in_rotation(&self, member: &UpstreamState) -> bool {
+        member.healthy() && !self.refused_lately(member)
+    }
+
+    /// Whether `member` refused a connection lately (passive health checking).
+    pub fn refused_lately(&self, member: &UpstreamState) -> bool {
+        member.down_until_ms.load(Ordering::Relaxed) > self.now_ms()
+    }
+
+    pub fn mark_down(&self, member: &UpstreamState) {
+        member.down_until_ms.store(
+            self.now_ms() + DOWN_FOR.as_millis() as u64,
+            Ordering::Relaxed,
+        );
+    }
+
+    pub fn mark_up(&self, member: &UpstreamState) {
+        if member.down_until_ms.load(Ordering::Relaxed) != 0 {
+            member.down_until_ms.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+/// An HTTP/1.1 origin's response as it framed it, when rampart reads its body as the origin
+/// meant it: a `Transfer-Encoding` other than `chunked` alone (`gzip, chunked`) would have its
+/// outer coding dropped when the client de-chunks, and the coded bytes served and stored as
+/// the body. Such a response is a 502 and nothing is stored (issue 30); its connection is not
+/// reused (the unread body closes it).
+fn only_chunked(res: Response<Incoming>) -> Result<Response<Incoming>, ProxyError> {
+    let mut codings = res
+        .headers()
+        .get_all(http::header::TRANSFER_ENCODING)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+        .map(<[u8]>::trim_ascii);
+    match (codings.next(), codings.next()) {
+        (None, _) => Ok(res),
+        (Some(c), None) if c.eq_ignore_ascii_case(b"chunked") => Ok(res),
+        _ => {
+            tracing::warn!(
+                transfer_encoding = ?res.headers().get(http::header::TRANSFER_ENCODING),
+                "origin used a transfer coding rampart does not decode; 502"
+            );
+            Err(ProxyError::UpstreamProtocol(
+                "a transfer coding other than chunked".into(),
+            ))
+        }
+    }
+}
+
+/// A worker's connection pool to all origins.
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    client: Client<OriginConnector, RequestBody>,
+    /// Origins spoken to over HTTP/2 (`origin_protocol = "h2" | "h2c"`).
+    h2: H2Pool,
+    timeout: Option<Duration>,
+    connect_timeout: Duration,
+}
+
+impl Upstream {
+    pub fn new(config: &UpstreamConfig, tls: std::sync::Arc<rustls::ClientConfig>) -> Self {
+        let mut tcp = HttpConnector::new();
+        tcp.set_nodelay(config.nodelay);
+        let connector = OriginConnector::new(tcp, tls.clone(), config.connect_timeout);
+        let h2 = H2Pool::new(connector.for_h2(&tls), config.keepalive);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .timer(TokioTimer::new())
+            .pool_idle_timeout(config.keepalive)
+            .pool_max_idle_per_host(if config.keepalive.is_zero() {
+                0
+            } else {
+                config.max_idle_per_origin
+            })
+            // Requests arrive with their Host header already set by the pipeline.
+            .set_host(false)
+            // Each pooled connection's read buffer grows up to this (hyper's default is ~400
+            // KiB): large bodies then cost idle connections 64 KiB each at most, and a body
+            // still arrives in reads of up to 64 KiB.
+            .http1_max_buf_size(ORIGIN_READ_BUFFER)
+            .build(connector);
+        Upstream {
+            client,
+            h2,
+            timeout: config.timeout,
+            connect_timeout: config.connect_timeout,
+        }
+    }
+
+    /// The `proxy_timeout` in force (`None` = no limit).
+    pub fn timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+
+    /// Sends `req` (origin-form URI, headers already rewritten) to `authority` over `scheme`
+    /// in `protocol`; waits at most `proxy_timeout` for the response head.
+    ///
+    /// Not an `async fn`: the request is handed to the client before the future is made, so
+    /// the future holds the client's response future, not the request too.
+    pub fn send(
+        &self,
+        req: Request<RequestBody>,
+        authority: &Authority,
+        scheme: Scheme,
+        protocol: OriginProtocol,
+    ) -> impl Future<Output = Result<Response<Incoming>, ProxyError>> + '_ {
+        // The target as the client sends it: scheme and pool key (hyper's HTTP/1.1 client
+        // sends the origin form; HTTP/2 takes `:authority` from `Host`, see h2.rs).
+        let target = absolute_uri(req.uri(), scheme, authority.clone());
+        // The client's body fault wins over whatever the upstream client reports.
+        let fault = req.body().fault();
+        let body_fault = move || {
+            fault
+                .as_ref()
+                .and_then(|f| f.get().copied())
+                .map(ProxyError::ClientBody)
+        };
+        // Both futures are made here, before the request would be held by an `async` block.
+        let (h1, h2) = match (target, protocol) {
+            (None, _) => (None, None),
+            (Some(uri), OriginProtocol::Http1) => {
+                let mut req = req;
+                *req.uri_mut() = uri;
+                // `TE` is hop-by-hop and HTTP/1.1 clients never get trailers from rampart:
+                // `TE: trailers` (kept by fetch for gRPC) is for HTTP/2 origins only.
+                if req.headers().contains_key(http::header::TE) {
+                    req.headers_mut().remove(http::header::TE);
+                }
+                (Some(self.client.request(req)), None)
+            }
+            // Boxed: HTTP/2's future is large, and the HTTP/1.1 path (every request of
+            // most configurations) would otherwise carry its space in every fetch future.
+            (Some(uri), OriginProtocol::H2 | OriginProtocol::H2c) => {
+                let mut req = req;
+                *req.uri_mut() = uri;
+                (None, Some(Box::pin(self.h2.send(req, authority.clone()))))
+            }
+        };
+        async move {
+            // Each exchange under `proxy_timeout` as it is: an `async` block around the two
+            // would be one more future to move for every request.
+            match (h1, h2) {
+                (Some(h1), _) => self
+                    .within_timeout(h1)
+                    .await?
+                    .map_err(|e| body_fault().unwrap_or_else(|| self.classify(&e, e.is_connect())))
+                    .and_then(only_chunked),
+                (None, Some(h2)) => self.within_timeout(h2).await?.map_err(|e| {
+                    body_fault().unwrap_or_else(|| match e {
+                        H2Failure::Connect(e) => self.classify(&*e, true),
+                        H2Failure::Request(e) => self.classify(&e, false),
+                    })
+                }),
+                (None, None) => Err(ProxyError::BadRequest("request target")),
+            }
+        }
+    }
+
+    /// `fut`'s output, or `UpstreamTimeout` after `proxy_timeout`.
+    async fn within_timeout<F: Future>(&self, fut: F) -> Result<F::Output, ProxyError> {
+        match self.timeout {
+            Some(t) => tokio::time::timeout(t, fut)
+                .await
+                .map_err(|_| ProxyError::UpstreamTimeout),
+            None => Ok(fut.await),
+        }
+    }
+
+    /// What a failed exchange means for the client; `connect`: no connection was made.
+    fn classify(&self, e: &(dyn std::error::Error + 'static), connect: bool) -> ProxyError {
+        // The client's own request body failed (too large, too slow, broken): its fault.
+        let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+        while let Some(c) = cur {
+            if let Some(RequestBodyError(fault)) = c.downcast_ref::<RequestBodyError>() {
+                return ProxyError::ClientBody(*fault);
+            }
+            if let Some(tls) = c.downcast_ref::<OriginTlsError>() {
+                // Its message already holds the rustls error.
+                return ProxyError::UpstreamTls(tls.to_string());
+            }
+            cur = c.source();
+        }
+        if connect {
+            let text = error_chain(e);
+            if is_timeout(e) {
+                ProxyError::UpstreamConnectTimeout(self.connect_timeout)
+            } else {
+                ProxyError::UpstreamConnect(text)
+            }
+        } else {
+            ProxyError::UpstreamProtocol(error_chain(e))
+        }
+    }
+}
+
+/// A connect timeout: rampart's own ([`OriginConnectTimeout`]) or the kernel's (ETIMEDOUT).
+fn is_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(c) = cur {
+        if c.is::<OriginConnectTimeout>() {
+            return true;
+        }
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::TimedOut {
+                return true;
+            }
+        }
+        cur = c.source();
+    }
+    false
+}
+
+/// The error and its sources on one line, for logs.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(src: &str) -> UpstreamSet {
+        let v = rampart_config::validate(src, 1);
+        let c = v.config.unwrap_or_else(|| panic!("{:?}", v.diagnostics));
+        UpstreamSet::new(&c.rules[0])
+    }
+
+    const LB: &str = r#"
+[[proxy_rules]]
+domain = "x"
+[proxy_rules.routing_rules]
+routing_method = "METHOD"
+https_only = false
+enable_health_checks = false
+health_check_interval = 30
+[[proxy_rules.routing_rules.routing_locations]]
+priority = 1
+forward_ipv4 = "127.0.0.1"
+forward_port_http = 1
+[[proxy_rules.routing_rules.routing_locations]]
+priority = 3
+forward_ipv4 = "127.0.0.1"
+forward_port_http = 2
+"#;
+
+    fn first_port(s: &UpstreamSet) -> u16 {
+        s.order()
+            .next()
+            .and_then(|m| m.target.authority.port_u16())
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn proxied_keys_carry_the_header_in_the_user_part() {
+        let header = crate::net::proxy_protocol::encode(
+            crate::net::proxy_protocol::Version::V2,
+            Some((
+                "[2001:db8::1]:4000".parse().expect("test value"),
+                "10.0.0.1:443".parse().expect("test value"),
+            )),
+        );
+        for (key, user) in [
+            ("127.0.0.1:8080", ""),
+            ("origin.test@[::1]:8443", "origin.test"),
+        ] {
+            let key: Authority = key.parse().expect("test value");
+            let k = proxied_key(&key, &header).expect("test value");
+            assert_eq!((k.host(), k.port_u16()), (key.host(), key.port_u16()));
+            let (u, _) = k.as_str().rsplit_once('@').expect("test value");
+            let (name, hex) = u
+                .split_once(crate::origin::connect::PROXY_MARK)
+                .expect("test value");
+            assert_eq!(name, user);
+            assert_eq!(hex.len(), header.len() * 2);
+        }
+    }
+
+    #[test]
+    fn priority_fails_over_and_recovers() {
+        let s = set(&LB.replace("METHOD", "Priority"));
+        assert_eq!(first_port(&s), 1);
+        let first = s.order().next().expect("member");
+        s.mark_down(first);
+        assert_eq!(first_port(&s), 2);
+        // The downed origin is still tried last.
+        assert_eq!(s.order().count(), 2);
+        let m = s.order().nth(1).expect("member");
+        s.mark_up(m);
+        assert_eq!(first_port(&s), 1);
+    }
+
+    #[test]
+    fn tls_origins_get_a_pool_key_for_every_kind_of_name() {
+        // IP-address origins in a catch-all rule are verified by the address itself, IPv6 too.
+        let s = set("[[proxy_rules]]\ndomain = \"*\"\n\
+             upstreams = [\"https://[::1]:8443\", \"https://127.0.0.1:8443\", \"https://origin.test:443\"]\n");
+        let keys: Vec<String> = s
+            .order()
+            .map(|m| match UpstreamSet::route(m, false) {
+                Ok((_, key, scheme)) => format!("{scheme}://{key}"),
+                Err(e) => panic!("{e}"),
+            })
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "https://::1@[::1]:8443",
+                "https://127.0.0.1@127.0.0.1:8443",
+                "https://origin.test@origin.test:443"
+            ]
+        );
+    }
+
+    #[test]
+    fn health_checks_take_origins_out_and_all_down_fails_open() {
+        let s = set(&LB.replace("METHOD", "Priority"));
+        s.members()[0].set_healthy(false);
+        assert_eq!(first_port(&s), 2);
+        s.members()[1].set_healthy(false);
+        assert_eq!(first_port(&s), 1, "all down: the best-ranked one");
+        s.members()[0].set_healthy(true);
+        assert_eq!(first_port(&s), 1);
+    }
+
+    #[test]
+    fn performance_prefers_the_fastest_and_retries_the_others() {
+        let mut s = set(&LB.replace("METHOD", "Performance"));
+        // No samples yet: rank order.
+        assert_eq!(first_port(&s), 1);
+        s.members()[0].record(Duration::from_millis(100));
+        s.members()[1].record(Duration::from_millis(10));
+        assert_eq!(first_port(&s), 2);
+        // Errors count as a second each: the fast origin that fails falls behind.
+        for _ in 0..3 {
+            s.members()[1].record(ERROR_PENALTY);
+        }
+        assert_eq!(first_port(&s), 1);
+        assert!(s.members()[1].latency() > s.members()[0].latency());
+        // Both chosen lately: the average decides, again and again.
+        for _ in 0..10 {
+            assert_eq!(first_port(&s), 1);
+        }
+        // Seen from RETRY_AFTER later, the slow origin gets one request, then the average
+        // decides again.
+        s.epoch -= RETRY_AFTER + Duration::from_millis(10);
+        s.members()[0]
+            .picked_ms
+            .store(s.now_ms(), Ordering::Relaxed);
+        assert_eq!(first_port(&s), 2, "a retry");
+        assert_eq!(first_port(&s), 1);
+        // An origin that is down is never the fastest.
+        s.members()[0].set_healthy(false);
+        assert_eq!(first_port(&s), 2);
+    }
+
+    #[test]
+    fn weighted_spreads_by_weight() {
+        let s = set(&LB.replace("METHOD", "Weighted"));
+        let mut counts = [0; 3];
+        for _ in 0..400 {
+            counts[first_port(&s) as usize] += 1;
+        }
+        assert_eq!(counts[1], 100);
+        assert_eq!(counts[2], 300);
+    }
+}

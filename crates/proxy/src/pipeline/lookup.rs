@@ -1,0 +1,111 @@
+//! lookup: decides whether the cache takes part in a request and, for a GET or HEAD the path
+//! policy lets it store, looks the request up. The outcome is a hit, a stale hit that is
+//! refreshed in the background (stale-while-revalidate), a miss (a GET the store may answer
+//! later: it goes on to `miss`), or a pass (straight to `fetch`).
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use http::{Method, Request};
+use rampart_cache::key::SlotKeyRef;
+use rampart_cache::policy::{Heuristic, RulePolicy};
+use rampart_cache::store::Object;
+use rampart_config::{CacheHeuristic, RuleConfig};
+
+use crate::caching::Found;
+use crate::error::ProxyError;
+use crate::outcome::{CacheLabel, CacheOutcome, Served};
+use crate::pipeline::hit;
+use crate::pipeline::txn::{target, Mode, Scheme, Txn};
+use crate::pipeline::worker_state::Worker;
+use crate::policy::route::PathDecision;
+
+/// What lookup found.
+#[derive(Debug)]
+pub enum Looked {
+    /// A fresh stored response answers it.
+    Hit(Arc<Object>),
+    /// A stale one answers it while a background request refreshes it.
+    StaleWhileRevalidate(Arc<Object>),
+    /// Not usable from the store, and the response may be stored: `Txn::miss` is set.
+    Miss,
+    /// The cache takes no part (method, path policy, caching off, HEAD miss).
+    Pass,
+}
+
+/// The lookup stage. Sets `txn.outcome` for every result; `only-if-cached` with nothing usable
+/// stored ends here (504).
+pub fn lookup<B>(w: &Worker, txn: &mut Txn, req: &Request<B>) -> Result<Looked, ProxyError> {
+    let decision = txn.route().decision;
+    let label = match decision {
+        PathDecision::Bypass => CacheLabel::Bypass,
+        _ => CacheLabel::Dynamic,
+    };
+    txn.outcome = Some(CacheOutcome::fetched(label, false));
+    let (Some(cache), PathDecision::Cacheable { max_age_seconds }) = (&w.cache, decision) else {
+        return Ok(Looked::Pass);
+    };
+    let head = req.method() == Method::HEAD;
+    if max_age_seconds == 0 || !(req.method() == Method::GET || head) {
+        return Ok(Looked::Pass);
+    }
+    let policy = rule_policy(&txn.route().rule.config, max_age_seconds);
+    let refresh = txn.mode == Mode::Refresh;
+    let found = cache.lookup(slot_key(txn, req), req.headers(), policy, refresh);
+    let l = match found {
+        Found::Hit(obj) => {
+            txn.outcome = Some(CacheOutcome::Served(Served::Fresh));
+            return Ok(Looked::Hit(obj));
+        }
+        Found::Miss(l) => l,
+    };
+    if l.directives.only_if_cached {
+        txn.outcome = Some(CacheOutcome::OnlyIfCached);
+        return Err(ProxyError::NotCached);
+    }
+    if let Some(stale) = l.stale.as_ref().filter(|_| txn.mode == Mode::Client) {
+        if hit::stale_while_revalidate_allows(stale, &l, SystemTime::now()) {
+            txn.outcome = Some(CacheOutcome::Served(Served::StaleWhileRevalidate));
+            return Ok(Looked::StaleWhileRevalidate(stale.clone()));
+        }
+    }
+    let label = if l.forced {
+        CacheLabel::Bypass
+    } else if l.stale.is_some() {
+        CacheLabel::Expired
+    } else {
+        CacheLabel::Miss
+    };
+    txn.outcome = Some(CacheOutcome::fetched(label, true));
+    tracing::debug!(label = label.as_str(), "miss");
+    // HEAD misses are passed; only a GET response can be stored.
+    if head {
+        return Ok(Looked::Pass);
+    }
+    txn.miss = Some(l);
+    Ok(Looked::Miss)
+}
+
+/// The request's key in the store: routed host, target, the rule's `ignore_query_string`, and
+/// the scheme unless the rule shares entries between schemes (`cache_by_scheme = false` with
+/// the same origins for both; see `CacheKey::for_https`).
+pub fn slot_key<'a, B>(txn: &'a Txn, req: &'a Request<B>) -> SlotKeyRef<'a> {
+    let rule = &txn.route().rule.config;
+    let https = txn.scheme() == Scheme::Https && rule.keys_by_scheme();
+    SlotKeyRef::new(txn.host(), target(req), rule.ignore_query_string).for_https(https)
+}
+
+/// How the rule stores responses: its TTL (`max_age_seconds` of the matching path), whether it
+/// overrides the origin's, its heuristic and `store_set_cookie`.
+fn rule_policy(rule: &RuleConfig, max_age_seconds: u64) -> RulePolicy {
+    RulePolicy {
+        default_ttl: Duration::from_secs(max_age_seconds),
+        override_origin: rule.max_age_overrides_origin,
+        heuristic: match rule.cache_heuristic {
+            CacheHeuristic::MaxAge => Heuristic::MaxAge,
+            CacheHeuristic::LastModified => Heuristic::LastModified,
+            CacheHeuristic::None => Heuristic::None,
+        },
+        store_set_cookie: rule.store_set_cookie,
+    }
+}

@@ -1,0 +1,290 @@
+//! recv: the first stage. Answers that need no rule ([`local_answer`]: ACME http-01, the
+//! management API), then the rule by host and the path policy ([`route`], over the routing
+//! table in `policy/route.rs`), the HTTPS redirect, and screening ([`screen`]: client, rate, size,
+//! SQL injection) before anything else happens.
+
+use std::time::Duration;
+
+use http::header::{HeaderValue, EXPECT, HOST};
+use http::uri::PathAndQuery;
+use http::{Request, Response, StatusCode, Uri, Version};
+use rampart_cache::key::{host_name, is_valid_host};
+
+use crate::admin;
+use crate::body::local::text;
+use crate::body::{ProxyBody, RequestBody};
+use crate::error::BodyFault;
+use crate::error::ProxyError;
+use crate::outcome::CacheOutcome;
+use crate::pipeline::synth;
+use crate::pipeline::txn::{target, Mode, Route, Scheme, Txn};
+use crate::pipeline::worker_state::Worker;
+use crate::policy::path;
+use crate::policy::route::Router;
+
+/// Where ACME http-01 challenges are fetched (RFC 8555 §8.3).
+const ACME_CHALLENGE_PREFIX: &str = "/.well-known/acme-challenge/";
+
+/// How much of a refused body is read and dropped before answering 413, and for how long.
+const LINGER_BYTES: u64 = 32 << 20;
+const LINGER_TIME: Duration = Duration::from_secs(2);
+
+/// Requests rampart answers before routing: ACME http-01 challenges and, when an `api_key` is
+/// set, the management API under `/_rampart/`.
+pub fn local_answer(
+    w: &Worker,
+    txn: &Txn,
+    req: &Request<RequestBody>,
+) -> Option<Result<Response<ProxyBody>, ProxyError>> {
+    if let Some(store) = &w.acme {
+        if let Some(token) = req.uri().path().strip_prefix(ACME_CHALLENGE_PREFIX) {
+            if let Some(answer) = store.http_challenge(token) {
+                tracing::info!(client = %txn.client, "answered an ACME http-01 challenge");
+                return Some(Ok(text(StatusCode::OK, answer)));
+            }
+        }
+    }
+    if txn.mode == Mode::Client
+        && (w.admin.api_key.is_some() || !w.admin.metrics_allow.is_empty())
+        && req.uri().path().starts_with(admin::ADMIN_PREFIX)
+    {
+        return admin::admin_request(w.api(), txn.conn.client_ip, req);
+    }
+    None
+}
+
+/// An ACME http-01 challenge that another instance's order published in Redis (this one's
+/// own are answered by [`local_answer`]); `None` when there is none, and the request goes on.
+pub async fn shared_challenge(
+    w: &Worker,
+    txn: &Txn,
+    req: &Request<RequestBody>,
+) -> Option<Result<Response<ProxyBody>, ProxyError>> {
+    let shared = w.shared.as_ref().filter(|s| s.config().certificates)?;
+    let token = req.uri().path().strip_prefix(ACME_CHALLENGE_PREFIX)?;
+    match shared.http_challenge(token).await {
+        Ok(Some(answer)) => {
+            tracing::info!(client = %txn.client, "answered an ACME http-01 challenge (from Redis)");
+            Some(Ok(text(StatusCode::OK, answer)))
+        }
+        Ok(None) => None,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot look up an ACME challenge in Redis");
+            None
+        }
+    }
+}
+
+/// Whether [`shared_challenge`] may have an answer (checked first: it costs nothing).
+pub fn may_be_shared_challenge<B>(w: &Worker, req: &Request<B>) -> bool {
+    w.acme.is_some() && w.shared.is_some() && req.uri().path().starts_with(ACME_CHALLENGE_PREFIX)
+}
+
+/// Finds the rule by host and applies the path policy to the path [`normalize_path`] made.
+pub fn route<B>(router: &Router, req: &mut Request<B>) -> Result<Route, ProxyError> {
+    // RFC 9112 §3.2.2: an absolute-form target's authority wins over Host; HTTP/2 carries
+    // the host in :authority, which hyper puts in the URI.
+    let host = match req.uri().authority() {
+        Some(a) => {
+            HeaderValue::from_str(a.as_str()).map_err(|_| ProxyError::BadRequest("authority"))?
+        }
+        None => req
+            .headers()
+            .get(HOST)
+            .cloned()
+            .ok_or(ProxyError::MissingHost)?,
+    };
+    // A host the key would read differently from the origin is refused (see
+    // `is_valid_host`); what passes is visible ASCII.
+    if !is_valid_host(host.as_bytes()) {
+        return Err(ProxyError::BadRequest("invalid Host"));
+    }
+    let host_str = host.to_str().map_err(|_| ProxyError::BadRequest("host"))?;
+    let rule = router
+        .find(host_str)
+        .ok_or_else(|| ProxyError::NoRoute(host_str.to_owned()))?
+        .clone();
+    let decision = rule.decide(&path::match_form(req.uri().path()));
+    tracing::debug!(domain = rule.config.domain_text, ?decision, "routed");
+    Ok(Route {
+        rule,
+        host,
+        decision,
+    })
+}
+
+/// Rewrites the request target's path into its normal form (the query is kept as sent).
+/// The first thing recv does: every decision after it (the management prefix, ACME, path
+/// rules, the cache key) reads the path the origin will get, so `/%5frampart/` or
+/// `/x/../_rampart/` cannot slip past a check the raw path would fail (issue 30).
+pub fn normalize_path<B>(req: &mut Request<B>) -> Result<(), ProxyError> {
+    let normal = path::normalize(req.uri().path())
+        .map_err(|_| ProxyError::BadRequest("malformed percent-encoding in the path"))?;
+    let Some(normal) = normal else { return Ok(()) };
+    let mut parts = req.uri().clone().into_parts();
+    let pq = match req.uri().query() {
+        Some(q) => format!("{normal}?{q}"),
+        None => normal,
+    };
+    parts.path_and_query =
+        Some(PathAndQuery::try_from(pq).map_err(|_| ProxyError::BadRequest("request target"))?);
+    *req.uri_mut() =
+        Uri::from_parts(parts).map_err(|_| ProxyError::BadRequest("request target"))?;
+    Ok(())
+}
+
+/// `redirect_to_https`: 308 to the same host and target on the HTTPS listener.
+pub fn redirect_to_https<B>(
+    txn: &Txn,
+    req: &Request<B>,
+    https_port: Option<u16>,
+) -> Option<Response<ProxyBody>> {
+    if txn.scheme() != Scheme::Http || !txn.route().rule.config.redirect_to_https {
+        return None;
+    }
+    let name = host_name(txn.host());
+    let port = match https_port {
+        Some(443) | None => String::new(),
+        Some(p) => format!(":{p}"),
+    };
+    let location = format!("https://{name}{port}{}", target(req));
+    Some(synth::redirect(StatusCode::PERMANENT_REDIRECT, &location))
+}
+
+/// Screening (see `policy/screening.rs`), for client requests: resolves the client address, checks the
+/// head, and reads and screens a form or JSON body when SQL-injection screening is on (the
+/// streamed body is then replaced with the bytes read). A refusal is labelled `Block`.
+pub async fn screen(
+    w: &Worker,
+    txn: &mut Txn,
+    req: &mut Request<RequestBody>,
+) -> Result<(), ProxyError> {
+    txn.client = w.screen.client_ip(txn.conn.client_ip, req.headers());
+    if txn.mode != Mode::Client {
+        return Ok(());
+    }
+    let screened = screen_request(w, txn, req).await;
+    if let Err(e) = &screened {
+        txn.outcome = Some(CacheOutcome::Blocked);
+        if let ProxyError::ClientBody(BodyFault::TooLarge) = e {
+            // An HTTP/1.1 client that is still sending would see the connection reset
+            // before it reads the 413; read (and drop) a bounded amount first, as
+            // NGINX's lingering close does. Not for `Expect: 100-continue` (that
+            // client waits) and not for HTTP/2 (streams are reset on their own).
+            let expects = req.headers().contains_key(EXPECT);
+            if !expects && req.version() <= Version::HTTP_11 {
+                let body = std::mem::replace(req.body_mut(), RequestBody::Empty);
+                body.discard(LINGER_BYTES, LINGER_TIME).await;
+            }
+        }
+    }
+    screened
+}
+
+async fn screen_request(
+    w: &Worker,
+    txn: &Txn,
+    req: &mut Request<RequestBody>,
+) -> Result<(), ProxyError> {
+    let rule = &txn.route().rule;
+    let kind = w.screen.check_head(rule, txn.client, req).await?;
+    let limit = w.screen.body_limit(rule);
+    req.body_mut().set_limit(limit);
+    if let (Some(kind), RequestBody::Stream(_)) = (kind, req.body()) {
+        // Screening reads the body into memory: never without a bound, even when the
+        // body limit is off.
+        let cap = crate::policy::screening::MAX_INSPECTED_BODY;
+        let max = limit.map_or(cap, |l| l.min(cap));
+        req.body_mut().set_limit(Some(max));
+        // Reserve the memory first: the declared length, or the most it may be.
+        let declared = crate::headers::content_length(req.headers());
+        let permit = w
+            .screen
+            .reserve_inspection(declared.unwrap_or(max).min(max), w.body_limits.idle)
+            .await?;
+        let body = std::mem::replace(req.body_mut(), RequestBody::Empty);
+        let bytes = body
+            .collect()
+            .await
+            .map_err(|e| ProxyError::ClientBody(e.0))?;
+        let content_type = req
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .map_or(&b""[..], HeaderValue::as_bytes);
+        w.screen.check_body(
+            rule,
+            txn.client,
+            req.uri().path(),
+            kind,
+            content_type,
+            &bytes,
+        )?;
+        *req.body_mut() = RequestBody::Full(Some(bytes), Some(permit));
+    }
+    // A gRPC call to an HTTP/2 origin: its stream may wait for the server before it sends
+    // (bidirectional calls), so it starts as it is, and may last as long as the call (pauses
+    // are still bounded). Only where a gRPC server can be (a rule with an HTTP/2 origin): the
+    // header alone must not lift an upload's limits.
+    if crate::headers::is_grpc(req.headers())
+        && rule
+            .upstreams
+            .members()
+            .iter()
+            .any(|m| m.target.protocol != rampart_config::OriginProtocol::Http1)
+    {
+        req.body_mut().without_total_timeout();
+        return Ok(());
+    }
+    req.body_mut()
+        .prime()
+        .await
+        .map_err(|e| ProxyError::ClientBody(e.0))
+}
+
+#[cfg(test)]
+mod stage_tests {
+    use super::*;
+
+    fn router() -> Router {
+        let src = "[[proxy_rules]]\ndomain = \"example.com\"\nforward_ipv4 = \"127.0.0.1\"\nforward_port_http = 1\n";
+        let v = rampart_config::validate(src, 1);
+        let c = v.config.unwrap_or_else(|| panic!("{:?}", v.diagnostics));
+        Router::new(&c)
+    }
+
+    #[test]
+    fn route_by_authority_then_host() {
+        let r = router();
+        let req = Request::get("/a").header(HOST, "Example.com:8080").body(());
+        let found = route(&r, &mut req.unwrap_or_default()).map_err(|e| e.to_string());
+        assert_eq!(
+            found.map(|r| r.host),
+            Ok(HeaderValue::from_static("Example.com:8080"))
+        );
+        // An absolute-form target's authority wins over Host.
+        let req = Request::get("http://example.com/a")
+            .header(HOST, "other.org")
+            .body(());
+        assert!(route(&r, &mut req.unwrap_or_default()).is_ok());
+        let mut req = Request::get("/a").body(()).unwrap_or_default();
+        assert!(matches!(route(&r, &mut req), Err(ProxyError::MissingHost)));
+        // Cache poisoning through the port (issue 30): nothing but digits after the colon.
+        for bad in [
+            "example.com:@evil.com",
+            "example.com:abc",
+            "example.com:'\"><x>",
+        ] {
+            let req = Request::get("/a").header(HOST, bad).body(());
+            let err = route(&r, &mut req.unwrap_or_default()).err();
+            assert!(
+                matches!(err, Some(ProxyError::BadRequest(_))),
+                "{bad}: {err:?}"
+            );
+        }
+        let req = Request::get("/a").header(HOST, "other.org").body(());
+        let err = route(&r, &mut req.unwrap_or_default())
+            .err()
+            .map(|e| e.status());
+        assert_eq!(err, Some(StatusCode::NOT_FOUND));
+    }
+}

@@ -1,0 +1,141 @@
+//! The shared cache tier (`redis_cache`), between a local miss and the origin: the request
+//! that leads the local fetch of a resource asks Redis first (`rampart_redis::cache_tier`).
+//! - An object stored there that may answer the request is stored here too and answers it
+//!   (`Cache-Status: rampart; hit; detail=shared`); the local waiters then find it here.
+//! - Nothing there: this request takes the fetch lock for every instance and fetches
+//!   (storing the response writes it there and lifts the lock; see `caching/writer.rs`), or another
+//!   instance holds the lock and this one polls until its object is there, the lock becomes a
+//!   pass marker (the response was not storable) or it expires.
+//! - Redis slow, down or backing off: the request goes on as without the tier (counted as a
+//!   fallback of the `cache` feature).
+//!
+//! A stale object from the tier is not used as it is, but stands in for a missing local copy
+//! in revalidation and stale-if-error.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use http::{HeaderMap, HeaderValue, Request, Response};
+use rampart_cache::policy::{self, Usable};
+use rampart_cache::vary::Vary;
+use rampart_redis::cache_tier::{Found, LOCK_FOR};
+use rampart_redis::{Feature, STATS};
+
+use crate::body::{ProxyBody, RequestBody};
+use crate::caching::{Cache, TierLock};
+use crate::outcome::{CacheOutcome, Served};
+use crate::pipeline::hit;
+use crate::pipeline::txn::Txn;
+
+/// First pause between looks while another instance fetches; it doubles up to [`POLL_MAX`].
+const POLL_FIRST: Duration = Duration::from_millis(5);
+const POLL_MAX: Duration = Duration::from_millis(50);
+
+/// Asks the shared tier for the request's resource (see the module notes). `Some` answers the
+/// request; `None` fetches it (holding `txn.tier_lock` when this instance fetches for all).
+pub async fn lookup(
+    cache: &Arc<Cache>,
+    txn: &mut Txn,
+    req: &Request<RequestBody>,
+    wait: Duration,
+) -> Option<Response<ProxyBody>> {
+    let shared = cache.tier()?;
+    let key = txn.miss.as_ref()?.key.clone();
+    let mut variant: Option<bytes::Bytes> = None;
+    let mut vary_asked = false;
+    let (mut pause, mut waited, mut counted) = (POLL_FIRST, Duration::ZERO, false);
+    let wait = wait.min(LOCK_FOR);
+    loop {
+        let found = match shared.cache_lookup(&key, variant.as_deref(), true).await {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::debug!(error = %e, "shared cache tier not asked");
+                STATS.fallback(Feature::Cache);
+                return None;
+            }
+        };
+        STATS.used(Feature::Cache);
+        match found {
+            Found::Object(bytes) => return use_object(cache, txn, req, &bytes),
+            Found::Vary(names) if !vary_asked => {
+                vary_asked = true;
+                let mut h = HeaderMap::new();
+                h.insert(http::header::VARY, HeaderValue::from_str(&names).ok()?);
+                variant = Some(Vary::parse(&h).variant_key(req.headers())?);
+            }
+            Found::Vary(_) => return None,
+            Found::Locked if waited < wait => {
+                if !counted {
+                    counted = true;
+                    STATS
+                        .cache_waits
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    tracing::debug!("another instance is fetching it; waiting for its object");
+                }
+                tokio::time::sleep(pause).await;
+                waited += pause;
+                pause = (pause * 2).min(POLL_MAX);
+            }
+            Found::Lead => {
+                txn.tier_lock = Some(Box::new(TierLock::new(shared, key)));
+                return None;
+            }
+            Found::Locked | Found::Nothing => return None,
+        }
+    }
+}
+
+/// An object from the tier: answers the request when it may (and is stored here for the
+/// next ones), or stands in for the missing stale copy.
+fn use_object(
+    cache: &Arc<Cache>,
+    txn: &mut Txn,
+    req: &Request<RequestBody>,
+    bytes: &[u8],
+) -> Option<Response<ProxyBody>> {
+    // Its body charged to the budget for as long as it lives, as a fetched one is.
+    let Some(obj) =
+        rampart_cache::wire::decode_with(bytes, |b| cache.store().charged_body(b.to_vec()))
+    else {
+        tracing::warn!("the shared cache tier holds an object this version cannot read");
+        return None;
+    };
+    let l = txn.miss.as_mut()?;
+    let variant = match &obj.vary {
+        Vary::None => None,
+        v => Some(v.variant_key(req.headers())?),
+    };
+    let obj = Arc::new(obj);
+    match policy::usable(&obj, req.headers(), &l.directives, SystemTime::now()) {
+        Usable::Yes => {}
+        Usable::No => {
+            if l.stale.is_none() {
+                l.stale = Some(obj);
+            }
+            return None;
+        }
+        Usable::NotShareable => return None,
+    }
+    STATS
+        .cache_hits
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let key = l.key.clone();
+    if cache
+        .store()
+        .insert(key.clone(), variant.as_deref(), obj.clone())
+    {
+        let transforms = txn.route().rule.transforms();
+        if transforms.any() {
+            let cache = cache.clone();
+            crate::caching::transform::transform_stored(transforms, &obj, move |old, new| {
+                cache.store().replace(&key, variant.as_deref(), old, new);
+            });
+        }
+    }
+    // The local waiters find it stored now.
+    txn.leader = None;
+    let client_headers = txn.widened.as_ref().map_or(req.headers(), |w| &w.headers);
+    let res = hit::answer(&obj, client_headers, req.version(), false, Served::Shared);
+    txn.outcome = Some(CacheOutcome::Served(Served::Shared));
+    Some(res)
+}

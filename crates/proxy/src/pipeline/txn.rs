@@ -1,0 +1,186 @@
+//! The per-request context every stage reads and fills in: [`ConnInfo`] (facts of the
+//! connection), [`Route`] (what recv decided), the access-log record, the [`CacheOutcome`] and
+//! the miss state.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::header::HeaderValue;
+use http::Request;
+
+use crate::caching::coalesce::Leader;
+use crate::caching::Lookup;
+use crate::outcome::CacheOutcome;
+use crate::pipeline::ranges::Widened;
+use crate::policy::route::{PathDecision, Rule};
+use crate::telemetry::access_log::AccessRecord;
+
+/// How the client connected to rampart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheme {
+    Http,
+    Https,
+}
+
+impl Scheme {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scheme::Http => "http",
+            Scheme::Https => "https",
+        }
+    }
+}
+
+/// Per-connection facts the pipeline needs, computed once at accept.
+#[derive(Debug, Clone)]
+pub struct ConnInfo {
+    /// The client's address (IPv4-mapped IPv6 addresses as IPv4).
+    pub client_ip: IpAddr,
+    /// `client_ip` pre-rendered for `X-Forwarded-For`.
+    pub client_ip_header: HeaderValue,
+    pub scheme: Scheme,
+    /// The client's address and port, and the address it connected to: the TCP connection's,
+    /// or what a PROXY protocol header said on a listener that reads one.
+    pub peer: SocketAddr,
+    pub local: SocketAddr,
+    /// `local`'s port pre-rendered for `X-Forwarded-Port`.
+    pub local_port_header: HeaderValue,
+}
+
+impl ConnInfo {
+    pub fn new(peer: SocketAddr, local: SocketAddr, scheme: Scheme) -> Self {
+        let client_ip = peer.ip().to_canonical();
+        // invariant: an IP address renders as ASCII digits, dots, colons and hex letters.
+        #[allow(clippy::unwrap_used)]
+        let client_ip_header = HeaderValue::from_str(&client_ip.to_string()).unwrap();
+        ConnInfo {
+            client_ip,
+            client_ip_header,
+            scheme,
+            peer,
+            local,
+            local_port_header: HeaderValue::from(local.port()),
+        }
+    }
+}
+
+/// Who a request is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// A client's request.
+    Client,
+    /// A background refresh (stale-while-revalidate): revalidate and store, never log.
+    Refresh,
+}
+
+/// What recv decided: the rule, the host the request was routed by, the path policy.
+#[derive(Debug)]
+pub struct Route {
+    pub rule: Arc<Rule>,
+    /// The routed host as the client sent it (with its port, if any), checked by
+    /// `rampart_cache::key::is_valid_host`. The origin gets [`crate::headers::origin_host`]
+    /// of it: the name the cache key uses.
+    pub host: HeaderValue,
+    pub decision: PathDecision,
+}
+
+/// One request on its way through the stages.
+#[derive(Debug)]
+pub struct Txn {
+    pub conn: Arc<ConnInfo>,
+    pub mode: Mode,
+    pub start: Instant,
+    /// The client address screening resolved (the peer, or `X-Forwarded-For` from a trusted
+    /// proxy); the peer until recv has run.
+    pub client: IpAddr,
+    /// Set by recv; `None` for requests answered before routing (ACME, admin API, no rule).
+    pub route: Option<Route>,
+    /// The access-log record, when logging is on for the rule; written when the body ends.
+    pub log: Option<Box<AccessRecord>>,
+    /// What the cache did; `None` leaves a response unlabelled (answers before routing,
+    /// `PURGE`, redirects).
+    pub outcome: Option<CacheOutcome>,
+    /// The miss lookup found (GET only): what store and revalidation need.
+    pub miss: Option<Lookup>,
+    /// This request fetches for every coalesced waiter of its resource.
+    pub leader: Option<Leader>,
+    /// This request fetches for every instance (the shared tier's fetch lock).
+    pub tier_lock: Option<Box<crate::caching::TierLock>>,
+    /// A range miss fetched as the whole representation (see `ranges.rs`).
+    pub widened: Option<Box<Widened>>,
+    /// The request's HTTP version, as an index into [`crate::telemetry::metrics::PROTOCOLS`].
+    pub protocol: u8,
+}
+
+impl Txn {
+    pub fn new(conn: &Arc<ConnInfo>, mode: Mode) -> Self {
+        Txn {
+            conn: conn.clone(),
+            mode,
+            start: Instant::now(),
+            client: conn.client_ip,
+            route: None,
+            log: None,
+            outcome: None,
+            miss: None,
+            leader: None,
+            tier_lock: None,
+            widened: None,
+            protocol: 0,
+        }
+    }
+
+    /// The route recv found. Only called by stages after recv.
+    pub fn route(&self) -> &Route {
+        match &self.route {
+            Some(r) => r,
+            // invariant: the dispatcher runs no stage after recv without a route.
+            None => unreachable!("stage ran before recv"),
+        }
+    }
+
+    /// The routed host (recv checked it is visible ASCII).
+    pub fn host(&self) -> &str {
+        self.route().host.to_str().unwrap_or_default()
+    }
+
+    pub fn scheme(&self) -> Scheme {
+        self.conn.scheme
+    }
+
+    /// The domain text of the rule, for diagnostics.
+    pub fn domain(&self) -> &str {
+        self.route
+            .as_ref()
+            .map_or("", |r| r.rule.config.domain_text.as_str())
+    }
+}
+
+/// The request target in origin form (`/path?query`); `/` when the URI has none.
+pub fn target<B>(req: &Request<B>) -> &str {
+    req.uri().path_and_query().map_or("/", |p| p.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn target_and_scheme() {
+        let req = Request::get("http://a.example/x?y=1")
+            .body(())
+            .unwrap_or_default();
+        assert_eq!(target(&req), "/x?y=1");
+        assert_eq!(Scheme::Https.as_str(), "https");
+        let conn = Arc::new(ConnInfo::new(
+            SocketAddr::from(([127, 0, 0, 1], 40000)),
+            SocketAddr::from(([127, 0, 0, 1], 80)),
+            Scheme::Http,
+        ));
+        assert_eq!(conn.client_ip_header, "127.0.0.1");
+        let txn = Txn::new(&conn, Mode::Client);
+        assert_eq!(txn.client, conn.client_ip);
+        assert_eq!(txn.domain(), "");
+    }
+}

@@ -1,0 +1,235 @@
+//! upgrade: a request to switch to WebSocket — HTTP/1.1 `Connection: upgrade` + `Upgrade:
+//! websocket` (RFC 6455), or HTTP/2 extended CONNECT with `:protocol = websocket` (RFC 8441)
+//! — passes (never cached) to the origin as an HTTP/1.1 upgrade. A `101` from the origin
+//! becomes a tunnel: over HTTP/1.1 the server writes the `101` and splices the connection
+//! (`h1::serve`, [`Tunnel`] in the response), over HTTP/2 the stream is answered `200` and
+//! spliced here. Any other answer goes to the client as usual.
+//!
+//! Screening (allow/deny, user agent, rate limits, SQL injection on the handshake's target and
+//! headers) has run before, in recv. Only `websocket` is tunnelled: other `Upgrade` tokens
+//! (`h2c`, TLS) are hop-by-hop fields the request loses, as before.
+
+use http::header::{HeaderName, HeaderValue, CONNECTION, UPGRADE};
+use http::{Method, Request, Response, StatusCode, Version};
+
+use crate::body::{ProxyBody, RequestBody};
+use crate::error::ProxyError;
+use crate::net::tunnel::{self, Tunnel};
+use crate::outcome::{CacheLabel, CacheOutcome};
+use crate::pipeline::deliver;
+use crate::pipeline::fetch::{self, Plan};
+use crate::pipeline::txn::Txn;
+use crate::pipeline::worker_state::Worker;
+
+static SEC_WEBSOCKET_KEY: HeaderName = HeaderName::from_static("sec-websocket-key");
+static SEC_WEBSOCKET_VERSION: HeaderName = HeaderName::from_static("sec-websocket-version");
+static SEC_WEBSOCKET_ACCEPT: HeaderName = HeaderName::from_static("sec-websocket-accept");
+
+/// How the client asked to switch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// HTTP/1.1 `Upgrade: websocket`.
+    H1,
+    /// HTTP/2 extended CONNECT (RFC 8441).
+    H2,
+}
+
+/// Whether `req` asks to switch to WebSocket. Cheap for every other request: a method
+/// comparison, then a look for the `Upgrade` field.
+pub fn wants<B>(req: &Request<B>) -> Option<Kind> {
+    if req.method() == Method::CONNECT {
+        let protocol = req.extensions().get::<hyper::ext::Protocol>()?;
+        return protocol
+            .as_str()
+            .eq_ignore_ascii_case("websocket")
+            .then_some(Kind::H2);
+    }
+    let upgrade = req.headers().get(UPGRADE)?;
+    if req.version() != Version::HTTP_11 {
+        return None;
+    }
+    let has = |v: &HeaderValue, token: &str| {
+        v.to_str().is_ok_and(|s| {
+            s.split(',').any(|t| {
+                t.trim()
+                    .split('/')
+                    .next()
+                    .unwrap_or("")
+                    .eq_ignore_ascii_case(token)
+            })
+        })
+    };
+    let connection = req
+        .headers()
+        .get_all(CONNECTION)
+        .iter()
+        .any(|v| has(v, "upgrade"));
+    (connection && has(upgrade, "websocket")).then_some(Kind::H1)
+}
+
+/// The upgrade stage: the handshake checked, sent to the origin, its `101` made a tunnel.
+pub async fn upgrade(
+    w: &Worker,
+    txn: &mut Txn,
+    req: Request<RequestBody>,
+    kind: Kind,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    let rule = &txn.route().rule.config;
+    if !rule.allow_upgrades {
+        return Err(ProxyError::UpgradeRefused);
+    }
+    let idle = rule.upgrade_idle_timeout.unwrap_or(w.upgrade_idle);
+    txn.outcome = Some(CacheOutcome::fetched(CacheLabel::Bypass, false));
+    let (mut parts, body) = req.into_parts();
+    if !matches!(body, RequestBody::Empty) {
+        return Err(ProxyError::BadRequest("a WebSocket handshake has no body"));
+    }
+    // HTTP/2: the client's stream, once the response is sent.
+    let client_side = match kind {
+        Kind::H2 => parts.extensions.remove::<hyper::upgrade::OnUpgrade>(),
+        Kind::H1 => None,
+    };
+    match kind {
+        Kind::H1 => {
+            // RFC 6455 §4.1: a GET with the key and the version.
+            let key_ok = parts
+                .headers
+                .get(&SEC_WEBSOCKET_KEY)
+                .is_some_and(|k| k.len() == 24);
+            if parts.method != Method::GET
+                || !key_ok
+                || !parts.headers.contains_key(&SEC_WEBSOCKET_VERSION)
+            {
+                return Err(ProxyError::BadRequest("WebSocket handshake"));
+            }
+        }
+        Kind::H2 => {
+            // RFC 8441 §5: the HTTP/1.1 handshake the origin expects, with a key of our own
+            // (HTTP/2 has none) and the version the client named (13 when it named none).
+            parts.method = Method::GET;
+            parts.extensions.remove::<hyper::ext::Protocol>();
+            parts.headers.insert(SEC_WEBSOCKET_KEY.clone(), new_key());
+            parts
+                .headers
+                .entry(SEC_WEBSOCKET_VERSION.clone())
+                .or_insert(HeaderValue::from_static("13"));
+        }
+    }
+    let plan = Plan {
+        upgrade: true,
+        ..Plan::default()
+    };
+    let fetched = fetch::send(w, txn, Request::from_parts(parts, body), plan).await?;
+    if fetched.res.status() != StatusCode::SWITCHING_PROTOCOLS {
+        // Refused by the origin (or not a WebSocket endpoint): its answer, passed on.
+        return deliver::deliver(w, txn, fetched).await;
+    }
+    let mut res = fetched.res;
+    let origin = hyper::upgrade::on(&mut res);
+    let (mut head, _) = res.into_parts();
+    crate::headers::strip_hop_by_hop(&mut head.headers);
+    let mut out = Response::new(ProxyBody::full(bytes::Bytes::new()));
+    *out.headers_mut() = head.headers;
+    let tunnel = Tunnel { origin, idle };
+    match (kind, client_side) {
+        (Kind::H2, Some(client)) => {
+            // RFC 8441 §5: the stream is accepted with 200; the key's answer is ours alone.
+            out.headers_mut().remove(&SEC_WEBSOCKET_ACCEPT);
+            tokio::spawn(async move {
+                let open = crate::telemetry::metrics::get().tunnel_opened();
+                let client = match client.await {
+                    Ok(c) => hyper_util::rt::TokioIo::new(c),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "the client's HTTP/2 stream did not switch");
+                        return;
+                    }
+                };
+                let (ended, moved) = tunnel::run(client, bytes::Bytes::new(), tunnel).await;
+                tracing::debug!(?ended, ?moved, "WebSocket over HTTP/2 ended");
+                drop(open);
+            });
+        }
+        _ => {
+            *out.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+            out.headers_mut()
+                .insert(UPGRADE, HeaderValue::from_static("websocket"));
+            out.extensions_mut().insert(tunnel);
+        }
+    }
+    Ok(out)
+}
+
+/// A `Sec-WebSocket-Key`: 16 random bytes in base64 (RFC 6455 §4.1), from the standard
+/// library's per-process random hash keys.
+fn new_key() -> HeaderValue {
+    use std::hash::{BuildHasher, Hasher};
+    let mut bytes = [0u8; 16];
+    for (i, chunk) in bytes.chunks_mut(8).enumerate() {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_usize(i);
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()),
+        );
+        chunk.copy_from_slice(&h.finish().to_le_bytes());
+    }
+    let text = base64(&bytes);
+    // invariant: base64 is visible ASCII.
+    HeaderValue::from_str(&text).unwrap_or(HeaderValue::from_static("dGhlIHNhbXBsZSBub25jZQ=="))
+}
+
+fn base64(data: &[u8]) -> String {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for c in data.chunks(3) {
+        let n = (u32::from(c[0]) << 16)
+            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*c.get(2).unwrap_or(&0));
+        for (i, shift) in [18, 12, 6, 0].into_iter().enumerate() {
+            if i <= c.len() {
+                out.push(ABC[(n >> shift & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_and_keys() {
+        assert_eq!(base64(b"the sample nonce"), "dGhlIHNhbXBsZSBub25jZQ==");
+        assert_eq!(base64(b"ab"), "YWI=");
+        assert_eq!(base64(b"abc"), "YWJj");
+        let (a, b) = (new_key(), new_key());
+        assert_eq!(a.len(), 24);
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn only_websocket_upgrades_are_wanted() {
+        let req = |conn: &str, up: &str| {
+            Request::get("/")
+                .header("connection", conn)
+                .header("upgrade", up)
+                .body(())
+                .unwrap_or_default()
+        };
+        assert_eq!(wants(&req("Upgrade", "websocket")), Some(Kind::H1));
+        assert_eq!(
+            wants(&req("keep-alive, upgrade", "WebSocket")),
+            Some(Kind::H1)
+        );
+        assert_eq!(wants(&req("keep-alive", "websocket")), None);
+        assert_eq!(wants(&req("upgrade", "h2c")), None);
+        let mut r = req("Upgrade", "websocket");
+        *r.version_mut() = Version::HTTP_10;
+        assert_eq!(wants(&r), None);
+        assert_eq!(wants(&Request::get("/").body(()).unwrap_or_default()), None);
+    }
+}

@@ -1,0 +1,595 @@
+//! The configuration in force, and its replacement by a reload.
+//!
+//! Everything a request reads from the configuration hangs off one [`Current`] per worker: its
+//! pipeline (routing, rules, screening, origins, admin settings) and the settings a new
+//! connection takes (limits, TLS acceptor). A reload builds new ones and swaps them in whole,
+//! so a request sees either the old configuration or the new one, never a mix: requests
+//! already running keep the `Current` they started with, the next request on any connection
+//! gets the new one.
+//!
+//! What a reload keeps: the cache (with everything in it), the connection pools to origins
+//! (unless origin settings changed), the rate limiters whose rates did not change, the health
+//! verdicts of origins still listed, every listening socket whose address did not change, and
+//! the certificate manager when no TLS setting changed (its certificate files are checked at
+//! once). A new address is bound before an old one is closed. Settings that only a restart can
+//! change (`workers`, `worker_runtime`, the cache's size) are reported and left as they were.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use arc_swap::ArcSwap;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use rampart_config::Config;
+use rampart_redis::Shared;
+use rampart_tls::Tls;
+use socket2::TcpKeepalive;
+use tokio::sync::{mpsc, watch};
+
+use crate::admin::commands::Control;
+use crate::caching::Cache;
+use crate::origin::pool::Upstream;
+use crate::pipeline::worker_state::{Parts, Worker};
+use crate::pipeline::Pipeline;
+use crate::policy::route::Router;
+use crate::policy::screening::Screen;
+use crate::telemetry::access_log::AccessLog;
+use crate::transport::h1;
+use crate::transport::limits::{ConnLimit, PerIp};
+use crate::transport::listen::{self, Bound, Kind};
+use crate::transport::settings::{ConnSettings, Current, Slot};
+
+/// Listener changes sent to a worker.
+#[derive(Debug)]
+pub enum ListenerCmd {
+    /// Start accepting on this socket (a listening TCP socket, or a UDP one for HTTP/3),
+    /// configured as this address.
+    Open(socket2::Socket, Kind, SocketAddr),
+    /// Stop accepting on the socket of this kind bound to this address and close it; its
+    /// connections go on.
+    Close(SocketAddr, Kind),
+}
+
+/// A listening address in service.
+#[derive(Debug, Clone)]
+struct Listening {
+    configured: SocketAddr,
+    actual: SocketAddr,
+    kind: Kind,
+    /// Its sockets' descriptors (held open by the workers), for an upgrade's handoff.
+    fds: Vec<std::os::fd::RawFd>,
+}
+
+impl Listening {
+    fn of(b: &Bound) -> Listening {
+        Listening {
+            configured: b.configured,
+            actual: b.actual,
+            kind: b.kind,
+            fds: b.fds(),
+        }
+    }
+}
+
+/// What a reload did.
+#[derive(Debug, Default)]
+pub struct Reloaded {
+    /// Changed keys that only a restart applies.
+    pub restart_needed: Vec<&'static str>,
+    pub opened: Vec<SocketAddr>,
+    pub closed: Vec<SocketAddr>,
+    /// Whether the certificate manager was restarted (TLS settings or certificate sources
+    /// changed).
+    pub tls_restarted: bool,
+}
+
+/// What a reload made ready before anything changed.
+struct Prepared {
+    same_tls: bool,
+    tls: Option<Tls>,
+    /// New origin trust roots (`None`: origin settings unchanged, pools kept).
+    origin_tls: Option<Arc<rustls::ClientConfig>>,
+    /// A new access log (`None`: unchanged).
+    access: Option<Arc<AccessLog>>,
+    wanted: Vec<(SocketAddr, Kind)>,
+    /// Newly bound addresses.
+    fresh: Vec<Bound>,
+    /// New Redis state (`None`: the Redis settings did not change; `Some(None)`: Redis is no
+    /// longer used).
+    shared: Option<Option<Shared>>,
+}
+
+/// The state a reload replaces, and what it keeps.
+#[derive(Debug)]
+pub struct Live {
+    config: Arc<Config>,
+    groups: usize,
+    slots: Vec<Arc<Slot>>,
+    cmds: Vec<mpsc::UnboundedSender<ListenerCmd>>,
+    listening: Vec<Listening>,
+    router: Arc<Router>,
+    screen: Arc<Screen>,
+    tls: Option<Tls>,
+    origin_tls: Arc<rustls::ClientConfig>,
+    /// One connection pool per worker.
+    upstreams: Vec<Upstream>,
+    per_ip: Option<Arc<PerIp>>,
+    limit: Arc<ConnLimit>,
+    cache: Option<Arc<Cache>>,
+    /// What this instance shares with others through Redis.
+    shared: Option<Shared>,
+    control: Control,
+    /// Where access-log lines go (reopened on SIGUSR1).
+    access: Arc<AccessLog>,
+    /// The health-check thread of this configuration, and how to stop it.
+    health: Option<(watch::Sender<bool>, JoinHandle<()>)>,
+}
+
+/// Starts sharing through Redis when `config` names it. Fails only on addresses Redis's client
+/// cannot use; an unreachable Redis is no error (instances decide locally until it answers).
+pub fn start_shared(config: &Config) -> Result<Option<Shared>, String> {
+    let Some(redis) = &config.redis else {
+        return Ok(None);
+    };
+    Shared::start(redis)
+        .map(Some)
+        .map_err(|e| format!("redis: {e}"))
+}
+
+/// Purges made in `cache` go to the other instances through `shared`, and theirs come here.
+fn share(cache: &Arc<Cache>, shared: &Shared) {
+    cache.share(Some(shared));
+    shared.follow_purges(cache.remote_purges());
+}
+
+/// What a worker thread starts with.
+#[derive(Debug)]
+pub struct WorkerStart {
+    pub slot: Arc<Slot>,
+    pub cmds: mpsc::UnboundedReceiver<ListenerCmd>,
+}
+
+impl Live {
+    /// The first configuration: builds every worker's `Current` and queues the bound sockets
+    /// for the workers to open.
+    pub fn start(
+        config: Config,
+        bound: Vec<Bound>,
+        tls: Option<Tls>,
+        shared: Option<Shared>,
+        groups: usize,
+        control: Control,
+    ) -> std::io::Result<(Live, Vec<WorkerStart>)> {
+        let config = Arc::new(config);
+        let origin_tls =
+            rampart_tls::origin::client_config(&config.upstream).map_err(std::io::Error::other)?;
+        let cache = config
+            .cache
+            .enabled
+            .then(|| Arc::new(Cache::new(config.cache.memory, config.cache.max_object)));
+        if let (Some(c), Some(s)) = (&cache, &shared) {
+            share(c, s);
+        }
+        let router = Arc::new(Router::new(&config));
+        let upstreams = (0..groups)
+            .map(|_| Upstream::new(&config.upstream, origin_tls.clone()))
+            .collect();
+        let listening: Vec<Listening> = bound.iter().map(Listening::of).collect();
+        let access = Arc::new(AccessLog::open(&config.access_log)?);
+        let mut live = Live {
+            access,
+            screen: Arc::new(Screen::new(&config, shared.as_ref())),
+            shared,
+            per_ip: config.downstream.max_connections_per_ip.map(PerIp::new),
+            limit: ConnLimit::new(config.downstream.max_connections),
+            groups,
+            slots: Vec::new(),
+            cmds: Vec::new(),
+            listening,
+            router,
+            tls,
+            origin_tls,
+            upstreams,
+            cache,
+            control,
+            health: None,
+            config,
+        };
+        let mut starts = Vec::new();
+        for i in 0..groups {
+            let (tx, rx) = mpsc::unbounded_channel();
+            live.slots
+                .push(Arc::new(ArcSwap::from_pointee(live.current(i))));
+            live.cmds.push(tx);
+            starts.push(WorkerStart {
+                slot: live.slots[i].clone(),
+                cmds: rx,
+            });
+        }
+        live.publish();
+        live.open(bound);
+        live.health = live.start_health()?;
+        Ok((live, starts))
+    }
+
+    /// The connection limit, shared by all workers.
+    pub fn limit(&self) -> Arc<ConnLimit> {
+        self.limit.clone()
+    }
+
+    /// The addresses in service of one kind.
+    pub fn addrs(&self, kind: Kind) -> Vec<SocketAddr> {
+        self.listening
+            .iter()
+            .filter(|l| l.kind == kind)
+            .map(|l| l.actual)
+            .collect()
+    }
+
+    /// Reopens the access log file (SIGUSR1, after logrotate moved it).
+    pub fn reopen_logs(&self) -> std::io::Result<()> {
+        self.access.reopen()
+    }
+
+    /// Stops the health checks (shutdown) and returns their thread to join.
+    pub fn stop_health(&mut self) -> Option<JoinHandle<()>> {
+        let (stop, thread) = self.health.take()?;
+        stop.send_replace(true);
+        Some(thread)
+    }
+
+    /// Applies `config`. Everything that can fail (binding new addresses, loading new
+    /// certificates, origin trust roots, the access log file) is done first, in [`Live::prepare`]:
+    /// on an error nothing has changed and the old configuration stays in service.
+    pub fn reload(&mut self, config: Config) -> Result<Reloaded, String> {
+        let restart_needed = restart_needed(&self.config, &config);
+        let prepared = self.prepare(&config)?;
+        let mut report = self.commit(config, prepared);
+        report.restart_needed = restart_needed;
+        Ok(report)
+    }
+
+    /// The fallible half of a reload: what `config` needs that the configuration in service
+    /// does not have. A certificate manager started here is stopped again on an error.
+    fn prepare(&self, config: &Config) -> Result<Prepared, String> {
+        // New Redis settings: a new connection, and the certificate manager starts again with it.
+        let shared = (config.redis != self.config.redis)
+            .then(|| start_shared(config))
+            .transpose()?;
+        let same_tls = same_tls(&self.config, config) && shared.is_none();
+        let tls = if same_tls {
+            self.tls.clone()
+        } else {
+            let with = shared.as_ref().unwrap_or(&self.shared).as_ref();
+            rampart_tls::start(config, with).map_err(|e| e.to_string())?
+        };
+        let rest = || -> Result<_, String> {
+            let origin_tls = (config.upstream != self.config.upstream)
+                .then(|| rampart_tls::origin::client_config(&config.upstream))
+                .transpose()
+                .map_err(|e| e.to_string())?;
+            let access = (self.access.config() != &config.access_log)
+                .then(|| AccessLog::open(&config.access_log).map(Arc::new))
+                .transpose()
+                .map_err(|e| e.to_string())?;
+            let wanted = listen::wanted(config, tls.is_some());
+            let mut fresh: Vec<Bound> = Vec::new();
+            for &(addr, kind) in &wanted {
+                let same = |configured: SocketAddr, k: Kind| configured == addr && k == kind;
+                if self.listening.iter().any(|l| same(l.configured, l.kind)) {
+                    continue;
+                }
+                // HTTP/3 takes the port of the HTTPS socket of the same configured address.
+                let https = self
+                    .listening
+                    .iter()
+                    .map(|l| (l.configured, l.kind, l.actual))
+                    .chain(fresh.iter().map(|b| (b.configured, b.kind, b.actual)))
+                    .find(|&(c, k, _)| c == addr && k == Kind::Https)
+                    .map(|(_, _, actual)| actual);
+                let bound = listen::bind(addr, kind, config, self.groups, https)
+                    .map_err(|e| e.to_string())?;
+                fresh.push(bound);
+            }
+            Ok((origin_tls, access, wanted, fresh))
+        };
+        match rest() {
+            Ok((origin_tls, access, wanted, fresh)) => Ok(Prepared {
+                same_tls,
+                tls,
+                origin_tls,
+                access,
+                wanted,
+                fresh,
+                shared,
+            }),
+            Err(e) => {
+                if let (false, Some(t)) = (same_tls, &tls) {
+                    t.stop();
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The half of a reload that cannot fail: the new configuration goes into service.
+    fn commit(&mut self, config: Config, p: Prepared) -> Reloaded {
+        let config = Arc::new(config);
+        if let Some(access) = p.access {
+            self.access = access;
+        }
+        if let Some(origin_tls) = p.origin_tls {
+            self.upstreams = (0..self.groups)
+                .map(|_| Upstream::new(&config.upstream, origin_tls.clone()))
+                .collect();
+            self.origin_tls = origin_tls;
+        }
+        if let Some(shared) = p.shared {
+            self.shared = shared;
+            if let Some(c) = &self.cache {
+                match &self.shared {
+                    Some(s) => share(c, s),
+                    None => c.share(None),
+                }
+            }
+        }
+        self.router = Arc::new(Router::reloaded(&config, &self.router));
+        self.screen = Arc::new(Screen::reloaded(
+            &config,
+            &self.screen,
+            self.shared.as_ref(),
+        ));
+        self.per_ip = match (config.downstream.max_connections_per_ip, &self.per_ip) {
+            (Some(n), Some(table)) => {
+                table.set_max(n);
+                Some(table.clone())
+            }
+            (Some(n), None) => Some(PerIp::new(n)),
+            (None, _) => None,
+        };
+        self.limit.resize(config.downstream.max_connections);
+        let old_tls = std::mem::replace(&mut self.tls, p.tls);
+        self.config = config;
+        let (gone, kept): (Vec<Listening>, Vec<Listening>) =
+            self.listening.iter().cloned().partition(|l| {
+                !p.wanted
+                    .iter()
+                    .any(|&(addr, kind)| l.configured == addr && l.kind == kind)
+            });
+        self.listening = kept;
+        self.listening.extend(p.fresh.iter().map(Listening::of));
+        for i in 0..self.groups {
+            self.slots[i].store(Arc::new(self.current(i)));
+        }
+        self.publish();
+        // New addresses are accepting before old ones close.
+        let report = Reloaded {
+            opened: p.fresh.iter().map(|b| b.actual).collect(),
+            closed: gone.iter().map(|l| l.actual).collect(),
+            tls_restarted: !p.same_tls,
+            restart_needed: Vec::new(),
+        };
+        self.open(p.fresh);
+        for l in &gone {
+            for cmds in &self.cmds {
+                let _ = cmds.send(ListenerCmd::Close(l.actual, l.kind));
+            }
+        }
+        // The old health checks end on their own once told; nothing waits for them.
+        drop(self.stop_health());
+        self.health = self.start_health().unwrap_or_else(|e| {
+            tracing::error!(error = %e, "cannot start the health checks of the new configuration");
+            None
+        });
+        match (p.same_tls, &self.tls) {
+            (true, Some(t)) => t.refresh(),
+            (false, _) => {
+                if let Some(t) = old_tls {
+                    t.stop();
+                }
+            }
+            (true, None) => {}
+        }
+        report
+    }
+
+    /// Hands each worker its socket of every bound address (socket `i` to worker `i % n`).
+    fn open(&self, bound: Vec<Bound>) {
+        for b in bound {
+            for (i, socket) in b.sockets.into_iter().enumerate() {
+                if let Some(cmds) = self.cmds.get(i % self.cmds.len().max(1)) {
+                    let _ = cmds.send(ListenerCmd::Open(socket, b.kind, b.configured));
+                }
+            }
+        }
+    }
+
+    /// For an upgrade: the listening descriptors, the [`crate::transport::listen::HANDOFF_ENV`] value
+    /// that names them, and a link beside each HTTP/3 socket (`quic::relay`).
+    pub fn handoff(&self) -> crate::transport::listen::Handoff {
+        use std::os::fd::AsRawFd as _;
+        let mut out = crate::transport::listen::Handoff::default();
+        let mut spec = Vec::new();
+        for l in &self.listening {
+            for &fd in &l.fds {
+                out.fds.push(fd);
+                let kind = l.kind.as_str();
+                let mut entry = format!("{fd},{},{},{kind}", l.configured, l.actual);
+                if l.kind == Kind::H3 {
+                    if let Some(link) = crate::transport::h3::relay::offer(fd) {
+                        let generation = crate::transport::h3::relay::generation();
+                        entry.push_str(&format!(",{},{generation}", link.as_raw_fd()));
+                        out.fds.push(link.as_raw_fd());
+                        out.links.push(link);
+                    }
+                }
+                spec.push(entry);
+            }
+        }
+        out.spec = spec.join(";");
+        out
+    }
+
+    fn start_health(&self) -> std::io::Result<Option<(watch::Sender<bool>, JoinHandle<()>)>> {
+        let (stop, stopped) = watch::channel(false);
+        let prober = Upstream::new(&self.config.upstream, self.origin_tls.clone());
+        Ok(crate::server::probes::start(&self.router, prober, stopped)?.map(|t| (stop, t)))
+    }
+
+    /// What the dashboard reads of the configuration in force.
+    fn publish(&self) {
+        crate::admin::dashboard::publish(crate::admin::dashboard::Scene {
+            router: self.router.clone(),
+            cache: self.cache.clone(),
+        });
+    }
+
+    /// The `Alt-Svc` value announcing HTTP/3 on each HTTPS port: (HTTPS port, value).
+    fn alt_svc(&self) -> Vec<(u16, http::HeaderValue)> {
+        let Some(ma) = self
+            .config
+            .tls
+            .http3
+            .as_ref()
+            .and_then(|h| h.alt_svc_max_age)
+        else {
+            return Vec::new();
+        };
+        self.listening
+            .iter()
+            .filter(|l| l.kind == Kind::H3)
+            .filter_map(|h3| {
+                let https = self
+                    .listening
+                    .iter()
+                    .find(|l| l.kind == Kind::Https && l.configured == h3.configured)?;
+                let value = format!("h3=\":{}\"; ma={}", h3.actual.port(), ma.as_secs());
+                Some((
+                    https.actual.port(),
+                    http::HeaderValue::from_str(&value).ok()?,
+                ))
+            })
+            .collect()
+    }
+
+    /// Worker `i`'s view of the configuration in force.
+    fn current(&self, i: usize) -> Current {
+        let config = &self.config;
+        // Redirects to HTTPS name the port unless it is the default one.
+        let https_port = self
+            .listening
+            .iter()
+            .find(|l| l.kind == Kind::Https)
+            .map(|l| l.actual.port());
+        let pipeline = Arc::new(Pipeline::new(Worker::new(
+            config,
+            Parts {
+                router: self.router.clone(),
+                upstream: self.upstreams[i].clone(),
+                cache: self.cache.clone(),
+                screen: self.screen.clone(),
+                shared: self.shared.clone(),
+                acme: self.tls.as_ref().map(|t| t.store.clone()),
+                https_port,
+                control: Some(self.control.clone()),
+                access: self.access.clone(),
+                alt_svc: self.alt_svc(),
+            },
+        )));
+        Current {
+            pipeline,
+            conn: conn_settings(config, self.tls.as_ref(), self.per_ip.clone()),
+        }
+    }
+}
+
+fn conn_settings(config: &Config, tls: Option<&Tls>, per_ip: Option<Arc<PerIp>>) -> ConnSettings {
+    let d = &config.downstream;
+    // HTTP/1.1 is rampart's own server (h1/); HTTP/2 is hyper's.
+    // HTTP/2 flood limits (RFC 9113 §10.5): streams, header list size (also bounds
+    // CONTINUATION sequences), and the reset budgets behind the rapid-reset defence
+    // (CVE-2023-44487): a client that resets more streams than this is sent GOAWAY.
+    let mut h2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    h2.timer(TokioTimer::new())
+        .max_concurrent_streams(d.h2_max_concurrent_streams)
+        .max_header_list_size(d.h2_max_header_list_bytes)
+        .max_pending_accept_reset_streams(Some(50))
+        .max_local_error_reset_streams(Some(256))
+        // RFC 8441: WebSocket over HTTP/2 (extended CONNECT), see pipeline/websocket.rs.
+        .enable_connect_protocol();
+    ConnSettings {
+        limits: h1::Limits {
+            max_head: d.max_head_bytes,
+            max_headers: d.max_headers,
+            header_read_timeout: d.header_read_timeout,
+            keepalive_timeout: d.keepalive_timeout,
+            body_idle_timeout: d.body_idle_timeout,
+            send_timeout: d.send_timeout,
+        },
+        h2: Arc::new(h2),
+        tls: tls.map(|t| t.server.clone()),
+        shared_alpn: tls.and_then(|t| t.shared_alpn.clone()),
+        quic: tls.and_then(|t| crate::transport::h3::config::server_config(config, t)),
+        max_header_list: d.h2_max_header_list_bytes,
+        keepalive: d.tcp_keepalive.map(|t| TcpKeepalive::new().with_time(t)),
+        per_ip,
+        proxy_protocol: Arc::new(config.proxy_protocol.clone()),
+        shutdown_timeout: config.shutdown_timeout,
+    }
+}
+
+/// Whether the certificate manager can stay: the same TLS settings and the same certificate
+/// source for every rule.
+fn same_tls(old: &Config, new: &Config) -> bool {
+    let sources = |c: &Config| -> Vec<_> {
+        c.rules
+            .iter()
+            .filter(|r| r.cert.is_some())
+            .map(|r| (r.domain.clone(), r.cert.clone()))
+            .collect()
+    };
+    // HTTP/3's own settings do not touch the certificates.
+    let tls = |c: &Config| rampart_config::TlsConfig {
+        http3: None,
+        ..c.tls.clone()
+    };
+    tls(old) == tls(new) && sources(old) == sources(new)
+}
+
+/// Changed keys a reload cannot apply.
+fn restart_needed(old: &Config, new: &Config) -> Vec<&'static str> {
+    let mut keys = Vec::new();
+    if old.workers != new.workers {
+        keys.push("workers");
+    }
+    if old.runtime != new.runtime {
+        keys.push("worker_runtime");
+    }
+    if old.cache.enabled != new.cache.enabled {
+        keys.push("add_caching");
+    }
+    if old.cache.memory != new.cache.memory {
+        keys.push("cache_memory");
+    }
+    if old.cache.max_object != new.cache.max_object {
+        keys.push("cache_max_object");
+    }
+    let (a, b) = (&old.downstream, &new.downstream);
+    if (
+        a.nodelay,
+        a.max_backlog,
+        a.recv_buffer_size,
+        a.send_buffer_size,
+        a.ip_ttl,
+    ) != (
+        b.nodelay,
+        b.max_backlog,
+        b.recv_buffer_size,
+        b.send_buffer_size,
+        b.ip_ttl,
+    ) {
+        // New listeners get them; sockets kept open keep theirs.
+        keys.push("listener socket options (nodelay, max_backlog, buffer sizes, ip_ttl)");
+    }
+    keys
+}

@@ -1,0 +1,631 @@
+//! What `/_rampart/metrics` (Prometheus text, written by the `prometheus-client` crate) and the
+//! dashboard report: requests, latency, bytes, origins, the cache, refusals, TLS, connections.
+//!
+//! Recording is a few relaxed atomic additions in the *shard* of the worker thread that runs
+//! the request (one shard per worker, each on cache lines of its own, so two workers never
+//! write the same line); nothing is locked, allocated or looked up by name on the way. A
+//! scrape sums the shards and reads the figures that already exist elsewhere (the cache's
+//! statistics, origin health, certificates). Counts per rule (by its `domain`) and per origin
+//! (by `host:port`) are kept by name for the life of the process: a reload that keeps a rule or
+//! an origin keeps its counts, and a removed one keeps its last values (counters never go
+//! back).
+//!
+//! The registry is one per process, like the process itself: `init` sizes it for the workers
+//! before any rule is built; code outside a worker thread records into shard 0.
+
+use std::cell::Cell;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, SystemTime};
+
+use http::Version;
+
+use crate::error::{ProxyError, Screened};
+use crate::outcome::{CacheLabel, CacheOutcome, Served};
+
+/// Keeps each shard on cache lines of its own (two lines: adjacent-line prefetch).
+#[repr(align(128))]
+#[derive(Debug, Default)]
+pub struct Padded<T>(pub T);
+
+mod histogram;
+mod io;
+mod recent;
+
+pub use histogram::{HistSnap, Histogram, BOUNDS_US};
+pub use io::{Counted, Tally};
+pub use recent::{Ranking, Refusal, Watching};
+
+/// The `cache` label of `rampart_requests_total`.
+pub const CACHE_LABELS: [&str; 12] = [
+    "hit",
+    "stale",
+    "revalidated",
+    "miss",
+    "expired",
+    "collapsed",
+    "dynamic",
+    "bypass",
+    "blocked",
+    "error",
+    "none",
+    "shared",
+];
+/// Of [`CACHE_LABELS`], the answers from the store and the lookups that went to the origin
+/// for something cacheable: the hit ratio's numerator and denominator.
+const HITS: [usize; 4] = [0, 1, 2, 11];
+const LOOKUPS: [usize; 7] = [0, 1, 2, 3, 4, 5, 11];
+
+/// The `protocol` label.
+pub const PROTOCOLS: [&str; 3] = ["http1", "http2", "http3"];
+
+const CLASSES: usize = 5;
+const PER_RULE: usize = CLASSES * CACHE_LABELS.len() * PROTOCOLS.len();
+
+/// The index of an outcome in [`CACHE_LABELS`].
+pub fn cache_index(o: Option<CacheOutcome>) -> usize {
+    match o {
+        None => 10,
+        Some(CacheOutcome::Served(Served::Fresh)) => 0,
+        Some(CacheOutcome::Served(Served::StaleWhileRevalidate | Served::StaleIfError)) => 1,
+        Some(CacheOutcome::Served(Served::Revalidated)) => 2,
+        Some(CacheOutcome::Served(Served::Shared)) => 11,
+        Some(CacheOutcome::Fetched { label, .. }) => match label {
+            CacheLabel::Miss | CacheLabel::Hit => 3,
+            CacheLabel::Expired => 4,
+            CacheLabel::Dynamic => 6,
+            CacheLabel::Bypass => 7,
+            CacheLabel::Block => 8,
+        },
+        Some(CacheOutcome::Collapsed) => 5,
+        Some(CacheOutcome::OnlyIfCached) => 3,
+        Some(CacheOutcome::OriginError(_)) => 9,
+        Some(CacheOutcome::Blocked) => 8,
+    }
+}
+
+/// [`protocol_index`] of HTTP/3.
+pub const PROTOCOL_H3: u8 = 2;
+
+/// The index of a request's HTTP version in [`PROTOCOLS`].
+pub fn protocol_index(v: Version) -> u8 {
+    match v {
+        Version::HTTP_2 => 1,
+        Version::HTTP_3 => PROTOCOL_H3,
+        _ => 0,
+    }
+}
+
+/// One rule's counts on one worker.
+#[derive(Debug)]
+struct RuleShard {
+    requests: [AtomicU64; PER_RULE],
+    duration: Histogram,
+}
+
+impl Default for RuleShard {
+    fn default() -> Self {
+        RuleShard {
+            requests: std::array::from_fn(|_| AtomicU64::new(0)),
+            duration: Histogram::default(),
+        }
+    }
+}
+
+/// One rule's requests: by status class, cache outcome and protocol, and their latency (to
+/// the response head).
+#[derive(Debug)]
+pub struct RuleStats {
+    shards: Box<[Padded<RuleShard>]>,
+}
+
+impl RuleStats {
+    fn new(n: usize) -> Self {
+        RuleStats {
+            shards: (0..n).map(|_| Padded::default()).collect(),
+        }
+    }
+
+    /// One request answered with `status` after `took`.
+    pub fn record(&self, status: u16, cache: usize, protocol: u8, took: Duration) {
+        let s = &self.shards[shard_index() % self.shards.len()].0;
+        let class = usize::from(status / 100).clamp(1, CLASSES) - 1;
+        let i = (class * CACHE_LABELS.len() + cache) * PROTOCOLS.len() + usize::from(protocol);
+        s.requests[i].fetch_add(1, Relaxed);
+        s.duration.record(took);
+    }
+
+    pub(crate) fn requests(&self) -> [u64; PER_RULE] {
+        let mut out = [0; PER_RULE];
+        for s in self.shards.iter() {
+            for (o, c) in out.iter_mut().zip(&s.0.requests) {
+                *o += c.load(Relaxed);
+            }
+        }
+        out
+    }
+
+    pub(crate) fn duration(&self) -> HistSnap {
+        let mut h = HistSnap::default();
+        for s in self.shards.iter() {
+            s.0.duration.add_to(&mut h);
+        }
+        h
+    }
+}
+
+/// Why a request to an origin failed (`rampart_origin_errors_total{kind}`).
+pub const ORIGIN_ERRORS: [&str; 5] = ["connect", "connect_timeout", "timeout", "tls", "protocol"];
+
+/// The [`ORIGIN_ERRORS`] index of an error from an origin.
+pub fn origin_error_index(e: &ProxyError) -> Option<usize> {
+    Some(match e {
+        ProxyError::UpstreamConnect(_) => 0,
+        ProxyError::UpstreamConnectTimeout(_) => 1,
+        ProxyError::UpstreamTimeout => 2,
+        ProxyError::UpstreamTls(_) => 3,
+        ProxyError::UpstreamProtocol(_) => 4,
+        _ => return None,
+    })
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct OriginShard {
+    pub(crate) requests: AtomicU64,
+    pub(crate) errors: [AtomicU64; ORIGIN_ERRORS.len()],
+    pub(crate) head: Histogram,
+    pub(crate) opened: AtomicU64,
+    pub(crate) closed: AtomicU64,
+    pub(crate) received: AtomicU64,
+    pub(crate) sent: AtomicU64,
+}
+
+/// One origin (`host:port`), over every rule and worker that uses it.
+#[derive(Debug)]
+pub struct OriginStats {
+    pub(crate) shards: Box<[Padded<OriginShard>]>,
+}
+
+impl OriginStats {
+    fn new(n: usize) -> Self {
+        OriginStats {
+            shards: (0..n).map(|_| Padded::default()).collect(),
+        }
+    }
+
+    fn shard(&self) -> &OriginShard {
+        &self.shards[shard_index() % self.shards.len()].0
+    }
+
+    /// A request sent; its response head after `took`, or the error.
+    pub fn request(&self, result: Result<Duration, &ProxyError>) {
+        let s = self.shard();
+        s.requests.fetch_add(1, Relaxed);
+        match result {
+            Ok(took) => s.head.record(took),
+            Err(e) => {
+                if let Some(i) = origin_error_index(e) {
+                    s.errors[i].fetch_add(1, Relaxed);
+                }
+            }
+        }
+    }
+
+    /// A new connection; the returned guard counts its bytes and its end.
+    pub fn opened(self: &Arc<Self>) -> OriginConnStats {
+        self.shard().opened.fetch_add(1, Relaxed);
+        OriginConnStats(self.clone())
+    }
+
+    pub(crate) fn sum(&self, f: impl Fn(&OriginShard) -> &AtomicU64) -> u64 {
+        self.shards.iter().map(|s| f(&s.0).load(Relaxed)).sum()
+    }
+}
+
+/// Held by a connection to an origin: counts bytes, and its close when dropped.
+#[derive(Debug)]
+pub struct OriginConnStats(Arc<OriginStats>);
+
+impl Drop for OriginConnStats {
+    fn drop(&mut self) {
+        self.0.shard().closed.fetch_add(1, Relaxed);
+    }
+}
+
+/// Why a request was refused (`rampart_blocked_requests_total{reason}`).
+pub const BLOCK_REASONS: [&str; 13] = [
+    "allow_ips",
+    "deny_ips",
+    "user_agent",
+    "sql_injection",
+    "rate_limit",
+    "path_rule",
+    "body_too_large",
+    "body_timeout",
+    "bad_request",
+    "no_route",
+    "busy",
+    "encoded_body",
+    "upgrade",
+];
+const BAD_REQUEST: usize = 8;
+
+/// The [`BLOCK_REASONS`] index of a refusal; `None` for everything else.
+pub fn block_index(e: &ProxyError) -> Option<usize> {
+    use crate::error::BodyFault;
+    Some(match e {
+        ProxyError::Blocked(why) => match why {
+            Screened::NotInAllowIps => 0,
+            Screened::InDenyIps => 1,
+            Screened::UserAgent | Screened::SeveralUserAgents => 2,
+            Screened::SqlInjection => 3,
+            Screened::EncodedBody => 11,
+        },
+        ProxyError::RateLimited { .. } => 4,
+        ProxyError::BlockedByPathRule => 5,
+        ProxyError::ClientBody(BodyFault::TooLarge) => 6,
+        ProxyError::ClientBody(BodyFault::Timeout) => 7,
+        ProxyError::ClientBody(BodyFault::Broken)
+        | ProxyError::BadRequest(_)
+        | ProxyError::MissingHost
+        | ProxyError::HeadTooLarge
+        | ProxyError::UriTooLong
+        | ProxyError::VersionNotSupported => BAD_REQUEST,
+        ProxyError::NoRoute(_) => 9,
+        ProxyError::Busy => 10,
+        ProxyError::UpgradeRefused => 12,
+        _ => return None,
+    })
+}
+
+/// An open switched connection; counts its end when dropped.
+#[derive(Debug)]
+pub struct TunnelOpen(&'static WorkerShard);
+
+impl Drop for TunnelOpen {
+    fn drop(&mut self) {
+        self.0.tunnels[1].fetch_add(1, Relaxed);
+    }
+}
+
+/// Why a connection to a PROXY protocol listener was closed before HTTP: a peer outside
+/// `proxy_protocol_from`, a header that is not one, no complete header within the request-head
+/// timeout.
+pub const PP_REFUSALS: [&str; 3] = ["untrusted", "malformed", "timeout"];
+
+/// One worker's counts.
+#[derive(Debug, Default)]
+pub(crate) struct WorkerShard {
+    /// Client connections accepted and ended, by scheme (http, https).
+    pub(crate) accepted: [AtomicU64; 2],
+    pub(crate) ended: [AtomicU64; 2],
+    /// Connections closed at once by `max_connections_per_ip`.
+    pub(crate) refused_per_ip: AtomicU64,
+    /// Switched connections (WebSocket) opened and ended.
+    tunnels: [AtomicU64; 2],
+    /// Connections closed on a PROXY protocol listener, by [`PP_REFUSALS`].
+    pub(crate) pp_refused: [AtomicU64; PP_REFUSALS.len()],
+    /// Connections closed by `client_send_timeout_seconds`.
+    pub(crate) send_timeouts: AtomicU64,
+    /// Bytes read from and written to clients (on the wire, TLS included).
+    pub(crate) received: AtomicU64,
+    pub(crate) sent: AtomicU64,
+    /// TLS handshakes: completed, failed, timed out.
+    pub(crate) tls: [AtomicU64; 3],
+    pub(crate) blocked: [AtomicU64; BLOCK_REASONS.len()],
+    refusals: Mutex<VecDeque<Refusal>>,
+    /// (host, path) of requests while a dashboard watches.
+    seen: Mutex<VecDeque<(Box<str>, Box<str>)>>,
+}
+
+/// The process's metrics.
+#[derive(Debug)]
+pub struct Metrics {
+    workers: Box<[Padded<WorkerShard>]>,
+    pub(crate) rules: Mutex<HashMap<String, Arc<RuleStats>>>,
+    /// Requests answered before a rule was found (no rule for the host, the API, ACME).
+    pub(crate) unrouted: Arc<RuleStats>,
+    pub(crate) origins: Mutex<HashMap<String, Arc<OriginStats>>>,
+    pub(crate) reloads: [AtomicU64; 2],
+    pub(crate) last_reload: AtomicU64,
+    pub(crate) started: SystemTime,
+    /// The server is stopping: event streams end.
+    stopping: std::sync::atomic::AtomicBool,
+    /// Dashboards streaming now (requests' hosts and paths are kept only then).
+    watchers: AtomicUsize,
+}
+
+static METRICS: OnceLock<Metrics> = OnceLock::new();
+pub(crate) static BUILD: OnceLock<(String, String)> = OnceLock::new();
+
+/// The version and commit `rampart_build_info` shows (set once, by the binary).
+pub fn set_build(version: &str, commit: &str) {
+    let _ = BUILD.set((version.to_owned(), commit.to_owned()));
+}
+
+thread_local! {
+    static SHARD: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Sizes the registry for `workers` worker threads (before any rule is built); later calls
+/// change nothing.
+pub fn init(workers: usize) -> &'static Metrics {
+    METRICS.get_or_init(|| Metrics::new(workers.max(1)))
+}
+
+/// The process's registry.
+pub fn get() -> &'static Metrics {
+    METRICS.get_or_init(|| Metrics::new(1))
+}
+
+/// Marks the calling thread as worker `i`: what it records goes to shard `i`.
+pub fn set_shard(i: usize) {
+    SHARD.with(|s| s.set(i));
+}
+
+fn shard_index() -> usize {
+    SHARD.with(Cell::get)
+}
+
+impl Metrics {
+    pub(crate) fn new(n: usize) -> Metrics {
+        Metrics {
+            workers: (0..n).map(|_| Padded::default()).collect(),
+            rules: Mutex::default(),
+            unrouted: Arc::new(RuleStats::new(n)),
+            origins: Mutex::default(),
+            reloads: Default::default(),
+            last_reload: AtomicU64::new(0),
+            started: SystemTime::now(),
+            stopping: std::sync::atomic::AtomicBool::new(false),
+            watchers: AtomicUsize::new(0),
+        }
+    }
+
+    fn worker(&self) -> &WorkerShard {
+        &self.workers[shard_index() % self.workers.len()].0
+    }
+
+    /// The counts of the rule for `domain` (made on first use, kept for the process's life).
+    pub fn rule(&self, domain: &str) -> Arc<RuleStats> {
+        let mut rules = self.rules.lock().unwrap_or_else(|p| p.into_inner());
+        rules
+            .entry(domain.to_owned())
+            .or_insert_with(|| Arc::new(RuleStats::new(self.workers.len())))
+            .clone()
+    }
+
+    /// Requests answered before routing.
+    pub fn unrouted(&self) -> &RuleStats {
+        &self.unrouted
+    }
+
+    /// The counts of the origin `host:port` (made on first use).
+    pub fn origin(&self, authority: &str) -> Arc<OriginStats> {
+        let mut origins = self.origins.lock().unwrap_or_else(|p| p.into_inner());
+        origins
+            .entry(authority.to_owned())
+            .or_insert_with(|| Arc::new(OriginStats::new(self.workers.len())))
+            .clone()
+    }
+
+    /// A client connection accepted (`tls`: on an HTTPS listener); the guard counts its end
+    /// and its bytes.
+    pub fn accepted(&'static self, tls: bool) -> ConnStats {
+        let shard = self.worker();
+        shard.accepted[usize::from(tls)].fetch_add(1, Relaxed);
+        ConnStats { shard, tls }
+    }
+
+    /// A connection closed at once by `max_connections_per_ip`.
+    pub fn refused_per_ip(&self) {
+        self.worker().refused_per_ip.fetch_add(1, Relaxed);
+    }
+
+    /// A switched connection (WebSocket) opened; the guard counts its end.
+    pub fn tunnel_opened(&'static self) -> TunnelOpen {
+        let shard = self.worker();
+        shard.tunnels[0].fetch_add(1, Relaxed);
+        TunnelOpen(shard)
+    }
+
+    /// Switched connections: (opened so far, open now).
+    pub fn tunnels(&self) -> (u64, u64) {
+        let [opened, ended] = self.sum_workers(|w| &w.tunnels);
+        (opened, opened.saturating_sub(ended))
+    }
+
+    /// A connection closed on a PROXY protocol listener for `PP_REFUSALS[reason]`.
+    pub fn proxy_protocol_refused(&self, reason: usize) {
+        self.worker().pp_refused[reason.min(PP_REFUSALS.len() - 1)].fetch_add(1, Relaxed);
+    }
+
+    /// A connection closed because its client took nothing of a response for
+    /// `client_send_timeout_seconds`.
+    pub fn send_timeout(&self) {
+        self.worker().send_timeouts.fetch_add(1, Relaxed);
+    }
+
+    /// A TLS handshake: completed (`Some(true)`), failed (`Some(false)`) or timed out.
+    pub fn handshake(&self, done: Option<bool>) {
+        let i = match done {
+            Some(true) => 0,
+            Some(false) => 1,
+            None => 2,
+        };
+        self.worker().tls[i].fetch_add(1, Relaxed);
+    }
+
+    /// A request refused for `e` (nothing happens for other errors).
+    pub fn refused(&self, e: &ProxyError) {
+        if let Some(i) = block_index(e) {
+            self.worker().blocked[i].fetch_add(1, Relaxed);
+        }
+    }
+
+    /// A request head refused by the HTTP/1.1 server (with `status`) before the pipeline saw
+    /// it: a request of no rule, and a refusal.
+    pub fn malformed(&self, status: u16) {
+        self.worker().blocked[BAD_REQUEST].fetch_add(1, Relaxed);
+        self.unrouted
+            .record(status, cache_index(None), 0, Duration::ZERO);
+    }
+
+    /// A configuration reload put in service (`true`) or refused.
+    pub fn reloaded(&self, ok: bool) {
+        self.reloads[usize::from(!ok)].fetch_add(1, Relaxed);
+        if ok {
+            let now = SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            self.last_reload.store(now, Relaxed);
+        }
+    }
+
+    /// Every request so far, summed over rules: (by cache label, by status class), and the
+    /// latency histogram of all of them.
+    pub fn totals(&self) -> Totals {
+        let mut t = Totals::default();
+        let rules: Vec<Arc<RuleStats>> = {
+            let rules = self.rules.lock().unwrap_or_else(|p| p.into_inner());
+            rules.values().cloned().collect()
+        };
+        for r in rules.iter().map(|r| &**r).chain([&*self.unrouted]) {
+            let counts = r.requests();
+            for (i, &c) in counts.iter().enumerate() {
+                let cache = (i / PROTOCOLS.len()) % CACHE_LABELS.len();
+                let class = i / (PROTOCOLS.len() * CACHE_LABELS.len());
+                t.by_cache[cache] += c;
+                t.by_class[class] += c;
+                t.requests += c;
+            }
+            let d = r.duration();
+            for (a, c) in t.duration.counts.iter_mut().zip(d.counts) {
+                *a += c;
+            }
+            t.duration.sum_us += d.sum_us;
+        }
+        t.blocked = self.sum_workers(|w| &w.blocked);
+        t
+    }
+
+    pub(crate) fn sum_workers<const N: usize>(
+        &self,
+        f: impl Fn(&WorkerShard) -> &[AtomicU64; N],
+    ) -> [u64; N] {
+        let mut out = [0; N];
+        for w in self.workers.iter() {
+            for (o, c) in out.iter_mut().zip(f(&w.0)) {
+                *o += c.load(Relaxed);
+            }
+        }
+        out
+    }
+
+    pub(crate) fn sum_worker(&self, f: impl Fn(&WorkerShard) -> &AtomicU64) -> u64 {
+        self.workers.iter().map(|w| f(&w.0).load(Relaxed)).sum()
+    }
+
+    /// Client connections open now.
+    pub fn connections_open(&self) -> u64 {
+        let a = self.sum_workers(|w| &w.accepted);
+        let e = self.sum_workers(|w| &w.ended);
+        a.iter().sum::<u64>().saturating_sub(e.iter().sum())
+    }
+
+    /// The server stops: long-lived event streams end so the drain is not held up.
+    pub fn stop_streams(&self) {
+        self.stopping.store(true, Relaxed);
+    }
+
+    pub fn stopping(&self) -> bool {
+        self.stopping.load(Relaxed)
+    }
+}
+
+/// Held by a client connection: counts its bytes, and its end when dropped.
+#[derive(Debug)]
+pub struct ConnStats {
+    shard: &'static WorkerShard,
+    tls: bool,
+}
+
+impl Drop for ConnStats {
+    fn drop(&mut self) {
+        self.shard.ended[usize::from(self.tls)].fetch_add(1, Relaxed);
+    }
+}
+
+/// Requests summed over every rule.
+#[derive(Debug, Clone, Default)]
+pub struct Totals {
+    pub requests: u64,
+    pub by_cache: [u64; CACHE_LABELS.len()],
+    pub by_class: [u64; CLASSES],
+    pub duration: HistSnap,
+    pub blocked: [u64; BLOCK_REASONS.len()],
+}
+
+impl Totals {
+    /// Answers from the store and cacheable lookups (see [`hit_ratio`]).
+    pub fn hits_and_lookups(&self) -> (u64, u64) {
+        (
+            HITS.iter().map(|&i| self.by_cache[i]).sum(),
+            LOOKUPS.iter().map(|&i| self.by_cache[i]).sum(),
+        )
+    }
+}
+
+/// Hits over lookups (`None` before the first lookup): hit, stale and revalidated answers
+/// over those plus misses, expired entries and collapsed requests. Passes (`dynamic`,
+/// `bypass`) are not lookups.
+pub fn hit_ratio(hits: u64, lookups: u64) -> Option<f64> {
+    (lookups > 0).then(|| hits as f64 / lookups as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rule_counts_land_in_their_labels() {
+        let m = Metrics::new(2);
+        let r = m.rule("a.test");
+        let hit = cache_index(Some(CacheOutcome::Served(Served::Fresh)));
+        r.record(200, hit, 0, Duration::from_micros(40));
+        set_shard(1);
+        r.record(404, cache_index(None), 1, Duration::from_micros(40));
+        set_shard(0);
+        let c = r.requests();
+        assert_eq!(c.iter().sum::<u64>(), 2);
+        assert_eq!(c[(CACHE_LABELS.len() + hit) * 3], 1, "2xx, hit, http1");
+        assert_eq!(
+            c[((3 * CACHE_LABELS.len()) + 10) * 3 + 1],
+            1,
+            "4xx, none, http2"
+        );
+        assert!(Arc::ptr_eq(&r, &m.rule("a.test")), "kept by name");
+        let t = m.totals();
+        assert_eq!(t.requests, 2);
+        assert_eq!(t.hits_and_lookups(), (1, 1));
+        assert_eq!(t.duration.count(), 2);
+    }
+
+    #[test]
+    fn refusals_are_classified() {
+        assert_eq!(
+            block_index(&ProxyError::Blocked(Screened::UserAgent)).map(|i| BLOCK_REASONS[i]),
+            Some("user_agent")
+        );
+        assert_eq!(
+            block_index(&ProxyError::BlockedByPathRule).map(|i| BLOCK_REASONS[i]),
+            Some("path_rule")
+        );
+        assert_eq!(block_index(&ProxyError::UpstreamTimeout), None);
+        assert_eq!(
+            origin_error_index(&ProxyError::UpstreamTimeout).map(|i| ORIGIN_ERRORS[i]),
+            Some("timeout")
+        );
+    }
+}

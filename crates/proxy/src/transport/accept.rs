@@ -1,0 +1,412 @@
+//! One client connection, from accept to its last byte: [PROXY header] → [TLS] → HTTP/1.1 |
+//! HTTP/2, chosen by ALPN or by the first bytes (the HTTP/2 preface, strictly after ALPN `h2`).
+
+use std::convert::Infallible;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::sync::watch;
+
+use crate::body::ClientBody;
+use crate::pipeline::txn::ConnInfo;
+use crate::telemetry::metrics::Counted;
+use crate::transport::h1;
+use crate::transport::send_timeout::Watched;
+use crate::transport::settings::Slot;
+
+/// A connection as accept leaves it to its task.
+pub(crate) struct Accepted {
+    pub(crate) conn: Conn,
+    pub(crate) acceptor: Option<tokio_rustls::TlsAcceptor>,
+    /// Reads the client hello first, to answer other instances' TLS-ALPN-01 challenges.
+    pub(crate) shared_alpn: Option<rampart_tls::alpn::SharedAlpn>,
+    /// The listener reads a PROXY header first.
+    pub(crate) proxy_header: bool,
+    /// With a PROXY header: the per-address limit, applied to the client it names.
+    pub(crate) per_ip: Option<Arc<crate::transport::limits::PerIp>>,
+}
+
+impl Accepted {
+    /// [PROXY header] → [TLS] → HTTP. Returns the per-address slot taken for the client a
+    /// PROXY header named (held until the connection ends).
+    pub(crate) async fn serve(
+        self,
+        mut stream: ClientStream,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Option<crate::transport::limits::PerIpSlot> {
+        let Accepted {
+            mut conn,
+            acceptor,
+            shared_alpn,
+            proxy_header,
+            per_ip,
+        } = self;
+        let mut first = BytesMut::new();
+        let mut slot = None;
+        if proxy_header {
+            let read = tokio::select! {
+                r = crate::net::proxy_protocol::read(&mut stream, conn.limits.header_read_timeout) => r,
+                _ = stop.changed() => return None,
+            };
+            let (header, rest) = match read {
+                Ok(x) => x,
+                Err(e) => {
+                    crate::telemetry::metrics::get().proxy_protocol_refused(e.reason());
+                    tracing::debug!(peer = %conn.peer, error = %e, "PROXY protocol header refused; connection closed");
+                    return None;
+                }
+            };
+            if let Some((client, dest)) = header.addresses {
+                conn.peer = client;
+                conn.info = Arc::new(ConnInfo::new(client, dest, conn.info.scheme));
+            }
+            if let Some(table) = per_ip {
+                slot = table.acquire(conn.info.client_ip);
+                if slot.is_none() {
+                    crate::telemetry::metrics::get().refused_per_ip();
+                    tracing::debug!(client = %conn.peer, "per-address connection limit reached; connection closed");
+                    return None;
+                }
+            }
+            first = rest;
+        }
+        // Each protocol's state in its own allocation: the task itself stays small, and an
+        // idle HTTP/1.1 connection holds only what h1::serve needs between requests.
+        match acceptor {
+            None => Box::pin(conn.serve(stream, first, false, stop)).await,
+            Some(acceptor) if first.is_empty() => {
+                Box::pin(conn.serve_tls(acceptor, shared_alpn, stream, stop)).await
+            }
+            Some(acceptor) => {
+                let stream = Rewind::new(first.freeze(), stream);
+                Box::pin(conn.serve_tls(acceptor, shared_alpn, stream, stop)).await
+            }
+        }
+        slot
+    }
+}
+
+/// The HTTP/2 connection preface (prior knowledge h2c).
+pub const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Length of `PRI `, the preface's method: no HTTP/1.1 client uses it (RFC 9113 §11.6
+/// registers it so that none does), so a connection that starts with it meant HTTP/2, and a
+/// wrong byte after it is an HTTP/2 connection error, not an HTTP/1.1 request (issue 30).
+const H2_METHOD: usize = 4;
+
+/// A client's TCP connection, its bytes counted for the metrics.
+pub(crate) type ClientStream = Counted<tokio::net::TcpStream, crate::telemetry::metrics::ConnStats>;
+
+/// What a connection task needs.
+pub(crate) struct Conn {
+    /// Where each request finds the configuration in force.
+    pub(crate) slot: Arc<Slot>,
+    pub(crate) info: Arc<ConnInfo>,
+    pub(crate) h2: Arc<hyper::server::conn::http2::Builder<TokioExecutor>>,
+    pub(crate) limits: h1::Limits,
+    pub(crate) peer: SocketAddr,
+}
+
+impl Conn {
+    /// The TLS handshake (within the request-head timeout), then HTTP/2 or HTTP/1.1 by ALPN; a
+    /// TLS-ALPN-01 validation ends with the handshake.
+    async fn serve_tls<I>(
+        self,
+        acceptor: tokio_rustls::TlsAcceptor,
+        shared_alpn: Option<rampart_tls::alpn::SharedAlpn>,
+        stream: I,
+        stop: &mut watch::Receiver<bool>,
+    ) where
+        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let peer = self.peer;
+        let accept = async {
+            let Some(alpn) = shared_alpn else {
+                return acceptor.accept(stream).await;
+            };
+            // The client hello first: a TLS-ALPN-01 validation of another instance's order
+            // needs its answer from Redis before the certificate is chosen.
+            let start =
+                tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), stream)
+                    .await?;
+            let hello = start.client_hello();
+            let sni = hello.server_name().map(str::to_owned);
+            let protocols = hello.alpn().map(|p| p.map(<[u8]>::to_vec).collect());
+            alpn.prepare(sni.as_deref(), protocols).await;
+            start.into_stream(acceptor.config().clone()).await
+        };
+        // A stop (shutdown, or the upgrade to a new binary) does not cut a handshake short:
+        // the client would send its request into a closed connection. It completes (within
+        // the head timeout), and the request that follows is answered with `Connection:
+        // close` like any on a stopping server (issue 30's soak: TLS requests failed at every
+        // upgrade).
+        let handshake = tokio::time::timeout(self.limits.header_read_timeout, accept).await;
+        let metrics = crate::telemetry::metrics::get();
+        match handshake {
+            Ok(Ok(tls)) => {
+                metrics.handshake(Some(true));
+                let alpn = tls.get_ref().1.alpn_protocol();
+                if alpn == Some(rampart_tls::cert_store::ACME_TLS_ALPN) {
+                    // A TLS-ALPN-01 validation: the handshake was the answer.
+                    tracing::debug!(%peer, "ACME tls-alpn-01 validation handshake");
+                } else {
+                    // RFC 9113 §3.4: after ALPN `h2` the connection speaks only HTTP/2.
+                    let h2_only = alpn == Some(b"h2");
+                    self.serve(tls, BytesMut::new(), h2_only, stop).await;
+                }
+            }
+            Ok(Err(e)) => {
+                metrics.handshake(Some(false));
+                tracing::debug!(%peer, error = %e, "TLS handshake failed");
+            }
+            Err(_) => {
+                metrics.handshake(None);
+                tracing::debug!(%peer, "TLS handshake timed out");
+            }
+        }
+    }
+
+    /// Reads the first bytes (after `first`, already read): the HTTP/2 preface goes to hyper's
+    /// HTTP/2 server, anything else to rampart's HTTP/1.1 server. A connection that sends
+    /// nothing within the request-head timeout is closed (it would hold a connection slot).
+    ///
+    /// A connection that must speak HTTP/2 (`h2_only`: ALPN chose it) or that began the
+    /// preface (its method, `PRI `) and then broke it is an HTTP/2 connection
+    /// error (RFC 9113 §3.4): it gets GOAWAY(PROTOCOL_ERROR) and is closed, never an HTTP/1.1
+    /// answer.
+    async fn serve<I>(
+        self,
+        mut io: I,
+        mut first: BytesMut,
+        h2_only: bool,
+        stop: &mut watch::Receiver<bool>,
+    ) where
+        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let mut deadline = tokio::time::Instant::now() + self.limits.header_read_timeout;
+        loop {
+            if !first.is_empty() {
+                let n = first.len().min(H2_PREFACE.len());
+                if first[..n] != H2_PREFACE[..n] {
+                    let same = first
+                        .iter()
+                        .zip(H2_PREFACE)
+                        .take_while(|(a, b)| a == b)
+                        .count();
+                    if h2_only || same >= H2_METHOD {
+                        tracing::debug!(peer = %self.peer, "invalid HTTP/2 connection preface; GOAWAY");
+                        crate::telemetry::metrics::get().malformed(400);
+                        refuse_h2_preface(&mut io).await;
+                        return;
+                    }
+                    break;
+                }
+                if n == H2_PREFACE.len() {
+                    let io = Rewind::lingering(first.freeze(), io);
+                    return Box::pin(self.serve_h2(io, stop)).await;
+                }
+            }
+            // Stopping: a connection that sent nothing yet gets a short grace for the request
+            // its client may already be sending (as h1 gives an idle keep-alive connection).
+            if *stop.borrow() {
+                deadline = deadline.min(tokio::time::Instant::now() + h1::STOP_GRACE);
+            }
+            let read = tokio::select! {
+                r = tokio::time::timeout_at(deadline, crate::net::read::read_some(&mut io)) => r,
+                r = stop.changed(), if !*stop.borrow() => {
+                    if r.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            match read {
+                Ok(Ok(b)) if !b.is_empty() => first.extend_from_slice(&b),
+                _ => return,
+            }
+        }
+        let (slot, info) = (self.slot, self.info);
+        let serving = h1::serve(
+            io,
+            first,
+            self.limits,
+            move |req| {
+                let (pipeline, info) = (slot.load().pipeline.clone(), info.clone());
+                // Boxed: the connection's own state stays small between requests.
+                Box::pin(async move { pipeline.handle(&info, req).await })
+            },
+            stop,
+        );
+        serving.await;
+    }
+
+    /// Serves HTTP/2 with hyper until the connection ends, the worker drains, or no request
+    /// starts for a whole keep-alive period.
+    async fn serve_h2<I>(self, io: I, stop: &mut watch::Receiver<bool>)
+    where
+        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let started = Arc::new(AtomicU64::new(0));
+        // How the responses move: a client that takes none of them for the send timeout is
+        // cut off (see `send_timeout.rs`).
+        let progress = Arc::new(crate::transport::send_timeout::Progress::default());
+        let svc = {
+            let (started, slot, info, progress) =
+                (started.clone(), self.slot, self.info, progress.clone());
+            service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                started.fetch_add(1, Ordering::Relaxed);
+                let (pipeline, info, progress) =
+                    (slot.load().pipeline.clone(), info.clone(), progress.clone());
+                async move {
+                    let res = pipeline.handle(&info, req.map(ClientBody::H2)).await;
+                    Ok::<_, Infallible>(res.map(|b| Watched::new(b, &progress)))
+                }
+            })
+        };
+        let conn = self.h2.serve_connection(TokioIo::new(io), svc);
+        tokio::pin!(conn);
+        // Idle timeout: a connection that started no request for a whole period is shut down
+        // gracefully. In-flight requests still complete, and a client trickling a header block
+        // (which never becomes a request) cannot keep the connection open.
+        let keepalive_timeout = self.limits.keepalive_timeout;
+        let mut tick = tokio::time::interval_at(
+            tokio::time::Instant::now() + keepalive_timeout,
+            keepalive_timeout,
+        );
+        let (mut seen, mut closing) = (0, false);
+        let peer = self.peer;
+        let send_timeout = self.limits.send_timeout;
+        let mut watch = tokio::time::interval((send_timeout / 4).max(Duration::from_millis(250)));
+        loop {
+            tokio::select! {
+                biased;
+                r = conn.as_mut() => {
+                    if let Err(e) = r {
+                        tracing::debug!(%peer, error = %e, "connection ended with an error");
+                    }
+                    break;
+                }
+                _ = stop.changed(), if !closing => {
+                    conn.as_mut().graceful_shutdown();
+                    closing = true;
+                }
+                _ = watch.tick() => {
+                    if progress.stalled(send_timeout) {
+                        tracing::info!(%peer, ?send_timeout, "HTTP/2 client took nothing of its responses for client_send_timeout_seconds; closing the connection");
+                        crate::telemetry::metrics::get().send_timeout();
+                        break;
+                    }
+                }
+                _ = tick.tick() => {
+                    let now = started.load(Ordering::Relaxed);
+                    if now == seen && !closing {
+                        tracing::debug!(%peer, "idle connection closed");
+                        conn.as_mut().graceful_shutdown();
+                        closing = true;
+                    }
+                    seen = now;
+                }
+            }
+        }
+    }
+}
+
+/// An HTTP/2 connection error for an invalid connection preface (RFC 9113 §3.4): an empty
+/// SETTINGS frame (the server's own preface) and GOAWAY with PROTOCOL_ERROR, then the
+/// connection is shut down.
+pub async fn refuse_h2_preface<W: AsyncWrite + Unpin>(io: &mut W) {
+    const FRAMES: [u8; 26] = [
+        // SETTINGS: length 0, type 0x4, no flags, stream 0.
+        0, 0, 0, 0x4, 0, 0, 0, 0, 0,
+        // GOAWAY: length 8, type 0x7, no flags, stream 0; last stream 0, PROTOCOL_ERROR (0x1).
+        0, 0, 8, 0x7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1,
+    ];
+    let _ = io.write_all(&FRAMES).await;
+    let _ = io.shutdown().await;
+}
+
+/// An I/O stream with bytes already read put back in front (to hand a connection whose first
+/// bytes were the HTTP/2 preface to hyper), and for HTTP/2 a lingering close (`linger.rs`).
+pub struct Rewind<I> {
+    pre: Bytes,
+    inner: I,
+    linger: Option<crate::transport::linger::Lingering>,
+}
+
+impl<I> Rewind<I> {
+    pub fn new(pre: Bytes, inner: I) -> Self {
+        Rewind {
+            pre,
+            inner,
+            linger: None,
+        }
+    }
+
+    /// As [`Rewind::new`], closed with a lingering close: a stream the client opens as the
+    /// last GOAWAY leaves is refused, not reset with the connection.
+    pub fn lingering(pre: Bytes, inner: I) -> Self {
+        Rewind {
+            pre,
+            inner,
+            linger: Some(crate::transport::linger::Lingering::default()),
+        }
+    }
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for Rewind<I> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if !self.pre.is_empty() {
+            let n = self.pre.len().min(buf.remaining());
+            buf.put_slice(&self.pre.split_to(n));
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<I: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Rewind<I> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, data)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        match &mut this.linger {
+            Some(l) => l.poll_shutdown(&mut this.inner, cx),
+            None => Pin::new(&mut this.inner).poll_shutdown(cx),
+        }
+    }
+}

@@ -1,0 +1,586 @@
+//! rampart's HTTP/1.1 server connection: read → parse the head once (with the framing checks)
+//! → hand the request to the pipeline → write the response → wait for the next request.
+//!
+//! Why not hyper's: every connection there keeps an 8 KiB read and an 8 KiB write buffer for
+//! its whole life, and every head was parsed twice (hyper's parse and the framing guard's).
+//! Here an idle keep-alive connection holds no buffer at all: reads go into one scratch buffer
+//! per worker thread and only the bytes of a request are kept (the head once, as the `Bytes`
+//! its fields are slices of). That is what lets 10,000 idle connections cost a few MiB instead
+//! of hundreds. HTTP/2 (prior knowledge, or ALPN on TLS) still goes to hyper's h2 server.
+
+pub mod head;
+pub mod write;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use http::{Request, Response};
+use rampart_screen::h1::Framing;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::body::h1::{Decoder, Feeder, Piece};
+use crate::body::{ClientBody, ProxyBody};
+use crate::error::ProxyError;
+use crate::net::read::read_some;
+use head::HeadError;
+
+/// Body bytes of a request the pipeline did not read that are skipped to keep the connection
+/// (more and it closes after the response).
+const SKIP_UNREAD: u64 = 64 * 1024;
+
+/// Limits and timeouts of a connection.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_head: usize,
+    pub max_headers: usize,
+    /// From a head's first byte to its last.
+    pub header_read_timeout: Duration,
+    /// Between requests.
+    pub keepalive_timeout: Duration,
+    /// Between two pieces of a request body still sent to the origin after its answer.
+    pub body_idle_timeout: Duration,
+    /// The longest a write may wait for the client to take bytes (see `send_timeout.rs`).
+    pub send_timeout: Duration,
+}
+
+/// Serves HTTP/1.1 requests on `io` until the client closes, an error or timeout ends the
+/// connection, or `stop` asks for a graceful end. `carry`: bytes already read.
+///
+/// Each request goes recv ([`recv_head`]) → handle (the pipeline, fed the body as it reads it:
+/// [`handle`]) → deliver (the response, and what the connection does with a body the pipeline
+/// did not read: [`deliver`]).
+pub async fn serve<I, H, F>(
+    io: I,
+    mut carry: BytesMut,
+    limits: Limits,
+    mut handler: H,
+    stop: &mut watch::Receiver<bool>,
+) where
+    I: AsyncRead + AsyncWrite + Unpin,
+    H: FnMut(Request<ClientBody>) -> F,
+    F: Future<Output = Response<ProxyBody>>,
+{
+    // Every write the client does not take within `client_send_timeout_seconds` fails.
+    let mut io = crate::transport::send_timeout::TimedWrite::new(io, limits.send_timeout);
+    // `carry`: bytes read past the current head (its body, or the next requests).
+    let timer = tokio::time::sleep(limits.keepalive_timeout);
+    tokio::pin!(timer);
+    loop {
+        let head = match recv_head(&mut io, &mut carry, &limits, timer.as_mut(), stop).await {
+            Recv::Head(h) => h,
+            Recv::Refused(e) => {
+                Box::pin(refuse(&mut io, e)).await;
+                return;
+            }
+            Recv::End => return,
+        };
+        let ex = write::Exchange {
+            head_request: head.method == http::Method::HEAD,
+            version: head.version,
+            keep_alive: head.keep_alive,
+        };
+        let (req, mut feed) = request(head);
+        let mut res = handle(&mut io, &mut carry, handler(req), feed.as_mut()).await;
+        if res.status() == http::StatusCode::SWITCHING_PROTOCOLS {
+            if let Some(tunnel) = res.extensions_mut().remove::<crate::net::tunnel::Tunnel>() {
+                // The connection is the WebSocket's from here on.
+                Box::pin(switch(&mut io, &mut carry, res, tunnel)).await;
+                return;
+            }
+        }
+        if *stop.borrow() {
+            res.headers_mut().insert(
+                http::header::CONNECTION,
+                http::HeaderValue::from_static("close"),
+            );
+        }
+        if !deliver(&mut io, &mut carry, res, feed.as_mut(), ex, &limits).await {
+            let _ = io.shutdown().await;
+            return;
+        }
+        // Give back the memory of a large pipelined leftover or body.
+        if carry.is_empty() && carry.capacity() > 0 {
+            carry = BytesMut::new();
+        }
+    }
+}
+
+/// Writes a `101` and then moves the connection's bytes to and from the origin until the
+/// tunnel ends (`net/tunnel.rs`); `carry` holds what the client sent after its head.
+async fn switch<I: AsyncRead + AsyncWrite + Unpin>(
+    io: &mut I,
+    carry: &mut BytesMut,
+    res: Response<ProxyBody>,
+    tunnel: crate::net::tunnel::Tunnel,
+) {
+    let mut out = Vec::with_capacity(256);
+    write::switching(&mut out, res.headers());
+    if io.write_all(&out).await.is_err() || io.flush().await.is_err() {
+        return;
+    }
+    // The access-log record goes with the response: written now, at the switch.
+    drop(res);
+    let open = crate::telemetry::metrics::get().tunnel_opened();
+    let early = carry.split().freeze();
+    let (ended, moved) = crate::net::tunnel::run(io, early, tunnel).await;
+    tracing::debug!(?ended, ?moved, "WebSocket ended");
+    drop(open);
+}
+
+/// How long a stopping server still waits for the next request on an idle keep-alive
+/// connection.
+pub(crate) const STOP_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
+
+// Returned once per request and taken apart at once; boxing the head would allocate per request.
+#[allow(clippy::large_enum_variant)]
+enum Recv {
+    Head(head::Head),
+    /// A head that must be answered with an error, then the connection closed.
+    Refused(HeadError),
+    /// The client closed, went quiet, or the server is stopping.
+    End,
+}
+
+/// Bytes of partial request heads above [`FREE_HEAD`] each, held by all connections together:
+/// past it, a connection whose head grows further gets 431. `max_request_head_size` bounds one
+/// connection; this bounds them all (issue 30: 1,000 connections holding 60 KB partial heads
+/// cost 60 MB).
+pub const PARTIAL_HEADS_BUDGET: usize = 32 << 20;
+
+/// What a partial head may hold without counting against [`PARTIAL_HEADS_BUDGET`]: heads of
+/// ordinary size never touch the shared counter.
+const FREE_HEAD: usize = 8 << 10;
+
+static PARTIAL_HEADS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// One connection's share of [`PARTIAL_HEADS`], given back when its head is complete or the
+/// connection ends.
+#[derive(Default)]
+struct HeadCharge(usize);
+
+impl HeadCharge {
+    /// Charges a partial head of `held` bytes; false when the budget is spent.
+    fn hold(&mut self, held: usize) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        let want = held.saturating_sub(FREE_HEAD);
+        if want <= self.0 {
+            return true;
+        }
+        let more = want - self.0;
+        if PARTIAL_HEADS.fetch_add(more, Relaxed) + more > PARTIAL_HEADS_BUDGET {
+            PARTIAL_HEADS.fetch_sub(more, Relaxed);
+            return false;
+        }
+        self.0 = want;
+        true
+    }
+}
+
+impl Drop for HeadCharge {
+    fn drop(&mut self) {
+        if self.0 > 0 {
+            PARTIAL_HEADS.fetch_sub(self.0, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
+/// recv: reads until `carry` starts with a complete head, within the keep-alive timeout for
+/// its first byte and the header read timeout for the rest.
+async fn recv_head<I: AsyncRead + Unpin>(
+    io: &mut I,
+    carry: &mut BytesMut,
+    limits: &Limits,
+    mut timer: Pin<&mut tokio::time::Sleep>,
+    stop: &mut watch::Receiver<bool>,
+) -> Recv {
+    let mut started: Option<Instant> = None;
+    let mut closing: Option<Instant> = None;
+    let mut charge = HeadCharge::default();
+    loop {
+        if !carry.is_empty() {
+            match head::parse(carry, limits.max_head, limits.max_headers) {
+                Ok(Some(h)) => return Recv::Head(h),
+                Ok(None) => {}
+                Err(e) => return Recv::Refused(e),
+            }
+        }
+        let stopping = *stop.borrow();
+        if stopping && carry.is_empty() && closing.is_some_and(|t| Instant::now() >= t) {
+            return Recv::End;
+        }
+        let deadline = match (carry.is_empty(), started) {
+            // Stopping: an idle connection gets a short grace for the request its client may
+            // already have sent (answered with `Connection: close`), so closing it does not
+            // race that request.
+            (true, _) if stopping => *closing.get_or_insert_with(|| {
+                (Instant::now() + STOP_GRACE).min(Instant::now() + limits.keepalive_timeout)
+            }),
+            (true, _) => Instant::now() + limits.keepalive_timeout,
+            (false, Some(t)) => t + limits.header_read_timeout,
+            (false, None) => {
+                let t = Instant::now();
+                started = Some(t);
+                t + limits.header_read_timeout
+            }
+        };
+        timer.as_mut().reset(deadline);
+        tokio::select! {
+            biased;
+            r = read_some(io) => match r {
+                Ok(b) if b.is_empty() => return Recv::End,
+                Ok(b) => {
+                    if carry.is_empty() {
+                        *carry = b;
+                        started.get_or_insert_with(Instant::now);
+                    } else {
+                        carry.extend_from_slice(&b);
+                    }
+                    if carry.len() > FREE_HEAD && !charge.hold(carry.capacity()) {
+                        tracing::info!(
+                            budget = PARTIAL_HEADS_BUDGET,
+                            "partial request heads of all connections over their budget; 431"
+                        );
+                        return Recv::Refused(HeadError::TooLarge);
+                    }
+                }
+                Err(_) => return Recv::End,
+            },
+            _ = &mut timer => {
+                if !carry.is_empty() {
+                    tracing::debug!("request head not complete within the header read timeout; closing");
+                }
+                return Recv::End;
+            }
+            // A stop starts the grace above; a dropped sender (no one can stop us any more)
+            // ends the connection as before.
+            r = stop.changed(), if carry.is_empty() && !*stop.borrow() => {
+                if r.is_err() {
+                    return Recv::End;
+                }
+            }
+        }
+    }
+}
+
+/// The request for the pipeline, and the feed of its body if it has one.
+fn request(head: head::Head) -> (Request<ClientBody>, Option<Feed>) {
+    let (decoder, length) = match head.framing {
+        Framing::None => (None, None),
+        Framing::Length(n) => (Some(Decoder::Length(n)), Some(n)),
+        Framing::Chunked => (Some(Decoder::chunked()), None),
+    };
+    let (body, feed) = match decoder {
+        None => (ClientBody::Empty, None),
+        Some(d) => {
+            let (feeder, incoming) = crate::body::h1::channel(length);
+            let feed = Feed {
+                feeder,
+                decoder: d,
+                continue_owed: head.expects_continue,
+                finished: false,
+                broken: false,
+            };
+            (ClientBody::H1(incoming), Some(feed))
+        }
+    };
+    let mut req = Request::new(body);
+    *req.method_mut() = head.method;
+    *req.uri_mut() = head.uri;
+    *req.version_mut() = head.version;
+    *req.headers_mut() = head.headers;
+    (req, feed)
+}
+
+/// handle: runs the pipeline while its body is fed to it (from `carry` and the socket, as it
+/// asks for more).
+async fn handle<I, F>(
+    io: &mut I,
+    carry: &mut BytesMut,
+    handling: F,
+    feed: Option<&mut Feed>,
+) -> Response<ProxyBody>
+where
+    I: AsyncRead + AsyncWrite + Unpin,
+    F: Future<Output = Response<ProxyBody>>,
+{
+    let Some(f) = feed else {
+        return handling.await;
+    };
+    tokio::pin!(handling);
+    Box::pin(async {
+        loop {
+            tokio::select! {
+                biased;
+                res = &mut handling => break res,
+                _ = f.step(io, carry), if f.active() => {}
+            }
+        }
+    })
+    .await
+}
+
+/// deliver: writes the response. A body the pipeline did not read to its end decides whether
+/// the connection can carry another request, and the head says so; with an origin answering
+/// while the body still streams to it, the body goes on being fed while the response is
+/// written. Returns whether the connection stays open.
+async fn deliver<I: AsyncRead + AsyncWrite + Unpin>(
+    io: &mut I,
+    carry: &mut BytesMut,
+    mut res: Response<ProxyBody>,
+    mut feed: Option<&mut Feed>,
+    mut ex: write::Exchange,
+    limits: &Limits,
+) -> bool {
+    let mut duplex = false;
+    if let Some(f) = feed.as_deref_mut() {
+        if f.broken {
+            ex.keep_alive = false;
+        } else if !f.finished && !f.decoder.is_done() {
+            if f.continue_owed || res.status().as_u16() >= 400 {
+                // An answer about the request (its body too large, too slow, refused…), or a
+                // client still waiting for 100 Continue: the rest of the body is not waited for.
+                ex.keep_alive = false;
+            } else if !f.feeder.reader_gone() {
+                // The origin answers while the body still streams to it.
+                duplex = true;
+            } else if !f.skip_buffered(carry) {
+                ex.keep_alive = false;
+            }
+        }
+    }
+    let mut out = Vec::with_capacity(512);
+    let hint = http_body::Body::size_hint(res.body()).exact();
+    let (framing, keep_alive) = write::head(
+        &mut out,
+        res.status(),
+        res.body().stored_headers(),
+        res.headers(),
+        hint,
+        ex,
+    );
+    // Boxed, as the pipeline's future: between requests the connection keeps only what it
+    // needs to wait for the next head.
+    let sent = match feed.as_deref_mut() {
+        Some(f) if duplex => {
+            Box::pin(async {
+                let (mut rd, mut wr) = tokio::io::split(&mut *io);
+                let sending = write::send(&mut wr, out, framing, res.body_mut());
+                tokio::pin!(sending);
+                loop {
+                    tokio::select! {
+                        biased;
+                        r = &mut sending => break r,
+                        _ = f.pump(&mut rd, carry), if f.active() => {}
+                    }
+                }
+            })
+            .await
+        }
+        _ => Box::pin(write::send(&mut *io, out, framing, res.body_mut())).await,
+    };
+    drop(res);
+    match sent {
+        Ok(write::Sent::Complete) => {}
+        Ok(write::Sent::Cut) | Err(_) => return false,
+    }
+    let Some(f) = feed else {
+        return keep_alive;
+    };
+    if duplex && keep_alive && f.active() {
+        // The origin answered early but still reads the body: the rest goes to it.
+        Box::pin(f.pump_to_end(io, carry, limits.body_idle_timeout)).await;
+    }
+    if f.broken {
+        false
+    } else if keep_alive && !f.decoder.is_done() {
+        // The rest of a body the origin did not wait for.
+        Box::pin(f.skip(io, carry, SKIP_UNREAD, limits.header_read_timeout)).await
+    } else {
+        keep_alive
+    }
+}
+
+/// Feeds one request body from `carry` and the socket to the pipeline.
+struct Feed {
+    feeder: Feeder,
+    decoder: Decoder,
+    continue_owed: bool,
+    /// The end (or the break) was handed over.
+    finished: bool,
+    broken: bool,
+}
+
+impl Feed {
+    fn active(&self) -> bool {
+        !self.finished && !self.feeder.reader_gone()
+    }
+
+    fn end(&mut self, piece: Piece) {
+        self.broken = matches!(piece, Piece::Broken);
+        self.feeder.give(piece);
+        self.finished = true;
+    }
+
+    /// Waits until the pipeline wants more, sends `100 Continue` the first time if the client
+    /// waits for it, then gives the pipeline the next piece.
+    async fn step<I: AsyncRead + AsyncWrite + Unpin>(&mut self, io: &mut I, carry: &mut BytesMut) {
+        if !self.feeder.wanted().await {
+            return;
+        }
+        if self.continue_owed {
+            self.continue_owed = false;
+            // Flushed: over TLS the record would otherwise wait for the final response.
+            let sent = async {
+                io.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
+                io.flush().await
+            };
+            if sent.await.is_err() {
+                self.end(Piece::Broken);
+                return;
+            }
+        }
+        self.give_next(io, carry).await;
+    }
+
+    /// [`Feed::step`] without the interim answer (while the final one is being written).
+    async fn pump<R: AsyncRead + Unpin>(&mut self, io: &mut R, carry: &mut BytesMut) {
+        if self.feeder.wanted().await {
+            self.give_next(io, carry).await;
+        }
+    }
+
+    /// Feeds the rest of the body while the reader takes it, each piece within `idle`; a
+    /// reader that stops asking for that long is treated as gone.
+    async fn pump_to_end<R: AsyncRead + Unpin>(
+        &mut self,
+        io: &mut R,
+        carry: &mut BytesMut,
+        idle: Duration,
+    ) {
+        while self.active() {
+            if tokio::time::timeout(idle, self.pump(io, carry))
+                .await
+                .is_err()
+            {
+                self.broken = true;
+                return;
+            }
+        }
+    }
+
+    /// Gives the next piece, from `carry` or else from the socket.
+    async fn give_next<R: AsyncRead + Unpin>(&mut self, io: &mut R, carry: &mut BytesMut) {
+        loop {
+            if self.decoder.is_done() {
+                self.end(Piece::End);
+                return;
+            }
+            match self.decoder.decode(carry) {
+                Ok(Some(data)) => {
+                    self.feeder.give(Piece::Data(data));
+                    return;
+                }
+                Ok(None) if self.decoder.is_done() => continue,
+                Ok(None) => {}
+                Err(reason) => {
+                    tracing::info!(
+                        reason,
+                        "request body framing refused; closing the connection"
+                    );
+                    self.end(Piece::Broken);
+                    return;
+                }
+            }
+            match read_some(io).await {
+                Ok(b) if !b.is_empty() => carry.extend_from_slice(&b),
+                _ => {
+                    self.end(Piece::Broken);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Drops the rest of the body if `carry` already holds all of it.
+    fn skip_buffered(&mut self, carry: &mut BytesMut) -> bool {
+        loop {
+            match self.decoder.decode(carry) {
+                Ok(Some(_)) => {}
+                Ok(None) => return self.decoder.is_done(),
+                Err(_) => {
+                    self.broken = true;
+                    return false;
+                }
+            }
+        }
+    }
+
+    /// Reads and drops up to `max` bytes of the rest of the body; whether it all arrived (the
+    /// connection can go on).
+    async fn skip<I: AsyncRead + Unpin>(
+        &mut self,
+        io: &mut I,
+        carry: &mut BytesMut,
+        max: u64,
+        within: Duration,
+    ) -> bool {
+        if self.continue_owed {
+            // The client waits for 100 Continue before it sends the body: it never will.
+            return false;
+        }
+        let mut seen = 0u64;
+        let work = async {
+            loop {
+                match self.decoder.decode(carry) {
+                    Ok(Some(d)) => {
+                        seen += d.len() as u64;
+                        if seen > max {
+                            return false;
+                        }
+                    }
+                    Ok(None) if self.decoder.is_done() => return true,
+                    Ok(None) => match read_some(io).await {
+                        Ok(b) if !b.is_empty() => carry.extend_from_slice(&b),
+                        _ => return false,
+                    },
+                    Err(_) => return false,
+                }
+            }
+        };
+        tokio::time::timeout(within, work).await.unwrap_or(false)
+    }
+}
+
+/// Answers a refused head and ends the connection.
+async fn refuse<W: AsyncWrite + Unpin>(io: &mut W, e: HeadError) {
+    let (error, reason) = match e {
+        HeadError::Bad(reason) => (ProxyError::BadRequest(reason), reason),
+        HeadError::TooLarge => (ProxyError::HeadTooLarge, "request head too large"),
+        HeadError::UriTooLong => (ProxyError::UriTooLong, "request target too long"),
+        HeadError::Version => (
+            ProxyError::VersionNotSupported,
+            "HTTP version not supported",
+        ),
+    };
+    tracing::info!(reason, "request refused before routing (connection closed)");
+    let mut res = error.to_response();
+    crate::telemetry::metrics::get().malformed(res.status().as_u16());
+    res.headers_mut().insert(
+        http::header::CONNECTION,
+        http::HeaderValue::from_static("close"),
+    );
+    let ex = write::Exchange {
+        head_request: false,
+        version: http::Version::HTTP_11,
+        keep_alive: false,
+    };
+    let mut out = Vec::with_capacity(256);
+    let hint = http_body::Body::size_hint(res.body()).exact();
+    let (framing, _) = write::head(&mut out, res.status(), None, res.headers(), hint, ex);
+    let _ = write::send(io, out, framing, res.body_mut()).await;
+    let _ = io.shutdown().await;
+}
