@@ -1,4 +1,4 @@
-//! `rampart-bench cluster`: what sharing through Redis costs a request (issue 17). A real
+//! `rampart-bench cluster`: what sharing through Redis costs a request. A real
 //! `redis-server` on loopback, the suite's origin, and rampart instances pinned to the server
 //! CPUs: `plain` (no Redis), `shared-a` and `shared-b` (one Redis: shared rate limits, purges
 //! and the shared cache tier), `refusing` (the same, with a limit of 1 request a second).

@@ -40,9 +40,12 @@ pub fn run(listen: SocketAddr) -> anyhow::Result<()> {
         }
         ctl(ep, libc::EPOLL_CTL_ADD, lfd, libc::EPOLLIN as u32)?;
         let mut events: Vec<libc::epoll_event> = vec![libc::epoll_event { events: 0, u64: 0 }; 512];
-        let mut buf = vec![0u8; 16 * 1024];
-        let mut out = Vec::with_capacity(16 * 1024);
-        let mut partial: HashMap<RawFd, Partial> = HashMap::new();
+        let mut conns = Conns {
+            ep,
+            buf: vec![0u8; 16 * 1024],
+            out: Vec::with_capacity(16 * 1024),
+            partial: HashMap::new(),
+        };
         loop {
             let n = libc::epoll_wait(ep, events.as_mut_ptr(), events.len() as i32, -1);
             if n < 0 {
@@ -55,82 +58,106 @@ pub fn run(listen: SocketAddr) -> anyhow::Result<()> {
             for ev in &events[..n as usize] {
                 let fd = ev.u64 as RawFd;
                 if fd == lfd {
-                    loop {
-                        let c = libc::accept4(
-                            lfd,
-                            std::ptr::null_mut(),
-                            std::ptr::null_mut(),
-                            libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                        );
-                        if c < 0 {
-                            break;
-                        }
-                        let one: libc::c_int = 1;
-                        libc::setsockopt(
-                            c,
-                            libc::IPPROTO_TCP,
-                            libc::TCP_NODELAY,
-                            (&one as *const libc::c_int).cast(),
-                            std::mem::size_of::<libc::c_int>() as u32,
-                        );
-                        if ctl(ep, libc::EPOLL_CTL_ADD, c, libc::EPOLLIN as u32).is_err() {
-                            libc::close(c);
-                        }
-                    }
-                    continue;
-                }
-                if ev.events & libc::EPOLLOUT as u32 != 0 {
-                    flush_pending(ep, fd, &mut partial);
-                    continue;
-                }
-                let r = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
-                if r <= 0 {
-                    if r == 0 || io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock {
-                        partial.remove(&fd);
-                        libc::close(fd);
-                    }
-                    continue;
-                }
-                let data = &buf[..r as usize];
-                out.clear();
-                let close = match partial.get_mut(&fd) {
-                    // The rare slow path: a head split across reads.
-                    Some(p) => {
-                        p.head.extend_from_slice(data);
-                        let head = std::mem::take(&mut p.head);
-                        let (close, rest) = answer(&head, &mut out);
-                        p.head = rest.to_vec();
-                        close
-                    }
-                    None => {
-                        let (close, rest) = answer(data, &mut out);
-                        if !rest.is_empty() {
-                            partial.entry(fd).or_default().head = rest.to_vec();
-                        }
-                        close
-                    }
-                };
-                if out.is_empty() {
-                    continue;
-                }
-                let w = libc::write(fd, out.as_ptr().cast(), out.len());
-                let written = if w < 0 { 0 } else { w as usize };
-                if written < out.len() {
-                    if w < 0 && io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock {
-                        partial.remove(&fd);
-                        libc::close(fd);
-                        continue;
-                    }
-                    let p = partial.entry(fd).or_default();
-                    p.out.extend_from_slice(&out[written..]);
-                    p.close = close;
-                    let _ = ctl(ep, libc::EPOLL_CTL_MOD, fd, libc::EPOLLOUT as u32);
-                } else if close {
-                    partial.remove(&fd);
-                    libc::close(fd);
+                    accept_all(ep, lfd);
+                } else if ev.events & libc::EPOLLOUT as u32 != 0 {
+                    flush_pending(ep, fd, &mut conns.partial);
+                } else {
+                    conns.serve(fd);
                 }
             }
         }
+    }
+}
+
+/// Accepts every connection waiting on `lfd` (Nagle off) and watches it for reading.
+unsafe fn accept_all(ep: RawFd, lfd: RawFd) {
+    loop {
+        let c = libc::accept4(
+            lfd,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+        );
+        if c < 0 {
+            break;
+        }
+        let one: libc::c_int = 1;
+        libc::setsockopt(
+            c,
+            libc::IPPROTO_TCP,
+            libc::TCP_NODELAY,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as u32,
+        );
+        if ctl(ep, libc::EPOLL_CTL_ADD, c, libc::EPOLLIN as u32).is_err() {
+            libc::close(c);
+        }
+    }
+}
+
+/// The connections' shared buffers and what each one has left over.
+struct Conns {
+    ep: RawFd,
+    /// What one `read` brings in.
+    buf: Vec<u8>,
+    /// The answers to one read's heads, written in one go.
+    out: Vec<u8>,
+    partial: HashMap<RawFd, Partial>,
+}
+
+impl Conns {
+    /// Reads what `fd` sent and answers every complete head in it with one write; what the
+    /// socket does not take waits for EPOLLOUT.
+    unsafe fn serve(&mut self, fd: RawFd) {
+        let r = libc::read(fd, self.buf.as_mut_ptr().cast(), self.buf.len());
+        if r <= 0 {
+            if r == 0 || io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock {
+                self.close(fd);
+            }
+            return;
+        }
+        let data = &self.buf[..r as usize];
+        let out = &mut self.out;
+        out.clear();
+        let close = match self.partial.get_mut(&fd) {
+            // The rare slow path: a head split across reads.
+            Some(p) => {
+                p.head.extend_from_slice(data);
+                let head = std::mem::take(&mut p.head);
+                let (close, rest) = answer(&head, out);
+                p.head = rest.to_vec();
+                close
+            }
+            None => {
+                let (close, rest) = answer(data, out);
+                if !rest.is_empty() {
+                    self.partial.entry(fd).or_default().head = rest.to_vec();
+                }
+                close
+            }
+        };
+        if self.out.is_empty() {
+            return;
+        }
+        let w = libc::write(fd, self.out.as_ptr().cast(), self.out.len());
+        let written = if w < 0 { 0 } else { w as usize };
+        if written < self.out.len() {
+            if w < 0 && io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock {
+                self.close(fd);
+                return;
+            }
+            let p = self.partial.entry(fd).or_default();
+            p.out.extend_from_slice(&self.out[written..]);
+            p.close = close;
+            let _ = ctl(self.ep, libc::EPOLL_CTL_MOD, fd, libc::EPOLLOUT as u32);
+        } else if close {
+            self.close(fd);
+        }
+    }
+
+    unsafe fn close(&mut self, fd: RawFd) {
+        self.partial.remove(&fd);
+        libc::close(fd);
     }
 }
 

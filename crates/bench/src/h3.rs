@@ -1,4 +1,4 @@
-//! `rampart-bench h3`: issue 16's HTTP/3 goals, measured through real sockets.
+//! `rampart-bench h3`: the HTTP/3 goals, measured through real sockets.
 //!
 //! The cached 12-byte page (`/hello`) over HTTPS/2 (h2load, ALPN `h2`) and over HTTP/3
 //! (`rampart-bench h3-load`: quinn + h3, the same numbers of connections and streams), in

@@ -8,7 +8,7 @@
 //! same objects are fetched a second time (a refill: memory must not grow across refills).
 //!
 //! Workloads: `small` (12-byte objects, `/hello?k=N`), `large` (100 KB objects, `/blob`), `mix`
-//! (both, one large request in 21). The goal (issue 11): peak RSS ≤ budget × 1.10 + 40 MiB.
+//! (both, one large request in 21). The goal: peak RSS ≤ budget × 1.10 + 40 MiB.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

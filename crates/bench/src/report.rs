@@ -7,7 +7,8 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use crate::{summarise, Results, Summary};
+use crate::scenarios::Scenario;
+use crate::suite::{summarise, Results, Summary};
 
 fn us(v: f64) -> String {
     if v <= 0.0 {
@@ -90,6 +91,28 @@ pub fn write(out: &Path, r: &Results) -> anyhow::Result<()> {
     let charts = out.join("charts");
     std::fs::create_dir_all(&charts)?;
     let mut md = String::new();
+    header(&mut md, r);
+    for sc in &r.scenarios {
+        let _ = writeln!(
+            md,
+            "## `{}`\n\n{}. Path `{}`.\n",
+            sc.name, sc.description, sc.path
+        );
+        if sc.fresh {
+            users_section(&mut md, r, sc, &charts)?;
+            continue;
+        }
+        for li in 0..sc.loads.len() {
+            load_section(&mut md, r, sc, li, &charts)?;
+        }
+    }
+    md.push_str("## Caveats\n\n- One machine: the servers and the origin share the server CPU set; the load generator runs on the other. Absolute numbers depend on this machine; ratios and CPU per request travel better.\n- Peers run with their packaged versions and the configs in `configs/`; NGINX appears twice (default proxy settings, and tuned upstream keepalive) as shared/BENCHMARKING.md asks.\n- A cached scenario whose check says *not cached* compares different work.\n");
+    std::fs::write(out.join("report.md"), md)?;
+    Ok(())
+}
+
+/// The report's title, machine, method, peers and what was skipped.
+fn header(md: &mut String, r: &Results) {
     let _ = writeln!(md, "# rampart benchmark report — {}\n", r.started);
     if r.quick {
         md.push_str("> **Quick run** (`--quick`): seconds-long smoke test of the harness. The figures are not meaningful.\n\n");
@@ -107,120 +130,132 @@ pub fn write(out: &Path, r: &Results) -> anyhow::Result<()> {
         }
     }
     md.push('\n');
+}
 
-    for sc in &r.scenarios {
+/// One load of a closed-loop scenario: a table of every peer (CPU against rampart and the
+/// floor, the cache check), a note for each peer the load generator did not saturate, and
+/// charts of throughput, CPU and latency.
+fn load_section(
+    md: &mut String,
+    r: &Results,
+    sc: &Scenario,
+    li: usize,
+    charts: &Path,
+) -> anyhow::Result<()> {
+    let rows = rows(r, sc.name, li);
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let desc = sc.loads[li].describe(sc.seconds);
+    let base = rows
+        .iter()
+        .find(|(p, _)| p == "rampart")
+        .map(|(_, m)| m.clone());
+    let floor = floor_cpu(&rows);
+    let _ = writeln!(md, "### {desc}\n");
+    md.push_str("| Program | req/s (median, min–max) | server CPU µs/req (min–max) | CPU vs rampart | × floor | p50 | p99 | max | errors | transfer | peak RSS | cache check |\n");
+    md.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    let mut notes = Vec::new();
+    for (p, m) in &rows {
+        let ratio = base.as_ref().map_or("–".to_owned(), |b| {
+            format!("{:.2}×", m.cpu_us.0 / b.cpu_us.0.max(1e-9))
+        });
         let _ = writeln!(
             md,
-            "## `{}`\n\n{}. Path `{}`.\n",
-            sc.name, sc.description, sc.path
+            "| {} | {} ({}–{}) | {:.1} ({:.1}–{:.1}) | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            label_of(r, p),
+            count(m.rps.0),
+            count(m.rps.1),
+            count(m.rps.2),
+            m.cpu_us.0,
+            m.cpu_us.1,
+            m.cpu_us.2,
+            ratio,
+            times_floor(m, floor),
+            us(m.p50_us),
+            us(m.p99_us),
+            us(m.max_us),
+            m.errors,
+            rate(m.bytes_per_sec),
+            mib(m.peak_rss),
+            cache_check(sc, m)
         );
-        if sc.fresh {
-            users_section(&mut md, r, sc, &charts)?;
-            continue;
-        }
-        for (li, load) in sc.loads.iter().enumerate() {
-            let rows = rows(r, sc.name, li);
-            if rows.is_empty() {
-                continue;
-            }
-            let base = rows
-                .iter()
-                .find(|(p, _)| p == "rampart")
-                .map(|(_, m)| m.clone());
-            let floor = floor_cpu(&rows);
-            let _ = writeln!(md, "### {}\n", load.describe(sc.seconds));
-            md.push_str("| Program | req/s (median, min–max) | server CPU µs/req (min–max) | CPU vs rampart | × floor | p50 | p99 | max | errors | transfer | peak RSS | cache check |\n");
-            md.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-            let mut notes = Vec::new();
-            for (p, m) in &rows {
-                let ratio = base.as_ref().map_or("–".to_owned(), |b| {
-                    format!("{:.2}×", m.cpu_us.0 / b.cpu_us.0.max(1e-9))
-                });
-                let check = if sc.cached {
-                    // Each measured run may let through a handful of requests (expiry races, a
-                    // worker's first miss); anything more means the peer did not cache.
-                    if m.origin_requests <= 5 * m.rounds as u64 {
-                        format!("hit ✓ (origin saw {})", m.origin_requests)
-                    } else {
-                        format!("**not cached** (origin saw {})", m.origin_requests)
-                    }
-                } else {
-                    format!("origin saw {}", count(m.origin_requests as f64))
-                };
-                let _ = writeln!(
-                    md,
-                    "| {} | {} ({}–{}) | {:.1} ({:.1}–{:.1}) | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                    label_of(r, p),
-                    count(m.rps.0),
-                    count(m.rps.1),
-                    count(m.rps.2),
-                    m.cpu_us.0,
-                    m.cpu_us.1,
-                    m.cpu_us.2,
-                    ratio,
-                    times_floor(m, floor),
-                    us(m.p50_us),
-                    us(m.p99_us),
-                    us(m.max_us),
-                    m.errors,
-                    rate(m.bytes_per_sec),
-                    mib(m.peak_rss),
-                    check
-                );
-                if m.utilisation < 0.85 {
-                    notes.push(format!(
-                        "{}: the server CPUs (proxy + origin) were busy only {:.0}% of the time — the load generator was the ceiling, so req/s does not rank it; compare CPU µs/request.",
-                        label_of(r, p),
-                        m.utilisation * 100.0
-                    ));
-                }
-            }
-            md.push('\n');
-            for n in notes {
-                let _ = writeln!(md, "- {n}");
-            }
-            let stem = format!("{}-{}", sc.name, li);
-            let names: Vec<String> = rows.iter().map(|(p, _)| p.clone()).collect();
-            bars(
-                &charts.join(format!("{stem}-throughput.svg")),
-                &format!("{} — requests/s (median)", load.describe(sc.seconds)),
-                &names,
-                &rows.iter().map(|(_, m)| m.rps.0).collect::<Vec<_>>(),
-                "req/s",
-            )?;
-            bars(
-                &charts.join(format!("{stem}-cpu.svg")),
-                &format!(
-                    "{} — server CPU µs per request (lower is better)",
-                    load.describe(sc.seconds)
-                ),
-                &names,
-                &rows.iter().map(|(_, m)| m.cpu_us.0).collect::<Vec<_>>(),
-                "µs",
-            )?;
-            let has_percentiles = rows.iter().any(|(_, m)| m.p99_us > 0.0);
-            if has_percentiles {
-                latency_bars(
-                    &charts.join(format!("{stem}-latency.svg")),
-                    &format!("{} — latency p50 / p99 (ms)", load.describe(sc.seconds)),
-                    &names,
-                    &rows
-                        .iter()
-                        .map(|(_, m)| (m.p50_us / 1e3, m.p99_us / 1e3))
-                        .collect::<Vec<_>>(),
-                )?;
-            }
-            let latency = if has_percentiles {
-                format!(" ![latency](charts/{stem}-latency.svg)")
-            } else {
-                String::new()
-            };
-            let _ = writeln!(md, "\n![throughput](charts/{stem}-throughput.svg) ![cpu](charts/{stem}-cpu.svg){latency}\n");
+        if m.utilisation < 0.85 {
+            notes.push(format!(
+                "{}: the server CPUs (proxy + origin) were busy only {:.0}% of the time — the load generator was the ceiling, so req/s does not rank it; compare CPU µs/request.",
+                label_of(r, p),
+                m.utilisation * 100.0
+            ));
         }
     }
-    md.push_str("## Caveats\n\n- One machine: the servers and the origin share the server CPU set; the load generator runs on the other. Absolute numbers depend on this machine; ratios and CPU per request travel better.\n- Peers run with their packaged versions and the configs in `configs/`; NGINX appears twice (default proxy settings, and tuned upstream keepalive) as shared/BENCHMARKING.md asks.\n- A cached scenario whose check says *not cached* compares different work.\n");
-    std::fs::write(out.join("report.md"), md)?;
+    md.push('\n');
+    for n in notes {
+        let _ = writeln!(md, "- {n}");
+    }
+    let images = load_charts(charts, &format!("{}-{}", sc.name, li), &desc, &rows)?;
+    let _ = writeln!(md, "\n{images}\n");
     Ok(())
+}
+
+/// Whether a cached scenario really hit (the origin saw next to nothing), or what the origin
+/// saw of a pass.
+fn cache_check(sc: &Scenario, m: &Summary) -> String {
+    if sc.cached {
+        // Each measured run may let through a handful of requests (expiry races, a worker's
+        // first miss); anything more means the peer did not cache.
+        if m.origin_requests <= 5 * m.rounds as u64 {
+            format!("hit ✓ (origin saw {})", m.origin_requests)
+        } else {
+            format!("**not cached** (origin saw {})", m.origin_requests)
+        }
+    } else {
+        format!("origin saw {}", count(m.origin_requests as f64))
+    }
+}
+
+/// Draws one load's throughput, CPU and (when the load generator reports percentiles) latency
+/// charts as `charts/<stem>-*.svg`; returns the Markdown that shows them.
+fn load_charts(
+    charts: &Path,
+    stem: &str,
+    desc: &str,
+    rows: &[(String, Summary)],
+) -> anyhow::Result<String> {
+    let names: Vec<String> = rows.iter().map(|(p, _)| p.clone()).collect();
+    bars(
+        &charts.join(format!("{stem}-throughput.svg")),
+        &format!("{desc} — requests/s (median)"),
+        &names,
+        &rows.iter().map(|(_, m)| m.rps.0).collect::<Vec<_>>(),
+        "req/s",
+    )?;
+    bars(
+        &charts.join(format!("{stem}-cpu.svg")),
+        &format!("{desc} — server CPU µs per request (lower is better)"),
+        &names,
+        &rows.iter().map(|(_, m)| m.cpu_us.0).collect::<Vec<_>>(),
+        "µs",
+    )?;
+    let has_percentiles = rows.iter().any(|(_, m)| m.p99_us > 0.0);
+    if has_percentiles {
+        latency_bars(
+            &charts.join(format!("{stem}-latency.svg")),
+            &format!("{desc} — latency p50 / p99 (ms)"),
+            &names,
+            &rows
+                .iter()
+                .map(|(_, m)| (m.p50_us / 1e3, m.p99_us / 1e3))
+                .collect::<Vec<_>>(),
+        )?;
+    }
+    let latency = if has_percentiles {
+        format!(" ![latency](charts/{stem}-latency.svg)")
+    } else {
+        String::new()
+    };
+    Ok(format!(
+        "![throughput](charts/{stem}-throughput.svg) ![cpu](charts/{stem}-cpu.svg){latency}"
+    ))
 }
 
 /// The floor's median CPU per request in these rows, if it took part.
@@ -239,12 +274,7 @@ fn times_floor(m: &Summary, floor: Option<f64>) -> String {
 /// rampart first), with the percentiles, errors, peak RSS of that run's fresh process (and what
 /// the run added to it, per connection) and CPU per request against the floor; then charts of
 /// mean and p99 against N.
-fn users_section(
-    md: &mut String,
-    r: &Results,
-    sc: &crate::Scenario,
-    charts: &Path,
-) -> anyhow::Result<()> {
+fn users_section(md: &mut String, r: &Results, sc: &Scenario, charts: &Path) -> anyhow::Result<()> {
     let mut mean: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
     let mut p99: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
     for (li, load) in sc.loads.iter().enumerate() {

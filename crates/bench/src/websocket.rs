@@ -1,4 +1,4 @@
-//! `rampart-bench websocket`: issue 16's WebSocket goals, measured through real sockets.
+//! `rampart-bench websocket`: the WebSocket goals, measured through real sockets.
 //!
 //! - **Idle sockets.** A fresh rampart (one worker, pinned) in front of a WebSocket echo origin
 //!   (`rampart-bench ws-origin`, its own process, pinned to the other CPU). The client opens
@@ -441,7 +441,7 @@ fn report(args: &WebsocketArgs, idle: &Idle, runs: &[(String, Vec<EchoRun>)]) ->
             },
         ));
     }
-    s.push_str("\nGoal (issue 16): total through rampart ≤ 1.5× direct.\n\n");
+    s.push_str("\nGoal: total through rampart ≤ 1.5× direct.\n\n");
     s.push_str(&format!(
         "Method: `rampart-bench websocket` — rampart release build, 1 worker, taskset CPU {}; the WebSocket echo origin (tokio-tungstenite, one thread) and the client (tokio-tungstenite, one thread) on CPU {}. RSS is VmRSS of the rampart process. Echo: {} connections, 32-byte text messages, each sent after the previous echo arrived, {} s per run, the paths interleaved in each round (direct, rampart, HAProxy with one thread, NGINX with one worker, each pinned like rampart); CPU from /proc schedstat of every thread of each process.\n",
         args.server_cpus, args.origin_cpus, args.echo, args.seconds

@@ -1,4 +1,4 @@
-//! Runs `rampart-bench soak --duration 60` on the rampart build next to it (issue 30's chaos
+//! Runs `rampart-bench soak --duration 60` on the rampart build next to it (the chaos
 //! soak in CI): mixed traffic over HTTP/1.1, HTTP/2, HTTP/3, TLS and WebSocket, every answer
 //! compared with the origin's bytes, while rampart is reloaded every 5 s, upgraded every 20 s,
 //! its origins and Redis (when `redis-server` is installed; `.ci/run` installs it) are killed
@@ -9,7 +9,7 @@
 //!
 //! Memory: the goal (`cache_memory` × 1.1 + 40 MiB) is a figure of the benchmark suite, read
 //! from the 30-minute run (docs/operations.md), not a timed test's; here `--max-rss-mib 400`
-//! catches only what grows without bound (before issue 30's fixes, slow readers took the
+//! catches only what grows without bound (before the fixes, slow readers took the
 //! process to 280–693 MiB), so a CI machine's allocator does not fail the run at random.
 //!
 //! No `--tolerate-known-defects`: no rampart defect the soak found is waiting for its fix (the

@@ -1,5 +1,5 @@
 //! Hit ratios of rampart's memory store against a plain LRU of the same byte budget, on
-//! generated request traces (issue 11, part 2).
+//! generated request traces.
 //!
 //! ```text
 //! cargo run --release -p rampart-cache --example traces -- [--keys 1000000] [--requests 10000000]

@@ -114,8 +114,8 @@ pub fn headers_charge(h: &HeaderMap) -> u64 {
 /// entries while the store holds an object with it (its weight), and to the store's *pinned*
 /// gauge otherwise, that is while it is being stored, or after the store let it go (evicted,
 /// purged, replaced) while clients still read it. A slow reader then holds memory the budget
-/// counts: the store evicts more instead of the process growing past `cache_memory` (issue 30:
-/// 40 clients that never read distinct 5 MB objects took RSS from 78 to 232 MB at 64 MiB).
+/// counts: the store evicts more instead of the process growing past `cache_memory`
+/// (40 clients that never read distinct 5 MB objects took RSS from 78 to 232 MB at 64 MiB).
 ///
 /// The body itself is a `Bytes` over a [`Charged`] owner, which gives the charge back when the
 /// last clone of the body is dropped.

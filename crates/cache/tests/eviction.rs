@@ -1,4 +1,4 @@
-//! Eviction keeps what is reused (issue 11): on the trace suite's traces, at a smaller scale,
+//! Eviction keeps what is reused: on the trace suite's traces, at a smaller scale,
 //! the store's object hit ratio is at least a plain LRU's and its byte hit ratio within one
 //! point of it. The traces and the replay are the `traces` example's (`examples/traces.rs`),
 //! run through the real store.

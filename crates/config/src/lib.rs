@@ -7,6 +7,7 @@
 
 mod diag;
 pub mod edit;
+mod matching;
 mod model;
 mod reader;
 pub(crate) mod validate;

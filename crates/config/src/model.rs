@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use http::uri::Authority;
 
+pub use crate::matching::{Cidr, DomainPattern, MatchType};
+
 /// The whole validated configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -199,55 +201,6 @@ pub struct AdminConfig {
     pub metrics_allow: Vec<Cidr>,
 }
 
-/// An IP network such as `10.0.0.0/8` (a bare address is a /32 or /128).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cidr {
-    pub addr: std::net::IpAddr,
-    pub prefix: u8,
-}
-
-impl Cidr {
-    pub fn parse(text: &str) -> Option<Cidr> {
-        let (a, p) = match text.trim().split_once('/') {
-            Some((a, p)) => (a, Some(p)),
-            None => (text.trim(), None),
-        };
-        let addr: std::net::IpAddr = a.parse().ok()?;
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        let prefix = match p {
-            Some(p) => p.parse::<u8>().ok().filter(|p| *p <= max)?,
-            None => max,
-        };
-        Some(Cidr { addr, prefix })
-    }
-
-    pub fn contains(&self, ip: std::net::IpAddr) -> bool {
-        let ip = match ip {
-            std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, std::net::IpAddr::V4),
-            v4 => v4,
-        };
-        match (self.addr, ip) {
-            (std::net::IpAddr::V4(n), std::net::IpAddr::V4(a)) => {
-                let mask = if self.prefix == 0 {
-                    0
-                } else {
-                    u32::MAX << (32 - self.prefix)
-                };
-                u32::from(n) & mask == u32::from(a) & mask
-            }
-            (std::net::IpAddr::V6(n), std::net::IpAddr::V6(a)) => {
-                let mask = if self.prefix == 0 {
-                    0
-                } else {
-                    u128::MAX << (128 - self.prefix)
-                };
-                u128::from(n) & mask == u128::from(a) & mask
-            }
-            _ => false,
-        }
-    }
-}
-
 /// The shared response cache.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CacheConfig {
@@ -351,76 +304,6 @@ pub struct UpstreamConfig {
 pub enum RuleType {
     Whitelist,
     Blacklist,
-}
-
-/// ARC2 `match_type`: how a pattern is compared.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MatchType {
-    Equals,
-    StartsWith,
-    EndsWith,
-    Contains,
-    DoesNotEqual,
-    DoesNotContain,
-}
-
-impl MatchType {
-    /// Case-sensitive comparison of `subject` with `pattern`.
-    pub fn matches(self, pattern: &str, subject: &str) -> bool {
-        self.matches_bytes(pattern.as_bytes(), subject.as_bytes())
-    }
-
-    /// [`MatchType::matches`] on bytes: a field value need not be UTF-8 (a header with one
-    /// non-ASCII byte is still compared, not skipped).
-    pub fn matches_bytes(self, pattern: &[u8], subject: &[u8]) -> bool {
-        let contains =
-            || pattern.is_empty() || subject.windows(pattern.len()).any(|w| w == pattern);
-        match self {
-            MatchType::Equals => subject == pattern,
-            MatchType::StartsWith => subject.starts_with(pattern),
-            MatchType::EndsWith => subject.ends_with(pattern),
-            MatchType::Contains => contains(),
-            MatchType::DoesNotEqual => subject != pattern,
-            MatchType::DoesNotContain => !contains(),
-        }
-    }
-}
-
-/// Which host names a rule serves.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DomainPattern {
-    /// Lower-cased exact host name, e.g. `example.com`.
-    Exact(String),
-    /// `*.example.com`: any host ending in `.example.com` (stored as `.example.com`), not the
-    /// apex itself.
-    Wildcard(String),
-    /// `*`: every host (a catch-all rule).
-    Any,
-}
-
-impl DomainPattern {
-    /// Whether a certificate for this pattern is valid for `host` (lower-case): a wildcard
-    /// certificate covers exactly one label, unlike [`DomainPattern::matches`] routing.
-    pub fn certificate_covers(&self, host: &str) -> bool {
-        match self {
-            DomainPattern::Exact(d) => d == host,
-            DomainPattern::Wildcard(suffix) => host
-                .strip_suffix(suffix.as_str())
-                .is_some_and(|label| !label.is_empty() && !label.contains('.')),
-            DomainPattern::Any => true,
-        }
-    }
-
-    /// Whether `host` (lower-case, without port or trailing dot) is served by this pattern.
-    pub fn matches(&self, host: &str) -> bool {
-        match self {
-            DomainPattern::Exact(d) => d == host,
-            DomainPattern::Wildcard(suffix) => {
-                host.len() > suffix.len() && host.ends_with(suffix.as_str())
-            }
-            DomainPattern::Any => true,
-        }
-    }
 }
 
 /// A per-path override (`[[proxy_rules.path_rules]]`).

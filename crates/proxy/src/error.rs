@@ -12,6 +12,23 @@ use http::StatusCode;
 /// Any error, boxed, as hyper and tower take them.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// An error and every error under it (its `source` chain) on one line, as logs show them:
+/// `could not connect to origin: client error (Connect): tcp connect error: Connection refused`.
+#[derive(Debug, Clone, Copy)]
+pub struct Chain<'a>(pub &'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut cur = self.0.source();
+        while let Some(c) = cur {
+            write!(f, ": {c}")?;
+            cur = c.source();
+        }
+        Ok(())
+    }
+}
+
 /// Where a failure came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Side {
@@ -74,16 +91,19 @@ pub enum ProxyError {
     VersionNotSupported,
     #[error("blocked by path rule")]
     BlockedByPathRule,
-    #[error("could not connect to origin: {0}")]
-    UpstreamConnect(String),
+    /// No connection to the origin (nothing was sent); the cause is the `source`.
+    #[error("could not connect to origin")]
+    UpstreamConnect(#[source] BoxError),
     #[error("origin connect timed out after {0:?}")]
     UpstreamConnectTimeout(Duration),
     #[error("origin did not answer within proxy_timeout")]
     UpstreamTimeout,
-    #[error("origin connection failed: {0}")]
-    UpstreamProtocol(String),
-    #[error("{0}")]
-    UpstreamTls(String),
+    /// The exchange failed on a connection, or the origin's answer broke HTTP's rules.
+    #[error("origin connection failed")]
+    UpstreamProtocol(#[source] BoxError),
+    /// TLS to the origin failed (its certificate, its name, the handshake).
+    #[error("TLS to the origin failed")]
+    UpstreamTls(#[source] BoxError),
     #[error("only-if-cached and nothing usable is stored")]
     NotCached,
     #[error("blocked: {}", .0.message())]

@@ -48,7 +48,7 @@ pub fn wants_trailers(h: &HeaderMap) -> bool {
 /// The `Host` (and `X-Forwarded-Host`) the origin gets for a routed host: the name the cache
 /// key uses, lower case, without its port or a trailing dot (NGINX's `$host`). The origin
 /// then sees nothing of the host that the key does not hold: a client cannot make it answer
-/// for another host or port under the same key (issue 30). The port the client connected to
+/// for another host or port under the same key. The port the client connected to
 /// goes as `X-Forwarded-Port`, from the connection, not from the client's text.
 pub fn origin_host(host: &HeaderValue) -> HeaderValue {
     let raw = host.to_str().unwrap_or_default();

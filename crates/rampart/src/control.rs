@@ -17,7 +17,7 @@ use http::StatusCode;
 use rampart_config::edit::{self, EditError};
 use rampart_config::{Config, Diagnostic, Severity};
 use rampart_proxy::admin::commands::{Answer, Request};
-use rampart_proxy::Running;
+use rampart_proxy::{Reloaded, Running};
 use serde_json::json;
 
 use crate::logging::Logging;
@@ -255,23 +255,7 @@ impl<'a> Controller<'a> {
     ) -> Result<Answer, Answer> {
         let v = rampart_config::validate(src, crate::cpus());
         let Some(config) = v.config else {
-            let errors: Vec<&Diagnostic> = v.errors().collect();
-            for d in &errors {
-                crate::print_diag(path, d);
-            }
-            eprintln!(
-                "rampart: reload ({why}) refused: {} error(s) in {}; the configuration in service stays",
-                errors.len(),
-                path.display()
-            );
-            return Err(Answer::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                json!({
-                    "error": "the configuration is not valid; the configuration in service stays",
-                    "problems": errors.iter().map(|d| problem(d)).collect::<Vec<_>>(),
-                })
-                .to_string(),
-            ));
+            return Err(invalid(path, why, &v));
         };
         let no_rules_key = v
             .diagnostics
@@ -327,24 +311,7 @@ impl<'a> Controller<'a> {
         }
         self.shown = now;
         self.logging.apply(&config);
-        // The summary line comes last: whoever waits for it has seen the rest.
-        for a in &report.opened {
-            eprintln!("rampart: now also listening on {a}");
-        }
-        for a in &report.closed {
-            eprintln!("rampart: no longer listening on {a}");
-        }
-        if !report.restart_needed.is_empty() {
-            eprintln!(
-                "rampart: changed, applied at the next restart only: {}",
-                report.restart_needed.join(", ")
-            );
-        }
-        eprintln!(
-            "rampart: configuration reloaded from {} ({why}): {} rule(s)",
-            path.display(),
-            config.rules.len()
-        );
+        print_reloaded(path, why, &config, &report);
         let answer = json!({
             "reloaded": true,
             "file": path.display().to_string(),
@@ -403,13 +370,15 @@ impl<'a> Controller<'a> {
     fn list_rules(&self) -> Result<Answer, Answer> {
         let (path, src) = self.file()?;
         let rules = edit::list_rules(&src).map_err(edit_refusal)?;
-        Ok(Answer::new(
-            StatusCode::OK,
-            format!(
-                "{{\"file\":{},\"rules\":{rules}}}",
-                json!(path.display().to_string())
-            ),
-        ))
+        // `rules` is JSON already (the rule editor's listing).
+        let rules: serde_json::Value = serde_json::from_str(&rules).map_err(|e| {
+            refusal(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("cannot list the rules: {e}"),
+            )
+        })?;
+        let listing = json!({ "file": path.display().to_string(), "rules": rules });
+        Ok(Answer::new(StatusCode::OK, listing.to_string()))
     }
 
     /// A rule operation: edit, validate, write beside the file, apply, rename over the file.
@@ -471,6 +440,49 @@ fn write_new(path: &Path, temp: &Path, text: &str) -> std::io::Result<()> {
         std::fs::set_permissions(temp, m.permissions())?;
     }
     Ok(())
+}
+
+/// A file that does not validate: every error printed, the answer lists them.
+fn invalid(path: &Path, why: &str, v: &rampart_config::Validated) -> Answer {
+    let errors: Vec<&Diagnostic> = v.errors().collect();
+    for d in &errors {
+        crate::print_diag(path, d);
+    }
+    eprintln!(
+        "rampart: reload ({why}) refused: {} error(s) in {}; the configuration in service stays",
+        errors.len(),
+        path.display()
+    );
+    Answer::new(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        json!({
+            "error": "the configuration is not valid; the configuration in service stays",
+            "problems": errors.iter().map(|d| problem(d)).collect::<Vec<_>>(),
+        })
+        .to_string(),
+    )
+}
+
+/// What a reload changed, on stderr; the summary line comes last (whoever waits for it has
+/// seen the rest).
+fn print_reloaded(path: &Path, why: &str, config: &Config, report: &Reloaded) {
+    for a in &report.opened {
+        eprintln!("rampart: now also listening on {a}");
+    }
+    for a in &report.closed {
+        eprintln!("rampart: no longer listening on {a}");
+    }
+    if !report.restart_needed.is_empty() {
+        eprintln!(
+            "rampart: changed, applied at the next restart only: {}",
+            report.restart_needed.join(", ")
+        );
+    }
+    eprintln!(
+        "rampart: configuration reloaded from {} ({why}): {} rule(s)",
+        path.display(),
+        config.rules.len()
+    );
 }
 
 fn problem(d: &Diagnostic) -> serde_json::Value {

@@ -20,6 +20,27 @@ use rampart_proxy::Running;
 /// Set in the new process: the old process's id, to stop once the new one serves.
 const FROM_ENV: &str = "RAMPART_UPGRADE_FROM";
 
+/// Why a SIGUSR2 started no new process (this one goes on serving).
+#[derive(Debug, thiserror::Error)]
+pub enum UpgradeError {
+    #[error("an upgrade is in progress already (process {0})")]
+    InProgress(u32),
+    #[error(
+        "the process this one took over from is still finishing its HTTP/3 connections; \
+         upgrade again once it has exited (shutdown_timeout_seconds at most)"
+    )]
+    PredecessorDraining,
+    #[error("cannot hand over socket {0}: {1}")]
+    HandOver(std::os::fd::RawFd, std::io::Error),
+    #[error("cannot start {}: {source}", .exe.display())]
+    Start {
+        exe: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot watch the new process: {0}")]
+    Watch(std::io::Error),
+}
+
 /// What an upgrade needs to know about this process.
 pub struct Upgrader {
     exe: PathBuf,
@@ -48,23 +69,18 @@ impl Upgrader {
     }
 
     /// Starts the new binary with the listening sockets; returns its process id.
-    pub fn start(&mut self, running: &Running) -> Result<u32, String> {
+    pub fn start(&mut self, running: &Running) -> Result<u32, UpgradeError> {
         self.poll();
         if let Some((pid, _)) = &self.pending {
-            return Err(format!("an upgrade is in progress already (process {pid})"));
+            return Err(UpgradeError::InProgress(*pid));
         }
         if rampart_proxy::transport::h3::relay::predecessor_draining() {
-            return Err(
-                "the process this one took over from is still finishing its HTTP/3 \
-                        connections; upgrade again once it has exited (shutdown_timeout_seconds \
-                        at most)"
-                    .into(),
-            );
+            return Err(UpgradeError::PredecessorDraining);
         }
         let handoff = running.handoff();
         let (fds, spec) = (&handoff.fds, &handoff.spec);
         for &fd in fds {
-            set_inheritable(fd, true).map_err(|e| format!("cannot hand over socket {fd}: {e}"))?;
+            set_inheritable(fd, true).map_err(|e| UpgradeError::HandOver(fd, e))?;
         }
         let spawned = Command::new(&self.exe)
             .args(&self.args)
@@ -78,7 +94,10 @@ impl Upgrader {
         // The new process has its copies of the HTTP/3 links' far ends; this one closes its own
         // (so a link reports the new process gone when it exits).
         drop(handoff);
-        let mut child = spawned.map_err(|e| format!("cannot start {}: {e}", self.exe.display()))?;
+        let mut child = spawned.map_err(|source| UpgradeError::Start {
+            exe: self.exe.clone(),
+            source,
+        })?;
         let pid = child.id();
         let (tx, rx) = mpsc::channel();
         std::thread::Builder::new()
@@ -88,7 +107,7 @@ impl Upgrader {
                     let _ = tx.send(status);
                 }
             })
-            .map_err(|e| e.to_string())?;
+            .map_err(UpgradeError::Watch)?;
         self.pending = Some((pid, rx));
         Ok(pid)
     }

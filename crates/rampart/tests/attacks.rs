@@ -1,4 +1,4 @@
-//! What an adversarial review of the built binary found (issue 30), each as the attack it was:
+//! What an adversarial review of the built binary found, each as the attack it was:
 //! cache poisoning through the Host port, management paths that reached the origin in another
 //! spelling, SQL injection in multipart and `text/json` bodies, user-agent blocks evaded with a
 //! second line or a non-ASCII byte, a transfer coding rampart does not decode, a WebP image

@@ -578,7 +578,7 @@ async fn h2c_prior_knowledge() {
         res.into_body().collect().await.unwrap().to_bytes(),
         "over h2"
     );
-    // The origin gets the name the cache key uses; the port goes apart (issue 30).
+    // The origin gets the name the cache key uses; the port goes apart.
     let seen = origin.last();
     assert_eq!(seen.headers["host"], "h2.example");
     assert_eq!(

@@ -1,4 +1,4 @@
-//! Clients that stop reading (issue 30, defect 3): their responses' memory stays inside
+//! Clients that stop reading : their responses' memory stays inside
 //! `cache_memory` (a body a slow client holds after the cache let it go is still charged, and a
 //! coalesced fetch's buffer is charged while it lives), and `client_send_timeout_seconds` cuts
 //! them off. Before: 40 HTTP/1.1 clients that never read distinct 5.4 MB objects took RSS from

@@ -220,7 +220,7 @@ impl Shared {
     ) {
         // Writes in flight hold their object (and Redis's copy of the command) until Redis
         // takes it: bounded together, a write over the budget is skipped (a fallback), so a
-        // slow or absent Redis cannot make them pile up beside the cache (issue 30's soak:
+        // slow or absent Redis cannot make them pile up beside the cache (the chaos soak:
         // RSS past cache_memory × 1.1 + 40 MiB with the tier on).
         let kib = (object.len().div_ceil(1024)).max(1) as u32;
         let Ok(held) = WRITES.try_acquire_many(kib) else {

@@ -317,7 +317,7 @@ impl Shared {
     /// The command runs on the Redis thread, whoever asks: the connection's futures (its
     /// reconnection, with its timers) then only ever belong to that thread's runtime. Polled
     /// on a worker, a reconnection made there outlived the worker's runtime at shutdown and
-    /// panicked the Redis thread that polled it next (issue 30's soak).
+    /// panicked the Redis thread that polled it next (the chaos soak).
     pub async fn call_with<T, F, Fut>(
         &self,
         timeout: Duration,

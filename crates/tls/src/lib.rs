@@ -113,116 +113,16 @@ pub fn start(
     }
     let tls = &config.tls;
     let store = Arc::new(CertStore::new(tls.default_domain.clone()));
-    let mut watched = Vec::new();
-    let mut internal = Vec::new();
-    let mut acme = Vec::new();
-    let mut ca = None;
-    for rule in &config.rules {
-        let Some(source) = &rule.cert else { continue };
-        let label = rule.domain_text.clone();
-        match source {
-            CertSource::Files { cert, key } => {
-                let loaded = pem::load_pair(cert, key).map_err(|e| TlsError::RuleFiles {
-                    rule: label.clone(),
-                    source: Box::new(e),
-                })?;
-                store.set(&rule.domain, loaded.key);
-                watched.push(Watched {
-                    domain: rule.domain.clone(),
-                    label,
-                    cert: cert.clone(),
-                    key: key.clone(),
-                    stamp: stamp(cert, key),
-                });
-            }
-            CertSource::Internal => {
-                let Some(name) = cert_name(&rule.domain) else {
-                    continue;
-                };
-                if ca.is_none() {
-                    ca = Some(LocalCa::load_or_create(&tls.state_dir)?);
-                }
-                let Some(local) = &ca else { continue };
-                let loaded = local.issue(&name)?;
-                store.set(&rule.domain, loaded.key);
-                internal.push((rule.domain.clone(), name, loaded.validity));
-            }
-            CertSource::Acme => {
-                let DomainPattern::Exact(name) = &rule.domain else {
-                    continue;
-                };
-                let previous = acme::stored(&tls.state_dir, &tls.acme, name)
-                    .filter(|l| l.validity.is_none_or(|v| v.not_after > SystemTime::now()));
-                let validity = match previous {
-                    Some(l) => {
-                        store.set(&rule.domain, l.key);
-                        l.validity
-                    }
-                    None => {
-                        tracing::info!(domain = %name, directory = %tls.acme.directory_url, "no certificate yet; ordering one from the ACME CA (HTTPS for this name fails until it arrives)");
-                        None
-                    }
-                };
-                acme.push((rule.domain.clone(), name.clone(), validity));
-            }
-        }
-    }
+    let sources = Sources::load(config, &store)?;
     let server = server::server_config(store.clone(), tls.min_version)?;
     let quic = server::quic_server_config(&server);
-    let (bg_store, reload_every) = (store.clone(), tls.reload_interval);
-    let (acme_cfg, state_dir) = (tls.acme.clone(), tls.state_dir.clone());
     let shared = shared.cloned();
     // Other instances' TLS-ALPN-01 answers, when they order for this one too.
     let shared_alpn = shared
         .as_ref()
-        .filter(|s| s.config().certificates && !acme.is_empty())
+        .filter(|s| s.config().certificates && !sources.acme.is_empty())
         .map(|s| alpn::SharedAlpn::new(store.clone(), s.clone()));
-    let (stop, mut stopped) = tokio::sync::watch::channel(false);
-    let refresh = Arc::new(tokio::sync::Notify::new());
-    let manager = Arc::new(Manager {
-        stop,
-        refresh: refresh.clone(),
-    });
-    let spawned = std::thread::Builder::new()
-        .name("rampart-certs".into())
-        .spawn(move || {
-            let rt = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    return tracing::error!(error = %e, "cannot start the certificate manager")
-                }
-            };
-            rt.block_on(async move {
-                let mut tasks = tokio::task::JoinSet::new();
-                if !watched.is_empty() {
-                    tasks.spawn(watch_files(
-                        watched,
-                        bg_store.clone(),
-                        reload_every,
-                        refresh,
-                    ));
-                }
-                if let Some(ca) = ca {
-                    tasks.spawn(renew_internal(ca, internal, bg_store.clone()));
-                }
-                if !acme.is_empty() {
-                    tasks.spawn(renew::run(acme_cfg, state_dir, acme, bg_store, shared));
-                }
-                tokio::select! {
-                    _ = async { while tasks.join_next().await.is_some() {} } => {}
-                    _ = stopped.wait_for(|s| *s) => tasks.abort_all(),
-                }
-            });
-        });
-    if let Err(e) = spawned {
-        return Err(TlsError::Setup {
-            what: "cannot start the certificate manager",
-            reason: e.to_string(),
-        });
-    }
+    let manager = sources.keep_current(tls, store.clone(), shared)?;
     Ok(Some(Tls {
         store,
         server,
@@ -230,6 +130,141 @@ pub fn start(
         manager,
         shared_alpn,
     }))
+}
+
+/// Where the certificates in service came from, for the work that keeps them current.
+struct Sources {
+    /// Certificate files, reloaded when they change.
+    watched: Vec<Watched>,
+    /// The local CA and the names it issued for.
+    ca: Option<LocalCa>,
+    internal: Vec<(DomainPattern, String, Option<Validity>)>,
+    /// Names ordered from the ACME CA (with the validity of the certificate stored earlier).
+    acme: Vec<(DomainPattern, String, Option<Validity>)>,
+}
+
+impl Sources {
+    /// Loads every rule's certificate available now into `store`.
+    fn load(config: &Config, store: &CertStore) -> Result<Sources, TlsError> {
+        let tls = &config.tls;
+        let mut s = Sources {
+            watched: Vec::new(),
+            ca: None,
+            internal: Vec::new(),
+            acme: Vec::new(),
+        };
+        for rule in &config.rules {
+            let Some(source) = &rule.cert else { continue };
+            let label = rule.domain_text.clone();
+            match source {
+                CertSource::Files { cert, key } => {
+                    let loaded = pem::load_pair(cert, key).map_err(|e| TlsError::RuleFiles {
+                        rule: label.clone(),
+                        source: Box::new(e),
+                    })?;
+                    store.set(&rule.domain, loaded.key);
+                    s.watched.push(Watched {
+                        domain: rule.domain.clone(),
+                        label,
+                        cert: cert.clone(),
+                        key: key.clone(),
+                        stamp: stamp(cert, key),
+                    });
+                }
+                CertSource::Internal => {
+                    let Some(name) = cert_name(&rule.domain) else {
+                        continue;
+                    };
+                    if s.ca.is_none() {
+                        s.ca = Some(LocalCa::load_or_create(&tls.state_dir)?);
+                    }
+                    let Some(local) = &s.ca else { continue };
+                    let loaded = local.issue(&name)?;
+                    store.set(&rule.domain, loaded.key);
+                    s.internal
+                        .push((rule.domain.clone(), name, loaded.validity));
+                }
+                CertSource::Acme => {
+                    let DomainPattern::Exact(name) = &rule.domain else {
+                        continue;
+                    };
+                    let previous = acme::stored(&tls.state_dir, &tls.acme, name)
+                        .filter(|l| l.validity.is_none_or(|v| v.not_after > SystemTime::now()));
+                    let validity = match previous {
+                        Some(l) => {
+                            store.set(&rule.domain, l.key);
+                            l.validity
+                        }
+                        None => {
+                            tracing::info!(domain = %name, directory = %tls.acme.directory_url, "no certificate yet; ordering one from the ACME CA (HTTPS for this name fails until it arrives)");
+                            None
+                        }
+                    };
+                    s.acme.push((rule.domain.clone(), name.clone(), validity));
+                }
+            }
+        }
+        Ok(s)
+    }
+
+    /// Starts the `rampart-certs` thread: file reloads, local-CA renewals, the ACME client.
+    fn keep_current(
+        self,
+        tls: &rampart_config::TlsConfig,
+        store: Arc<CertStore>,
+        shared: Option<rampart_redis::Shared>,
+    ) -> Result<Arc<Manager>, TlsError> {
+        let reload_every = tls.reload_interval;
+        let (acme_cfg, state_dir) = (tls.acme.clone(), tls.state_dir.clone());
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let refresh = Arc::new(tokio::sync::Notify::new());
+        let manager = Arc::new(Manager {
+            stop,
+            refresh: refresh.clone(),
+        });
+        let Sources {
+            watched,
+            ca,
+            internal,
+            acme,
+        } = self;
+        let spawned = std::thread::Builder::new()
+            .name("rampart-certs".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        return tracing::error!(error = %e, "cannot start the certificate manager")
+                    }
+                };
+                rt.block_on(async move {
+                    let mut tasks = tokio::task::JoinSet::new();
+                    if !watched.is_empty() {
+                        tasks.spawn(watch_files(watched, store.clone(), reload_every, refresh));
+                    }
+                    if let Some(ca) = ca {
+                        tasks.spawn(renew_internal(ca, internal, store.clone()));
+                    }
+                    if !acme.is_empty() {
+                        tasks.spawn(renew::run(acme_cfg, state_dir, acme, store, shared));
+                    }
+                    tokio::select! {
+                        _ = async { while tasks.join_next().await.is_some() {} } => {}
+                        _ = stopped.wait_for(|s| *s) => tasks.abort_all(),
+                    }
+                });
+            });
+        match spawned {
+            Ok(_) => Ok(manager),
+            Err(e) => Err(TlsError::Setup {
+                what: "cannot start the certificate manager",
+                reason: e.to_string(),
+            }),
+        }
+    }
 }
 
 /// Reloads certificate files when they change. A pair that fails to load (half written, key

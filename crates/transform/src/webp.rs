@@ -97,7 +97,7 @@ fn decode_error(e: image::ImageError) -> WebpError {
 /// decoded): the decoded picture (twice when the EXIF orientation turns it), its RGB(A) copy
 /// and libwebp's working memory. A picture's file size says nothing of this (a 261 KB
 /// grayscale PNG of 16,383² pixels took 2.8 GB to convert): the caller holds this much of a
-/// memory budget before [`to_webp`], or does not convert (issue 30).
+/// memory budget before [`to_webp`], or does not convert.
 pub fn working_bytes(data: &[u8], source: Source) -> Result<u64, WebpError> {
     let decoder = decoder(data, source)?;
     let (w, h) = decoder.dimensions();

@@ -2,7 +2,7 @@
 //! grows a fresh process's peak resident memory by less than the estimate, for a grayscale
 //! PNG, an RGBA PNG (lossless WebP) and a JPEG (lossy). rampart holds that much of the cache's
 //! budget before converting, so an estimate below the truth would let conversions take the
-//! process past its budget (issue 30: a 261 KB PNG took 2.8 GB).
+//! process past its budget (a 261 KB PNG took 2.8 GB).
 //!
 //! Each picture is converted in a process of its own (this binary run again for the ignored
 //! test `convert_one`): memory freed by one conversion and kept by the allocator would hide the

@@ -48,21 +48,18 @@ enum Sender {
 }
 
 impl Sender {
-    async fn connect(ctx: &Ctx, h2: bool) -> Result<Sender, String> {
+    async fn connect(ctx: &Ctx, h2: bool) -> anyhow::Result<Sender> {
         let tcp = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(ctx.http))
             .await
-            .map_err(|_| "connect timed out".to_owned())?
-            .map_err(|e| e.to_string())?;
+            .map_err(|_| anyhow::anyhow!("connect timed out"))??;
         let _ = tcp.set_nodelay(true);
         let io = TokioIo::new(tcp);
         if h2 {
-            let (s, conn) = http2::handshake(TokioExecutor::new(), io)
-                .await
-                .map_err(|e| e.to_string())?;
+            let (s, conn) = http2::handshake(TokioExecutor::new(), io).await?;
             tokio::spawn(conn);
             Ok(Sender::H2(s))
         } else {
-            let (s, conn) = http1::handshake(io).await.map_err(|e| e.to_string())?;
+            let (s, conn) = http1::handshake(io).await?;
             tokio::spawn(conn);
             Ok(Sender::H1(s))
         }
@@ -109,129 +106,210 @@ pub(super) fn header_of(h: &http::HeaderMap) -> impl Fn(&str) -> Option<String> 
     move |name| h.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned)
 }
 
+/// One request of a client, recorded once however often it is sent: its class, when it
+/// started, and whether it was already sent again.
+pub(super) struct Attempt<'a> {
+    pub(super) ctx: &'a Ctx,
+    pub(super) op: &'a Op,
+    class: String,
+    started: Instant,
+    retried: bool,
+}
+
+impl<'a> Attempt<'a> {
+    /// A request of `op` over `proto` (`h1`, `h2c`, `h3`), starting now.
+    pub(super) fn new(ctx: &'a Ctx, op: &'a Op, proto: &str) -> Attempt<'a> {
+        let class = format!("{proto} {}", op.name());
+        Attempt {
+            ctx,
+            op,
+            class,
+            started: Instant::now(),
+            retried: false,
+        }
+    }
+
+    /// Records what came of it.
+    pub(super) fn record(&self, answered: bool, outcome: Outcome) {
+        self.ctx
+            .tally
+            .record(&self.class, self.started, answered, outcome);
+    }
+
+    /// Records it as failed.
+    pub(super) fn fail(&self, answered: bool, cause: impl Into<String>, detail: impl Into<String>) {
+        self.record(answered, failed(cause, detail));
+    }
+
+    /// Whether to send it again: once, when `safe` (counted as retried).
+    pub(super) fn again(&mut self, safe: bool) -> bool {
+        self.ctx
+            .tally
+            .retry_once(&self.class, &mut self.retried, safe)
+    }
+
+    /// `METHOD path: detail`, as a failure names the request.
+    pub(super) fn describe(&self, detail: impl std::fmt::Display) -> String {
+        format!("{} {}: {detail}", self.op.method(), self.op.path(self.ctx))
+    }
+}
+
 /// An HTTP/1.1 (`h2 == false`) or HTTP/2 cleartext client on one keep-alive connection at a
 /// time.
 pub async fn hyper_client(ctx: Arc<Ctx>, h2: bool, seed: u64) {
     let proto = if h2 { "h2c" } else { "h1" };
     let mut rng = Rng(seed);
-    // The connection and how many answers it gave.
-    let mut conn: Option<(Sender, u64)> = None;
+    let mut client = HyperClient { h2, conn: None };
     while ctx.running() {
         let op = pick(&ctx, &mut rng);
-        let class = format!("{proto} {}", op.name());
-        let started = Instant::now();
-        let mut retried = false;
-        let mut connects = 0;
-        loop {
-            if conn.is_none() {
-                connects += 1;
-                if connects > 3 {
-                    // Three new connections closed before they could take the request.
-                    ctx.tally.record(
-                        &class,
-                        started,
-                        false,
-                        failed(
-                            "connection closed before the answer",
-                            "three new connections in a row were closed before the request",
-                        ),
-                    );
-                    break;
-                }
-                match Sender::connect(&ctx, h2).await {
-                    Ok(s) => conn = Some((s, 0)),
-                    Err(e) => {
-                        ctx.tally
-                            .record(&class, started, false, failed("connect failed", e));
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        break;
-                    }
-                }
-            }
-            let Some((sender, served)) = conn.as_mut() else {
-                break;
-            };
-            let reused = *served > 0;
-            if sender.ready().await.is_err() {
-                // Closed while idle: not a failure, a new connection.
-                conn = None;
-                continue;
-            }
-            let req = op.request(&ctx, h2.then_some("http"), Full::new(op.body(&ctx)));
-            let res = match tokio::time::timeout(REQUEST_TIMEOUT, sender.send(req)).await {
-                Err(_) => {
-                    ctx.tally.record(
-                        &class,
-                        started,
-                        false,
-                        failed(
-                            "timeout",
-                            format!("no answer head within {REQUEST_TIMEOUT:?}"),
-                        ),
-                    );
-                    conn = None;
-                    break;
-                }
-                Ok(Err(e)) => {
-                    conn = None;
-                    // `canceled`: hyper never sent it (the connection was closing: an HTTP/2
-                    // GOAWAY at an upgrade), so even a POST may go again, as hyper-util's
-                    // pooled client does.
-                    let safe = (reused && op.idempotent()) || e.is_canceled() || refused_stream(&e);
-                    if ctx.tally.retry_once(&class, &mut retried, safe) {
-                        continue;
-                    }
-                    ctx.tally.record(
-                        &class,
-                        started,
-                        false,
-                        failed(
-                            no_answer(&e),
-                            format!(
-                                "{} {}: {e} ({:?})",
-                                op.method(),
-                                op.path(&ctx),
-                                std::error::Error::source(&e)
-                            ),
-                        ),
-                    );
-                    break;
-                }
-                Ok(Ok(res)) => res,
-            };
-            *served += 1;
-            let (parts, body) = res.into_parts();
-            let status = parts.status.as_u16();
-            let collected = tokio::time::timeout(REQUEST_TIMEOUT, collect(body)).await;
-            let outcome = match collected {
-                Err(_) => {
-                    conn = None;
-                    failed(
-                        "timeout",
-                        format!("body not complete within {REQUEST_TIMEOUT:?}"),
-                    )
-                }
-                Ok(Err(e)) => {
-                    conn = None;
-                    failed(
-                        "body cut",
-                        format!("{} {} → {status}: {e}", op.method(), op.path(&ctx)),
-                    )
-                }
-                Ok(Ok(b)) => verify(&ctx, &op, status, &header_of(&parts.headers), &b),
-            };
-            ctx.tally.record(&class, started, true, outcome);
-            break;
-        }
+        client.request(&mut Attempt::new(&ctx, &op, proto)).await;
         think(&ctx).await;
     }
 }
 
+/// A hyper client's connection, replaced when it breaks.
+struct HyperClient {
+    h2: bool,
+    /// The connection and how many answers it gave.
+    conn: Option<(Sender, u64)>,
+}
+
+/// What sending a request once came to.
+enum Sent {
+    Answer(http::Response<hyper::body::Incoming>),
+    /// To be sent again, on a new connection.
+    Again,
+    /// Recorded as failed.
+    Failed,
+}
+
+impl HyperClient {
+    /// Sends the request (on a new connection when the last one closed; again when that is
+    /// safe) and records what came of it.
+    async fn request(&mut self, a: &mut Attempt<'_>) {
+        let mut connects = 0;
+        loop {
+            if self.conn.is_none() {
+                connects += 1;
+                if !self.connect(a, connects).await {
+                    return;
+                }
+            }
+            let Some((sender, served)) = self.conn.as_mut() else {
+                return;
+            };
+            let reused = *served > 0;
+            if sender.ready().await.is_err() {
+                // Closed while idle: not a failure, a new connection.
+                self.conn = None;
+                continue;
+            }
+            match self.send(a, reused).await {
+                Sent::Answer(res) => return self.receive(a, res).await,
+                Sent::Again => continue,
+                Sent::Failed => return,
+            }
+        }
+    }
+
+    /// Opens a new connection; `false` (recorded as failed) when it could not, or when this
+    /// would be the fourth new one in a row for the request.
+    async fn connect(&mut self, a: &Attempt<'_>, connects: u32) -> bool {
+        if connects > 3 {
+            // Three new connections closed before they could take the request.
+            a.fail(
+                false,
+                "connection closed before the answer",
+                "three new connections in a row were closed before the request",
+            );
+            return false;
+        }
+        match Sender::connect(a.ctx, self.h2).await {
+            Ok(s) => {
+                self.conn = Some((s, 0));
+                true
+            }
+            Err(e) => {
+                a.fail(false, "connect failed", format!("{e:#}"));
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                false
+            }
+        }
+    }
+
+    /// Sends the request on the connection and waits for the answer's head.
+    async fn send(&mut self, a: &mut Attempt<'_>, reused: bool) -> Sent {
+        let Some((sender, served)) = self.conn.as_mut() else {
+            return Sent::Failed;
+        };
+        let (ctx, op) = (a.ctx, a.op);
+        let req = op.request(ctx, self.h2.then_some("http"), Full::new(op.body(ctx)));
+        match tokio::time::timeout(REQUEST_TIMEOUT, sender.send(req)).await {
+            Err(_) => {
+                a.fail(
+                    false,
+                    "timeout",
+                    format!("no answer head within {REQUEST_TIMEOUT:?}"),
+                );
+                self.conn = None;
+                Sent::Failed
+            }
+            Ok(Err(e)) => {
+                self.conn = None;
+                // `canceled`: hyper never sent it (the connection was closing: an HTTP/2
+                // GOAWAY at an upgrade), so even a POST may go again, as hyper-util's
+                // pooled client does.
+                let safe = (reused && op.idempotent()) || e.is_canceled() || refused_stream(&e);
+                if a.again(safe) {
+                    return Sent::Again;
+                }
+                let source = std::error::Error::source(&e);
+                a.fail(
+                    false,
+                    no_answer(&e),
+                    a.describe(format!("{e} ({source:?})")),
+                );
+                Sent::Failed
+            }
+            Ok(Ok(res)) => {
+                *served += 1;
+                Sent::Answer(res)
+            }
+        }
+    }
+
+    /// Reads the answer's body and records what [`verify`] makes of it; a body that did not
+    /// arrive whole also drops the connection.
+    async fn receive(&mut self, a: &Attempt<'_>, res: http::Response<hyper::body::Incoming>) {
+        let (parts, body) = res.into_parts();
+        let status = parts.status.as_u16();
+        let collected = tokio::time::timeout(REQUEST_TIMEOUT, collect(body)).await;
+        let outcome = match collected {
+            Err(_) => {
+                self.conn = None;
+                failed(
+                    "timeout",
+                    format!("body not complete within {REQUEST_TIMEOUT:?}"),
+                )
+            }
+            Ok(Err(e)) => {
+                self.conn = None;
+                failed(
+                    "body cut",
+                    format!("{} {} → {status}: {e}", a.op.method(), a.op.path(a.ctx)),
+                )
+            }
+            Ok(Ok(b)) => verify(a.ctx, a.op, status, &header_of(&parts.headers), &b),
+        };
+        a.record(true, outcome);
+    }
+}
+
 /// Reads a whole response body; `Err` says after how many bytes it broke.
-async fn collect(mut body: hyper::body::Incoming) -> Result<Bytes, String> {
+async fn collect(mut body: hyper::body::Incoming) -> anyhow::Result<Bytes> {
     let mut buf = BytesMut::new();
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| format!("after {} bytes: {e}", buf.len()))?;
+        let frame = frame.map_err(|e| anyhow::anyhow!("after {} bytes: {e}", buf.len()))?;
         if let Ok(d) = frame.into_data() {
             buf.extend_from_slice(&d);
         }
@@ -341,11 +419,10 @@ pub async fn purger(ctx: Arc<Ctx>, seed: u64) {
             let mut s = Sender::connect(&ctx, false).await?;
             let r = s
                 .send(op.request(&ctx, None, Full::new(Bytes::new())))
-                .await
-                .map_err(|e| e.to_string())?;
+                .await?;
             let status = r.status().as_u16();
             let _ = r.into_body().collect().await;
-            Ok::<u16, String>(status)
+            Ok::<u16, anyhow::Error>(status)
         };
         match tokio::time::timeout(REQUEST_TIMEOUT, res).await {
             Ok(Ok(status)) => {
@@ -356,7 +433,7 @@ pub async fn purger(ctx: Arc<Ctx>, seed: u64) {
                 "h1 purge",
                 started,
                 false,
-                failed("error before the answer", e),
+                failed("error before the answer", format!("{e:#}")),
             ),
             Err(_) => ctx
                 .tally

@@ -50,10 +50,10 @@ impl FaultLog {
         }
     }
 
-    fn add(&self, kind: &'static str, from: Instant, result: Result<String, String>) {
+    fn add(&self, kind: &'static str, from: Instant, result: anyhow::Result<String>) {
         let (ok, detail) = match result {
             Ok(d) => (true, d),
-            Err(d) => (false, d),
+            Err(e) => (false, format!("{e:#}")),
         };
         let ev = FaultEvent {
             kind,
@@ -305,6 +305,37 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     }
 }
 
+/// A fault, run at its `k`th time (1, 2, …).
+type Fault = Box<dyn FnMut(u64) + Send>;
+
+/// The fault threads: each runs its fault at `start + k × every` for k = 1, 2, … while that is
+/// before `last`, and ends early when `stop` is set.
+struct Threads {
+    start: Instant,
+    last: Instant,
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Threads {
+    /// Starts a thread running `fault` every `every_s` seconds; none when `every_s` is 0.
+    fn every(&mut self, every_s: u64, mut fault: Fault) {
+        if every_s == 0 {
+            return;
+        }
+        let (start, last, stop) = (self.start, self.last, self.stop.clone());
+        self.threads.push(std::thread::spawn(move || {
+            for k in 1.. {
+                let at = start + Duration::from_secs(every_s * k);
+                if at >= last || !sleep_until(at, &stop) {
+                    break;
+                }
+                fault(k);
+            }
+        }));
+    }
+}
+
 /// Starts one thread per kind of fault; they end by themselves before `end`.
 pub fn spawn(
     schedule: Schedule,
@@ -317,127 +348,125 @@ pub fn spawn(
     let last = end
         .checked_sub(Duration::from_secs(schedule.quiet_tail_s))
         .unwrap_or(start);
-    let mut threads = Vec::new();
-    // Runs `f(k)` at `start + k × every` for k = 1, 2, … while before `last`.
-    let mut every = |every_s: u64, f: Box<dyn FnMut(u64) + Send>| {
-        if every_s == 0 {
-            return;
-        }
-        let stop = stop.clone();
-        let mut f = f;
-        threads.push(std::thread::spawn(move || {
-            for k in 1.. {
-                let at = start + Duration::from_secs(every_s * k);
-                if at >= last || !sleep_until(at, &stop) {
-                    break;
-                }
-                f(k);
-            }
-        }));
+    let mut threads = Threads {
+        start,
+        last,
+        stop: stop.clone(),
+        threads: Vec::new(),
     };
-    {
-        let (r, log) = (targets.rampart.clone(), log.clone());
-        every(
-            schedule.reload_every_s,
-            Box::new(move |_| {
-                let mut g = lock(&r);
-                let t = Instant::now();
-                let res = g.reload();
-                drop(g);
-                log.add("reload", t, res);
-            }),
-        );
-    }
-    {
-        let (r, log, drain) = (targets.rampart.clone(), log.clone(), targets.drain);
-        every(
-            schedule.upgrade_every_s,
-            Box::new(move |_| {
-                // Reloads wait while the new process takes over, not while the old one drains.
-                let mut g = lock(&r);
-                let t = Instant::now();
-                let res = g.upgrade();
-                drop(g);
-                let within = drain + Duration::from_secs(10);
-                let res = res.and_then(|(old, new)| {
-                    if rampart::wait_exit(old, within) {
-                        Ok(format!("process {old} → {new}"))
-                    } else {
-                        Err(format!(
-                            "process {new} serves, but the old process {old} did not exit within {} s",
-                            within.as_secs()
-                        ))
-                    }
-                });
-                log.add("upgrade", t, res);
-            }),
-        );
-    }
-    {
-        let (origins, log, down) = (
-            targets.origins.clone(),
-            log.clone(),
-            Duration::from_secs(schedule.origin_down_s),
-        );
-        let stop = stop.clone();
-        every(
-            schedule.origin_kill_every_s,
-            Box::new(move |k| {
-                // The first origin (the one the rule prefers) on odd rounds, the other on even.
-                let Some(o) = origins.get(((k + 1) % 2) as usize).or(origins.first()) else {
-                    return;
-                };
-                let t = Instant::now();
-                let (name, addr) = {
-                    let mut g = lock(o);
-                    g.kill();
-                    (g.name, g.addr)
-                };
-                sleep_until(t + down, &stop);
-                let res = lock(o)
-                    .restart()
-                    .map(|()| {
-                        format!(
-                            "origin {name} ({addr}) killed (SIGKILL), back after {} s",
-                            down.as_secs()
-                        )
-                    })
-                    .map_err(|e| format!("origin {name} ({addr}) did not come back: {e:#}"));
-                log.add("origin-kill", t, res);
-            }),
-        );
-    }
+    threads.every(schedule.reload_every_s, reload(targets, log));
+    threads.every(schedule.upgrade_every_s, upgrade(targets, log));
+    let origin_down = Duration::from_secs(schedule.origin_down_s);
+    threads.every(
+        schedule.origin_kill_every_s,
+        origin_kill(targets, log, origin_down, stop),
+    );
     if let Some(redis) = &targets.redis {
-        let (redis, log, down) = (
-            redis.clone(),
-            log.clone(),
-            Duration::from_secs(schedule.redis_down_s),
-        );
-        let stop = stop.clone();
-        every(
+        let redis_down = Duration::from_secs(schedule.redis_down_s);
+        threads.every(
             schedule.redis_kill_every_s,
-            Box::new(move |_| {
-                let t = Instant::now();
-                let addr = {
-                    let mut g = lock(&redis);
-                    g.kill();
-                    g.addr
-                };
-                sleep_until(t + down, &stop);
-                let res = lock(&redis)
-                    .restart()
-                    .map(|()| {
-                        format!(
-                            "redis-server ({addr}) killed (SIGKILL), back after {} s",
-                            down.as_secs()
-                        )
-                    })
-                    .map_err(|e| format!("redis-server did not come back: {e:#}"));
-                log.add("redis-kill", t, res);
-            }),
+            redis_kill(redis, log, redis_down, stop),
         );
     }
-    threads
+    threads.threads
+}
+
+/// SIGHUP to rampart.
+fn reload(targets: &Targets, log: &Arc<FaultLog>) -> Fault {
+    let (r, log) = (targets.rampart.clone(), log.clone());
+    Box::new(move |_| {
+        let mut g = lock(&r);
+        let t = Instant::now();
+        let res = g.reload();
+        drop(g);
+        log.add("reload", t, res);
+    })
+}
+
+/// SIGUSR2 to rampart; as planned when the old process exits within its drain time.
+fn upgrade(targets: &Targets, log: &Arc<FaultLog>) -> Fault {
+    let (r, log, drain) = (targets.rampart.clone(), log.clone(), targets.drain);
+    Box::new(move |_| {
+        // Reloads wait while the new process takes over, not while the old one drains.
+        let mut g = lock(&r);
+        let t = Instant::now();
+        let res = g.upgrade();
+        drop(g);
+        let within = drain + Duration::from_secs(10);
+        let res = res.and_then(|(old, new)| {
+            if rampart::wait_exit(old, within) {
+                Ok(format!("process {old} → {new}"))
+            } else {
+                Err(anyhow::anyhow!(
+                    "process {new} serves, but the old process {old} did not exit within {} s",
+                    within.as_secs()
+                ))
+            }
+        });
+        log.add("upgrade", t, res);
+    })
+}
+
+/// SIGKILL to an origin, started again after `down`.
+fn origin_kill(
+    targets: &Targets,
+    log: &Arc<FaultLog>,
+    down: Duration,
+    stop: &Arc<AtomicBool>,
+) -> Fault {
+    let (origins, log, stop) = (targets.origins.clone(), log.clone(), stop.clone());
+    Box::new(move |k| {
+        // The first origin (the one the rule prefers) on odd rounds, the other on even.
+        let Some(o) = origins.get(((k + 1) % 2) as usize).or(origins.first()) else {
+            return;
+        };
+        let t = Instant::now();
+        let (name, addr) = {
+            let mut g = lock(o);
+            g.kill();
+            (g.name, g.addr)
+        };
+        sleep_until(t + down, &stop);
+        let res = lock(o)
+            .restart()
+            .map(|()| {
+                format!(
+                    "origin {name} ({addr}) killed (SIGKILL), back after {} s",
+                    down.as_secs()
+                )
+            })
+            .with_context(|| format!("origin {name} ({addr}) did not come back"));
+        log.add("origin-kill", t, res);
+    })
+}
+
+/// SIGKILL to Redis, started again after `down`.
+fn redis_kill(
+    redis: &Arc<Mutex<RedisProc>>,
+    log: &Arc<FaultLog>,
+    down: Duration,
+    stop: &Arc<AtomicBool>,
+) -> Fault {
+    let (redis, log, stop) = (redis.clone(), log.clone(), stop.clone());
+    Box::new(move |_| {
+        let t = Instant::now();
+        let addr = {
+            let mut g = lock(&redis);
+            g.kill();
+            g.addr
+        };
+        sleep_until(t + down, &stop);
+        let res = lock(&redis)
+            .restart()
+            .map(|()| {
+                format!(
+                    "redis-server ({addr}) killed (SIGKILL), back after {} s",
+                    down.as_secs()
+                )
+            })
+            .context("redis-server did not come back");
+        log.add("redis-kill", t, res);
+    })
 }
 
 /// One sample of the serving process.

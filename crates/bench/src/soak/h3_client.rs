@@ -5,11 +5,11 @@
 //! unanswered when the server closed gracefully (it was not processed, RFC 9114 §5.2).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::{Buf as _, BufMut as _, Bytes, BytesMut};
 
-use super::clients::{failed, header_of, think};
+use super::clients::{header_of, think, Attempt};
 use super::rampart::HOST;
 use super::traffic::{pick, verify, Ctx, Op, Rng, REQUEST_TIMEOUT};
 
@@ -18,14 +18,13 @@ type H3Send = crate::h3::Sender;
 async fn h3_connect(
     ctx: &Ctx,
     endpoint: &quinn::Endpoint,
-) -> Result<(quinn::Connection, H3Send), String> {
+) -> anyhow::Result<(quinn::Connection, H3Send)> {
     tokio::time::timeout(
         Duration::from_secs(10),
         crate::h3::connect(endpoint, ctx.h3, HOST),
     )
     .await
-    .map_err(|_| "QUIC handshake timed out".to_owned())?
-    .map_err(|e| format!("{e:#}"))
+    .map_err(|_| anyhow::anyhow!("QUIC handshake timed out"))?
 }
 
 /// The cause of a request left unanswered on an HTTP/3 connection the server closed gracefully.
@@ -95,133 +94,148 @@ async fn h3_exchange(
 /// An HTTP/3 client on one QUIC connection at a time.
 pub async fn h3_client(ctx: Arc<Ctx>, seed: u64) {
     let mut rng = Rng(seed);
-    let endpoint = match quinn::Endpoint::client(std::net::SocketAddr::from(([127, 0, 0, 1], 0))) {
+    let Some(endpoint) = endpoint(&ctx) else {
+        return;
+    };
+    let mut client = H3Client {
+        endpoint,
+        conn: None,
+    };
+    while ctx.running() {
+        let op = pick(&ctx, &mut rng);
+        client.request(&mut Attempt::new(&ctx, &op, "h3")).await;
+        think(&ctx).await;
+    }
+    if let Some((c, _, _)) = client.conn {
+        c.close(0x100u32.into(), b"done");
+    }
+    client.endpoint.wait_idle().await;
+}
+
+/// The client's QUIC endpoint; `None` (noted in the tally) when it could not bind.
+fn endpoint(ctx: &Ctx) -> Option<quinn::Endpoint> {
+    match quinn::Endpoint::client(std::net::SocketAddr::from(([127, 0, 0, 1], 0))) {
         Ok(mut e) => {
             e.set_default_client_config(ctx.quic.clone());
-            e
+            Some(e)
         }
         Err(e) => {
             ctx.tally
                 .note(format!("HTTP/3 client could not bind a UDP socket: {e}"));
-            return;
+            None
         }
-    };
-    let mut conn: Option<(quinn::Connection, H3Send, u64)> = None;
-    while ctx.running() {
-        let op = pick(&ctx, &mut rng);
-        let class = format!("h3 {}", op.name());
-        let started = Instant::now();
-        let mut retried = false;
+    }
+}
+
+/// An HTTP/3 client's endpoint and connection, replaced when it closes.
+struct H3Client {
+    endpoint: quinn::Endpoint,
+    /// The connection, its request sender and how many answers it gave.
+    conn: Option<(quinn::Connection, H3Send, u64)>,
+}
+
+/// What one exchange came to: answered within the timeout, where it broke, or the timeout.
+type Exchanged =
+    Result<Result<(u16, http::HeaderMap, Bytes), H3Broke>, tokio::time::error::Elapsed>;
+
+impl H3Client {
+    /// Sends the request (on a new connection when the last one closed; again when that is
+    /// safe) and records what came of it.
+    async fn request(&mut self, a: &mut Attempt<'_>) {
         loop {
-            if conn
+            if self
+                .conn
                 .as_ref()
                 .is_some_and(|(c, _, _)| c.close_reason().is_some())
             {
-                conn = None;
+                self.conn = None;
             }
-            if conn.is_none() {
-                match h3_connect(&ctx, &endpoint).await {
-                    Ok((c, s)) => conn = Some((c, s, 0)),
+            if self.conn.is_none() {
+                match h3_connect(a.ctx, &self.endpoint).await {
+                    Ok((c, s)) => self.conn = Some((c, s, 0)),
                     Err(e) => {
-                        ctx.tally
-                            .record(&class, started, false, failed("h3 connect failed", e));
+                        a.fail(false, "h3 connect failed", format!("{e:#}"));
                         tokio::time::sleep(Duration::from_millis(100)).await;
-                        break;
+                        return;
                     }
                 }
             }
-            let Some((c, send, served)) = conn.as_mut() else {
-                break;
+            let Some((_, send, served)) = self.conn.as_mut() else {
+                return;
             };
             let reused = *served > 0;
-            let got = tokio::time::timeout(REQUEST_TIMEOUT, h3_exchange(&ctx, send, &op)).await;
-            match got {
-                Err(_) => {
-                    c.close(0x100u32.into(), b"timeout");
-                    conn = None;
-                    ctx.tally.record(
-                        &class,
-                        started,
-                        false,
-                        failed(
-                            "timeout",
-                            format!("not complete within {REQUEST_TIMEOUT:?}"),
-                        ),
-                    );
-                }
-                Ok(Err(H3Broke::NotSent(detail))) => {
-                    // A connection that refuses new requests (closed, or going away after the
-                    // server's GOAWAY) takes no more: the request goes on a new one, once.
-                    c.close(0x100u32.into(), b"gone");
-                    conn = None;
-                    if ctx.tally.retry_once(&class, &mut retried, reused) {
-                        continue;
-                    }
-                    ctx.tally.record(
-                        &class,
-                        started,
-                        false,
-                        failed(
-                            "request refused by the connection",
-                            format!("{} {}: {detail}", op.method(), op.path(&ctx)),
-                        ),
-                    );
-                }
-                Ok(Err(H3Broke::BeforeAnswer(detail))) => {
-                    // A server that closes gracefully (H3_NO_ERROR) with this request open has
-                    // finished what it accepted before its GOAWAY: this one was not processed
-                    // (RFC 9114 §5.2) and may be sent again.
-                    let graceful = matches!(
-                        c.close_reason(),
-                        Some(quinn::ConnectionError::ApplicationClosed(ref a))
-                            if a.error_code == quinn::VarInt::from_u32(0x100)
-                    );
-                    c.close(0x100u32.into(), b"gone");
-                    conn = None;
-                    let safe = graceful && reused && op.idempotent();
-                    if ctx.tally.retry_once(&class, &mut retried, safe) {
-                        continue;
-                    }
-                    ctx.tally.record(
-                        &class,
-                        started,
-                        false,
-                        failed(
-                            if graceful {
-                                GRACEFUL_CLOSE
-                            } else {
-                                "error before the answer"
-                            },
-                            format!("{} {}: {detail}", op.method(), op.path(&ctx)),
-                        ),
-                    );
-                }
-                Ok(Err(H3Broke::Body(detail))) => {
-                    if c.close_reason().is_some() {
-                        conn = None;
-                    }
-                    ctx.tally.record(
-                        &class,
-                        started,
-                        true,
-                        failed(
-                            "body cut",
-                            format!("{} {}: {detail}", op.method(), op.path(&ctx)),
-                        ),
-                    );
-                }
-                Ok(Ok((status, headers, body))) => {
-                    *served += 1;
-                    let outcome = verify(&ctx, &op, status, &header_of(&headers), &body);
-                    ctx.tally.record(&class, started, true, outcome);
-                }
+            let got = tokio::time::timeout(REQUEST_TIMEOUT, h3_exchange(a.ctx, send, a.op)).await;
+            if !self.judge(a, got, reused) {
+                return;
             }
-            break;
         }
-        think(&ctx).await;
     }
-    if let Some((c, _, _)) = conn {
-        c.close(0x100u32.into(), b"done");
+
+    /// Records what came of one exchange, dropping a connection that broke; `true` when the
+    /// request is to be sent again instead.
+    fn judge(&mut self, a: &mut Attempt<'_>, got: Exchanged, reused: bool) -> bool {
+        let Some((c, _, served)) = self.conn.as_mut() else {
+            return false;
+        };
+        match got {
+            Err(_) => {
+                c.close(0x100u32.into(), b"timeout");
+                self.conn = None;
+                a.fail(
+                    false,
+                    "timeout",
+                    format!("not complete within {REQUEST_TIMEOUT:?}"),
+                );
+            }
+            Ok(Err(H3Broke::NotSent(detail))) => {
+                // A connection that refuses new requests (closed, or going away after the
+                // server's GOAWAY) takes no more: the request goes on a new one, once.
+                c.close(0x100u32.into(), b"gone");
+                self.conn = None;
+                if a.again(reused) {
+                    return true;
+                }
+                a.fail(
+                    false,
+                    "request refused by the connection",
+                    a.describe(detail),
+                );
+            }
+            Ok(Err(H3Broke::BeforeAnswer(detail))) => {
+                // A server that closes gracefully (H3_NO_ERROR) with this request open has
+                // finished what it accepted before its GOAWAY: this one was not processed
+                // (RFC 9114 §5.2) and may be sent again.
+                let graceful = matches!(
+                    c.close_reason(),
+                    Some(quinn::ConnectionError::ApplicationClosed(ref closed))
+                        if closed.error_code == quinn::VarInt::from_u32(0x100)
+                );
+                c.close(0x100u32.into(), b"gone");
+                self.conn = None;
+                if a.again(graceful && reused && a.op.idempotent()) {
+                    return true;
+                }
+                let cause = if graceful {
+                    GRACEFUL_CLOSE
+                } else {
+                    "error before the answer"
+                };
+                a.fail(false, cause, a.describe(detail));
+            }
+            Ok(Err(H3Broke::Body(detail))) => {
+                if c.close_reason().is_some() {
+                    self.conn = None;
+                }
+                a.fail(true, "body cut", a.describe(detail));
+            }
+            Ok(Ok((status, headers, body))) => {
+                *served += 1;
+                a.record(
+                    true,
+                    verify(a.ctx, a.op, status, &header_of(&headers), &body),
+                );
+            }
+        }
+        false
     }
-    endpoint.wait_idle().await;
 }

@@ -1,4 +1,4 @@
-//! `rampart-bench soak`: the chaos soak of issue 30. A real rampart (the binary given, started
+//! `rampart-bench soak`: the chaos soak. A real rampart (the binary given, started
 //! as a user would, HTTP, HTTPS and HTTP/3 on ports the kernel chose) in front of two origins
 //! (`soak-origin` processes, both in the rule: `forward_*` and `upstreams`), a WebSocket echo
 //! origin and, when `redis-server` is installed, a Redis shared by rate limits, purges and the
@@ -25,21 +25,21 @@ mod h3_client;
 pub mod origin;
 mod rampart;
 mod report;
+mod servers;
 mod tally;
 mod tls_client;
 mod traffic;
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 
-use faults::{FaultLog, OriginProc, RedisProc, Schedule, Targets};
-use rampart::{Rampart, Setup};
+use faults::{FaultEvent, FaultLog, Sample, Schedule, Targets};
+use rampart::Rampart;
+use servers::{certificate, start_rampart, Backends};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct SoakArgs {
@@ -136,26 +136,6 @@ fn parse_size(s: &str) -> anyhow::Result<u64> {
     Ok(num.trim().parse::<u64>().context("--cache-memory")? * mult)
 }
 
-fn installed(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// A self-signed certificate for [`rampart::HOST`]: (certificate PEM path, key PEM path).
-fn certificate(dir: &std::path::Path) -> anyhow::Result<(PathBuf, PathBuf)> {
-    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
-    let params =
-        rcgen::CertificateParams::new(vec![rampart::HOST.to_owned(), "localhost".to_owned()])?;
-    let cert = params.self_signed(&key)?;
-    let (c, k) = (dir.join("soak-cert.pem"), dir.join("soak-key.pem"));
-    std::fs::write(&c, cert.pem())?;
-    std::fs::write(&k, key.serialize_pem())?;
-    Ok((c, k))
-}
-
 /// TLS client configurations trusting `cert`: HTTP/1.1 over TLS, and QUIC (ALPN `h3`).
 fn client_tls(
     cert: &std::path::Path,
@@ -177,16 +157,6 @@ fn client_tls(
     Ok((Arc::new(h1), quinn::ClientConfig::new(Arc::new(quic))))
 }
 
-/// The WebSocket echo origin (`rampart-bench ws-origin`), killed when dropped.
-struct WsOrigin(std::process::Child);
-
-impl Drop for WsOrigin {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 pub fn run(args: SoakArgs) -> anyhow::Result<()> {
     // Every process the soak started is stopped when `soak` returns (their handles' `Drop`),
     // so the exit status is set only after that.
@@ -197,45 +167,120 @@ pub fn run(args: SoakArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The whole run; `Ok(false)` when it failed its verdict.
-fn soak(args: &SoakArgs) -> anyhow::Result<bool> {
-    let me = std::env::current_exe()?;
-    let binary = args
-        .rampart
-        .clone()
-        .unwrap_or_else(|| me.with_file_name("rampart"));
-    if !binary.exists() {
-        bail!(
-            "{} not found: build it (cargo build -p rampart)",
-            binary.display()
-        );
+/// What this run is: the binaries, the folders, the seed, the cache's size and the fault
+/// schedule, from the arguments.
+struct Soak<'a> {
+    args: &'a SoakArgs,
+    /// This tool: the origins are its subcommands.
+    me: PathBuf,
+    /// The rampart under test.
+    binary: PathBuf,
+    started_utc: String,
+    /// The report folder.
+    out: PathBuf,
+    /// Certificates, state, logs; removed at the end.
+    scratch: PathBuf,
+    seed: u64,
+    cache_memory: u64,
+    schedule: Schedule,
+    /// Seconds per latency window of the report.
+    window_s: u64,
+}
+
+impl<'a> Soak<'a> {
+    /// Checks the arguments and creates the report folder and the scratch space.
+    fn new(args: &'a SoakArgs) -> anyhow::Result<Soak<'a>> {
+        let me = std::env::current_exe()?;
+        let binary = args
+            .rampart
+            .clone()
+            .unwrap_or_else(|| me.with_file_name("rampart"));
+        if !binary.exists() {
+            bail!(
+                "{} not found: build it (cargo build -p rampart)",
+                binary.display()
+            );
+        }
+        let started_utc = crate::now_utc();
+        let out = args
+            .out
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("bench/results").join(format!("soak-{started_utc}")));
+        std::fs::create_dir_all(&out)?;
+        let scratch =
+            std::env::temp_dir().join(format!("rampart-bench-soak-{}", std::process::id()));
+        std::fs::create_dir_all(&scratch)?;
+        let seed = args.seed.unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+        });
+        let cache_memory = parse_size(&args.cache_memory)?;
+        if let Some(p) = args
+            .protocols
+            .iter()
+            .find(|p| !["h1", "h2c", "h3", "tls"].contains(&p.as_str()))
+        {
+            bail!("--protocols: unknown {p:?} (known: h1, h2c, h3, tls)");
+        }
+        if args.protocols.is_empty() {
+            bail!("--protocols: name at least one");
+        }
+        let short = args.duration < 300;
+        Ok(Soak {
+            args,
+            me,
+            binary,
+            started_utc,
+            out,
+            scratch,
+            seed,
+            cache_memory,
+            schedule: schedule(args, short),
+            window_s: if short { 10 } else { 60 },
+        })
     }
-    let started_utc = crate::now_utc();
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("bench/results").join(format!("soak-{started_utc}")));
-    std::fs::create_dir_all(&out)?;
-    let scratch = std::env::temp_dir().join(format!("rampart-bench-soak-{}", std::process::id()));
-    std::fs::create_dir_all(&scratch)?;
-    let seed = args.seed.unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| d.as_nanos() as u64)
-    });
-    let cache_memory = parse_size(&args.cache_memory)?;
-    if let Some(p) = args
-        .protocols
-        .iter()
-        .find(|p| !["h1", "h2c", "h3", "tls"].contains(&p.as_str()))
-    {
-        bail!("--protocols: unknown {p:?} (known: h1, h2c, h3, tls)");
+
+    /// The RSS bound of the serving process, from its RSS before any traffic.
+    fn rss_bound(&self, baseline_rss: u64) -> u64 {
+        // The issue's bound is cache_memory × 1.1 + 40 MiB, measured on release builds whose
+        // own footprint is part of those 40 MiB; the binary under test may be a debug build
+        // whose code and unoptimised runtime alone take tens of MiB more. Adding the process's
+        // RSS before any traffic keeps the bound about what traffic and the cache add, whichever
+        // build runs (a release build's baseline is much smaller, so its bound barely loosens).
+        let cache_memory = self.cache_memory;
+        self.args.max_rss_mib.map_or_else(
+            || cache_memory + cache_memory / 10 + (40 << 20) + baseline_rss,
+            |m| m << 20,
+        )
     }
-    if args.protocols.is_empty() {
-        bail!("--protocols: name at least one");
+
+    /// What every client shares: the content pool, the tally, rampart's addresses, TLS.
+    fn context(
+        &self,
+        rampart: &Rampart,
+        tls: Arc<rustls::ClientConfig>,
+        quic: quinn::ClientConfig,
+        start: Instant,
+    ) -> traffic::Ctx {
+        traffic::Ctx::new(
+            body::Pool::new(self.seed),
+            self.seed,
+            self.args.objects,
+            tally::Tally::new(start, self.window_s),
+            start + Duration::from_secs(self.args.duration),
+            (rampart.http, rampart.https, rampart.h3),
+            tls,
+            quic,
+            Duration::from_millis(self.args.think_ms),
+            Duration::from_secs(HEADER_TIMEOUT_S),
+        )
     }
-    let short = args.duration < 300;
-    let schedule = Schedule {
+}
+
+/// The fault schedule: the arguments, or defaults that are denser for runs under 5 min.
+fn schedule(args: &SoakArgs, short: bool) -> Schedule {
+    Schedule {
         reload_every_s: args.reload_every.unwrap_or(5),
         upgrade_every_s: args.upgrade_every.unwrap_or(if short { 20 } else { 60 }),
         origin_kill_every_s: args
@@ -245,167 +290,126 @@ fn soak(args: &SoakArgs) -> anyhow::Result<bool> {
         redis_kill_every_s: args.redis_kill_every.unwrap_or(if short { 20 } else { 90 }),
         redis_down_s: args.redis_down.unwrap_or(if short { 3 } else { 5 }),
         quiet_tail_s: 8,
-    };
+    }
+}
+
+/// The whole run; `Ok(false)` when it failed its verdict.
+fn soak(args: &SoakArgs) -> anyhow::Result<bool> {
+    let s = Soak::new(args)?;
     let mut skipped =
         vec!["full disk: rampart has no disk tier yet, so there is no disk to fill".to_owned()];
-
-    let (cert, key) = certificate(&scratch)?;
-    let loopback0 = SocketAddr::from(([127, 0, 0, 1], 0));
-    let origin_a = OriginProc::start(&me, seed, "a", loopback0, &scratch.join("origin-a.log"))?;
-    let origin_b = OriginProc::start(&me, seed, "b", loopback0, &scratch.join("origin-b.log"))?;
-    let ws_addr = SocketAddr::from(([127, 0, 0, 1], crate::procs::free_port()?));
-    let ws_origin = WsOrigin(
-        Command::new(&me)
-            .args(["ws-origin", "--listen", &ws_addr.to_string()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()?,
-    );
-    if !crate::procs::wait_listening(ws_addr, Duration::from_secs(10)) {
-        bail!("the WebSocket origin did not start");
-    }
-    let redis = if args.no_redis {
-        skipped.push("Redis: --no-redis".to_owned());
-        None
-    } else if !installed("redis-server") {
-        skipped.push(
-            "Redis: redis-server is not installed (apt-get install redis-server), so no Redis faults".to_owned(),
-        );
-        None
-    } else {
-        Some(RedisProc::start(&scratch.join("redis.log"))?)
-    };
-    if redis.is_some() && schedule.redis_kill_every_s > 0 {
-        skipped.push("Redis Cluster: the soak runs one redis-server (killed and restarted); a Cluster master's death is tested in crates/rampart/tests/redis.rs".to_owned());
-    }
-    let setup = Setup {
-        origin_a: origin_a.addr,
-        origin_b: origin_b.addr,
-        ws_origin: ws_addr,
-        cert: cert.clone(),
-        key,
-        state_dir: scratch.join("state"),
-        cache_memory,
-        redis: redis.as_ref().map(|r| r.addr),
-        redis_cache: !args.no_redis_cache,
-        header_timeout_s: HEADER_TIMEOUT_S,
-        shutdown_timeout_s: SHUTDOWN_TIMEOUT_S,
-    };
-    let rampart = Rampart::start(&binary, &scratch, &setup)?;
-    let version = Command::new(&binary)
-        .arg("--version")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-        .unwrap_or_default();
-    eprintln!(
-        "soak: {version} on http://{} https://{} udp://{} for {} s (seed {seed}); origins {} and {}{}",
-        rampart.http,
-        rampart.https,
-        rampart.h3,
-        args.duration,
-        origin_a.addr,
-        origin_b.addr,
-        redis
-            .as_ref()
-            .map(|r| format!(", Redis {}", r.addr))
-            .unwrap_or_default()
-    );
+    let (cert, key) = certificate(&s.scratch)?;
+    let backends = Backends::start(&s, &mut skipped)?;
+    let (rampart, version) = start_rampart(&s, &backends, cert.clone(), key)?;
     // The process's own footprint before any traffic: the baseline of the RSS bound.
     std::thread::sleep(Duration::from_secs(1));
-    let pid = rampart.pid();
-    let baseline_rss = rampart::rss(pid.load(Ordering::Relaxed));
-    // The issue's bound is cache_memory × 1.1 + 40 MiB, measured on release builds whose
-    // own footprint is part of those 40 MiB; the binary under test may be a debug build
-    // whose code and unoptimised runtime alone take tens of MiB more. Adding the process's
-    // RSS before any traffic keeps the bound about what traffic and the cache add, whichever
-    // build runs (a release build's baseline is much smaller, so its bound barely loosens).
-    let rss_bound = args.max_rss_mib.map_or_else(
-        || cache_memory + cache_memory / 10 + (40 << 20) + baseline_rss,
-        |m| m << 20,
-    );
+    let rampart_pid = rampart.pid();
+    let baseline_rss = rampart::rss(rampart_pid.load(Ordering::Relaxed));
+    let rss_bound = s.rss_bound(baseline_rss);
 
     let (tls, quic) = client_tls(&cert)?;
-    let window_s = if short { 10 } else { 60 };
     let start = Instant::now();
-    let end = start + Duration::from_secs(args.duration);
-    let ctx = Arc::new(traffic::Ctx::new(
-        body::Pool::new(seed),
-        seed,
-        args.objects,
-        tally::Tally::new(start, window_s),
-        end,
-        (rampart.http, rampart.https, rampart.h3),
-        tls,
-        quic,
-        Duration::from_millis(args.think_ms),
-        Duration::from_secs(HEADER_TIMEOUT_S),
-    ));
-    let http_addr = rampart.http;
-    let rampart = Arc::new(Mutex::new(rampart));
-    let origins = vec![
-        Arc::new(Mutex::new(origin_a)),
-        Arc::new(Mutex::new(origin_b)),
-    ];
-    let redis = redis.map(|r| Arc::new(Mutex::new(r)));
+    let ctx = Arc::new(s.context(&rampart, tls, quic, start));
+    let Backends {
+        origin_a,
+        origin_b,
+        ws_origin,
+        redis,
+        ..
+    } = backends;
+    // The processes stay up until the end of this function (the fault threads' targets).
     let targets = Targets {
-        rampart: rampart.clone(),
-        origins: origins.clone(),
-        redis: redis.clone(),
+        rampart: Arc::new(Mutex::new(rampart)),
+        origins: vec![
+            Arc::new(Mutex::new(origin_a)),
+            Arc::new(Mutex::new(origin_b)),
+        ],
+        redis: redis.map(|r| Arc::new(Mutex::new(r))),
         drain: Duration::from_secs(SHUTDOWN_TIMEOUT_S),
     };
+    let seen = chaos(&s, &ctx, &targets, rampart_pid, start)?;
+    drop(ws_origin);
+
+    let input = report::Input {
+        started_utc: s.started_utc.clone(),
+        version,
+        seed: s.seed,
+        args,
+        schedule: s.schedule,
+        skipped,
+        duration_s: start.elapsed().as_secs_f64().min(args.duration as f64),
+        window_s: s.window_s,
+        cache_memory: s.cache_memory,
+        baseline_rss,
+        rss_bound,
+        recorded: ctx.tally.take(),
+        faults: seen.faults,
+        samples: seen.samples,
+        rampart_log: seen.rampart_log.clone(),
+        redis: targets.redis.is_some(),
+    };
+    write_report(&s, input, &seen.rampart_log)
+}
+
+/// What the run saw besides the clients' tally.
+struct Seen {
+    /// The serving process each second.
+    samples: Vec<Sample>,
+    faults: Vec<FaultEvent>,
+    /// rampart's stderr.
+    rampart_log: String,
+}
+
+/// The traffic, with the fault threads and the sampler beside it, until the end of the run;
+/// then rampart is stopped.
+fn chaos(
+    s: &Soak<'_>,
+    ctx: &Arc<traffic::Ctx>,
+    targets: &Targets,
+    rampart_pid: Arc<AtomicU32>,
+    start: Instant,
+) -> anyhow::Result<Seen> {
     let stop = Arc::new(AtomicBool::new(false));
     let fault_log = Arc::new(FaultLog::new(start));
-    let sampler = faults::sampler(pid.clone(), http_addr, start, stop.clone());
-    let fault_threads = faults::spawn(schedule, &targets, &fault_log, start, end, &stop);
+    let sampler = faults::sampler(rampart_pid, ctx.http, start, stop.clone());
+    let fault_threads = faults::spawn(s.schedule, targets, &fault_log, start, ctx.end, &stop);
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    rt.block_on(traffic(args, ctx.clone()));
+    rt.block_on(traffic(s.args, ctx.clone()));
     drop(rt);
     stop.store(true, Ordering::Relaxed);
     for t in fault_threads {
         let _ = t.join();
     }
     let samples = sampler.join().unwrap_or_default();
-    let log_text = {
-        let mut r = match rampart.lock() {
+    let rampart_log = {
+        let mut r = match targets.rampart.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
         };
         r.stop();
         r.log_text()
     };
-    drop(origins);
-    drop(redis);
-    drop(ws_origin);
-
-    let input = report::Input {
-        started_utc,
-        version,
-        seed,
-        args,
-        schedule,
-        skipped,
-        duration_s: start.elapsed().as_secs_f64().min(args.duration as f64),
-        window_s,
-        cache_memory,
-        baseline_rss,
-        rss_bound,
-        recorded: ctx.tally.take(),
-        faults: fault_log.events(),
+    Ok(Seen {
         samples,
-        rampart_log: log_text.clone(),
-        redis: targets.redis.is_some(),
-    };
+        faults: fault_log.events(),
+        rampart_log,
+    })
+}
+
+/// Writes soak.md, soak.json and rampart's stderr, prints the summary and removes the scratch
+/// space; returns whether the run passed.
+fn write_report(s: &Soak<'_>, input: report::Input<'_>, log_text: &str) -> anyhow::Result<bool> {
     let (md, json, summary, passed) = report::build(input);
-    std::fs::write(out.join("soak.md"), md)?;
+    std::fs::write(s.out.join("soak.md"), md)?;
     // rampart's stderr, whole (the report quotes its end).
-    std::fs::write(out.join("rampart-stderr.log"), &log_text)?;
-    std::fs::write(out.join("soak.json"), json)?;
-    println!("{summary}\nreport: {}", out.join("soak.md").display());
-    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::write(s.out.join("rampart-stderr.log"), log_text)?;
+    std::fs::write(s.out.join("soak.json"), json)?;
+    println!("{summary}\nreport: {}", s.out.join("soak.md").display());
+    let _ = std::fs::remove_dir_all(&s.scratch);
     Ok(passed)
 }
 

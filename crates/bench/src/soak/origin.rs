@@ -177,92 +177,13 @@ async fn serve(
     let path = req.uri().path().to_owned();
     let size = body::size_of(req.uri().query()).unwrap_or(1000);
     let mut res = if let Some(id) = body::id_of(&path, "/obj/") {
-        let b = st.pool.body(Kind::Obj, id, size);
-        let sum = st.sum(Kind::Obj, id, &b);
-        let etag = format!("\"{sum:016x}\"");
-        let inm = req
-            .headers()
-            .get(header::IF_NONE_MATCH)
-            .and_then(|v| v.to_str().ok());
-        let mut r = if revalidated(id) && inm.is_some_and(|v| v.contains(&etag)) {
-            reply(StatusCode::NOT_MODIFIED, "max-age=2", Bytes::new())
-        } else if revalidated(id) {
-            reply(StatusCode::OK, "max-age=2", b)
-        } else {
-            reply(StatusCode::OK, "max-age=3600", b)
-        };
-        if revalidated(id) {
-            // invariant: a quoted hex string is a valid header value.
-            r.headers_mut().insert(
-                header::ETAG,
-                HeaderValue::from_str(&etag).expect("hex is a header value"),
-            );
-        }
-        r.headers_mut().insert("x-soak-sum", sum_header(sum));
-        r
+        object(&req, &st, id, size)
     } else if let Some(id) = body::id_of(&path, "/pass/") {
-        let nonce = req
-            .headers()
-            .get("x-soak-nonce")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        let b = st.pool.body(Kind::Pass, nonce, size);
-        let sum = checksum(&b);
-        let cc = if id % 2 == 0 { "no-store" } else { "private" };
-        let mut r = reply(StatusCode::OK, cc, b);
-        r.headers_mut().insert("x-soak-sum", sum_header(sum));
-        r
+        pass(&req, &st, id, size)
     } else if path == "/echo" && req.method() == http::Method::POST {
-        match req.into_body().collect().await {
-            Ok(c) => {
-                let b = c.to_bytes();
-                reply(
-                    StatusCode::OK,
-                    "no-store",
-                    Bytes::from(format!("{} {:016x}", b.len(), checksum(&b))),
-                )
-            }
-            Err(_) => reply(StatusCode::BAD_REQUEST, "no-store", Bytes::new()),
-        }
+        echo(req).await
     } else if let Some(id) = body::id_of(&path, "/flaky/") {
-        let b = st.pool.body(Kind::Flaky, id, size);
-        let sum = st.sum(Kind::Flaky, id, &b);
-        let n = st.flaky.lock().map_or(1, |mut m| {
-            let n = m.entry(path.clone()).or_insert(0);
-            *n += 1;
-            *n
-        });
-        if n % 2 == 1 && b.len() >= 2 {
-            let len = b.len();
-            let cut = Cut {
-                first: Some(b.slice(..len / 2)),
-                pause: Box::pin(tokio::time::sleep(Duration::from_millis(30))),
-            };
-            let mut r = Response::new(cut.boxed());
-            let h = r.headers_mut();
-            h.insert(
-                header::CACHE_CONTROL,
-                HeaderValue::from_static("max-age=3600"),
-            );
-            h.insert("x-soak-sum", sum_header(sum));
-            match id % 3 {
-                0 => {
-                    h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
-                    reset.store(true, Ordering::Relaxed);
-                }
-                1 => {
-                    h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
-                }
-                // No length: hyper sends it chunked and never sends the last chunk.
-                _ => {}
-            }
-            r
-        } else {
-            let mut r = reply(StatusCode::OK, "max-age=3600", b);
-            r.headers_mut().insert("x-soak-sum", sum_header(sum));
-            r
-        }
+        flaky(&st, &path, id, size, &reset)
     } else {
         reply(
             StatusCode::NOT_FOUND,
@@ -272,6 +193,110 @@ async fn serve(
     };
     res.headers_mut().insert("x-soak-origin", st.name.clone());
     Ok(res)
+}
+
+/// `/obj/ID`: the object, cacheable for an hour, or for 2 s with an `ETag` when its id is
+/// [`revalidated`] (a matching `If-None-Match` then gets a 304).
+fn object(req: &Request<Incoming>, st: &State, id: u64, size: usize) -> Response<Body> {
+    let b = st.pool.body(Kind::Obj, id, size);
+    let sum = st.sum(Kind::Obj, id, &b);
+    let etag = format!("\"{sum:016x}\"");
+    let inm = req
+        .headers()
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok());
+    let mut r = if revalidated(id) && inm.is_some_and(|v| v.contains(&etag)) {
+        reply(StatusCode::NOT_MODIFIED, "max-age=2", Bytes::new())
+    } else if revalidated(id) {
+        reply(StatusCode::OK, "max-age=2", b)
+    } else {
+        reply(StatusCode::OK, "max-age=3600", b)
+    };
+    if revalidated(id) {
+        // invariant: a quoted hex string is a valid header value.
+        r.headers_mut().insert(
+            header::ETAG,
+            HeaderValue::from_str(&etag).expect("hex is a header value"),
+        );
+    }
+    r.headers_mut().insert("x-soak-sum", sum_header(sum));
+    r
+}
+
+/// `/pass/ID`: bytes keyed by the request's `x-soak-nonce`, never to be stored.
+fn pass(req: &Request<Incoming>, st: &State, id: u64, size: usize) -> Response<Body> {
+    let nonce = req
+        .headers()
+        .get("x-soak-nonce")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let b = st.pool.body(Kind::Pass, nonce, size);
+    let sum = checksum(&b);
+    let cc = if id.is_multiple_of(2) {
+        "no-store"
+    } else {
+        "private"
+    };
+    let mut r = reply(StatusCode::OK, cc, b);
+    r.headers_mut().insert("x-soak-sum", sum_header(sum));
+    r
+}
+
+/// `POST /echo`: the length and checksum of the body received.
+async fn echo(req: Request<Incoming>) -> Response<Body> {
+    match req.into_body().collect().await {
+        Ok(c) => {
+            let b = c.to_bytes();
+            reply(
+                StatusCode::OK,
+                "no-store",
+                Bytes::from(format!("{} {:016x}", b.len(), checksum(&b))),
+            )
+        }
+        Err(_) => reply(StatusCode::BAD_REQUEST, "no-store", Bytes::new()),
+    }
+}
+
+/// `/flaky/ID`: as `/obj/`, but every other answer for the URL is cut after half the body, in
+/// one of three ways (see the module header).
+fn flaky(st: &State, path: &str, id: u64, size: usize, reset: &AtomicBool) -> Response<Body> {
+    let b = st.pool.body(Kind::Flaky, id, size);
+    let sum = st.sum(Kind::Flaky, id, &b);
+    let n = st.flaky.lock().map_or(1, |mut m| {
+        let n = m.entry(path.to_owned()).or_insert(0);
+        *n += 1;
+        *n
+    });
+    if n.is_multiple_of(2) || b.len() < 2 {
+        let mut r = reply(StatusCode::OK, "max-age=3600", b);
+        r.headers_mut().insert("x-soak-sum", sum_header(sum));
+        return r;
+    }
+    let len = b.len();
+    let cut = Cut {
+        first: Some(b.slice(..len / 2)),
+        pause: Box::pin(tokio::time::sleep(Duration::from_millis(30))),
+    };
+    let mut r = Response::new(cut.boxed());
+    let h = r.headers_mut();
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("max-age=3600"),
+    );
+    h.insert("x-soak-sum", sum_header(sum));
+    match id % 3 {
+        0 => {
+            h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+            reset.store(true, Ordering::Relaxed);
+        }
+        1 => {
+            h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+        }
+        // No length: hyper sends it chunked and never sends the last chunk.
+        _ => {}
+    }
+    r
 }
 
 /// Runs the origin until the process is killed.

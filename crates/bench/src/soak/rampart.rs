@@ -199,7 +199,7 @@ impl Rampart {
     /// Puts the other file in place (written beside it and renamed over it, so the file is
     /// never seen half-written, also by a new process of an upgrade) and sends SIGHUP; done
     /// when rampart says it reloaded. `Err` says what went wrong.
-    pub fn reload(&mut self) -> Result<String, String> {
+    pub fn reload(&mut self) -> anyhow::Result<String> {
         let text = self.log_text();
         let before = after_all(&text, "configuration reloaded").len();
         let refused = after_all(&text, "reload (SIGHUP) refused").len();
@@ -207,11 +207,11 @@ impl Rampart {
         let tmp = self.config.with_extension("toml.new");
         std::fs::write(&tmp, &self.variants[v])
             .and_then(|()| std::fs::rename(&tmp, &self.config))
-            .map_err(|e| format!("writing the file: {e}"))?;
+            .context("writing the file")?;
         self.next_variant = 1 - v;
         let pid = self.pid.load(Ordering::Relaxed);
         if !signal(pid, "-HUP") {
-            return Err(format!("kill -HUP {pid} failed"));
+            bail!("kill -HUP {pid} failed");
         }
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
@@ -220,19 +220,17 @@ impl Rampart {
                 return Ok(format!("variant {v}, pid {pid}"));
             }
             if after_all(&text, "reload (SIGHUP) refused").len() > refused {
-                return Err(format!("refused: {}", last_lines(&text, 5)));
+                bail!("refused: {}", last_lines(&text, 5));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        Err(format!(
-            "no `configuration reloaded` line within 10 s (pid {pid})"
-        ))
+        bail!("no `configuration reloaded` line within 10 s (pid {pid})")
     }
 
     /// SIGUSR2: the new process's pid is read from the old one's `as process PID` line; done
     /// when the new one says it serves (the current pid moves to it). `Ok` gives both pids;
     /// the old one is still draining ([`wait_exit`]).
-    pub fn upgrade(&mut self) -> Result<(u32, u32), String> {
+    pub fn upgrade(&mut self) -> anyhow::Result<(u32, u32)> {
         let marker = "as process ";
         let text = self.log_text();
         let (started0, serving0) = (
@@ -241,7 +239,7 @@ impl Rampart {
         );
         let old = self.pid.load(Ordering::Relaxed);
         if !signal(old, "-USR2") {
-            return Err(format!("kill -USR2 {old} failed"));
+            bail!("kill -USR2 {old} failed");
         }
         let deadline = Instant::now() + Duration::from_secs(30);
         let new: u32 = loop {
@@ -255,10 +253,7 @@ impl Rampart {
                 break pid;
             }
             if Instant::now() > deadline {
-                return Err(format!(
-                    "no new process named within 30 s: {}",
-                    last_lines(&text, 5)
-                ));
+                bail!("no new process named within 30 s: {}", last_lines(&text, 5));
             }
             std::thread::sleep(Duration::from_millis(20));
         };
@@ -268,13 +263,13 @@ impl Rampart {
                 break;
             }
             if text.contains("upgrade failed") && !alive(new) {
-                return Err(format!("the new process failed: {}", last_lines(&text, 5)));
+                bail!("the new process failed: {}", last_lines(&text, 5));
             }
             if Instant::now() > deadline {
-                return Err(format!(
+                bail!(
                     "process {new} did not take over within 30 s: {}",
                     last_lines(&text, 5)
-                ));
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }

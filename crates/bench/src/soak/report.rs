@@ -19,13 +19,16 @@
 //! during a reload or while Redis is down (rampart promises none).
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
 use serde::Serialize;
 
 use super::faults::{FaultEvent, Sample, Schedule};
 use super::tally::{ClassCount, Failure, Recorded, Wrong};
 use super::SoakArgs;
+
+mod markdown;
+
+use markdown::markdown;
 
 /// Everything the report is made from.
 pub struct Input<'a> {
@@ -184,7 +187,7 @@ struct Json<'a> {
     skipped: &'a [String],
     passed: bool,
     reasons: &'a [String],
-    totals: Totals,
+    totals: &'a Totals,
     classes: &'a BTreeMap<String, ClassCount>,
     failure_causes: &'a [CauseRow],
     wrong: &'a [Wrong],
@@ -196,7 +199,7 @@ struct Json<'a> {
     baseline_rss_bytes: u64,
     max_rss_bytes: u64,
     rss_bound_bytes: u64,
-    fds: FdCheck,
+    fds: &'a FdCheck,
     latency: &'a [Window],
     samples: &'a [Sample],
 }
@@ -217,18 +220,97 @@ fn mib(b: u64) -> f64 {
 pub fn build(mut i: Input<'_>) -> (String, String, String, bool) {
     let mut recorded = std::mem::take(&mut i.recorded);
     let rec = &mut recorded;
-    for f in &mut rec.failures {
-        f.explained_by = explain(f, &i.faults);
+    classify(&mut rec.failures, &i.faults);
+    let f = Figures::new(&i, rec);
+    let reasons = verdict(&i, rec, &f);
+    let passed = reasons.is_empty();
+    let json = Json {
+        started_utc: &i.started_utc,
+        rampart: &i.version,
+        seed: i.seed,
+        duration_s: i.duration_s,
+        clients: i.args.clients,
+        ws_clients: i.args.ws_clients,
+        slow_readers: i.args.slow_readers,
+        slowloris: i.args.slowloris,
+        tolerate_known_defects: i.args.tolerate_known_defects,
+        objects: i.args.objects,
+        cache_memory_bytes: i.cache_memory,
+        schedule: i.schedule,
+        skipped: &i.skipped,
+        passed,
+        reasons: &reasons,
+        totals: &f.totals,
+        classes: &rec.classes,
+        failure_causes: &f.rows,
+        wrong: &rec.wrong[..rec.wrong.len().min(100)],
+        faults: &i.faults,
+        fault_counts: &f.fault_counts,
+        expected_faults: &f.expected,
+        counters: &rec.counters,
+        notes: &rec.notes,
+        baseline_rss_bytes: i.baseline_rss,
+        max_rss_bytes: f.max_rss,
+        rss_bound_bytes: i.rss_bound,
+        fds: &f.fds,
+        latency: &f.windows,
+        samples: &i.samples,
+    };
+    let json_text =
+        serde_json::to_string_pretty(&json).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+    let md = markdown(&i, &json);
+    let summary = summary(&i, &json);
+    (md, json_text, summary, passed)
+}
+
+/// Says of each failure which fault explains it or, failing that, which known defect caused
+/// it.
+fn classify(failures: &mut [Failure], faults: &[FaultEvent]) {
+    for f in failures {
+        f.explained_by = explain(f, faults);
         if f.explained_by.is_none() {
             f.known_defect = KNOWN_DEFECTS
                 .iter()
-                .find(|d| (d.matches)(f, &i.faults))
+                .find(|d| (d.matches)(f, faults))
                 .map(|d| d.name);
         }
     }
-    // Failures by cause.
+}
+
+/// What the report computes from the run before its verdict.
+struct Figures {
+    totals: Totals,
+    /// Failures by cause.
+    rows: Vec<CauseRow>,
+    /// Faults that went as planned, by kind (with the flaky path's cuts and the misbehaving
+    /// clients' connections).
+    fault_counts: BTreeMap<String, u64>,
+    /// The kinds of fault the schedule and the clients should have brought.
+    expected: Vec<String>,
+    max_rss: u64,
+    fds: FdCheck,
+    windows: Vec<Window>,
+}
+
+impl Figures {
+    fn new(i: &Input<'_>, rec: &mut Recorded) -> Figures {
+        Figures {
+            totals: totals(rec),
+            rows: cause_rows(&rec.failures),
+            fault_counts: fault_counts(i, rec),
+            expected: expected_faults(i),
+            max_rss: i.samples.iter().map(|x| x.rss_bytes).max().unwrap_or(0),
+            fds: FdCheck::new(&i.samples, i.duration_s),
+            windows: windows(rec, i.window_s),
+        }
+    }
+}
+
+/// Failures grouped by (class, cause, explanation): unexplained first, then known defects, then
+/// what the faults explain.
+fn cause_rows(failures: &[Failure]) -> Vec<CauseRow> {
     let mut rows: Vec<CauseRow> = Vec::new();
-    for f in &rec.failures {
+    for f in failures {
         match rows.iter_mut().find(|r| {
             r.class == f.class
                 && r.cause == f.cause
@@ -247,9 +329,13 @@ pub fn build(mut i: Input<'_>) -> (String, String, String, bool) {
             }),
         }
     }
-    // Unexplained first, then known defects, then what the faults explain.
     let rank = |r: &CauseRow| (r.explained_by.is_some(), r.known_defect.is_some());
     rows.sort_by(|a, b| (rank(a), &a.cause, &a.class).cmp(&(rank(b), &b.cause, &b.class)));
+    rows
+}
+
+/// The requests of every class added up, and the failures by what explains them.
+fn totals(rec: &Recorded) -> Totals {
     let sum = |f: fn(&ClassCount) -> u64| rec.classes.values().map(f).sum::<u64>();
     let explained = rec
         .failures
@@ -261,7 +347,7 @@ pub fn build(mut i: Input<'_>) -> (String, String, String, bool) {
         .iter()
         .filter(|f| f.known_defect.is_some())
         .count() as u64;
-    let totals = Totals {
+    Totals {
         sent: sum(|c| c.sent),
         answered: sum(|c| c.answered),
         ok: sum(|c| c.ok),
@@ -272,9 +358,16 @@ pub fn build(mut i: Input<'_>) -> (String, String, String, bool) {
         wrong_bodies: sum(|c| c.wrong),
         retried: sum(|c| c.retried),
         over_1s: sum(|c| c.over_1s),
-    };
+    }
+}
 
-    // Faults: what happened, and what was expected to.
+fn counter(rec: &Recorded, name: &str) -> u64 {
+    rec.counters.get(name).copied().unwrap_or(0)
+}
+
+/// What happened: the faults that went as planned, the flaky path's explained cuts, and the
+/// misbehaving clients' connections.
+fn fault_counts(i: &Input<'_>, rec: &Recorded) -> BTreeMap<String, u64> {
     let mut fault_counts: BTreeMap<String, u64> = BTreeMap::new();
     for ev in i.faults.iter().filter(|e| e.ok) {
         *fault_counts.entry(ev.kind.to_owned()).or_default() += 1;
@@ -285,9 +378,17 @@ pub fn build(mut i: Input<'_>) -> (String, String, String, bool) {
         .filter(|f| f.class.ends_with(" flaky") && f.explained_by.is_some())
         .count() as u64;
     fault_counts.insert("flaky-cut".into(), cuts);
-    let counter = |name: &str| rec.counters.get(name).copied().unwrap_or(0);
-    fault_counts.insert("slow-reader".into(), counter("slow readers: connections"));
-    fault_counts.insert("slowloris".into(), counter("slowloris: connections"));
+    fault_counts.insert(
+        "slow-reader".into(),
+        counter(rec, "slow readers: connections"),
+    );
+    fault_counts.insert("slowloris".into(), counter(rec, "slowloris: connections"));
+    fault_counts
+}
+
+/// What was expected to happen: each kind of fault due at least once before the quiet tail,
+/// and what the clients bring when there are any.
+fn expected_faults(i: &Input<'_>) -> Vec<String> {
     let s = &i.schedule;
     let last = i.args.duration.saturating_sub(s.quiet_tail_s);
     let due = |every: u64| every > 0 && every < last;
@@ -305,38 +406,47 @@ pub fn build(mut i: Input<'_>) -> (String, String, String, bool) {
             expected.push(kind.to_owned());
         }
     }
+    expected
+}
 
-    // RSS and descriptors.
-    let max_rss = i.samples.iter().map(|x| x.rss_bytes).max().unwrap_or(0);
-    let warm_up_s = (i.duration_s * 0.15).max(10.0);
-    let first_max = i
-        .samples
-        .iter()
-        .filter(|x| x.t_s >= warm_up_s && x.t_s < warm_up_s + 10.0)
-        .map(|x| x.fds)
-        .max()
-        .unwrap_or(0);
-    let last_min = i
-        .samples
-        .iter()
-        .filter(|x| x.t_s >= i.duration_s - 10.0 && x.t_s <= i.duration_s)
-        .map(|x| x.fds)
-        .min()
-        .unwrap_or(0);
-    // Open connections come and go; a leak is a floor that rose well above the early peak.
-    let fd_leak = first_max > 0 && last_min > first_max + (first_max / 4).max(32);
+impl FdCheck {
+    /// The most descriptors in the 10 s after the warm-up against the fewest in the last 10 s.
+    fn new(samples: &[Sample], duration_s: f64) -> FdCheck {
+        let warm_up_s = (duration_s * 0.15).max(10.0);
+        let first_max = samples
+            .iter()
+            .filter(|x| x.t_s >= warm_up_s && x.t_s < warm_up_s + 10.0)
+            .map(|x| x.fds)
+            .max()
+            .unwrap_or(0);
+        let last_min = samples
+            .iter()
+            .filter(|x| x.t_s >= duration_s - 10.0 && x.t_s <= duration_s)
+            .map(|x| x.fds)
+            .min()
+            .unwrap_or(0);
+        // Open connections come and go; a leak is a floor that rose well above the early peak.
+        let leak = first_max > 0 && last_min > first_max + (first_max / 4).max(32);
+        FdCheck {
+            warm_up_s,
+            first_max,
+            last_min,
+            leak,
+        }
+    }
+}
 
-    // Latency per window.
+/// Latency percentiles per window, with the class of each window's slowest request.
+fn windows(rec: &mut Recorded, window_s: u64) -> Vec<Window> {
     let slowest = std::mem::take(&mut rec.slowest);
-    let windows: Vec<Window> = rec
-        .latencies
+    rec.latencies
         .iter_mut()
         .enumerate()
         .map(|(w, l)| {
             l.sort_unstable();
             Window {
-                from_s: w as u64 * i.window_s,
-                to_s: (w as u64 + 1) * i.window_s,
+                from_s: w as u64 * window_s,
+                to_s: (w as u64 + 1) * window_s,
                 answered: l.len(),
                 p50_ms: percentile(l, 50.0),
                 p90_ms: percentile(l, 90.0),
@@ -345,9 +455,12 @@ pub fn build(mut i: Input<'_>) -> (String, String, String, bool) {
                 slowest: slowest.get(w).map(|(_, c)| c.clone()).unwrap_or_default(),
             }
         })
-        .collect();
+        .collect()
+}
 
-    // The verdict.
+/// Why the run failed (nothing when it passed).
+fn verdict(i: &Input<'_>, rec: &Recorded, f: &Figures) -> Vec<String> {
+    let totals = &f.totals;
     let mut reasons = Vec::new();
     if totals.wrong_bodies > 0 {
         reasons.push(format!("{} wrong bodies", totals.wrong_bodies));
@@ -373,24 +486,25 @@ pub fn build(mut i: Input<'_>) -> (String, String, String, bool) {
             ev.kind, ev.start_s, ev.detail
         ));
     }
-    for kind in &expected {
-        if fault_counts.get(kind).copied().unwrap_or(0) == 0 {
+    for kind in &f.expected {
+        if f.fault_counts.get(kind).copied().unwrap_or(0) == 0 {
             reasons.push(format!("the fault `{kind}` never happened"));
         }
     }
-    if max_rss > i.rss_bound {
+    if f.max_rss > i.rss_bound {
         reasons.push(format!(
             "RSS reached {:.1} MiB, over the bound of {:.1} MiB",
-            mib(max_rss),
+            mib(f.max_rss),
             mib(i.rss_bound)
         ));
     }
-    if fd_leak {
+    if f.fds.leak {
         reasons.push(format!(
-            "open descriptors kept growing: at least {last_min} in the last 10 s, at most {first_max} just after the warm-up"
+            "open descriptors kept growing: at least {} in the last 10 s, at most {} just after the warm-up",
+            f.fds.last_min, f.fds.first_max
         ));
     }
-    let held = counter("slowloris: held past the header timeout");
+    let held = counter(rec, "slowloris: held past the header timeout");
     if held > 0 {
         reasons.push(format!(
             "{held} slowloris connection(s) held more than 10 s past client_header_timeout_seconds"
@@ -400,52 +514,15 @@ pub fn build(mut i: Input<'_>) -> (String, String, String, bool) {
     if panics > 0 {
         reasons.push(format!("rampart's stderr has {panics} panic(s)"));
     }
-    let passed = reasons.is_empty();
+    reasons
+}
 
-    let json = Json {
-        started_utc: &i.started_utc,
-        rampart: &i.version,
-        seed: i.seed,
-        duration_s: i.duration_s,
-        clients: i.args.clients,
-        ws_clients: i.args.ws_clients,
-        slow_readers: i.args.slow_readers,
-        slowloris: i.args.slowloris,
-        tolerate_known_defects: i.args.tolerate_known_defects,
-        objects: i.args.objects,
-        cache_memory_bytes: i.cache_memory,
-        schedule: i.schedule,
-        skipped: &i.skipped,
-        passed,
-        reasons: &reasons,
-        totals,
-        classes: &rec.classes,
-        failure_causes: &rows,
-        wrong: &rec.wrong[..rec.wrong.len().min(100)],
-        faults: &i.faults,
-        fault_counts: &fault_counts,
-        expected_faults: &expected,
-        counters: &rec.counters,
-        notes: &rec.notes,
-        baseline_rss_bytes: i.baseline_rss,
-        max_rss_bytes: max_rss,
-        rss_bound_bytes: i.rss_bound,
-        fds: FdCheck {
-            warm_up_s,
-            first_max,
-            last_min,
-            leak: fd_leak,
-        },
-        latency: &windows,
-        samples: &i.samples,
-    };
-    let json_text =
-        serde_json::to_string_pretty(&json).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
-    let md = markdown(&i, &json);
-    let t = &json.totals;
-    let summary = format!(
+/// The line printed at the end of the run (and why it failed).
+fn summary(i: &Input<'_>, j: &Json<'_>) -> String {
+    let t = j.totals;
+    format!(
         "soak {}: {:.0} s, {} requests sent, {} answered, {} verified, {} failed ({} explained by faults, {} by known rampart defects{}, {} by nothing), {} wrong bodies, {} retried; faults: {}; RSS max {:.1} MiB (bound {:.1}); fds {} → {}{}",
-        if passed { "PASSED" } else { "FAILED" },
+        if j.passed { "PASSED" } else { "FAILED" },
         i.duration_s,
         t.sent,
         t.answered,
@@ -461,217 +538,21 @@ pub fn build(mut i: Input<'_>) -> (String, String, String, bool) {
         t.failed_unexplained,
         t.wrong_bodies,
         t.retried,
-        fault_counts
+        j.fault_counts
             .iter()
             .map(|(k, v)| format!("{k} {v}"))
             .collect::<Vec<_>>()
             .join(", "),
-        mib(max_rss),
+        mib(j.max_rss_bytes),
         mib(i.rss_bound),
-        first_max,
-        last_min,
-        if passed {
+        j.fds.first_max,
+        j.fds.last_min,
+        if j.passed {
             String::new()
         } else {
-            format!("\n  why: {}", reasons.join("; "))
+            format!("\n  why: {}", j.reasons.join("; "))
         }
-    );
-    (md, json_text, summary, passed)
-}
-
-fn markdown(i: &Input<'_>, j: &Json<'_>) -> String {
-    let mut s = String::new();
-    let t = &j.totals;
-    let _ = writeln!(
-        s,
-        "# rampart chaos soak, {}\n\n**{}** — {}\n\n{} for {:.0} s, seed {}; {} request clients (HTTP/1.1 keep-alive, HTTP/2 cleartext, HTTP/3, a new TLS connection per request, in turn), {} WebSocket clients, {} slow readers, {} slowloris clients, a purge every 2 s; {} objects (1 B–5 MiB); `cache_memory` {:.0} MiB; Redis: {}.\n",
-        i.started_utc,
-        if j.passed { "PASSED" } else { "FAILED" },
-        if j.passed {
-            "no wrong body, every failure explained by a fault, RSS within its bound, no descriptor leak".to_owned()
-        } else {
-            j.reasons.join("; ")
-        },
-        i.version,
-        i.duration_s,
-        i.seed,
-        i.args.clients,
-        i.args.ws_clients,
-        i.args.slow_readers,
-        i.args.slowloris,
-        i.args.objects,
-        mib(i.cache_memory),
-        match (i.redis, i.args.no_redis_cache) {
-            (false, _) => "none",
-            (true, false) => "one redis-server (rate limits, purges, cache tier)",
-            (true, true) => "one redis-server (rate limits, purges; no cache tier)",
-        }
-    );
-    let _ = writeln!(
-        s,
-        "## Requests\n\n| | sent | answered | verified | failed | wrong bodies | retried | answered after ≥ 1 s |\n|---|---:|---:|---:|---:|---:|---:|---:|\n| **all** | {} | {} | {} | {} ({} explained by faults, {} by known defects) | **{}** | {} | {} |",
-        t.sent, t.answered, t.ok, t.failed, t.failed_explained, t.failed_known_defect, t.wrong_bodies, t.retried, t.over_1s
-    );
-    for (class, c) in j.classes {
-        let _ = writeln!(
-            s,
-            "| {class} | {} | {} | {} | {} | {} | {} | {} |",
-            c.sent, c.answered, c.ok, c.failed, c.wrong, c.retried, c.over_1s
-        );
-    }
-    s.push_str("\nEvery answer is compared byte for byte with the bytes the origin generated for its URL (and its `x-soak-sum` with their checksum); `retried`: GETs sent again on a new connection after a reused one closed before any byte of the answer.\n\n## Failures by cause\n\n");
-    if j.failure_causes.is_empty() {
-        s.push_str("None.\n");
-    } else {
-        s.push_str("| class | cause | count | first at | explained by | example |\n|---|---|---:|---:|---|---|\n");
-        for r in j.failure_causes {
-            let _ = writeln!(
-                s,
-                "| {} | {} | {} | {:.1} s | {} | {} |",
-                r.class,
-                r.cause,
-                r.count,
-                r.first_s,
-                match (&r.explained_by, r.known_defect) {
-                    (Some(e), _) => e.clone(),
-                    (None, Some(d)) => format!("**known rampart defect** `{d}`"),
-                    (None, None) => "**nothing**".to_owned(),
-                },
-                r.example.replace('|', "\\|")
-            );
-        }
-    }
-    for d in KNOWN_DEFECTS {
-        if j.failure_causes
-            .iter()
-            .any(|r| r.known_defect == Some(d.name))
-        {
-            let _ = writeln!(
-                s,
-                "\nKnown rampart defect `{}`{}: {}.",
-                d.name,
-                if i.args.tolerate_known_defects {
-                    " (tolerated by --tolerate-known-defects)"
-                } else {
-                    ""
-                },
-                d.what
-            );
-        }
-    }
-    s.push_str("\n## Wrong bodies\n\n");
-    if j.wrong.is_empty() {
-        s.push_str("None.\n");
-    } else {
-        for w in j.wrong.iter().take(30) {
-            let _ = writeln!(s, "- {:.1} s, {}: {}", w.at_s, w.class, w.what);
-        }
-    }
-    s.push_str("\n## Faults injected\n\n| fault | count | expected |\n|---|---:|---|\n");
-    for (k, v) in j.fault_counts {
-        let _ = writeln!(
-            s,
-            "| {k} | {v} | {} |",
-            if j.expected_faults.contains(k) {
-                "yes"
-            } else {
-                "no"
-            }
-        );
-    }
-    s.push_str("\n| at | until | fault | as planned | detail |\n|---:|---:|---|---|---|\n");
-    for e in j.faults {
-        let _ = writeln!(
-            s,
-            "| {:.1} s | {:.1} s | {} | {} | {} |",
-            e.start_s,
-            e.end_s,
-            e.kind,
-            if e.ok { "yes" } else { "**no**" },
-            e.detail.replace('|', "\\|")
-        );
-    }
-    s.push_str("\n## Misbehaving clients\n\n");
-    for (k, v) in j.counters {
-        let _ = writeln!(s, "- {k}: {v}");
-    }
-    for (at, n) in j.notes {
-        let _ = writeln!(s, "- {at:.1} s: {n}");
-    }
-    let _ = writeln!(
-        s,
-        "\n## Memory and descriptors of the serving process\n\nRSS before any traffic {:.1} MiB; largest {:.1} MiB; bound {:.1} MiB (`cache_memory` × 1.1 + 40 MiB + the RSS before traffic, or `--max-rss-mib`); the cache's own account is `rampart_cache_size_bytes` + `_reserved_bytes` + `_pinned_bytes` from `/_rampart/metrics`. Descriptors: at most {} just after the warm-up ({:.0} s), at least {} in the last 10 s. The pid changes at each upgrade.\n\n| seconds | pid(s) | RSS min–max MiB | cache's own account max MiB | fds min–max |\n|---|---|---|---:|---|",
-        mib(j.baseline_rss_bytes),
-        mib(j.max_rss_bytes),
-        mib(j.rss_bound_bytes),
-        j.fds.first_max,
-        j.fds.warm_up_s,
-        j.fds.last_min
-    );
-    let w = i.window_s as f64;
-    let mut at = 0.0;
-    while at < i.duration_s + 1.0 {
-        let in_w: Vec<&Sample> = j
-            .samples
-            .iter()
-            .filter(|x| x.t_s >= at && x.t_s < at + w)
-            .collect();
-        if !in_w.is_empty() {
-            let mut pids: Vec<u32> = in_w.iter().map(|x| x.pid).collect();
-            pids.dedup();
-            let r = |f: fn(&Sample) -> u64| {
-                let v: Vec<u64> = in_w.iter().map(|x| f(x)).collect();
-                (
-                    v.iter().copied().min().unwrap_or(0),
-                    v.iter().copied().max().unwrap_or(0),
-                )
-            };
-            let (r0, r1) = r(|x| x.rss_bytes);
-            let (f0, f1) = r(|x| x.fds as u64);
-            let cache = in_w
-                .iter()
-                .filter_map(|x| x.cache_bytes)
-                .max()
-                .map_or("–".to_owned(), |c| format!("{:.1}", mib(c)));
-            let _ = writeln!(
-                s,
-                "| {:.0}–{:.0} | {} | {:.1}–{:.1} | {cache} | {f0}–{f1} |",
-                at,
-                at + w,
-                pids.iter()
-                    .map(u32::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                mib(r0),
-                mib(r1)
-            );
-        }
-        at += w;
-    }
-    s.push_str("\n## Latency per window (answered requests, from the request's start, a new connection included, to its last byte)\n\n| seconds | answered | p50 ms | p90 ms | p99 ms | max ms | slowest |\n|---|---:|---:|---:|---:|---:|---|\n");
-    for x in j.latency {
-        let _ = writeln!(
-            s,
-            "| {}–{} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {} |",
-            x.from_s, x.to_s, x.answered, x.p50_ms, x.p90_ms, x.p99_ms, x.max_ms, x.slowest
-        );
-    }
-    s.push_str("\n## Not covered\n\n");
-    for k in j.skipped {
-        let _ = writeln!(s, "- {k}");
-    }
-    let errors: Vec<&str> = i
-        .rampart_log
-        .lines()
-        .filter(|l| !l.contains("listening") && !l.starts_with("rampart: "))
-        .collect();
-    let _ = writeln!(
-        s,
-        "\n## rampart's stderr\n\n{} line(s) besides its listening, reload and upgrade lines; the last ones:\n\n```\n{}\n```",
-        errors.len(),
-        errors[errors.len().saturating_sub(15)..].join("\n")
-    );
-    s
+    )
 }
 
 #[cfg(test)]

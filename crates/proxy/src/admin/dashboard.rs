@@ -21,7 +21,7 @@ use serde_json::{json, Value};
 use crate::body::ProxyBody;
 use crate::caching::Cache;
 use crate::policy::route::Router;
-use crate::telemetry::metrics::{self, hit_ratio, Metrics, Totals, BLOCK_REASONS, CACHE_LABELS};
+use crate::telemetry::metrics::{self, hit_ratio, BlockReason, CacheMetric, Metrics, Totals};
 
 const PAGE: &str = include_str!("../../assets/dashboard/index.html");
 const SCRIPT: &str = include_str!("../../assets/dashboard/app.js");
@@ -176,12 +176,12 @@ pub fn snapshot(m: &Metrics, before: &(Instant, Totals), now: &(Instant, Totals)
             )
         })
         .collect();
-    let outcomes: serde_json::Map<String, Value> = CACHE_LABELS
+    let outcomes: serde_json::Map<String, Value> = CacheMetric::LABELS
         .iter()
         .enumerate()
         .map(|(i, l)| ((*l).to_owned(), json!(window(i))))
         .collect();
-    let by_reason: serde_json::Map<String, Value> = BLOCK_REASONS
+    let by_reason: serde_json::Map<String, Value> = BlockReason::LABELS
         .iter()
         .enumerate()
         .filter(|(i, _)| b.blocked[*i] > 0)

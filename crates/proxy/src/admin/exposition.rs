@@ -13,7 +13,8 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::telemetry::metrics::{
-    self as m, hit_ratio, HistSnap, Metrics, BLOCK_REASONS, CACHE_LABELS, ORIGIN_ERRORS, PROTOCOLS,
+    self as m, hit_ratio, BlockReason, CacheMetric, HistSnap, Metrics, OriginErrorKind, PpRefusal,
+    Protocol,
 };
 
 /// What a scrape reads besides the registry: the worker's view of the configuration.
@@ -164,7 +165,7 @@ fn gather(m: &Metrics, view: &View<'_>) -> Families {
         None,
     );
     let counts = m.sum_workers(|w| &w.blocked);
-    for (reason, c) in BLOCK_REASONS.iter().zip(counts) {
+    for (reason, c) in BlockReason::LABELS.iter().zip(counts) {
         blocked.counter(vec![("reason", (*reason).to_owned())], c);
     }
     let reloads = f.add(
@@ -261,15 +262,16 @@ fn requests(m: &Metrics, f: &mut Families) {
             if c == 0 {
                 continue;
             }
-            let proto = i % PROTOCOLS.len();
-            let cache = (i / PROTOCOLS.len()) % CACHE_LABELS.len();
-            let class = i / (PROTOCOLS.len() * CACHE_LABELS.len()) + 1;
+            let (protocols, caches) = (Protocol::LABELS, CacheMetric::LABELS);
+            let proto = i % protocols.len();
+            let cache = (i / protocols.len()) % caches.len();
+            let class = i / (protocols.len() * caches.len()) + 1;
             fam.counter(
                 vec![
                     ("rule", name.to_owned()),
                     ("code", format!("{class}xx")),
-                    ("cache", CACHE_LABELS[cache].to_owned()),
-                    ("protocol", PROTOCOLS[proto].to_owned()),
+                    ("cache", caches[cache].to_owned()),
+                    ("protocol", protocols[proto].to_owned()),
                 ],
                 c,
             );
@@ -374,7 +376,7 @@ fn connections(m: &Metrics, view: &View<'_>, f: &mut Families) {
         "Connections to a proxy_protocol listener closed before HTTP: a peer outside proxy_protocol_from, a malformed header, or none in time.",
         None,
     );
-    for (reason, n) in m::PP_REFUSALS.iter().zip(pp) {
+    for (reason, n) in PpRefusal::LABELS.iter().zip(pp) {
         fam.counter(vec![("reason", (*reason).to_owned())], n);
     }
     f.add(
@@ -396,29 +398,34 @@ fn connections(m: &Metrics, view: &View<'_>, f: &mut Families) {
     )
     .counter(vec![], m.sum_worker(|w| &w.sent));
     if let Some(certs) = view.certs {
-        let tls = m.sum_workers(|w| &w.tls);
-        let fam = f.add(
-            "rampart_tls_handshakes",
-            "TLS handshakes with clients: completed, failed or timed out.",
-            None,
-        );
-        for (i, result) in ["ok", "failed", "timeout"].iter().enumerate() {
-            fam.counter(vec![("result", (*result).to_owned())], tls[i]);
-        }
-        let fam = f.add(
-            "rampart_tls_certificate_expiry_timestamp",
-            "When each certificate in service expires (its notAfter, Unix time), by the name it serves.",
-            Some(Unit::Seconds),
-        );
-        for (name, key) in certs.certificates() {
-            let expiry = key
-                .cert
-                .first()
-                .and_then(|c| rampart_tls::der::validity(c))
-                .map(|v| unix(v.not_after));
-            if let Some(t) = expiry {
-                fam.gauge(vec![("name", name)], t);
-            }
+        tls(m, certs, f);
+    }
+}
+
+/// TLS handshakes, and when each certificate in service expires.
+fn tls(m: &Metrics, certs: &rampart_tls::cert_store::CertStore, f: &mut Families) {
+    let tls = m.sum_workers(|w| &w.tls);
+    let fam = f.add(
+        "rampart_tls_handshakes",
+        "TLS handshakes with clients: completed, failed or timed out.",
+        None,
+    );
+    for (i, result) in ["ok", "failed", "timeout"].iter().enumerate() {
+        fam.counter(vec![("result", (*result).to_owned())], tls[i]);
+    }
+    let fam = f.add(
+        "rampart_tls_certificate_expiry_timestamp",
+        "When each certificate in service expires (its notAfter, Unix time), by the name it serves.",
+        Some(Unit::Seconds),
+    );
+    for (name, key) in certs.certificates() {
+        let expiry = key
+            .cert
+            .first()
+            .and_then(|c| rampart_tls::der::validity(c))
+            .map(|v| unix(v.not_after));
+        if let Some(t) = expiry {
+            fam.gauge(vec![("name", name)], t);
         }
     }
 }
@@ -513,7 +520,7 @@ fn origin_traffic(m: &Metrics, f: &mut Families) {
         None,
     );
     for (o, s) in &origins {
-        for (i, kind) in ORIGIN_ERRORS.iter().enumerate() {
+        for (i, kind) in OriginErrorKind::LABELS.iter().enumerate() {
             fam.counter(
                 vec![("origin", o.clone()), ("kind", (*kind).to_owned())],
                 s.shards.iter().map(|sh| sh.0.errors[i].load(Relaxed)).sum(),
@@ -605,8 +612,8 @@ mod tests {
         let r = m.rule("a.test");
         r.record(
             200,
-            crate::telemetry::metrics::cache_index(Some(CacheOutcome::Served(Served::Fresh))),
-            0,
+            CacheMetric::of(Some(CacheOutcome::Served(Served::Fresh))),
+            Protocol::Http1,
             Duration::from_micros(80),
         );
         let src = "[[proxy_rules]]\ndomain = \"a.test\"\nforward_ipv4 = \"127.0.0.1\"\n";

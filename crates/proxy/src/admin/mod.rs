@@ -28,7 +28,7 @@ use rampart_cache::key::CacheKey;
 use rampart_cache::store::PurgeScope;
 use rampart_config::AdminConfig;
 
-use crate::body::local::json;
+use crate::body::local::json_of;
 use crate::body::{ProxyBody, RequestBody};
 use crate::caching::Cache;
 use crate::error::ProxyError;
@@ -179,10 +179,12 @@ fn scope_from(kind: &str, host: &str, path: &[u8], ignore_query: bool) -> Option
 }
 
 fn purged(n: usize, soft: bool) -> Response<ProxyBody> {
-    json(
-        StatusCode::OK,
-        format!("{{\"purged\":{n},\"soft\":{soft}}}\n"),
-    )
+    #[derive(serde::Serialize)]
+    struct Purged {
+        purged: usize,
+        soft: bool,
+    }
+    json_of(StatusCode::OK, &Purged { purged: n, soft })
 }
 
 /// A `PURGE` request for a URL on a routed host: who sent it, and what it names.
@@ -296,34 +298,87 @@ fn readable<B>(
     }))
 }
 
+/// `GET /_rampart/status`.
+#[derive(serde::Serialize)]
+struct Status<'a> {
+    cache: Option<CacheFigures>,
+    /// The process's resident memory beside the cache's weight, so a mismatch shows.
+    process: Option<ProcessMemory>,
+    upstreams: Vec<OriginHealth<'a>>,
+}
+
+#[derive(serde::Serialize)]
+struct CacheFigures {
+    entries: usize,
+    weight_bytes: u64,
+    reserved_bytes: u64,
+    pinned_bytes: u64,
+    capacity_bytes: u64,
+    evictions: u64,
+    in_flight: usize,
+}
+
+#[derive(serde::Serialize)]
+struct ProcessMemory {
+    rss_bytes: u64,
+    peak_rss_bytes: u64,
+}
+
+/// An origin of a rule with its health: `healthy` is the active checks' verdict (true without
+/// checks), `refused_lately` the passive one, `latency_ms` the `Performance` average.
+#[derive(serde::Serialize)]
+struct OriginHealth<'a> {
+    domain: &'a str,
+    origin: &'a str,
+    method: String,
+    health_checks: bool,
+    healthy: bool,
+    refused_lately: bool,
+    latency_ms: Option<f64>,
+}
+
 /// `GET /_rampart/status`: the cache's figures, the process's memory, the origins.
 fn status(cache: Option<&Cache>, router: &Router) -> Response<ProxyBody> {
-    let cache = match cache {
-        Some(c) => {
-            let s = c.store().stats();
-            format!(
-                "{{\"entries\":{},\"weight_bytes\":{},\"reserved_bytes\":{},\"pinned_bytes\":{},\"capacity_bytes\":{},\"evictions\":{},\"in_flight\":{}}}",
-                s.entries,
-                s.weight,
-                s.reserved,
-                s.pinned,
-                c.store().capacity(),
-                s.evictions,
-                c.coalescer().len()
-            )
+    let cache = cache.map(|c| {
+        let s = c.store().stats();
+        CacheFigures {
+            entries: s.entries,
+            weight_bytes: s.weight,
+            reserved_bytes: s.reserved,
+            pinned_bytes: s.pinned,
+            capacity_bytes: c.store().capacity(),
+            evictions: s.evictions,
+            in_flight: c.coalescer().len(),
         }
-        None => "null".to_owned(),
+    });
+    let process = crate::admin::exposition::process_memory().map(|(rss, peak)| ProcessMemory {
+        rss_bytes: rss,
+        peak_rss_bytes: peak,
+    });
+    let mut upstreams = Vec::new();
+    for rule in router.rules() {
+        let set = &rule.upstreams;
+        for m in set.members() {
+            upstreams.push(OriginHealth {
+                domain: &rule.config.domain_text,
+                origin: m.target.authority.as_str(),
+                method: format!("{:?}", set.method()),
+                health_checks: rule.config.health_check.is_some(),
+                healthy: m.healthy(),
+                refused_lately: set.refused_lately(m),
+                // Milliseconds to the microsecond.
+                latency_ms: m
+                    .latency()
+                    .map(|d| (d.as_secs_f64() * 1_000_000.0).round() / 1000.0),
+            });
+        }
+    }
+    let status = Status {
+        cache,
+        process,
+        upstreams,
     };
-    // The process's resident memory beside the cache's weight, so a mismatch shows.
-    let process = match crate::admin::exposition::process_memory() {
-        Some((rss, peak)) => format!("{{\"rss_bytes\":{rss},\"peak_rss_bytes\":{peak}}}"),
-        None => "null".to_owned(),
-    };
-    let upstreams = upstreams_json(router);
-    json(
-        StatusCode::OK,
-        format!("{{\"cache\":{cache},\"process\":{process},\"upstreams\":{upstreams}}}\n"),
-    )
+    json_of(StatusCode::OK, &status)
 }
 
 /// `POST /_rampart/purge?scope=…&host=…&path=…&soft=…`.
@@ -390,34 +445,6 @@ fn metrics_response<B>(api: Api<'_>, req: &Request<B>) -> Response<ProxyBody> {
         http::HeaderValue::from_static(kind),
     );
     res
-}
-
-/// Every rule's origins with their health: `healthy` is the active checks' verdict (true
-/// without checks), `refused_lately` the passive one, `latency_ms` the `Performance` average.
-fn upstreams_json(router: &Router) -> String {
-    let mut out = String::from("[");
-    for rule in router.rules() {
-        let set = &rule.upstreams;
-        for m in set.members() {
-            if out.len() > 1 {
-                out.push(',');
-            }
-            let latency = m.latency().map_or("null".to_owned(), |d| {
-                format!("{:.3}", d.as_secs_f64() * 1000.0)
-            });
-            out.push_str(&format!(
-                "{{\"domain\":{:?},\"origin\":{:?},\"method\":\"{:?}\",\"health_checks\":{},\"healthy\":{},\"refused_lately\":{},\"latency_ms\":{latency}}}",
-                rule.config.domain_text,
-                m.target.authority.as_str(),
-                set.method(),
-                rule.config.health_check.is_some(),
-                m.healthy(),
-                set.refused_lately(m),
-            ));
-        }
-    }
-    out.push(']');
-    out
 }
 
 #[cfg(test)]

@@ -105,40 +105,7 @@ impl Decoder {
                 ext,
                 line,
                 size,
-            } => {
-                if line >= MAX_CHUNK_LINE {
-                    return Err("chunk-size line too long");
-                }
-                let line = line + 1;
-                match b {
-                    b'\r' if digits > 0 => Decoder::ChunkSizeLf { size },
-                    b'0'..=b'9' | b'a'..=b'f' | b'A'..=b'F' if !ext => {
-                        if digits >= 15 {
-                            return Err("chunk size too large");
-                        }
-                        let v = u64::from((b as char).to_digit(16).unwrap_or(0));
-                        Decoder::ChunkSize {
-                            digits: digits + 1,
-                            ext,
-                            line,
-                            size: size << 4 | v,
-                        }
-                    }
-                    b';' | b' ' | b'\t' if digits > 0 => Decoder::ChunkSize {
-                        digits,
-                        ext: true,
-                        line,
-                        size,
-                    },
-                    0x21..=0x7e | 0x80..=0xff if ext => Decoder::ChunkSize {
-                        digits,
-                        ext,
-                        line,
-                        size,
-                    },
-                    _ => return Err("invalid chunk-size line"),
-                }
-            }
+            } => chunk_size_line(digits, ext, line, size, b)?,
             Decoder::ChunkSizeLf { size } => {
                 if b != b'\n' {
                     return Err("chunk-size line not ended by CRLF");
@@ -198,6 +165,50 @@ impl Decoder {
         };
         Ok(())
     }
+}
+
+/// One byte of a chunk-size line (hex digits, then an extension the decoder skips) in the
+/// state it leaves.
+#[inline]
+fn chunk_size_line(
+    digits: u8,
+    ext: bool,
+    line: usize,
+    size: u64,
+    b: u8,
+) -> Result<Decoder, &'static str> {
+    if line >= MAX_CHUNK_LINE {
+        return Err("chunk-size line too long");
+    }
+    let line = line + 1;
+    Ok(match b {
+        b'\r' if digits > 0 => Decoder::ChunkSizeLf { size },
+        b'0'..=b'9' | b'a'..=b'f' | b'A'..=b'F' if !ext => {
+            if digits >= 15 {
+                return Err("chunk size too large");
+            }
+            let v = u64::from((b as char).to_digit(16).unwrap_or(0));
+            Decoder::ChunkSize {
+                digits: digits + 1,
+                ext,
+                line,
+                size: size << 4 | v,
+            }
+        }
+        b';' | b' ' | b'\t' if digits > 0 => Decoder::ChunkSize {
+            digits,
+            ext: true,
+            line,
+            size,
+        },
+        0x21..=0x7e | 0x80..=0xff if ext => Decoder::ChunkSize {
+            digits,
+            ext,
+            line,
+            size,
+        },
+        _ => return Err("invalid chunk-size line"),
+    })
 }
 
 /// What the connection hands over.

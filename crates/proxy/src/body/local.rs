@@ -23,7 +23,25 @@ pub fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<ProxyBody> {
     res
 }
 
-/// A JSON answer (the management API and `PURGE`), not cacheable.
+/// A JSON answer (the management API and `PURGE`), not cacheable: `value` written by
+/// `serde_json`, the one JSON writer of these answers, and a line feed.
+pub fn json_of<T: serde::Serialize>(status: StatusCode, value: &T) -> Response<ProxyBody> {
+    match serde_json::to_string(value) {
+        Ok(mut s) => {
+            s.push('\n');
+            json(status, s)
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "cannot write a JSON answer");
+            text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "500 Internal Server Error\n",
+            )
+        }
+    }
+}
+
+/// A JSON answer already written (by the owner of the configuration file), not cacheable.
 pub fn json(status: StatusCode, body: String) -> Response<ProxyBody> {
     let len = body.len();
     let mut res = Response::new(ProxyBody::full(Bytes::from(body)));

@@ -326,7 +326,7 @@ fn compressible_status_and_fields(status: StatusCode, h: &HeaderMap) -> bool {
 /// A WebP conversion first takes the memory it can need (`webp::working_bytes`, from the
 /// picture's header alone) from [`WEBP_MEMORY`], and keeps it until the conversion is over; a
 /// picture that needs more than all of it is served as it is. The memory of conversions in
-/// flight is thus bounded, not only their count (issue 30).
+/// flight is thus bounded, not only their count.
 pub fn transform_stored(
     t: Transforms,
     obj: &Arc<Object>,
@@ -364,24 +364,7 @@ pub fn transform_stored(
         // The memory first, then an encoder: a conversion waiting for memory holds no encoder
         // another object's compression could use (nor the object: weak while it waits).
         let Some(obj) = weak.upgrade() else { return };
-        let picture = picture.and_then(|source| {
-            let bytes = match webp::working_bytes(&obj.body, source) {
-                Ok(n) => n,
-                Err(e) => {
-                    tracing::warn!(error = %e, bytes = obj.body.len(), "picture not converted to WebP; the original is served");
-                    return None;
-                }
-            };
-            if bytes > WEBP_MEMORY {
-                tracing::warn!(
-                    working_bytes = bytes,
-                    limit = WEBP_MEMORY,
-                    "picture not converted to WebP: converting it would take more memory than conversions may use; the original is served"
-                );
-                return None;
-            }
-            Some((source, bytes))
-        });
+        let picture = picture.and_then(|source| Some((source, webp_memory_for(&obj, source)?)));
         drop(obj);
         // Waits for the memory while other conversions hold it (the queue is bounded).
         let picture = match picture {
@@ -399,34 +382,11 @@ pub fn transform_stored(
         };
         let Some(obj) = weak.upgrade() else { return };
         let made = tokio::task::spawn_blocking(move || {
-            let minified = lang.and_then(|lang| {
-                let out = match lang {
-                    Lang::Html => minify::html(&obj.body, langs),
-                    Lang::Css => minify::css(&obj.body),
-                    Lang::Js => minify::js(&obj.body),
-                };
-                (out.len() < obj.body.len()).then(|| bytes::Bytes::from(out))
-            });
+            let minified = lang.and_then(|lang| minified(&obj, lang, langs));
             let body = minified.clone().unwrap_or_else(|| obj.body.clone());
-            let copies = compress.map_or_else(Vec::new, |c| {
-                c.codings
-                    .iter()
-                    .filter_map(|&coding| {
-                        let out = codec::compress(coding, c.levels, &body).ok()?;
-                        // Not worth it (already compressed data behind a text type): identity.
-                        (out.len() < body.len()).then_some((coding, out))
-                    })
-                    .collect::<Vec<_>>()
-            });
+            let copies = compress.map_or_else(Vec::new, |c| compressed(&body, &c));
             // `_held` goes back to the budget when the conversion is over.
-            let webp = picture.and_then(|(source, _held)| match webp::to_webp(&obj.body, source) {
-                // Skipped when it would not be smaller.
-                Ok(w) => (w.len() < obj.body.len()).then_some(w),
-                Err(e) => {
-                    tracing::warn!(error = %e, bytes = obj.body.len(), "picture not converted to WebP; the original is served");
-                    None
-                }
-            });
+            let webp = picture.and_then(|(source, _held)| webp_copy(&obj, source));
             (obj, minified, copies, webp)
         })
         .await;
@@ -439,6 +399,60 @@ pub fn transform_stored(
         let new = with_copies(&obj, minified, copies, webp);
         store(&obj, new);
     });
+}
+
+/// The memory converting `obj` to WebP takes; `None` (logged) when it cannot be converted
+/// or would take more than conversions may use.
+fn webp_memory_for(obj: &Object, source: webp::Source) -> Option<u64> {
+    let bytes = match webp::working_bytes(&obj.body, source) {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::warn!(error = %e, bytes = obj.body.len(), "picture not converted to WebP; the original is served");
+            return None;
+        }
+    };
+    if bytes > WEBP_MEMORY {
+        tracing::warn!(
+            working_bytes = bytes,
+            limit = WEBP_MEMORY,
+            "picture not converted to WebP: converting it would take more memory than conversions may use; the original is served"
+        );
+        return None;
+    }
+    Some(bytes)
+}
+
+/// `obj`'s body minified, when that makes it smaller.
+fn minified(obj: &Object, lang: Lang, langs: Languages) -> Option<bytes::Bytes> {
+    let out = match lang {
+        Lang::Html => minify::html(&obj.body, langs),
+        Lang::Css => minify::css(&obj.body),
+        Lang::Js => minify::js(&obj.body),
+    };
+    (out.len() < obj.body.len()).then(|| bytes::Bytes::from(out))
+}
+
+/// `body` in each coding the rule offers that makes it smaller (already compressed data
+/// behind a text type stays identity only).
+fn compressed(body: &[u8], c: &Compress) -> Vec<(Coding, Vec<u8>)> {
+    c.codings
+        .iter()
+        .filter_map(|&coding| {
+            let out = codec::compress(coding, c.levels, body).ok()?;
+            (out.len() < body.len()).then_some((coding, out))
+        })
+        .collect()
+}
+
+/// `obj` converted to WebP, when that makes it smaller.
+fn webp_copy(obj: &Object, source: webp::Source) -> Option<Vec<u8>> {
+    match webp::to_webp(&obj.body, source) {
+        Ok(w) => (w.len() < obj.body.len()).then_some(w),
+        Err(e) => {
+            tracing::warn!(error = %e, bytes = obj.body.len(), "picture not converted to WebP; the original is served");
+            None
+        }
+    }
 }
 
 /// `obj` with its minified body (if any), `Vary: Accept-Encoding` and its encoded copies.

@@ -8,6 +8,8 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
+use crate::telemetry::metrics::PpRefusal;
+
 /// Version 2's 12-byte signature.
 pub const V2_SIGNATURE: &[u8; 12] = b"\r\n\r\n\0\r\nQUIT\n";
 
@@ -53,7 +55,7 @@ pub enum Malformed {
     Checksum,
 }
 
-/// Why reading a header failed: what [`crate::telemetry::metrics::PP_REFUSALS`] counts.
+/// Why reading a header failed: what [`PpRefusal`] counts.
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
     #[error(transparent)]
@@ -65,11 +67,11 @@ pub enum ReadError {
 }
 
 impl ReadError {
-    /// The index into [`crate::telemetry::metrics::PP_REFUSALS`].
-    pub fn reason(&self) -> usize {
+    /// The reason the metrics count it under.
+    pub fn reason(&self) -> PpRefusal {
         match self {
-            ReadError::Malformed(_) | ReadError::Closed => 1,
-            ReadError::Timeout => 2,
+            ReadError::Malformed(_) | ReadError::Closed => PpRefusal::Malformed,
+            ReadError::Timeout => PpRefusal::Timeout,
         }
     }
 }

@@ -32,7 +32,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use rampart_config::{OriginProtocol, RoutingMethod, RuleConfig, UpstreamConfig, UpstreamTarget};
 
 use crate::body::{RequestBody, RequestBodyError};
-use crate::error::ProxyError;
+use crate::error::{BoxError, ProxyError};
 
 /// How long an origin that refused a connection is skipped.
 const DOWN_FOR: Duration = Duration::from_secs(5);
@@ -265,10 +265,13 @@ impl UpstreamSet {
         match (&member.target.tls, &member.tls_key) {
             (Some(shown), key) if member.target.https_only || https => match key {
                 Some(key) => Ok((shown, key, Scheme::HTTPS)),
-                None => Err(ProxyError::UpstreamTls(format!(
-                    "cannot use {:?} as the origin's TLS name",
-                    member.target.tls_name
-                ))),
+                None => Err(ProxyError::UpstreamTls(
+                    format!(
+                        "cannot use {:?} as the origin's TLS name",
+                        member.target.tls_name
+                    )
+                    .into(),
+                )),
             },
             _ => Ok((
                 &member.target.authority,
@@ -287,7 +290,7 @@ impl UpstreamSet {
     ) -> Result<(&'m Authority, Authority, Scheme), ProxyError> {
         let (shown, key, scheme) = UpstreamSet::route(member, https)?;
         let key = proxied_key(key, header).ok_or_else(|| {
-            ProxyError::UpstreamConnect(format!("cannot make a pool key for {key}"))
+            ProxyError::UpstreamConnect(format!("cannot make a pool key for {key}").into())
         })?;
         Ok((shown, key, scheme))
     }
@@ -320,7 +323,7 @@ impl UpstreamSet {
 /// An HTTP/1.1 origin's response as it framed it, when rampart reads its body as the origin
 /// meant it: a `Transfer-Encoding` other than `chunked` alone (`gzip, chunked`) would have its
 /// outer coding dropped when the client de-chunks, and the coded bytes served and stored as
-/// the body. Such a response is a 502 and nothing is stored (issue 30); its connection is not
+/// the body. Such a response is a 502 and nothing is stored; its connection is not
 /// reused (the unread body closes it).
 fn only_chunked(res: Response<Incoming>) -> Result<Response<Incoming>, ProxyError> {
     let mut codings = res
@@ -440,12 +443,17 @@ impl Upstream {
                 (Some(h1), _) => self
                     .within_timeout(h1)
                     .await?
-                    .map_err(|e| body_fault().unwrap_or_else(|| self.classify(&e, e.is_connect())))
+                    .map_err(|e| {
+                        body_fault().unwrap_or_else(|| {
+                            let connect = e.is_connect();
+                            self.classify(Box::new(e), connect)
+                        })
+                    })
                     .and_then(only_chunked),
                 (None, Some(h2)) => self.within_timeout(h2).await?.map_err(|e| {
                     body_fault().unwrap_or_else(|| match e {
-                        H2Failure::Connect(e) => self.classify(&*e, true),
-                        H2Failure::Request(e) => self.classify(&e, false),
+                        H2Failure::Connect(e) => self.classify(e, true),
+                        H2Failure::Request(e) => self.classify(Box::new(e), false),
                     })
                 }),
                 (None, None) => Err(ProxyError::BadRequest("request target")),
@@ -463,29 +471,27 @@ impl Upstream {
         }
     }
 
-    /// What a failed exchange means for the client; `connect`: no connection was made.
-    fn classify(&self, e: &(dyn std::error::Error + 'static), connect: bool) -> ProxyError {
+    /// What a failed exchange means for the client; `connect`: no connection was made. The
+    /// error is kept whole as the cause.
+    fn classify(&self, e: BoxError, connect: bool) -> ProxyError {
         // The client's own request body failed (too large, too slow, broken): its fault.
-        let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+        let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(&*e);
+        let mut tls = false;
         while let Some(c) = cur {
             if let Some(RequestBodyError(fault)) = c.downcast_ref::<RequestBodyError>() {
                 return ProxyError::ClientBody(*fault);
             }
-            if let Some(tls) = c.downcast_ref::<OriginTlsError>() {
-                // Its message already holds the rustls error.
-                return ProxyError::UpstreamTls(tls.to_string());
-            }
+            tls |= c.is::<OriginTlsError>();
             cur = c.source();
         }
-        if connect {
-            let text = error_chain(e);
-            if is_timeout(e) {
-                ProxyError::UpstreamConnectTimeout(self.connect_timeout)
-            } else {
-                ProxyError::UpstreamConnect(text)
-            }
+        if tls {
+            ProxyError::UpstreamTls(e)
+        } else if connect && is_timeout(&*e) {
+            ProxyError::UpstreamConnectTimeout(self.connect_timeout)
+        } else if connect {
+            ProxyError::UpstreamConnect(e)
         } else {
-            ProxyError::UpstreamProtocol(error_chain(e))
+            ProxyError::UpstreamProtocol(e)
         }
     }
 }
@@ -505,18 +511,6 @@ fn is_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
         cur = c.source();
     }
     false
-}
-
-/// The error and its sources on one line, for logs.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }
 
 #[cfg(test)]

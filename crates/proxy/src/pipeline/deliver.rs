@@ -6,33 +6,44 @@
 
 use std::time::SystemTime;
 
-use http::{HeaderMap, Response, StatusCode, Uri, Version};
+use http::{HeaderMap, Request, Response, StatusCode, Uri, Version};
 use hyper::body::Incoming;
 use rampart_cache::encoding::Coding;
 use rampart_cache::key::host_name;
 use rampart_cache::targeted::CDN_CACHE_CONTROL;
 use rampart_transform::compress::StreamEncoder;
 
-use crate::body::ProxyBody;
+use crate::body::{ProxyBody, RequestBody};
 use crate::caching::coalesce::SharedHead;
 use crate::caching::transform::{self, Compress};
 use crate::caching::writer::{self, StoreTicket, Timing};
 use crate::caching::Cache;
-use crate::error::ProxyError;
+use crate::error::{Chain, ProxyError};
 use crate::headers::{append_via, content_length, strip_hop_by_hop};
 use crate::outcome::{CacheLabel, CacheOutcome, Served};
-use crate::pipeline::fetch::{self, Fetched};
+use crate::pipeline::fetch::Fetched;
 use crate::pipeline::hit;
+use crate::pipeline::hit::Stored;
 use crate::pipeline::ranges;
 use crate::pipeline::txn::Txn;
 use crate::pipeline::worker_state::Worker;
 
+/// What deliver hands back to the dispatcher.
+#[derive(Debug)]
+pub enum Delivered {
+    /// The origin's response, on its way to the client.
+    Response(Response<ProxyBody>),
+    /// A stored object answers instead: freshened by a `304`, or standing in for a failing
+    /// origin (the hit stage answers).
+    Hit(Stored),
+    /// A widened range request whose whole representation is not shareable (not storable, or
+    /// of unknown length): the origin is asked again, for the range this time (fetch, then
+    /// [`deliver_unstored`]).
+    Again(Request<RequestBody>),
+}
+
 /// The deliver stage for a response from the origin.
-pub async fn deliver(
-    w: &Worker,
-    txn: &mut Txn,
-    fetched: Fetched,
-) -> Result<Response<ProxyBody>, ProxyError> {
+pub fn deliver(w: &Worker, txn: &mut Txn, mut fetched: Fetched) -> Result<Delivered, ProxyError> {
     let response_time = SystemTime::now();
     let status = fetched.res.status();
     if let (Some(cache), Some(pq)) = (&w.cache, &fetched.unsafe_target) {
@@ -40,8 +51,8 @@ pub async fn deliver(
             invalidate_after_unsafe(cache, txn, pq, fetched.res.headers());
         }
     }
-    if let Some(res) = from_stale_entry(w, txn, &fetched, response_time) {
-        return Ok(res);
+    if let Some(stored) = from_stale_entry(w, txn, &mut fetched, response_time) {
+        return Ok(Delivered::Hit(stored));
     }
     let Fetched {
         res,
@@ -51,7 +62,7 @@ pub async fn deliver(
         method,
         ..
     } = fetched;
-    let (mut parts, mut body) = downstream(res, downstream_version);
+    let (mut parts, body) = downstream(res, downstream_version);
     let mut ticket = None;
     if let (Some(cache), Some(l), Some(req_headers)) = (&w.cache, &txn.miss, &req_headers) {
         let timing = Timing {
@@ -82,9 +93,8 @@ pub async fn deliver(
     if w.cache.is_some() {
         parts.headers.remove(&CDN_CACHE_CONTROL);
     }
-    let mut length = content_length(&parts.headers);
-    // A widened range request whose whole representation is not shareable (not storable,
-    // or of unknown length): ask the origin again, for the range this time.
+    let length = content_length(&parts.headers);
+    // A widened range request whose whole representation is not shareable: asked again.
     let shared = ticket.is_some() && txn.leader.is_some() && length.is_some();
     let mut widened = txn.widened.take();
     if !shared {
@@ -92,20 +102,29 @@ pub async fn deliver(
             if let (Some(cache), Some(l)) = (&w.cache, &txn.miss) {
                 cache.refuse_widening(&l.key);
             }
-            drop((body, ticket.take(), txn.leader.take()));
-            // Boxed: rare, and it would double the size of every delivery's future.
-            let again =
-                match Box::pin(fetch::send(w, txn, wide.request(), fetch::Plan::default())).await {
-                    Ok(f) => f,
-                    Err(e) => return Err(origin_error(txn, e)),
-                };
-            (parts, body) = downstream(again.res, again.downstream_version);
-            parts.headers.remove(&CDN_CACHE_CONTROL);
-            length = content_length(&parts.headers);
-            txn.outcome = txn.outcome.map(CacheOutcome::not_stored);
+            drop((body, ticket, txn.leader.take()));
+            return Ok(Delivered::Again(wide.request()));
         }
     }
-    Ok(respond(w, txn, parts, body, ticket, widened, length))
+    let res = respond(w, txn, parts, body, ticket, widened, length);
+    Ok(Delivered::Response(res))
+}
+
+/// deliver for a response that is never stored, streamed as it comes: the origin's answer to
+/// a range asked again ([`Delivered::Again`]), or to a WebSocket handshake it refused.
+pub fn deliver_unstored(
+    w: &Worker,
+    txn: &mut Txn,
+    fetched: Result<Fetched, ProxyError>,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    let fetched = fetched.map_err(|e| origin_error(txn, e))?;
+    let (mut parts, body) = downstream(fetched.res, fetched.downstream_version);
+    if w.cache.is_some() {
+        parts.headers.remove(&CDN_CACHE_CONTROL);
+    }
+    let length = content_length(&parts.headers);
+    txn.outcome = txn.outcome.map(CacheOutcome::not_stored);
+    Ok(respond(w, txn, parts, body, None, None, length))
 }
 
 /// The response with its body: pumped for every coalesced reader when this request leads and
@@ -171,11 +190,7 @@ fn respond(
 /// When fetch failed: a body that broke while it streamed to the origin (too large, too slow,
 /// malformed) is the client's failure (`Block`); otherwise the error is logged and a stale entry
 /// may stand in (stale-if-error, grace) before the error goes to synth.
-pub fn fetch_failed(
-    w: &Worker,
-    txn: &mut Txn,
-    e: ProxyError,
-) -> Result<Response<ProxyBody>, ProxyError> {
+pub fn fetch_failed(w: &Worker, txn: &mut Txn, e: ProxyError) -> Result<Delivered, ProxyError> {
     if let ProxyError::ClientBody(_) = e {
         txn.outcome = Some(CacheOutcome::Blocked);
         return Err(e);
@@ -184,18 +199,19 @@ pub fn fetch_failed(
         domain = txn.domain(),
         side = e.side().as_str(),
         status = e.status().as_u16(),
-        error = %e,
+        error = %Chain(&e),
         "upstream request failed"
     );
     let stale = txn.miss.as_ref().and_then(|l| l.stale.as_ref());
     if let Some(stale) = stale.filter(|s| hit::stale_if_error_allows(s, SystemTime::now(), w.grace))
     {
         // The request was sent on: only a widened range request's headers remain.
-        let none = HeaderMap::new();
-        let client_headers = txn.widened.as_ref().map_or(&none, |w| &w.headers);
-        let res = hit::respond(stale, client_headers, false, Served::StaleIfError);
-        txn.outcome = Some(CacheOutcome::Served(Served::StaleIfError));
-        return Ok(res);
+        let client = txn.widened.take().map(|w| Box::new(w.headers));
+        return Ok(Delivered::Hit(Stored {
+            obj: stale.clone(),
+            served: Served::StaleIfError,
+            client,
+        }));
     }
     Err(origin_error(txn, e))
 }
@@ -212,27 +228,23 @@ fn origin_error(txn: &mut Txn, e: ProxyError) -> ProxyError {
 fn from_stale_entry(
     w: &Worker,
     txn: &mut Txn,
-    fetched: &Fetched,
+    fetched: &mut Fetched,
     response_time: SystemTime,
-) -> Option<Response<ProxyBody>> {
+) -> Option<Stored> {
     let (Some(cache), Some(l), Some(req_headers)) = (&w.cache, &txn.miss, &fetched.req_headers)
     else {
         return None;
     };
     let stale = l.stale.as_ref()?;
     let status = fetched.res.status();
-    let client_headers = txn.widened.as_ref().map_or(req_headers, |w| &w.headers);
-    if status == StatusCode::NOT_MODIFIED && fetched.revalidating {
+    let (obj, served) = if status == StatusCode::NOT_MODIFIED && fetched.revalidating {
         let timing = Timing {
             request: fetched.request_time,
             response: response_time,
         };
         let obj = writer::freshen(cache, l, stale, req_headers, fetched.res.headers(), timing);
-        let res = hit::respond(&obj, client_headers, false, Served::Revalidated);
-        txn.outcome = Some(CacheOutcome::Served(Served::Revalidated));
-        return Some(res);
-    }
-    if matches!(status.as_u16(), 500 | 502 | 503 | 504)
+        (obj, Served::Revalidated)
+    } else if matches!(status.as_u16(), 500 | 502 | 503 | 504)
         && hit::stale_if_error_allows(stale, response_time, w.grace)
     {
         tracing::warn!(
@@ -240,11 +252,20 @@ fn from_stale_entry(
             domain = txn.domain(),
             "origin error; serving stale"
         );
-        let res = hit::respond(stale, client_headers, false, Served::StaleIfError);
-        txn.outcome = Some(CacheOutcome::Served(Served::StaleIfError));
-        return Some(res);
-    }
-    None
+        (stale.clone(), Served::StaleIfError)
+    } else {
+        return None;
+    };
+    // The answer is for the client's own fields (its widened range's, when it has one).
+    let client = match txn.widened.take() {
+        Some(w) => w.headers,
+        None => fetched.req_headers.take()?,
+    };
+    Some(Stored {
+        obj,
+        served,
+        client: Some(Box::new(client)),
+    })
 }
 
 /// An origin response's head made ready for the client: hop-by-hop fields out, `Via` in, the

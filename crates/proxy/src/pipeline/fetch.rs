@@ -15,10 +15,11 @@ use rampart_cache::conditional;
 use rampart_config::{OriginProtocol, RoutingMethod};
 
 use crate::body::RequestBody;
-use crate::error::ProxyError;
+use crate::error::{Chain, ProxyError};
 use crate::headers::{add_forwarded, append_via, strip_hop_by_hop, wants_trailers};
 use crate::origin::pool::{UpstreamSet, UpstreamState, ERROR_PENALTY};
-use crate::pipeline::txn::{target, ConnInfo, Scheme, Txn};
+use crate::pipeline::conn_info::{ConnInfo, Scheme};
+use crate::pipeline::txn::{target, Txn};
 use crate::pipeline::worker_state::Worker;
 
 /// What fetch brings back.
@@ -206,7 +207,7 @@ async fn try_origins(
                 return Ok(done(res));
             }
             Err(e) if e.may_fail_over() => {
-                tracing::warn!(upstream = %shown, error = %e, "origin failed before the request was sent; marking it down");
+                tracing::warn!(upstream = %shown, error = %Chain(&e), "origin failed before the request was sent; marking it down");
                 upstreams.mark_down(member);
                 last_err = Some(e);
             }
@@ -217,7 +218,7 @@ async fn try_origins(
             Err(e @ ProxyError::UpstreamProtocol(_))
                 if spare.as_ref().is_some_and(|(m, _, _)| m.is_safe()) =>
             {
-                tracing::warn!(upstream = %shown, error = %e, "origin connection failed before the answer; trying the next origin");
+                tracing::warn!(upstream = %shown, error = %Chain(&e), "origin connection failed before the answer; trying the next origin");
                 last_err = Some(e);
             }
             Err(e) => return Err(e),

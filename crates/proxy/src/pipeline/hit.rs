@@ -8,13 +8,14 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use http::header::{HeaderValue, AGE, CONTENT_LENGTH, CONTENT_RANGE};
-use http::{HeaderMap, Response, StatusCode};
+use http::{HeaderMap, Method, Request, Response, StatusCode};
 use rampart_cache::conditional::{self, RangeAnswer};
 use rampart_cache::store::Object;
 
 use crate::body::ProxyBody;
 use crate::caching::Lookup;
 use crate::outcome::{CacheLabel, CacheOutcome, Served, X_ARC2_CACHE_AGE};
+use crate::pipeline::txn::Txn;
 
 /// A fresh, full, unconditional hit: answered with the object's prepared header block as is.
 fn plain_hit(obj: &Object, req_headers: &HeaderMap, head: bool, served: Served) -> bool {
@@ -185,9 +186,62 @@ fn age_value(secs: u64) -> HeaderValue {
         .unwrap_or_else(|| HeaderValue::from(secs))
 }
 
-/// The hit stage: the answer to a request from `obj`. Over HTTP/1 a plain fresh hit sends the
-/// stored header block as it is ([`respond_h1`]); HTTP/2 and HTTP/3 get a response of their
-/// own.
+/// A stored object that answers a request: found fresh by lookup, stale while it is refreshed,
+/// stored by the leader a waiter waited for, taken from the Redis tier, freshened by a `304`,
+/// or standing in for a failing origin.
+#[derive(Debug)]
+pub struct Stored {
+    pub obj: Arc<Object>,
+    pub served: Served,
+    /// The request's fields the answer is made for, when the request itself has gone to the
+    /// origin (`None`: the request's own, or its widened range's).
+    pub client: Option<Box<HeaderMap>>,
+}
+
+impl Stored {
+    /// An answer for the request still at hand.
+    pub fn new(obj: Arc<Object>, served: Served) -> Stored {
+        Stored {
+            obj,
+            served,
+            client: None,
+        }
+    }
+}
+
+/// The hit stage, for the request at hand: the answer from a stored object (for the request's
+/// widened range, when it has one), labelled with how it was served.
+pub fn hit<B>(txn: &mut Txn, stored: &Stored, req: &Request<B>) -> Response<ProxyBody> {
+    let client = match (&stored.client, &txn.widened) {
+        (Some(h), _) => h,
+        (None, Some(w)) => &w.headers,
+        (None, None) => req.headers(),
+    };
+    let head = stored.client.is_none() && req.method() == Method::HEAD;
+    let res = answer(&stored.obj, client, req.version(), head, stored.served);
+    served(txn, stored.served);
+    res
+}
+
+/// The hit stage once the request has gone to the origin (a `304` freshened the entry, or a
+/// stale one stands in for a failing origin): the answer is made for the fields kept in
+/// `stored.client` (none when the request was not kept).
+pub fn hit_after_fetch(txn: &mut Txn, stored: &Stored) -> Response<ProxyBody> {
+    let none = HeaderMap::new();
+    let client = stored.client.as_deref().unwrap_or(&none);
+    let res = respond(&stored.obj, client, false, stored.served);
+    served(txn, stored.served);
+    res
+}
+
+fn served(txn: &mut Txn, served: Served) {
+    let outcome = CacheOutcome::Served(served);
+    txn.outcome = Some(outcome);
+    tracing::debug!(cache = outcome.label().as_str(), "hit");
+}
+
+/// The answer to a request from `obj`. Over HTTP/1 a plain fresh hit sends the stored header
+/// block as it is ([`respond_h1`]); HTTP/2 and HTTP/3 get a response of their own.
 pub fn answer(
     obj: &Arc<Object>,
     req_headers: &HeaderMap,

@@ -3,39 +3,29 @@
 //! refreshed in the background (stale-while-revalidate), a miss (a GET the store may answer
 //! later: it goes on to `miss`), or a pass (straight to `fetch`).
 
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use http::{Method, Request};
 use rampart_cache::key::SlotKeyRef;
 use rampart_cache::policy::{Heuristic, RulePolicy};
-use rampart_cache::store::Object;
 use rampart_config::{CacheHeuristic, RuleConfig};
 
 use crate::caching::Found;
 use crate::error::ProxyError;
 use crate::outcome::{CacheLabel, CacheOutcome, Served};
+use crate::pipeline::conn_info::Scheme;
 use crate::pipeline::hit;
-use crate::pipeline::txn::{target, Mode, Scheme, Txn};
+use crate::pipeline::hit::Stored;
+use crate::pipeline::step::Step;
+use crate::pipeline::txn::{target, Mode, Txn};
 use crate::pipeline::worker_state::Worker;
 use crate::policy::route::PathDecision;
 
-/// What lookup found.
-#[derive(Debug)]
-pub enum Looked {
-    /// A fresh stored response answers it.
-    Hit(Arc<Object>),
-    /// A stale one answers it while a background request refreshes it.
-    StaleWhileRevalidate(Arc<Object>),
-    /// Not usable from the store, and the response may be stored: `Txn::miss` is set.
-    Miss,
-    /// The cache takes no part (method, path policy, caching off, HEAD miss).
-    Pass,
-}
-
-/// The lookup stage. Sets `txn.outcome` for every result; `only-if-cached` with nothing usable
-/// stored ends here (504).
-pub fn lookup<B>(w: &Worker, txn: &mut Txn, req: &Request<B>) -> Result<Looked, ProxyError> {
+/// The lookup stage: a hit (a fresh object, or a stale one that answers while a background
+/// request refreshes it), a miss (`Txn::miss` is set), or a pass (the cache takes no part:
+/// method, path policy, caching off, a HEAD miss). Sets `txn.outcome` for a miss or a pass;
+/// `only-if-cached` with nothing usable stored ends here (504).
+pub fn lookup<B>(w: &Worker, txn: &mut Txn, req: &Request<B>) -> Result<Step, ProxyError> {
     let decision = txn.route().decision;
     let label = match decision {
         PathDecision::Bypass => CacheLabel::Bypass,
@@ -43,20 +33,17 @@ pub fn lookup<B>(w: &Worker, txn: &mut Txn, req: &Request<B>) -> Result<Looked, 
     };
     txn.outcome = Some(CacheOutcome::fetched(label, false));
     let (Some(cache), PathDecision::Cacheable { max_age_seconds }) = (&w.cache, decision) else {
-        return Ok(Looked::Pass);
+        return Ok(Step::Pass);
     };
     let head = req.method() == Method::HEAD;
     if max_age_seconds == 0 || !(req.method() == Method::GET || head) {
-        return Ok(Looked::Pass);
+        return Ok(Step::Pass);
     }
     let policy = rule_policy(&txn.route().rule.config, max_age_seconds);
     let refresh = txn.mode == Mode::Refresh;
     let found = cache.lookup(slot_key(txn, req), req.headers(), policy, refresh);
     let l = match found {
-        Found::Hit(obj) => {
-            txn.outcome = Some(CacheOutcome::Served(Served::Fresh));
-            return Ok(Looked::Hit(obj));
-        }
+        Found::Hit(obj) => return Ok(Step::Hit(Stored::new(obj, Served::Fresh))),
         Found::Miss(l) => l,
     };
     if l.directives.only_if_cached {
@@ -65,8 +52,8 @@ pub fn lookup<B>(w: &Worker, txn: &mut Txn, req: &Request<B>) -> Result<Looked, 
     }
     if let Some(stale) = l.stale.as_ref().filter(|_| txn.mode == Mode::Client) {
         if hit::stale_while_revalidate_allows(stale, &l, SystemTime::now()) {
-            txn.outcome = Some(CacheOutcome::Served(Served::StaleWhileRevalidate));
-            return Ok(Looked::StaleWhileRevalidate(stale.clone()));
+            let served = Served::StaleWhileRevalidate;
+            return Ok(Step::Hit(Stored::new(stale.clone(), served)));
         }
     }
     let label = if l.forced {
@@ -80,10 +67,10 @@ pub fn lookup<B>(w: &Worker, txn: &mut Txn, req: &Request<B>) -> Result<Looked, 
     tracing::debug!(label = label.as_str(), "miss");
     // HEAD misses are passed; only a GET response can be stored.
     if head {
-        return Ok(Looked::Pass);
+        return Ok(Step::Pass);
     }
     txn.miss = Some(l);
-    Ok(Looked::Miss)
+    Ok(Step::Miss)
 }
 
 /// The request's key in the store: routed host, target, the rule's `ignore_query_string`, and

@@ -10,27 +10,29 @@ use http::{Request, Response};
 use rampart_cache::conditional;
 use rampart_cache::vary::Vary;
 
-use crate::body::{ProxyBody, RequestBody};
+use crate::body::RequestBody;
 use crate::caching::coalesce::{Inflight, InflightBody, Role};
 use crate::caching::{Cache, Found, Lookup};
 use crate::error::ProxyError;
 use crate::outcome::{CacheOutcome, Served};
-use crate::pipeline::hit;
+use crate::pipeline::hit::Stored;
 use crate::pipeline::lookup::slot_key;
 use crate::pipeline::ranges::{self, Widened};
+use crate::pipeline::step::Step;
 use crate::pipeline::txn::{Mode, Txn};
 use crate::pipeline::worker_state::Worker;
 
-/// The miss stage. `Some` when another client's fetch answered the request (streamed from it,
-/// or stored by it); `None` when this request fetches: as the leader (`txn.leader`) or on its
-/// own.
+/// The miss stage: [`Step::Done`] when another client's fetch streams the answer,
+/// [`Step::Hit`] when an object stored meanwhile answers (by the leader a waiter waited for,
+/// or in the Redis tier), [`Step::Fetch`] when this request fetches: as the leader
+/// (`txn.leader`) or on its own.
 pub async fn join(
     w: &Worker,
     txn: &mut Txn,
     req: &mut Request<RequestBody>,
-) -> Result<Option<Response<ProxyBody>>, ProxyError> {
+) -> Result<Step, ProxyError> {
     let (Some(cache), Some(l)) = (&w.cache, &txn.miss) else {
-        return Ok(None);
+        return Ok(Step::Fetch);
     };
     // A range miss becomes a shared whole-object fetch (see `ranges.rs`).
     if txn.mode == Mode::Client {
@@ -50,10 +52,10 @@ pub async fn join(
                 if txn.mode == Mode::Client && cache.tier().is_some() {
                     let wait = w.upstream.timeout().unwrap_or(Duration::from_secs(45));
                     // Boxed: only with the shared tier, and it would grow every miss's future.
-                    if let Some(res) =
+                    if let Some(step) =
                         Box::pin(crate::pipeline::redis_tier::lookup(cache, txn, req, wait)).await
                     {
-                        return Ok(Some(res));
+                        return Ok(step);
                     }
                 }
             }
@@ -62,8 +64,8 @@ pub async fn join(
             Role::Waiter(inflight) => {
                 tracing::debug!("miss, waiting for the fetch in flight");
                 let wait = w.upstream.timeout().unwrap_or(Duration::from_secs(45));
-                if let Some(res) = wait_for_leader(cache, txn, req, &inflight, wait).await {
-                    return Ok(Some(res));
+                if let Some(step) = wait_for_leader(cache, txn, req, &inflight, wait).await {
+                    return Ok(step);
                 }
                 // Released (or another variant): fetch on our own.
             }
@@ -75,7 +77,7 @@ pub async fn join(
             w.restore(req);
         }
     }
-    Ok(None)
+    Ok(Step::Fetch)
 }
 
 /// A waiter's answer: the leader's response when it is shared and of this request's variant,
@@ -86,8 +88,7 @@ async fn wait_for_leader(
     req: &Request<RequestBody>,
     inflight: &std::sync::Arc<Inflight>,
     wait: Duration,
-) -> Option<Response<ProxyBody>> {
-    let client_headers = txn.widened.as_ref().map_or(req.headers(), |w| &w.headers);
+) -> Option<Step> {
     let Some(head) = inflight.wait_head(wait).await else {
         // Released: the leader may have refreshed the entry (304) — look again.
         let l: &Lookup = txn.miss.as_ref()?;
@@ -95,9 +96,7 @@ async fn wait_for_leader(
         else {
             return None;
         };
-        let res = hit::answer(&obj, client_headers, req.version(), false, Served::Fresh);
-        txn.outcome = Some(CacheOutcome::Served(Served::Fresh));
-        return Some(res);
+        return Some(Step::Hit(Stored::new(obj, Served::Fresh)));
     };
     let same_variant = match &head.vary {
         Vary::None => true,
@@ -122,5 +121,5 @@ async fn wait_for_leader(
     let outcome = CacheOutcome::Collapsed;
     outcome.write(res.headers_mut());
     txn.outcome = Some(outcome);
-    Some(res)
+    Some(Step::Done(res))
 }

@@ -5,6 +5,7 @@
 //! error becomes a response (through `synth`) and the one place the access-log record is
 //! attached.
 
+pub mod conn_info;
 pub mod deliver;
 pub mod fetch;
 pub mod hit;
@@ -13,6 +14,7 @@ pub mod miss;
 pub mod ranges;
 pub mod recv;
 pub mod redis_tier;
+pub mod step;
 pub mod synth;
 pub mod txn;
 pub mod websocket;
@@ -27,15 +29,14 @@ use http::{Method, Request, Response};
 use http_body_util::BodyExt as _;
 use tracing::Instrument as _;
 
-use crate::admin;
 use crate::body::{ClientBody, ProxyBody, RequestBody};
 use crate::error::ProxyError;
-use crate::outcome::{CacheOutcome, Served};
-use crate::policy::route::PathDecision;
-use crate::telemetry::access_log::AccessRecord;
+use crate::outcome::Served;
 use crate::telemetry::metrics;
-use lookup::Looked;
-use txn::{ConnInfo, Mode, Scheme, Txn};
+use conn_info::{ConnInfo, Scheme};
+use deliver::Delivered;
+use step::Step;
+use txn::{Mode, Txn};
 use worker_state::Worker;
 
 /// One worker's pipeline: the stages over its [`Worker`] state.
@@ -73,7 +74,7 @@ impl Pipeline {
     ) -> Response<ProxyBody> {
         let span = tracing::debug_span!("request", method = %req.method(), uri = %req.uri(), ?mode);
         let mut txn = Txn::new(conn, mode);
-        txn.protocol = metrics::protocol_index(req.version());
+        txn.protocol = metrics::Protocol::of(req.version());
         // Without a subscriber for debug, no wrapper: `Instrumented` would move the stages'
         // future once more per request (~130 instructions of memcpy, callgrind).
         let res = if span.is_disabled() {
@@ -85,134 +86,71 @@ impl Pipeline {
         self.finish(&mut txn, res)
     }
 
-    /// recv → lookup → hit | miss | pass → fetch → deliver. An `Err` ends the request in synth.
+    /// recv → lookup → hit | miss | pass → fetch → deliver: each stage names the next
+    /// ([`Step`]). An `Err` ends the request in synth.
     async fn stages(
         self: &Arc<Self>,
         txn: &mut Txn,
         mut req: Request<RequestBody>,
     ) -> Result<Response<ProxyBody>, ProxyError> {
-        // recv: the path in its normal form, answers that need no rule, then the rule, then
-        // screening.
-        // HTTP/2 and HTTP/3 heads are bounded in bytes by their servers; the field count
-        // `max_request_headers` sets is checked here (HTTP/1.1's parser applies it itself).
-        if req.version() >= http::Version::HTTP_2 && req.headers().len() > self.w.max_headers {
-            return Err(ProxyError::HeadTooLarge);
-        }
-        recv::normalize_path(&mut req)?;
-        if txn.mode == Mode::Client && admin::is_control(&self.w.admin, &req) {
-            // Boxed: a configuration change is rare; every other request stays small.
-            return Box::pin(admin::control(self.w.api(), req)).await;
-        }
-        if let Some(answer) = recv::local_answer(&self.w, txn, &req) {
-            return answer;
-        }
-        if recv::may_be_shared_challenge(&self.w, &req) {
-            if let Some(answer) = Box::pin(recv::shared_challenge(&self.w, txn, &req)).await {
-                return answer;
-            }
-        }
-        txn.route = Some(recv::route(&self.w.router, &mut req)?);
-        let metrics = metrics::get();
-        if metrics.watched() && txn.mode == Mode::Client {
-            metrics.seen(txn.host(), req.uri().path());
-        }
-        if let Some(redirect) = recv::redirect_to_https(txn, &req, self.w.https_port) {
-            return Ok(redirect);
-        }
-        if let Err(e) = recv::screen(&self.w, txn, &mut req).await {
-            self.open_log(txn, &mut req);
-            remember_refusal(txn, &req, &e);
-            return Err(e);
-        }
-        if admin::is_purge(req.method()) {
-            let purge = admin::Purge {
-                client: txn.conn.client_ip,
-                host: txn.host(),
-                target: txn::target(&req),
-                ignore_query: txn.route().rule.config.ignore_query_string,
-            };
-            return admin::purge_method(self.w.api(), purge, req.headers());
-        }
-        self.open_log(txn, &mut req);
-        if txn.route().decision == PathDecision::Block {
-            tracing::info!(host = ?txn.route().host, path = req.uri().path(), "blocked by path rule");
-            txn.outcome = Some(CacheOutcome::Blocked);
-            remember_refusal(txn, &req, &ProxyError::BlockedByPathRule);
-            return Err(ProxyError::BlockedByPathRule);
-        }
-
-        // A switch to WebSocket passes to the origin and may become a tunnel.
-        if let Some(kind) = websocket::wants(&req) {
-            return Box::pin(websocket::upgrade(&self.w, txn, req, kind)).await;
-        }
-        // A reverse proxy opens no tunnels of its own choosing (as NGINX: 400).
-        if req.method() == Method::CONNECT {
-            return Err(ProxyError::BadRequest(
-                "CONNECT is only served for WebSocket over HTTP/2",
-            ));
-        }
-
-        // lookup → hit | miss | pass
-        let looked = lookup::lookup(&self.w, txn, &req)?;
-        match looked {
-            Looked::Hit(obj) => {
-                tracing::debug!("hit");
-                let head = is_head(&req);
-                Ok(hit::answer(
-                    &obj,
-                    req.headers(),
-                    req.version(),
-                    head,
-                    Served::Fresh,
-                ))
-            }
-            Looked::StaleWhileRevalidate(stale) => {
-                tracing::debug!("hit, stale while it is refreshed");
-                if !stale.refreshing.swap(true, Ordering::Relaxed) {
-                    self.refresh_in_background(&txn.conn, &req, stale.clone());
+        let mut step = recv::recv(&self.w, txn, &mut req).await?;
+        loop {
+            step = match step {
+                Step::Lookup => lookup::lookup(&self.w, txn, &req)?,
+                Step::Hit(stored) => {
+                    if stored.served == Served::StaleWhileRevalidate
+                        && !stored.obj.refreshing.swap(true, Ordering::Relaxed)
+                    {
+                        self.refresh_in_background(&txn.conn, &req, stored.obj.clone());
+                    }
+                    return Ok(hit::hit(txn, &stored, &req));
                 }
-                let served = Served::StaleWhileRevalidate;
-                Ok(hit::respond(&stale, req.headers(), is_head(&req), served))
-            }
-            // Boxed: the origin's stages hold kilobytes of state across their awaits; a
-            // request answered from the store should not carry (and move) them.
-            Looked::Miss => Box::pin(self.forward(txn, req, true)).await,
-            Looked::Pass => {
-                tracing::debug!("pass");
-                Box::pin(self.forward(txn, req, false)).await
-            }
+                // Boxed: the waits of a miss (another client's fetch, the Redis tier) and the
+                // origin's stages hold kilobytes of state across their awaits; a request
+                // answered from the store should not carry (and move) them.
+                Step::Miss => Box::pin(miss::join(&self.w, txn, &mut req)).await?,
+                Step::Pass => {
+                    tracing::debug!("pass");
+                    return Box::pin(self.forward(txn, req)).await;
+                }
+                Step::Fetch => return Box::pin(self.forward(txn, req)).await,
+                Step::WebSocket(kind) => {
+                    return Box::pin(websocket::upgrade(&self.w, txn, req, kind)).await;
+                }
+                Step::Done(res) => return Ok(res),
+            };
         }
     }
 
-    /// miss (when `miss`) → fetch → deliver.
+    /// fetch → deliver, or the hit stage when a stored object answers instead, or fetch
+    /// again for a range whose whole representation cannot be shared.
     async fn forward(
         &self,
         txn: &mut Txn,
-        mut req: Request<RequestBody>,
-        miss: bool,
+        req: Request<RequestBody>,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         let head = is_head(&req);
         // Negotiated here, not for every request: a hit picks its stored copy itself.
         let compress = txn.route().rule.compress.clone();
         let coding = compress.as_ref().and_then(|c| c.negotiate(req.headers()));
-        let joined = match miss {
-            true => miss::join(&self.w, txn, &mut req).await?,
-            false => None,
+        let delivered = match fetch::fetch(&self.w, txn, req).await {
+            Ok(fetched) => deliver::deliver(&self.w, txn, fetched)?,
+            Err(e) => deliver::fetch_failed(&self.w, txn, e)?,
         };
-        let res = match joined {
-            Some(answer) => Ok(answer),
-            None => match fetch::fetch(&self.w, txn, req).await {
-                Ok(fetched) => deliver::deliver(&self.w, txn, fetched).await,
-                Err(e) => deliver::fetch_failed(&self.w, txn, e),
-            },
+        let res = match delivered {
+            Delivered::Response(res) => res,
+            // Never compressed here: a stored object carries the copies made when it was
+            // stored.
+            Delivered::Hit(stored) => return Ok(hit::hit_after_fetch(txn, &stored)),
+            Delivered::Again(range) => {
+                // Boxed: rare, and it would double the size of every delivery's future.
+                let plan = fetch::Plan::default();
+                let again = Box::pin(fetch::send(&self.w, txn, range, plan)).await;
+                deliver::deliver_unstored(&self.w, txn, again)?
+            }
         };
-        // Compressed as it streams, when the rule compresses (answers from the store are
-        // compressed already: `Content-Encoding` set, nothing done).
-        // An answer from a stored object is never compressed here (a stale one served for a
-        // failing origin, a refreshed one): hits send the copies made when it was stored.
-        let from_store = matches!(txn.outcome, Some(CacheOutcome::Served(_)));
-        let compress = compress.as_deref().filter(|_| !from_store);
-        res.map(|r| deliver::compress(compress, coding, head, r))
+        // Compressed as it streams, when the rule compresses.
+        Ok(deliver::compress(compress.as_deref(), coding, head, res))
     }
 
     /// The end of every request: an error becomes its synthetic response (the only place),
@@ -238,7 +176,7 @@ impl Pipeline {
             };
             stats.record(
                 res.status().as_u16(),
-                metrics::cache_index(txn.outcome),
+                metrics::CacheMetric::of(txn.outcome),
                 txn.protocol,
                 txn.start.elapsed(),
             );
@@ -248,7 +186,7 @@ impl Pipeline {
                 res.headers_mut().insert(STRICT_TRANSPORT_SECURITY, v);
             }
             // HTTP/3 is announced on the HTTPS (TCP) port it is served beside.
-            if !self.w.alt_svc.is_empty() && txn.protocol != metrics::PROTOCOL_H3 {
+            if !self.w.alt_svc.is_empty() && txn.protocol != metrics::Protocol::Http3 {
                 let port = txn.conn.local.port();
                 if let Some((_, v)) = self.w.alt_svc.iter().find(|(p, _)| *p == port) {
                     res.headers_mut().insert(ALT_SVC, v.clone());
@@ -263,25 +201,6 @@ impl Pipeline {
             res.body_mut().set_log(log);
         }
         res
-    }
-
-    /// Starts the access-log record when logging is on for the rule (client requests only),
-    /// with the request's id (the client's, or a new one put in the request for the origin).
-    fn open_log(&self, txn: &mut Txn, req: &mut Request<RequestBody>) {
-        let route = txn.route();
-        if self.w.access_log && txn.mode == Mode::Client && route.rule.config.enable_logging {
-            let id = crate::telemetry::access_log::request_id(req.headers_mut());
-            let record = AccessRecord::new(
-                self.w.access.clone(),
-                txn.start,
-                txn.client,
-                txn.scheme().as_str(),
-                &route.host,
-                req,
-                id,
-            );
-            txn.log = Some(Box::new(record));
-        }
     }
 
     /// stale-while-revalidate: refreshes `stale` with a background request built from this one
@@ -325,20 +244,6 @@ impl Pipeline {
             stale.refreshing.store(false, Ordering::Relaxed);
         });
     }
-}
-
-/// Keeps a screening or path-rule refusal for the dashboard's list.
-fn remember_refusal<B>(txn: &Txn, req: &Request<B>, e: &ProxyError) {
-    let Some(i) = metrics::block_index(e) else {
-        return;
-    };
-    metrics::get().remember_refusal(metrics::Refusal {
-        time: std::time::SystemTime::now(),
-        client: txn.client,
-        host: txn.host().to_owned(),
-        path: req.uri().path().to_owned(),
-        reason: metrics::BLOCK_REASONS[i],
-    });
 }
 
 fn is_head<B>(req: &Request<B>) -> bool {
@@ -401,15 +306,15 @@ mod tests {
         ));
         let handle = p.handle(&conn, Request::new(ClientBody::Empty));
         let mut txn = Txn::new(&conn, Mode::Client);
-        let forward = p.forward(&mut txn, Request::new(RequestBody::Empty), true);
+        let forward = p.forward(&mut txn, Request::new(RequestBody::Empty));
         let (handle, forward) = (
             std::mem::size_of_val(&handle),
             std::mem::size_of_val(&forward),
         );
         eprintln!("handle {handle} bytes, forward {forward} bytes");
-        // Debug-build sizes (tests): 2,088 and 2,992 bytes with rustc 1.95 (the shared rate
-        // limit's Redis round trip is boxed: inline it made `handle` 3,128); the origin's
-        // stages inline made the first ~4 KiB (~17 KiB in release).
+        // Debug-build sizes (tests) were about 2.3 and 2.5 KiB; the shared rate limit's Redis
+        // round trip is boxed (inline it made `handle` over 3 KiB), and the origin's stages
+        // inline made the first ~4 KiB (~17 KiB in release).
         assert!(
             handle <= 3 * 1024,
             "the future of every request is {handle} bytes"

@@ -1,7 +1,8 @@
-//! recv: the first stage. Answers that need no rule ([`local_answer`]: ACME http-01, the
-//! management API), then the rule by host and the path policy ([`route`], over the routing
-//! table in `policy/route.rs`), the HTTPS redirect, and screening ([`screen`]: client, rate, size,
-//! SQL injection) before anything else happens.
+//! recv: the first stage ([`recv`]). Answers that need no rule ([`local_answer`]: ACME
+//! http-01, the management API), then the rule by host and the path policy ([`route`], over
+//! the routing table in `policy/route.rs`), the HTTPS redirect, and screening ([`screen`]:
+//! client, rate, size, SQL injection) before anything else happens; then `PURGE`, the
+//! access-log record, the path rule's block, and the way on: WebSocket or the cache.
 
 use std::time::Duration;
 
@@ -16,11 +17,17 @@ use crate::body::{ProxyBody, RequestBody};
 use crate::error::BodyFault;
 use crate::error::ProxyError;
 use crate::outcome::CacheOutcome;
+use crate::pipeline::conn_info::Scheme;
+use crate::pipeline::step::Step;
 use crate::pipeline::synth;
-use crate::pipeline::txn::{target, Mode, Route, Scheme, Txn};
+use crate::pipeline::txn::{target, Mode, Route, Txn};
+use crate::pipeline::websocket;
 use crate::pipeline::worker_state::Worker;
 use crate::policy::path;
+use crate::policy::route::PathDecision;
 use crate::policy::route::Router;
+use crate::telemetry::access_log::AccessRecord;
+use crate::telemetry::metrics;
 
 /// Where ACME http-01 challenges are fetched (RFC 8555 §8.3).
 const ACME_CHALLENGE_PREFIX: &str = "/.well-known/acme-challenge/";
@@ -28,6 +35,109 @@ const ACME_CHALLENGE_PREFIX: &str = "/.well-known/acme-challenge/";
 /// How much of a refused body is read and dropped before answering 413, and for how long.
 const LINGER_BYTES: u64 = 32 << 20;
 const LINGER_TIME: Duration = Duration::from_secs(2);
+
+/// The recv stage: the head's field count (HTTP/2, HTTP/3), the path in its normal form,
+/// answers that need no rule (reloads and rule changes, ACME http-01, the management API), then
+/// the rule, the HTTPS redirect, screening, `PURGE`, the access-log record and the path rule's
+/// block. Next: [`Step::Lookup`], [`Step::WebSocket`], or [`Step::Done`] with a local answer.
+pub async fn recv(
+    w: &Worker,
+    txn: &mut Txn,
+    req: &mut Request<RequestBody>,
+) -> Result<Step, ProxyError> {
+    // HTTP/2 and HTTP/3 heads are bounded in bytes by their servers; the field count
+    // `max_request_headers` sets is checked here (HTTP/1.1's parser applies it itself).
+    if req.version() >= http::Version::HTTP_2 && req.headers().len() > w.max_headers {
+        return Err(ProxyError::HeadTooLarge);
+    }
+    normalize_path(req)?;
+    if txn.mode == Mode::Client && admin::is_control(&w.admin, req) {
+        let req = std::mem::replace(req, Request::new(RequestBody::Empty));
+        // Boxed: a configuration change is rare; every other request stays small.
+        return Box::pin(admin::control(w.api(), req)).await.map(Step::Done);
+    }
+    if let Some(answer) = local_answer(w, txn, req) {
+        return answer.map(Step::Done);
+    }
+    if may_be_shared_challenge(w, req) {
+        if let Some(answer) = Box::pin(shared_challenge(w, txn, req)).await {
+            return answer.map(Step::Done);
+        }
+    }
+    txn.route = Some(route(&w.router, req)?);
+    let metrics = metrics::get();
+    if metrics.watched() && txn.mode == Mode::Client {
+        metrics.seen(txn.host(), req.uri().path());
+    }
+    if let Some(redirect) = redirect_to_https(txn, req, w.https_port) {
+        return Ok(Step::Done(redirect));
+    }
+    if let Err(e) = screen(w, txn, req).await {
+        open_log(w, txn, req);
+        remember_refusal(txn, req, &e);
+        return Err(e);
+    }
+    if admin::is_purge(req.method()) {
+        let purge = admin::Purge {
+            client: txn.conn.client_ip,
+            host: txn.host(),
+            target: target(req),
+            ignore_query: txn.route().rule.config.ignore_query_string,
+        };
+        return admin::purge_method(w.api(), purge, req.headers()).map(Step::Done);
+    }
+    open_log(w, txn, req);
+    if txn.route().decision == PathDecision::Block {
+        tracing::info!(host = ?txn.route().host, path = req.uri().path(), "blocked by path rule");
+        txn.outcome = Some(CacheOutcome::Blocked);
+        remember_refusal(txn, req, &ProxyError::BlockedByPathRule);
+        return Err(ProxyError::BlockedByPathRule);
+    }
+    // A switch to WebSocket passes to the origin and may become a tunnel.
+    if let Some(kind) = websocket::wants(req) {
+        return Ok(Step::WebSocket(kind));
+    }
+    // A reverse proxy opens no tunnels of its own choosing (as NGINX: 400).
+    if req.method() == http::Method::CONNECT {
+        return Err(ProxyError::BadRequest(
+            "CONNECT is only served for WebSocket over HTTP/2",
+        ));
+    }
+    Ok(Step::Lookup)
+}
+
+/// Starts the access-log record when logging is on for the rule (client requests only),
+/// with the request's id (the client's, or a new one put in the request for the origin).
+fn open_log(w: &Worker, txn: &mut Txn, req: &mut Request<RequestBody>) {
+    let route = txn.route();
+    if w.access_log && txn.mode == Mode::Client && route.rule.config.enable_logging {
+        let id = crate::telemetry::access_log::request_id(req.headers_mut());
+        let record = AccessRecord::new(
+            w.access.clone(),
+            txn.start,
+            txn.client,
+            txn.scheme().as_str(),
+            &route.host,
+            req,
+            id,
+        );
+        txn.log = Some(Box::new(record));
+    }
+}
+
+/// Keeps a screening or path-rule refusal for the dashboard's list.
+fn remember_refusal<B>(txn: &Txn, req: &Request<B>, e: &ProxyError) {
+    let Some(reason) = metrics::BlockReason::of(e) else {
+        return;
+    };
+    metrics::get().remember_refusal(metrics::Refusal {
+        time: std::time::SystemTime::now(),
+        client: txn.client,
+        host: txn.host().to_owned(),
+        path: req.uri().path().to_owned(),
+        reason: reason.label(),
+    });
+}
 
 /// Requests rampart answers before routing: ACME http-01 challenges and, when an `api_key` is
 /// set, the management API under `/_rampart/`.
@@ -116,7 +226,7 @@ pub fn route<B>(router: &Router, req: &mut Request<B>) -> Result<Route, ProxyErr
 /// Rewrites the request target's path into its normal form (the query is kept as sent).
 /// The first thing recv does: every decision after it (the management prefix, ACME, path
 /// rules, the cache key) reads the path the origin will get, so `/%5frampart/` or
-/// `/x/../_rampart/` cannot slip past a check the raw path would fail (issue 30).
+/// `/x/../_rampart/` cannot slip past a check the raw path would fail.
 pub fn normalize_path<B>(req: &mut Request<B>) -> Result<(), ProxyError> {
     let normal = path::normalize(req.uri().path())
         .map_err(|_| ProxyError::BadRequest("malformed percent-encoding in the path"))?;
@@ -268,7 +378,7 @@ mod stage_tests {
         assert!(route(&r, &mut req.unwrap_or_default()).is_ok());
         let mut req = Request::get("/a").body(()).unwrap_or_default();
         assert!(matches!(route(&r, &mut req), Err(ProxyError::MissingHost)));
-        // Cache poisoning through the port (issue 30): nothing but digits after the colon.
+        // Cache poisoning through the port: nothing but digits after the colon.
         for bad in [
             "example.com:@evil.com",
             "example.com:abc",

@@ -15,30 +15,32 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use http::{HeaderMap, HeaderValue, Request, Response};
+use http::{HeaderMap, HeaderValue, Request};
 use rampart_cache::policy::{self, Usable};
 use rampart_cache::vary::Vary;
 use rampart_redis::cache_tier::{Found, LOCK_FOR};
 use rampart_redis::{Feature, STATS};
 
-use crate::body::{ProxyBody, RequestBody};
+use crate::body::RequestBody;
 use crate::caching::{Cache, TierLock};
-use crate::outcome::{CacheOutcome, Served};
-use crate::pipeline::hit;
+use crate::outcome::Served;
+use crate::pipeline::hit::Stored;
+use crate::pipeline::step::Step;
 use crate::pipeline::txn::Txn;
 
 /// First pause between looks while another instance fetches; it doubles up to [`POLL_MAX`].
 const POLL_FIRST: Duration = Duration::from_millis(5);
 const POLL_MAX: Duration = Duration::from_millis(50);
 
-/// Asks the shared tier for the request's resource (see the module notes). `Some` answers the
-/// request; `None` fetches it (holding `txn.tier_lock` when this instance fetches for all).
+/// Asks the shared tier for the request's resource (see the module notes). `Some` is the hit
+/// that answers the request; `None` fetches it (holding `txn.tier_lock` when this instance
+/// fetches for all).
 pub async fn lookup(
     cache: &Arc<Cache>,
     txn: &mut Txn,
     req: &Request<RequestBody>,
     wait: Duration,
-) -> Option<Response<ProxyBody>> {
+) -> Option<Step> {
     let shared = cache.tier()?;
     let key = txn.miss.as_ref()?.key.clone();
     let mut variant: Option<bytes::Bytes> = None;
@@ -92,7 +94,7 @@ fn use_object(
     txn: &mut Txn,
     req: &Request<RequestBody>,
     bytes: &[u8],
-) -> Option<Response<ProxyBody>> {
+) -> Option<Step> {
     // Its body charged to the budget for as long as it lives, as a fetched one is.
     let Some(obj) =
         rampart_cache::wire::decode_with(bytes, |b| cache.store().charged_body(b.to_vec()))
@@ -134,8 +136,5 @@ fn use_object(
     }
     // The local waiters find it stored now.
     txn.leader = None;
-    let client_headers = txn.widened.as_ref().map_or(req.headers(), |w| &w.headers);
-    let res = hit::answer(&obj, client_headers, req.version(), false, Served::Shared);
-    txn.outcome = Some(CacheOutcome::Served(Served::Shared));
-    Some(res)
+    Some(Step::Hit(Stored::new(obj, Served::Shared)))
 }

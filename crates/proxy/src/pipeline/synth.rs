@@ -6,19 +6,21 @@ use bytes::Bytes;
 use http::header::{HeaderValue, RETRY_AFTER};
 use http::{Response, StatusCode};
 
-use crate::body::local::{json, text};
+use crate::body::local::{json_of, text};
 use crate::body::ProxyBody;
-pub use crate::error::{ProxyError, Side};
+pub use crate::error::{Chain, ProxyError, Side};
 use crate::pipeline::txn::Txn;
 
 impl ProxyError {
     /// The response the client gets.
     pub fn to_response(&self) -> Response<ProxyBody> {
         if self.is_api() {
-            let mut res = json(
-                self.status(),
-                format!("{{\"error\":{}}}\n", json_string(&self.to_string())),
-            );
+            #[derive(serde::Serialize)]
+            struct Failed {
+                error: String,
+            }
+            let error = self.to_string();
+            let mut res = json_of(self.status(), &Failed { error });
             if let ProxyError::ApiKey = self {
                 res.headers_mut()
                     .insert("www-authenticate", HeaderValue::from_static("Bearer"));
@@ -52,9 +54,9 @@ impl ProxyError {
 /// routing are logged here, other errors where they were decided.
 pub fn error(e: &ProxyError, txn: &Txn) -> Response<ProxyBody> {
     if let ProxyError::ClientBody(_) = e {
-        tracing::info!(client = %txn.client, domain = txn.domain(), error = %e, status = e.status().as_u16(), "request body refused");
+        tracing::info!(client = %txn.client, domain = txn.domain(), error = %Chain(e), status = e.status().as_u16(), "request body refused");
     } else if txn.route.is_none() && !e.is_api() {
-        tracing::debug!(client = %txn.client, error = %e, "request refused");
+        tracing::debug!(client = %txn.client, error = %Chain(e), "request refused");
     }
     let mut res = e.to_response();
     if let Some(outcome) = txn.outcome {
@@ -62,8 +64,6 @@ pub fn error(e: &ProxyError, txn: &Txn) -> Response<ProxyBody> {
     }
     res
 }
-
-pub use crate::telemetry::access_log::json_string;
 
 /// Short plain-text body for a status rampart generates.
 fn body_for(status: StatusCode) -> &'static str {
@@ -135,6 +135,5 @@ mod tests {
         assert_eq!(ProxyError::PurgeNotAllowed.status(), 403);
         assert_eq!(ProxyError::ApiNoSuchEndpoint.status(), 404);
         assert_eq!(ProxyError::ApiBadRequest("x").side(), Side::Downstream);
-        assert_eq!(json_string("a\"b\\c\n"), "\"a\\\"b\\\\c\\u000a\"");
     }
 }

@@ -1,8 +1,8 @@
-//! The per-request context every stage reads and fills in: [`ConnInfo`] (facts of the
-//! connection), [`Route`] (what recv decided), the access-log record, the [`CacheOutcome`] and
-//! the miss state.
+//! The per-request context every stage reads and fills in: the connection's facts
+//! ([`ConnInfo`]), [`Route`] (what recv decided), the access-log record, the [`CacheOutcome`]
+//! and the miss state.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -12,58 +12,11 @@ use http::Request;
 use crate::caching::coalesce::Leader;
 use crate::caching::Lookup;
 use crate::outcome::CacheOutcome;
+use crate::pipeline::conn_info::{ConnInfo, Scheme};
 use crate::pipeline::ranges::Widened;
 use crate::policy::route::{PathDecision, Rule};
 use crate::telemetry::access_log::AccessRecord;
-
-/// How the client connected to rampart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scheme {
-    Http,
-    Https,
-}
-
-impl Scheme {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Scheme::Http => "http",
-            Scheme::Https => "https",
-        }
-    }
-}
-
-/// Per-connection facts the pipeline needs, computed once at accept.
-#[derive(Debug, Clone)]
-pub struct ConnInfo {
-    /// The client's address (IPv4-mapped IPv6 addresses as IPv4).
-    pub client_ip: IpAddr,
-    /// `client_ip` pre-rendered for `X-Forwarded-For`.
-    pub client_ip_header: HeaderValue,
-    pub scheme: Scheme,
-    /// The client's address and port, and the address it connected to: the TCP connection's,
-    /// or what a PROXY protocol header said on a listener that reads one.
-    pub peer: SocketAddr,
-    pub local: SocketAddr,
-    /// `local`'s port pre-rendered for `X-Forwarded-Port`.
-    pub local_port_header: HeaderValue,
-}
-
-impl ConnInfo {
-    pub fn new(peer: SocketAddr, local: SocketAddr, scheme: Scheme) -> Self {
-        let client_ip = peer.ip().to_canonical();
-        // invariant: an IP address renders as ASCII digits, dots, colons and hex letters.
-        #[allow(clippy::unwrap_used)]
-        let client_ip_header = HeaderValue::from_str(&client_ip.to_string()).unwrap();
-        ConnInfo {
-            client_ip,
-            client_ip_header,
-            scheme,
-            peer,
-            local,
-            local_port_header: HeaderValue::from(local.port()),
-        }
-    }
-}
+use crate::telemetry::metrics::Protocol;
 
 /// Who a request is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,8 +62,8 @@ pub struct Txn {
     pub tier_lock: Option<Box<crate::caching::TierLock>>,
     /// A range miss fetched as the whole representation (see `ranges.rs`).
     pub widened: Option<Box<Widened>>,
-    /// The request's HTTP version, as an index into [`crate::telemetry::metrics::PROTOCOLS`].
-    pub protocol: u8,
+    /// The request's HTTP version.
+    pub protocol: Protocol,
 }
 
 impl Txn {
@@ -127,7 +80,7 @@ impl Txn {
             leader: None,
             tier_lock: None,
             widened: None,
-            protocol: 0,
+            protocol: Protocol::Http1,
         }
     }
 
@@ -165,6 +118,7 @@ pub fn target<B>(req: &Request<B>) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::SocketAddr;
 
     #[test]
     fn target_and_scheme() {

@@ -122,7 +122,7 @@ pub async fn upgrade(
     let fetched = fetch::send(w, txn, Request::from_parts(parts, body), plan).await?;
     if fetched.res.status() != StatusCode::SWITCHING_PROTOCOLS {
         // Refused by the origin (or not a WebSocket endpoint): its answer, passed on.
-        return deliver::deliver(w, txn, fetched).await;
+        return deliver::deliver_unstored(w, txn, Ok(fetched));
     }
     let mut res = fetched.res;
     let origin = hyper::upgrade::on(&mut res);

@@ -173,7 +173,7 @@ impl Screen {
         }
         if !c.disallowed_user_agents.is_empty() {
             // `User-Agent` is one field (RFC 9110 §10.1.5): a second line would let a client
-            // show the screen one agent and the origin another (issue 30).
+            // show the screen one agent and the origin another.
             let mut lines = req.headers().get_all(USER_AGENT).iter();
             let ua = lines.next().map_or(&b""[..], HeaderValue::as_bytes);
             if lines.next().is_some() {

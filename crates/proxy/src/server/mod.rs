@@ -30,8 +30,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument as _;
 
 use crate::admin::commands::{Control, Requests};
-use crate::pipeline::txn::{ConnInfo, Scheme};
-use crate::server::reload::{ListenerCmd, Live, Reloaded, WorkerStart};
+use crate::pipeline::conn_info::{ConnInfo, Scheme};
+use crate::server::reload::{ListenerCmd, Live, ReloadError, Reloaded, WorkerStart};
 use crate::telemetry::metrics::Counted;
 use crate::transport::accept::{Accepted, Conn};
 use crate::transport::limits::ConnLimit;
@@ -83,7 +83,7 @@ impl Running {
 
     /// Puts `config` in service for new requests (see `reload.rs`). On an error the old
     /// configuration stays in service.
-    pub fn reload(&self, config: Config) -> Result<Reloaded, String> {
+    pub fn reload(&self, config: Config) -> Result<Reloaded, ReloadError> {
         let done = self
             .live
             .lock()
@@ -376,7 +376,8 @@ async fn accept_loop(
         // anyone else could claim any client address.
         let proxied = settings.proxy_protocol.expects(configured, tls);
         if proxied && !settings.proxy_protocol.trusts(peer.ip()) {
-            crate::telemetry::metrics::get().proxy_protocol_refused(0);
+            let untrusted = crate::telemetry::metrics::PpRefusal::Untrusted;
+            crate::telemetry::metrics::get().proxy_protocol_refused(untrusted);
             tracing::debug!(%peer, "PROXY protocol listener: peer not in proxy_protocol_from; connection closed");
             continue;
         }

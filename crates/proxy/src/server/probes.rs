@@ -15,6 +15,7 @@ use rampart_config::{DomainPattern, HealthCheck};
 use tokio::sync::watch;
 
 use crate::body::RequestBody;
+use crate::error::{Chain, ProxyError};
 use crate::origin::pool::{Upstream, UpstreamSet, UpstreamState};
 use crate::policy::route::{Router, Rule};
 
@@ -128,17 +129,29 @@ async fn probe_loop(
                         "origin passed {UP_AFTER} health checks in a row: back in rotation");
                 }
             }
-            Err(reason) => {
+            Err(failure) => {
                 successes = 0;
                 failures = failures.saturating_add(1);
                 if member.healthy() && failures >= DOWN_AFTER {
                     member.set_healthy(false);
-                    tracing::warn!(domain = rule.config.domain_text, %origin, reason,
+                    let reason = Chain(&failure);
+                    tracing::warn!(domain = rule.config.domain_text, %origin, %reason,
                         "origin failed {DOWN_AFTER} health checks in a row: out of rotation");
                 }
             }
         }
     }
+}
+
+/// Why a probe failed.
+#[derive(Debug, thiserror::Error)]
+enum ProbeFailure {
+    #[error(transparent)]
+    Origin(#[from] ProxyError),
+    #[error("no answer within {}s", .0.as_secs_f64())]
+    NoAnswer(Duration),
+    #[error("answered {0}")]
+    Status(StatusCode),
 }
 
 /// One probe: `Ok(status)` for 2xx/3xx, else why it failed.
@@ -149,24 +162,23 @@ async fn probe(
     host: &HeaderValue,
     timeout: Duration,
     proxy: Option<crate::net::proxy_protocol::Version>,
-) -> Result<StatusCode, String> {
+) -> Result<StatusCode, ProbeFailure> {
     // A rule that sends PROXY headers sends one on its probes too: `LOCAL` (v2) or `UNKNOWN`
     // (v1), a connection of rampart's own.
     let (key, scheme) = match proxy {
         None => {
-            let (_, key, scheme) = UpstreamSet::route(member, false).map_err(|e| e.to_string())?;
+            let (_, key, scheme) = UpstreamSet::route(member, false)?;
             (key.clone(), scheme)
         }
         Some(v) => {
             let header = crate::net::proxy_protocol::encode(v, None);
-            let (_, key, scheme) =
-                UpstreamSet::route_proxied(member, false, &header).map_err(|e| e.to_string())?;
+            let (_, key, scheme) = UpstreamSet::route_proxied(member, false, &header)?;
             (key, scheme)
         }
     };
     let mut req = Request::get(path)
         .body(RequestBody::Empty)
-        .map_err(|e| e.to_string())?;
+        .map_err(|_| ProxyError::BadRequest("health_check_path"))?;
     req.headers_mut().insert(HOST, host.clone());
     req.headers_mut().insert(
         USER_AGENT,
@@ -178,15 +190,15 @@ async fn probe(
     )
     .await
     {
-        Err(_) => Err(format!("no answer within {}s", timeout.as_secs_f64())),
-        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(ProbeFailure::NoAnswer(timeout)),
+        Ok(Err(e)) => Err(e.into()),
         Ok(Ok(res)) => {
             let status = res.status();
             // The body is dropped unread: a probe's answer is its status.
             if status.is_success() || status.is_redirection() {
                 Ok(status)
             } else {
-                Err(format!("answered {status}"))
+                Err(ProbeFailure::Status(status))
             }
         }
     }

@@ -19,11 +19,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use arc_swap::ArcSwap;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+
 use rampart_config::Config;
 use rampart_redis::Shared;
 use rampart_tls::Tls;
-use socket2::TcpKeepalive;
 use tokio::sync::{mpsc, watch};
 
 use crate::admin::commands::Control;
@@ -34,7 +33,6 @@ use crate::pipeline::Pipeline;
 use crate::policy::route::Router;
 use crate::policy::screening::Screen;
 use crate::telemetry::access_log::AccessLog;
-use crate::transport::h1;
 use crate::transport::limits::{ConnLimit, PerIp};
 use crate::transport::listen::{self, Bound, Kind};
 use crate::transport::settings::{ConnSettings, Current, Slot};
@@ -125,15 +123,28 @@ pub struct Live {
     health: Option<(watch::Sender<bool>, JoinHandle<()>)>,
 }
 
+/// Why a configuration could not be put in service (at startup, or by a reload, which then
+/// leaves the configuration in service as it was).
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    #[error("redis: {0}")]
+    Redis(#[from] rampart_redis::SharedError),
+    /// Certificates, or the trust roots for origins.
+    #[error(transparent)]
+    Tls(#[from] rampart_tls::TlsError),
+    #[error(transparent)]
+    AccessLog(std::io::Error),
+    #[error(transparent)]
+    Listen(std::io::Error),
+}
+
 /// Starts sharing through Redis when `config` names it. Fails only on addresses Redis's client
 /// cannot use; an unreachable Redis is no error (instances decide locally until it answers).
-pub fn start_shared(config: &Config) -> Result<Option<Shared>, String> {
+pub fn start_shared(config: &Config) -> Result<Option<Shared>, ReloadError> {
     let Some(redis) = &config.redis else {
         return Ok(None);
     };
-    Shared::start(redis)
-        .map(Some)
-        .map_err(|e| format!("redis: {e}"))
+    Ok(Some(Shared::start(redis)?))
 }
 
 /// Purges made in `cache` go to the other instances through `shared`, and theirs come here.
@@ -241,7 +252,7 @@ impl Live {
     /// Applies `config`. Everything that can fail (binding new addresses, loading new
     /// certificates, origin trust roots, the access log file) is done first, in [`Live::prepare`]:
     /// on an error nothing has changed and the old configuration stays in service.
-    pub fn reload(&mut self, config: Config) -> Result<Reloaded, String> {
+    pub fn reload(&mut self, config: Config) -> Result<Reloaded, ReloadError> {
         let restart_needed = restart_needed(&self.config, &config);
         let prepared = self.prepare(&config)?;
         let mut report = self.commit(config, prepared);
@@ -251,7 +262,7 @@ impl Live {
 
     /// The fallible half of a reload: what `config` needs that the configuration in service
     /// does not have. A certificate manager started here is stopped again on an error.
-    fn prepare(&self, config: &Config) -> Result<Prepared, String> {
+    fn prepare(&self, config: &Config) -> Result<Prepared, ReloadError> {
         // New Redis settings: a new connection, and the certificate manager starts again with it.
         let shared = (config.redis != self.config.redis)
             .then(|| start_shared(config))
@@ -261,17 +272,16 @@ impl Live {
             self.tls.clone()
         } else {
             let with = shared.as_ref().unwrap_or(&self.shared).as_ref();
-            rampart_tls::start(config, with).map_err(|e| e.to_string())?
+            rampart_tls::start(config, with)?
         };
-        let rest = || -> Result<_, String> {
+        let rest = || -> Result<_, ReloadError> {
             let origin_tls = (config.upstream != self.config.upstream)
                 .then(|| rampart_tls::origin::client_config(&config.upstream))
-                .transpose()
-                .map_err(|e| e.to_string())?;
+                .transpose()?;
             let access = (self.access.config() != &config.access_log)
                 .then(|| AccessLog::open(&config.access_log).map(Arc::new))
                 .transpose()
-                .map_err(|e| e.to_string())?;
+                .map_err(ReloadError::AccessLog)?;
             let wanted = listen::wanted(config, tls.is_some());
             let mut fresh: Vec<Bound> = Vec::new();
             for &(addr, kind) in &wanted {
@@ -288,7 +298,7 @@ impl Live {
                     .find(|&(c, k, _)| c == addr && k == Kind::Https)
                     .map(|(_, _, actual)| actual);
                 let bound = listen::bind(addr, kind, config, self.groups, https)
-                    .map_err(|e| e.to_string())?;
+                    .map_err(ReloadError::Listen)?;
                 fresh.push(bound);
             }
             Ok((origin_tls, access, wanted, fresh))
@@ -498,43 +508,8 @@ impl Live {
         )));
         Current {
             pipeline,
-            conn: conn_settings(config, self.tls.as_ref(), self.per_ip.clone()),
+            conn: ConnSettings::new(config, self.tls.as_ref(), self.per_ip.clone()),
         }
-    }
-}
-
-fn conn_settings(config: &Config, tls: Option<&Tls>, per_ip: Option<Arc<PerIp>>) -> ConnSettings {
-    let d = &config.downstream;
-    // HTTP/1.1 is rampart's own server (h1/); HTTP/2 is hyper's.
-    // HTTP/2 flood limits (RFC 9113 §10.5): streams, header list size (also bounds
-    // CONTINUATION sequences), and the reset budgets behind the rapid-reset defence
-    // (CVE-2023-44487): a client that resets more streams than this is sent GOAWAY.
-    let mut h2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
-    h2.timer(TokioTimer::new())
-        .max_concurrent_streams(d.h2_max_concurrent_streams)
-        .max_header_list_size(d.h2_max_header_list_bytes)
-        .max_pending_accept_reset_streams(Some(50))
-        .max_local_error_reset_streams(Some(256))
-        // RFC 8441: WebSocket over HTTP/2 (extended CONNECT), see pipeline/websocket.rs.
-        .enable_connect_protocol();
-    ConnSettings {
-        limits: h1::Limits {
-            max_head: d.max_head_bytes,
-            max_headers: d.max_headers,
-            header_read_timeout: d.header_read_timeout,
-            keepalive_timeout: d.keepalive_timeout,
-            body_idle_timeout: d.body_idle_timeout,
-            send_timeout: d.send_timeout,
-        },
-        h2: Arc::new(h2),
-        tls: tls.map(|t| t.server.clone()),
-        shared_alpn: tls.and_then(|t| t.shared_alpn.clone()),
-        quic: tls.and_then(|t| crate::transport::h3::config::server_config(config, t)),
-        max_header_list: d.h2_max_header_list_bytes,
-        keepalive: d.tcp_keepalive.map(|t| TcpKeepalive::new().with_time(t)),
-        per_ip,
-        proxy_protocol: Arc::new(config.proxy_protocol.clone()),
-        shutdown_timeout: config.shutdown_timeout,
     }
 }
 

@@ -324,6 +324,9 @@ fn kv_pair(out: &mut String, key: &str, value: &str) {
     }
 }
 
+/// The record as one JSON object. Written by hand into the line's buffer, as the key=value
+/// form is: a line per request, with no allocation on the way (the management API's answers,
+/// which are rare, go through `serde_json`).
 fn json(out: &mut String, r: &AccessRecord) {
     out.push_str("{\"time\":\"");
     rfc3339(out, r.time);
@@ -370,13 +373,6 @@ fn json(out: &mut String, r: &AccessRecord) {
     out.push('}');
 }
 
-/// `s` as a JSON string literal.
-pub fn json_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    json_string_into(&mut out, s);
-    out
-}
-
 fn json_string_into(out: &mut String, s: &str) {
     out.push('"');
     for c in s.chars() {
@@ -411,6 +407,13 @@ fn rfc3339(out: &mut String, t: SystemTime) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `s` as a JSON string literal.
+    fn json_string(s: &str) -> String {
+        let mut out = String::with_capacity(s.len() + 2);
+        json_string_into(&mut out, s);
+        out
+    }
 
     fn record(sink: Arc<AccessLog>) -> AccessRecord {
         let req = http::Request::get("/a%20b?q=%22x%22")

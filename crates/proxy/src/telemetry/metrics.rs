@@ -19,10 +19,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
-use http::Version;
-
-use crate::error::{ProxyError, Screened};
-use crate::outcome::{CacheLabel, CacheOutcome, Served};
+use crate::error::ProxyError;
 
 /// Keeps each shard on cache lines of its own (two lines: adjacent-line prefetch).
 #[repr(align(128))]
@@ -31,71 +28,16 @@ pub struct Padded<T>(pub T);
 
 mod histogram;
 mod io;
+mod labels;
 mod recent;
 
 pub use histogram::{HistSnap, Histogram, BOUNDS_US};
 pub use io::{Counted, Tally};
+pub use labels::{BlockReason, CacheMetric, OriginErrorKind, PpRefusal, Protocol};
 pub use recent::{Ranking, Refusal, Watching};
 
-/// The `cache` label of `rampart_requests_total`.
-pub const CACHE_LABELS: [&str; 12] = [
-    "hit",
-    "stale",
-    "revalidated",
-    "miss",
-    "expired",
-    "collapsed",
-    "dynamic",
-    "bypass",
-    "blocked",
-    "error",
-    "none",
-    "shared",
-];
-/// Of [`CACHE_LABELS`], the answers from the store and the lookups that went to the origin
-/// for something cacheable: the hit ratio's numerator and denominator.
-const HITS: [usize; 4] = [0, 1, 2, 11];
-const LOOKUPS: [usize; 7] = [0, 1, 2, 3, 4, 5, 11];
-
-/// The `protocol` label.
-pub const PROTOCOLS: [&str; 3] = ["http1", "http2", "http3"];
-
 const CLASSES: usize = 5;
-const PER_RULE: usize = CLASSES * CACHE_LABELS.len() * PROTOCOLS.len();
-
-/// The index of an outcome in [`CACHE_LABELS`].
-pub fn cache_index(o: Option<CacheOutcome>) -> usize {
-    match o {
-        None => 10,
-        Some(CacheOutcome::Served(Served::Fresh)) => 0,
-        Some(CacheOutcome::Served(Served::StaleWhileRevalidate | Served::StaleIfError)) => 1,
-        Some(CacheOutcome::Served(Served::Revalidated)) => 2,
-        Some(CacheOutcome::Served(Served::Shared)) => 11,
-        Some(CacheOutcome::Fetched { label, .. }) => match label {
-            CacheLabel::Miss | CacheLabel::Hit => 3,
-            CacheLabel::Expired => 4,
-            CacheLabel::Dynamic => 6,
-            CacheLabel::Bypass => 7,
-            CacheLabel::Block => 8,
-        },
-        Some(CacheOutcome::Collapsed) => 5,
-        Some(CacheOutcome::OnlyIfCached) => 3,
-        Some(CacheOutcome::OriginError(_)) => 9,
-        Some(CacheOutcome::Blocked) => 8,
-    }
-}
-
-/// [`protocol_index`] of HTTP/3.
-pub const PROTOCOL_H3: u8 = 2;
-
-/// The index of a request's HTTP version in [`PROTOCOLS`].
-pub fn protocol_index(v: Version) -> u8 {
-    match v {
-        Version::HTTP_2 => 1,
-        Version::HTTP_3 => PROTOCOL_H3,
-        _ => 0,
-    }
-}
+const PER_RULE: usize = CLASSES * CacheMetric::ALL.len() * Protocol::ALL.len();
 
 /// One rule's counts on one worker.
 #[derive(Debug)]
@@ -128,10 +70,11 @@ impl RuleStats {
     }
 
     /// One request answered with `status` after `took`.
-    pub fn record(&self, status: u16, cache: usize, protocol: u8, took: Duration) {
+    pub fn record(&self, status: u16, cache: CacheMetric, protocol: Protocol, took: Duration) {
         let s = &self.shards[shard_index() % self.shards.len()].0;
         let class = usize::from(status / 100).clamp(1, CLASSES) - 1;
-        let i = (class * CACHE_LABELS.len() + cache) * PROTOCOLS.len() + usize::from(protocol);
+        let i = (class * CacheMetric::ALL.len() + cache.index()) * Protocol::ALL.len()
+            + protocol.index();
         s.requests[i].fetch_add(1, Relaxed);
         s.duration.record(took);
     }
@@ -155,25 +98,10 @@ impl RuleStats {
     }
 }
 
-/// Why a request to an origin failed (`rampart_origin_errors_total{kind}`).
-pub const ORIGIN_ERRORS: [&str; 5] = ["connect", "connect_timeout", "timeout", "tls", "protocol"];
-
-/// The [`ORIGIN_ERRORS`] index of an error from an origin.
-pub fn origin_error_index(e: &ProxyError) -> Option<usize> {
-    Some(match e {
-        ProxyError::UpstreamConnect(_) => 0,
-        ProxyError::UpstreamConnectTimeout(_) => 1,
-        ProxyError::UpstreamTimeout => 2,
-        ProxyError::UpstreamTls(_) => 3,
-        ProxyError::UpstreamProtocol(_) => 4,
-        _ => return None,
-    })
-}
-
 #[derive(Debug, Default)]
 pub(crate) struct OriginShard {
     pub(crate) requests: AtomicU64,
-    pub(crate) errors: [AtomicU64; ORIGIN_ERRORS.len()],
+    pub(crate) errors: [AtomicU64; OriginErrorKind::ALL.len()],
     pub(crate) head: Histogram,
     pub(crate) opened: AtomicU64,
     pub(crate) closed: AtomicU64,
@@ -205,8 +133,8 @@ impl OriginStats {
         match result {
             Ok(took) => s.head.record(took),
             Err(e) => {
-                if let Some(i) = origin_error_index(e) {
-                    s.errors[i].fetch_add(1, Relaxed);
+                if let Some(kind) = OriginErrorKind::of(e) {
+                    s.errors[kind.index()].fetch_add(1, Relaxed);
                 }
             }
         }
@@ -233,52 +161,6 @@ impl Drop for OriginConnStats {
     }
 }
 
-/// Why a request was refused (`rampart_blocked_requests_total{reason}`).
-pub const BLOCK_REASONS: [&str; 13] = [
-    "allow_ips",
-    "deny_ips",
-    "user_agent",
-    "sql_injection",
-    "rate_limit",
-    "path_rule",
-    "body_too_large",
-    "body_timeout",
-    "bad_request",
-    "no_route",
-    "busy",
-    "encoded_body",
-    "upgrade",
-];
-const BAD_REQUEST: usize = 8;
-
-/// The [`BLOCK_REASONS`] index of a refusal; `None` for everything else.
-pub fn block_index(e: &ProxyError) -> Option<usize> {
-    use crate::error::BodyFault;
-    Some(match e {
-        ProxyError::Blocked(why) => match why {
-            Screened::NotInAllowIps => 0,
-            Screened::InDenyIps => 1,
-            Screened::UserAgent | Screened::SeveralUserAgents => 2,
-            Screened::SqlInjection => 3,
-            Screened::EncodedBody => 11,
-        },
-        ProxyError::RateLimited { .. } => 4,
-        ProxyError::BlockedByPathRule => 5,
-        ProxyError::ClientBody(BodyFault::TooLarge) => 6,
-        ProxyError::ClientBody(BodyFault::Timeout) => 7,
-        ProxyError::ClientBody(BodyFault::Broken)
-        | ProxyError::BadRequest(_)
-        | ProxyError::MissingHost
-        | ProxyError::HeadTooLarge
-        | ProxyError::UriTooLong
-        | ProxyError::VersionNotSupported => BAD_REQUEST,
-        ProxyError::NoRoute(_) => 9,
-        ProxyError::Busy => 10,
-        ProxyError::UpgradeRefused => 12,
-        _ => return None,
-    })
-}
-
 /// An open switched connection; counts its end when dropped.
 #[derive(Debug)]
 pub struct TunnelOpen(&'static WorkerShard);
@@ -288,11 +170,6 @@ impl Drop for TunnelOpen {
         self.0.tunnels[1].fetch_add(1, Relaxed);
     }
 }
-
-/// Why a connection to a PROXY protocol listener was closed before HTTP: a peer outside
-/// `proxy_protocol_from`, a header that is not one, no complete header within the request-head
-/// timeout.
-pub const PP_REFUSALS: [&str; 3] = ["untrusted", "malformed", "timeout"];
 
 /// One worker's counts.
 #[derive(Debug, Default)]
@@ -305,7 +182,7 @@ pub(crate) struct WorkerShard {
     /// Switched connections (WebSocket) opened and ended.
     tunnels: [AtomicU64; 2],
     /// Connections closed on a PROXY protocol listener, by [`PP_REFUSALS`].
-    pub(crate) pp_refused: [AtomicU64; PP_REFUSALS.len()],
+    pub(crate) pp_refused: [AtomicU64; PpRefusal::ALL.len()],
     /// Connections closed by `client_send_timeout_seconds`.
     pub(crate) send_timeouts: AtomicU64,
     /// Bytes read from and written to clients (on the wire, TLS included).
@@ -313,7 +190,7 @@ pub(crate) struct WorkerShard {
     pub(crate) sent: AtomicU64,
     /// TLS handshakes: completed, failed, timed out.
     pub(crate) tls: [AtomicU64; 3],
-    pub(crate) blocked: [AtomicU64; BLOCK_REASONS.len()],
+    pub(crate) blocked: [AtomicU64; BlockReason::ALL.len()],
     refusals: Mutex<VecDeque<Refusal>>,
     /// (host, path) of requests while a dashboard watches.
     seen: Mutex<VecDeque<(Box<str>, Box<str>)>>,
@@ -436,9 +313,9 @@ impl Metrics {
         (opened, opened.saturating_sub(ended))
     }
 
-    /// A connection closed on a PROXY protocol listener for `PP_REFUSALS[reason]`.
-    pub fn proxy_protocol_refused(&self, reason: usize) {
-        self.worker().pp_refused[reason.min(PP_REFUSALS.len() - 1)].fetch_add(1, Relaxed);
+    /// A connection closed on a PROXY protocol listener for `reason`.
+    pub fn proxy_protocol_refused(&self, reason: PpRefusal) {
+        self.worker().pp_refused[reason.index()].fetch_add(1, Relaxed);
     }
 
     /// A connection closed because its client took nothing of a response for
@@ -459,17 +336,18 @@ impl Metrics {
 
     /// A request refused for `e` (nothing happens for other errors).
     pub fn refused(&self, e: &ProxyError) {
-        if let Some(i) = block_index(e) {
-            self.worker().blocked[i].fetch_add(1, Relaxed);
+        if let Some(reason) = BlockReason::of(e) {
+            self.worker().blocked[reason.index()].fetch_add(1, Relaxed);
         }
     }
 
     /// A request head refused by the HTTP/1.1 server (with `status`) before the pipeline saw
     /// it: a request of no rule, and a refusal.
     pub fn malformed(&self, status: u16) {
-        self.worker().blocked[BAD_REQUEST].fetch_add(1, Relaxed);
+        self.worker().blocked[BlockReason::BadRequest.index()].fetch_add(1, Relaxed);
+        let http1 = Protocol::Http1;
         self.unrouted
-            .record(status, cache_index(None), 0, Duration::ZERO);
+            .record(status, CacheMetric::None, http1, Duration::ZERO);
     }
 
     /// A configuration reload put in service (`true`) or refused.
@@ -494,8 +372,8 @@ impl Metrics {
         for r in rules.iter().map(|r| &**r).chain([&*self.unrouted]) {
             let counts = r.requests();
             for (i, &c) in counts.iter().enumerate() {
-                let cache = (i / PROTOCOLS.len()) % CACHE_LABELS.len();
-                let class = i / (PROTOCOLS.len() * CACHE_LABELS.len());
+                let cache = (i / Protocol::ALL.len()) % CacheMetric::ALL.len();
+                let class = i / (Protocol::ALL.len() * CacheMetric::ALL.len());
                 t.by_cache[cache] += c;
                 t.by_class[class] += c;
                 t.requests += c;
@@ -561,19 +439,23 @@ impl Drop for ConnStats {
 #[derive(Debug, Clone, Default)]
 pub struct Totals {
     pub requests: u64,
-    pub by_cache: [u64; CACHE_LABELS.len()],
+    pub by_cache: [u64; CacheMetric::ALL.len()],
     pub by_class: [u64; CLASSES],
     pub duration: HistSnap,
-    pub blocked: [u64; BLOCK_REASONS.len()],
+    pub blocked: [u64; BlockReason::ALL.len()],
 }
 
 impl Totals {
     /// Answers from the store and cacheable lookups (see [`hit_ratio`]).
     pub fn hits_and_lookups(&self) -> (u64, u64) {
-        (
-            HITS.iter().map(|&i| self.by_cache[i]).sum(),
-            LOOKUPS.iter().map(|&i| self.by_cache[i]).sum(),
-        )
+        let sum = |f: fn(CacheMetric) -> bool| {
+            CacheMetric::ALL
+                .iter()
+                .filter(|c| f(**c))
+                .map(|c| self.by_cache[c.index()])
+                .sum()
+        };
+        (sum(CacheMetric::is_hit), sum(CacheMetric::is_lookup))
     }
 }
 
@@ -587,21 +469,26 @@ pub fn hit_ratio(hits: u64, lookups: u64) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Screened;
+    use crate::outcome::{CacheOutcome, Served};
 
     #[test]
     fn rule_counts_land_in_their_labels() {
         let m = Metrics::new(2);
         let r = m.rule("a.test");
-        let hit = cache_index(Some(CacheOutcome::Served(Served::Fresh)));
-        r.record(200, hit, 0, Duration::from_micros(40));
+        let hit = CacheMetric::of(Some(CacheOutcome::Served(Served::Fresh)));
+        assert_eq!(hit, CacheMetric::Hit);
+        r.record(200, hit, Protocol::Http1, Duration::from_micros(40));
         set_shard(1);
-        r.record(404, cache_index(None), 1, Duration::from_micros(40));
+        let none = CacheMetric::of(None);
+        r.record(404, none, Protocol::Http2, Duration::from_micros(40));
         set_shard(0);
         let c = r.requests();
+        let (caches, protocols) = (CacheMetric::ALL.len(), Protocol::ALL.len());
         assert_eq!(c.iter().sum::<u64>(), 2);
-        assert_eq!(c[(CACHE_LABELS.len() + hit) * 3], 1, "2xx, hit, http1");
+        assert_eq!(c[(caches + hit.index()) * protocols], 1, "2xx, hit, http1");
         assert_eq!(
-            c[((3 * CACHE_LABELS.len()) + 10) * 3 + 1],
+            c[((3 * caches) + none.index()) * protocols + 1],
             1,
             "4xx, none, http2"
         );
@@ -614,18 +501,23 @@ mod tests {
 
     #[test]
     fn refusals_are_classified() {
+        let reason = |e: &ProxyError| BlockReason::of(e).map(BlockReason::label);
+        let blocked = ProxyError::Blocked(Screened::UserAgent);
+        assert_eq!(reason(&blocked), Some("user_agent"));
+        assert_eq!(reason(&ProxyError::BlockedByPathRule), Some("path_rule"));
+        assert_eq!(reason(&ProxyError::UpstreamTimeout), None);
         assert_eq!(
-            block_index(&ProxyError::Blocked(Screened::UserAgent)).map(|i| BLOCK_REASONS[i]),
-            Some("user_agent")
-        );
-        assert_eq!(
-            block_index(&ProxyError::BlockedByPathRule).map(|i| BLOCK_REASONS[i]),
-            Some("path_rule")
-        );
-        assert_eq!(block_index(&ProxyError::UpstreamTimeout), None);
-        assert_eq!(
-            origin_error_index(&ProxyError::UpstreamTimeout).map(|i| ORIGIN_ERRORS[i]),
+            OriginErrorKind::of(&ProxyError::UpstreamTimeout).map(OriginErrorKind::label),
             Some("timeout")
         );
+    }
+
+    #[test]
+    fn labels_follow_their_values() {
+        assert_eq!(CacheMetric::LABELS.len(), 12);
+        assert_eq!(CacheMetric::Shared.label(), "shared");
+        assert_eq!(BlockReason::Upgrade.index(), BlockReason::LABELS.len() - 1);
+        assert_eq!(PpRefusal::Timeout.label(), "timeout");
+        assert_eq!(Protocol::of(http::Version::HTTP_3), Protocol::Http3);
     }
 }

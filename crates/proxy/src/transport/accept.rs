@@ -17,7 +17,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::watch;
 
 use crate::body::ClientBody;
-use crate::pipeline::txn::ConnInfo;
+use crate::pipeline::conn_info::ConnInfo;
 use crate::telemetry::metrics::Counted;
 use crate::transport::h1;
 use crate::transport::send_timeout::Watched;
@@ -100,7 +100,7 @@ pub const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// Length of `PRI `, the preface's method: no HTTP/1.1 client uses it (RFC 9113 §11.6
 /// registers it so that none does), so a connection that starts with it meant HTTP/2, and a
-/// wrong byte after it is an HTTP/2 connection error, not an HTTP/1.1 request (issue 30).
+/// wrong byte after it is an HTTP/2 connection error, not an HTTP/1.1 request.
 const H2_METHOD: usize = 4;
 
 /// A client's TCP connection, its bytes counted for the metrics.
@@ -147,7 +147,7 @@ impl Conn {
         // A stop (shutdown, or the upgrade to a new binary) does not cut a handshake short:
         // the client would send its request into a closed connection. It completes (within
         // the head timeout), and the request that follows is answered with `Connection:
-        // close` like any on a stopping server (issue 30's soak: TLS requests failed at every
+        // close` like any on a stopping server (the chaos soak: TLS requests failed at every
         // upgrade).
         let handshake = tokio::time::timeout(self.limits.header_read_timeout, accept).await;
         let metrics = crate::telemetry::metrics::get();

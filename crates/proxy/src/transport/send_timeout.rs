@@ -1,6 +1,6 @@
 //! `client_send_timeout_seconds` (NGINX's `send_timeout`): a client that stops taking a
 //! response is cut off after that long, so it cannot hold a connection, and the response's
-//! memory, for ever (issue 30: an HTTP/2 connection with a zero window kept 120 responses open
+//! memory, for ever (an HTTP/2 connection with a zero window kept 120 responses open
 //! past 75 s).
 //!
 //! - HTTP/1.1 writes go through [`TimedWrite`]: a write the socket has not taken after the

@@ -5,7 +5,9 @@
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use rampart_config::Config;
+use rampart_tls::Tls;
 use socket2::TcpKeepalive;
 
 use crate::pipeline::Pipeline;
@@ -41,3 +43,41 @@ pub struct Current {
 
 /// Where a worker finds its [`Current`]: read once per request and per new connection.
 pub type Slot = ArcSwap<Current>;
+
+impl ConnSettings {
+    /// The settings `config` gives new connections (HTTPS ones with `tls`).
+    pub fn new(config: &Config, tls: Option<&Tls>, per_ip: Option<Arc<PerIp>>) -> ConnSettings {
+        let d = &config.downstream;
+        // HTTP/1.1 is rampart's own server (h1/); HTTP/2 is hyper's.
+        // HTTP/2 flood limits (RFC 9113 §10.5): streams, header list size (also bounds
+        // CONTINUATION sequences), and the reset budgets behind the rapid-reset defence
+        // (CVE-2023-44487): a client that resets more streams than this is sent GOAWAY.
+        let mut h2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+        h2.timer(TokioTimer::new())
+            .max_concurrent_streams(d.h2_max_concurrent_streams)
+            .max_header_list_size(d.h2_max_header_list_bytes)
+            .max_pending_accept_reset_streams(Some(50))
+            .max_local_error_reset_streams(Some(256))
+            // RFC 8441: WebSocket over HTTP/2 (extended CONNECT), see pipeline/websocket.rs.
+            .enable_connect_protocol();
+        ConnSettings {
+            limits: h1::Limits {
+                max_head: d.max_head_bytes,
+                max_headers: d.max_headers,
+                header_read_timeout: d.header_read_timeout,
+                keepalive_timeout: d.keepalive_timeout,
+                body_idle_timeout: d.body_idle_timeout,
+                send_timeout: d.send_timeout,
+            },
+            h2: Arc::new(h2),
+            tls: tls.map(|t| t.server.clone()),
+            shared_alpn: tls.and_then(|t| t.shared_alpn.clone()),
+            quic: tls.and_then(|t| crate::transport::h3::config::server_config(config, t)),
+            max_header_list: d.h2_max_header_list_bytes,
+            keepalive: d.tcp_keepalive.map(|t| TcpKeepalive::new().with_time(t)),
+            per_ip,
+            proxy_protocol: Arc::new(config.proxy_protocol.clone()),
+            shutdown_timeout: config.shutdown_timeout,
+        }
+    }
+}

@@ -66,28 +66,9 @@ fn read_rule(
     let domain_at = s.string(sink, "domain");
     let domain = read_domain(&mut s, sink, domain_at.as_ref(), domains);
     ok &= domain.is_some();
-    let max_age_seconds = match s.int(sink, "max_age_seconds", 0, I64) {
-        Some(v) => v.value as u64,
-        None => {
-            if !s.has("max_age_seconds") {
-                lenient(&s, sink, "max_age_seconds", "0 (nothing cached)");
-            }
-            0
-        }
-    };
+    let max_age_seconds = read_max_age(&mut s, sink);
     let paths = paths::read_paths(&mut s, sink);
-    let rule_type = match s.string(sink, "rule_type") {
-        Some(v) => parse_rule_type(sink, &v).unwrap_or_else(|| {
-            ok = false;
-            RuleType::Whitelist
-        }),
-        None => {
-            if !s.has("rule_type") {
-                lenient(&s, sink, "rule_type", "\"Whitelist\"");
-            }
-            RuleType::Whitelist
-        }
-    };
+    let rule_type = read_rule_type(&mut s, sink, &mut ok);
     let enable_logging = flag(&mut s, sink, "enable_logging", true);
     let ignore_query_string = flag(&mut s, sink, "ignore_query_string", true);
     let sql_injection = flag(&mut s, sink, "enable_sql_injection_protection", true);
@@ -97,16 +78,7 @@ fn read_rule(
     let strict_path_rules = s
         .bool(sink, "strict_path_rules")
         .map_or(strict_default, |b| b.value);
-    let max_age_overrides_origin = s
-        .bool(sink, "max_age_overrides_origin")
-        .is_some_and(|b| b.value);
-    let cache_heuristic = cache_heuristic(&mut s, sink).unwrap_or(cache.heuristic);
-    let store_set_cookie = s
-        .bool(sink, "store_set_cookie")
-        .map_or(cache.store_set_cookie, |b| b.value);
-    let cache_by_scheme = s
-        .bool(sink, "cache_by_scheme")
-        .map_or(cache.by_scheme, |b| b.value);
+    let caching = CacheKeys::read(&mut s, sink, cache);
     let allow_ips = cidrs(&mut s, sink, "allow_ips")
         .map(|c| c.value)
         .unwrap_or_default();
@@ -155,10 +127,10 @@ fn read_rule(
         enable_logging,
         ignore_query_string,
         strict_path_rules,
-        max_age_overrides_origin,
-        cache_heuristic,
-        store_set_cookie,
-        cache_by_scheme,
+        max_age_overrides_origin: caching.max_age_overrides_origin,
+        cache_heuristic: caching.heuristic,
+        store_set_cookie: caching.store_set_cookie,
+        cache_by_scheme: caching.by_scheme,
         sql_injection,
         disallowed_user_agents,
         allow_ips,
@@ -172,6 +144,61 @@ fn read_rule(
         allow_upgrades,
         upgrade_idle_timeout,
     })
+}
+
+/// `max_age_seconds` (ARC2 requires it; 0, nothing cached, when it is missing).
+fn read_max_age(s: &mut Section<'_>, sink: &mut Sink<'_>) -> u64 {
+    match s.int(sink, "max_age_seconds", 0, I64) {
+        Some(v) => v.value as u64,
+        None => {
+            if !s.has("max_age_seconds") {
+                lenient(s, sink, "max_age_seconds", "0 (nothing cached)");
+            }
+            0
+        }
+    }
+}
+
+/// `rule_type` (ARC2 requires it; `Whitelist` when it is missing). `ok` turns false on a
+/// value that is not one.
+fn read_rule_type(s: &mut Section<'_>, sink: &mut Sink<'_>, ok: &mut bool) -> RuleType {
+    match s.string(sink, "rule_type") {
+        Some(v) => parse_rule_type(sink, &v).unwrap_or_else(|| {
+            *ok = false;
+            RuleType::Whitelist
+        }),
+        None => {
+            if !s.has("rule_type") {
+                lenient(s, sink, "rule_type", "\"Whitelist\"");
+            }
+            RuleType::Whitelist
+        }
+    }
+}
+
+/// A rule's own caching keys, each defaulting to the global one.
+struct CacheKeys {
+    max_age_overrides_origin: bool,
+    heuristic: CacheHeuristic,
+    store_set_cookie: bool,
+    by_scheme: bool,
+}
+
+impl CacheKeys {
+    fn read(s: &mut Section<'_>, sink: &mut Sink<'_>, cache: &CacheConfig) -> CacheKeys {
+        CacheKeys {
+            max_age_overrides_origin: s
+                .bool(sink, "max_age_overrides_origin")
+                .is_some_and(|b| b.value),
+            heuristic: cache_heuristic(s, sink).unwrap_or(cache.heuristic),
+            store_set_cookie: s
+                .bool(sink, "store_set_cookie")
+                .map_or(cache.store_set_cookie, |b| b.value),
+            by_scheme: s
+                .bool(sink, "cache_by_scheme")
+                .map_or(cache.by_scheme, |b| b.value),
+        }
+    }
 }
 
 /// `domain`: required, and the first rule for a domain wins (a later one is warned about).

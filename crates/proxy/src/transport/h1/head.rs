@@ -1,4 +1,4 @@
-//! recv, first step: a request head from the bytes a connection has read, parsed once.
+//! A request head from the bytes a connection has read, parsed once.
 //!
 //! `httparse` finds the head; [`rampart_screen::h1::framing`] refuses anything whose message
 //! boundaries two HTTP/1.1 implementations could read differently (the request-smuggling
@@ -114,10 +114,24 @@ pub fn parse(
     let head: Bytes = buf.split_to(len).freeze();
     let uri = Uri::from_maybe_shared(head.slice(target.0 as usize..(target.0 + target.1) as usize))
         .map_err(|_| HeadError::Bad("invalid request target"))?;
-    let mut headers = HeaderMap::with_capacity(n);
-    let mut keep_alive = version == Version::HTTP_11;
-    let mut expects_continue = false;
-    for &((ns, nl), (vs, vl)) in ranges.iter() {
+    let mut parsed = Head {
+        method,
+        uri,
+        version,
+        headers: HeaderMap::with_capacity(n),
+        framing,
+        keep_alive: version == Version::HTTP_11,
+        expects_continue: false,
+    };
+    fill_fields(&mut parsed, &head, ranges)?;
+    Ok(Some(parsed))
+}
+
+/// The head's fields, sliced from the frozen head at `ranges`; `Connection` and `Expect` are
+/// read on the way.
+#[inline]
+fn fill_fields(h: &mut Head, head: &Bytes, ranges: &[(Span, Span)]) -> Result<(), HeadError> {
+    for &((ns, nl), (vs, vl)) in ranges {
         let (ns, nl, vs, vl) = (ns as usize, nl as usize, vs as usize, vl as usize);
         let name = HeaderName::from_bytes(&head[ns..ns + nl])
             .map_err(|_| HeadError::Bad("invalid field name"))?;
@@ -127,25 +141,18 @@ pub fn parse(
             for token in value.as_bytes().split(|b| *b == b',') {
                 let token = token.trim_ascii();
                 if token.eq_ignore_ascii_case(b"close") {
-                    keep_alive = false;
-                } else if token.eq_ignore_ascii_case(b"keep-alive") && version == Version::HTTP_10 {
-                    keep_alive = true;
+                    h.keep_alive = false;
+                } else if token.eq_ignore_ascii_case(b"keep-alive") && h.version == Version::HTTP_10
+                {
+                    h.keep_alive = true;
                 }
             }
         } else if name == EXPECT && value.as_bytes().eq_ignore_ascii_case(b"100-continue") {
-            expects_continue = version == Version::HTTP_11;
+            h.expects_continue = h.version == Version::HTTP_11;
         }
-        headers.append(name, value);
+        h.headers.append(name, value);
     }
-    Ok(Some(Head {
-        method,
-        uri,
-        version,
-        headers,
-        framing,
-        keep_alive,
-        expects_continue,
-    }))
+    Ok(())
 }
 
 /// What a head over `max_head` bytes is: a request line that does not end within the limit
@@ -249,7 +256,7 @@ mod tests {
         );
         let long = [&b"GET / HTTP/1.1\r\nHost: a\r\nX: "[..], &[b'a'; 9000]].concat();
         assert_eq!(one(&long).err(), Some(HeadError::TooLarge));
-        // A target longer than the head limit: 414, complete or not (issue 30).
+        // A target longer than the head limit: 414, complete or not.
         let target = [&b"GET /"[..], &[b'a'; 9000]].concat();
         assert_eq!(one(&target).err(), Some(HeadError::UriTooLong));
         let whole = [&target[..], b" HTTP/1.1\r\nHost: a\r\n\r\n"].concat();

@@ -50,9 +50,9 @@ pub struct Limits {
 /// Serves HTTP/1.1 requests on `io` until the client closes, an error or timeout ends the
 /// connection, or `stop` asks for a graceful end. `carry`: bytes already read.
 ///
-/// Each request goes recv ([`recv_head`]) → handle (the pipeline, fed the body as it reads it:
-/// [`handle`]) → deliver (the response, and what the connection does with a body the pipeline
-/// did not read: [`deliver`]).
+/// Each request goes: read its head ([`read_head`]) → the pipeline (fed the body as it reads
+/// it: [`handle`]) → write the response, and decide what the connection does with a body the
+/// pipeline did not read ([`write_response`]).
 pub async fn serve<I, H, F>(
     io: I,
     mut carry: BytesMut,
@@ -70,7 +70,7 @@ pub async fn serve<I, H, F>(
     let timer = tokio::time::sleep(limits.keepalive_timeout);
     tokio::pin!(timer);
     loop {
-        let head = match recv_head(&mut io, &mut carry, &limits, timer.as_mut(), stop).await {
+        let head = match read_head(&mut io, &mut carry, &limits, timer.as_mut(), stop).await {
             Recv::Head(h) => h,
             Recv::Refused(e) => {
                 Box::pin(refuse(&mut io, e)).await;
@@ -98,7 +98,7 @@ pub async fn serve<I, H, F>(
                 http::HeaderValue::from_static("close"),
             );
         }
-        if !deliver(&mut io, &mut carry, res, feed.as_mut(), ex, &limits).await {
+        if !write_response(&mut io, &mut carry, res, feed.as_mut(), ex, &limits).await {
             let _ = io.shutdown().await;
             return;
         }
@@ -147,7 +147,7 @@ enum Recv {
 
 /// Bytes of partial request heads above [`FREE_HEAD`] each, held by all connections together:
 /// past it, a connection whose head grows further gets 431. `max_request_head_size` bounds one
-/// connection; this bounds them all (issue 30: 1,000 connections holding 60 KB partial heads
+/// connection; this bounds them all (1,000 connections holding 60 KB partial heads
 /// cost 60 MB).
 pub const PARTIAL_HEADS_BUDGET: usize = 32 << 20;
 
@@ -190,7 +190,7 @@ impl Drop for HeadCharge {
 
 /// recv: reads until `carry` starts with a complete head, within the keep-alive timeout for
 /// its first byte and the header read timeout for the rest.
-async fn recv_head<I: AsyncRead + Unpin>(
+async fn read_head<I: AsyncRead + Unpin>(
     io: &mut I,
     carry: &mut BytesMut,
     limits: &Limits,
@@ -323,11 +323,11 @@ where
     .await
 }
 
-/// deliver: writes the response. A body the pipeline did not read to its end decides whether
+/// Writes the response. A body the pipeline did not read to its end decides whether
 /// the connection can carry another request, and the head says so; with an origin answering
 /// while the body still streams to it, the body goes on being fed while the response is
 /// written. Returns whether the connection stays open.
-async fn deliver<I: AsyncRead + AsyncWrite + Unpin>(
+async fn write_response<I: AsyncRead + AsyncWrite + Unpin>(
     io: &mut I,
     carry: &mut BytesMut,
     mut res: Response<ProxyBody>,

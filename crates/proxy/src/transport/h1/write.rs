@@ -1,4 +1,4 @@
-//! deliver, last step: a response onto an HTTP/1.1 connection. The head is serialised once into
+//! A response onto an HTTP/1.1 connection. The head is serialised once into
 //! a buffer that lives for this response only; a complete body small enough goes out in the same
 //! write, a larger one beside it (vectored), a streamed one as it comes, chunked when its length
 //! is not known.

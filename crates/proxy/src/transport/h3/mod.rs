@@ -40,10 +40,10 @@ use tracing::Instrument as _;
 
 use crate::body::h3::H3Body;
 use crate::body::{ClientBody, ProxyBody};
-use crate::pipeline::txn::{ConnInfo, Scheme};
+use crate::pipeline::conn_info::{ConnInfo, Scheme};
 use crate::telemetry::metrics::ConnStats;
 use crate::transport::limits::{ConnLimit, ConnPermit, PerIpSlot};
-use crate::transport::settings::Slot;
+use crate::transport::settings::{ConnSettings, Slot};
 
 /// While this many handshakes are in progress on one socket, a client whose address is not
 /// yet validated is sent a Retry first (RFC 9000 §8.1.2): spoofed Initial packets then cost
@@ -95,17 +95,7 @@ pub(crate) async fn accept_loop(
         return;
     };
     let relay = relay::Relay::register(std::os::fd::AsRawFd::as_raw_fd(&socket));
-    let mut endpoint_config = quinn::EndpointConfig::default();
-    endpoint_config.cid_generator(|| Box::new(relay::Cids::default()));
-    let started = quinn::Runtime::wrap_udp_socket(&quinn::TokioRuntime, socket).and_then(|udp| {
-        quinn::Endpoint::new_with_abstract_socket(
-            endpoint_config,
-            Some((*first).clone()),
-            Arc::new(relay::RelaySocket::new(udp, relay.clone())),
-            Arc::new(quinn::TokioRuntime),
-        )
-    });
-    let endpoint = match started {
+    let endpoint = match start_endpoint(socket, &relay, &first) {
         Ok(e) => e,
         Err(e) => {
             tracing::error!(error = %e, %configured, "cannot start the HTTP/3 endpoint");
@@ -126,48 +116,10 @@ pub(crate) async fn accept_loop(
         };
         let current = slot.load_full();
         let settings = &current.conn;
-        let Some(server) = settings.quic.clone() else {
-            incoming.refuse();
-            continue;
-        };
-        if !incoming.remote_address_validated()
-            && handshaking.load(Ordering::Relaxed) >= RETRY_ABOVE
-        {
-            if let Err(e) = incoming.retry() {
-                e.into_incoming().refuse();
-            }
-            continue;
-        }
         let peer = incoming.remote_address();
-        let Some(permit) = limit.try_acquire() else {
-            tracing::debug!(%peer, "connection limit reached; HTTP/3 connection refused");
-            incoming.refuse();
+        let Some((connecting, held)) = admit(incoming, settings, &limit, &handshaking, &open)
+        else {
             continue;
-        };
-        let per_ip = match &settings.per_ip {
-            Some(table) => match table.acquire(peer.ip().to_canonical()) {
-                Some(s) => Some(s),
-                None => {
-                    crate::telemetry::metrics::get().refused_per_ip();
-                    tracing::debug!(%peer, "per-address connection limit reached; HTTP/3 connection refused");
-                    incoming.refuse();
-                    continue;
-                }
-            },
-            None => None,
-        };
-        let connecting = match incoming.accept_with(server) {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::debug!(%peer, error = %e, "HTTP/3 connection attempt failed");
-                continue;
-            }
-        };
-        let held = Held {
-            _permit: permit,
-            _per_ip: per_ip,
-            _stats: crate::telemetry::metrics::get().accepted(true),
-            _open: open.clone(),
         };
         let conn = Conn {
             slot: slot.clone(),
@@ -195,6 +147,78 @@ pub(crate) async fn accept_loop(
             drop(open);
         });
     }
+}
+
+/// The QUIC endpoint on `socket`: connection IDs that name this process's generation, and
+/// datagrams read through the upgrade relay (see [`relay`]).
+fn start_endpoint(
+    socket: std::net::UdpSocket,
+    relay: &Arc<relay::Relay>,
+    server: &Arc<quinn::ServerConfig>,
+) -> std::io::Result<quinn::Endpoint> {
+    let mut endpoint_config = quinn::EndpointConfig::default();
+    endpoint_config.cid_generator(|| Box::new(relay::Cids::default()));
+    let udp = quinn::Runtime::wrap_udp_socket(&quinn::TokioRuntime, socket)?;
+    quinn::Endpoint::new_with_abstract_socket(
+        endpoint_config,
+        Some((**server).clone()),
+        Arc::new(relay::RelaySocket::new(udp, relay.clone())),
+        Arc::new(quinn::TokioRuntime),
+    )
+}
+
+/// A connection attempt taken, with what it holds while it lives; `None` when it was not: a
+/// Retry while many handshakes are in progress (an address that has not proved itself), a
+/// refusal at the connection limits or when HTTP/3 was turned off, a failed start.
+fn admit(
+    incoming: quinn::Incoming,
+    settings: &ConnSettings,
+    limit: &Arc<ConnLimit>,
+    handshaking: &AtomicUsize,
+    open: &mpsc::Sender<()>,
+) -> Option<(quinn::Connecting, Held)> {
+    let Some(server) = settings.quic.clone() else {
+        incoming.refuse();
+        return None;
+    };
+    if !incoming.remote_address_validated() && handshaking.load(Ordering::Relaxed) >= RETRY_ABOVE {
+        if let Err(e) = incoming.retry() {
+            e.into_incoming().refuse();
+        }
+        return None;
+    }
+    let peer = incoming.remote_address();
+    let Some(permit) = limit.try_acquire() else {
+        tracing::debug!(%peer, "connection limit reached; HTTP/3 connection refused");
+        incoming.refuse();
+        return None;
+    };
+    let per_ip = match &settings.per_ip {
+        Some(table) => {
+            let Some(s) = table.acquire(peer.ip().to_canonical()) else {
+                crate::telemetry::metrics::get().refused_per_ip();
+                tracing::debug!(%peer, "per-address connection limit reached; HTTP/3 connection refused");
+                incoming.refuse();
+                return None;
+            };
+            Some(s)
+        }
+        None => None,
+    };
+    let connecting = match incoming.accept_with(server) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::debug!(%peer, error = %e, "HTTP/3 connection attempt failed");
+            return None;
+        }
+    };
+    let held = Held {
+        _permit: permit,
+        _per_ip: per_ip,
+        _stats: crate::telemetry::metrics::get().accepted(true),
+        _open: open.clone(),
+    };
+    Some((connecting, held))
 }
 
 /// What a QUIC connection's task needs.
@@ -328,7 +352,7 @@ async fn serve_request(
         // RFC 9114 §4.2: connection-specific fields make a request malformed.
         tracing::debug!(why, "malformed HTTP/3 request");
         crate::telemetry::metrics::get().malformed(400);
-        crate::body::local::text(StatusCode::BAD_REQUEST, format!("Bad Request: {why}\n"))
+        crate::error::ProxyError::BadRequest(why).to_response()
     } else {
         let mut body = H3Body::new(recv);
         // A body already ended with the head (a GET's) is Empty: it can be resent to another

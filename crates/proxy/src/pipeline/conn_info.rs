@@ -1,0 +1,55 @@
+//! What a request knows of the connection it came on: the client's and rampart's addresses
+//! and the scheme, computed once when the transport accepts the connection.
+
+use std::net::{IpAddr, SocketAddr};
+
+use http::header::HeaderValue;
+
+/// How the client connected to rampart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheme {
+    Http,
+    Https,
+}
+
+impl Scheme {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scheme::Http => "http",
+            Scheme::Https => "https",
+        }
+    }
+}
+
+/// Per-connection facts the pipeline needs, computed once at accept.
+#[derive(Debug, Clone)]
+pub struct ConnInfo {
+    /// The client's address (IPv4-mapped IPv6 addresses as IPv4).
+    pub client_ip: IpAddr,
+    /// `client_ip` pre-rendered for `X-Forwarded-For`.
+    pub client_ip_header: HeaderValue,
+    pub scheme: Scheme,
+    /// The client's address and port, and the address it connected to: the TCP connection's,
+    /// or what a PROXY protocol header said on a listener that reads one.
+    pub peer: SocketAddr,
+    pub local: SocketAddr,
+    /// `local`'s port pre-rendered for `X-Forwarded-Port`.
+    pub local_port_header: HeaderValue,
+}
+
+impl ConnInfo {
+    pub fn new(peer: SocketAddr, local: SocketAddr, scheme: Scheme) -> Self {
+        let client_ip = peer.ip().to_canonical();
+        // invariant: an IP address renders as ASCII digits, dots, colons and hex letters.
+        #[allow(clippy::unwrap_used)]
+        let client_ip_header = HeaderValue::from_str(&client_ip.to_string()).unwrap();
+        ConnInfo {
+            client_ip,
+            client_ip_header,
+            scheme,
+            peer,
+            local,
+            local_port_header: HeaderValue::from(local.port()),
+        }
+    }
+}
