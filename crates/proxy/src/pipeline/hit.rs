@@ -212,26 +212,25 @@ impl Stored {
 /// The hit stage, for the request at hand: the answer from a stored object (for the request's
 /// widened range, when it has one), labelled with how it was served.
 pub fn hit<B>(txn: &mut Txn, stored: &Stored, req: &Request<B>) -> Response<ProxyBody> {
+    // Labelled first: the response is then built where it is returned, not moved.
+    served(txn, stored.served);
     let client = match (&stored.client, &txn.widened) {
         (Some(h), _) => h,
         (None, Some(w)) => &w.headers,
         (None, None) => req.headers(),
     };
     let head = stored.client.is_none() && req.method() == Method::HEAD;
-    let res = answer(&stored.obj, client, req.version(), head, stored.served);
-    served(txn, stored.served);
-    res
+    answer(&stored.obj, client, req.version(), head, stored.served)
 }
 
 /// The hit stage once the request has gone to the origin (a `304` freshened the entry, or a
 /// stale one stands in for a failing origin): the answer is made for the fields kept in
 /// `stored.client` (none when the request was not kept).
 pub fn hit_after_fetch(txn: &mut Txn, stored: &Stored) -> Response<ProxyBody> {
+    served(txn, stored.served);
     let none = HeaderMap::new();
     let client = stored.client.as_deref().unwrap_or(&none);
-    let res = respond(&stored.obj, client, false, stored.served);
-    served(txn, stored.served);
-    res
+    respond(&stored.obj, client, false, stored.served)
 }
 
 fn served(txn: &mut Txn, served: Served) {

@@ -121,5 +121,5 @@ async fn wait_for_leader(
     let outcome = CacheOutcome::Collapsed;
     outcome.write(res.headers_mut());
     txn.outcome = Some(outcome);
-    Some(Step::Done(res))
+    Some(Step::Done(Box::new(res)))
 }

@@ -117,7 +117,7 @@ impl Pipeline {
                 Step::WebSocket(kind) => {
                     return Box::pin(websocket::upgrade(&self.w, txn, req, kind)).await;
                 }
-                Step::Done(res) => return Ok(res),
+                Step::Done(res) => return Ok(*res),
             };
         }
     }

@@ -54,14 +54,16 @@ pub async fn recv(
     if txn.mode == Mode::Client && admin::is_control(&w.admin, req) {
         let req = std::mem::replace(req, Request::new(RequestBody::Empty));
         // Boxed: a configuration change is rare; every other request stays small.
-        return Box::pin(admin::control(w.api(), req)).await.map(Step::Done);
+        return Box::pin(admin::control(w.api(), req))
+            .await
+            .map(|res| Step::Done(Box::new(res)));
     }
     if let Some(answer) = local_answer(w, txn, req) {
-        return answer.map(Step::Done);
+        return answer.map(|res| Step::Done(Box::new(res)));
     }
     if may_be_shared_challenge(w, req) {
         if let Some(answer) = Box::pin(shared_challenge(w, txn, req)).await {
-            return answer.map(Step::Done);
+            return answer.map(|res| Step::Done(Box::new(res)));
         }
     }
     txn.route = Some(route(&w.router, req)?);
@@ -70,7 +72,7 @@ pub async fn recv(
         metrics.seen(txn.host(), req.uri().path());
     }
     if let Some(redirect) = redirect_to_https(txn, req, w.https_port) {
-        return Ok(Step::Done(redirect));
+        return Ok(Step::Done(Box::new(redirect)));
     }
     if let Err(e) = screen(w, txn, req).await {
         open_log(w, txn, req);
@@ -84,7 +86,8 @@ pub async fn recv(
             target: target(req),
             ignore_query: txn.route().rule.config.ignore_query_string,
         };
-        return admin::purge_method(w.api(), purge, req.headers()).map(Step::Done);
+        return admin::purge_method(w.api(), purge, req.headers())
+            .map(|res| Step::Done(Box::new(res)));
     }
     open_log(w, txn, req);
     if txn.route().decision == PathDecision::Block {
@@ -108,6 +111,7 @@ pub async fn recv(
 
 /// Starts the access-log record when logging is on for the rule (client requests only),
 /// with the request's id (the client's, or a new one put in the request for the origin).
+#[inline]
 fn open_log(w: &Worker, txn: &mut Txn, req: &mut Request<RequestBody>) {
     let route = txn.route();
     if w.access_log && txn.mode == Mode::Client && route.rule.config.enable_logging {

@@ -9,6 +9,8 @@ use crate::pipeline::hit::Stored;
 use crate::pipeline::websocket;
 
 /// The next stage of a request.
+///
+/// Small (a few words), so that passing it from stage to dispatcher copies no memory block.
 #[derive(Debug)]
 pub enum Step {
     /// After recv: the cache is asked.
@@ -25,6 +27,7 @@ pub enum Step {
     /// After miss: this request fetches, as the leader of the coalesced fetch or on its own.
     Fetch,
     /// The response is ready without another stage: a local answer (recv) or the stream of
-    /// another client's fetch (miss).
-    Done(Response<ProxyBody>),
+    /// another client's fetch (miss). Boxed: a response is large, and every request's step
+    /// would be moved at its size.
+    Done(Box<Response<ProxyBody>>),
 }

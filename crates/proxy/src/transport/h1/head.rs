@@ -114,23 +114,39 @@ pub fn parse(
     let head: Bytes = buf.split_to(len).freeze();
     let uri = Uri::from_maybe_shared(head.slice(target.0 as usize..(target.0 + target.1) as usize))
         .map_err(|_| HeadError::Bad("invalid request target"))?;
-    let mut parsed = Head {
-        method,
-        uri,
-        version,
-        headers: HeaderMap::with_capacity(n),
-        framing,
+    let mut headers = HeaderMap::with_capacity(n);
+    let mut conn = Persistence {
         keep_alive: version == Version::HTTP_11,
         expects_continue: false,
     };
-    fill_fields(&mut parsed, &head, ranges)?;
-    Ok(Some(parsed))
+    fill_fields(&mut headers, &mut conn, version, &head, ranges)?;
+    Ok(Some(Head {
+        method,
+        uri,
+        version,
+        headers,
+        framing,
+        keep_alive: conn.keep_alive,
+        expects_continue: conn.expects_continue,
+    }))
+}
+
+/// What `Connection` and `Expect` say.
+struct Persistence {
+    keep_alive: bool,
+    expects_continue: bool,
 }
 
 /// The head's fields, sliced from the frozen head at `ranges`; `Connection` and `Expect` are
 /// read on the way.
-#[inline]
-fn fill_fields(h: &mut Head, head: &Bytes, ranges: &[(Span, Span)]) -> Result<(), HeadError> {
+#[inline(always)]
+fn fill_fields(
+    headers: &mut HeaderMap,
+    h: &mut Persistence,
+    version: Version,
+    head: &Bytes,
+    ranges: &[(Span, Span)],
+) -> Result<(), HeadError> {
     for &((ns, nl), (vs, vl)) in ranges {
         let (ns, nl, vs, vl) = (ns as usize, nl as usize, vs as usize, vl as usize);
         let name = HeaderName::from_bytes(&head[ns..ns + nl])
@@ -142,15 +158,14 @@ fn fill_fields(h: &mut Head, head: &Bytes, ranges: &[(Span, Span)]) -> Result<()
                 let token = token.trim_ascii();
                 if token.eq_ignore_ascii_case(b"close") {
                     h.keep_alive = false;
-                } else if token.eq_ignore_ascii_case(b"keep-alive") && h.version == Version::HTTP_10
-                {
+                } else if token.eq_ignore_ascii_case(b"keep-alive") && version == Version::HTTP_10 {
                     h.keep_alive = true;
                 }
             }
         } else if name == EXPECT && value.as_bytes().eq_ignore_ascii_case(b"100-continue") {
-            h.expects_continue = h.version == Version::HTTP_11;
+            h.expects_continue = version == Version::HTTP_11;
         }
-        h.headers.append(name, value);
+        headers.append(name, value);
     }
     Ok(())
 }
