@@ -171,6 +171,54 @@ async fn stored_pages_are_compressed_once_and_hits_pick_the_clients_coding() {
     assert_eq!(origin.requests(), 2);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coalesced_waiters_get_the_compressed_answer_the_leader_gets() {
+    // One slow origin answer, many clients at once: the leader fetches, the others stream its
+    // response. Every one of them is compressed for its own Accept-Encoding.
+    let html = page();
+    let origin = Origin::new()
+        .route(
+            "/slow",
+            Reply::typed(html.as_bytes(), "text/html; charset=utf-8")
+                .header("cache-control", "max-age=600")
+                .delay(Duration::from_millis(800)),
+        )
+        .start()
+        .await;
+    let proxy = Proxy::start(&config(&origin, "enable_compression = true", ""));
+    let c = client();
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let ae = if i % 2 == 0 { "gzip" } else { "br, gzip" };
+        let (c, url) = (c.clone(), proxy.url("/slow"));
+        tasks.push(tokio::spawn(async move {
+            let req = Request::get(url)
+                .header("host", "site")
+                .header("accept-encoding", ae)
+                .body(empty())
+                .unwrap();
+            send(&c, req).await
+        }));
+    }
+    let mut collapsed = 0;
+    for task in tasks {
+        let got = task.await.unwrap();
+        assert_eq!(got.status, 200);
+        let status = got.header("cache-status").unwrap_or("").to_owned();
+        collapsed += usize::from(status.contains("collapsed"));
+        let coding = got.header("content-encoding");
+        assert!(
+            coding.is_some(),
+            "not compressed ({status}): {:?}",
+            got.headers
+        );
+        assert!(vary_has_accept_encoding(&got), "{:?}", got.headers);
+        assert_eq!(decode(coding, &got.body), html.as_bytes());
+    }
+    assert_eq!(origin.requests(), 1);
+    assert!(collapsed >= 1, "no coalesced waiter among the answers");
+}
+
 #[tokio::test]
 async fn only_what_is_worth_compressing_is_compressed() {
     let text = "plain text that compresses well. ".repeat(100);

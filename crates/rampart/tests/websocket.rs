@@ -280,6 +280,36 @@ async fn the_handshake_is_screened() {
     assert_eq!(o.handshakes.load(Ordering::SeqCst), 0);
 }
 
+// Two threads: `raw` blocks the one it runs on while the origin answers on the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handshake_the_origin_refuses_is_its_answer_passed_on() {
+    // A plain HTTP origin: it answers the handshake with a page, not `101`.
+    let origin = Origin::new()
+        .route(
+            "*",
+            Reply::text("not a websocket").header("cache-control", "max-age=60"),
+        )
+        .start()
+        .await;
+    let proxy = Proxy::start(&config_for("a.test", &origin, "", ""));
+    let answer = raw(
+        proxy.addr,
+        b"GET /chat HTTP/1.1\r\nHost: a.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+          Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+        Duration::from_secs(2),
+    );
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.ends_with("not a websocket"), "{answer}");
+    // Passed, never looked up nor stored: labelled as a bypass in both fields.
+    let lower = answer.to_ascii_lowercase();
+    assert!(lower.contains("x-arc2-cache: bypass\r\n"), "{answer}");
+    assert!(
+        lower.contains("cache-status: rampart; fwd=bypass\r\n"),
+        "{answer}"
+    );
+    assert_eq!(origin.requests(), 1);
+}
+
 #[tokio::test]
 async fn websocket_over_http2_extended_connect() {
     let o = ws_origin().await;

@@ -348,6 +348,8 @@ fn soak(args: &SoakArgs) -> anyhow::Result<bool> {
         rampart_log: seen.rampart_log.clone(),
         redis: targets.redis.is_some(),
     };
+    // The origins and Redis stop before their scratch folder goes.
+    drop(targets);
     write_report(&s, input, &seen.rampart_log)
 }
 

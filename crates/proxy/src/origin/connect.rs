@@ -31,7 +31,7 @@ pub const ORIGIN_READ_BUFFER: usize = 64 * 1024;
 
 /// A TLS handshake with an origin failed (certificate not trusted, name mismatch, protocol).
 #[derive(Debug, thiserror::Error)]
-#[error("TLS handshake with the origin as {name:?} failed: {source}")]
+#[error("TLS handshake with the origin as {name:?} failed")]
 pub struct OriginTlsError {
     pub name: String,
     #[source]

@@ -123,7 +123,11 @@ pub fn deliver_unstored(
         parts.headers.remove(&CDN_CACHE_CONTROL);
     }
     let length = content_length(&parts.headers);
-    txn.outcome = txn.outcome.map(CacheOutcome::not_stored);
+    // A range asked again was looked up (and is not stored now); a WebSocket handshake never
+    // was, and keeps its label.
+    if txn.miss.is_some() {
+        txn.outcome = txn.outcome.map(CacheOutcome::not_stored);
+    }
     Ok(respond(w, txn, parts, body, None, None, length))
 }
 

@@ -22,7 +22,7 @@ use crate::pipeline::step::Step;
 use crate::pipeline::txn::{Mode, Txn};
 use crate::pipeline::worker_state::Worker;
 
-/// The miss stage: [`Step::Done`] when another client's fetch streams the answer,
+/// The miss stage: [`Step::Stream`] when another client's fetch streams the answer,
 /// [`Step::Hit`] when an object stored meanwhile answers (by the leader a waiter waited for,
 /// or in the Redis tier), [`Step::Fetch`] when this request fetches: as the leader
 /// (`txn.leader`) or on its own.
@@ -121,5 +121,5 @@ async fn wait_for_leader(
     let outcome = CacheOutcome::Collapsed;
     outcome.write(res.headers_mut());
     txn.outcome = Some(outcome);
-    Some(Step::Done(Box::new(res)))
+    Some(Step::Stream(Box::new(res)))
 }

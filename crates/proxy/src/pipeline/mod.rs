@@ -117,6 +117,12 @@ impl Pipeline {
                 Step::WebSocket(kind) => {
                     return Box::pin(websocket::upgrade(&self.w, txn, req, kind)).await;
                 }
+                Step::Stream(res) => {
+                    let compress = txn.route().rule.compress.as_deref();
+                    let coding = compress.and_then(|c| c.negotiate(req.headers()));
+                    let head = is_head(&req);
+                    return Ok(deliver::compress(compress, coding, head, *res));
+                }
                 Step::Done(res) => return Ok(*res),
             };
         }

@@ -26,8 +26,11 @@ pub enum Step {
     Pass,
     /// After miss: this request fetches, as the leader of the coalesced fetch or on its own.
     Fetch,
-    /// The response is ready without another stage: a local answer (recv) or the stream of
-    /// another client's fetch (miss). Boxed: a response is large, and every request's step
-    /// would be moved at its size.
+    /// After miss: the origin's response as another client's fetch streams it (a coalesced
+    /// waiter's answer), on its way to the client as the leader's is: compressed as it streams
+    /// when the rule compresses. Boxed, as `Done` is.
+    Stream(Box<Response<ProxyBody>>),
+    /// The response is ready without another stage: a local answer (recv). Boxed: a response
+    /// is large, and every request's step would be moved at its size.
     Done(Box<Response<ProxyBody>>),
 }
