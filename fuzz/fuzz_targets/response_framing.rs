@@ -1,0 +1,63 @@
+//! The framing of response heads from origins (`rampart_screen::h1::response_framing`) on
+//! arbitrary bytes: never panics, and every framing it accepts is the one the head's fields
+//! state without ambiguity (one `Content-Length` of plain digits, or one `chunked` and nothing
+//! else; no body for `HEAD`, 1xx, 204 and 304). The first byte says whether the request was
+//! `HEAD`.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use rampart_screen::h1::{response_framing, ResponseFraming};
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&first, raw)) = data.split_first() else {
+        return;
+    };
+    let head = first & 1 == 1;
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut res = httparse::Response::new(&mut headers);
+    let Ok(httparse::Status::Complete(_)) = res.parse(raw) else {
+        return;
+    };
+    let Ok(framing) = response_framing(&res, head) else {
+        return;
+    };
+    let values = |name: &str| -> Vec<&[u8]> {
+        res.headers
+            .iter()
+            .filter(|h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| h.value.trim_ascii())
+            .collect()
+    };
+    let lengths = values("content-length");
+    let codings = values("transfer-encoding");
+    // Whatever the status, an accepted head is unambiguous.
+    assert!(lengths.len() <= 1, "{lengths:?}");
+    assert!(lengths.is_empty() || codings.is_empty());
+    let status = res.code.unwrap_or(0);
+    let bodiless = head || (100..200).contains(&status) || status == 204 || status == 304;
+    match framing {
+        ResponseFraming::None => {
+            let zero = lengths.first().is_some_and(|v| v.iter().all(|b| *b == b'0'));
+            assert!(bodiless || zero, "{status} {lengths:?}");
+        }
+        ResponseFraming::Length(n) => {
+            assert!(!bodiless && n > 0);
+            let text = std::str::from_utf8(lengths[0]).unwrap_or("");
+            assert_eq!(text.parse::<u64>().ok(), Some(n));
+        }
+        ResponseFraming::Chunked => {
+            assert!(!bodiless && lengths.is_empty());
+            let all: Vec<&[u8]> = codings
+                .iter()
+                .flat_map(|v| v.split(|b| *b == b','))
+                .map(<[u8]>::trim_ascii)
+                .filter(|c| !c.is_empty())
+                .collect();
+            assert_eq!(all.len(), 1, "{all:?}");
+            assert!(all[0].eq_ignore_ascii_case(b"chunked"));
+        }
+        ResponseFraming::UntilClose => {
+            assert!(!bodiless && lengths.is_empty() && codings.is_empty());
+        }
+    }
+});
