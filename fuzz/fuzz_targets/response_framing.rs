@@ -1,24 +1,54 @@
 //! The framing of response heads from origins (`rampart_screen::h1::response_framing`) on
 //! arbitrary bytes: never panics, and every framing it accepts is the one the head's fields
 //! state without ambiguity (one `Content-Length` of plain digits, or one `chunked` and nothing
-//! else; no body for `HEAD`, 1xx, 204 and 304). The first byte says whether the request was
-//! `HEAD`.
+//! else; no body for `HEAD`, 1xx, 204 and 304). rampart's response-head parser
+//! (`origin::h1::head::parse`) agrees with it, and reads the same head however the bytes are
+//! split into reads. The first byte says whether the request was `HEAD` and how to split.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use bytes::BytesMut;
+use rampart_proxy::origin::h1::head::{parse, ResponseHead};
 use rampart_screen::h1::{response_framing, ResponseFraming};
+
+/// What a parse saw: the head's status, framing, reuse and field count, or a refusal.
+fn summary(r: &Result<Option<ResponseHead>, impl std::fmt::Debug>) -> String {
+    match r {
+        Ok(Some(h)) => format!("{} {:?} {} {}", h.status, h.framing, h.keep_alive, h.headers.len()),
+        Ok(None) => "incomplete".to_owned(),
+        Err(e) => format!("refused {e:?}"),
+    }
+}
+
+/// The head read from `raw` arriving `step` bytes at a time.
+fn in_reads(raw: &[u8], step: usize, head: bool) -> String {
+    let mut buf = BytesMut::new();
+    let mut last = "incomplete".to_owned();
+    for chunk in raw.chunks(step.max(1)) {
+        buf.extend_from_slice(chunk);
+        let r = parse(&mut buf, 8192, 64, head);
+        last = summary(&r);
+        if !matches!(r, Ok(None)) {
+            break;
+        }
+    }
+    last
+}
 
 fuzz_target!(|data: &[u8]| {
     let Some((&first, raw)) = data.split_first() else {
         return;
     };
     let head = first & 1 == 1;
+    let whole = in_reads(raw, raw.len(), head);
+    assert_eq!(whole, in_reads(raw, usize::from(first >> 1), head), "split reads");
     let mut headers = [httparse::EMPTY_HEADER; 64];
     let mut res = httparse::Response::new(&mut headers);
     let Ok(httparse::Status::Complete(_)) = res.parse(raw) else {
         return;
     };
     let Ok(framing) = response_framing(&res, head) else {
+        assert!(whole.starts_with("refused"), "{whole}");
         return;
     };
     let values = |name: &str| -> Vec<&[u8]> {
