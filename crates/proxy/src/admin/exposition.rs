@@ -12,13 +12,11 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
+use crate::admin::state::Api;
 use crate::telemetry::metrics::{
     self as m, hit_ratio, BlockReason, CacheMetric, HistSnap, Metrics, OriginErrorKind, PpRefusal,
     Protocol,
 };
-
-/// What a scrape reads besides the registry: the worker's view of the configuration.
-type View<'a> = crate::admin::state::Api<'a>;
 
 /// The `Content-Type` of each format.
 pub const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -125,7 +123,7 @@ fn unix(t: SystemTime) -> f64 {
 }
 
 /// The metrics as text: OpenMetrics when `openmetrics`, else Prometheus text 0.0.4.
-pub fn render(m: &Metrics, view: &View<'_>, openmetrics: bool) -> String {
+pub fn render(m: &Metrics, view: &Api<'_>, openmetrics: bool) -> String {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(gather(m, view)));
     let mut out = String::with_capacity(16 * 1024);
@@ -141,7 +139,7 @@ pub fn render(m: &Metrics, view: &View<'_>, openmetrics: bool) -> String {
     out
 }
 
-fn gather(m: &Metrics, view: &View<'_>) -> Families {
+fn gather(m: &Metrics, view: &Api<'_>) -> Families {
     let mut f = Families::default();
     let (version, commit) = m::BUILD
         .get()
@@ -290,7 +288,7 @@ fn requests(m: &Metrics, f: &mut Families) {
     }
 }
 
-fn cache(m: &Metrics, view: &View<'_>, f: &mut Families) {
+fn cache(m: &Metrics, view: &Api<'_>, f: &mut Families) {
     let Some(c) = view.cache else {
         return;
     };
@@ -323,7 +321,7 @@ fn cache(m: &Metrics, view: &View<'_>, f: &mut Families) {
     }
 }
 
-fn connections(m: &Metrics, view: &View<'_>, f: &mut Families) {
+fn connections(m: &Metrics, view: &Api<'_>, f: &mut Families) {
     let accepted = m.sum_workers(|w| &w.accepted);
     let ended = m.sum_workers(|w| &w.ended);
     let open = f.add(
@@ -430,13 +428,13 @@ fn tls(m: &Metrics, certs: &rampart_tls::cert_store::CertStore, f: &mut Families
     }
 }
 
-fn origins(m: &Metrics, view: &View<'_>, f: &mut Families) {
+fn origins(m: &Metrics, view: &Api<'_>, f: &mut Families) {
     origin_health(view, f);
     origin_traffic(m, f);
 }
 
 /// Whether each rule's origins are in rotation.
-fn origin_health(view: &View<'_>, f: &mut Families) {
+fn origin_health(view: &Api<'_>, f: &mut Families) {
     let up = f.add(
         "rampart_origin_up",
         "1 when the origin is in rotation for the rule: passing its health checks (if any) and not refusing connections lately.",
@@ -627,7 +625,7 @@ mod tests {
             purge_allow: vec![],
             metrics_allow: vec![],
         };
-        let view = View {
+        let view = Api {
             config: &admin,
             control: None,
             cache: Some(&cache),

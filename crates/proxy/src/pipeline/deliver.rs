@@ -42,6 +42,17 @@ pub enum Delivered {
     Again(Request<RequestBody>),
 }
 
+/// The rule's compression for a response from the origin, and the coding the client's
+/// `Accept-Encoding` picks (negotiated only for such responses: a hit picks its stored copy).
+pub fn negotiate(
+    txn: &Txn,
+    req_headers: &HeaderMap,
+) -> (Option<std::sync::Arc<Compress>>, Option<Coding>) {
+    let compress = txn.route().rule.compress.clone();
+    let coding = compress.as_ref().and_then(|c| c.negotiate(req_headers));
+    (compress, coding)
+}
+
 /// The deliver stage for a response from the origin.
 pub fn deliver(w: &Worker, txn: &mut Txn, mut fetched: Fetched) -> Result<Delivered, ProxyError> {
     let response_time = SystemTime::now();

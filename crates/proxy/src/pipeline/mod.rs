@@ -118,10 +118,9 @@ impl Pipeline {
                     return Box::pin(websocket::upgrade(&self.w, txn, req, kind)).await;
                 }
                 Step::Stream(res) => {
-                    let compress = txn.route().rule.compress.as_deref();
-                    let coding = compress.and_then(|c| c.negotiate(req.headers()));
+                    let (compress, coding) = deliver::negotiate(txn, req.headers());
                     let head = is_head(&req);
-                    return Ok(deliver::compress(compress, coding, head, *res));
+                    return Ok(deliver::compress(compress.as_deref(), coding, head, *res));
                 }
                 Step::Done(res) => return Ok(*res),
             };
@@ -136,9 +135,7 @@ impl Pipeline {
         req: Request<RequestBody>,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         let head = is_head(&req);
-        // Negotiated here, not for every request: a hit picks its stored copy itself.
-        let compress = txn.route().rule.compress.clone();
-        let coding = compress.as_ref().and_then(|c| c.negotiate(req.headers()));
+        let (compress, coding) = deliver::negotiate(txn, req.headers());
         let delivered = match fetch::fetch(&self.w, txn, req).await {
             Ok(fetched) => deliver::deliver(&self.w, txn, fetched)?,
             Err(e) => deliver::fetch_failed(&self.w, txn, e)?,
