@@ -22,21 +22,25 @@
 //! - `admin`: the management API, purge, the dashboard, the metrics exposition, the channel
 //!   to the binary.
 //! - `policy`: routing, path normalisation, screening.
-//! - `origin`: upstream sets with balancing and passive health, the connection pool, the
-//!   connector, HTTP/2 to origins.
-//! - `body`: request and response bodies, and the HTTP/1 and HTTP/3 body feeds.
+//! - `origin`: upstream sets with balancing and passive health, the connector, rampart's own
+//!   HTTP/1.1 client (`h1`) and HTTP/2 to origins.
+//! - `body`: request and response bodies: the HTTP/1 and HTTP/3 body feeds, an origin's
+//!   response body and a request body on its way to an origin.
 //! - `caching`: glue to the cache crate: look-up, the writer, coalescing, transforms
 //!   (compression, minification, WebP).
-//! - `net`: byte level on both sides: reading, the PROXY protocol, tunnels.
+//! - `net`: byte level on both sides: reading, the PROXY protocol, tunnels, origin
+//!   connections and the idle ones kept for reuse.
 //! - `telemetry`: counters, histograms, the access log.
 //! - root leaves, below every folder: [`error`] (the error type and its one status map),
-//!   [`outcome`] (what the cache did), [`headers`] (header rewriting).
+//!   [`outcome`] (what the cache did), [`headers`] (header rewriting), [`interim`] (1xx
+//!   responses from an origin on their way to the client).
 
 pub mod admin;
 pub mod body;
 pub mod caching;
 pub mod error;
 pub mod headers;
+pub mod interim;
 pub mod net;
 pub mod origin;
 pub mod outcome;

@@ -22,7 +22,7 @@ const LAYERS: [&str; 10] = [
     "net",
     "telemetry",
 ];
-const LEAVES: [&str; 3] = ["error", "outcome", "headers"];
+const LEAVES: [&str; 4] = ["error", "outcome", "headers", "interim"];
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")

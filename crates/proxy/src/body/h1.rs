@@ -61,6 +61,16 @@ impl Decoder {
     /// Takes what it can from the front of `buf`: `Ok(Some(data))` for body bytes, `Ok(None)`
     /// when `buf` is used up (or the body is done) without more data, `Err` on broken framing.
     pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Bytes>, &'static str> {
+        self.decode_keeping(buf, None)
+    }
+
+    /// [`Decoder::decode`], appending the bytes of a chunked body's trailer section (its
+    /// fields and the final CRLF) to `trailers`.
+    pub fn decode_keeping(
+        &mut self,
+        buf: &mut BytesMut,
+        mut trailers: Option<&mut Vec<u8>>,
+    ) -> Result<Option<Bytes>, &'static str> {
         loop {
             if buf.is_empty() || self.is_done() {
                 return Ok(None);
@@ -89,6 +99,11 @@ impl Decoder {
                     let mut used = 0;
                     while used < buf.len() && !matches!(self, Decoder::ChunkData(_) | Decoder::Done)
                     {
+                        if let (Decoder::Trailers { .. }, Some(t)) =
+                            (&*self, trailers.as_deref_mut())
+                        {
+                            t.push(buf[used]);
+                        }
                         self.byte(buf[used])?;
                         used += 1;
                     }

@@ -15,7 +15,6 @@ use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue, AGE, ETAG};
 use http::{HeaderMap, Method, StatusCode};
 use http_body::{Body, Frame, SizeHint};
-use hyper::body::Incoming;
 use rampart_cache::cache_control::ResponseDirectives;
 use rampart_cache::conditional;
 use rampart_cache::freshness;
@@ -369,15 +368,15 @@ impl Drop for StoreTicket {
 /// The cache side of a teed body: each chunk is copied into the ticket's buffer as it passes
 /// (see [`StoreTicket::push`]) and the object is stored when the body ends. Past the size limit,
 /// or without room in the store, the ticket is dropped and the body simply streams on.
-pub struct Tee {
-    inner: Incoming,
+pub struct Tee<B> {
+    inner: B,
     ticket: Option<Box<StoreTicket>>,
 }
 
-impl Tee {
+impl<B: Body<Data = Bytes> + Unpin> Tee<B> {
     /// Streams `body` and stores it with `ticket` when it ends completely; `None` when the body
     /// is empty (stored at once, nothing to tee).
-    pub fn new(body: Incoming, ticket: Box<StoreTicket>) -> Result<Tee, Incoming> {
+    pub fn new(body: B, ticket: Box<StoreTicket>) -> Result<Tee<B>, B> {
         if body.is_end_stream() {
             // An empty body is never polled: store it now.
             ticket.finish();
@@ -393,7 +392,7 @@ impl Tee {
     pub fn poll_frame(
         &mut self,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         let frame = ready!(Pin::new(&mut self.inner).poll_frame(cx));
         self.on_frame(&frame);
         Poll::Ready(frame)
@@ -407,7 +406,7 @@ impl Tee {
         self.inner.size_hint()
     }
 
-    fn on_frame(&mut self, frame: &Option<Result<Frame<Bytes>, hyper::Error>>) {
+    fn on_frame(&mut self, frame: &Option<Result<Frame<Bytes>, B::Error>>) {
         match frame {
             Some(Ok(f)) => {
                 if let (Some(d), Some(t)) = (f.data_ref(), &mut self.ticket) {
@@ -439,14 +438,18 @@ impl Tee {
 /// origin body into the shared buffer and the store (on a task of its own, so a leader's
 /// client that goes away does not stop the fetch the others read). Returns the leader's reader.
 /// `room` is what the shared buffer is charged to ([`StoreTicket::hold_buffer`]).
-pub fn publish(
+pub fn publish<B>(
     leader: Leader,
     head: SharedHead,
-    body: Incoming,
+    body: B,
     ticket: Box<StoreTicket>,
     room: Box<dyn Send>,
     idle: Option<Duration>,
-) -> InflightBody {
+) -> InflightBody
+where
+    B: Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: std::fmt::Display,
+{
     let (feed, reader) = leader.publish(head);
     feed.hold(room);
     tokio::spawn(pump(feed, body, ticket, idle));
@@ -456,7 +459,11 @@ pub fn publish(
 /// Reads the origin body into the shared buffer. `idle` (the `proxy_timeout`) bounds the wait
 /// for each chunk: an origin that stalls mid-body fails the fetch (readers get an error, later
 /// misses start a new one) instead of holding every reader of the URL forever.
-async fn pump(feed: Feed, mut body: Incoming, ticket: Box<StoreTicket>, idle: Option<Duration>) {
+async fn pump<B>(feed: Feed, mut body: B, ticket: Box<StoreTicket>, idle: Option<Duration>)
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
     use http_body_util::BodyExt;
     let mut ticket = Some(ticket);
     loop {

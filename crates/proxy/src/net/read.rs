@@ -4,7 +4,7 @@
 use std::cell::RefCell;
 use std::io;
 use std::pin::Pin;
-use std::task::Poll;
+use std::task::{Context, Poll};
 
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, ReadBuf};
@@ -31,4 +31,26 @@ pub async fn read_some<R: AsyncRead + Unpin>(io: &mut R) -> io::Result<BytesMut>
         })
     })
     .await
+}
+
+/// Appends what is available (at most [`SCRATCH`] bytes) to `buf`: `Ready(Ok(0))` is the end
+/// of the stream. For connections that keep a buffer while a message is in flight (to
+/// origins): the bytes go straight behind what `buf` holds.
+pub fn poll_read_into<R: AsyncRead + Unpin>(
+    io: &mut R,
+    cx: &mut Context<'_>,
+    buf: &mut BytesMut,
+) -> Poll<io::Result<usize>> {
+    SCRATCH_BUF.with(|s| {
+        let mut s = s.borrow_mut();
+        let mut rb = ReadBuf::new(&mut s[..]);
+        match Pin::new(&mut *io).poll_read(cx, &mut rb) {
+            Poll::Ready(Ok(())) => {
+                buf.extend_from_slice(rb.filled());
+                Poll::Ready(Ok(rb.filled().len()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
+        }
+    })
 }

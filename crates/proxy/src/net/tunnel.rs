@@ -16,17 +16,39 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use hyper::upgrade::OnUpgrade;
-use hyper_util::rt::TokioIo;
+use std::sync::{Arc, Mutex};
+
+use crate::net::origin_stream::{OriginStream, Prefixed};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
+
+/// The origin's connection after its `101`, with what it sent after the head: carried from
+/// the origin client to the WebSocket stage in the response's extensions (which must be
+/// `Clone`: the first to take it has it).
+#[derive(Clone)]
+pub struct OriginSide(Arc<Mutex<Option<Prefixed<OriginStream>>>>);
+
+impl OriginSide {
+    pub fn new(io: Prefixed<OriginStream>) -> Self {
+        OriginSide(Arc::new(Mutex::new(Some(io))))
+    }
+
+    pub fn take(&self) -> Option<Prefixed<OriginStream>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+impl std::fmt::Debug for OriginSide {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OriginSide")
+    }
+}
 
 /// The origin's side of a switched connection, carried to the server in the response's
 /// extensions.
 #[derive(Clone)]
 pub struct Tunnel {
-    /// Resolves to the origin connection once hyper has handed it over.
-    pub origin: OnUpgrade,
+    pub origin: OriginSide,
     /// No byte either way for this long ends the tunnel (`websocket_idle_timeout_seconds`).
     pub idle: Duration,
 }
@@ -57,12 +79,9 @@ pub async fn run<C>(client: C, early: Bytes, tunnel: Tunnel) -> (Ended, Moved)
 where
     C: AsyncRead + AsyncWrite + Unpin,
 {
-    let origin = match tunnel.origin.await {
-        Ok(u) => TokioIo::new(u),
-        Err(e) => {
-            tracing::debug!(error = %e, "the origin's side of the upgrade failed");
-            return (Ended::Failed, (0, 0));
-        }
+    let Some(origin) = tunnel.origin.take() else {
+        tracing::debug!("the origin's side of the upgrade was taken already");
+        return (Ended::Failed, (0, 0));
     };
     splice(client, origin, early, tunnel.idle).await
 }

@@ -1,29 +1,26 @@
 //! The connector behind the upstream pool: plain TCP, or TCP + TLS (rustls) for origins over
-//! HTTPS.
+//! HTTPS, with the PROXY header first when the rule sends one.
 //!
-//! The pool keys connections by scheme and authority. A TLS origin's URI carries the name to
+//! The pool keys connections by scheme and authority. A TLS origin's key carries the name to
 //! send as SNI and to verify in its certificate as the authority's user part
-//! (`https://origin.example@10.0.0.5:443`), so two rules that reach the same address under
-//! different names never share a connection. hyper sends origin-form request targets, so the
+//! (`origin.example@10.0.0.5:443`), so two rules that reach the same address under
+//! different names never share a connection. Requests go out with origin-form targets, so the
 //! user part never reaches the wire.
 
-use std::future::Future;
 use std::io;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::Uri;
-use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
-use hyper_util::rt::TokioIo;
 use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
-use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
-use crate::telemetry::metrics::{Counted, OriginConnStats};
+use crate::error::BoxError;
+use crate::net::idle::PoolKey;
+use crate::net::origin_stream::OriginStream;
+use crate::telemetry::metrics::Counted;
 
 /// The largest read buffer of an origin connection (HTTP/2: the largest response header
 /// block).
@@ -44,10 +41,10 @@ pub struct OriginTlsError {
 #[error("no connection within {0:?}")]
 pub struct OriginConnectTimeout(pub Duration);
 
-/// Connects to origins, with TLS where the URI's scheme is `https`.
+/// Connects to origins, with TLS where the pool key says so.
 #[derive(Clone)]
 pub struct OriginConnector {
-    tcp: HttpConnector,
+    nodelay: bool,
     tls: TlsConnector,
     /// `proxy_connect_timeout_seconds`: the limit of the TCP connection and, separately, of the
     /// TLS handshake.
@@ -64,16 +61,9 @@ impl std::fmt::Debug for OriginConnector {
 }
 
 impl OriginConnector {
-    pub fn new(
-        mut tcp: HttpConnector,
-        tls: Arc<rustls::ClientConfig>,
-        connect_timeout: Duration,
-    ) -> Self {
-        tcp.enforce_http(false);
-        // The connect timeout is applied here, where its expiry is a typed error.
-        tcp.set_connect_timeout(None);
+    pub fn new(nodelay: bool, tls: Arc<rustls::ClientConfig>, connect_timeout: Duration) -> Self {
         OriginConnector {
-            tcp,
+            nodelay,
             tls: TlsConnector::from(tls),
             connect_timeout,
             h2: false,
@@ -85,93 +75,101 @@ impl OriginConnector {
         let mut tls = tls.clone();
         tls.alpn_protocols = vec![b"h2".to_vec()];
         OriginConnector {
-            tcp: self.tcp.clone(),
+            nodelay: self.nodelay,
             tls: TlsConnector::from(Arc::new(tls)),
             connect_timeout: self.connect_timeout,
             h2: true,
         }
     }
+
+    /// A new connection to the origin at `key`: TCP (each address the name resolves to, in
+    /// order, within the connect timeout), the PROXY header if the key carries one, then TLS
+    /// when `key.tls`, with the key's TLS name as SNI and the name verified.
+    pub async fn connect(&self, key: &PoolKey) -> Result<OriginStream, BoxError> {
+        let authority = key.authority.as_str();
+        // The user part: the TLS name, and a PROXY header to send first ([`proxied_key`]).
+        let (user, address) = match authority.rsplit_once('@') {
+            Some((user, address)) => (Some(user), address),
+            None => (None, authority),
+        };
+        let (name, proxy_header) = match user.map(|u| u.split_once(PROXY_MARK)) {
+            Some(Some((name, hex))) => (Some(name), unhex(hex)),
+            Some(None) => (user, None),
+            None => (None, None),
+        };
+        let limit = self.connect_timeout;
+        let tcp = match tokio::time::timeout(limit, tcp_connect(address)).await {
+            Ok(tcp) => tcp?,
+            Err(_) => return Err(OriginConnectTimeout(limit).into()),
+        };
+        if self.nodelay {
+            tcp.set_nodelay(true)?;
+        }
+        // Counted under the address (`host:port`), without the TLS name.
+        let stats = crate::telemetry::metrics::get().origin(address).opened();
+        let mut tcp = Counted::new(tcp, stats);
+        if let Some(header) = proxy_header {
+            // Before TLS and HTTP: the origin reads it first.
+            tokio::io::AsyncWriteExt::write_all(&mut tcp, &header).await?;
+        }
+        if !key.tls {
+            return Ok(OriginStream::Plain(tcp));
+        }
+        let name = name.unwrap_or_default().to_owned();
+        let server_name = ServerName::try_from(name.clone()).map_err(|e| OriginTlsError {
+            name: name.clone(),
+            source: io::Error::new(io::ErrorKind::InvalidInput, e),
+        })?;
+        // Bounded on its own: a peer that accepts and then stays silent must fail over
+        // like a refused connection, not use up the whole `proxy_timeout`.
+        let handshake = self.tls.connect(server_name, tcp);
+        match tokio::time::timeout(limit, handshake).await {
+            Ok(Ok(s)) if self.h2 && s.get_ref().1.alpn_protocol() != Some(b"h2") => {
+                Err(OriginTlsError {
+                    name,
+                    source: io::Error::new(io::ErrorKind::InvalidData, NoH2),
+                }
+                .into())
+            }
+            Ok(Ok(s)) => Ok(OriginStream::Tls(Box::new(s))),
+            Ok(Err(source)) => Err(OriginTlsError { name, source }.into()),
+            Err(_) => Err(OriginTlsError {
+                name,
+                source: io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("no answer within {}s", limit.as_secs_f64()),
+                ),
+            }
+            .into()),
+        }
+    }
+}
+
+/// A TCP connection to `address` (`host:port`, `[v6]:port`): an IP address directly, a name
+/// through the resolver, each of its addresses in turn until one accepts.
+async fn tcp_connect(address: &str) -> io::Result<TcpStream> {
+    if let Ok(sa) = address.parse::<std::net::SocketAddr>() {
+        return TcpStream::connect(sa).await;
+    }
+    let mut last = None;
+    for sa in tokio::net::lookup_host(address).await? {
+        match TcpStream::connect(sa).await {
+            Ok(s) => return Ok(s),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("{address} resolves to no address"),
+        )
+    }))
 }
 
 /// The origin's TLS handshake did not choose `h2` although `origin_protocol = "h2"`.
 #[derive(Debug, thiserror::Error)]
 #[error("the origin did not choose HTTP/2 (ALPN h2) in its TLS handshake")]
 pub struct NoH2;
-
-/// A TCP connection to an origin, its bytes counted for the metrics.
-type Tcp = Counted<TcpStream, OriginConnStats>;
-
-/// A connection to an origin.
-#[derive(Debug)]
-pub enum OriginIo {
-    Plain(TokioIo<Tcp>),
-    /// Boxed: a rustls connection is over 1 KiB.
-    Tls(Box<TokioIo<TlsStream<Tcp>>>),
-}
-
-impl Connection for OriginIo {
-    fn connected(&self) -> Connected {
-        Connected::new()
-    }
-}
-
-impl hyper::rt::Read for OriginIo {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: hyper::rt::ReadBufCursor<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            OriginIo::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            OriginIo::Tls(s) => Pin::new(s).poll_read(cx, buf),
-        }
-    }
-}
-
-impl hyper::rt::Write for OriginIo {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            OriginIo::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            OriginIo::Tls(s) => Pin::new(s).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            OriginIo::Plain(s) => Pin::new(s).poll_flush(cx),
-            OriginIo::Tls(s) => Pin::new(s).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            OriginIo::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            OriginIo::Tls(s) => Pin::new(s).poll_shutdown(cx),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            OriginIo::Plain(s) => s.is_write_vectored(),
-            OriginIo::Tls(s) => s.is_write_vectored(),
-        }
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            OriginIo::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            OriginIo::Tls(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-        }
-    }
-}
 
 /// `uri`'s path and query (`/` when it has none) under `scheme` and `authority`: the target
 /// as a client of the origin sends it (`None` if the parts do not make a URI).
@@ -193,7 +191,7 @@ pub const PROXY_MARK: &str = ";pp=";
 /// The pool key of connections that start with the PROXY header `header`: the header, in hex,
 /// joins the authority's user part. The pool then never gives one client's connection to
 /// another (the header names the client), and the connector (this file) knows what to
-/// write before anything else. hyper sends origin-form targets, so the user part never
+/// write before anything else. Requests go out with origin-form targets, so the user part never
 /// reaches the wire.
 pub fn proxied_key(key: &Authority, header: &[u8]) -> Option<Authority> {
     use std::fmt::Write as _;
@@ -212,8 +210,6 @@ pub fn proxied_key(key: &Authority, header: &[u8]) -> Option<Authority> {
     Authority::try_from(s).ok()
 }
 
-use crate::error::BoxError;
-
 /// The bytes of a hex string (`None` when it is not one).
 fn unhex(hex: &str) -> Option<Vec<u8>> {
     let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
@@ -224,81 +220,4 @@ fn unhex(hex: &str) -> Option<Vec<u8>> {
     b.chunks(2)
         .map(|p| Some(digit(p[0])? << 4 | digit(p[1])?))
         .collect()
-}
-
-impl tower_service::Service<Uri> for OriginConnector {
-    type Response = OriginIo;
-    type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<OriginIo, BoxError>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.tcp.poll_ready(cx).map_err(Into::into)
-    }
-
-    fn call(&mut self, uri: Uri) -> Self::Future {
-        let tls = uri.scheme_str() == Some("https");
-        // The user part: the TLS name, and a PROXY header to send first ([`proxied_key`]).
-        let user = uri
-            .authority()
-            .and_then(|a| a.as_str().rsplit_once('@'))
-            .map(|(user, _)| user);
-        let (name, proxy_header) = match user.map(|u| u.split_once(PROXY_MARK)) {
-            Some(Some((name, hex))) => (Some(name.to_owned()), unhex(hex)),
-            Some(None) => (user.map(str::to_owned), None),
-            None => (None, None),
-        };
-        // Counted under the address (`host:port`), without the TLS name.
-        let origin = uri
-            .authority()
-            .and_then(|a| a.as_str().rsplit('@').next())
-            .unwrap_or_default()
-            .to_owned();
-        let connecting = self.tcp.call(uri);
-        let connector = self.tls.clone();
-        let limit = self.connect_timeout;
-        let h2 = self.h2;
-        Box::pin(async move {
-            let tcp = match tokio::time::timeout(limit, connecting).await {
-                Ok(tcp) => tcp?,
-                Err(_) => return Err(OriginConnectTimeout(limit).into()),
-            };
-            let stats = crate::telemetry::metrics::get().origin(&origin).opened();
-            let mut tcp = Counted::new(tcp.into_inner(), stats);
-            if let Some(header) = proxy_header {
-                // Before TLS and HTTP: the origin reads it first.
-                tokio::io::AsyncWriteExt::write_all(&mut tcp, &header).await?;
-            }
-            let tcp = TokioIo::new(tcp);
-            if !tls {
-                return Ok(OriginIo::Plain(tcp));
-            }
-            let name = name.unwrap_or_default();
-            let server_name = ServerName::try_from(name.clone()).map_err(|e| OriginTlsError {
-                name: name.clone(),
-                source: io::Error::new(io::ErrorKind::InvalidInput, e),
-            })?;
-            // Bounded on its own: a peer that accepts and then stays silent must fail over
-            // like a refused connection, not use up the whole `proxy_timeout`.
-            let handshake = connector.connect(server_name, tcp.into_inner());
-            match tokio::time::timeout(limit, handshake).await {
-                Ok(Ok(s)) if h2 && s.get_ref().1.alpn_protocol() != Some(b"h2") => {
-                    Err(OriginTlsError {
-                        name,
-                        source: io::Error::new(io::ErrorKind::InvalidData, NoH2),
-                    }
-                    .into())
-                }
-                Ok(Ok(s)) => Ok(OriginIo::Tls(Box::new(TokioIo::new(s)))),
-                Ok(Err(source)) => Err(OriginTlsError { name, source }.into()),
-                Err(_) => Err(OriginTlsError {
-                    name,
-                    source: io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        format!("no answer within {}s", limit.as_secs_f64()),
-                    ),
-                }
-                .into()),
-            }
-        })
-    }
 }

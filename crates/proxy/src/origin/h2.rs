@@ -14,14 +14,14 @@ use std::time::Duration;
 
 use http::header::HOST;
 use http::uri::{Authority, Scheme};
-use http::{Request, Response, Uri, Version};
+use http::{Request, Response, Version};
 use hyper::body::Incoming;
 use hyper::client::conn::http2::{self, SendRequest};
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::time::Instant;
-use tower_service::Service as _;
 
 use crate::body::RequestBody;
+use crate::net::idle::PoolKey;
 use crate::origin::connect::{absolute_uri, OriginConnector};
 
 use crate::error::BoxError;
@@ -222,13 +222,13 @@ impl H2Pool {
         key: &Authority,
         scheme: &Scheme,
     ) -> Result<SendRequest<RequestBody>, BoxError> {
-        let uri = Uri::builder()
-            .scheme(scheme.clone())
-            .authority(key.clone())
-            .path_and_query("/")
-            .build()?;
-        let io = self.connector.clone().call(uri).await?;
-        let (send, conn) = handshake(io).await?;
+        let key = PoolKey {
+            tls: *scheme == Scheme::HTTPS,
+            authority: key.clone(),
+        };
+        let io = self.connector.connect(&key).await?;
+        let (send, conn) = handshake(TokioIo::new(io)).await?;
+        let key = &key.authority;
         if self.idle.is_zero() {
             // Not pooled: the connection ends with its one request's stream.
             tokio::spawn(async move {

@@ -1,6 +1,6 @@
 //! The upstream pool used by fetch: a rule's origins in preference order with their shared
-//! health ([`UpstreamSet`]), and a worker's pooled keep-alive connections with their timeouts
-//! ([`Upstream`]).
+//! health ([`UpstreamSet`]), and a worker's connections to them with their timeouts
+//! ([`Upstream`]: rampart's own HTTP/1.1 client and its idle pool, HTTP/2 through hyper).
 //!
 //! Each worker owns one [`Upstream`] (connection pool), so pooled connections never cross
 //! threads. Upstream health is shared: an origin that refused a connection is skipped by every
@@ -19,20 +19,18 @@ use std::time::{Duration, Instant};
 
 use http::uri::{Authority, Scheme};
 use http::{Request, Response};
-use hyper::body::Incoming;
-use hyper_util::client::legacy::connect::HttpConnector;
-
-use crate::origin::connect::{
-    absolute_uri, proxied_key, OriginConnectTimeout, OriginConnector, OriginTlsError,
-    ORIGIN_READ_BUFFER,
-};
-use crate::origin::h2::{H2Failure, H2Pool};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 use rampart_config::{OriginProtocol, RoutingMethod, RuleConfig, UpstreamConfig, UpstreamTarget};
 
+use crate::body::origin::OriginBody;
 use crate::body::{RequestBody, RequestBodyError};
 use crate::error::{BoxError, ProxyError};
+use crate::interim::Interim;
+use crate::net::idle::{IdlePool, PoolKey};
+use crate::origin::connect::{
+    absolute_uri, proxied_key, OriginConnectTimeout, OriginConnector, OriginTlsError,
+};
+use crate::origin::h1::client::{H1Client, H1Failure};
+use crate::origin::h2::{H2Failure, H2Pool};
 
 /// How long an origin that refused a connection is skipped.
 const DOWN_FOR: Duration = Duration::from_secs(5);
@@ -320,37 +318,11 @@ impl UpstreamSet {
     }
 }
 
-/// An HTTP/1.1 origin's response as it framed it, when rampart reads its body as the origin
-/// meant it: a `Transfer-Encoding` other than `chunked` alone (`gzip, chunked`) would have its
-/// outer coding dropped when the client de-chunks, and the coded bytes served and stored as
-/// the body. Such a response is a 502 and nothing is stored; its connection is not
-/// reused (the unread body closes it).
-fn only_chunked(res: Response<Incoming>) -> Result<Response<Incoming>, ProxyError> {
-    let mut codings = res
-        .headers()
-        .get_all(http::header::TRANSFER_ENCODING)
-        .iter()
-        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
-        .map(<[u8]>::trim_ascii);
-    match (codings.next(), codings.next()) {
-        (None, _) => Ok(res),
-        (Some(c), None) if c.eq_ignore_ascii_case(b"chunked") => Ok(res),
-        _ => {
-            tracing::warn!(
-                transfer_encoding = ?res.headers().get(http::header::TRANSFER_ENCODING),
-                "origin used a transfer coding rampart does not decode; 502"
-            );
-            Err(ProxyError::UpstreamProtocol(
-                "a transfer coding other than chunked".into(),
-            ))
-        }
-    }
-}
-
-/// A worker's connection pool to all origins.
+/// A worker's connections to all origins: its own HTTP/1.1 client with the idle pool, and
+/// its HTTP/2 connections.
 #[derive(Debug, Clone)]
 pub struct Upstream {
-    client: Client<OriginConnector, RequestBody>,
+    h1: H1Client,
     /// Origins spoken to over HTTP/2 (`origin_protocol = "h2" | "h2c"`).
     h2: H2Pool,
     timeout: Option<Duration>,
@@ -359,28 +331,11 @@ pub struct Upstream {
 
 impl Upstream {
     pub fn new(config: &UpstreamConfig, tls: std::sync::Arc<rustls::ClientConfig>) -> Self {
-        let mut tcp = HttpConnector::new();
-        tcp.set_nodelay(config.nodelay);
-        let connector = OriginConnector::new(tcp, tls.clone(), config.connect_timeout);
+        let connector = OriginConnector::new(config.nodelay, tls.clone(), config.connect_timeout);
         let h2 = H2Pool::new(connector.for_h2(&tls), config.keepalive);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_timer(TokioTimer::new())
-            .timer(TokioTimer::new())
-            .pool_idle_timeout(config.keepalive)
-            .pool_max_idle_per_host(if config.keepalive.is_zero() {
-                0
-            } else {
-                config.max_idle_per_origin
-            })
-            // Requests arrive with their Host header already set by the pipeline.
-            .set_host(false)
-            // Each pooled connection's read buffer grows up to this (hyper's default is ~400
-            // KiB): large bodies then cost idle connections 64 KiB each at most, and a body
-            // still arrives in reads of up to 64 KiB.
-            .http1_max_buf_size(ORIGIN_READ_BUFFER)
-            .build(connector);
+        let pool = IdlePool::new(config.keepalive, config.max_idle_per_origin);
         Upstream {
-            client,
+            h1: H1Client::new(pool, connector),
             h2,
             timeout: config.timeout,
             connect_timeout: config.connect_timeout,
@@ -392,22 +347,25 @@ impl Upstream {
         self.timeout
     }
 
+    /// Idle HTTP/1.1 connections kept by this worker now.
+    pub fn idle_connections(&self) -> usize {
+        self.h1.idle()
+    }
+
     /// Sends `req` (origin-form URI, headers already rewritten) to `authority` over `scheme`
-    /// in `protocol`; waits at most `proxy_timeout` for the response head.
-    ///
-    /// Not an `async fn`: the request is handed to the client before the future is made, so
-    /// the future holds the client's response future, not the request too.
-    pub fn send(
+    /// in `protocol`; waits at most `proxy_timeout` for the response head. `interim`: where
+    /// the client's connection takes 1xx answers (HTTP/1.1 origins); `upgrade`: a WebSocket
+    /// handshake (always HTTP/1.1).
+    pub async fn send(
         &self,
         req: Request<RequestBody>,
         authority: &Authority,
         scheme: Scheme,
         protocol: OriginProtocol,
-    ) -> impl Future<Output = Result<Response<Incoming>, ProxyError>> + '_ {
-        // The target as the client sends it: scheme and pool key (hyper's HTTP/1.1 client
-        // sends the origin form; HTTP/2 takes `:authority` from `Host`, see h2.rs).
-        let target = absolute_uri(req.uri(), scheme, authority.clone());
-        // The client's body fault wins over whatever the upstream client reports.
+        interim: Option<&Interim>,
+        upgrade: bool,
+    ) -> Result<Response<OriginBody>, ProxyError> {
+        // The client's body fault wins over whatever the exchange reports.
         let fault = req.body().fault();
         let body_fault = move || {
             fault
@@ -415,50 +373,38 @@ impl Upstream {
                 .and_then(|f| f.get().copied())
                 .map(ProxyError::ClientBody)
         };
-        // Both futures are made here, before the request would be held by an `async` block.
-        let (h1, h2) = match (target, protocol) {
-            (None, _) => (None, None),
-            (Some(uri), OriginProtocol::Http1) => {
-                let mut req = req;
-                *req.uri_mut() = uri;
-                // `TE` is hop-by-hop and HTTP/1.1 clients never get trailers from rampart:
-                // `TE: trailers` (kept by fetch for gRPC) is for HTTP/2 origins only.
-                if req.headers().contains_key(http::header::TE) {
-                    req.headers_mut().remove(http::header::TE);
-                }
-                (Some(self.client.request(req)), None)
-            }
-            // Boxed: HTTP/2's future is large, and the HTTP/1.1 path (every request of
-            // most configurations) would otherwise carry its space in every fetch future.
-            (Some(uri), OriginProtocol::H2 | OriginProtocol::H2c) => {
-                let mut req = req;
-                *req.uri_mut() = uri;
-                (None, Some(Box::pin(self.h2.send(req, authority.clone()))))
-            }
-        };
-        async move {
-            // Each exchange under `proxy_timeout` as it is: an `async` block around the two
-            // would be one more future to move for every request.
-            match (h1, h2) {
-                (Some(h1), _) => self
-                    .within_timeout(h1)
-                    .await?
-                    .map_err(|e| {
-                        body_fault().unwrap_or_else(|| {
-                            let connect = e.is_connect();
-                            self.classify(Box::new(e), connect)
-                        })
-                    })
-                    .and_then(only_chunked),
-                (None, Some(h2)) => self.within_timeout(h2).await?.map_err(|e| {
-                    body_fault().unwrap_or_else(|| match e {
-                        H2Failure::Connect(e) => self.classify(e, true),
-                        H2Failure::Request(e) => self.classify(Box::new(e), false),
-                    })
-                }),
-                (None, None) => Err(ProxyError::BadRequest("request target")),
-            }
+        if protocol == OriginProtocol::Http1 || upgrade {
+            let key = PoolKey {
+                tls: scheme == Scheme::HTTPS,
+                authority: authority.clone(),
+            };
+            let sent = self
+                .within_timeout(self.h1.send(req, key, interim, upgrade))
+                .await?;
+            return sent.map_err(|e| {
+                body_fault().unwrap_or_else(|| match e {
+                    H1Failure::Connect(e) => self.classify(e, true),
+                    H1Failure::Protocol(e) => self.classify(e, false),
+                    H1Failure::Body(RequestBodyError(fault)) => ProxyError::ClientBody(fault),
+                })
+            });
         }
+        // The target as HTTP/2 sends it: scheme and pool key (`:authority` comes from
+        // `Host`, see h2.rs). Boxed: HTTP/2's future is large, and the HTTP/1.1 path (every
+        // request of most configurations) would otherwise carry its space.
+        let Some(uri) = absolute_uri(req.uri(), scheme, authority.clone()) else {
+            return Err(ProxyError::BadRequest("request target"));
+        };
+        let mut req = req;
+        *req.uri_mut() = uri;
+        let h2 = Box::pin(self.h2.send(req, authority.clone()));
+        let sent = self.within_timeout(h2).await?;
+        sent.map(|res| res.map(OriginBody::H2)).map_err(|e| {
+            body_fault().unwrap_or_else(|| match e {
+                H2Failure::Connect(e) => self.classify(e, true),
+                H2Failure::Request(e) => self.classify(Box::new(e), false),
+            })
+        })
     }
 
     /// `fut`'s output, or `UpstreamTimeout` after `proxy_timeout`.

@@ -3,7 +3,11 @@
 
 use std::net::{IpAddr, SocketAddr};
 
+use std::sync::Arc;
+
 use http::header::HeaderValue;
+
+use crate::interim::Interim;
 
 /// How the client connected to rampart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +39,10 @@ pub struct ConnInfo {
     pub local: SocketAddr,
     /// `local`'s port pre-rendered for `X-Forwarded-Port`.
     pub local_port_header: HeaderValue,
+    /// Where interim (1xx) answers from the origin go: the HTTP/1.1 connection writes them
+    /// ahead of the final response. `None` on HTTP/2 and HTTP/3 (hyper's server and h3 cannot
+    /// send them) and for HTTP/1.0 clients.
+    pub interim: Option<Arc<Interim>>,
 }
 
 impl ConnInfo {
@@ -50,6 +58,7 @@ impl ConnInfo {
             peer,
             local,
             local_port_header: HeaderValue::from(local.port()),
+            interim: None,
         }
     }
 }

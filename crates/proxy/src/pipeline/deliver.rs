@@ -6,8 +6,8 @@
 
 use std::time::SystemTime;
 
+use crate::body::origin::OriginBody;
 use http::{HeaderMap, Request, Response, StatusCode, Uri, Version};
-use hyper::body::Incoming;
 use rampart_cache::encoding::Coding;
 use rampart_cache::key::host_name;
 use rampart_cache::targeted::CDN_CACHE_CONTROL;
@@ -149,7 +149,7 @@ fn respond(
     w: &Worker,
     txn: &mut Txn,
     mut parts: http::response::Parts,
-    body: Incoming,
+    body: OriginBody,
     ticket: Option<Box<StoreTicket>>,
     widened: Option<Box<ranges::Widened>>,
     length: Option<u64>,
@@ -285,7 +285,7 @@ fn from_stale_entry(
 
 /// An origin response's head made ready for the client: hop-by-hop fields out, `Via` in, the
 /// client's HTTP version.
-fn downstream(res: Response<Incoming>, version: Version) -> (http::response::Parts, Incoming) {
+fn downstream(res: Response<OriginBody>, version: Version) -> (http::response::Parts, OriginBody) {
     let (mut parts, body) = res.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     append_via(&mut parts.headers, parts.version);

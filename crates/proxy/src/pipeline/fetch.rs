@@ -10,10 +10,10 @@ use std::time::{Instant, SystemTime};
 use http::header::{HeaderValue, EXPECT, HOST, IF_MODIFIED_SINCE, IF_NONE_MATCH, TE};
 use http::uri::Authority;
 use http::{HeaderMap, Method, Request, Response, Uri, Version};
-use hyper::body::Incoming;
 use rampart_cache::conditional;
 use rampart_config::{OriginProtocol, RoutingMethod};
 
+use crate::body::origin::OriginBody;
 use crate::body::RequestBody;
 use crate::error::{Chain, ProxyError};
 use crate::headers::{add_forwarded, append_via, strip_hop_by_hop, wants_trailers};
@@ -25,7 +25,7 @@ use crate::pipeline::worker_state::Worker;
 /// What fetch brings back.
 #[derive(Debug)]
 pub struct Fetched {
-    pub res: Response<Incoming>,
+    pub res: Response<OriginBody>,
     /// The client's request headers (kept only when the response may be stored).
     pub req_headers: Option<HeaderMap>,
     pub request_time: SystemTime,
@@ -152,7 +152,7 @@ async fn try_origins(
     first: Request<RequestBody>,
     spare: Option<(Method, Uri, HeaderMap)>,
     http1_only: bool,
-    done: impl FnOnce(Response<Incoming>) -> Fetched,
+    done: impl FnOnce(Response<OriginBody>) -> Fetched,
 ) -> Result<Fetched, ProxyError> {
     let mut first = Some(first);
     let https = txn.scheme() == Scheme::Https;
@@ -188,7 +188,10 @@ async fn try_origins(
                 } else {
                     member.target.protocol
                 };
-                let sending = w.upstream.send(req, &key, scheme, protocol);
+                let interim = txn.conn.interim.as_deref();
+                let sending = w
+                    .upstream
+                    .send(req, &key, scheme, protocol, interim, http1_only);
                 // The response-head time: for the metrics, `Performance` and the access log.
                 let sent_at = Instant::now();
                 let sent = sending.await;
@@ -259,7 +262,7 @@ fn record(
     member: &UpstreamState,
     tls: bool,
     took: std::time::Duration,
-    sent: &Result<Response<Incoming>, ProxyError>,
+    sent: &Result<Response<OriginBody>, ProxyError>,
 ) {
     if upstreams.method() == RoutingMethod::Performance {
         member.record(match sent {

@@ -14,7 +14,7 @@ use http::{Method, Request, Response, StatusCode, Version};
 
 use crate::body::{ProxyBody, RequestBody};
 use crate::error::ProxyError;
-use crate::net::tunnel::{self, Tunnel};
+use crate::net::tunnel::{self, OriginSide, Tunnel};
 use crate::outcome::{CacheLabel, CacheOutcome};
 use crate::pipeline::deliver;
 use crate::pipeline::fetch::{self, Plan};
@@ -125,7 +125,12 @@ pub async fn upgrade(
         return deliver::deliver_unstored(w, txn, Ok(fetched));
     }
     let mut res = fetched.res;
-    let origin = hyper::upgrade::on(&mut res);
+    // invariant: the origin client puts the connection in every 101 it returns.
+    let Some(origin) = res.extensions_mut().remove::<OriginSide>() else {
+        return Err(ProxyError::UpstreamProtocol(
+            "a 101 without its connection".into(),
+        ));
+    };
     let (mut head, _) = res.into_parts();
     crate::headers::strip_hop_by_hop(&mut head.headers);
     let mut out = Response::new(ProxyBody::full(bytes::Bytes::new()));

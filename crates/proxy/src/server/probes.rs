@@ -186,7 +186,7 @@ async fn probe(
     );
     match tokio::time::timeout(
         timeout,
-        upstream.send(req, &key, scheme, member.target.protocol),
+        upstream.send(req, &key, scheme, member.target.protocol, None, false),
     )
     .await
     {

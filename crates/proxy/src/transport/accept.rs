@@ -17,6 +17,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::watch;
 
 use crate::body::ClientBody;
+use crate::interim::Interim;
 use crate::pipeline::conn_info::ConnInfo;
 use crate::telemetry::metrics::Counted;
 use crate::transport::h1;
@@ -234,7 +235,10 @@ impl Conn {
                 _ => return,
             }
         }
-        let (slot, info) = (self.slot, self.info);
+        let (slot, mut info) = (self.slot, self.info);
+        // Where the origin's interim answers for this connection's requests go.
+        let interim = Arc::new(Interim::default());
+        Arc::make_mut(&mut info).interim = Some(interim.clone());
         let serving = h1::serve(
             io,
             first,
@@ -244,6 +248,7 @@ impl Conn {
                 // Boxed: the connection's own state stays small between requests.
                 Box::pin(async move { pipeline.handle(&info, req).await })
             },
+            Some(&interim),
             stop,
         );
         serving.await;

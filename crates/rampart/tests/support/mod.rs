@@ -618,9 +618,18 @@ impl Proxy {
 
     /// Peak resident memory (VmHWM) in KiB.
     pub fn peak_rss_kib(&self) -> u64 {
+        self.status_kib("VmHWM:")
+    }
+
+    /// The process's resident memory now, in KiB.
+    pub fn rss_kib(&self) -> u64 {
+        self.status_kib("VmRSS:")
+    }
+
+    fn status_kib(&self, key: &str) -> u64 {
         let s = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
         s.lines()
-            .find(|l| l.starts_with("VmHWM:"))
+            .find(|l| l.starts_with(key))
             .and_then(|l| l.split_whitespace().nth(1))
             .and_then(|v| v.parse().ok())
             .unwrap()
@@ -642,6 +651,11 @@ pub fn config_for(
     extra_global: &str,
     extra_rule: &str,
 ) -> String {
+    config_for_port(domain, origin.port(), extra_global, extra_rule)
+}
+
+/// [`config_for`] with the origin given by its port on 127.0.0.1.
+pub fn config_for_port(domain: &str, port: u16, extra_global: &str, extra_rule: &str) -> String {
     let mut global = String::from("listening_address = \"127.0.0.1\"\nlistening_port_http = 0\n");
     for (key, line) in [
         ("workers", "workers = 2"),
@@ -661,7 +675,7 @@ pub fn config_for(
          [[proxy_rules]]\ndomain = \"{domain}\"\nmax_age_seconds = 60\nforward_ipv4 = \"127.0.0.1\"\nforward_port_http = {}\n\
          rule_type = \"Whitelist\"\nenable_logging = true\nignore_query_string = false\nenable_sql_injection_protection = false\n\
          enable_compression = false\nenable_minification = false\nenable_webp_transformation = false\n{extra_rule}\n",
-        origin.port()
+        port
     )
 }
 

@@ -25,6 +25,7 @@ use tokio::time::Instant;
 use crate::body::h1::{Decoder, Feeder, Piece};
 use crate::body::{ClientBody, ProxyBody};
 use crate::error::ProxyError;
+use crate::interim::Interim;
 use crate::net::read::read_some;
 use head::HeadError;
 
@@ -58,6 +59,7 @@ pub async fn serve<I, H, F>(
     mut carry: BytesMut,
     limits: Limits,
     mut handler: H,
+    interim: Option<&Interim>,
     stop: &mut watch::Receiver<bool>,
 ) where
     I: AsyncRead + AsyncWrite + Unpin,
@@ -84,7 +86,17 @@ pub async fn serve<I, H, F>(
             keep_alive: head.keep_alive,
         };
         let (req, mut feed) = request(head);
-        let mut res = handle(&mut io, &mut carry, handler(req), feed.as_mut()).await;
+        // 1xx answers go to HTTP/1.1 clients only (RFC 9110 §15.2).
+        let interim = interim.filter(|_| ex.version == http::Version::HTTP_11);
+        let mut res = handle(&mut io, &mut carry, handler(req), feed.as_mut(), interim).await;
+        if let Some(i) = interim {
+            // Interim answers read in the same breath as the final one still go first.
+            let late = i.take();
+            if !late.is_empty() && write_interim(&mut io, late).await.is_err() {
+                return;
+            }
+            i.clear();
+        }
         if res.status() == http::StatusCode::SWITCHING_PROTOCOLS {
             if let Some(tunnel) = res.extensions_mut().remove::<crate::net::tunnel::Tunnel>() {
                 // The connection is the WebSocket's from here on.
@@ -296,31 +308,76 @@ fn request(head: head::Head) -> (Request<ClientBody>, Option<Feed>) {
 }
 
 /// handle: runs the pipeline while its body is fed to it (from `carry` and the socket, as it
-/// asks for more).
+/// asks for more), and writes the origin's interim answers (`interim`) as they come.
 async fn handle<I, F>(
     io: &mut I,
     carry: &mut BytesMut,
     handling: F,
-    feed: Option<&mut Feed>,
+    mut feed: Option<&mut Feed>,
+    interim: Option<&Interim>,
 ) -> Response<ProxyBody>
 where
     I: AsyncRead + AsyncWrite + Unpin,
     F: Future<Output = Response<ProxyBody>>,
 {
-    let Some(f) = feed else {
+    if feed.is_none() && interim.is_none() {
         return handling.await;
-    };
+    }
     tokio::pin!(handling);
     Box::pin(async {
         loop {
+            let feeding = feed.as_deref().is_some_and(Feed::active);
             tokio::select! {
                 biased;
                 res = &mut handling => break res,
-                _ = f.step(io, carry), if f.active() => {}
+                _ = step(feed.as_deref_mut(), io, carry), if feeding => {}
+                answers = take_interim(interim), if interim.is_some() => {
+                    if write_interim(io, answers).await.is_err() {
+                        // The client is gone: the pipeline finds out when it writes.
+                        if let Some(i) = interim {
+                            i.clear();
+                        }
+                    }
+                }
             }
         }
     })
     .await
+}
+
+/// [`Feed::step`] when there is a feed.
+async fn step<I: AsyncRead + AsyncWrite + Unpin>(
+    feed: Option<&mut Feed>,
+    io: &mut I,
+    carry: &mut BytesMut,
+) {
+    match feed {
+        Some(f) => f.step(io, carry).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The interim answers waiting for this connection, once there are some.
+async fn take_interim(interim: Option<&Interim>) -> Vec<(http::StatusCode, http::HeaderMap)> {
+    match interim {
+        Some(i) => std::future::poll_fn(|cx| i.poll_take(cx)).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Writes interim answers (their fields as the origin sent them, hop-by-hop ones out), flushed
+/// so they arrive before the final answer is ready.
+async fn write_interim<W: AsyncWrite + Unpin>(
+    io: &mut W,
+    answers: Vec<(http::StatusCode, http::HeaderMap)>,
+) -> std::io::Result<()> {
+    let mut out = Vec::with_capacity(256);
+    for (status, mut headers) in answers {
+        crate::headers::strip_hop_by_hop(&mut headers);
+        write::interim(&mut out, status, &headers);
+    }
+    io.write_all(&out).await?;
+    io.flush().await
 }
 
 /// Writes the response. A body the pipeline did not read to its end decides whether

@@ -13,6 +13,8 @@ use http::{HeaderMap, StatusCode, Version};
 use http_body::Body;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
+use crate::net::wire::{chunk_line, itoa};
+
 /// Bodies up to this size are copied behind the head and sent in one write.
 const COALESCE: usize = 8 * 1024;
 
@@ -122,6 +124,25 @@ pub fn head(
     (framing, keep_alive)
 }
 
+/// The head of an interim (1xx) answer passed on from the origin.
+pub fn interim(out: &mut Vec<u8>, status: StatusCode, headers: &HeaderMap) {
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(status.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for (name, value) in headers {
+        if name == CONTENT_LENGTH {
+            continue;
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
 /// The head of a `101 Switching Protocols`: the response's fields (hop-by-hop ones already
 /// gone) and `Connection: upgrade`.
 pub fn switching(out: &mut Vec<u8>, headers: &HeaderMap) {
@@ -136,19 +157,6 @@ pub fn switching(out: &mut Vec<u8>, headers: &HeaderMap) {
         out.extend_from_slice(b"\r\n");
     }
     out.extend_from_slice(b"connection: upgrade\r\n\r\n");
-}
-
-fn itoa(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    &buf[i..]
 }
 
 thread_local! {
@@ -283,23 +291,6 @@ where
     })
 }
 
-fn chunk_line(len: usize, buf: &mut [u8; 18]) -> &[u8] {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut i = 16;
-    let mut n = len;
-    loop {
-        i -= 1;
-        buf[i] = HEX[n & 15];
-        n >>= 4;
-        if n == 0 {
-            break;
-        }
-    }
-    buf[16] = b'\r';
-    buf[17] = b'\n';
-    &buf[i..]
-}
-
 /// Writes `a` then `b`, vectored where the stream supports it.
 async fn write_two<W: AsyncWrite + Unpin>(io: &mut W, a: &[u8], b: &[u8]) -> std::io::Result<()> {
     let (mut a, mut b) = (a, b);
@@ -417,13 +408,5 @@ mod tests {
         assert_eq!(f, Framing::None);
         let (t, _, k) = text(200, &[("connection", "close")], Some(0), GET11);
         assert!(!k && t.matches("connection").count() == 1, "{t}");
-    }
-
-    #[test]
-    fn numbers() {
-        assert_eq!(itoa(0, &mut [0; 20]), b"0");
-        assert_eq!(itoa(1234567, &mut [0; 20]), b"1234567");
-        assert_eq!(chunk_line(255, &mut [0; 18]), b"ff\r\n");
-        assert_eq!(chunk_line(0, &mut [0; 18]), b"0\r\n");
     }
 }
