@@ -5,6 +5,7 @@
 //! `100 Continue` never passes: rampart answers a client's `Expect: 100-continue` itself
 //! when the pipeline starts reading the body. Interim responses are never stored.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::task::{Context, Poll, Waker};
 
@@ -24,6 +25,8 @@ struct State {
 #[derive(Debug, Default)]
 pub struct Interim {
     state: Mutex<State>,
+    /// Something is queued (read without the lock after each request: nearly always false).
+    queued: AtomicBool,
 }
 
 impl Interim {
@@ -36,6 +39,7 @@ impl Interim {
         let mut s = self.lock();
         if s.queue.len() < MAX_QUEUED {
             s.queue.push((status, headers));
+            self.queued.store(true, Ordering::Release);
         }
         if let Some(w) = s.waker.take() {
             w.wake();
@@ -49,12 +53,19 @@ impl Interim {
             s.waker = Some(cx.waker().clone());
             return Poll::Pending;
         }
+        self.queued.store(false, Ordering::Release);
         Poll::Ready(std::mem::take(&mut s.queue))
     }
 
     /// The interim responses waiting now (the final response is ready: they go first).
     pub fn take(&self) -> Vec<(StatusCode, HeaderMap)> {
-        std::mem::take(&mut self.lock().queue)
+        if !self.queued.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        let mut s = self.lock();
+        s.waker = None;
+        self.queued.store(false, Ordering::Release);
+        std::mem::take(&mut s.queue)
     }
 
     /// Drops what is left once the final response is on its way.
@@ -62,5 +73,6 @@ impl Interim {
         let mut s = self.lock();
         s.queue.clear();
         s.waker = None;
+        self.queued.store(false, Ordering::Release);
     }
 }

@@ -1,6 +1,6 @@
 //! End-to-end tests of request coalescing: concurrent misses of one resource send one origin
-//! request, waiters stream the leader's response as it arrives, and an uncacheable response
-//! releases them at once.
+//! request, waiters stream the leader's response as it arrives, an uncacheable response
+//! releases them at once, and misses of a resource whose answer was not shareable go at once.
 #![allow(clippy::unwrap_used)]
 
 mod support;
@@ -142,4 +142,64 @@ async fn uncacheable_responses_release_waiters_at_once() {
         "took {:?}",
         started.elapsed()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resource_whose_answer_was_not_shareable_is_fetched_at_once_until_it_is() {
+    // `no-store` until the switch flips, then cacheable.
+    let cacheable = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = cacheable.clone();
+    let origin = Origin::new()
+        .route_fn("/page", move |_| {
+            let cc = if flag.load(std::sync::atomic::Ordering::SeqCst) {
+                "max-age=60"
+            } else {
+                "no-store"
+            };
+            Reply::text("page")
+                .header("cache-control", cc)
+                .delay(Duration::from_millis(800))
+        })
+        .start()
+        .await;
+    let proxy = Proxy::start(&config_for("h.example", &origin, "", ""));
+    let wave = |n: usize| {
+        let url = proxy.url("/page");
+        async move {
+            let started = std::time::Instant::now();
+            let tasks: Vec<_> = (0..n)
+                .map(|_| {
+                    let url = url.clone();
+                    tokio::spawn(async move {
+                        send(
+                            &client(),
+                            Request::get(url)
+                                .header("host", "h.example")
+                                .body(empty())
+                                .unwrap(),
+                        )
+                        .await
+                    })
+                })
+                .collect();
+            for t in tasks {
+                assert_eq!(t.await.unwrap().text(), "page");
+            }
+            started.elapsed()
+        }
+    };
+    // The first answer says no-store: remembered.
+    wave(1).await;
+    // Ten concurrent misses all go at once: one origin delay, not two (waiting for a leader's
+    // head, then fetching).
+    let took = wave(10).await;
+    assert_eq!(origin.requests(), 11);
+    assert!(took < Duration::from_millis(1300), "took {took:?}");
+    // The resource turns cacheable: the next answer is stored (and coalescing is back for
+    // the key), the rest are hits.
+    cacheable.store(true, std::sync::atomic::Ordering::SeqCst);
+    wave(1).await;
+    let took = wave(10).await;
+    assert_eq!(origin.requests(), 12, "stored after it turned cacheable");
+    assert!(took < Duration::from_millis(500), "hits: {took:?}");
 }

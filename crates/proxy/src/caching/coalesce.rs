@@ -11,7 +11,10 @@
 //!   buffer is freed: a slow reader then holds only what the cache's budget counts, not a
 //!   second copy (the buffer itself is charged while it lives, see [`Feed::hold`]).
 //! - anything else (not storable, unknown length, origin error, leader cancelled): the waiters
-//!   are released at once and fetch on their own.
+//!   are released at once and fetch on their own. A response that is not storable (and not a
+//!   5xx) is remembered for [`UNCACHEABLE_FOR`]: misses on the key then fetch at once, in
+//!   parallel, instead of each waiting for another's answer first (Varnish's hit-for-miss);
+//!   a response stored meanwhile ends it.
 //!
 //! Invariant: an `Inflight` is in the table only while its head is pending or its body is being
 //! pumped; the [`Leader`] guard (then the [`Feed`]) removes it in every outcome, including drop
@@ -22,7 +25,7 @@ use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
@@ -83,10 +86,36 @@ impl std::fmt::Debug for Inflight {
     }
 }
 
+/// How long a key whose response could not be shared skips coalescing (Varnish's default
+/// for hit-for-miss objects).
+pub const UNCACHEABLE_FOR: Duration = Duration::from_secs(120);
+
+/// Keys whose last response could not be shared, remembered at most (more are not
+/// remembered: those misses coalesce, as before).
+const MAX_UNCACHEABLE: usize = 16 * 1024;
+
+/// A key in the table.
+#[derive(Debug)]
+enum Slot {
+    /// A fetch others may wait on.
+    Fetching(Arc<Inflight>),
+    /// The last response for the key could not be shared (not storable): misses until then
+    /// fetch on their own at once instead of queueing behind each other (Varnish's
+    /// hit-for-miss).
+    Uncacheable(Instant),
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    slots: HashMap<CacheKey, Slot>,
+    /// How many slots are `Uncacheable`.
+    uncacheable: usize,
+}
+
 /// The table of in-flight fetches (one per process, shared by workers).
 #[derive(Debug, Default)]
 pub struct Coalescer {
-    table: Mutex<HashMap<CacheKey, Arc<Inflight>>>,
+    table: Mutex<Table>,
 }
 
 /// What a miss becomes.
@@ -94,24 +123,32 @@ pub struct Coalescer {
 pub enum Role {
     Leader(Leader),
     Waiter(Arc<Inflight>),
+    /// The resource's last response could not be shared: fetch on your own, now.
+    Alone,
 }
 
 impl Coalescer {
-    pub fn join(self: &Arc<Self>, key: &CacheKey) -> Role {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
         // invariant: the lock is never held across an await or a panic-prone call.
-        let mut table = match self.table.lock() {
-            Ok(t) => t,
-            Err(p) => p.into_inner(),
-        };
-        if let Some(f) = table.get(key) {
-            return Role::Waiter(f.clone());
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn join(self: &Arc<Self>, key: &CacheKey) -> Role {
+        let mut table = self.lock();
+        match table.slots.get(key) {
+            Some(Slot::Fetching(f)) => return Role::Waiter(f.clone()),
+            Some(Slot::Uncacheable(until)) if Instant::now() < *until => return Role::Alone,
+            Some(Slot::Uncacheable(_)) => table.uncacheable -= 1,
+            None => {}
         }
         let (tx, _) = watch::channel(HeadState::Pending);
         let inflight = Arc::new(Inflight {
             head: tx,
             body: Mutex::new(BodyState::default()),
         });
-        table.insert(key.clone(), inflight.clone());
+        table
+            .slots
+            .insert(key.clone(), Slot::Fetching(inflight.clone()));
         Role::Leader(Leader {
             coalescer: self.clone(),
             key: key.clone(),
@@ -120,22 +157,58 @@ impl Coalescer {
         })
     }
 
-    fn remove(&self, key: &CacheKey, inflight: &Arc<Inflight>) {
-        let mut table = match self.table.lock() {
-            Ok(t) => t,
-            Err(p) => p.into_inner(),
-        };
-        if table.get(key).is_some_and(|f| Arc::ptr_eq(f, inflight)) {
-            table.remove(key);
+    /// Takes `inflight` off the table; `uncacheable`: remember until then that the key's
+    /// response could not be shared.
+    fn remove(&self, key: &CacheKey, inflight: &Arc<Inflight>, uncacheable: Option<Instant>) {
+        let mut table = self.lock();
+        if !matches!(table.slots.get(key), Some(Slot::Fetching(f)) if Arc::ptr_eq(f, inflight)) {
+            return;
+        }
+        match uncacheable {
+            Some(until) if table.uncacheable < MAX_UNCACHEABLE || table.sweep() => {
+                table.slots.insert(key.clone(), Slot::Uncacheable(until));
+                table.uncacheable += 1;
+            }
+            _ => {
+                table.slots.remove(key);
+            }
         }
     }
 
+    /// Forgets that `key`'s response could not be shared (a response for it was stored).
+    pub fn forget_uncacheable(&self, key: &CacheKey) {
+        let mut table = self.lock();
+        if matches!(table.slots.get(key), Some(Slot::Uncacheable(_))) {
+            table.slots.remove(key);
+            table.uncacheable -= 1;
+        }
+    }
+
+    /// Fetches in flight.
     pub fn len(&self) -> usize {
-        self.table.lock().map_or(0, |t| t.len())
+        let table = self.lock();
+        table.slots.len() - table.uncacheable
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+impl Table {
+    /// Drops the expired `Uncacheable` slots; whether there is room for another now.
+    fn sweep(&mut self) -> bool {
+        let now = Instant::now();
+        let mut dropped = 0;
+        self.slots.retain(|_, s| match s {
+            Slot::Uncacheable(until) if *until <= now => {
+                dropped += 1;
+                false
+            }
+            _ => true,
+        });
+        self.uncacheable -= dropped;
+        self.uncacheable < MAX_UNCACHEABLE
     }
 }
 
@@ -216,11 +289,22 @@ impl Leader {
     }
 }
 
+impl Leader {
+    /// The response cannot be shared (not storable): the waiters are released, and misses on
+    /// the key for `period` fetch on their own at once ([`Role::Alone`]).
+    pub fn uncacheable(mut self, period: Duration) {
+        self.published = true;
+        self.inflight.head.send_replace(HeadState::Released);
+        self.coalescer
+            .remove(&self.key, &self.inflight, Some(Instant::now() + period));
+    }
+}
+
 impl Drop for Leader {
     fn drop(&mut self) {
         if !self.published {
             self.inflight.head.send_replace(HeadState::Released);
-            self.coalescer.remove(&self.key, &self.inflight);
+            self.coalescer.remove(&self.key, &self.inflight, None);
         }
     }
 }
@@ -259,7 +343,7 @@ impl Feed {
     fn end(&mut self, failed: bool, whole: Option<Bytes>) {
         if !std::mem::replace(&mut self.done, true) {
             self.inflight.finish(failed, whole);
-            self.coalescer.remove(&self.key, &self.inflight);
+            self.coalescer.remove(&self.key, &self.inflight, None);
         }
     }
 }

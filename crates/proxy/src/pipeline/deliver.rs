@@ -10,11 +10,12 @@ use crate::body::origin::OriginBody;
 use http::{HeaderMap, Request, Response, StatusCode, Uri, Version};
 use rampart_cache::encoding::Coding;
 use rampart_cache::key::host_name;
+use rampart_cache::policy::NotStored;
 use rampart_cache::targeted::CDN_CACHE_CONTROL;
 use rampart_transform::compress::StreamEncoder;
 
 use crate::body::{ProxyBody, RequestBody};
-use crate::caching::coalesce::SharedHead;
+use crate::caching::coalesce::{SharedHead, UNCACHEABLE_FOR};
 use crate::caching::transform::{self, Compress};
 use crate::caching::writer::{self, StoreTicket, Timing};
 use crate::caching::Cache;
@@ -81,6 +82,7 @@ pub fn deliver(w: &Worker, txn: &mut Txn, mut fetched: Fetched) -> Result<Delive
             response: response_time,
         };
         let transforms = txn.route().rule.transforms();
+        let mut lasting = false;
         ticket = match writer::prepare(cache, l, &method, req_headers, &parts, timing, transforms) {
             Ok(mut t) => {
                 t.hold_tier_lock(txn.tier_lock.take());
@@ -88,9 +90,20 @@ pub fn deliver(w: &Worker, txn: &mut Txn, mut fetched: Fetched) -> Result<Delive
             }
             Err(why) => {
                 tracing::debug!(reason = why.as_str(), "response not stored");
+                lasting = !matches!(why, NotStored::NoRoom | NotStored::Method);
                 None
             }
         };
+        match (&ticket, txn.leader.take()) {
+            // Not shareable for a reason that lasts: the waiters go at once, and so do the
+            // next misses for a while (an origin error or a full store is not remembered: the
+            // next answer may be storable).
+            (None, Some(leader)) if lasting && !parts.status.is_server_error() => {
+                leader.uncacheable(UNCACHEABLE_FOR);
+            }
+            (Some(_), None) => cache.coalescer().forget_uncacheable(&l.key),
+            (_, leader) => txn.leader = leader,
+        }
         let o = txn
             .outcome
             .unwrap_or(CacheOutcome::fetched(CacheLabel::Dynamic, false));

@@ -59,6 +59,9 @@ pub async fn join(
                     }
                 }
             }
+            Role::Alone => {
+                tracing::debug!("miss, its last answer was not shareable: fetching at once")
+            }
             // Somebody is already fetching it: nothing to refresh.
             Role::Waiter(_) if txn.mode == Mode::Refresh => return Err(ProxyError::NotCached),
             Role::Waiter(inflight) => {

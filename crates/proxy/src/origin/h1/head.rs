@@ -21,6 +21,9 @@ pub enum HeadError {
     TooLarge,
 }
 
+/// A field's name and value as (offset, length) in the head.
+type Span = ((usize, usize), (usize, usize));
+
 /// A complete, accepted response head.
 #[derive(Debug)]
 pub struct ResponseHead {
@@ -73,18 +76,26 @@ pub fn parse(
     } else {
         Version::HTTP_11
     };
-    // Where each field lies, to slice the frozen head afterwards.
+    // Where each field lies, to slice the frozen head afterwards (on the stack for heads of
+    // ordinary size).
     let base = buf.as_ptr() as usize;
     let at = |s: &[u8]| (s.as_ptr() as usize - base, s.len());
-    let spans: Vec<((usize, usize), (usize, usize))> = res
-        .headers
-        .iter()
-        .map(|h| (at(h.name.as_bytes()), at(h.value)))
-        .collect();
+    let mut stack_spans = [((0, 0), (0, 0)); 64];
+    let mut heap_spans = Vec::new();
+    let n = res.headers.len();
+    let spans: &mut [Span] = if n <= stack_spans.len() {
+        &mut stack_spans[..n]
+    } else {
+        heap_spans.resize(n, ((0, 0), (0, 0)));
+        &mut heap_spans
+    };
+    for (span, h) in spans.iter_mut().zip(res.headers.iter()) {
+        *span = (at(h.name.as_bytes()), at(h.value));
+    }
     let head: Bytes = buf.split_to(len).freeze();
-    let mut headers = HeaderMap::with_capacity(spans.len());
+    let mut headers = HeaderMap::with_capacity(n);
     let mut keep_alive = version == Version::HTTP_11;
-    for ((ns, nl), (vs, vl)) in spans {
+    for &mut ((ns, nl), (vs, vl)) in spans {
         let name = HeaderName::from_bytes(&head[ns..ns + nl])
             .map_err(|_| HeadError::Bad("invalid field name"))?;
         let value = HeaderValue::from_maybe_shared(head.slice(vs..vs + vl))

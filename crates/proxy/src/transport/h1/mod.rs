@@ -13,6 +13,7 @@ pub mod write;
 
 use std::future::Future;
 use std::pin::Pin;
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -95,7 +96,6 @@ pub async fn serve<I, H, F>(
             if !late.is_empty() && write_interim(&mut io, late).await.is_err() {
                 return;
             }
-            i.clear();
         }
         if res.status() == http::StatusCode::SWITCHING_PROTOCOLS {
             if let Some(tunnel) = res.extensions_mut().remove::<crate::net::tunnel::Tunnel>() {
@@ -320,10 +320,31 @@ where
     I: AsyncRead + AsyncWrite + Unpin,
     F: Future<Output = Response<ProxyBody>>,
 {
-    if feed.is_none() && interim.is_none() {
-        return handling.await;
-    }
     tokio::pin!(handling);
+    if feed.is_none() {
+        let Some(i) = interim else {
+            return handling.await;
+        };
+        // No body to feed: the pipeline, and between its steps the interim answers it passed
+        // on (a hit answers at the first poll and never looks at them).
+        loop {
+            let next = std::future::poll_fn(|cx| {
+                if let Poll::Ready(res) = handling.as_mut().poll(cx) {
+                    return Poll::Ready(Ok(res));
+                }
+                i.poll_take(cx).map(Err)
+            })
+            .await;
+            match next {
+                Ok(res) => return res,
+                Err(answers) => {
+                    if write_interim(io, answers).await.is_err() {
+                        i.clear();
+                    }
+                }
+            }
+        }
+    }
     Box::pin(async {
         loop {
             let feeding = feed.as_deref().is_some_and(Feed::active);
