@@ -3,11 +3,13 @@
 //! state without ambiguity (one `Content-Length` of plain digits, or one `chunked` and nothing
 //! else; no body for `HEAD`, 1xx, 204 and 304). rampart's response-head parser
 //! (`origin::h1::head::parse`) agrees with it, and reads the same head however the bytes are
-//! split into reads. The first byte says whether the request was `HEAD` and how to split.
+//! split into reads, and the body after it (length or chunked, with its trailer section) the
+//! same way too. The first byte says whether the request was `HEAD` and how to split.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use bytes::BytesMut;
+use rampart_proxy::body::h1::Decoder;
 use rampart_proxy::origin::h1::head::{parse, ResponseHead};
 use rampart_screen::h1::{response_framing, ResponseFraming};
 
@@ -20,19 +22,55 @@ fn summary(r: &Result<Option<ResponseHead>, impl std::fmt::Debug>) -> String {
     }
 }
 
-/// The head read from `raw` arriving `step` bytes at a time.
+/// The head read from `raw` arriving `step` bytes at a time, and then its body as the origin
+/// client decodes it (the bytes, its trailer section, and whether it ended or broke).
 fn in_reads(raw: &[u8], step: usize, head: bool) -> String {
     let mut buf = BytesMut::new();
     let mut last = "incomplete".to_owned();
-    for chunk in raw.chunks(step.max(1)) {
+    let mut chunks = raw.chunks(step.max(1));
+    let mut parsed = None;
+    for chunk in &mut chunks {
         buf.extend_from_slice(chunk);
         let r = parse(&mut buf, 8192, 64, head);
         last = summary(&r);
         if !matches!(r, Ok(None)) {
+            parsed = r.ok().flatten();
             break;
         }
     }
-    last
+    let Some(h) = parsed else { return last };
+    let mut decoder = match h.framing {
+        ResponseFraming::Length(n) => Decoder::Length(n),
+        ResponseFraming::Chunked => Decoder::chunked(),
+        ResponseFraming::None | ResponseFraming::UntilClose => return last,
+    };
+    let (mut body, mut trailers) = (Vec::new(), Vec::new());
+    let mut outcome = "cut";
+    'read: loop {
+        loop {
+            match decoder.decode_keeping(&mut buf, Some(&mut trailers)) {
+                Ok(Some(d)) => body.extend_from_slice(&d),
+                Ok(None) if decoder.is_done() => {
+                    outcome = "ended";
+                    break 'read;
+                }
+                Ok(None) => break,
+                Err(_) => {
+                    outcome = "broken";
+                    break 'read;
+                }
+            }
+        }
+        match chunks.next() {
+            Some(c) => buf.extend_from_slice(c),
+            None => break,
+        }
+    }
+    if let ResponseFraming::Length(n) = h.framing {
+        assert!(body.len() as u64 <= n);
+        assert_eq!(outcome == "ended", body.len() as u64 == n);
+    }
+    format!("{last} {outcome} {body:?} {trailers:?}")
 }
 
 fuzz_target!(|data: &[u8]| {
