@@ -937,7 +937,11 @@ async fn interim_responses_are_passed_on_and_never_cached() {
         let (interims, fin) = first.split_at(final_at);
         assert!(interims.starts_with("HTTP/1.1 10"), "{first}");
         assert!(interims.contains("HTTP/1.1 103 Early Hints\r\n"), "{first}");
-        assert_eq!(interims.contains(" 102 "), interim.contains(" 102 "), "{first}");
+        assert_eq!(
+            interims.contains(" 102 "),
+            interim.contains(" 102 "),
+            "{first}"
+        );
         assert!(interims.to_ascii_lowercase().contains("link:"), "{first}");
         assert!(!fin.to_ascii_lowercase().contains("link:"), "{first}");
         assert!(first.ends_with("hello"), "{first}");
