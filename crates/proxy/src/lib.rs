@@ -35,6 +35,17 @@
 //!   [`outcome`] (what the cache did), [`headers`] (header rewriting), [`interim`] (1xx
 //!   responses from an origin on their way to the client).
 
+/// `Box::pin(future)` made in a statement of its own, for `boxed!(f).await`: the awaiting future
+/// then holds only the box. With `Box::pin(f).await` it also keeps room for `f` itself: the
+/// temporary's storage lasts to the end of the statement, across the await (a 37 KB request
+/// future where 2 KB were in use, measured).
+macro_rules! boxed {
+    ($f:expr) => {{
+        let b = ::std::boxed::Box::pin($f);
+        b
+    }};
+}
+
 pub mod admin;
 pub mod body;
 pub mod caching;

@@ -13,7 +13,6 @@
 //! not chosen for [`RETRY_AFTER`] gets the next request, so one that became fast again is
 //! seen.
 
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -378,9 +377,14 @@ impl Upstream {
                 tls: scheme == Scheme::HTTPS,
                 authority: authority.clone(),
             };
-            let sent = self
-                .within_timeout(self.h1.send(req, key, interim, upgrade))
-                .await?;
+            // Each exchange under `proxy_timeout` as it is made: an `async fn` wrapping the
+            // timeout would hold the exchange's future twice (its argument and the timeout's).
+            let sent = match self.timeout {
+                Some(t) => tokio::time::timeout(t, self.h1.send(req, key, interim, upgrade))
+                    .await
+                    .map_err(|_| ProxyError::UpstreamTimeout)?,
+                None => self.h1.send(req, key, interim, upgrade).await,
+            };
             return sent.map_err(|e| {
                 body_fault().unwrap_or_else(|| match e {
                     H1Failure::Connect(e) => self.classify(e, true),
@@ -398,23 +402,18 @@ impl Upstream {
         let mut req = req;
         *req.uri_mut() = uri;
         let h2 = Box::pin(self.h2.send(req, authority.clone()));
-        let sent = self.within_timeout(h2).await?;
+        let sent = match self.timeout {
+            Some(t) => tokio::time::timeout(t, h2)
+                .await
+                .map_err(|_| ProxyError::UpstreamTimeout)?,
+            None => h2.await,
+        };
         sent.map(|res| res.map(OriginBody::H2)).map_err(|e| {
             body_fault().unwrap_or_else(|| match e {
                 H2Failure::Connect(e) => self.classify(e, true),
                 H2Failure::Request(e) => self.classify(Box::new(e), false),
             })
         })
-    }
-
-    /// `fut`'s output, or `UpstreamTimeout` after `proxy_timeout`.
-    async fn within_timeout<F: Future>(&self, fut: F) -> Result<F::Output, ProxyError> {
-        match self.timeout {
-            Some(t) => tokio::time::timeout(t, fut)
-                .await
-                .map_err(|_| ProxyError::UpstreamTimeout),
-            None => Ok(fut.await),
-        }
     }
 
     /// What a failed exchange means for the client; `connect`: no connection was made. The

@@ -189,12 +189,14 @@ async fn try_origins(
                     member.target.protocol
                 };
                 let interim = txn.conn.interim.as_deref();
-                let sending = w
-                    .upstream
-                    .send(req, &key, scheme, protocol, interim, http1_only);
                 // The response-head time: for the metrics, `Performance` and the access log.
+                // (The future is made in the await: held in a local first, this future would
+                // keep room for it twice.)
                 let sent_at = Instant::now();
-                let sent = sending.await;
+                let sent = w
+                    .upstream
+                    .send(req, &key, scheme, protocol, interim, http1_only)
+                    .await;
                 let took = sent_at.elapsed();
                 if let Some(l) = txn.log.as_deref_mut() {
                     l.upstream_time = Some(took);

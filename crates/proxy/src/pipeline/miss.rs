@@ -53,7 +53,7 @@ pub async fn join(
                     let wait = w.upstream.timeout().unwrap_or(Duration::from_secs(45));
                     // Boxed: only with the shared tier, and it would grow every miss's future.
                     if let Some(step) =
-                        Box::pin(crate::pipeline::redis_tier::lookup(cache, txn, req, wait)).await
+                        boxed!(crate::pipeline::redis_tier::lookup(cache, txn, req, wait)).await
                     {
                         return Ok(step);
                     }

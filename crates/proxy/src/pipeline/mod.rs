@@ -108,14 +108,14 @@ impl Pipeline {
                 // Boxed: the waits of a miss (another client's fetch, the Redis tier) and the
                 // origin's stages hold kilobytes of state across their awaits; a request
                 // answered from the store should not carry (and move) them.
-                Step::Miss => Box::pin(miss::join(&self.w, txn, &mut req)).await?,
+                Step::Miss => boxed!(miss::join(&self.w, txn, &mut req)).await?,
                 Step::Pass => {
                     tracing::debug!("pass");
-                    return Box::pin(self.forward(txn, req)).await;
+                    return boxed!(self.forward(txn, req)).await;
                 }
-                Step::Fetch => return Box::pin(self.forward(txn, req)).await,
+                Step::Fetch => return boxed!(self.forward(txn, req)).await,
                 Step::WebSocket(kind) => {
-                    return Box::pin(websocket::upgrade(&self.w, txn, req, kind)).await;
+                    return boxed!(websocket::upgrade(&self.w, txn, req, kind)).await;
                 }
                 Step::Stream(res) => {
                     let (compress, coding) = deliver::negotiate(txn, req.headers());
@@ -148,7 +148,7 @@ impl Pipeline {
             Delivered::Again(range) => {
                 // Boxed: rare, and it would double the size of every delivery's future.
                 let plan = fetch::Plan::default();
-                let again = Box::pin(fetch::send(&self.w, txn, range, plan)).await;
+                let again = boxed!(fetch::send(&self.w, txn, range, plan)).await;
                 deliver::deliver_unstored(&self.w, txn, again)?
             }
         };

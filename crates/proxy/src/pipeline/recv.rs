@@ -62,7 +62,7 @@ pub async fn recv(
         return answer.map(|res| Step::Done(Box::new(res)));
     }
     if may_be_shared_challenge(w, req) {
-        if let Some(answer) = Box::pin(shared_challenge(w, txn, req)).await {
+        if let Some(answer) = boxed!(shared_challenge(w, txn, req)).await {
             return answer.map(|res| Step::Done(Box::new(res)));
         }
     }

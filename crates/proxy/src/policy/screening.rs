@@ -207,7 +207,7 @@ impl Screen {
             let verdict = match &self.shared {
                 None => l.check(client),
                 // Boxed: only with Redis, and its round trip would grow every request's future.
-                Some(shared) => Box::pin(self.check_shared(shared, l, name, client)).await,
+                Some(shared) => boxed!(self.check_shared(shared, l, name, client)).await,
             };
             if let Err(Refused { retry_after }) = verdict {
                 tracing::info!(%client, domain = rule.config.domain_text, ?retry_after, "request rate limited");

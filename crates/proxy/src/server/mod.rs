@@ -421,7 +421,7 @@ async fn accept_loop(
         let span = tracing::debug_span!("conn", %peer, scheme = scheme.as_str());
         let (open, mut stop) = (open.clone(), shutdown.clone());
         let task = async move {
-            let per_ip_behind = Box::pin(accepted.serve(stream, &mut stop)).await;
+            let per_ip_behind = boxed!(accepted.serve(stream, &mut stop)).await;
             drop((permit, per_ip, per_ip_behind, open));
         };
         tokio::spawn(task.instrument(span));

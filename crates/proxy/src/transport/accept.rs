@@ -83,13 +83,13 @@ impl Accepted {
         // Each protocol's state in its own allocation: the task itself stays small, and an
         // idle HTTP/1.1 connection holds only what h1::serve needs between requests.
         match acceptor {
-            None => Box::pin(conn.serve(stream, first, false, stop)).await,
+            None => boxed!(conn.serve(stream, first, false, stop)).await,
             Some(acceptor) if first.is_empty() => {
-                Box::pin(conn.serve_tls(acceptor, shared_alpn, stream, stop)).await
+                boxed!(conn.serve_tls(acceptor, shared_alpn, stream, stop)).await
             }
             Some(acceptor) => {
                 let stream = Rewind::new(first.freeze(), stream);
-                Box::pin(conn.serve_tls(acceptor, shared_alpn, stream, stop)).await
+                boxed!(conn.serve_tls(acceptor, shared_alpn, stream, stop)).await
             }
         }
         slot
@@ -213,7 +213,7 @@ impl Conn {
                 }
                 if n == H2_PREFACE.len() {
                     let io = Rewind::lingering(first.freeze(), io);
-                    return Box::pin(self.serve_h2(io, stop)).await;
+                    return boxed!(self.serve_h2(io, stop)).await;
                 }
             }
             // Stopping: a connection that sent nothing yet gets a short grace for the request

@@ -117,9 +117,10 @@ impl H1Client {
         loop {
             let (mut io, reused) = match self.pool.take(&key) {
                 Some(io) if !retried => (io, true),
+                // Boxed: a TLS handshake's future is large, and most requests reuse a
+                // connection.
                 _ => (
-                    self.connector
-                        .connect(&key)
+                    boxed!(self.connector.connect(&key))
                         .await
                         .map_err(H1Failure::Connect)?,
                     false,

@@ -76,7 +76,7 @@ pub async fn serve<I, H, F>(
         let head = match read_head(&mut io, &mut carry, &limits, timer.as_mut(), stop).await {
             Recv::Head(h) => h,
             Recv::Refused(e) => {
-                Box::pin(refuse(&mut io, e)).await;
+                boxed!(refuse(&mut io, e)).await;
                 return;
             }
             Recv::End => return,
@@ -100,7 +100,7 @@ pub async fn serve<I, H, F>(
         if res.status() == http::StatusCode::SWITCHING_PROTOCOLS {
             if let Some(tunnel) = res.extensions_mut().remove::<crate::net::tunnel::Tunnel>() {
                 // The connection is the WebSocket's from here on.
-                Box::pin(switch(&mut io, &mut carry, res, tunnel)).await;
+                boxed!(switch(&mut io, &mut carry, res, tunnel)).await;
                 return;
             }
         }
@@ -458,7 +458,7 @@ async fn write_response<I: AsyncRead + AsyncWrite + Unpin>(
             })
             .await
         }
-        _ => Box::pin(write::send(&mut *io, out, framing, res.body_mut())).await,
+        _ => boxed!(write::send(&mut *io, out, framing, res.body_mut())).await,
     };
     drop(res);
     match sent {
@@ -470,13 +470,13 @@ async fn write_response<I: AsyncRead + AsyncWrite + Unpin>(
     };
     if duplex && keep_alive && f.active() {
         // The origin answered early but still reads the body: the rest goes to it.
-        Box::pin(f.pump_to_end(io, carry, limits.body_idle_timeout)).await;
+        boxed!(f.pump_to_end(io, carry, limits.body_idle_timeout)).await;
     }
     if f.broken {
         false
     } else if keep_alive && !f.decoder.is_done() {
         // The rest of a body the origin did not wait for.
-        Box::pin(f.skip(io, carry, SKIP_UNREAD, limits.header_read_timeout)).await
+        boxed!(f.skip(io, carry, SKIP_UNREAD, limits.header_read_timeout)).await
     } else {
         keep_alive
     }
