@@ -93,7 +93,9 @@ pub fn parse(
         *span = (at(h.name.as_bytes()), at(h.value));
     }
     let head: Bytes = buf.split_to(len).freeze();
-    let mut headers = HeaderMap::with_capacity(n);
+    // Room for the fields deliver adds (`Cache-Status`, `X-Arc2-Cache`, `Via`, `Vary`…)
+    // without rebuilding the map.
+    let mut headers = HeaderMap::with_capacity(n + 6);
     let mut keep_alive = version == Version::HTTP_11;
     for &mut ((ns, nl), (vs, vl)) in spans {
         let name = HeaderName::from_bytes(&head[ns..ns + nl])
