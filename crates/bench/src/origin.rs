@@ -3,6 +3,7 @@
 //! | path | body | caching |
 //! |---|---|---|
 //! | `/hello` | `Hello World!` (12 bytes) | `max-age=3600` |
+//! | `/hello-pass` | `Hello World!` (12 bytes) | `no-store` |
 //! | `/image.jpg` | a 75,077-byte (73 KiB) JPEG | `max-age=3600` |
 //! | `/page.html` | a ~40 KB HTML catalogue page (the `compressed` scenario) | `max-age=3600` |
 //! | `/page-sized` | as many bytes as the page's Brotli copy (level 5), not compressible | `max-age=3600` |
@@ -29,8 +30,9 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 pub static IMAGE: &[u8] = include_bytes!("../../rampart/assets/demo.jpg");
 
 /// Paths the origin counts, in `/__stats` order.
-pub const PATHS: [&str; 6] = [
+pub const PATHS: [&str; 7] = [
     "/hello",
+    "/hello-pass",
     "/image.jpg",
     "/template",
     "/dynamic",
@@ -49,7 +51,7 @@ fn blob() -> &'static Bytes {
 
 #[derive(Default)]
 struct Counters {
-    hits: [AtomicU64; 6],
+    hits: [AtomicU64; PATHS.len()],
 }
 
 /// The `compressed` scenario's page: ~40 KB of HTML as a CMS renders a catalogue.
@@ -113,6 +115,12 @@ async fn serve(
         "/hello" => (
             "text/plain",
             "max-age=3600",
+            Bytes::from_static(b"Hello World!"),
+        ),
+        // The APISIX seed's single-core pass-through: the same 12 bytes, never stored.
+        "/hello-pass" => (
+            "text/plain",
+            "no-store",
             Bytes::from_static(b"Hello World!"),
         ),
         "/image.jpg" => ("image/jpeg", "max-age=3600", Bytes::from_static(IMAGE)),

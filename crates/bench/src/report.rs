@@ -92,6 +92,7 @@ pub fn write(out: &Path, r: &Results) -> anyhow::Result<()> {
     std::fs::create_dir_all(&charts)?;
     let mut md = String::new();
     header(&mut md, r);
+    single_core(&mut md, r);
     for sc in &r.scenarios {
         let _ = writeln!(
             md,
@@ -128,6 +129,56 @@ fn header(md: &mut String, r: &Results) {
         for s in &r.skipped {
             let _ = writeln!(md, "- {s}");
         }
+    }
+    md.push('\n');
+}
+
+/// The APISIX seed's headline (shared/BENCHMARKING.md, comparison 4): pass-through of `/hello`
+/// on one core, as requests per second at 100 % of that core (10⁶ ÷ server CPU µs per request),
+/// for each peer that proxies it, against NGINX with and without upstream keep-alive. The seed
+/// reports APISIX at 1.56× NGINX.
+fn single_core(md: &mut String, r: &Results) {
+    let Some(sc) = r.scenarios.iter().find(|s| s.name == "pass-hello") else {
+        return;
+    };
+    let rows = rows(r, sc.name, 0);
+    if rows.is_empty() {
+        return;
+    }
+    let qps = |m: &Summary| 1e6 / m.cpu_us.0.max(f64::MIN_POSITIVE);
+    let of = |name: &str| rows.iter().find(|(p, _)| p == name).map(|(_, m)| qps(m));
+    let (tuned, default) = (of("nginx"), of("nginx-default"));
+    md.push_str(
+        "## Single-core QPS (the APISIX seed's shape)
+
+",
+    );
+    let _ = writeln!(
+        md,
+        "`{}` passed through to the origin on every request, keep-alive, {}: requests per second one core would serve at 100 % (10⁶ ÷ the server's CPU µs per request, median of the rounds), beside the measured rate (the load generator and the origin share the machine). The seed reports APISIX at 1.56× NGINX.
+",
+        sc.path,
+        sc.loads[0].describe(sc.seconds)
+    );
+    md.push_str("| Program | QPS on one core | server CPU µs/req | measured req/s | vs NGINX (upstream keepalive) | vs NGINX (default settings) |
+|---|---|---|---|---|---|
+");
+    let mut sorted: Vec<&(String, Summary)> = rows.iter().collect();
+    sorted.sort_by(|a, b| qps(&b.1).total_cmp(&qps(&a.1)));
+    let ratio =
+        |v: f64, base: Option<f64>| base.map_or("–".to_owned(), |b| format!("{:.2}×", v / b));
+    for (p, m) in sorted {
+        let v = qps(m);
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {} |",
+            label_of(r, p),
+            count(v),
+            format!("{:.1}", m.cpu_us.0),
+            count(m.rps.0),
+            ratio(v, tuned),
+            ratio(v, default)
+        );
     }
     md.push('\n');
 }

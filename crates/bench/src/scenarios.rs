@@ -29,7 +29,7 @@ pub struct Scenario {
 }
 
 /// The names `--scenarios` knows, in the order they run.
-pub const NAMES: &str = "cached-hello, cached-image, compressed, compressed-plain, pass, close, https, https-close, h2, vus, burst";
+pub const NAMES: &str = "cached-hello, cached-image, compressed, compressed-plain, pass, pass-hello, close, https, https-close, h2, vus, burst";
 
 /// How long each timed run lasts and how many rounds each load gets.
 #[derive(Debug, Clone, Copy)]
@@ -138,6 +138,16 @@ fn keep_alive(quick: bool, t: Timing) -> Vec<Scenario> {
                 "pass",
                 "no caching: every request goes to the origin (a ~2 KB rendered template, Cache-Control: no-store), keep-alive, wrk at 64 connections",
                 "/template",
+                vec![wrk(64)],
+                t,
+            )
+        },
+        Scenario {
+            cached: false,
+            ..closed_loop(
+                "pass-hello",
+                "the APISIX seed's single-core test: `/hello` (12 bytes) passed through to the origin on every request (Cache-Control: no-store), keep-alive, wrk at 64 connections",
+                "/hello-pass",
                 vec![wrk(64)],
                 t,
             )

@@ -44,10 +44,11 @@ fn quick_run_writes_a_complete_report() {
     assert!(status.success(), "rampart-bench --quick failed");
 
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
-    const SCENARIOS: [&str; 9] = [
+    const SCENARIOS: [&str; 10] = [
         "cached-hello",
         "cached-image",
         "pass",
+        "pass-hello",
         "close",
         "h2",
         "vus",
@@ -104,7 +105,13 @@ fn quick_run_writes_a_complete_report() {
         assert!(run["result"]["requests"].as_u64().unwrap() > 0);
         assert_eq!(run["result"]["errors"].as_u64().unwrap(), 0, "{run}");
     }
-    for scenario in ["cached-image", "pass", "h2", "https"] {
+    // The APISIX seed's headline: QPS on one core against both NGINX peers.
+    assert!(
+        report.contains("## Single-core QPS (the APISIX seed's shape)")
+            && report.contains("vs NGINX (default settings)"),
+        "{report}"
+    );
+    for scenario in ["cached-image", "pass", "pass-hello", "h2", "https"] {
         assert!(
             !runs
                 .iter()
