@@ -148,21 +148,22 @@ fn single_core(md: &mut String, r: &Results) {
     let qps = |m: &Summary| 1e6 / m.cpu_us.0.max(f64::MIN_POSITIVE);
     let of = |name: &str| rows.iter().find(|(p, _)| p == name).map(|(_, m)| qps(m));
     let (tuned, default) = (of("nginx"), of("nginx-default"));
-    md.push_str(
-        "## Single-core QPS (the APISIX seed's shape)
-
-",
-    );
+    md.push_str("## Single-core QPS (the APISIX seed's shape)\n\n");
     let _ = writeln!(
         md,
-        "`{}` passed through to the origin on every request, keep-alive, {}: requests per second one core would serve at 100 % (10⁶ ÷ the server's CPU µs per request, median of the rounds), beside the measured rate (the load generator and the origin share the machine). The seed reports APISIX at 1.56× NGINX.
-",
+        "`{}` passed through to the origin on every request, keep-alive, {}: requests per second \
+         one core would serve at 100 % (10⁶ ÷ the server's CPU µs per request, median of the \
+         rounds), beside the measured rate (the load generator and the origin share the \
+         machine). rampart and both NGINX peers run with their cache on, so every request is \
+         also a cache miss (the origin says `no-store`); HAProxy runs without one. The seed \
+         reports APISIX at 1.56× NGINX.\n",
         sc.path,
         sc.loads[0].describe(sc.seconds)
     );
-    md.push_str("| Program | QPS on one core | server CPU µs/req | measured req/s | vs NGINX (upstream keepalive) | vs NGINX (default settings) |
-|---|---|---|---|---|---|
-");
+    md.push_str(
+        "| Program | QPS on one core | server CPU µs/req | measured req/s | vs NGINX (upstream \
+         keepalive) | vs NGINX (default settings) |\n|---|---|---|---|---|---|\n",
+    );
     let mut sorted: Vec<&(String, Summary)> = rows.iter().collect();
     sorted.sort_by(|a, b| qps(&b.1).total_cmp(&qps(&a.1)));
     let ratio =
@@ -171,10 +172,10 @@ fn single_core(md: &mut String, r: &Results) {
         let v = qps(m);
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {:.1} | {} | {} | {} |",
             label_of(r, p),
             count(v),
-            format!("{:.1}", m.cpu_us.0),
+            m.cpu_us.0,
             count(m.rps.0),
             ratio(v, tuned),
             ratio(v, default)
