@@ -13,6 +13,7 @@ use http::header::{HeaderValue, TE};
 use http::{HeaderMap, Request};
 use http_body_util::BodyExt;
 use libfuzzer_sys::fuzz_target;
+use rampart_proxy::body::origin::OriginBody;
 use rampart_proxy::body::{ProxyBody, RequestBody};
 use rampart_proxy::headers::{strip_hop_by_hop, wants_trailers};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -75,7 +76,7 @@ fuzz_target!(|data: &[u8]| {
             };
             let (mut parts, body) = res.into_parts();
             strip_hop_by_hop(&mut parts.headers);
-            let mut body = ProxyBody::stream(body);
+            let mut body = ProxyBody::stream(OriginBody::H2(body));
             let mut trailers = false;
             while let Some(frame) = body.frame().await {
                 let Ok(frame) = frame else { break };

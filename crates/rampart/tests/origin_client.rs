@@ -629,3 +629,55 @@ async fn trailers_of_a_chunked_answer_reach_http2_clients() {
         Some(&b"abc123"[..])
     );
 }
+
+#[tokio::test]
+async fn a_background_refresh_never_sends_its_early_hints_to_the_client() {
+    let origin = RawOrigin::start(|s| {
+        if s.head.contains("GET /swr ") {
+            let hints =
+                b"HTTP/1.1 103 Early Hints\r\nLink: </refresh.css>; rel=preload\r\n\r\n".to_vec();
+            let fin = ok(
+                "swr",
+                "Cache-Control: max-age=1, stale-while-revalidate=60\r\n",
+            );
+            Act::Trickle(vec![hints, fin], Duration::from_millis(300))
+        } else {
+            // A slow pass: in flight while the refresh's 103 arrives.
+            Act::Trickle(
+                vec![Vec::new(), ok("other", "Cache-Control: no-store\r\n")],
+                Duration::from_millis(600),
+            )
+        }
+    })
+    .await;
+    let proxy = proxy_for(&origin, "");
+    let mut sock = TcpStream::connect(proxy.addr).await.unwrap();
+    // The miss: its own 103 comes first.
+    let first = ask(&mut sock, "/swr", "\r\n\r\nswr").await;
+    assert!(first.starts_with("HTTP/1.1 103"), "{first}");
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // Stale: served at once, refreshed in the background (whose origin answers 103 first).
+    let stale = ask(&mut sock, "/swr", "\r\n\r\nswr").await;
+    assert!(stale.starts_with("HTTP/1.1 200"), "{stale}");
+    // The next request on the connection gets its own answer and no one else's hints.
+    let other = ask(&mut sock, "/other", "\r\n\r\nother").await;
+    assert!(other.starts_with("HTTP/1.1 200"), "{other}");
+    assert!(!other.contains("refresh.css"), "{other}");
+    // The miss, the refresh (done by now) and the pass.
+    assert_eq!(origin.requests(), 3);
+}
+
+/// Sends `GET path` on `sock` and reads until the answer contains `until`.
+async fn ask(sock: &mut TcpStream, path: &str, until: &str) -> String {
+    let req = format!("GET {path} HTTP/1.1\r\nHost: o.test\r\n\r\n");
+    sock.write_all(req.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    while !String::from_utf8_lossy(&got).contains(until) {
+        assert!(
+            read_more(sock, &mut got).await,
+            "{}",
+            String::from_utf8_lossy(&got)
+        );
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}

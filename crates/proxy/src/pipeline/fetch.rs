@@ -19,7 +19,7 @@ use crate::error::{Chain, ProxyError};
 use crate::headers::{add_forwarded, append_via, strip_hop_by_hop, wants_trailers};
 use crate::origin::pool::{UpstreamSet, UpstreamState, ERROR_PENALTY};
 use crate::pipeline::conn_info::{ConnInfo, Scheme};
-use crate::pipeline::txn::{target, Txn};
+use crate::pipeline::txn::{target, Mode, Txn};
 use crate::pipeline::worker_state::Worker;
 
 /// What fetch brings back.
@@ -191,7 +191,13 @@ async fn try_origins(
                 } else {
                     member.target.protocol
                 };
-                let interim = txn.conn.interim.as_deref();
+                // 1xx answers go to the client whose request this is: never from a
+                // background refresh (the connection is serving another request by then).
+                let interim = txn
+                    .conn
+                    .interim
+                    .as_deref()
+                    .filter(|_| txn.mode == Mode::Client);
                 // The response-head time: for the metrics, `Performance` and the access log.
                 // (The future is made in the await: held in a local first, this future would
                 // keep room for it twice.)

@@ -9,7 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
-use http::{HeaderMap, StatusCode, Version};
+use http::{HeaderMap, HeaderName, StatusCode, Version};
 use http_body::Body;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
@@ -124,22 +124,15 @@ pub fn head(
     (framing, keep_alive)
 }
 
-/// The head of an interim (1xx) answer passed on from the origin.
+/// The head of an interim (1xx) answer passed on from the origin: its fields (hop-by-hop ones
+/// already gone) without any length, which a 1xx never has.
 pub fn interim(out: &mut Vec<u8>, status: StatusCode, headers: &HeaderMap) {
     out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(status.as_str().as_bytes());
     out.push(b' ');
     out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
     out.extend_from_slice(b"\r\n");
-    for (name, value) in headers {
-        if name == CONTENT_LENGTH {
-            continue;
-        }
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
+    fields(out, headers, &[CONTENT_LENGTH]);
     out.extend_from_slice(b"\r\n");
 }
 
@@ -147,8 +140,18 @@ pub fn interim(out: &mut Vec<u8>, status: StatusCode, headers: &HeaderMap) {
 /// gone) and `Connection: upgrade`.
 pub fn switching(out: &mut Vec<u8>, headers: &HeaderMap) {
     out.extend_from_slice(b"HTTP/1.1 101 Switching Protocols\r\n");
+    fields(
+        out,
+        headers,
+        &[CONNECTION, TRANSFER_ENCODING, CONTENT_LENGTH],
+    );
+    out.extend_from_slice(b"connection: upgrade\r\n\r\n");
+}
+
+/// Each field of `headers` as a `name: value` line, but those named in `skip`.
+fn fields(out: &mut Vec<u8>, headers: &HeaderMap, skip: &[HeaderName]) {
     for (name, value) in headers {
-        if name == CONNECTION || name == TRANSFER_ENCODING || name == CONTENT_LENGTH {
+        if skip.contains(name) {
             continue;
         }
         out.extend_from_slice(name.as_str().as_bytes());
@@ -156,7 +159,6 @@ pub fn switching(out: &mut Vec<u8>, headers: &HeaderMap) {
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
-    out.extend_from_slice(b"connection: upgrade\r\n\r\n");
 }
 
 thread_local! {
