@@ -122,7 +122,16 @@ impl Upload {
             if self.ended {
                 return Pin::new(&mut *io).poll_flush(cx).map_err(UploadError::Io);
             }
-            match ready!(Pin::new(&mut self.body).poll_frame(cx)) {
+            let frame = match Pin::new(&mut self.body).poll_frame(cx) {
+                Poll::Ready(frame) => frame,
+                Poll::Pending => {
+                    // Waiting for the client: what was written must reach the origin meanwhile
+                    // (TLS may hold the last record until a flush).
+                    let _ = Pin::new(&mut *io).poll_flush(cx);
+                    return Poll::Pending;
+                }
+            };
+            match frame {
                 Some(Ok(frame)) => {
                     if let Ok(data) = frame.into_data() {
                         self.push(data);

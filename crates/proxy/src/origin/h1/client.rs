@@ -115,8 +115,11 @@ impl H1Client {
         let idempotent = parts.method.is_idempotent();
         let mut retried = false;
         loop {
-            let (mut io, reused) = match self.pool.take(&key) {
-                Some(io) if !retried => (io, true),
+            // A second try always opens a new connection (the pool's other idle ones may be
+            // as stale as the first).
+            let pooled = if retried { None } else { self.pool.take(&key) };
+            let (mut io, reused) = match pooled {
+                Some(io) => (io, true),
                 // Boxed: a TLS handshake's future is large, and most requests reuse a
                 // connection.
                 _ => (
