@@ -32,6 +32,9 @@ enum Act {
     Close,
     /// Never answers.
     Hang,
+    /// Writes these bytes, reads nothing for a while (the request body stays unread), then
+    /// reads until the connection closes or 10 s pass, and records what it drained.
+    AnswerThenStall(Vec<u8>, Duration),
 }
 
 /// A request as the scripted origin read it.
@@ -101,7 +104,12 @@ async fn serve_raw(
         buf.drain(..end);
         let lower = head.to_ascii_lowercase();
         let mut body = Vec::new();
-        if let Some(n) = field(&lower, "content-length").and_then(|v| v.parse::<usize>().ok()) {
+        let early = lower.contains("x-answer-early:");
+        if early {
+            // Answered before the body is read (below).
+        } else if let Some(n) =
+            field(&lower, "content-length").and_then(|v| v.parse::<usize>().ok())
+        {
             while buf.len() < n {
                 if !read_more(&mut sock, &mut buf).await {
                     return;
@@ -144,6 +152,26 @@ async fn serve_raw(
             Act::WriteLinger(b, pause) => {
                 let _ = sock.write_all(&b).await;
                 tokio::time::sleep(pause).await;
+                return;
+            }
+            Act::AnswerThenStall(b, pause) => {
+                let _ = sock.write_all(&b).await;
+                tokio::time::sleep(pause).await;
+                let (mut drained, mut chunk) = (0usize, vec![0u8; 64 * 1024]);
+                let until = tokio::time::Instant::now() + Duration::from_secs(10);
+                let closed = loop {
+                    match tokio::time::timeout_at(until, sock.read(&mut chunk)).await {
+                        Ok(Ok(0)) | Ok(Err(_)) => break true,
+                        Ok(Ok(n)) => drained += n,
+                        Err(_) => break false,
+                    }
+                };
+                seen.lock().unwrap().push(RawSeen {
+                    head: format!("drained {drained} closed {closed}"),
+                    body: Vec::new(),
+                    conn,
+                    nth: nth + 1,
+                });
                 return;
             }
             Act::Close => return,
@@ -680,4 +708,75 @@ async fn ask(sock: &mut TcpStream, path: &str, until: &str) -> String {
         );
     }
     String::from_utf8_lossy(&got).into_owned()
+}
+
+#[tokio::test]
+async fn an_origin_that_answers_early_and_stops_reading_is_let_go() {
+    // The origin answers at once, then takes none of the 64 MiB body for 8 s: rampart gives
+    // the rest of the upload up after the body's pause limit (1 s) and closes the connection
+    // (its metrics say no connection to the origin is open), rather than waiting on it.
+    const LEN: usize = 64 << 20;
+    let origin = RawOrigin::start(|_| {
+        Act::AnswerThenStall(
+            ok("early", "Cache-Control: no-store\r\n"),
+            Duration::from_secs(8),
+        )
+    })
+    .await;
+    let proxy = Proxy::start(&config_for_port(
+        "*",
+        origin.port,
+        "workers = 1\nclient_body_timeout_seconds = 1\nmetrics_allow = [\"127.0.0.0/8\"]",
+        "max_body_size = \"128MiB\"",
+    ));
+    let sock = TcpStream::connect(proxy.addr).await.unwrap();
+    let (mut rd, mut wr) = sock.into_split();
+    let head = format!(
+        "POST /up HTTP/1.1\r\nHost: o.test\r\nX-Answer-Early: 1\r\nContent-Length: {LEN}\r\n\r\n"
+    );
+    let writer = tokio::spawn(async move {
+        wr.write_all(head.as_bytes()).await.unwrap();
+        let chunk = vec![b'u'; 1 << 20];
+        for _ in 0..LEN >> 20 {
+            if wr.write_all(&chunk).await.is_err() {
+                return;
+            }
+        }
+    });
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains("early") {
+        let n = tokio::time::timeout(Duration::from_secs(5), rd.read(&mut chunk))
+            .await
+            .expect("the early answer")
+            .unwrap();
+        assert!(n > 0, "{}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&chunk[..n]);
+    }
+    assert!(String::from_utf8_lossy(&got).starts_with("HTTP/1.1 200"));
+    let series = format!(
+        "rampart_origin_connections_open{{origin=\"127.0.0.1:{}\"}} ",
+        origin.port
+    );
+    let open = || async {
+        let text = get(&proxy, "o.test", "/_rampart/metrics").await.text();
+        text.lines()
+            .find_map(|l| l.strip_prefix(series.as_str()))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(-1.0)
+    };
+    assert_eq!(
+        open().await,
+        1.0,
+        "the upload's connection is open at first"
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while open().await != 0.0 {
+        assert!(
+            Instant::now() < deadline,
+            "the stalled origin connection was still open 5 s after the answer"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    writer.abort();
 }

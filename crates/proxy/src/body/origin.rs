@@ -60,14 +60,40 @@ pub fn settle(io: OriginStream, clean: bool, upload: Option<Upload>, home: Optio
                 h.pool.put(h.key, io);
             }
         }
-        Some(mut upload) => {
-            tokio::spawn(async move {
-                let mut io = io;
-                let sent = std::future::poll_fn(|cx| upload.poll_write(&mut io, cx)).await;
-                if let (Some(h), true, Ok(())) = (home, clean, sent) {
+        Some(upload) => {
+            tokio::spawn(finish_upload(io, clean, upload, home));
+        }
+    }
+}
+
+/// Writes the rest of `upload` after the answer, then pools the connection. An origin that
+/// takes nothing for the body's pause limit (it stopped reading without closing) ends it: the
+/// connection is closed, and the client's connection sees its body unread.
+async fn finish_upload(mut io: OriginStream, clean: bool, mut upload: Upload, home: Option<Home>) {
+    let pause = upload.pause_limit();
+    loop {
+        let before = upload.written();
+        let step = std::future::poll_fn(|cx| match upload.poll_write(&mut io, cx) {
+            Poll::Ready(r) => Poll::Ready(Some(r)),
+            Poll::Pending if upload.written() != before => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        });
+        match tokio::time::timeout(pause, step).await {
+            Ok(None) => {}
+            Ok(Some(Ok(()))) => {
+                if let (Some(h), true) = (home, clean) {
                     h.pool.put(h.key, io);
                 }
-            });
+                return;
+            }
+            Ok(Some(Err(_))) => return,
+            Err(_) => {
+                tracing::debug!(
+                    ?pause,
+                    "the origin stopped taking the request body after its answer; closing"
+                );
+                return;
+            }
         }
     }
 }

@@ -141,6 +141,14 @@ impl RequestBody {
         }
     }
 
+    /// The longest pause between two pieces of a streamed body (`None`: nothing to wait for).
+    pub fn pause_limit(&self) -> Option<Duration> {
+        match self {
+            RequestBody::Stream(s) => Some(s.idle),
+            _ => None,
+        }
+    }
+
     /// Lifts the limit on the whole body's duration (`client_body_total_timeout_seconds`) for
     /// a stream that is long-lived by design (a gRPC call); the pause limit stays.
     pub fn without_total_timeout(&mut self) {

@@ -8,12 +8,16 @@ use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
+use std::time::Duration;
 
 use bytes::{Buf, Bytes};
 use http_body::Body;
 use tokio::io::AsyncWrite;
 
 use crate::body::request::{RequestBody, RequestBodyError};
+
+/// How long a body read in full may wait for the origin to take it.
+const PAUSE: Duration = Duration::from_secs(60);
 
 /// How the body is delimited for the origin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,8 +49,8 @@ pub struct Upload {
     taken: u64,
     /// The body ended and its end is queued.
     ended: bool,
-    /// Some byte has been written.
-    started: bool,
+    /// Bytes written so far (head, body and framing).
+    written: u64,
 }
 
 impl std::fmt::Debug for Upload {
@@ -83,7 +87,7 @@ impl Upload {
             framing,
             taken: 0,
             ended,
-            started: false,
+            written: 0,
         }
     }
 
@@ -94,7 +98,18 @@ impl Upload {
 
     /// Some byte of the request has gone out.
     pub fn started(&self) -> bool {
-        self.started
+        self.written > 0
+    }
+
+    /// Bytes written so far: whether the origin is still taking the body.
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// The longest the body may pause: the client body's own limit
+    /// (`client_body_timeout_seconds`), or [`PAUSE`] for a body read in full already.
+    pub fn pause_limit(&self) -> Duration {
+        self.body.pause_limit().unwrap_or(PAUSE)
     }
 
     /// A copy to send again on another connection, when the body can be read twice (none,
@@ -208,7 +223,7 @@ impl Upload {
         if n == 0 {
             return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
         }
-        self.started = true;
+        self.written += n as u64;
         let mut left = n;
         while left > 0 {
             let Some(front) = self.queue.front_mut() else {

@@ -146,11 +146,6 @@ impl IdlePool {
             }
         }
     }
-
-    /// Idle connections kept, over all keys.
-    pub fn idle(&self) -> usize {
-        self.lock().by_key.values().map(Vec::len).sum()
-    }
 }
 
 /// Closes expired and dead idle connections every half keep-alive period until none is left

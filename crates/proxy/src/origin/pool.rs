@@ -346,11 +346,6 @@ impl Upstream {
         self.timeout
     }
 
-    /// Idle HTTP/1.1 connections kept by this worker now.
-    pub fn idle_connections(&self) -> usize {
-        self.h1.idle()
-    }
-
     /// Sends `req` (origin-form URI, headers already rewritten) to `authority` over `scheme`
     /// in `protocol`; waits at most `proxy_timeout` for the response head. `interim`: where
     /// the client's connection takes 1xx answers (HTTP/1.1 origins); `upgrade`: a WebSocket

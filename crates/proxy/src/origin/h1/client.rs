@@ -83,11 +83,6 @@ impl H1Client {
         H1Client { pool, connector }
     }
 
-    /// Idle connections kept now.
-    pub fn idle(&self) -> usize {
-        self.pool.idle()
-    }
-
     /// Sends `req` (headers already rewritten for the origin, `Host` set) to the origin at
     /// `key` and reads the head of its final answer. `interim`: where 1xx answers go;
     /// `upgrade`: the request asks to switch protocols (a `101` is then its answer, with the
