@@ -1,6 +1,8 @@
 //! The `rampart` binary: command line, startup, signals. Wiring only; the engine is in
 //! `rampart-proxy` and the configuration in `rampart-config`.
 
+#[cfg(feature = "mimalloc")]
+mod alloc;
 mod control;
 mod demo;
 mod logging;
@@ -20,7 +22,7 @@ use crate::logging::Logging;
 
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: alloc::Alloc = alloc::Alloc;
 
 const EXAMPLES: &str = "\
 Examples:
