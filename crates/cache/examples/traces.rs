@@ -274,6 +274,7 @@ pub fn object(k: u32, pool: &Bytes, now: SystemTime) -> Object {
     Object {
         status: StatusCode::OK,
         headers_charge: rampart_cache::store::headers_charge(&headers),
+        wire: rampart_cache::store::WireFields::of(&headers),
         headers,
         body: pool.slice(..body_size(k)),
         request_time: now,

@@ -90,6 +90,51 @@ fn is_standard(name: &http::header::HeaderName) -> bool {
     STANDARD.contains(name)
 }
 
+/// An object's header fields as rampart's HTTP/1.1 writer sends them on a fresh, full hit:
+/// `name: value\r\n` for each field, made once when the object is built, so a hit copies one
+/// block instead of walking the map. `Content-Length` is left out (the writer frames the body
+/// it sends) and so are `Connection` and `Transfer-Encoding`, which a writer never passes on.
+#[derive(Debug, Clone, Default)]
+pub struct WireFields {
+    pub block: Box<[u8]>,
+    /// The block holds a `Date` field.
+    pub has_date: bool,
+}
+
+impl WireFields {
+    pub fn of(h: &HeaderMap) -> WireFields {
+        let skip = |n: &HeaderName| {
+            n == http::header::CONTENT_LENGTH
+                || n == http::header::CONNECTION
+                || n == http::header::TRANSFER_ENCODING
+        };
+        let len: usize = h
+            .iter()
+            .filter(|(n, _)| !skip(n))
+            .map(|(n, v)| n.as_str().len() + v.len() + 4)
+            .sum();
+        let mut block = Vec::with_capacity(len);
+        for (name, value) in h {
+            if skip(name) {
+                continue;
+            }
+            block.extend_from_slice(name.as_str().as_bytes());
+            block.extend_from_slice(b": ");
+            block.extend_from_slice(value.as_bytes());
+            block.extend_from_slice(b"\r\n");
+        }
+        WireFields {
+            block: block.into_boxed_slice(),
+            has_date: h.contains_key(http::header::DATE),
+        }
+    }
+
+    /// Bytes the block makes the allocator hold.
+    pub fn charge(&self) -> u64 {
+        alloc_size(self.block.len())
+    }
+}
+
 /// The charge of a header map built by [`compact_headers`]: its index, its entries (exactly
 /// one per field name), its repeated lines, its value buffer and its custom field names.
 pub fn headers_charge(h: &HeaderMap) -> u64 {
@@ -246,6 +291,8 @@ pub struct Object {
     pub refreshing: AtomicBool,
     /// What the header block holds ([`headers_charge`]), computed once for the weight.
     pub headers_charge: u64,
+    /// The header block as HTTP/1.1 sends it on a fresh, full hit (charged in the weight).
+    pub wire: WireFields,
     /// The same response in other content codings (compressed once, when stored), each a full
     /// object with its own header block (`Content-Encoding`, `Vary`, a weak `ETag`). Empty
     /// unless the rule compresses. Freshness and invalidation are this object's.
@@ -317,17 +364,20 @@ impl Object {
             .map(|(_, o)| {
                 alloc_size(std::mem::size_of::<Object>() + 16)
                     + o.headers_charge
+                    + o.wire.charge()
                     + body_charge(o.body.len())
             })
             .sum();
         let webp = self.webp.as_ref().map_or(0, |o| {
             alloc_size(std::mem::size_of::<Object>() + 16)
                 + o.headers_charge
+                + o.wire.charge()
                 + body_charge(o.body.len())
         });
         entry_charge(key_len)
             + alloc_size(std::mem::size_of::<Object>() + 16)
             + self.headers_charge
+            + self.wire.charge()
             + body_charge(self.body.len())
             + vary
             + encoded

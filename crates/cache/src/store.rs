@@ -36,6 +36,7 @@ use crate::vary::Vary;
 // Objects and their charges live in `object.rs`; their paths under `store` stay.
 pub use crate::object::{
     alloc_size, body_charge, compact_headers, headers_charge, owned_body, Object, Residency,
+    WireFields,
 };
 
 /// What one slot holds.
@@ -515,6 +516,7 @@ mod tests {
         Arc::new(Object {
             status: StatusCode::OK,
             headers_charge: headers_charge(&headers),
+            wire: WireFields::of(&headers),
             headers,
             body: Bytes::from(vec![b'x'; body_len]),
             request_time: now,

@@ -158,6 +158,7 @@ pub fn decode_with(
     Some(Object {
         status,
         headers_charge: headers_charge(&headers),
+        wire: crate::object::WireFields::of(&headers),
         headers,
         body,
         request_time,
@@ -263,6 +264,7 @@ mod tests {
         Object {
             status: StatusCode::NON_AUTHORITATIVE_INFORMATION,
             headers_charge: headers_charge(&headers),
+            wire: crate::object::WireFields::of(&headers),
             headers,
             body: Bytes::from_static(b"hello, other instance"),
             request_time: UNIX_EPOCH + Duration::from_micros(1_700_000_000_123_456),

@@ -82,6 +82,7 @@ fn object(headers: &HeaderMap, body: Bytes) -> Arc<Object> {
     Arc::new(Object {
         status: StatusCode::OK,
         headers_charge: headers_charge(&headers),
+        wire: rampart_cache::store::WireFields::of(&headers),
         headers,
         body,
         request_time: now,

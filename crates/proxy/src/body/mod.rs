@@ -98,9 +98,11 @@ pub struct ProxyBody {
     kind: Kind,
     log: Option<Box<AccessRecord>>,
     /// A fresh hit on HTTP/1.x: the stored object, whose header block the h1 writer sends
-    /// straight from the store (the response's own map then holds only the per-response fields,
-    /// `Age` and `X-Arc2-Cache-Age`), instead of a copy of the map per hit.
-    stored: Option<Arc<Object>>,
+    /// as the store made it ([`rampart_cache::store::WireFields`]), and its age in seconds,
+    /// which the writer sends as `Age` and `X-Arc2-Cache-Age`. The response's own map holds
+    /// only what is added per response (HSTS, `Alt-Svc`, `Connection: close`), and is
+    /// usually empty: nothing is copied or hashed per hit.
+    stored: Option<(Arc<Object>, u64)>,
 }
 
 impl std::fmt::Debug for ProxyBody {
@@ -118,17 +120,24 @@ impl ProxyBody {
         }
     }
 
-    /// A fresh hit's body, carrying the object's header block (see [`ProxyBody::stored_headers`]).
-    /// Only for writers that send that block: rampart's HTTP/1 writer.
-    pub fn hit(obj: Arc<Object>) -> Self {
+    /// A fresh hit's body, carrying the object's header block and its age (see
+    /// [`ProxyBody::stored_head`]). Only for writers that send that block: rampart's HTTP/1
+    /// writer.
+    pub fn hit(obj: Arc<Object>, age: u64) -> Self {
         let mut b = ProxyBody::full(obj.body.clone());
-        b.stored = Some(obj);
+        b.stored = Some((obj, age));
         b
     }
 
-    /// The stored header fields that precede the response's own, for a [`ProxyBody::hit`].
-    pub fn stored_headers(&self) -> Option<&http::HeaderMap> {
-        self.stored.as_deref().map(|o| &o.headers)
+    /// The stored fields and the age that precede the response's own, for a
+    /// [`ProxyBody::hit`].
+    pub fn stored_head(&self) -> Option<crate::transport::h1::write::StoredHead<'_>> {
+        self.stored
+            .as_ref()
+            .map(|(o, age)| crate::transport::h1::write::StoredHead {
+                wire: &o.wire,
+                age: *age,
+            })
     }
 
     pub fn stream(body: OriginBody) -> Self {

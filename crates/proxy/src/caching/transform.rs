@@ -553,6 +553,7 @@ fn copy_of(
     Object {
         status: obj.status,
         headers_charge: rampart_cache::store::headers_charge(&headers),
+        wire: rampart_cache::store::WireFields::of(&headers),
         headers,
         body,
         request_time: obj.request_time,

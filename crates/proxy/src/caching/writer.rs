@@ -144,6 +144,7 @@ pub fn freshen(
     let make = |headers: HeaderMap, body: bytes::Bytes| Object {
         status: stale.status,
         headers_charge: headers_charge(&headers),
+        wire: rampart_cache::store::WireFields::of(&headers),
         initial_age,
         headers,
         body,
@@ -299,6 +300,7 @@ impl StoreTicket {
         let obj = Object {
             status: self.status,
             headers_charge: headers_charge(&headers),
+            wire: rampart_cache::store::WireFields::of(&headers),
             headers,
             body: body.clone(),
             request_time: self.request_time,

@@ -27,8 +27,9 @@ fn plain_hit(obj: &Object, req_headers: &HeaderMap, head: bool, served: Served) 
 }
 
 /// [`respond`] for a response rampart's HTTP/1 writer sends: a plain hit does not copy the
-/// stored header block, the body carries the object and the writer sends its fields from the
-/// store ([`ProxyBody::hit`]); the response's own map holds `Age` and `X-Arc2-Cache-Age`.
+/// stored header block, the body carries the object and its age, and the writer sends the
+/// fields as the store serialised them, then `Age` and `X-Arc2-Cache-Age`
+/// ([`ProxyBody::hit`]); the response's own map stays empty.
 pub fn respond_h1(
     obj: &Arc<Object>,
     req_headers: &HeaderMap,
@@ -39,13 +40,8 @@ pub fn respond_h1(
     if !plain_hit(obj, req_headers, head, served) {
         return respond(obj, req_headers, head, served);
     }
-    let mut res = Response::new(ProxyBody::hit(obj.clone()));
-    let age = age_value(obj.age(SystemTime::now()).as_secs());
-    let h = res.headers_mut();
-    h.reserve(2);
-    h.insert(AGE, age.clone());
-    h.insert(X_ARC2_CACHE_AGE.clone(), age);
-    res
+    let age = obj.age(SystemTime::now()).as_secs();
+    Response::new(ProxyBody::hit(obj.clone(), age))
 }
 
 /// Answers a request from a stored object (or the encoded copy of it the client accepts): 200, or 304 when the client's validators match, or
@@ -269,6 +265,7 @@ mod tests {
         Arc::new(Object {
             status: StatusCode::OK,
             headers_charge: 0,
+            wire: rampart_cache::store::WireFields::of(&headers),
             headers,
             body: bytes::Bytes::from_static(body.as_bytes()),
             request_time: now,
@@ -294,7 +291,7 @@ mod tests {
     }
 
     #[test]
-    fn plain_hit_over_h1_carries_the_object_and_only_the_age_fields() {
+    fn plain_hit_over_h1_carries_the_object_its_wire_block_and_its_age() {
         let obj = object("hello", 60);
         let res = answer(
             &obj,
@@ -304,9 +301,10 @@ mod tests {
             Served::Fresh,
         );
         assert_eq!(res.status(), 200);
-        assert!(res.body().stored_headers().is_some());
-        assert_eq!(res.headers().len(), 2);
-        assert_eq!(res.headers()[AGE], "0");
+        let stored = res.body().stored_head().unwrap();
+        assert_eq!(stored.age, 0);
+        assert!(stored.wire.block.starts_with(b"etag: \"v1\"\r\n"));
+        assert!(res.headers().is_empty());
         // HTTP/2 gets a header block of its own.
         let res = answer(
             &obj,
@@ -315,7 +313,7 @@ mod tests {
             false,
             Served::Fresh,
         );
-        assert!(res.body().stored_headers().is_none());
+        assert!(res.body().stored_head().is_none());
         assert_eq!(res.headers()[ETAG], "\"v1\"");
     }
 

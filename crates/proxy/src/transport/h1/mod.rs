@@ -426,16 +426,14 @@ async fn write_response<I: AsyncRead + AsyncWrite + Unpin>(
             }
         }
     }
-    let mut out = Vec::with_capacity(512);
+    let stored = res.body().stored_head();
     let hint = http_body::Body::size_hint(res.body()).exact();
-    let (framing, keep_alive) = write::head(
-        &mut out,
-        res.status(),
-        res.body().stored_headers(),
-        res.headers(),
-        hint,
-        ex,
-    );
+    // Room for the head, and for a small body sent in the same write.
+    let room = stored.map_or(0, |s| s.wire.block.len())
+        + hint.filter(|n| *n <= write::COALESCE as u64).unwrap_or(0) as usize;
+    let mut out = Vec::with_capacity(512 + room);
+    let (framing, keep_alive) =
+        write::head(&mut out, res.status(), stored, res.headers(), hint, ex);
     // Boxed, as the pipeline's future: between requests the connection keeps only what it
     // needs to wait for the next head.
     let sent = match feed.as_deref_mut() {

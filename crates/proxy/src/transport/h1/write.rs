@@ -11,12 +11,13 @@ use bytes::Bytes;
 use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
 use http::{HeaderMap, HeaderName, StatusCode, Version};
 use http_body::Body;
+use rampart_cache::store::WireFields;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use crate::net::wire::{chunk_line, itoa};
 
 /// Bodies up to this size are copied behind the head and sent in one write.
-const COALESCE: usize = 8 * 1024;
+pub const COALESCE: usize = 8 * 1024;
 
 /// How the body is delimited on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,26 +38,35 @@ pub struct Exchange {
     pub keep_alive: bool,
 }
 
+/// The stored part of a fresh hit's head ([`crate::body::ProxyBody::hit`]): the object's
+/// fields as they go on the wire, and its age in seconds.
+#[derive(Debug, Clone, Copy)]
+pub struct StoredHead<'a> {
+    pub wire: &'a WireFields,
+    pub age: u64,
+}
+
 /// Serialises the head into `out` and returns the body's framing and whether the connection
-/// stays open after this response. `stored`: fields sent before `headers` (a hit's header block
-/// straight from the store, see [`crate::body::ProxyBody::hit`]).
+/// stays open after this response. `stored`: a hit's fields, sent from the block made when the
+/// object was stored, then `Age` and `X-Arc2-Cache-Age`, before `headers`.
 pub fn head(
     out: &mut Vec<u8>,
     status: StatusCode,
-    stored: Option<&HeaderMap>,
+    stored: Option<StoredHead<'_>>,
     headers: &HeaderMap,
     hint: Option<u64>,
     ex: Exchange,
 ) -> (Framing, bool) {
-    let fields = || stored.into_iter().flatten().chain(headers);
     let mut keep_alive = ex.keep_alive;
     let bodiless = status.is_informational()
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED;
-    // One walk over the fields for what shapes the head (cheaper than hashed look-ups).
-    let (mut declared, mut close, mut has_date) = (None, false, false);
+    // One walk over the fields for what shapes the head (cheaper than hashed look-ups). A
+    // stored block holds no length: the body's own (`hint`) frames it.
+    let (mut declared, mut close) = (None, false);
+    let mut has_date = stored.is_some_and(|s| s.wire.has_date);
     let mut first_length = true;
-    for (name, value) in fields() {
+    for (name, value) in headers {
         if name == CONTENT_LENGTH {
             if std::mem::take(&mut first_length) {
                 declared = crate::headers::parse_content_length(value);
@@ -85,7 +95,17 @@ pub fn head(
     out.push(b' ');
     out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
     out.extend_from_slice(b"\r\n");
-    for (name, value) in fields() {
+    if let Some(s) = stored {
+        out.extend_from_slice(&s.wire.block);
+        let mut digits = [0u8; 20];
+        let age = itoa(s.age, &mut digits);
+        out.extend_from_slice(b"age: ");
+        out.extend_from_slice(age);
+        out.extend_from_slice(b"\r\nx-arc2-cache-age: ");
+        out.extend_from_slice(age);
+        out.extend_from_slice(b"\r\n");
+    }
+    for (name, value) in headers {
         if name == TRANSFER_ENCODING || name == CONNECTION {
             continue;
         }
@@ -351,27 +371,41 @@ mod tests {
     };
 
     #[test]
-    fn stored_fields_come_first_and_shape_the_framing() {
+    fn stored_fields_come_first_then_the_age_and_the_body_frames_itself() {
         let mut stored = HeaderMap::new();
-        stored.insert(CONTENT_LENGTH, HeaderValue::from_static("12"));
+        // A stored length is not trusted over the body's (the block leaves it out).
+        stored.insert(CONTENT_LENGTH, HeaderValue::from_static("99"));
         stored.insert(
             DATE,
             HeaderValue::from_static("Mon, 23 Nov 2026 10:00:00 GMT"),
         );
+        stored.insert(CONNECTION, HeaderValue::from_static("close"));
+        stored.append("x-two", HeaderValue::from_static("a"));
+        stored.append("x-two", HeaderValue::from_static("b"));
+        let wire = WireFields::of(&stored);
         let mut own = HeaderMap::new();
-        own.insert(http::header::AGE, HeaderValue::from_static("3"));
+        own.insert(
+            http::header::STRICT_TRANSPORT_SECURITY,
+            HeaderValue::from_static("max-age=60"),
+        );
         let mut out = Vec::new();
+        let stored = StoredHead {
+            wire: &wire,
+            age: 3,
+        };
         let (f, k) = head(
             &mut out,
             StatusCode::OK,
-            Some(&stored),
+            Some(stored),
             &own,
             Some(12),
             GET11,
         );
         assert_eq!(
             String::from_utf8(out).unwrap(),
-            "HTTP/1.1 200 OK\r\ncontent-length: 12\r\ndate: Mon, 23 Nov 2026 10:00:00 GMT\r\nage: 3\r\n\r\n"
+            "HTTP/1.1 200 OK\r\ndate: Mon, 23 Nov 2026 10:00:00 GMT\r\nx-two: a\r\nx-two: b\r\n\
+             age: 3\r\nx-arc2-cache-age: 3\r\nstrict-transport-security: max-age=60\r\n\
+             content-length: 12\r\n\r\n"
         );
         assert_eq!((f, k), (Framing::Length(12), true));
     }
