@@ -270,12 +270,12 @@ pub fn object(k: u32, pool: &Bytes, now: SystemTime) -> Object {
         http::header::CACHE_CONTROL,
         http::HeaderValue::from_static("max-age=86400"),
     );
-    let headers = rampart_cache::store::compact_headers(&headers, &[]);
+    let f = rampart_cache::store::fields(&headers, &[]);
     Object {
         status: StatusCode::OK,
-        headers_charge: rampart_cache::store::headers_charge(&headers),
-        wire: rampart_cache::store::WireFields::of(&headers),
-        headers,
+        headers_charge: f.charge,
+        wire: f.wire,
+        headers: f.headers,
         body: pool.slice(..body_size(k)),
         request_time: now,
         response_time: now,

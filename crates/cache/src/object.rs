@@ -1,7 +1,7 @@
 //! Stored objects and what they cost: [`Object`] (a stored response, with the encoded and WebP
 //! copies made of it), the charges that weigh it in the store ([`alloc_size`], [`body_charge`],
-//! [`headers_charge`]) and the owned copies it is built from ([`owned_body`],
-//! [`compact_headers`]). See `store.rs` for why the charges matter.
+//! [`Fields::charge`]) and the owned copies it is built from ([`owned_body`], [`fields`]). See
+//! `store.rs` for why the charges matter.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -90,59 +90,13 @@ fn is_standard(name: &http::header::HeaderName) -> bool {
     STANDARD.contains(name)
 }
 
-/// An object's header fields as rampart's HTTP/1.1 writer sends them on a fresh, full hit:
-/// `name: value\r\n` for each field, made once when the object is built, so a hit copies one
-/// block instead of walking the map. `Content-Length` is left out (the writer frames the body
-/// it sends) and so are `Connection` and `Transfer-Encoding`, which a writer never passes on.
-#[derive(Debug, Clone, Default)]
-pub struct WireFields {
-    pub block: Box<[u8]>,
-    /// The block holds a `Date` field.
-    pub has_date: bool,
-}
-
-impl WireFields {
-    pub fn of(h: &HeaderMap) -> WireFields {
-        let skip = |n: &HeaderName| {
-            n == http::header::CONTENT_LENGTH
-                || n == http::header::CONNECTION
-                || n == http::header::TRANSFER_ENCODING
-        };
-        let len: usize = h
-            .iter()
-            .filter(|(n, _)| !skip(n))
-            .map(|(n, v)| n.as_str().len() + v.len() + 4)
-            .sum();
-        let mut block = Vec::with_capacity(len);
-        for (name, value) in h {
-            if skip(name) {
-                continue;
-            }
-            block.extend_from_slice(name.as_str().as_bytes());
-            block.extend_from_slice(b": ");
-            block.extend_from_slice(value.as_bytes());
-            block.extend_from_slice(b"\r\n");
-        }
-        WireFields {
-            block: block.into_boxed_slice(),
-            has_date: h.contains_key(http::header::DATE),
-        }
-    }
-
-    /// Bytes the block makes the allocator hold.
-    pub fn charge(&self) -> u64 {
-        alloc_size(self.block.len())
-    }
-}
-
-/// The charge of a header map built by [`compact_headers`]: its index, its entries (exactly
-/// one per field name), its repeated lines, its value buffer and its custom field names.
-pub fn headers_charge(h: &HeaderMap) -> u64 {
+/// The charge of a header map built by [`fields`], but for its value buffer: its index, its
+/// entries (exactly one per field name), its repeated lines and its custom field names.
+fn map_charge(h: &HeaderMap) -> u64 {
     // `capacity()` is three quarters of the index's length (a power of two).
     let indices = h.capacity() * 4 / 3;
     let entries = h.keys_len();
     let extra = h.len() - h.keys_len();
-    let values: usize = h.values().map(HeaderValue::len).sum();
     let names: u64 = h
         .keys()
         .filter(|n| !is_standard(n))
@@ -151,10 +105,9 @@ pub fn headers_charge(h: &HeaderMap) -> u64 {
     alloc_size(indices * MAP_INDEX)
         + alloc_size(entries * MAP_BUCKET)
         + alloc_size(extra * MAP_EXTRA)
-        + alloc_size(values)
-        + SHARED_BYTES
         + names
 }
+
 /// Where a stored body's memory is charged, for as long as the body is alive: to the store's
 /// entries while the store holds an object with it (its weight), and to the store's *pinned*
 /// gauge otherwise, that is while it is being stored, or after the store let it go (evicted,
@@ -272,8 +225,8 @@ pub fn charged_body(data: Vec<u8>, gauge: &Arc<AtomicU64>) -> (Bytes, Option<Arc
 pub struct Object {
     pub status: StatusCode,
     /// The header block a fresh, full hit sends: the stored fields (hop-by-hop removed, no
-    /// `Age`) plus the proxy's fixed cache labels, built once at store time (with
-    /// [`compact_headers`]) so a hit clones one map. Other answers replace the labels.
+    /// `Age`) plus the proxy's fixed cache labels, built once at store time (with [`fields`])
+    /// so a hit clones one map. Other answers replace the labels.
     pub headers: HeaderMap,
     pub body: Bytes,
     /// When the request that produced it was sent and its response received (RFC 9111 §4.2.3).
@@ -289,9 +242,10 @@ pub struct Object {
     pub invalidated: AtomicBool,
     /// A background refresh (stale-while-revalidate) is running: start only one.
     pub refreshing: AtomicBool,
-    /// What the header block holds ([`headers_charge`]), computed once for the weight.
+    /// What the header block holds ([`Fields::charge`]), computed once for the weight.
     pub headers_charge: u64,
-    /// The header block as HTTP/1.1 sends it on a fresh, full hit (charged in the weight).
+    /// The header block as HTTP/1.1 sends it on a fresh, full hit: the start of the buffer the
+    /// map's values are slices of (see [`fields`]).
     pub wire: WireFields,
     /// The same response in other content codings (compressed once, when stored), each a full
     /// object with its own header block (`Content-Encoding`, `Vary`, a weak `ETag`). Empty
@@ -364,20 +318,17 @@ impl Object {
             .map(|(_, o)| {
                 alloc_size(std::mem::size_of::<Object>() + 16)
                     + o.headers_charge
-                    + o.wire.charge()
                     + body_charge(o.body.len())
             })
             .sum();
         let webp = self.webp.as_ref().map_or(0, |o| {
             alloc_size(std::mem::size_of::<Object>() + 16)
                 + o.headers_charge
-                + o.wire.charge()
                 + body_charge(o.body.len())
         });
         entry_charge(key_len)
             + alloc_size(std::mem::size_of::<Object>() + 16)
             + self.headers_charge
-            + self.wire.charge()
             + body_charge(self.body.len())
             + vary
             + encoded
@@ -420,22 +371,81 @@ pub(crate) fn entry_charge(key_len: usize) -> u64 {
     METADATA_PER_ENTRY + alloc_size(key_len) + SHARED_BYTES
 }
 
-/// A copy of `h` that owns its memory, with the fields of `set` inserted (replacing any of the
-/// same name): every value in one shared buffer, so the map never keeps a connection's read
-/// buffer alive, and a table of exactly its length (a cloned map's entries are not over-allocated
-/// as a growing one's are).
-pub fn compact_headers(h: &HeaderMap, set: &[(&HeaderName, &HeaderValue)]) -> HeaderMap {
-    let total: usize = h.values().map(HeaderValue::len).sum();
-    let mut buf = Vec::with_capacity(total);
-    for v in h.values() {
-        buf.extend_from_slice(v.as_bytes());
+/// An object's header fields as rampart's HTTP/1.1 writer sends them on a fresh, full hit:
+/// `name: value\r\n` for each field, so a hit copies one block instead of walking the map.
+/// `Content-Length` is left out (the writer frames the body it sends), and so are `Connection`
+/// and `Transfer-Encoding`, which a writer never passes on. The block is the start of the
+/// buffer the object's map takes its values from ([`fields`]): it costs the names and the
+/// separators, not a second copy of the values.
+#[derive(Debug, Clone, Default)]
+pub struct WireFields {
+    pub block: Bytes,
+    /// The block holds a `Date` field.
+    pub has_date: bool,
+}
+
+/// A stored object's header fields: the map, the same fields as they go on the wire, and what
+/// both hold (the object's `headers_charge`).
+#[derive(Debug)]
+pub struct Fields {
+    pub headers: HeaderMap,
+    pub wire: WireFields,
+    pub charge: u64,
+}
+
+/// Fields a writer frames itself or never passes on: out of the wire block.
+fn framed_by_writer(name: &HeaderName) -> bool {
+    name == http::header::CONTENT_LENGTH
+        || name == http::header::CONNECTION
+        || name == http::header::TRANSFER_ENCODING
+}
+
+/// The fields of a stored object: `h` with the fields of `set` inserted (replacing any of the
+/// same name), in one buffer that the object owns. The buffer starts with the wire block
+/// ([`WireFields`]) and ends with the values of the fields the block leaves out; every value in
+/// the map is a slice of it. So the map never keeps a connection's read buffer alive, and its
+/// table is exactly its length (a cloned map's entries are not over-allocated as a growing
+/// one's are).
+pub fn fields(h: &HeaderMap, set: &[(&HeaderName, &HeaderValue)]) -> Fields {
+    let mut all = h.clone();
+    for (name, value) in set {
+        all.insert((*name).clone(), (*value).clone());
     }
+    let line = |(n, v): (&HeaderName, &HeaderValue)| n.as_str().len() + v.len() + 4;
+    let block_len: usize = all
+        .iter()
+        .filter(|(n, _)| !framed_by_writer(n))
+        .map(line)
+        .sum();
+    let rest: usize = all
+        .iter()
+        .filter(|(n, _)| framed_by_writer(n))
+        .map(|(_, v)| v.len())
+        .sum();
+    let mut buf = Vec::with_capacity(block_len + rest);
+    // Where each value lies in `buf`, in the map's order.
+    let mut at = vec![0; all.len()];
+    for (i, (name, value)) in all.iter().enumerate() {
+        if !framed_by_writer(name) {
+            buf.extend_from_slice(name.as_str().as_bytes());
+            buf.extend_from_slice(b": ");
+            at[i] = buf.len();
+            buf.extend_from_slice(value.as_bytes());
+            buf.extend_from_slice(b"\r\n");
+        }
+    }
+    for (i, (name, value)) in all.iter().enumerate() {
+        if framed_by_writer(name) {
+            at[i] = buf.len();
+            buf.extend_from_slice(value.as_bytes());
+        }
+    }
+    let buf_len = buf.len();
     let buf = Bytes::from(buf);
-    let mut out = HeaderMap::with_capacity(h.keys_len() + set.len());
-    let mut at = 0;
-    for (name, value) in h {
+    let mut out = HeaderMap::with_capacity(all.keys_len());
+    for (i, (name, value)) in all.iter().enumerate() {
         let len = value.len();
-        let owned = match HeaderValue::from_maybe_shared(buf.slice(at..at + len)) {
+        let owned = match HeaderValue::from_maybe_shared(buf.slice(at[i]..at[i] + len)) {
             Ok(mut v) => {
                 v.set_sensitive(value.is_sensitive());
                 v
@@ -444,13 +454,18 @@ pub fn compact_headers(h: &HeaderMap, set: &[(&HeaderName, &HeaderValue)]) -> He
             Err(_) => HeaderValue::from_bytes(value.as_bytes())
                 .unwrap_or_else(|_| HeaderValue::from_static("")),
         };
-        at += len;
         out.append(name.clone(), owned);
     }
-    for (name, value) in set {
-        out.insert((*name).clone(), (*value).clone());
+    let headers = out.clone();
+    let charge = map_charge(&headers) + alloc_size(buf_len) + SHARED_BYTES;
+    Fields {
+        wire: WireFields {
+            block: buf.slice(..block_len),
+            has_date: headers.contains_key(http::header::DATE),
+        },
+        headers,
+        charge,
     }
-    out.clone()
 }
 
 /// The body as one owned allocation of exactly its length (the chunks it arrived in may be
@@ -465,4 +480,56 @@ pub fn owned_body(chunks: &[Bytes]) -> Bytes {
         v.extend_from_slice(c);
     }
     Bytes::from(v)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use http::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, DATE};
+
+    #[test]
+    fn the_wire_block_and_the_map_share_one_buffer() {
+        let mut h = HeaderMap::new();
+        h.insert(CONTENT_TYPE, HeaderValue::from_static("text/html"));
+        h.insert(CONTENT_LENGTH, HeaderValue::from_static("5"));
+        h.append("x-a", HeaderValue::from_static("1"));
+        h.insert(
+            DATE,
+            HeaderValue::from_static("Thu, 26 Nov 2026 15:00:00 GMT"),
+        );
+        h.append("x-a", HeaderValue::from_static("2"));
+        h.insert(CONNECTION, HeaderValue::from_static("close"));
+        h.insert("x-label", HeaderValue::from_static("from the origin"));
+        let name = HeaderName::from_static("x-label");
+        let label = HeaderValue::from_static("Hit");
+        let f = fields(&h, &[(&name, &label)]);
+        // The map's order (fields grouped by name), the label in place of the origin's, and
+        // no field the writer frames itself.
+        assert_eq!(
+            std::str::from_utf8(&f.wire.block).unwrap(),
+            "content-type: text/html\r\nx-a: 1\r\nx-a: 2\r\n\
+             date: Thu, 26 Nov 2026 15:00:00 GMT\r\nx-label: Hit\r\n"
+        );
+        assert!(f.wire.has_date);
+        assert_eq!(f.headers[CONTENT_LENGTH], "5");
+        assert_eq!(f.headers[CONNECTION], "close");
+        assert_eq!(f.headers["x-label"], "Hit");
+        assert_eq!(f.headers.get_all("x-a").iter().count(), 2);
+        // Every value lies in the one buffer the block starts: nothing is held twice.
+        let start = f.wire.block.as_ptr() as usize;
+        let end = start + f.wire.block.len() + "5".len() + "close".len();
+        for v in f.headers.values() {
+            let at = v.as_bytes().as_ptr() as usize;
+            assert!(
+                at >= start && at + v.len() <= end,
+                "{v:?} is outside the buffer"
+            );
+        }
+        // The charge is the map and that buffer.
+        assert_eq!(
+            f.charge,
+            map_charge(&f.headers) + alloc_size(end - start) + SHARED_BYTES
+        );
+    }
 }

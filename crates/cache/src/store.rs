@@ -8,7 +8,7 @@
 //!
 //! That only holds if a stored object owns exactly what it is charged for: a body or header
 //! value that is a slice of a connection's read buffer would keep the whole buffer alive. So
-//! objects are built from owned copies ([`owned_body`], [`compact_headers`]): one allocation for
+//! objects are built from owned copies ([`owned_body`], [`fields`]): one allocation for
 //! the body, one for all header values.
 //!
 //! Bodies still being collected for the store are charged too: a miss reserves room in the
@@ -35,8 +35,7 @@ use crate::vary::Vary;
 
 // Objects and their charges live in `object.rs`; their paths under `store` stay.
 pub use crate::object::{
-    alloc_size, body_charge, compact_headers, headers_charge, owned_body, Object, Residency,
-    WireFields,
+    alloc_size, body_charge, fields, owned_body, Fields, Object, Residency, WireFields,
 };
 
 /// What one slot holds.
@@ -513,11 +512,12 @@ mod tests {
         let now = SystemTime::now();
         let mut headers = HeaderMap::new();
         headers.insert("content-type", http::HeaderValue::from_static("text/plain"));
+        let f = fields(&headers, &[]);
         Arc::new(Object {
             status: StatusCode::OK,
-            headers_charge: headers_charge(&headers),
-            wire: WireFields::of(&headers),
-            headers,
+            headers_charge: f.charge,
+            wire: f.wire,
+            headers: f.headers,
             body: Bytes::from(vec![b'x'; body_len]),
             request_time: now,
             response_time: now,

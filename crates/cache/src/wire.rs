@@ -17,7 +17,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 
 use crate::cache_control::ResponseDirectives;
-use crate::object::{compact_headers, headers_charge, Object};
+use crate::object::{fields, Object};
 use crate::vary::Vary;
 
 const MAGIC: &[u8; 4] = b"RPO1";
@@ -153,13 +153,13 @@ pub fn decode_with(
         let value = HeaderValue::from_bytes(r.take(len)?).ok()?;
         headers.append(name, value);
     }
-    let headers = compact_headers(&headers, &[]);
+    let f = fields(&headers, &[]);
     let (body, residency) = body(r.0);
     Some(Object {
         status,
-        headers_charge: headers_charge(&headers),
-        wire: crate::object::WireFields::of(&headers),
-        headers,
+        headers_charge: f.charge,
+        wire: f.wire,
+        headers: f.headers,
         body,
         request_time,
         response_time,
@@ -261,11 +261,12 @@ mod tests {
             "cache-control",
             HeaderValue::from_static("max-age=60, stale-if-error=30, private=\"x-secret\""),
         );
+        let f = fields(&headers, &[]);
         Object {
             status: StatusCode::NON_AUTHORITATIVE_INFORMATION,
-            headers_charge: headers_charge(&headers),
-            wire: crate::object::WireFields::of(&headers),
-            headers,
+            headers_charge: f.charge,
+            wire: f.wire,
+            headers: f.headers,
             body: Bytes::from_static(b"hello, other instance"),
             request_time: UNIX_EPOCH + Duration::from_micros(1_700_000_000_123_456),
             response_time: UNIX_EPOCH + Duration::from_micros(1_700_000_000_223_456),
@@ -306,7 +307,8 @@ mod tests {
             [HeaderName::from_static("x-secret")]
         );
         assert_eq!(back.vary, obj.vary);
-        assert_eq!(back.headers_charge, headers_charge(&back.headers));
+        assert_eq!(back.headers_charge, fields(&back.headers, &[]).charge);
+        assert_eq!(back.wire.block, obj.wire.block);
     }
 
     #[test]

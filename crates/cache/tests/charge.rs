@@ -14,9 +14,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use rampart_cache::cache_control::ResponseDirectives;
 use rampart_cache::key::CacheKey;
-use rampart_cache::store::{
-    alloc_size, compact_headers, headers_charge, owned_body, MemoryStore, Object,
-};
+use rampart_cache::store::{alloc_size, fields, owned_body, MemoryStore, Object};
 use rampart_cache::vary::Vary;
 
 struct Counting;
@@ -77,13 +75,13 @@ fn parsed_head(read_buffer: &Bytes, i: usize, extra_custom: usize) -> HeaderMap 
 fn object(headers: &HeaderMap, body: Bytes) -> Arc<Object> {
     let label = HeaderValue::from_static("Hit");
     let name = HeaderName::from_static("x-arc2-cache");
-    let headers = compact_headers(headers, &[(&name, &label)]);
+    let f = fields(headers, &[(&name, &label)]);
     let now = SystemTime::now();
     Arc::new(Object {
         status: StatusCode::OK,
-        headers_charge: headers_charge(&headers),
-        wire: rampart_cache::store::WireFields::of(&headers),
-        headers,
+        headers_charge: f.charge,
+        wire: f.wire,
+        headers: f.headers,
         body,
         request_time: now,
         response_time: now,

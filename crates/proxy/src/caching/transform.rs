@@ -550,11 +550,12 @@ fn copy_of(
     body: bytes::Bytes,
     encoded: Box<[(Coding, Arc<Object>)]>,
 ) -> Object {
+    let f = rampart_cache::store::fields(&headers, &[]);
     Object {
         status: obj.status,
-        headers_charge: rampart_cache::store::headers_charge(&headers),
-        wire: rampart_cache::store::WireFields::of(&headers),
-        headers,
+        headers_charge: f.charge,
+        wire: f.wire,
+        headers: f.headers,
         body,
         request_time: obj.request_time,
         response_time: obj.response_time,

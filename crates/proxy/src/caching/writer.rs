@@ -20,7 +20,7 @@ use rampart_cache::conditional;
 use rampart_cache::freshness;
 use rampart_cache::key::CacheKey;
 use rampart_cache::policy::{self, NotStored};
-use rampart_cache::store::{body_charge, compact_headers, headers_charge, Object, Reservation};
+use rampart_cache::store::{body_charge, fields, Object, Reservation};
 use rampart_cache::targeted::CDN_CACHE_CONTROL;
 use rampart_cache::vary::Vary;
 
@@ -141,23 +141,26 @@ pub fn freshen(
     let lifetime = policy::storable(&exchange, lookup.policy).unwrap_or(Duration::ZERO);
     let mut headers = hit_headers(&headers);
     let initial_age = freshness::initial_age(not_modified, request_time, response_time);
-    let make = |headers: HeaderMap, body: bytes::Bytes| Object {
-        status: stale.status,
-        headers_charge: headers_charge(&headers),
-        wire: rampart_cache::store::WireFields::of(&headers),
-        initial_age,
-        headers,
-        body,
-        request_time,
-        response_time,
-        lifetime,
-        directives: directives.clone(),
-        vary: stale.vary.clone(),
-        invalidated: Default::default(),
-        refreshing: Default::default(),
-        encoded: Box::default(),
-        webp: None,
-        residency: None,
+    let make = |headers: HeaderMap, body: bytes::Bytes| {
+        let f = fields(&headers, &[]);
+        Object {
+            status: stale.status,
+            headers_charge: f.charge,
+            wire: f.wire,
+            initial_age,
+            headers: f.headers,
+            body,
+            request_time,
+            response_time,
+            lifetime,
+            directives: directives.clone(),
+            vary: stale.vary.clone(),
+            invalidated: Default::default(),
+            refreshing: Default::default(),
+            encoded: Box::default(),
+            webp: None,
+            residency: None,
+        }
     };
     // The encoded and WebP copies keep their bodies and take the refreshed fields.
     if !stale.encoded.is_empty() {
@@ -296,12 +299,12 @@ impl StoreTicket {
         if let Some(r) = self.reservation.take() {
             self.cache.store().release(r);
         }
-        let headers = std::mem::take(&mut self.headers);
+        let f = fields(&std::mem::take(&mut self.headers), &[]);
         let obj = Object {
             status: self.status,
-            headers_charge: headers_charge(&headers),
-            wire: rampart_cache::store::WireFields::of(&headers),
-            headers,
+            headers_charge: f.charge,
+            wire: f.wire,
+            headers: f.headers,
             body: body.clone(),
             request_time: self.request_time,
             response_time: self.response_time,
@@ -555,10 +558,13 @@ fn stored_headers(res_headers: &HeaderMap, directives: &ResponseDirectives) -> H
     stored
 }
 
-/// The header block of a fresh full hit, minus `Age`/`X-Arc2-Cache-Age`: an owned copy of
-/// the stored fields (see [`compact_headers`]) with the hit labels.
+/// The header block of a fresh full hit, minus `Age`/`X-Arc2-Cache-Age`: the stored fields
+/// with the hit labels. The object built from it owns them in one buffer (see
+/// [`rampart_cache::store::fields`]).
 fn hit_headers(stored: &HeaderMap) -> HeaderMap {
     static HIT: HeaderValue = HeaderValue::from_static("rampart; hit");
-    let label = CacheLabel::Hit.header();
-    compact_headers(stored, &[(&X_ARC2_CACHE, &label), (&CACHE_STATUS, &HIT)])
+    let mut h = stored.clone();
+    h.insert(X_ARC2_CACHE.clone(), CacheLabel::Hit.header());
+    h.insert(CACHE_STATUS.clone(), HIT.clone());
+    h
 }

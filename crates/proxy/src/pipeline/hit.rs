@@ -262,11 +262,12 @@ mod tests {
         headers.insert(ETAG, HeaderValue::from_static("\"v1\""));
         headers.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
         let now = SystemTime::now();
+        let f = rampart_cache::store::fields(&headers, &[]);
         Arc::new(Object {
             status: StatusCode::OK,
-            headers_charge: 0,
-            wire: rampart_cache::store::WireFields::of(&headers),
-            headers,
+            headers_charge: f.charge,
+            wire: f.wire,
+            headers: f.headers,
             body: bytes::Bytes::from_static(body.as_bytes()),
             request_time: now,
             response_time: now,

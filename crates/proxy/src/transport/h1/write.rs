@@ -382,7 +382,7 @@ mod tests {
         stored.insert(CONNECTION, HeaderValue::from_static("close"));
         stored.append("x-two", HeaderValue::from_static("a"));
         stored.append("x-two", HeaderValue::from_static("b"));
-        let wire = WireFields::of(&stored);
+        let wire = rampart_cache::store::fields(&stored, &[]).wire;
         let mut own = HeaderMap::new();
         own.insert(
             http::header::STRICT_TRANSPORT_SECURITY,
