@@ -68,17 +68,16 @@ impl Gcra {
         let key = client_key(shared, name, client);
         let interval = 1_000_000 / u64::from(per_second.max(1));
         let tolerance = interval * u64::from(burst.max(1) - 1);
+        // On this worker's own connection: one decision per counted request.
+        let script = &self.script;
         let (admitted, wait): (i64, i64) = shared
-            .call("rate limit", {
-                let script = self.script.clone();
-                move |mut conn| async move {
-                    script
-                        .key(&key)
-                        .arg(interval)
-                        .arg(tolerance)
-                        .invoke_async(&mut conn)
-                        .await
-                }
+            .call_here("rate limit", |mut conn| async move {
+                script
+                    .key(&key)
+                    .arg(interval)
+                    .arg(tolerance)
+                    .invoke_async(&mut conn)
+                    .await
             })
             .await?;
         Ok(if admitted == 1 {
