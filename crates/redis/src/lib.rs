@@ -3,9 +3,11 @@
 //! tier ([`cache_tier`]).
 //!
 //! One [`Shared`] per configuration. It owns a thread (`rampart-redis`) with a runtime of its
-//! own, where the connections live (their driver tasks run there, whatever worker sends a
+//! own, where the shared connection lives (its driver tasks run there, whatever worker sends a
 //! command) and where the background work runs: a PING every second that keeps the connection
-//! warm and tells whether Redis is up, and the purge follower.
+//! warm and tells whether Redis is up, and the purge follower. Rate-limit decisions, one per
+//! counted request, go instead on a connection each worker thread makes for itself
+//! ([`Shared::call_here`]).
 //!
 //! The request path never waits for Redis longer than `redis_timeout_ms`. A command that fails
 //! or times out starts a back-off: for [`BACK_OFF`] every feature decides locally without
