@@ -339,6 +339,12 @@ async fn accept_loop(
 ) {
     let (tls, configured) = kind;
     let scheme = if tls { Scheme::Https } else { Scheme::Http };
+    // Every connection a listener bound to one address accepts has that address: asking the
+    // kernel (`getsockname`) is needed only for a wildcard one.
+    let bound = listener
+        .local_addr()
+        .ok()
+        .filter(|a| !a.ip().is_unspecified());
     loop {
         let accepted = tokio::select! {
             biased;
@@ -400,7 +406,10 @@ async fn accept_loop(
             // A reload turned HTTPS off; this listener is being closed.
             (true, None) => continue,
         };
-        let local = stream.local_addr().unwrap_or(configured);
+        let local = match bound {
+            Some(a) => a,
+            None => stream.local_addr().unwrap_or(configured),
+        };
         let accepted = Accepted {
             conn: Conn {
                 slot: slot.clone(),

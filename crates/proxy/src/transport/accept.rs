@@ -162,7 +162,9 @@ impl Conn {
                 } else {
                     // RFC 9113 §3.4: after ALPN `h2` the connection speaks only HTTP/2.
                     let h2_only = alpn == Some(b"h2");
-                    self.serve(tls, BytesMut::new(), h2_only, stop).await;
+                    let mut conn = self;
+                    conn.limits.close_notify = true;
+                    conn.serve(tls, BytesMut::new(), h2_only, stop).await;
                 }
             }
             Ok(Err(e)) => {

@@ -68,6 +68,8 @@ impl ConnSettings {
                 keepalive_timeout: d.keepalive_timeout,
                 body_idle_timeout: d.body_idle_timeout,
                 send_timeout: d.send_timeout,
+                // Set per connection, for TLS (transport/accept.rs).
+                close_notify: false,
             },
             h2: Arc::new(h2),
             tls: tls.map(|t| t.server.clone()),

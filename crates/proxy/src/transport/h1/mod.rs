@@ -49,6 +49,11 @@ pub struct Limits {
     pub body_idle_timeout: Duration,
     /// The longest a write may wait for the client to take bytes (see `send_timeout.rs`).
     pub send_timeout: Duration,
+    /// The transport says goodbye before it closes (TLS: `close_notify`), so a connection that
+    /// ends after a response is shut down first. Plain TCP is not: closing the socket sends
+    /// the same FIN, and the `shutdown` call cost a system call per connection (one of eight
+    /// for a request on a new connection).
+    pub close_notify: bool,
 }
 
 /// Serves HTTP/1.1 requests on `io` until the client closes, an error or timeout ends the
@@ -113,7 +118,9 @@ pub async fn serve<I, H, F>(
             );
         }
         if !write_response(&mut io, &mut carry, res, feed.as_mut(), ex, &limits).await {
-            let _ = io.shutdown().await;
+            if limits.close_notify {
+                let _ = io.shutdown().await;
+            }
             return;
         }
         // Give back the memory of a large pipelined leftover or body.
