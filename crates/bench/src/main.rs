@@ -13,6 +13,7 @@ mod cluster;
 mod codecs;
 mod floor;
 mod h3;
+mod idle;
 mod instructions;
 mod load;
 mod memory;
@@ -74,6 +75,9 @@ enum Cmd {
     /// Issue 16's HTTP/3 goals: CPU per cached hit over HTTP/3 against HTTPS/2, rampart and
     /// Caddy side by side.
     H3(h3::H3Args),
+    /// Issue 32's idle-connection goal: resident memory per idle HTTP/1.1 keep-alive
+    /// connection, rampart against NGINX and HAProxy (10,000 connections by default).
+    Idle(idle::IdleArgs),
     /// Issue 17's cost figures: what Redis adds to a local hit, a shared (Redis) hit and a
     /// miss, and that hits from exempt or refused clients make no Redis round trip.
     Cluster(cluster::ClusterArgs),
@@ -146,6 +150,7 @@ fn main() -> anyhow::Result<()> {
         Some(Cmd::Websocket(args)) => websocket::run(args),
         Some(Cmd::H3(args)) => h3::run(args),
         Some(Cmd::Cluster(args)) => cluster::run(args),
+        Some(Cmd::Idle(args)) => idle::run(args),
         Some(Cmd::H3Load(args)) => h3::load(args),
         Some(Cmd::WsOrigin { listen }) => websocket::origin(listen),
         Some(Cmd::Codecs(args)) => codecs::run(args),

@@ -475,7 +475,7 @@ pub(crate) fn pin_self(cpus: &str) {
 /// Raises the open-file limit to at least `want` (the hard limit too where allowed), so
 /// rampart (which inherits it) can hold two sockets per WebSocket; returns the limit in force.
 #[allow(unsafe_code)]
-fn raise_open_files(want: u64) -> u64 {
+pub(crate) fn raise_open_files(want: u64) -> u64 {
     // SAFETY: plain getrlimit/setrlimit on this process with a valid struct.
     unsafe {
         let mut l = libc::rlimit {

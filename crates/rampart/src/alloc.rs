@@ -36,7 +36,7 @@ extern "C" {
 /// Whether a plain mimalloc block of `size` bytes is always aligned to `align`.
 #[inline(always)]
 fn plain(size: usize, align: usize) -> bool {
-    align <= 8 || (align <= MAX_PLAIN_ALIGN && size % MAX_PLAIN_ALIGN == 0)
+    align <= 8 || (align <= MAX_PLAIN_ALIGN && size.is_multiple_of(MAX_PLAIN_ALIGN))
 }
 
 /// mimalloc, through its plain functions where they give the alignment asked for.
