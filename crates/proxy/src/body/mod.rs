@@ -93,6 +93,14 @@ impl Encoding {
     }
 }
 
+/// The stored part of a fresh hit's head ([`ProxyBody::hit`]): the object's fields as they go
+/// on the wire, and its age in seconds, which the HTTP/1.1 writer sends after them.
+#[derive(Debug, Clone, Copy)]
+pub struct StoredHead<'a> {
+    pub wire: &'a rampart_cache::store::WireFields,
+    pub age: u64,
+}
+
 /// Body of every response rampart sends downstream.
 pub struct ProxyBody {
     kind: Kind,
@@ -131,13 +139,11 @@ impl ProxyBody {
 
     /// The stored fields and the age that precede the response's own, for a
     /// [`ProxyBody::hit`].
-    pub fn stored_head(&self) -> Option<crate::transport::h1::write::StoredHead<'_>> {
-        self.stored
-            .as_ref()
-            .map(|(o, age)| crate::transport::h1::write::StoredHead {
-                wire: &o.wire,
-                age: *age,
-            })
+    pub fn stored_head(&self) -> Option<StoredHead<'_>> {
+        self.stored.as_ref().map(|(o, age)| StoredHead {
+            wire: &o.wire,
+            age: *age,
+        })
     }
 
     pub fn stream(body: OriginBody) -> Self {

@@ -7,11 +7,11 @@ use std::cell::RefCell;
 use std::io::IoSlice;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+pub use crate::body::StoredHead;
 use bytes::Bytes;
 use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
 use http::{HeaderMap, HeaderName, StatusCode, Version};
 use http_body::Body;
-use rampart_cache::store::WireFields;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use crate::net::wire::{chunk_line, itoa};
@@ -36,14 +36,6 @@ pub struct Exchange {
     pub head_request: bool,
     pub version: Version,
     pub keep_alive: bool,
-}
-
-/// The stored part of a fresh hit's head ([`crate::body::ProxyBody::hit`]): the object's
-/// fields as they go on the wire, and its age in seconds.
-#[derive(Debug, Clone, Copy)]
-pub struct StoredHead<'a> {
-    pub wire: &'a WireFields,
-    pub age: u64,
 }
 
 /// Serialises the head into `out` and returns the body's framing and whether the connection
