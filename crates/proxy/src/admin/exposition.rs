@@ -335,6 +335,16 @@ fn connections(m: &Metrics, view: &Api<'_>, f: &mut Families) {
             accepted[i].saturating_sub(ended[i]) as f64,
         );
     }
+    f.add(
+        "rampart_connections_parked",
+        "Idle HTTP/1.1 keep-alive connections parked outside any task (in the worker's epoll set), included in rampart_connections_open.",
+        None,
+    )
+    .gauge(
+        vec![],
+        crate::telemetry::metrics::PARKED_CONNECTIONS.load(std::sync::atomic::Ordering::Relaxed)
+            as f64,
+    );
     let acc = f.add(
         "rampart_connections_accepted",
         "Client connections accepted, by scheme.",

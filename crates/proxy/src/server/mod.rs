@@ -430,8 +430,18 @@ async fn accept_loop(
         let span = tracing::debug_span!("conn", %peer, scheme = scheme.as_str());
         let (open, mut stop) = (open.clone(), shutdown.clone());
         let task = async move {
-            let per_ip_behind = boxed!(accepted.serve(stream, &mut stop)).await;
-            drop((permit, per_ip, per_ip_behind, open));
+            let (per_ip_behind, parked) = boxed!(accepted.serve(stream, &mut stop)).await;
+            let held = crate::transport::park::Held {
+                permit,
+                per_ip,
+                per_ip_behind,
+                open,
+            };
+            match parked {
+                // Idle: the connection leaves this task (transport/park.rs).
+                Some(conn) => crate::transport::park::park(conn, held, stop),
+                None => drop(held),
+            }
         };
         tokio::spawn(task.instrument(span));
     }

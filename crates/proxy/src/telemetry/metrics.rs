@@ -214,6 +214,9 @@ pub struct Metrics {
 }
 
 static METRICS: OnceLock<Metrics> = OnceLock::new();
+
+/// Idle HTTP/1.1 connections parked outside any task now, all workers (`transport/park.rs`).
+pub static PARKED_CONNECTIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 pub(crate) static BUILD: OnceLock<(String, String)> = OnceLock::new();
 
 /// The version and commit `rampart_build_info` shows (set once, by the binary).

@@ -38,12 +38,16 @@ pub(crate) struct Accepted {
 
 impl Accepted {
     /// [PROXY header] → [TLS] → HTTP. Returns the per-address slot taken for the client a
-    /// PROXY header named (held until the connection ends).
+    /// PROXY header named (held until the connection ends), and the connection itself when it
+    /// went idle and leaves its task to be parked (`transport/park.rs`).
     pub(crate) async fn serve(
         self,
         mut stream: ClientStream,
         stop: &mut watch::Receiver<bool>,
-    ) -> Option<crate::transport::limits::PerIpSlot> {
+    ) -> (
+        Option<crate::transport::limits::PerIpSlot>,
+        Option<Parkable>,
+    ) {
         let Accepted {
             mut conn,
             acceptor,
@@ -56,14 +60,14 @@ impl Accepted {
         if proxy_header {
             let read = tokio::select! {
                 r = crate::net::proxy_protocol::read(&mut stream, conn.limits.header_read_timeout) => r,
-                _ = stop.changed() => return None,
+                _ = stop.changed() => return (None, None),
             };
             let (header, rest) = match read {
                 Ok(x) => x,
                 Err(e) => {
                     crate::telemetry::metrics::get().proxy_protocol_refused(e.reason());
                     tracing::debug!(peer = %conn.peer, error = %e, "PROXY protocol header refused; connection closed");
-                    return None;
+                    return (None, None);
                 }
             };
             if let Some((client, dest)) = header.addresses {
@@ -75,25 +79,79 @@ impl Accepted {
                 if slot.is_none() {
                     crate::telemetry::metrics::get().refused_per_ip();
                     tracing::debug!(client = %conn.peer, "per-address connection limit reached; connection closed");
-                    return None;
+                    return (None, None);
                 }
             }
             first = rest;
         }
         // Each protocol's state in its own allocation: the task itself stays small, and an
         // idle HTTP/1.1 connection holds only what h1::serve needs between requests.
-        match acceptor {
-            None => boxed!(conn.serve(stream, first, false, stop)).await,
+        let parked = match acceptor {
+            None => {
+                let (peer, local, slot) = (conn.info.peer, conn.info.local, conn.slot.clone());
+                boxed!(conn.serve(stream, first, false, stop))
+                    .await
+                    .map(|idle| Parkable {
+                        idle,
+                        peer,
+                        local,
+                        slot,
+                    })
+            }
             Some(acceptor) if first.is_empty() => {
-                boxed!(conn.serve_tls(acceptor, shared_alpn, stream, stop)).await
+                boxed!(conn.serve_tls(acceptor, shared_alpn, stream, stop)).await;
+                None
             }
             Some(acceptor) => {
                 let stream = Rewind::new(first.freeze(), stream);
-                boxed!(conn.serve_tls(acceptor, shared_alpn, stream, stop)).await
+                boxed!(conn.serve_tls(acceptor, shared_alpn, stream, stop)).await;
+                None
             }
-        }
-        slot
+        };
+        (slot, parked)
     }
+}
+
+/// A plaintext HTTP/1.1 connection that went idle, as its task gives it up: what a new task
+/// needs to serve it again (`transport/park.rs`).
+pub(crate) struct Parkable {
+    pub(crate) idle: h1::Idle<ClientStream>,
+    /// The client (as a PROXY header named it) and the address it reached.
+    pub(crate) peer: SocketAddr,
+    pub(crate) local: SocketAddr,
+    pub(crate) slot: Arc<Slot>,
+}
+
+/// Serves a parked connection again once it is readable: HTTP/1.1 on a new task, with the
+/// configuration in force now. Returns it when it goes idle again.
+pub(crate) async fn resume(
+    stream: ClientStream,
+    peer: SocketAddr,
+    local: SocketAddr,
+    slot: Arc<Slot>,
+    stop: &mut watch::Receiver<bool>,
+) -> Option<Parkable> {
+    let current = slot.load_full();
+    let conn = Conn {
+        slot: slot.clone(),
+        info: Arc::new(ConnInfo::new(
+            peer,
+            local,
+            crate::pipeline::conn_info::Scheme::Http,
+        )),
+        h2: current.conn.h2.clone(),
+        limits: current.conn.limits,
+        peer,
+    };
+    drop(current);
+    boxed!(conn.serve_h1(stream, BytesMut::new(), stop))
+        .await
+        .map(|idle| Parkable {
+            idle,
+            peer,
+            local,
+            slot,
+        })
 }
 
 /// The HTTP/2 connection preface (prior knowledge h2c).
@@ -164,6 +222,9 @@ impl Conn {
                     let h2_only = alpn == Some(b"h2");
                     let mut conn = self;
                     conn.limits.close_notify = true;
+                    // A TLS session is far larger than a parked connection: it stays in its
+                    // task.
+                    conn.limits.park_after = None;
                     conn.serve(tls, BytesMut::new(), h2_only, stop).await;
                 }
             }
@@ -192,7 +253,8 @@ impl Conn {
         mut first: BytesMut,
         h2_only: bool,
         stop: &mut watch::Receiver<bool>,
-    ) where
+    ) -> Option<h1::Idle<I>>
+    where
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
         let mut deadline = tokio::time::Instant::now() + self.limits.header_read_timeout;
@@ -209,13 +271,14 @@ impl Conn {
                         tracing::debug!(peer = %self.peer, "invalid HTTP/2 connection preface; GOAWAY");
                         crate::telemetry::metrics::get().malformed(400);
                         refuse_h2_preface(&mut io).await;
-                        return;
+                        return None;
                     }
                     break;
                 }
                 if n == H2_PREFACE.len() {
                     let io = Rewind::lingering(first.freeze(), io);
-                    return boxed!(self.serve_h2(io, stop)).await;
+                    boxed!(self.serve_h2(io, stop)).await;
+                    return None;
                 }
             }
             // Stopping: a connection that sent nothing yet gets a short grace for the request
@@ -227,16 +290,30 @@ impl Conn {
                 r = tokio::time::timeout_at(deadline, crate::net::read::read_some(&mut io)) => r,
                 r = stop.changed(), if !*stop.borrow() => {
                     if r.is_err() {
-                        return;
+                        return None;
                     }
                     continue;
                 }
             };
             match read {
                 Ok(Ok(b)) if !b.is_empty() => first.extend_from_slice(&b),
-                _ => return,
+                _ => return None,
             }
         }
+        self.serve_h1(io, first, stop).await
+    }
+
+    /// rampart's HTTP/1.1 server on `io` (`first`: bytes already read), the pipeline behind
+    /// it; the connection back when it went idle (see [`h1::serve`]).
+    async fn serve_h1<I>(
+        self,
+        io: I,
+        first: BytesMut,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Option<h1::Idle<I>>
+    where
+        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
         let (slot, mut info) = (self.slot, self.info);
         // Where the origin's interim answers for this connection's requests go.
         let interim = Arc::new(Interim::default());
@@ -253,7 +330,7 @@ impl Conn {
             Some(&interim),
             stop,
         );
-        serving.await;
+        serving.await
     }
 
     /// Serves HTTP/2 with hyper until the connection ends, the worker drains, or no request

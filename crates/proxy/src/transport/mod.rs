@@ -8,5 +8,6 @@ pub mod h3;
 pub mod limits;
 pub mod linger;
 pub mod listen;
+pub mod park;
 pub mod send_timeout;
 pub mod settings;

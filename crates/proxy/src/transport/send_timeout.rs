@@ -49,6 +49,12 @@ impl<W> TimedWrite<W> {
         }
     }
 
+    /// The stream, for a connection that leaves its task between requests (no write waits
+    /// then).
+    pub fn into_inner(self) -> W {
+        self.inner
+    }
+
     /// `polled` as it is when ready; when pending, pending until the deadline, then an error.
     fn timed<T>(
         &mut self,

@@ -70,6 +70,10 @@ impl ConnSettings {
                 send_timeout: d.send_timeout,
                 // Set per connection, for TLS (transport/accept.rs).
                 close_notify: false,
+                // Idle connections leave their tasks (transport/park.rs): each worker thread
+                // has its own epoll set, which a shared runtime's tasks would leave.
+                park_after: (config.runtime == rampart_config::RuntimeMode::PerCore)
+                    .then_some(h1::PARK_AFTER),
             },
             h2: Arc::new(h2),
             tls: tls.map(|t| t.server.clone()),

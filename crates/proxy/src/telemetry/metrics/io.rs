@@ -45,6 +45,11 @@ impl<S, T> Counted<S, T> {
     pub fn get_ref(&self) -> &S {
         &self.io
     }
+
+    /// The stream and its counters, apart (a connection being parked).
+    pub fn into_parts(self) -> (S, T) {
+        (self.io, self.stats)
+    }
 }
 
 mod counted {

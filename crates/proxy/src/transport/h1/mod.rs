@@ -54,10 +54,26 @@ pub struct Limits {
     /// the same FIN, and the `shutdown` call cost a system call per connection (one of eight
     /// for a request on a new connection).
     pub close_notify: bool,
+    /// A connection idle this long between requests leaves its task ([`serve`] returns it, see
+    /// `transport/park.rs`); `None`: it waits in its task (TLS, the shared runtime).
+    pub park_after: Option<Duration>,
+}
+
+/// How long a connection waits for its next request in its task before [`serve`] gives it
+/// back to be parked (`transport/park.rs`), where `Limits::park_after` allows it.
+pub const PARK_AFTER: Duration = Duration::from_secs(1);
+
+/// A connection [`serve`] gives back between requests, to be parked: its stream, and the end of
+/// its keep-alive time.
+pub struct Idle<I> {
+    pub io: I,
+    pub keepalive_until: Instant,
 }
 
 /// Serves HTTP/1.1 requests on `io` until the client closes, an error or timeout ends the
-/// connection, or `stop` asks for a graceful end. `carry`: bytes already read.
+/// connection, or `stop` asks for a graceful end. `carry`: bytes already read. With
+/// `limits.park_after`, a connection idle that long between requests is given back instead
+/// (`Some`), its read buffer empty.
 ///
 /// Each request goes: read its head ([`read_head`]) → the pipeline (fed the body as it reads
 /// it: [`handle`]) → write the response, and decide what the connection does with a body the
@@ -69,7 +85,8 @@ pub async fn serve<I, H, F>(
     mut handler: H,
     interim: Option<&Interim>,
     stop: &mut watch::Receiver<bool>,
-) where
+) -> Option<Idle<I>>
+where
     I: AsyncRead + AsyncWrite + Unpin,
     H: FnMut(Request<ClientBody>) -> F,
     F: Future<Output = Response<ProxyBody>>,
@@ -84,9 +101,15 @@ pub async fn serve<I, H, F>(
             Recv::Head(h) => h,
             Recv::Refused(e) => {
                 boxed!(refuse(&mut io, e)).await;
-                return;
+                return None;
             }
-            Recv::End => return,
+            Recv::End => return None,
+            Recv::Park(keepalive_until) => {
+                return Some(Idle {
+                    io: io.into_inner(),
+                    keepalive_until,
+                })
+            }
         };
         let ex = write::Exchange {
             head_request: head.method == http::Method::HEAD,
@@ -101,14 +124,14 @@ pub async fn serve<I, H, F>(
             // Interim answers read in the same breath as the final one still go first.
             let late = i.take();
             if !late.is_empty() && write_interim(&mut io, late).await.is_err() {
-                return;
+                return None;
             }
         }
         if res.status() == http::StatusCode::SWITCHING_PROTOCOLS {
             if let Some(tunnel) = res.extensions_mut().remove::<crate::net::tunnel::Tunnel>() {
                 // The connection is the WebSocket's from here on.
                 boxed!(switch(&mut io, &mut carry, res, tunnel)).await;
-                return;
+                return None;
             }
         }
         if *stop.borrow() {
@@ -121,7 +144,7 @@ pub async fn serve<I, H, F>(
             if limits.close_notify {
                 let _ = io.shutdown().await;
             }
-            return;
+            return None;
         }
         // Give back the memory of a large pipelined leftover or body.
         if carry.is_empty() && carry.capacity() > 0 {
@@ -164,6 +187,9 @@ enum Recv {
     Refused(HeadError),
     /// The client closed, went quiet, or the server is stopping.
     End,
+    /// Idle for `park_after` with nothing read: the connection leaves its task. Its keep-alive
+    /// time ends at this instant.
+    Park(Instant),
 }
 
 /// Bytes of partial request heads above [`FREE_HEAD`] each, held by all connections together:
@@ -220,6 +246,8 @@ async fn read_head<I: AsyncRead + Unpin>(
 ) -> Recv {
     let mut started: Option<Instant> = None;
     let mut closing: Option<Instant> = None;
+    // While idle with parking on: when to park, and when the keep-alive time ends.
+    let mut park: Option<(Instant, Instant)> = None;
     let mut charge = HeadCharge::default();
     loop {
         if !carry.is_empty() {
@@ -240,7 +268,16 @@ async fn read_head<I: AsyncRead + Unpin>(
             (true, _) if stopping => *closing.get_or_insert_with(|| {
                 (Instant::now() + STOP_GRACE).min(Instant::now() + limits.keepalive_timeout)
             }),
-            (true, _) => Instant::now() + limits.keepalive_timeout,
+            (true, _) => match (limits.park_after, park) {
+                (None, _) => Instant::now() + limits.keepalive_timeout,
+                (Some(_), Some((at, until))) => at.min(until),
+                (Some(after), None) => {
+                    let now = Instant::now();
+                    let (at, until) = (now + after, now + limits.keepalive_timeout);
+                    park = Some((at, until));
+                    at.min(until)
+                }
+            },
             (false, Some(t)) => t + limits.header_read_timeout,
             (false, None) => {
                 let t = Instant::now();
@@ -271,6 +308,11 @@ async fn read_head<I: AsyncRead + Unpin>(
                 Err(_) => return Recv::End,
             },
             _ = &mut timer => {
+                if let Some((at, until)) = park.filter(|_| carry.is_empty() && !*stop.borrow()) {
+                    if at < until && Instant::now() >= at {
+                        return Recv::Park(until);
+                    }
+                }
                 if !carry.is_empty() {
                     tracing::debug!("request head not complete within the header read timeout; closing");
                 }
