@@ -27,6 +27,8 @@ fuzz_target!(|data: &[u8]| {
             keepalive_timeout: Duration::from_millis(500),
             body_idle_timeout: Duration::from_millis(500),
             send_timeout: Duration::from_millis(500),
+            close_notify: false,
+            park_after: None,
         };
         let serve = h1::serve(
             server,

@@ -109,21 +109,7 @@ pub(crate) fn park(conn: Parkable, held: Held, stop: watch::Receiver<bool>) {
     };
     if let Err(parked) = parker.add(parked) {
         // The epoll set refused it: back to a task of its own.
-        let Parked {
-            socket,
-            stats,
-            peer,
-            local,
-            slot,
-            held,
-            ..
-        } = *parked;
-        match tokio::net::TcpStream::from_std(socket) {
-            Ok(s) => {
-                tokio::spawn(serve_again(s, stats, peer, local, slot, held, stop));
-            }
-            Err(e) => tracing::debug!(error = %e, "cannot serve a parked connection again; closed"),
-        }
+        wake(*parked, stop);
     }
 }
 
@@ -290,8 +276,12 @@ impl Parker {
                     for k in expired {
                         drop(self.take(k));
                     }
+                    self.table().trim();
                 }
                 r = stop.changed(), if !*stop.borrow() => {
+                    // Stopping (or no one can stop this worker any more): every parked
+                    // connection gets its task back and ends as an idle one does. Nothing parks
+                    // on a stopping worker (`park` serves it in a task instead).
                     if r.is_err() || *stop.borrow() {
                         let all = self.table().slots.len();
                         for k in 0..all {
@@ -299,14 +289,28 @@ impl Parker {
                                 wake(p, stop.clone());
                             }
                         }
+                        PARKER.with(|cell| cell.borrow_mut().take());
+                        break;
                     }
                 }
             }
-            if *stop.borrow() && self.table().slots.iter().all(Option::is_none) {
-                // Nothing parks on a stopping worker; the next stop-less parker starts anew.
-                PARKER.with(|cell| cell.borrow_mut().take());
-                break;
-            }
+        }
+    }
+}
+
+impl Table {
+    /// Gives back the room a burst of parked connections left: empty slots at the end go, and
+    /// the table shrinks when a quarter of it or less is in use (keys of live entries never
+    /// move: they are in the epoll set).
+    fn trim(&mut self) {
+        while matches!(self.slots.last(), Some(None)) {
+            self.slots.pop();
+        }
+        let len = self.slots.len();
+        self.free.retain(|&k| k < len);
+        if self.slots.capacity() > 64 && len <= self.slots.capacity() / 4 {
+            self.slots.shrink_to(len * 2);
+            self.free.shrink_to(self.free.len() * 2);
         }
     }
 }
