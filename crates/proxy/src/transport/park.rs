@@ -124,7 +124,11 @@ fn parker(stop: &watch::Receiver<bool>) -> Option<Arc<Parker>> {
         let p = match Parker::new() {
             Ok(p) => Arc::new(p),
             Err(e) => {
-                tracing::warn!(error = %e, "cannot make an epoll set for idle connections; they stay in their tasks");
+                // Out of descriptors, typically: said once, not for every idle connection.
+                static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+                if !SAID.swap(true, Relaxed) {
+                    tracing::warn!(error = %e, "cannot make an epoll set for idle connections; they stay in their tasks");
+                }
                 return None;
             }
         };
