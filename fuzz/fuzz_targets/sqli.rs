@@ -4,10 +4,10 @@
 
 use libfuzzer_sys::fuzz_target;
 use rampart_screen::inspect::{self, BodyKind};
-use rampart_screen::sqli::{Detector, Libinjection};
+use rampart_screen::sqli::{Detector, Sqli};
 
 fuzz_target!(|data: &[u8]| {
-    let d = &Libinjection;
+    let d = &Sqli;
     let _ = d.detect(data);
     if rampart_screen::sqli::plain_words(data) {
         assert!(

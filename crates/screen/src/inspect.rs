@@ -430,7 +430,7 @@ fn json_string(doc: &[u8], mut i: usize) -> (Vec<u8>, usize) {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::sqli::Libinjection;
+    use crate::sqli::Sqli;
 
     #[test]
     fn decoding() {
@@ -443,7 +443,7 @@ mod tests {
 
     #[test]
     fn finds_payloads_where_they_hide() {
-        let d = &Libinjection;
+        let d = &Sqli;
         let f = query(d, "q=shoes&id=1%27%20OR%20%271%27%3D%271").unwrap();
         assert_eq!((f.location, f.name.as_str()), (Location::QueryValue, "id"));
         assert!(query(d, "q=running+shoes&page=2&sort=price").is_none());
@@ -473,7 +473,7 @@ mod tests {
 
     #[test]
     fn multipart_fields_are_screened_and_files_are_not() {
-        let d = &Libinjection;
+        let d = &Sqli;
         let ct = b"multipart/form-data; boundary=\"----x1\"";
         let form = |value: &str| {
             format!(
@@ -529,7 +529,7 @@ mod tests {
 
     #[test]
     fn broken_input_never_panics() {
-        let d = &Libinjection;
+        let d = &Sqli;
         for s in [
             &b"\""[..],
             b"\"\\",

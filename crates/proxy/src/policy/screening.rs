@@ -23,7 +23,7 @@ use rampart_redis::ratelimit::{Gcra, Verdict};
 use rampart_redis::{Feature, Shared};
 use rampart_screen::inspect::{self, BodyKind, Finding};
 use rampart_screen::ratelimit::{Limiter, Refused};
-use rampart_screen::sqli::{Detector, Libinjection};
+use rampart_screen::sqli::{Detector, Sqli};
 
 use crate::error::{ProxyError, Screened};
 use crate::policy::route::Rule;
@@ -90,7 +90,7 @@ impl Screen {
             }),
         };
         Screen {
-            detector: Box::new(Libinjection),
+            detector: Box::new(Sqli),
             inspection: previous.map_or_else(
                 || {
                     Arc::new(tokio::sync::Semaphore::new(

@@ -1,10 +1,33 @@
 //! The SQL-injection detector.
 //!
 //! [`Detector`] is the seam: the pipeline and [`crate::inspect`] only know the trait, so the
-//! engine can be swapped or tested in isolation. [`Libinjection`] is the engine in use: the
-//! pure-Rust port of libinjection (`libinjectionrs`), a tokenizer that folds SQL tokens into a
-//! fingerprint and looks it up in libinjection's list of known injection shapes, trying the
-//! input as-is and as if inside a single- or double-quoted string.
+//! engine can be swapped or tested in isolation. [`Sqli`] is the engine in use: rampart's own
+//! implementation of libinjection's algorithm. A tokenizer reads the value as SQL, folds the
+//! tokens into a fingerprint of at most five token types (`s&sos`: string, logic operator,
+//! string, operator, string), and looks the fingerprint up in libinjection's list of known
+//! injection shapes, with libinjection's whitelist for short fingerprints that ordinary text
+//! makes too; the value is read as it stands and, when it holds a quote, as if it continued a
+//! single- or double-quoted string, and again in the MySQL dialect when a `#` or `--` comment
+//! calls for it.
+//!
+//! The engine's data (the word list with its types, the fingerprint list, the byte classes)
+//! are libinjection's, from `libinjectionrs`, the pure-Rust port of libinjection; its code is
+//! rampart's: tokens are small fixed structs pointing into the value, words are looked up in
+//! hash tables built once over the list (upper-cased in a stack buffer), the fingerprint is a
+//! few fixed bytes, and the engine allocates nothing. Its verdicts and fingerprints
+//! are checked against `libinjectionrs`'s, which is kept as [`Libinjection`] for that purpose:
+//! by unit tests on the token classes and folding rules, by `tests/differential.rs` (the corpora
+//! in `testdata/` and ~200,000 generated SQL-ish values) and by the `sqli_diff` fuzz target.
+//!
+//! Both engines sit behind the same front: values that provably cannot be flagged
+//! ([`plain_words`]) skip the engine, and recent verdicts are remembered per thread.
+
+mod engine;
+mod fold;
+mod table;
+mod tokenize;
+
+pub use engine::Fingerprint;
 
 /// Something that decides whether one decoded value is an SQL-injection payload.
 pub trait Detector: Send + Sync + std::fmt::Debug {
@@ -13,33 +36,64 @@ pub trait Detector: Send + Sync + std::fmt::Debug {
     fn detect(&self, input: &[u8]) -> Option<String>;
 }
 
-/// libinjection's SQLi tokenizer and fingerprint list.
+/// rampart's implementation of libinjection's SQL-injection algorithm (the module docs say
+/// how it works and how it is checked).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Sqli;
+
+impl Sqli {
+    /// The engine alone, without the plain-words shortcut and the memo: `Some(fingerprint)`
+    /// exactly when libinjection flags `input`.
+    pub fn check(input: &[u8]) -> Option<Fingerprint> {
+        engine::detect(input)
+    }
+}
+
+impl Detector for Sqli {
+    fn detect(&self, input: &[u8]) -> Option<String> {
+        screen(&SQLI_MEMO, input, |v| {
+            engine::detect(v).map(|f| f.as_str().to_owned())
+        })
+    }
+}
+
+/// libinjection's SQLi tokenizer and fingerprint list as `libinjectionrs` implements them: the
+/// reference [`Sqli`] is checked against (and the engine rampart used before it).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Libinjection;
 
 impl Detector for Libinjection {
     fn detect(&self, input: &[u8]) -> Option<String> {
-        if !worth_checking(input) {
-            return None;
-        }
-        if input.len() > MEMO_MAX_VALUE {
-            return run(input);
-        }
-        // Popular values (search terms, filters, cookie values) repeat: remember recent
-        // verdicts per thread instead of tokenizing them again.
-        MEMO.with(|memo| {
-            let mut memo = memo.borrow_mut();
-            if let Some(v) = memo.get(input) {
-                return v.clone();
-            }
-            let verdict = run(input);
-            if memo.len() >= MEMO_ENTRIES {
-                memo.clear();
-            }
-            memo.insert(input.into(), verdict.clone());
-            verdict
-        })
+        screen(&LIBINJECTION_MEMO, input, run)
     }
+}
+
+/// The front both engines share: plain words skip the engine, and popular values (search
+/// terms, filters, cookie values) repeat, so recent verdicts are remembered per thread instead
+/// of being worked out again.
+fn screen(
+    memo: &'static std::thread::LocalKey<Memo>,
+    input: &[u8],
+    engine: impl Fn(&[u8]) -> Option<String>,
+) -> Option<String> {
+    if !worth_checking(input) {
+        return None;
+    }
+    if input.len() > MEMO_MAX_VALUE {
+        return engine(input);
+    }
+    memo.with(|memo| {
+        let mut memo = memo.borrow_mut();
+        if let Some(v) = memo.get(input) {
+            return v.clone();
+        }
+        let verdict = engine(input);
+        if memo.len() >= MEMO_ENTRIES {
+            memo.clear();
+        }
+        memo.insert(input.into(), verdict.clone());
+        verdict
+    })
 }
 
 /// Values longer than this are not remembered.
@@ -47,12 +101,15 @@ const MEMO_MAX_VALUE: usize = 128;
 /// Remembered verdicts per thread (at most ~0.6 MiB); the table is emptied when full.
 const MEMO_ENTRIES: usize = 4096;
 
+/// Recent verdicts of one engine on one thread.
+type Memo = std::cell::RefCell<std::collections::HashMap<Box<[u8]>, Option<String>>>;
+
 thread_local! {
-    static MEMO: std::cell::RefCell<std::collections::HashMap<Box<[u8]>, Option<String>>> =
-        std::cell::RefCell::new(std::collections::HashMap::new());
+    static SQLI_MEMO: Memo = Memo::default();
+    static LIBINJECTION_MEMO: Memo = Memo::default();
 }
 
-/// One libinjection verdict.
+/// One `libinjectionrs` verdict.
 fn run(input: &[u8]) -> Option<String> {
     let result = libinjectionrs::detect_sqli(input);
     if !result.is_injection() {
@@ -92,28 +149,17 @@ pub fn plain_words(input: &[u8]) -> bool {
     {
         return false;
     }
-    let words = keywords();
     let mut prev: Option<&[u8]> = None;
-    let mut buf = [0u8; 160];
     for word in input.split(|&b| b == b' ').filter(|w| !w.is_empty()) {
         if word[0].is_ascii_digit() {
             if !word.iter().all(u8::is_ascii_digit) {
                 return false;
             }
-        } else if word.len() > 64 || words.contains(upper(word, &mut buf)) {
+        } else if word.len() > 64 || in_word_list(&[word]) {
             return false;
         }
         if let Some(p) = prev {
-            let n = p.len() + 1 + word.len();
-            if n <= buf.len() {
-                buf[..p.len()].copy_from_slice(p);
-                buf[p.len()] = b' ';
-                buf[p.len() + 1..n].copy_from_slice(word);
-                buf[..n].make_ascii_uppercase();
-                if words.contains(&buf[..n]) {
-                    return false;
-                }
-            } else {
+            if p.len() + 1 + word.len() > 160 || in_word_list(&[p, b" ", word]) {
                 return false;
             }
         }
@@ -122,46 +168,11 @@ pub fn plain_words(input: &[u8]) -> bool {
     true
 }
 
-fn upper<'b>(word: &[u8], buf: &'b mut [u8; 160]) -> &'b [u8] {
-    let b = &mut buf[..word.len()];
-    b.copy_from_slice(word);
-    b.make_ascii_uppercase();
-    b
-}
-
-/// libinjection's keyword table (upper case), as a set. Only static words are ever inserted,
-/// so a fast non-keyed hash (FNV-1a) is safe here.
-type KeywordSet = std::collections::HashSet<&'static [u8], std::hash::BuildHasherDefault<Fnv>>;
-
-fn keywords() -> &'static KeywordSet {
-    static SET: std::sync::OnceLock<KeywordSet> = std::sync::OnceLock::new();
-    SET.get_or_init(|| {
-        libinjectionrs::sqli::sqli_data::SQL_KEYWORDS
-            .iter()
-            .map(|k| k.word.as_bytes())
-            .collect()
-    })
-}
-
-/// FNV-1a, for short static keys.
-#[derive(Debug)]
-struct Fnv(u64);
-
-impl Default for Fnv {
-    fn default() -> Self {
-        Fnv(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl std::hash::Hasher for Fnv {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
+/// Whether the concatenated `parts` spell an entry of libinjection's word list (in any case).
+fn in_word_list(parts: &[&[u8]]) -> bool {
+    let mut key = table::Key::new();
+    // Nothing longer than the key buffer is in the list.
+    parts.iter().all(|p| key.push(p)) && table::tables().word_type(&key).is_some()
 }
 
 #[cfg(test)]
@@ -180,6 +191,7 @@ mod tests {
             "1) or sleep(5)#",
             "-1 union all select 1,2,3",
         ] {
+            assert!(Sqli.detect(p.as_bytes()).is_some(), "{p}");
             assert!(Libinjection.detect(p.as_bytes()).is_some(), "{p}");
         }
     }
@@ -195,8 +207,26 @@ mod tests {
             "price",
             "en-US",
         ] {
+            assert_eq!(Sqli.detect(p.as_bytes()), None, "{p}");
             assert_eq!(Libinjection.detect(p.as_bytes()), None, "{p}");
         }
+    }
+
+    #[test]
+    fn verdicts_are_remembered_per_engine() {
+        let v = b"1' or '1'='1 (memo test)";
+        let first = Sqli.detect(v);
+        assert!(first.is_some());
+        assert_eq!(Sqli.detect(v), first);
+        assert_eq!(Libinjection.detect(v), first);
+        assert_eq!(
+            SQLI_MEMO.with(|m| m.borrow().get(&v[..]).cloned()),
+            Some(first)
+        );
+        // A value longer than the memo keeps is judged every time, the same way.
+        let long = [&b"1 union select "[..], &[b'x'; MEMO_MAX_VALUE]].concat();
+        assert_eq!(Sqli.detect(&long), Libinjection.detect(&long));
+        assert!(SQLI_MEMO.with(|m| m.borrow().get(&long[..]).is_none()));
     }
 
     #[test]
