@@ -80,7 +80,10 @@ enum Command {
 fn main() -> ExitCode {
     no_transparent_huge_pages();
     #[cfg(feature = "mimalloc")]
-    prompt_purge();
+    {
+        prompt_purge();
+        rampart_proxy::transport::park::set_give_back(alloc::collect);
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run { config } => cmd_run(config),
@@ -428,13 +431,22 @@ extern "C" {
     fn mi_version() -> std::ffi::c_int;
 }
 
-/// Gives memory the allocator no longer uses back to the system after 10 ms instead of
-/// mimalloc v3's 1 s (unless `MIMALLOC_PURGE_DELAY` says otherwise). Cached bodies of megabytes
-/// come and go all the time (fills, evictions, the shared tier's reads and writes); held for a
-/// second after each free, they added up to a third of the process's RSS. In the 60-second
-/// chaos soak with the Redis tier the peak was 163 MiB at 1 s, 129 at 100 ms, 119 at 10 ms and
-/// 114 with no delay. The price is on passes, whose origin reads (hyper's) allocate and free
-/// per response: +0.4–0.7 µs of CPU per pass against 1 s (~3 %); cached hits do not move
+/// How long mimalloc keeps pages it no longer uses before giving them back to the system.
+#[cfg(feature = "mimalloc")]
+const PURGE_DELAY_MS: std::ffi::c_long = 100;
+
+/// Sets mimalloc's purge delay to [`PURGE_DELAY_MS`] (1 s is its v3 default), unless
+/// `MIMALLOC_PURGE_DELAY` says otherwise.
+///
+/// It was 10 ms: cached bodies of megabytes come and go all the time (fills, evictions, the
+/// shared tier's reads and writes), and held for a second after each free they added up to a
+/// third of the process's RSS. Those blocks are now mappings of their own, unmapped when freed
+/// (`alloc.rs`, [`alloc::DIRECT`]), so the delay only applies to the small pages requests
+/// allocate and free. At 10 ms a pass gave pages back and faulted them in again (~240 page
+/// faults per 1,000 passes, ~0.3 µs of CPU per pass); at 100 ms ~10. Longer would hold the
+/// memory of connections that just parked: their worker then allocates nothing that would make
+/// mimalloc look at freed pages, so the parker's sweep asks for the collection itself
+/// ([`alloc::collect`]), and 1 s left 5.5 KB per idle connection resident two seconds later
 /// (benchmarks.md, "Allocator purge delay").
 #[cfg(feature = "mimalloc")]
 #[allow(unsafe_code)]
@@ -445,7 +457,7 @@ fn prompt_purge() {
     // SAFETY: mimalloc's option setter, with integers; the allocator is linked in (feature
     // `mimalloc`) and reads the option each time it decides to purge.
     unsafe {
-        mi_option_set(MI_OPTION_PURGE_DELAY, 10);
+        mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS);
     }
 }
 
@@ -474,10 +486,19 @@ mod allocator_tests {
         // SAFETY: mimalloc's version and option getters, with integers.
         let version = unsafe { mi_version() };
         assert!((20_000..40_000).contains(&version), "mimalloc {version}");
+        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+            // Before it is set: option 15 holds v3's default purge delay, which no other
+            // option near it has (a shifted enum would read something else).
+            // SAFETY: as above.
+            assert_eq!(unsafe { mi_option_get(MI_OPTION_PURGE_DELAY) }, 1000);
+        }
         prompt_purge();
         if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
             // SAFETY: as above.
-            assert_eq!(unsafe { mi_option_get(MI_OPTION_PURGE_DELAY) }, 10);
+            assert_eq!(
+                unsafe { mi_option_get(MI_OPTION_PURGE_DELAY) },
+                PURGE_DELAY_MS
+            );
         }
     }
 }

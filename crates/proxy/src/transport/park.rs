@@ -59,6 +59,27 @@ struct Parked {
 struct Parker {
     epoll: AsyncFd<OwnedFd>,
     table: Mutex<Table>,
+    /// Sweeps left that give memory back ([`give_back`]): set when a connection parks.
+    give_back_sweeps: std::sync::atomic::AtomicU8,
+}
+
+/// What gives the memory freed by parked connections' tasks back to the system
+/// ([`set_give_back`]).
+static GIVE_BACK: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
+/// Sets what the sweep calls, on the worker's thread, in the two seconds after connections
+/// parked: the allocator's collection (the binary's global allocator keeps freed pages for a
+/// while before it gives them back, and a worker whose connections all parked allocates
+/// nothing more that would make it look at them). Set once, by the binary.
+pub fn set_give_back(f: fn()) {
+    let _ = GIVE_BACK.set(f);
+}
+
+/// Calls the function [`set_give_back`] set, if any.
+fn give_back() {
+    if let Some(f) = GIVE_BACK.get() {
+        f();
+    }
 }
 
 #[derive(Default)]
@@ -157,6 +178,7 @@ impl Parker {
         Ok(Parker {
             epoll,
             table: Mutex::new(Table::default()),
+            give_back_sweeps: std::sync::atomic::AtomicU8::new(0),
         })
     }
 
@@ -202,6 +224,9 @@ impl Parker {
             };
         }
         PARKED.fetch_add(1, Relaxed);
+        // This sweep and the next: what was freed just before a sweep may not be old enough
+        // for the allocator to give back yet.
+        self.give_back_sweeps.store(2, Relaxed);
         Ok(())
     }
 
@@ -281,6 +306,10 @@ impl Parker {
                         drop(self.take(k));
                     }
                     self.table().trim();
+                    if self.give_back_sweeps.load(Relaxed) > 0 {
+                        self.give_back_sweeps.fetch_sub(1, Relaxed);
+                        give_back();
+                    }
                 }
                 r = stop.changed(), if !*stop.borrow() => {
                     // Stopping (or no one can stop this worker any more): every parked
