@@ -92,9 +92,13 @@ fn map(size: usize) -> *mut u8 {
 /// blocks mapped for themselves.
 pub struct Alloc;
 
-// SAFETY: every pointer comes from mimalloc and goes back to it (`mi_free` and `mi_realloc`
-// take aligned and plain blocks alike); `plain` only lets through alignments mimalloc's plain
-// functions guarantee for that size, and anything else takes the aligned functions.
+// SAFETY: a block of `DIRECT` bytes or more (with an alignment a page has) is a mapping of
+// its own and goes back with `munmap` (or moves with `mremap`); Rust frees and reallocates a
+// block with the layout it last had, so its size tells the two kinds apart, and a realloc
+// across the threshold copies into a block of the other kind. Every other pointer comes from
+// mimalloc and goes back to it (`mi_free` and `mi_realloc` take aligned and plain blocks
+// alike); `plain` only lets through alignments mimalloc's plain functions guarantee for that
+// size, and anything else takes the aligned functions.
 #[allow(unsafe_code)]
 unsafe impl GlobalAlloc for Alloc {
     #[inline]
