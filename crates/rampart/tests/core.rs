@@ -589,6 +589,77 @@ async fn h2c_prior_knowledge() {
     assert_eq!(seen.version, http::Version::HTTP_11);
 }
 
+/// The streams of one HTTP/2 connection run in its task (`transport/h2_streams.rs`): twenty
+/// slow requests on one connection are all at the origin at once and all answered, and a
+/// graceful stop still finishes the ones in flight before the process exits.
+#[tokio::test]
+async fn h2_streams_of_one_connection_run_side_by_side_and_a_stop_finishes_them() {
+    let origin = Origin::new()
+        .route("*", Reply::text("slow").delay(Duration::from_millis(800)))
+        .start()
+        .await;
+    let mut proxy = Proxy::start(&config_for("streams", &origin, "workers = 1", ""));
+    let stream = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    let (sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let port = proxy.addr.port();
+    let ask = |path: String| {
+        let mut sender = sender.clone();
+        tokio::spawn(async move {
+            let req = Request::get(format!("http://streams:{port}{path}"))
+                .body(empty())
+                .unwrap();
+            let res = sender.send_request(req).await.map_err(|e| e.to_string())?;
+            let status = res.status().as_u16();
+            use http_body_util::BodyExt;
+            let body = res.into_body().collect().await.map_err(|e| e.to_string())?;
+            Ok::<_, String>((status, body.to_bytes()))
+        })
+    };
+    let asked: Vec<_> = (0..20).map(|i| ask(format!("/side/{i}"))).collect();
+    // All twenty reach the origin while the first is still being answered (each takes 0.8 s
+    // there): the streams do not wait for one another.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while origin.requests() < 20 {
+        assert!(
+            Instant::now() < deadline,
+            "{} of 20 at the origin",
+            origin.requests()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for a in asked {
+        assert_eq!(a.await.unwrap().unwrap(), (200, bytes::Bytes::from("slow")));
+    }
+    // A stop while five streams are at the origin: they are answered, then the process ends.
+    let before = origin.requests();
+    let last: Vec<_> = (0..5).map(|i| ask(format!("/last/{i}"))).collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while origin.requests() < before + 5 {
+        assert!(
+            Instant::now() < deadline,
+            "the last five never reached the origin"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    proxy.signal(SIGTERM);
+    for a in last {
+        assert_eq!(a.await.unwrap().unwrap(), (200, bytes::Bytes::from("slow")));
+    }
+    let code = tokio::task::spawn_blocking(move || {
+        let code = proxy.wait_exit(Duration::from_secs(10));
+        (code, proxy)
+    })
+    .await
+    .unwrap();
+    assert_eq!(code.0, Some(0), "{}", code.1.output());
+}
+
 #[tokio::test]
 async fn graceful_shutdown_finishes_in_flight_requests() {
     let origin = Origin::new()

@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
+
+use crate::transport::h2_streams::{StreamExec, Streams};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::watch;
 
@@ -170,7 +172,7 @@ pub(crate) struct Conn {
     /// Where each request finds the configuration in force.
     pub(crate) slot: Arc<Slot>,
     pub(crate) info: Arc<ConnInfo>,
-    pub(crate) h2: Arc<hyper::server::conn::http2::Builder<TokioExecutor>>,
+    pub(crate) h2: Arc<hyper::server::conn::http2::Builder<StreamExec>>,
     pub(crate) limits: h1::Limits,
     pub(crate) peer: SocketAddr,
 }
@@ -358,6 +360,8 @@ impl Conn {
         };
         let conn = self.h2.serve_connection(TokioIo::new(io), svc);
         tokio::pin!(conn);
+        // The requests' streams run in this task (`h2_streams.rs`).
+        let mut streams = Streams::default();
         // Idle timeout: a connection that started no request for a whole period is shut down
         // gracefully. In-flight requests still complete, and a client trickling a header block
         // (which never becomes a request) cannot keep the connection open.
@@ -373,7 +377,7 @@ impl Conn {
         loop {
             tokio::select! {
                 biased;
-                r = conn.as_mut() => {
+                r = std::future::poll_fn(|cx| streams.poll_conn(&mut conn.as_mut(), cx)) => {
                     if let Err(e) = r {
                         tracing::debug!(%peer, error = %e, "connection ended with an error");
                     }
@@ -401,6 +405,7 @@ impl Conn {
                 }
             }
         }
+        streams.detach();
     }
 }
 

@@ -4,6 +4,7 @@
 
 pub mod accept;
 pub mod h1;
+pub mod h2_streams;
 pub mod h3;
 pub mod limits;
 pub mod linger;

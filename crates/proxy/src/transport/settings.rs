@@ -5,20 +5,21 @@
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::rt::TokioTimer;
 use rampart_config::Config;
 use rampart_tls::Tls;
 use socket2::TcpKeepalive;
 
 use crate::pipeline::Pipeline;
 use crate::transport::h1;
+use crate::transport::h2_streams::StreamExec;
 use crate::transport::limits::PerIp;
 
 /// What a new connection reads from the configuration in force when it is accepted.
 #[derive(Debug)]
 pub struct ConnSettings {
     pub limits: h1::Limits,
-    pub h2: Arc<hyper::server::conn::http2::Builder<TokioExecutor>>,
+    pub h2: Arc<hyper::server::conn::http2::Builder<StreamExec>>,
     /// `None` when no rule is served over HTTPS (HTTPS listeners are closed then).
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// Other instances' TLS-ALPN-01 answers, taken from Redis during a validation handshake.
@@ -52,7 +53,8 @@ impl ConnSettings {
         // HTTP/2 flood limits (RFC 9113 §10.5): streams, header list size (also bounds
         // CONTINUATION sequences), and the reset budgets behind the rapid-reset defence
         // (CVE-2023-44487): a client that resets more streams than this is sent GOAWAY.
-        let mut h2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+        // Each stream runs in its connection's task (`h2_streams.rs`).
+        let mut h2 = hyper::server::conn::http2::Builder::new(StreamExec);
         h2.timer(TokioTimer::new())
             .max_concurrent_streams(d.h2_max_concurrent_streams)
             .max_header_list_size(d.h2_max_header_list_bytes)
