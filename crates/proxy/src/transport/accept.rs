@@ -13,8 +13,6 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-
-use crate::transport::h2_streams::{StreamExec, Streams};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::watch;
 
@@ -23,6 +21,7 @@ use crate::interim::Interim;
 use crate::pipeline::conn_info::ConnInfo;
 use crate::telemetry::metrics::Counted;
 use crate::transport::h1;
+use crate::transport::h2_streams::{StreamExec, Streams};
 use crate::transport::send_timeout::Watched;
 use crate::transport::settings::Slot;
 
