@@ -25,6 +25,7 @@
 mod engine;
 mod fold;
 mod table;
+mod token;
 mod tokenize;
 
 pub use engine::Fingerprint;
