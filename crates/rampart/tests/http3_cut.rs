@@ -1,9 +1,11 @@
 //! An HTTP/3 upload without a declared length, cut at the body limit while it streams: the
 //! origin's side of the exchange fails too, and the client's fault must win over it (413, not
 //! 502). Run beside `http3.rs`, it made that file's early refusals (403, 413 before the body
-//! is read) fail one time in five: the load left a read of the request stream in flight when
-//! the refusal dropped the body, where h3-quinn's `stop_sending` panicked and took the
-//! connection down (fixed in `quic/body.rs`; the loop here and there is the regression check).
+//! is read) fail one time in five: a read of the request stream was in flight when the refusal
+//! dropped the body, where h3-quinn's `stop_sending` panicked and took the worker's task (and
+//! the response) down. Guarding the call by the last read's result was not enough: h3 leaves a
+//! read in flight after returning buffered data, and under CPU load this test still failed one
+//! run in six. rampart no longer calls it (`body/h3.rs`); the loop here is the regression check.
 #![allow(clippy::unwrap_used, dead_code)]
 
 #[path = "support/h3.rs"]
@@ -36,7 +38,7 @@ async fn an_upload_cut_at_the_limit_is_a_413() {
         files(&c, &k)
     ));
     let udp = proxy.h3.expect("an HTTP/3 socket");
-    for _ in 0..3 {
+    for _ in 0..6 {
         let mut h3 = h3c::connect(udp, "a.test", ca.roots()).await.unwrap();
         let req = Request::post("https://a.test/upload").body(()).unwrap();
         let too_big = h3
