@@ -11,10 +11,10 @@ use http::header::{
 };
 use http::Version;
 
-static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
-static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
-static X_FORWARDED_PORT: HeaderName = HeaderName::from_static("x-forwarded-port");
+pub static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+pub static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+pub static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+pub static X_FORWARDED_PORT: HeaderName = HeaderName::from_static("x-forwarded-port");
 static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
@@ -117,31 +117,22 @@ pub fn append_via(h: &mut HeaderMap, version: Version) {
     h.append(VIA, via_value(version));
 }
 
-/// Adds the forwarding headers to a request bound for the origin.
-/// `port` is the port the client connected to, pre-rendered.
-pub fn add_forwarded(
-    h: &mut HeaderMap,
-    client_ip: &HeaderValue,
-    host: &HeaderValue,
-    proto: &'static str,
-    port: &HeaderValue,
-) {
-    // Several X-Forwarded-For lines form one list (RFC 9110 §5.3); keep them all, in order.
-    let xff = if h.contains_key(&X_FORWARDED_FOR) {
-        let mut v = Vec::new();
-        for prev in h.get_all(&X_FORWARDED_FOR) {
-            v.extend_from_slice(prev.as_bytes());
-            v.extend_from_slice(b", ");
-        }
-        v.extend_from_slice(client_ip.as_bytes());
-        HeaderValue::from_bytes(&v).unwrap_or_else(|_| client_ip.clone())
-    } else {
-        client_ip.clone()
-    };
-    h.insert(X_FORWARDED_FOR.clone(), xff);
-    h.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static(proto));
-    h.insert(X_FORWARDED_HOST.clone(), host.clone());
-    h.insert(X_FORWARDED_PORT.clone(), port.clone());
+/// The `X-Forwarded-For` a request bound for the origin carries: the client's list, if it
+/// sent one, with the client's address after it. Several lines form one list (RFC 9110
+/// §5.3): all are kept, in order, in one value. The other forwarding fields replace the
+/// client's (a client must not choose them).
+pub fn forwarded_for(client: &HeaderMap, client_ip: &HeaderValue) -> HeaderValue {
+    let mut prev = client.get_all(&X_FORWARDED_FOR).iter().peekable();
+    if prev.peek().is_none() {
+        return client_ip.clone();
+    }
+    let mut v = Vec::new();
+    for p in prev {
+        v.extend_from_slice(p.as_bytes());
+        v.extend_from_slice(b", ");
+    }
+    v.extend_from_slice(client_ip.as_bytes());
+    HeaderValue::from_bytes(&v).unwrap_or_else(|_| client_ip.clone())
 }
 
 #[cfg(test)]
@@ -181,23 +172,13 @@ mod tests {
     }
 
     #[test]
-    fn forwarded_appends_xff_and_replaces_the_rest() {
+    fn forwarded_for_extends_the_clients_list() {
+        let ip = HeaderValue::from_static("127.0.0.1");
         let mut h = HeaderMap::new();
+        assert_eq!(forwarded_for(&h, &ip), "127.0.0.1");
         h.insert("x-forwarded-for", HeaderValue::from_static("10.0.0.1"));
         h.append("x-forwarded-for", HeaderValue::from_static("10.0.0.2"));
-        h.insert("x-forwarded-proto", HeaderValue::from_static("https"));
-        add_forwarded(
-            &mut h,
-            &HeaderValue::from_static("127.0.0.1"),
-            &HeaderValue::from_static("a.example"),
-            "http",
-            &HeaderValue::from_static("8080"),
-        );
-        assert_eq!(h.get_all("x-forwarded-for").iter().count(), 1);
-        assert_eq!(h["x-forwarded-for"], "10.0.0.1, 10.0.0.2, 127.0.0.1");
-        assert_eq!(h["x-forwarded-proto"], "http");
-        assert_eq!(h["x-forwarded-host"], "a.example");
-        assert_eq!(h["x-forwarded-port"], "8080");
+        assert_eq!(forwarded_for(&h, &ip), "10.0.0.1, 10.0.0.2, 127.0.0.1");
     }
 
     #[test]

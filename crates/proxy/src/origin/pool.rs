@@ -21,13 +21,14 @@ use http::{Request, Response};
 use rampart_config::{OriginProtocol, RoutingMethod, RuleConfig, UpstreamConfig, UpstreamTarget};
 
 use crate::body::origin::OriginBody;
-use crate::body::{RequestBody, RequestBodyError};
+use crate::body::RequestBodyError;
 use crate::error::{BoxError, ProxyError};
 use crate::interim::Interim;
 use crate::net::idle::{IdlePool, PoolKey};
 use crate::origin::connect::{
     absolute_uri, proxied_key, OriginConnectTimeout, OriginConnector, OriginTlsError,
 };
+use crate::origin::fields::Outgoing;
 use crate::origin::h1::client::{H1Client, H1Failure};
 use crate::origin::h2::{H2Failure, H2Pool};
 
@@ -346,13 +347,14 @@ impl Upstream {
         self.timeout
     }
 
-    /// Sends `req` (origin-form URI, headers already rewritten) to `authority` over `scheme`
-    /// in `protocol`; waits at most `proxy_timeout` for the response head. `interim`: where
+    /// Sends `req` (origin-form URI, the client's fields with fetch's changes beside them) to
+    /// `authority` over `scheme` in `protocol`; waits at most `proxy_timeout` for the response
+    /// head. `interim`: where
     /// the client's connection takes 1xx answers (HTTP/1.1 origins); `upgrade`: a WebSocket
     /// handshake (always HTTP/1.1).
     pub async fn send(
         &self,
-        req: Request<RequestBody>,
+        req: Outgoing<'_>,
         authority: &Authority,
         scheme: Scheme,
         protocol: OriginProtocol,
@@ -360,7 +362,7 @@ impl Upstream {
         upgrade: bool,
     ) -> Result<Response<OriginBody>, ProxyError> {
         // The client's body fault wins over whatever the exchange reports.
-        let fault = req.body().fault();
+        let fault = req.body.fault();
         let body_fault = move || {
             fault
                 .as_ref()
@@ -391,12 +393,14 @@ impl Upstream {
         // The target as HTTP/2 sends it: scheme and pool key (`:authority` comes from
         // `Host`, see h2.rs). Boxed: HTTP/2's future is large, and the HTTP/1.1 path (every
         // request of most configurations) would otherwise carry its space.
-        let Some(uri) = absolute_uri(req.uri(), scheme, authority.clone()) else {
+        let Some(uri) = absolute_uri(&req.head.uri, scheme, authority.clone()) else {
             return Err(ProxyError::BadRequest("request target"));
         };
-        let mut req = req;
-        *req.uri_mut() = uri;
-        let h2 = Box::pin(self.h2.send(req, authority.clone()));
+        let mut h2_req = Request::new(req.body);
+        *h2_req.method_mut() = req.head.method.clone();
+        *h2_req.uri_mut() = uri;
+        *h2_req.headers_mut() = req.fields.apply(&req.head.headers);
+        let h2 = Box::pin(self.h2.send(h2_req, authority.clone()));
         let sent = match self.timeout {
             Some(t) => tokio::time::timeout(t, h2)
                 .await

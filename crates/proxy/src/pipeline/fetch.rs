@@ -7,20 +7,26 @@ use std::borrow::Cow;
 use std::future::Future;
 use std::time::{Instant, SystemTime};
 
-use http::header::{HeaderValue, EXPECT, HOST, IF_MODIFIED_SINCE, IF_NONE_MATCH, TE};
+use http::header::{HeaderValue, HOST, IF_MODIFIED_SINCE, IF_NONE_MATCH, TE};
+use http::request::Parts;
 use http::uri::Authority;
-use http::{HeaderMap, Method, Request, Response, Uri, Version};
+use http::{HeaderMap, Method, Request, Response, Version};
 use rampart_cache::conditional;
 use rampart_config::{OriginProtocol, RoutingMethod};
 
 use crate::body::origin::OriginBody;
 use crate::body::RequestBody;
 use crate::error::{Chain, ProxyError};
-use crate::headers::{add_forwarded, append_via, strip_hop_by_hop, wants_trailers};
+use crate::headers::{
+    forwarded_for, via_value, wants_trailers, X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PORT,
+    X_FORWARDED_PROTO,
+};
+use crate::origin::fields::{OriginFields, Outgoing};
 use crate::origin::pool::{UpstreamSet, UpstreamState, ERROR_PENALTY};
 use crate::pipeline::conn_info::{ConnInfo, Scheme};
 use crate::pipeline::txn::{target, Mode, Txn};
 use crate::pipeline::worker_state::Worker;
+use crate::telemetry::access_log;
 
 /// What fetch brings back.
 #[derive(Debug)]
@@ -82,82 +88,66 @@ pub fn fetch<'a>(
 
 /// Sends `req` to the rule's upstreams, failing over on connect errors when it has no body.
 ///
-/// Not an `async fn`: the request is rewritten before the future is made, which then holds
-/// the rewritten request only (an `async fn` keeps its arguments for its whole life).
+/// Not an `async fn`: fetch's changes to the request are decided before the future is made,
+/// which then holds the request and those changes only (an `async fn` keeps its arguments for
+/// its whole life).
 pub fn send<'a>(
     w: &'a Worker,
     txn: &'a mut Txn,
     req: Request<RequestBody>,
     plan: Plan,
 ) -> impl Future<Output = Result<Fetched, ProxyError>> + 'a {
-    let (mut parts, body) = req.into_parts();
-    let downstream_version = parts.version;
-    let method = parts.method.clone();
+    let (head, body) = req.into_parts();
+    let downstream_version = head.version;
     // invariant: the dispatcher fetches only after recv found a route.
     let Some(route) = &txn.route else {
         unreachable!("fetch before recv")
     };
-    let conn = &txn.conn;
-    // The request as the client made it (before any rewriting and before rampart's own
-    // validators): lookup computes Vary variants from the client's headers, so storing must
-    // too, and a revalidated entry answers the client's own request.
-    let req_headers = plan.keep_headers.then(|| parts.headers.clone());
-    let revalidating = plan.validators.is_some();
-    // Room for the fields added below, made once: growing the map field by field rebuilds it
-    // twice (~2,000 instructions a pass).
-    parts.headers.reserve(8);
-    rewrite_for_origin(
-        &mut parts.headers,
-        conn,
+    // The client's fields stay as the client sent them (before rampart's own validators):
+    // lookup computes Vary variants from them, so storing must too, and a revalidated entry
+    // answers the client's own request. fetch's changes go beside them.
+    let mut fields = for_origin(
+        &head.headers,
+        &txn.conn,
         &route.host,
         downstream_version,
-        plan.validators,
+        plan.validators.as_ref(),
     );
     if plan.upgrade {
-        ask_for_websocket(&mut parts.headers);
+        ask_for_websocket(&mut fields);
     }
+    let keep_headers = plan.keep_headers;
+    let revalidating = plan.validators.is_some();
     // WebSocket handshakes are HTTP/1.1 whatever the origin's protocol.
     let http1_only = plan.upgrade;
-    let resendable = matches!(body, RequestBody::Empty);
-    // A copy to re-send after a connect failure; only for body-less requests to a rule with
-    // more than one origin, so the common case clones nothing.
-    let spare = (resendable && route.rule.upstreams.len() > 1).then(|| {
-        (
-            parts.method.clone(),
-            parts.uri.clone(),
-            parts.headers.clone(),
-        )
-    });
-    parts.version = Version::HTTP_11;
-    let first = Request::from_parts(parts, body);
     let request_time = SystemTime::now();
-    let done = move |res| Fetched {
+    let done = move |res, head: Parts| Fetched {
         res,
-        req_headers,
+        req_headers: keep_headers.then_some(head.headers),
         request_time,
         downstream_version,
-        method,
+        method: head.method,
         unsafe_target: plan.unsafe_target,
         revalidating,
     };
 
     // Returned as it is: wrapped in another `async` block, it would be moved once more per
     // request (~500 instructions of copying a pass).
-    try_origins(w, txn, first, spare, http1_only, done)
+    try_origins(w, txn, head, fields, body, http1_only, done)
 }
 
 /// Sends the request to the rule's origins in order until one answers (then `done` makes
-/// what fetch brings back), failing over on a failed connection while a copy of the request
-/// (`spare`, body-less requests only) is left.
+/// what fetch brings back), failing over on a failed connection when the request has no body
+/// (it is then sent again from the same head).
 async fn try_origins(
     w: &Worker,
     txn: &mut Txn,
-    first: Request<RequestBody>,
-    spare: Option<(Method, Uri, HeaderMap)>,
+    head: Parts,
+    fields: OriginFields,
+    body: RequestBody,
     http1_only: bool,
-    done: impl FnOnce(Response<OriginBody>) -> Fetched,
+    done: impl FnOnce(Response<OriginBody>, Parts) -> Fetched,
 ) -> Result<Fetched, ProxyError> {
-    let mut first = Some(first);
     let https = txn.scheme() == Scheme::Https;
     // Fields of `txn`, not `txn.route()`: the log record is written to while the route
     // is read.
@@ -165,6 +155,10 @@ async fn try_origins(
         unreachable!("fetch before recv")
     };
     let upstreams = &route.rule.upstreams;
+    // Sent again after a failed connection: body-less requests to a rule with more than one
+    // origin (with one, `order` may offer it again when it is down: fail open).
+    let resendable = matches!(body, RequestBody::Empty) && upstreams.len() > 1;
+    let mut body = Some(body);
     // The last failure, for the client when no origin answers.
     let mut last_err = None;
     // A rule that sends PROXY headers: the one for this client (its connections are its
@@ -177,10 +171,10 @@ async fn try_origins(
         let (shown, sent) = match pool_key(member, https, header.as_deref()) {
             Ok((shown, key, scheme)) => {
                 let tls = scheme.as_str() == "https";
-                let req = match (first.take(), &spare) {
-                    (Some(req), _) => req,
-                    (None, Some((m, u, hm))) => rebuild(m, u, hm),
-                    (None, None) => break,
+                let body = match body.take() {
+                    Some(b) => b,
+                    None if resendable => RequestBody::Empty,
+                    None => break,
                 };
                 if let Some(l) = txn.log.as_deref_mut() {
                     l.upstream = Some(shown.clone());
@@ -202,6 +196,11 @@ async fn try_origins(
                 // (The future is made in the await: held in a local first, this future would
                 // keep room for it twice.)
                 let sent_at = Instant::now();
+                let req = Outgoing {
+                    head: &head,
+                    fields: &fields,
+                    body,
+                };
                 let sent = w
                     .upstream
                     .send(req, &key, scheme, protocol, interim, http1_only)
@@ -218,7 +217,7 @@ async fn try_origins(
         match sent {
             Ok(res) => {
                 upstreams.mark_up(member);
-                return Ok(done(res));
+                return Ok(done(res, head));
             }
             Err(e) if e.may_fail_over() => {
                 tracing::warn!(upstream = %shown, error = %Chain(&e), "origin failed before the request was sent; marking it down");
@@ -229,9 +228,7 @@ async fn try_origins(
             // restarted mid-request): a safe, body-less request goes to the next origin, as
             // NGINX's `proxy_next_upstream error` does. The origin is not marked down: its
             // next connection says whether it is.
-            Err(e @ ProxyError::UpstreamProtocol(_))
-                if spare.as_ref().is_some_and(|(m, _, _)| m.is_safe()) =>
-            {
+            Err(e @ ProxyError::UpstreamProtocol(_)) if resendable && head.method.is_safe() => {
                 tracing::warn!(upstream = %shown, error = %Chain(&e), "origin connection failed before the answer; trying the next origin");
                 last_err = Some(e);
             }
@@ -243,12 +240,12 @@ async fn try_origins(
 
 /// Asks the origin to switch to WebSocket (`Connection: upgrade`, `Upgrade: websocket`, which
 /// the hop-by-hop rewrite removed).
-fn ask_for_websocket(h: &mut HeaderMap) {
-    h.insert(
+fn ask_for_websocket(f: &mut OriginFields) {
+    f.set(
         http::header::CONNECTION,
         HeaderValue::from_static("upgrade"),
     );
-    h.insert(http::header::UPGRADE, HeaderValue::from_static("websocket"));
+    f.set(http::header::UPGRADE, HeaderValue::from_static("websocket"));
 }
 
 /// `member`'s pool key for this request, with the name shown in logs and the scheme; a rule
@@ -284,52 +281,50 @@ fn record(
     member.stats(tls).request(sent.as_ref().map(|_| took));
 }
 
-/// The client's request fields made ready for the origin: hop-by-hop fields and `Expect` out,
-/// `Host`, the forwarding fields and `Via` in, and rampart's validators when it revalidates.
-fn rewrite_for_origin(
-    h: &mut HeaderMap,
+/// fetch's changes to the client's fields for the origin ([`OriginFields`]: the hop-by-hop
+/// fields and `Expect` stay behind): `Host`, the forwarding fields and `Via`, the request id
+/// when the client sent none usable, and rampart's validators when it revalidates.
+fn for_origin(
+    client: &HeaderMap,
     conn: &ConnInfo,
     host: &HeaderValue,
     downstream_version: Version,
-    validators: Option<Validators>,
-) {
-    // `TE: trailers` says the client takes trailer fields (gRPC requires it): the one TE
-    // value that is passed on, to HTTP/2 origins (`Upstream::send` drops it for HTTP/1.1).
-    // Only for HTTP/2 (and later) clients: rampart sends HTTP/1.1 clients no trailers.
-    let trailers = downstream_version >= Version::HTTP_2 && wants_trailers(h);
-    strip_hop_by_hop(h);
-    if trailers {
-        h.insert(TE, HeaderValue::from_static("trailers"));
-    }
-    // rampart answers `Expect: 100-continue` itself (hyper sends 100 when the body is read).
-    h.remove(EXPECT);
-    // The id the access log has (open_log put it in), the client's, or a new one.
-    crate::telemetry::access_log::request_id(h);
+    validators: Option<&Validators>,
+) -> OriginFields {
+    let mut f = OriginFields::for_client(client);
     let host = crate::headers::origin_host(host);
-    add_forwarded(
-        h,
-        &conn.client_ip_header,
-        &host,
-        conn.scheme.as_str(),
-        &conn.local_port_header,
+    f.set(HOST, host.clone());
+    // `TE: trailers` says the client takes trailer fields (gRPC requires it): the one TE
+    // value that is passed on, to HTTP/2 origins (the HTTP/1.1 client never sends TE).
+    // Only for HTTP/2 (and later) clients: rampart sends HTTP/1.1 clients no trailers.
+    if downstream_version >= Version::HTTP_2 && wants_trailers(client) {
+        f.set(TE, HeaderValue::from_static("trailers"));
+    }
+    // The id the access log has (open_log put it in), the client's, or a new one.
+    if access_log::usable_request_id(client).is_none() {
+        f.set(
+            access_log::X_REQUEST_ID.clone(),
+            access_log::new_request_id(),
+        );
+    }
+    f.set(
+        X_FORWARDED_FOR.clone(),
+        forwarded_for(client, &conn.client_ip_header),
     );
-    h.insert(HOST, host);
-    append_via(h, downstream_version);
+    f.set(
+        X_FORWARDED_PROTO.clone(),
+        HeaderValue::from_static(conn.scheme.as_str()),
+    );
+    f.set(X_FORWARDED_HOST.clone(), host.clone());
+    f.set(X_FORWARDED_PORT.clone(), conn.local_port_header.clone());
+    f.set(http::header::VIA, via_value(downstream_version));
     if let Some((etag, last_modified)) = validators {
         if let Some(v) = etag {
-            h.insert(IF_NONE_MATCH, v);
+            f.set(IF_NONE_MATCH, v.clone());
         }
         if let Some(v) = last_modified {
-            h.insert(IF_MODIFIED_SINCE, v);
+            f.set(IF_MODIFIED_SINCE, v.clone());
         }
     }
-}
-
-fn rebuild(method: &Method, uri: &Uri, headers: &HeaderMap) -> Request<RequestBody> {
-    let mut req = Request::new(RequestBody::Empty);
-    *req.method_mut() = method.clone();
-    *req.uri_mut() = uri.clone();
-    *req.version_mut() = Version::HTTP_11;
-    *req.headers_mut() = headers.clone();
-    req
+    f
 }

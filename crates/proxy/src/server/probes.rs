@@ -16,6 +16,7 @@ use tokio::sync::watch;
 
 use crate::body::RequestBody;
 use crate::error::{Chain, ProxyError};
+use crate::origin::fields::{OriginFields, Outgoing};
 use crate::origin::pool::{Upstream, UpstreamSet, UpstreamState};
 use crate::policy::route::{Router, Rule};
 
@@ -176,14 +177,21 @@ async fn probe(
             (key, scheme)
         }
     };
-    let mut req = Request::get(path)
-        .body(RequestBody::Empty)
-        .map_err(|_| ProxyError::BadRequest("health_check_path"))?;
-    req.headers_mut().insert(HOST, host.clone());
-    req.headers_mut().insert(
+    let (mut head, ()) = Request::get(path)
+        .body(())
+        .map_err(|_| ProxyError::BadRequest("health_check_path"))?
+        .into_parts();
+    head.headers.insert(HOST, host.clone());
+    head.headers.insert(
         USER_AGENT,
         HeaderValue::from_static(concat!("rampart-health-check/", env!("CARGO_PKG_VERSION"))),
     );
+    let fields = OriginFields::default();
+    let req = Outgoing {
+        head: &head,
+        fields: &fields,
+        body: RequestBody::Empty,
+    };
     match tokio::time::timeout(
         timeout,
         upstream.send(req, &key, scheme, member.target.protocol, None, false),

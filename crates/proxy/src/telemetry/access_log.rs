@@ -100,19 +100,23 @@ impl AccessRecord {
 /// characters, no quote or backslash), else a new one, which is put in the request so the
 /// origin gets the same id.
 pub fn request_id(headers: &mut http::HeaderMap) -> HeaderValue {
-    if let Some(v) = headers.get(&X_REQUEST_ID) {
-        let b = v.as_bytes();
-        let usable = !b.is_empty()
-            && b.len() <= MAX_REQUEST_ID
-            && b.iter()
-                .all(|c| c.is_ascii_graphic() && *c != b'"' && *c != b'\\');
-        if usable {
-            return v.clone();
-        }
+    if let Some(v) = usable_request_id(headers) {
+        return v.clone();
     }
     let id = new_request_id();
     headers.insert(X_REQUEST_ID.clone(), id.clone());
     id
+}
+
+/// The client's `X-Request-Id` when it is usable (see [`request_id`]).
+pub fn usable_request_id(headers: &http::HeaderMap) -> Option<&HeaderValue> {
+    let v = headers.get(&X_REQUEST_ID)?;
+    let b = v.as_bytes();
+    let usable = !b.is_empty()
+        && b.len() <= MAX_REQUEST_ID
+        && b.iter()
+            .all(|c| c.is_ascii_graphic() && *c != b'"' && *c != b'\\');
+    usable.then_some(v)
 }
 
 /// 32 hex digits, unique in this process (a counter through a bijective mix, under a

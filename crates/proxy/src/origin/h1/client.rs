@@ -19,13 +19,14 @@ use std::task::Poll;
 
 use bytes::{Bytes, BytesMut};
 use http::header::{CONNECTION, CONTENT_LENGTH, TE, TRANSFER_ENCODING};
-use http::{HeaderMap, Method, Request, Response, StatusCode, Uri};
+use http::request::Parts;
+use http::{Method, Response, StatusCode};
 use rampart_screen::h1::ResponseFraming;
 
 use crate::body::h1::Decoder;
 use crate::body::origin::{settle, Delimit, H1Body, Home, OriginBody};
 use crate::body::upload::{framing_of, Upload, UploadError, UploadFraming};
-use crate::body::{RequestBody, RequestBodyError};
+use crate::body::RequestBodyError;
 use crate::error::BoxError;
 use crate::interim::Interim;
 use crate::net::idle::{IdlePool, PoolKey};
@@ -33,6 +34,7 @@ use crate::net::origin_stream::{OriginStream, Prefixed};
 use crate::net::read::poll_read_into;
 use crate::net::tunnel::OriginSide;
 use crate::origin::connect::{OriginConnector, ORIGIN_READ_BUFFER};
+use crate::origin::fields::{OriginFields, Outgoing};
 use crate::origin::h1::head::{self, HeadError, ResponseHead};
 
 /// The most fields a response head may have (hyper's limit, which rampart had before).
@@ -83,31 +85,25 @@ impl H1Client {
         H1Client { pool, connector }
     }
 
-    /// Sends `req` (headers already rewritten for the origin, `Host` set) to the origin at
-    /// `key` and reads the head of its final answer. `interim`: where 1xx answers go;
-    /// `upgrade`: the request asks to switch protocols (a `101` is then its answer, with the
-    /// connection in its extensions as an [`OriginSide`]).
+    /// Sends `req` (the client's head with fetch's changes beside it, `Host` among them) to the
+    /// origin at `key` and reads the head of its final answer. `interim`: where 1xx answers
+    /// go; `upgrade`: the request asks to switch protocols (a `101` is then its answer, with
+    /// the connection in its extensions as an [`OriginSide`]).
     pub async fn send(
         &self,
-        req: Request<RequestBody>,
+        req: Outgoing<'_>,
         key: PoolKey,
         interim: Option<&Interim>,
         upgrade: bool,
     ) -> Result<Response<OriginBody>, H1Failure> {
-        let (parts, body) = req.into_parts();
-        let head_request = parts.method == Method::HEAD;
-        let framing = framing_of(&body, carries_length(&parts.method));
-        let mut out = Vec::with_capacity(256 + 32 * parts.headers.len());
-        request_head(
-            &mut out,
-            &parts.method,
-            &parts.uri,
-            &parts.headers,
-            framing,
-            !self.pool.keeps(),
-        );
+        let Outgoing { head, fields, body } = req;
+        let method = &head.method;
+        let head_request = *method == Method::HEAD;
+        let framing = framing_of(&body, carries_length(method));
+        let mut out = Vec::with_capacity(256 + 32 * head.headers.len());
+        request_head(&mut out, head, fields, framing, !self.pool.keeps());
         let mut upload = Upload::new(Bytes::from(out), body, framing);
-        let idempotent = parts.method.is_idempotent();
+        let idempotent = method.is_idempotent();
         let mut retried = false;
         loop {
             // A second try always opens a new connection (the pool's other idle ones may be
@@ -198,24 +194,29 @@ fn carries_length(method: &Method) -> bool {
     )
 }
 
-/// Serialises the request head: origin-form target, the fields as the pipeline left them
-/// (without any framing or `TE` field: the framing is this writer's, and rampart sends
-/// HTTP/1.1 clients no trailers), the framing of the body, and `Connection: close` when the
-/// connection will not be kept.
+/// Serialises the request head: origin-form target; fetch's fields, then the client's that
+/// fetch leaves in, then `Via` ([`OriginFields`]); never a framing or `TE` field (the framing
+/// is this writer's, and rampart sends HTTP/1.1 clients no trailers); the framing of the body,
+/// and `Connection: close` when the connection will not be kept.
 fn request_head(
     out: &mut Vec<u8>,
-    method: &Method,
-    uri: &Uri,
-    headers: &HeaderMap,
+    head: &Parts,
+    fields: &OriginFields,
     framing: UploadFraming,
     close: bool,
 ) {
-    out.extend_from_slice(method.as_str().as_bytes());
+    out.extend_from_slice(head.method.as_str().as_bytes());
     out.push(b' ');
-    out.extend_from_slice(uri.path_and_query().map_or("/", |p| p.as_str()).as_bytes());
+    out.extend_from_slice(
+        head.uri
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .as_bytes(),
+    );
     out.extend_from_slice(b" HTTP/1.1\r\n");
     let mut has_connection = false;
-    for (name, value) in headers {
+    let kept = head.headers.iter().filter(|(name, _)| !fields.skips(name));
+    for (name, value) in fields.before().chain(kept).chain(fields.after()) {
         if name == CONTENT_LENGTH || name == TRANSFER_ENCODING || name == TE {
             continue;
         }
@@ -323,30 +324,34 @@ mod tests {
 
     #[test]
     fn request_heads() {
-        let mut h = HeaderMap::new();
-        h.insert("host", "origin.test".parse().unwrap());
+        let mut h = http::HeaderMap::new();
+        h.insert("host", "client.test".parse().unwrap());
         h.insert("content-length", "99".parse().unwrap());
         h.insert("te", "trailers".parse().unwrap());
+        h.insert("accept", "*/*".parse().unwrap());
+        h.insert("via", "1.0 other".parse().unwrap());
+        let (mut head, ()) = http::Request::post("/a?b=1").body(()).unwrap().into_parts();
+        head.headers = h;
+        let mut fields = OriginFields::for_client(&head.headers);
+        fields.set(http::header::VIA, "1.1 rampart".parse().unwrap());
+        fields.set(http::header::HOST, "origin.test".parse().unwrap());
+        fields.set(TE, "trailers".parse().unwrap());
         let mut out = Vec::new();
-        let uri: Uri = "/a?b=1".parse().unwrap();
-        request_head(
-            &mut out,
-            &Method::POST,
-            &uri,
-            &h,
-            UploadFraming::Chunked,
-            false,
-        );
+        request_head(&mut out, &head, &fields, UploadFraming::Chunked, false);
         assert_eq!(
             String::from_utf8(out).unwrap(),
-            "POST /a?b=1 HTTP/1.1\r\nhost: origin.test\r\ntransfer-encoding: chunked\r\n\r\n"
+            "POST /a?b=1 HTTP/1.1\r\nhost: origin.test\r\naccept: */*\r\nvia: 1.0 other\r\n\
+             via: 1.1 rampart\r\ntransfer-encoding: chunked\r\n\r\n"
         );
+        let (head, ()) = http::Request::get("http://x/")
+            .body(())
+            .unwrap()
+            .into_parts();
         let mut out = Vec::new();
         request_head(
             &mut out,
-            &Method::GET,
-            &"http://x/".parse().unwrap(),
-            &HeaderMap::new(),
+            &head,
+            &OriginFields::default(),
             UploadFraming::None,
             true,
         );
