@@ -319,6 +319,69 @@ async fn an_origin_closing_idle_connections_costs_no_request() {
     assert_eq!(origin.connections(), 5);
 }
 
+/// A body read in full (screening reads form bodies) goes again, whole, when the pooled
+/// connection it went out on turns out closed, for an idempotent method (PUT); a POST is
+/// never sent twice: the origin may have acted on it.
+#[tokio::test]
+async fn a_request_read_in_full_is_sent_again_whole_only_when_idempotent() {
+    let origin = RawOrigin::start(|s| {
+        if s.nth == 0 {
+            Act::Write(ok("fine", "Cache-Control: no-store\r\n"))
+        } else {
+            Act::Close
+        }
+    })
+    .await;
+    let proxy = Proxy::start(
+        &config_for_port(
+            "*",
+            origin.port,
+            "workers = 1\nadd_sql_injection_protection = true",
+            "",
+        )
+        .replace(
+            "enable_sql_injection_protection = false",
+            "enable_sql_injection_protection = true",
+        ),
+    );
+    let form = |method: &str| {
+        req(&proxy, "o.test", "/form")
+            .method(method)
+            .header("content-type", "application/x-www-form-urlencoded")
+    };
+    let c = client();
+    let body = "name=alice&note=hello+world";
+    assert_eq!(get(&proxy, "o.test", "/warm").await.status, 200);
+    let put = send(&c, form("PUT").body(full(body)).unwrap()).await;
+    assert_eq!(
+        (put.status.as_u16(), put.text().as_str()),
+        (200, "fine"),
+        "{}",
+        proxy.output()
+    );
+    let puts: Vec<_> = origin
+        .seen()
+        .into_iter()
+        .filter(|s| s.head.starts_with("PUT "))
+        .collect();
+    assert_eq!(puts.len(), 2, "sent on the closed connection, then again");
+    for p in &puts {
+        assert_eq!(p.body, b"name=alice&note=hello+world");
+        assert!(p.head.to_ascii_lowercase().contains("content-length: 27"));
+    }
+    assert_eq!((puts[0].nth, puts[1].nth), (1, 0));
+
+    // Warm again: the PUT's retry left a pooled connection the origin will close.
+    let post = send(&c, form("POST").body(full(body)).unwrap()).await;
+    assert_eq!(post.status, 502, "{}", post.text());
+    let posts = origin
+        .seen()
+        .iter()
+        .filter(|s| s.head.starts_with("POST "))
+        .count();
+    assert_eq!(posts, 1, "a POST is never sent twice");
+}
+
 #[tokio::test]
 async fn a_silent_origin_times_out_and_its_connection_is_not_reused() {
     let origin = RawOrigin::start(|s| {

@@ -39,11 +39,15 @@ pub enum UploadError {
 
 /// The request (its head first, then its body) and what of it is still to be written.
 pub struct Upload {
-    /// The request head, kept to send the request again.
+    /// The request head, kept whole to send the request again.
     head: Bytes,
+    /// Bytes of the head written so far.
+    head_sent: usize,
+    /// A body read in full, kept to send the request again.
+    full: Option<Bytes>,
     body: RequestBody,
     framing: UploadFraming,
-    /// Bytes taken from the head and body (with their framing) not yet written.
+    /// Bytes taken from the body (with their framing) not yet written: after the head's.
     queue: VecDeque<Bytes>,
     /// Body bytes taken so far (Length: never more than announced).
     taken: u64,
@@ -80,9 +84,16 @@ impl Upload {
     /// `head`: the request head, written for `framing` ([`framing_of`]).
     pub fn new(head: Bytes, body: RequestBody, framing: UploadFraming) -> Self {
         let ended = matches!(framing, UploadFraming::None | UploadFraming::Length(0));
+        let full = match &body {
+            RequestBody::Full(Some(b), _) => Some(b.clone()),
+            _ => None,
+        };
         Upload {
-            queue: VecDeque::from([head.clone()]),
             head,
+            head_sent: 0,
+            full,
+            // Empty until the body brings something: no allocation for a body-less request.
+            queue: VecDeque::new(),
             body,
             framing,
             taken: 0,
@@ -93,7 +104,7 @@ impl Upload {
 
     /// Everything has been written (or there was nothing to write).
     pub fn is_done(&self) -> bool {
-        self.ended && self.queue.is_empty()
+        self.ended && self.head_sent == self.head.len() && self.queue.is_empty()
     }
 
     /// Some byte of the request has gone out.
@@ -112,16 +123,28 @@ impl Upload {
         self.body.pause_limit().unwrap_or(PAUSE)
     }
 
-    /// A copy to send again on another connection, when the body can be read twice (none,
-    /// or read in full already).
-    pub fn replay(&self) -> Option<Upload> {
-        let body = match &self.body {
-            RequestBody::Empty => RequestBody::Empty,
-            RequestBody::Full(Some(b), _) => RequestBody::Full(Some(b.clone()), None),
-            RequestBody::Full(None, _) if self.taken == 0 => RequestBody::Empty,
-            RequestBody::Full(None, _) | RequestBody::Stream(_) => return None,
-        };
-        Some(Upload::new(self.head.clone(), body, self.framing))
+    /// Whether the request can be sent again from its start ([`Upload::rewind`]): its body
+    /// is none, or was read in full before it was sent.
+    pub fn can_rewind(&self) -> bool {
+        match &self.body {
+            RequestBody::Empty => true,
+            RequestBody::Full(..) => self.full.is_some() || self.taken == 0,
+            RequestBody::Stream(_) => false,
+        }
+    }
+
+    /// Starts the request over, to send it again on another connection. Only when
+    /// [`Upload::can_rewind`]; nothing is kept of the first attempt (a failed connection).
+    pub fn rewind(&mut self) {
+        debug_assert!(self.can_rewind());
+        if let RequestBody::Full(b, _) = &mut self.body {
+            *b = self.full.clone();
+        }
+        self.head_sent = 0;
+        self.queue.clear();
+        self.taken = 0;
+        self.ended = matches!(self.framing, UploadFraming::None | UploadFraming::Length(0));
+        self.written = 0;
     }
 
     /// Writes what the body has to `io` until it waits for the client, the origin, or is done.
@@ -131,7 +154,7 @@ impl Upload {
         cx: &mut Context<'_>,
     ) -> Poll<Result<(), UploadError>> {
         loop {
-            while !self.queue.is_empty() {
+            while self.head_sent < self.head.len() || !self.queue.is_empty() {
                 ready!(self.poll_queue(io, cx)).map_err(UploadError::Io)?;
             }
             if self.ended {
@@ -209,22 +232,33 @@ impl Upload {
         io: &mut W,
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<()>> {
-        let n = if io.is_write_vectored() && self.queue.len() > 1 {
+        let head = &self.head[self.head_sent..];
+        let pieces = usize::from(!head.is_empty()) + self.queue.len();
+        let n = if io.is_write_vectored() && pieces > 1 {
             let mut slices = [IoSlice::new(&[]); 4];
-            for (s, b) in slices.iter_mut().zip(&self.queue) {
+            let all = std::iter::once(head)
+                .filter(|h| !h.is_empty())
+                .chain(self.queue.iter().map(|b| &b[..]));
+            for (s, b) in slices.iter_mut().zip(all) {
                 *s = IoSlice::new(b);
             }
-            let k = self.queue.len().min(4);
+            let k = pieces.min(4);
             ready!(Pin::new(&mut *io).poll_write_vectored(cx, &slices[..k]))?
         } else {
-            let front = self.queue.front().map_or(&[][..], |b| &b[..]);
+            let front = if head.is_empty() {
+                self.queue.front().map_or(&[][..], |b| &b[..])
+            } else {
+                head
+            };
             ready!(Pin::new(&mut *io).poll_write(cx, front))?
         };
         if n == 0 {
             return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
         }
         self.written += n as u64;
-        let mut left = n;
+        let from_head = n.min(self.head.len() - self.head_sent);
+        self.head_sent += from_head;
+        let mut left = n - from_head;
         while left > 0 {
             let Some(front) = self.queue.front_mut() else {
                 break;

@@ -120,17 +120,17 @@ impl H1Client {
                     false,
                 ),
             };
-            // A copy to send again should the pooled connection turn out closed.
-            let spare = if reused { upload.replay() } else { None };
             let mut buf = BytesMut::new();
             match exchange(&mut io, &mut upload, &mut buf, head_request, interim).await {
                 Ok(head) => return self.response(head, io, buf, upload, key, upgrade),
                 Err(Failed::Body(e)) => return Err(H1Failure::Body(e)),
+                // A pooled connection the origin had closed: the request goes again, from its
+                // start, on a new one.
                 Err(Failed::Answer(AnswerError::Closed(e)))
-                    if spare.is_some() && (idempotent || !upload.started()) =>
+                    if reused && upload.can_rewind() && (idempotent || !upload.started()) =>
                 {
                     tracing::debug!(error = ?e, "pooled origin connection was closed; sending again on a new one");
-                    upload = spare.unwrap_or(upload);
+                    upload.rewind();
                     retried = true;
                 }
                 Err(Failed::Answer(e)) => return Err(H1Failure::Protocol(Box::new(e))),
