@@ -280,15 +280,41 @@ pub fn host_name(host: &str) -> &str {
             None => host,
         };
     }
-    match host.rfind(':') {
-        Some(i) if !host[..i].contains(':') => &host[..i],
-        _ => host,
+    // One colon: a port follows it. More: a bare IPv6 address, kept whole.
+    let (mut colons, mut last) = (0usize, 0usize);
+    for (i, &b) in host.as_bytes().iter().enumerate() {
+        if b == b':' {
+            colons += 1;
+            last = i;
+        }
+    }
+    if colons == 1 {
+        &host[..last]
+    } else {
+        host
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn host_names_without_their_port() {
+        for (host, name) in [
+            ("example.com", "example.com"),
+            ("example.com:8080", "example.com"),
+            ("example.com:", "example.com"),
+            (":80", ""),
+            ("::1", "::1"),
+            ("fe80::1:2", "fe80::1:2"),
+            ("[::1]", "[::1]"),
+            ("[::1]:443", "[::1]"),
+            ("[::1", "[::1"),
+        ] {
+            assert_eq!(host_name(host), name, "{host}");
+        }
+    }
 
     #[test]
     fn hosts_that_route() {

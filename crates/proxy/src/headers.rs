@@ -26,7 +26,15 @@ pub fn content_length(h: &HeaderMap) -> Option<u64> {
 /// A `Content-Length` field value as a number (the one parser: requests, responses, the h1
 /// writer).
 pub fn parse_content_length(v: &HeaderValue) -> Option<u64> {
-    std::str::from_utf8(v.as_bytes()).ok()?.trim().parse().ok()
+    // Digits only (RFC 9110 §8.6: `1*DIGIT`; no sign), around optional whitespace.
+    let digits = v.as_bytes().trim_ascii();
+    if digits.is_empty() {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |n, &c| {
+        c.is_ascii_digit()
+            .then(|| n.checked_mul(10)?.checked_add(u64::from(c - b'0')))?
+    })
 }
 
 /// A gRPC call (`Content-Type: application/grpc`, `application/grpc+proto`, ...).
@@ -169,6 +177,26 @@ mod tests {
         strip_hop_by_hop(&mut h);
         assert_eq!(h.len(), 1, "{h:?}");
         assert!(h.contains_key("x-keep"));
+    }
+
+    #[test]
+    fn content_lengths() {
+        for (v, n) in [
+            ("0", Some(0)),
+            ("2057", Some(2057)),
+            (" 12\t", Some(12)),
+            ("18446744073709551615", Some(u64::MAX)),
+            ("18446744073709551616", None),
+            ("+5", None),
+            ("-1", None),
+            ("1 2", None),
+            ("", None),
+            ("  ", None),
+            ("0x10", None),
+        ] {
+            let got = parse_content_length(&HeaderValue::from_static(v));
+            assert_eq!(got, n, "{v:?}");
+        }
     }
 
     #[test]

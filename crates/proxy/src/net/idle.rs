@@ -115,9 +115,8 @@ impl IdlePool {
                 break;
             }
         }
-        if list.is_empty() {
-            inner.by_key.remove(key);
-        }
+        // An emptied list stays (the connection usually comes back at the end of the
+        // response): the sweep removes lists left empty.
         found
     }
 
@@ -128,7 +127,10 @@ impl IdlePool {
             return;
         }
         let mut inner = self.lock();
-        let list = inner.by_key.entry(key).or_default();
+        let list = match inner.by_key.get_mut(&key) {
+            Some(list) => list,
+            None => inner.by_key.entry(key).or_default(),
+        };
         if list.len() >= self.max_per_key {
             return;
         }
