@@ -4,7 +4,7 @@
 //! Each server proxies to the suite's origin with one worker. After one warm-up connection,
 //! `--connections` keep-alive connections each send one request and read the whole answer,
 //! then stay open and silent. The server's resident memory (VmRSS of its whole process tree)
-//! is read before the first and 2 s after the last; the growth divided by the count is the
+//! is read before the first and [`SETTLE`] after the last; the growth divided by the count is the
 //! cost of one idle connection. Up to a hundred of them, evenly spread, then send a second
 //! request, to show the connections were still served. Kernel socket memory is not in RSS for any of them.
 
@@ -17,6 +17,11 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
 use crate::procs;
+
+/// How long the connections stay silent before the server's memory is read: past rampart's
+/// default `client_idle_park_seconds` (5 s), its next once-a-second sweep, and the allocator's
+/// purge delay. The same for every server.
+const SETTLE: Duration = Duration::from_secs(8);
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct IdleArgs {
@@ -139,7 +144,7 @@ async fn hold(
                 .with_context(|| format!("connection {i}"))?,
         );
     }
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(SETTLE).await;
     let after = server.rss();
     let took = started.elapsed();
     let mut answered = (0, 0);
@@ -330,7 +335,7 @@ fn report(args: &IdleArgs, connections: usize, results: &[Measured]) -> String {
          proxies to the suite's origin; the origin and the client share CPU {}. After one warm-up \
          connection, {connections} keep-alive connections each send `GET /hello` and read the \
          whole answer, then stay open and silent. RSS is the VmRSS of the server's process tree, \
-         read before the first connection and 2 s after the last; per connection = growth ÷ \
+         read before the first connection and {} s after the last; per connection = growth ÷ \
          connections. Up to a hundred of them (evenly spread) then send a second request.\n\n\
          | server | version | connections | RSS before | RSS with the connections open | growth | per idle connection | answered afterwards |\n\
          |---|---|---|---|---|---|---|---|\n",
@@ -338,6 +343,7 @@ fn report(args: &IdleArgs, connections: usize, results: &[Measured]) -> String {
         args.connections,
         args.server_cpus,
         args.load_cpus,
+        SETTLE.as_secs(),
     );
     for m in results {
         out.push_str(&format!(

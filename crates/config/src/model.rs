@@ -267,6 +267,9 @@ pub struct DownstreamConfig {
     pub send_timeout: Duration,
     /// A connection that moves no bytes for this long is closed (gracefully).
     pub keepalive_timeout: Duration,
+    /// An HTTP/1.1 keep-alive connection with no request for this long leaves its task and
+    /// waits in its worker's epoll set (`client_idle_park_seconds`; `None`: never).
+    pub park_after: Option<Duration>,
     /// Largest request head (request line + headers) in bytes; larger → 431.
     pub max_head_bytes: usize,
     /// Most header fields in a request; more → 431.

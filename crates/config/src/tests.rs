@@ -1026,3 +1026,26 @@ fn origin_protocols_by_rule_and_location() {
     assert_eq!(c.rules[1].upgrade_idle_timeout, None);
     assert_eq!(c.downstream.upgrade_idle_timeout.as_secs(), 300);
 }
+
+#[test]
+fn idle_connections_park_after_five_seconds_unless_told() {
+    use std::time::Duration;
+    let park = |global: &str| {
+        let v = with(global, "");
+        assert!(errors(&v).is_empty(), "{:?}", v.diagnostics);
+        v.config.expect("config").downstream.park_after
+    };
+    assert_eq!(park(""), Some(Duration::from_secs(5)));
+    assert_eq!(
+        park("client_idle_park_seconds = 1"),
+        Some(Duration::from_secs(1))
+    );
+    assert_eq!(park("client_idle_park_seconds = 0"), None);
+    let v = with("client_idle_park_seconds = -1", "");
+    let e = errors(&v);
+    assert!(
+        e.iter()
+            .any(|m| m.contains("client_idle_park_seconds") && m.contains("1:")),
+        "{e:?}"
+    );
+}

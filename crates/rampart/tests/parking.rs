@@ -1,5 +1,6 @@
-//! Idle HTTP/1.1 keep-alive connections leave their tasks after a second without a request
-//! (`transport/park.rs`). Each test holds real connections idle past that, reads the
+//! Idle HTTP/1.1 keep-alive connections leave their tasks after `client_idle_park_seconds`
+//! without a request (`transport/park.rs`; 1 s here, 5 by default). Each test holds real
+//! connections idle past that, reads the
 //! `rampart_connections_parked` gauge, and checks what a client sees: the connection is served
 //! again (many times, many connections), closed at its keep-alive time, let go when the client
 //! closes it, woken when the server stops, and never parked in the middle of a request.
@@ -30,11 +31,15 @@ async fn origin() -> OriginHandle {
 }
 
 fn proxy(origin: &OriginHandle, keepalive: u64) -> Proxy {
+    proxy_with(origin, keepalive, "client_idle_park_seconds = 1")
+}
+
+fn proxy_with(origin: &OriginHandle, keepalive: u64, park: &str) -> Proxy {
     Proxy::start(&config_for(
         HOST,
         origin,
         &format!(
-            "workers = 1\napi_key = \"{API_KEY}\"\nclient_keepalive_timeout_seconds = {keepalive}"
+            "workers = 1\napi_key = \"{API_KEY}\"\nclient_keepalive_timeout_seconds = {keepalive}\n{park}"
         ),
         "",
     ))
@@ -115,6 +120,23 @@ async fn an_idle_connection_is_parked_and_served_again() {
         assert_eq!(parked(&p).await, 1.0);
     }
     assert_eq!(origin.requests(), 4);
+}
+
+/// By default a connection is parked after 5 s: one that asks about once a second (ARC2's
+/// benchmark, a polling client) stays in its task, where parking and waking it on every
+/// request cost more CPU than the memory it saves is worth. `0` never parks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_asking_every_second_is_not_parked_by_default() {
+    let origin = origin().await;
+    for park in ["", "client_idle_park_seconds = 0"] {
+        let p = proxy_with(&origin, 60, park);
+        let mut s = connect(&p);
+        for _ in 0..2 {
+            assert_eq!(get(&mut s), "HTTP/1.1 200 OK");
+            tokio::time::sleep(IDLE).await;
+            assert_eq!(parked(&p).await, 0.0, "{park:?}");
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,7 +2,7 @@
 //!
 //! A keep-alive connection waiting for its next request used to be a task of its own: its
 //! futures, a timer and its tokio registration, 4.8 KB of resident memory each where NGINX
-//! spends 0.5 (`rampart-bench idle`, 10,000 connections). After `h1::PARK_AFTER` without a
+//! spends 0.5 (`rampart-bench idle`, 10,000 connections). After `client_idle_park_seconds` without a
 //! request, a plaintext HTTP/1.1 connection now leaves its task. [`park`] keeps its socket and
 //! the few things its task held (its connection slot, per-address slots, the worker's drain
 //! count, its byte counters, its addresses, the end of its keep-alive time) in a table, and

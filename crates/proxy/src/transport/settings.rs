@@ -74,8 +74,9 @@ impl ConnSettings {
                 close_notify: false,
                 // Idle connections leave their tasks (transport/park.rs): each worker thread
                 // has its own epoll set, which a shared runtime's tasks would leave.
-                park_after: (config.runtime == rampart_config::RuntimeMode::PerCore)
-                    .then_some(h1::PARK_AFTER),
+                park_after: d
+                    .park_after
+                    .filter(|_| config.runtime == rampart_config::RuntimeMode::PerCore),
             },
             h2: Arc::new(h2),
             tls: tls.map(|t| t.server.clone()),

@@ -59,10 +59,6 @@ pub struct Limits {
     pub park_after: Option<Duration>,
 }
 
-/// How long a connection waits for its next request in its task before [`serve`] gives it
-/// back to be parked (`transport/park.rs`), where `Limits::park_after` allows it.
-pub const PARK_AFTER: Duration = Duration::from_secs(1);
-
 /// A connection [`serve`] gives back between requests, to be parked: its stream, and the end of
 /// its keep-alive time.
 pub struct Idle<I> {
