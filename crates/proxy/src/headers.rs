@@ -68,20 +68,23 @@ pub fn origin_host(host: &HeaderValue) -> HeaderValue {
     HeaderValue::from_str(&name.to_ascii_lowercase()).unwrap_or_else(|_| host.clone())
 }
 
+/// Whether `name` is one of the fixed hop-by-hop fields (RFC 9110 §7.6.1; those a
+/// `Connection` field names come on top).
+pub fn is_hop_by_hop(name: &HeaderName) -> bool {
+    name == CONNECTION
+        || name == TE
+        || name == TRAILER
+        || name == TRANSFER_ENCODING
+        || name == UPGRADE
+        || name == KEEP_ALIVE
+        || name == PROXY_CONNECTION
+}
+
 /// Removes hop-by-hop headers, including those listed in `Connection`.
 pub fn strip_hop_by_hop(h: &mut HeaderMap) {
     // Most messages carry none: one walk over the names present decides, instead of seven
     // hashed look-ups.
-    let hop = |k: &HeaderName| {
-        k == CONNECTION
-            || k == TE
-            || k == TRAILER
-            || k == TRANSFER_ENCODING
-            || k == UPGRADE
-            || k == KEEP_ALIVE
-            || k == PROXY_CONNECTION
-    };
-    if !h.keys().any(hop) {
+    if !h.keys().any(is_hop_by_hop) {
         return;
     }
     // Headers named by Connection (collected first: we cannot remove while borrowing).

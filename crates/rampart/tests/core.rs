@@ -118,6 +118,7 @@ async fn hop_by_hop_headers_are_removed_and_forwarding_headers_added() {
                 .header("keep-alive", "timeout=5")
                 .header("x-end-to-end", "kept"),
         )
+        .route("/named", Reply::text("ok"))
         .start()
         .await;
     let proxy = Proxy::start(&config_for("fwd.example", &origin, "", ""));
@@ -158,6 +159,25 @@ async fn hop_by_hop_headers_are_removed_and_forwarding_headers_added() {
     assert!(got.header("keep-alive").is_none());
     assert_eq!(got.header("x-end-to-end"), Some("kept"));
     assert_eq!(got.header("via"), Some("1.1 rampart"));
+
+    // A request id and a forwarding list the client's `Connection` names are hop-by-hop: the
+    // origin gets rampart's own id and the client's address alone, never the client's values.
+    let req = Request::get(proxy.url("/named"))
+        .header("host", "fwd.example")
+        .header("connection", "x-request-id, X-Forwarded-For")
+        .header("x-request-id", "client-chosen-id")
+        .header("x-forwarded-for", "198.51.100.7")
+        .body(empty())
+        .unwrap();
+    assert_eq!(send(&client(), req).await.status, 200);
+    let seen = origin.last();
+    assert_eq!(seen.uri.path(), "/named");
+    let h = seen.headers;
+    let ids: Vec<_> = h.get_all("x-request-id").iter().collect();
+    assert_eq!(ids.len(), 1, "{h:?}");
+    assert_ne!(ids[0], "client-chosen-id");
+    assert_eq!(ids[0].len(), 32, "rampart's own id: {h:?}");
+    assert_eq!(h["x-forwarded-for"], "127.0.0.1");
 }
 
 #[tokio::test]
@@ -598,7 +618,7 @@ async fn h2_streams_of_one_connection_run_side_by_side_and_a_stop_finishes_them(
         .route("*", Reply::text("slow").delay(Duration::from_millis(800)))
         .start()
         .await;
-    let mut proxy = Proxy::start(&config_for("streams", &origin, "workers = 1", ""));
+    let proxy = Proxy::start(&config_for("streams", &origin, "workers = 1", ""));
     let stream = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
     let (sender, conn) = hyper::client::conn::http2::handshake(
         hyper_util::rt::TokioExecutor::new(),
@@ -651,13 +671,7 @@ async fn h2_streams_of_one_connection_run_side_by_side_and_a_stop_finishes_them(
     for a in last {
         assert_eq!(a.await.unwrap().unwrap(), (200, bytes::Bytes::from("slow")));
     }
-    let code = tokio::task::spawn_blocking(move || {
-        let code = proxy.wait_exit(Duration::from_secs(10));
-        (code, proxy)
-    })
-    .await
-    .unwrap();
-    assert_eq!(code.0, Some(0), "{}", code.1.output());
+    exits_cleanly(proxy).await;
 }
 
 #[tokio::test]
@@ -669,7 +683,7 @@ async fn graceful_shutdown_finishes_in_flight_requests() {
         )
         .start()
         .await;
-    let mut proxy = Proxy::start(&config_for("drain", &origin, "", ""));
+    let proxy = Proxy::start(&config_for("drain", &origin, "", ""));
     let url = proxy.url("/slow");
     let in_flight = tokio::spawn(async move {
         send(
@@ -696,15 +710,9 @@ async fn graceful_shutdown_finishes_in_flight_requests() {
         (got.status.as_u16(), got.text()),
         (200, "finished".to_owned())
     );
-    let code = tokio::task::spawn_blocking(move || {
-        let code = proxy.wait_exit(Duration::from_secs(10));
-        (code, proxy)
-    })
-    .await
-    .unwrap();
-    assert_eq!(code.0, Some(0), "{}", code.1.output());
+    let proxy = exits_cleanly(proxy).await;
     assert!(
-        std::net::TcpStream::connect(code.1.addr).is_err(),
+        std::net::TcpStream::connect(proxy.addr).is_err(),
         "still accepting after shutdown"
     );
 }
@@ -1116,4 +1124,15 @@ async fn a_debug_trace_reads_as_the_stages() {
         "{}",
         proxy.output()
     );
+}
+
+/// Waits (off the runtime) for a stopping proxy to exit, and checks it exited with 0.
+async fn exits_cleanly(mut proxy: Proxy) -> Proxy {
+    tokio::task::spawn_blocking(move || {
+        let code = proxy.wait_exit(Duration::from_secs(10));
+        assert_eq!(code, Some(0), "{}", proxy.output());
+        proxy
+    })
+    .await
+    .unwrap()
 }

@@ -9,16 +9,11 @@
 //! inserted six fields into the client's map (X-Forwarded-*, Host, the request id), appended
 //! `Via`, and cloned the map first when the response might be stored: ~2,500 instructions.
 
-use http::header::{
-    HeaderMap, HeaderName, HeaderValue, CONNECTION, EXPECT, TE, TRAILER, TRANSFER_ENCODING,
-    UPGRADE, VIA,
-};
+use http::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, EXPECT, VIA};
 use http::request::Parts;
 
 use crate::body::RequestBody;
-
-static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
-static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+use crate::headers::is_hop_by_hop;
 
 /// One request on its way to an origin: the client's head, rampart's changes to its fields,
 /// and the body.
@@ -37,19 +32,6 @@ pub struct OriginFields {
     set: Vec<(HeaderName, HeaderValue)>,
     /// Fields the client's `Connection` names: hop-by-hop, left out (RFC 9110 §7.6.1).
     named: Vec<HeaderName>,
-}
-
-/// The hop-by-hop fields (RFC 9110 §7.6.1) and `Expect` (rampart answers `100-continue`
-/// itself): never passed on from the client.
-fn fixed_out(name: &HeaderName) -> bool {
-    name == CONNECTION
-        || name == TE
-        || name == TRAILER
-        || name == TRANSFER_ENCODING
-        || name == UPGRADE
-        || name == EXPECT
-        || name == KEEP_ALIVE
-        || name == PROXY_CONNECTION
 }
 
 impl OriginFields {
@@ -78,12 +60,19 @@ impl OriginFields {
         self.set.push((name, value));
     }
 
-    /// Whether the client's field `name` is left out of the request to the origin.
+    /// Whether the client's field `name` stops here whatever fetch sets: a hop-by-hop field
+    /// (fixed, or named by the client's `Connection`), or `Expect` (rampart answers
+    /// `100-continue` itself). What fetch derives from the client's fields (the
+    /// `X-Forwarded-For` list, the request id) must not read these.
+    pub fn drops(&self, name: &HeaderName) -> bool {
+        is_hop_by_hop(name) || name == EXPECT || self.named.iter().any(|n| n == name)
+    }
+
+    /// Whether the client's field `name` is left out of the request to the origin: dropped,
+    /// or replaced by one fetch sets.
     #[inline]
     pub fn skips(&self, name: &HeaderName) -> bool {
-        fixed_out(name)
-            || self.set.iter().any(|(n, _)| n == name && n != VIA)
-            || self.named.iter().any(|n| n == name)
+        self.drops(name) || self.set.iter().any(|(n, _)| n == name && n != VIA)
     }
 
     /// The fields rampart sets that go before the client's (all but `Via`: `Host` first, as

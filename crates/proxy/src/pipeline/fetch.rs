@@ -282,7 +282,8 @@ fn record(
 }
 
 /// fetch's changes to the client's fields for the origin ([`OriginFields`]: the hop-by-hop
-/// fields and `Expect` stay behind): `Host`, the forwarding fields and `Via`, the request id
+/// fields, those the client's `Connection` names and `Expect` stay behind): `Host`, the
+/// forwarding fields and `Via`, the request id
 /// when the client sent none usable, and rampart's validators when it revalidates.
 fn for_origin(
     client: &HeaderMap,
@@ -300,17 +301,19 @@ fn for_origin(
     if downstream_version >= Version::HTTP_2 && wants_trailers(client) {
         f.set(TE, HeaderValue::from_static("trailers"));
     }
-    // The id the access log has (open_log put it in), the client's, or a new one.
-    if access_log::usable_request_id(client).is_none() {
-        f.set(
-            access_log::X_REQUEST_ID.clone(),
-            access_log::new_request_id(),
-        );
+    // The id the access log has (open_log put it in), the client's, or a new one. A field
+    // the client's `Connection` names is not the client's to pass on: neither its id nor its
+    // forwarding list is used then.
+    let id = &access_log::X_REQUEST_ID;
+    if f.drops(id) || access_log::usable_request_id(client).is_none() {
+        f.set(id.clone(), access_log::new_request_id());
     }
-    f.set(
-        X_FORWARDED_FOR.clone(),
-        forwarded_for(client, &conn.client_ip_header),
-    );
+    let xff = if f.drops(&X_FORWARDED_FOR) {
+        conn.client_ip_header.clone()
+    } else {
+        forwarded_for(client, &conn.client_ip_header)
+    };
+    f.set(X_FORWARDED_FOR.clone(), xff);
     f.set(
         X_FORWARDED_PROTO.clone(),
         HeaderValue::from_static(conn.scheme.as_str()),
