@@ -64,10 +64,19 @@ impl Streams {
         conn: &mut C,
         cx: &mut Context<'_>,
     ) -> Poll<C::Output> {
+        /// Takes the hand-over back even when polling the connection panics, so that no
+        /// stream started later on this thread is left in a set nobody reads.
+        struct Taken<'a>(&'a mut FuturesUnordered<StreamFuture>);
+        impl Drop for Taken<'_> {
+            fn drop(&mut self) {
+                let started = STARTED.with(|s| s.borrow_mut().take()).unwrap_or_default();
+                self.0.extend(started);
+            }
+        }
         STARTED.with(|s| *s.borrow_mut() = Some(Vec::new()));
+        let taken = Taken(&mut self.running);
         let polled = Pin::new(&mut *conn).poll(cx);
-        let started = STARTED.with(|s| s.borrow_mut().take()).unwrap_or_default();
-        self.running.extend(started);
+        drop(taken);
         self.poll_streams(cx);
         polled
     }
