@@ -288,6 +288,7 @@ pub fn object(k: u32, pool: &Bytes, now: SystemTime) -> Object {
         encoded: Box::default(),
         webp: None,
         residency: None,
+        disk: Default::default(),
     }
 }
 

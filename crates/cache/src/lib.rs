@@ -11,10 +11,12 @@
 //! - [`object`]: stored objects, their encoded and WebP copies, and what they are charged;
 //! - [`store`]: the in-memory store with a hard byte budget;
 //! - [`index`]: the sharded index under the store, with its admission and eviction policy;
-//! - [`wire`]: stored objects as bytes, for the tier instances share through Redis.
+//! - [`wire`]: stored objects as bytes, for the tier instances share through Redis;
+//! - [`disk`]: the second tier, on disk: larger than memory, kept across restarts.
 
 pub mod cache_control;
 pub mod conditional;
+pub mod disk;
 pub mod encoding;
 pub mod freshness;
 pub mod index;

@@ -257,6 +257,62 @@ pub struct Object {
     /// Where `body` is charged while no store entry holds it (see [`Residency`]); `None` for a
     /// body that is not (an empty one, a test's).
     pub residency: Option<Arc<Residency>>,
+    /// Where the object stands with the disk tier (see [`crate::disk`]).
+    pub disk: DiskMark,
+}
+
+/// Where a stored object stands with the disk tier: not written yet (the default), offered
+/// to it or read from it, or kept off it (its rule says `cache_disk = false`). One relaxed
+/// load on a memory hit tells whether the tier needs to hear of it.
+#[derive(Debug, Default)]
+pub struct DiskMark(std::sync::atomic::AtomicU8);
+
+const DISK_PENDING: u8 = 0;
+const DISK_DONE: u8 = 1;
+const DISK_NEVER: u8 = 2;
+
+impl DiskMark {
+    /// An object already on disk (read from it).
+    pub fn done() -> DiskMark {
+        DiskMark(DISK_DONE.into())
+    }
+
+    /// An object its rule keeps off the disk.
+    pub fn never() -> DiskMark {
+        DiskMark(DISK_NEVER.into())
+    }
+
+    /// Not written yet, and it may be.
+    pub fn pending(&self) -> bool {
+        self.0.load(Ordering::Relaxed) == DISK_PENDING
+    }
+
+    /// Whether the object may go to the disk at all.
+    pub fn allowed(&self) -> bool {
+        self.0.load(Ordering::Relaxed) != DISK_NEVER
+    }
+
+    /// Marks a pending object as offered; true for the one caller that did.
+    pub fn take(&self) -> bool {
+        self.0
+            .compare_exchange(
+                DISK_PENDING,
+                DISK_DONE,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+    }
+
+    /// Back to pending (the offer was refused: the writer's queue was full).
+    pub fn give_back(&self) {
+        let _ = self.0.compare_exchange(
+            DISK_DONE,
+            DISK_PENDING,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
 }
 
 impl Object {

@@ -121,7 +121,7 @@ impl PurgeScope {
         })
     }
 
-    fn matches(&self, key: &CacheKey) -> bool {
+    pub(crate) fn matches(&self, key: &CacheKey) -> bool {
         match self {
             PurgeScope::Exact(k) => k.same_resource(key),
             PurgeScope::Prefix { host, prefix } => {
@@ -530,6 +530,7 @@ mod tests {
             encoded: Box::default(),
             webp: None,
             residency: None,
+            disk: Default::default(),
         })
     }
 
@@ -548,6 +549,7 @@ mod tests {
         Arc::new(Object {
             body,
             residency,
+            disk: Default::default(),
             ..o
         })
     }

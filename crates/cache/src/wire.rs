@@ -24,12 +24,23 @@ const MAGIC: &[u8; 4] = b"RPO1";
 
 /// The object as bytes (see the module notes).
 pub fn encode(obj: &Object) -> Vec<u8> {
+    let mut out = encode_head_with(obj, obj.body.len());
+    out.extend_from_slice(&obj.body);
+    out
+}
+
+/// Everything [`encode`] writes but the body (the disk tier keeps the body apart).
+pub fn encode_head(obj: &Object) -> Vec<u8> {
+    encode_head_with(obj, 0)
+}
+
+fn encode_head_with(obj: &Object, room: usize) -> Vec<u8> {
     let headers: usize = obj
         .headers
         .iter()
         .map(|(n, v)| 6 + n.as_str().len() + v.len())
         .sum();
-    let mut out = Vec::with_capacity(128 + headers + obj.body.len());
+    let mut out = Vec::with_capacity(128 + headers + room);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&obj.status.as_u16().to_be_bytes());
     for t in [obj.request_time, obj.response_time] {
@@ -84,8 +95,17 @@ pub fn encode(obj: &Object) -> Vec<u8> {
         out.extend_from_slice(&(value.len() as u32).to_be_bytes());
         out.extend_from_slice(value.as_bytes());
     }
-    out.extend_from_slice(&obj.body);
     out
+}
+
+/// The object whose [`encode_head`] is `head`, with `body` (already owned and charged);
+/// `None` unless `head` is exactly one such head.
+pub fn decode_parts(
+    head: &[u8],
+    body: Bytes,
+    residency: Option<Arc<crate::object::Residency>>,
+) -> Option<Object> {
+    decode_inner(head, |rest| rest.is_empty().then_some((body, residency)))
 }
 
 /// The object [`encode`] wrote, owning its memory (nothing of `bytes` is kept); `None` for
@@ -99,6 +119,13 @@ pub fn decode(bytes: &[u8]) -> Option<Object> {
 pub fn decode_with(
     bytes: &[u8],
     body: impl FnOnce(&[u8]) -> (Bytes, Option<Arc<crate::object::Residency>>),
+) -> Option<Object> {
+    decode_inner(bytes, |rest| Some(body(rest)))
+}
+
+fn decode_inner(
+    bytes: &[u8],
+    body: impl FnOnce(&[u8]) -> Option<(Bytes, Option<Arc<crate::object::Residency>>)>,
 ) -> Option<Object> {
     let mut r = Reader(bytes);
     if r.take(4)? != MAGIC {
@@ -154,7 +181,7 @@ pub fn decode_with(
         headers.append(name, value);
     }
     let f = fields(&headers, &[]);
-    let (body, residency) = body(r.0);
+    let (body, residency) = body(r.0)?;
     Some(Object {
         status,
         headers_charge: f.charge,
@@ -172,6 +199,7 @@ pub fn decode_with(
         encoded: Box::default(),
         webp: None,
         residency,
+        disk: Default::default(),
     })
 }
 
@@ -282,6 +310,7 @@ mod tests {
             encoded: Box::default(),
             webp: None,
             residency: None,
+            disk: Default::default(),
         }
     }
 

@@ -94,6 +94,7 @@ fn object(headers: &HeaderMap, body: Bytes) -> Arc<Object> {
         encoded: Box::default(),
         webp: None,
         residency: None,
+        disk: Default::default(),
     })
 }
 

@@ -219,6 +219,19 @@ pub struct CacheConfig {
     pub store_set_cookie: bool,
     /// The default `cache_by_scheme` of rules.
     pub by_scheme: bool,
+    /// The disk tier (`cache_disk`), when there is one.
+    pub disk: Option<DiskConfig>,
+}
+
+/// The cache's second tier, on disk (`cache_disk`, `cache_disk_size`, `cache_disk_min_uses`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiskConfig {
+    /// The directory holding it (created when missing).
+    pub path: std::path::PathBuf,
+    /// Bytes it may use in all, its own metadata included.
+    pub size: u64,
+    /// How many times a response must be used (served or fetched) before it is written.
+    pub min_uses: u32,
 }
 
 /// What a response without an explicit lifetime gets (`cache_heuristic`).
@@ -435,6 +448,9 @@ pub struct RuleConfig {
     /// requests are stored apart from those to plain HTTP (NGINX's default key has the
     /// scheme). Off, they share entries (ARC2-COMPAT §7.3) unless the origins differ.
     pub cache_by_scheme: bool,
+    /// `cache_disk` (rampart): whether this rule's responses may go to the disk tier (a rule
+    /// turns it off with `cache_disk = false`).
+    pub cache_disk: bool,
     /// SQL-injection screening for this rule (global and rule switches both on).
     pub sql_injection: bool,
     /// `disallowed_user_agents`: a request whose User-Agent matches any entry is blocked.

@@ -207,6 +207,29 @@ impl<'d> Section<'d> {
         }
     }
 
+    /// A string or a boolean (`cache_disk = "/dir"` or `cache_disk = false`).
+    pub(crate) fn string_or_bool(
+        &mut self,
+        sink: &mut Sink<'_>,
+        key: &'static str,
+        example: &str,
+    ) -> Option<At<Result<String, bool>>> {
+        let (item, span) = self.item(key)?;
+        let value = match item.as_value() {
+            Some(Value::String(s)) => Ok(s.value().clone()),
+            Some(Value::Boolean(b)) => Err(*b.value()),
+            _ => {
+                self.wrong_type(sink, key, item, span, "a string or a boolean", example);
+                return None;
+            }
+        };
+        Some(At {
+            value,
+            key: self.key_path(key),
+            span,
+        })
+    }
+
     /// A string, or an integer given as its decimal text (for sizes such as `cache_memory`).
     pub(crate) fn string_or_int(
         &mut self,

@@ -420,6 +420,141 @@ fn cache_sizes() {
 }
 
 #[test]
+fn the_disk_tier_keys() {
+    let dir = std::env::temp_dir().join(format!("rampart-cfg-disk-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    // Off by default; a missing directory is fine (created at start), and `check` creates
+    // nothing.
+    let v = validate("", 1);
+    assert_eq!(v.config.expect("config").cache.disk, None);
+    let src = format!(
+        "cache_disk = {:?}\ncache_disk_size = \"64MiB\"\ncache_disk_min_uses = 3\n",
+        dir.join("sub").display().to_string()
+    );
+    std::fs::create_dir_all(&dir).expect("dir");
+    let v = validate(&src, 1);
+    assert!(errors(&v).is_empty(), "{:?}", v.diagnostics);
+    let d = v.config.expect("config").cache.disk.expect("disk");
+    assert_eq!((d.size, d.min_uses), (64 << 20, 3));
+    assert_eq!(d.path, dir.join("sub"));
+    assert!(!dir.join("sub").exists(), "check must not create it");
+    let names: Vec<_> = std::fs::read_dir(&dir).expect("dir").collect();
+    assert!(names.is_empty(), "the probe file is removed: {names:?}");
+    // Defaults: 1 GiB, written at the second use.
+    let v = validate(
+        &format!("cache_disk = {:?}\n", dir.display().to_string()),
+        1,
+    );
+    let d = v.config.expect("config").cache.disk.expect("disk");
+    assert_eq!((d.size, d.min_uses), (1 << 30, 2));
+
+    // Bad values: each reported at its line and column.
+    let file = dir.join("a-file");
+    std::fs::write(&file, b"x").expect("file");
+    let v = validate(
+        &format!(
+            "cache_disk = {:?}\ncache_disk_size = \"1MiB\"\ncache_disk_min_uses = 0\n",
+            file.display().to_string()
+        ),
+        1,
+    );
+    let e = errors(&v);
+    assert_eq!(e.len(), 3, "{e:?}");
+    assert!(
+        e[0].starts_with("error at 1:14 `cache_disk`") && e[0].contains("not a directory"),
+        "{e:?}"
+    );
+    assert!(
+        e.iter()
+            .any(|e| e.starts_with("error at 2:19 `cache_disk_size`")),
+        "{e:?}"
+    );
+    assert!(
+        e.iter()
+            .any(|e| e.starts_with("error at 3:23 `cache_disk_min_uses`")),
+        "{e:?}"
+    );
+    let v = validate(
+        &format!(
+            "cache_disk = {:?}\n",
+            file.join("below").display().to_string()
+        ),
+        1,
+    );
+    assert!(
+        errors(&v)[0].contains("a part of its path is a file"),
+        "{:?}",
+        v.diagnostics
+    );
+    for bad in [
+        "cache_disk = true",
+        "cache_disk = \"\"",
+        "cache_disk = 5",
+        "cache_disk_size = \"big\"\ncache_disk = \"/tmp\"",
+    ] {
+        assert_eq!(errors(&validate(bad, 1)).len(), 1, "{bad}");
+    }
+    // A directory rampart cannot write (not when the tests run as root, who can).
+    let ro = dir.join("ro");
+    std::fs::create_dir_all(&ro).expect("dir");
+    let mut perms = std::fs::metadata(&ro).expect("meta").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o555);
+    std::fs::set_permissions(&ro, perms).expect("chmod");
+    if std::fs::File::create(ro.join("x")).is_err() {
+        let v = validate(&format!("cache_disk = {:?}\n", ro.display().to_string()), 1);
+        let e = errors(&v);
+        assert!(e.len() == 1 && e[0].contains("cannot write in it"), "{e:?}");
+        let v = validate(
+            &format!("cache_disk = {:?}\n", ro.join("new").display().to_string()),
+            1,
+        );
+        assert!(
+            errors(&v)[0].contains("cannot create it"),
+            "{:?}",
+            v.diagnostics
+        );
+    }
+    // Sizes without a directory do nothing: said so.
+    let v = validate("cache_disk_size = \"2GiB\"\ncache_disk = false\n", 1);
+    assert!(errors(&v).is_empty());
+    assert!(
+        warnings(&v)
+            .iter()
+            .any(|w| w.contains("no effect without `cache_disk`")),
+        "{:?}",
+        v.diagnostics
+    );
+
+    // Per rule: a switch only.
+    let global = format!("cache_disk = {:?}", dir.display().to_string());
+    let v = with(&global, "cache_disk = false");
+    let c = v.config.expect("config");
+    assert!(c.cache.disk.is_some());
+    assert!(!c.rules.last().expect("rule").cache_disk);
+    let on = with(&global, "").config.expect("config");
+    assert!(on.rules.last().expect("rule").cache_disk);
+    let v = with(&global, "cache_disk = \"/elsewhere\"");
+    assert!(
+        errors(&v)[0].contains("cannot have a disk directory of its own"),
+        "{:?}",
+        v.diagnostics
+    );
+    let v = with("", "cache_disk = true");
+    assert!(
+        warnings(&v)
+            .iter()
+            .any(|w| w.contains("no global `cache_disk`")),
+        "{:?}",
+        v.diagnostics
+    );
+
+    let mut perms = std::fs::metadata(&ro).expect("meta").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    let _ = std::fs::set_permissions(&ro, perms);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn cache_heuristic_and_store_set_cookie() {
     let rule = "forward_ipv4 = \"127.0.0.1\"\nmax_age_seconds = 60\n";
     // Defaults: ARC2's behaviour.

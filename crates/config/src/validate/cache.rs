@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use super::{cache_heuristic, secs, size};
-use crate::model::CacheConfig;
-use crate::reader::{Section, Sink};
+use crate::model::{CacheConfig, DiskConfig};
+use crate::reader::{At, Section, Sink};
 use crate::Severity;
 
 pub(super) fn read(s: &mut Section<'_>, sink: &mut Sink<'_>) -> CacheConfig {
@@ -38,5 +38,118 @@ pub(super) fn read(s: &mut Section<'_>, sink: &mut Sink<'_>) -> CacheConfig {
         heuristic: cache_heuristic(s, sink).unwrap_or_default(),
         store_set_cookie: s.bool(sink, "store_set_cookie").is_some_and(|b| b.value),
         by_scheme: s.bool(sink, "cache_by_scheme").is_none_or(|b| b.value),
+        disk: disk(s, sink),
+    }
+}
+
+/// The smallest disk tier: a few segments of the smallest size (see `rampart_cache::disk`).
+pub const DISK_MIN: u64 = 16 << 20;
+
+/// `cache_disk` (a directory, or `false`), `cache_disk_size` and `cache_disk_min_uses`.
+fn disk(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Option<DiskConfig> {
+    let at = s.string_or_bool(sink, "cache_disk", "\"/var/cache/rampart\"");
+    let size = size(s, sink, "cache_disk_size", 1 << 30, DISK_MIN);
+    let min_uses = s
+        .int(sink, "cache_disk_min_uses", 1, 1000)
+        .map_or(2, |v| v.value as u32);
+    let path = match at {
+        Some(At {
+            value: Ok(p),
+            key,
+            span,
+        }) => At {
+            value: p,
+            key,
+            span,
+        },
+        Some(At {
+            value: Err(true),
+            key,
+            span,
+        }) => {
+            sink.push(
+                Severity::Error,
+                &key,
+                span,
+                "`cache_disk = true` does not say where",
+                "name a directory, e.g. `cache_disk = \"/var/cache/rampart\"`",
+            );
+            return None;
+        }
+        _ => {
+            for key in ["cache_disk_size", "cache_disk_min_uses"] {
+                if s.has(key) {
+                    s.missing(
+                        sink,
+                        key,
+                        Severity::Warning,
+                        &format!("`{key}` has no effect without `cache_disk`"),
+                        "set `cache_disk` to a directory, or remove the key",
+                    );
+                }
+            }
+            return None;
+        }
+    };
+    let dir = std::path::PathBuf::from(path.value.trim());
+    if dir.as_os_str().is_empty() {
+        sink.push(
+            Severity::Error,
+            &path.key,
+            path.span.clone(),
+            "`cache_disk` is empty",
+            "name a directory, e.g. \"/var/cache/rampart\", or write `cache_disk = false`",
+        );
+        return None;
+    }
+    if let Err(why) = writable_dir(&dir) {
+        sink.push(
+            Severity::Error,
+            &path.key,
+            path.span.clone(),
+            format!("{:?} cannot hold the disk cache: {why}", path.value),
+            "name a directory rampart may write (it is created when missing; systemd's CacheDirectory= makes one)",
+        );
+        return None;
+    }
+    Some(DiskConfig {
+        path: dir,
+        size,
+        min_uses,
+    })
+}
+
+/// Whether rampart can keep its disk cache in `dir`: a directory it can write, or a missing
+/// one it can create (its nearest existing parent is a directory it can write). Writing is
+/// tried with a probe file, removed at once: permission bits do not tell (root, ACLs,
+/// read-only mounts).
+fn writable_dir(dir: &std::path::Path) -> Result<(), String> {
+    let mut at = dir;
+    loop {
+        match std::fs::metadata(at) {
+            Ok(m) if m.is_dir() => break,
+            Ok(_) if at == dir => return Err("it is not a directory".into()),
+            Ok(_) => return Err(format!("{:?} is not a directory", at)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => match at.parent() {
+                Some(p) if !p.as_os_str().is_empty() => at = p,
+                _ => {
+                    at = std::path::Path::new(".");
+                    break;
+                }
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => {
+                return Err("a part of its path is a file, not a directory".into())
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    let probe = at.join(format!(".rampart-probe-{}", std::process::id()));
+    match std::fs::File::create(&probe) {
+        Ok(_) => {
+            let _ = std::fs::remove_file(&probe);
+            Ok(())
+        }
+        Err(e) if at == dir => Err(format!("cannot write in it ({e})")),
+        Err(e) => Err(format!("cannot create it in {at:?} ({e})")),
     }
 }

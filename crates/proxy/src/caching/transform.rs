@@ -570,6 +570,7 @@ fn copy_of(
         encoded,
         webp: None,
         residency: None,
+        disk: Default::default(),
     }
 }
 

@@ -160,6 +160,7 @@ pub fn freshen(
             encoded: Box::default(),
             webp: None,
             residency: None,
+            disk: Default::default(),
         }
     };
     // The encoded and WebP copies keep their bodies and take the refreshed fields.
@@ -317,6 +318,7 @@ impl StoreTicket {
             encoded: Box::default(),
             webp: None,
             residency,
+            disk: Default::default(),
         };
         let variant = self.variant.take();
         let obj = Arc::new(obj);

@@ -280,6 +280,7 @@ mod tests {
             encoded: Box::default(),
             webp: None,
             residency: None,
+            disk: Default::default(),
         })
     }
 

@@ -131,6 +131,7 @@ fn read_rule(
         cache_heuristic: caching.heuristic,
         store_set_cookie: caching.store_set_cookie,
         cache_by_scheme: caching.by_scheme,
+        cache_disk: caching.disk,
         sql_injection,
         disallowed_user_agents,
         allow_ips,
@@ -182,6 +183,7 @@ struct CacheKeys {
     heuristic: CacheHeuristic,
     store_set_cookie: bool,
     by_scheme: bool,
+    disk: bool,
 }
 
 impl CacheKeys {
@@ -197,6 +199,36 @@ impl CacheKeys {
             by_scheme: s
                 .bool(sink, "cache_by_scheme")
                 .map_or(cache.by_scheme, |b| b.value),
+            disk: read_disk_switch(s, sink, cache),
+        }
+    }
+}
+
+/// A rule's `cache_disk`: only a switch (the directory is global); on unless turned off.
+fn read_disk_switch(s: &mut Section<'_>, sink: &mut Sink<'_>, cache: &CacheConfig) -> bool {
+    let Some(v) = s.string_or_bool(sink, "cache_disk", "false") else {
+        return true;
+    };
+    match v.value {
+        Err(on) => {
+            if on && cache.disk.is_none() {
+                crate::validate::warn(
+                    sink,
+                    &v,
+                    "`cache_disk = true` has no effect: there is no global `cache_disk` directory",
+                    "set `cache_disk = \"/var/cache/rampart\"` above the first [[proxy_rules]]",
+                );
+            }
+            on
+        }
+        Ok(_) => {
+            crate::validate::error(
+                sink,
+                &v,
+                "a rule cannot have a disk directory of its own",
+                "set the directory once, as the global `cache_disk`; a rule only turns it off with `cache_disk = false`",
+            );
+            true
         }
     }
 }

@@ -1,0 +1,1484 @@
+//! The disk tier: the cache's second tier, larger than memory, kept across restarts and
+//! `kill -9`, never serving a torn object.
+//!
+//! # Layout
+//!
+//! The directory holds a lock file, segment files (`NNNNNNNN.seg`), their summaries
+//! (`NNNNNNNN.idx`) and a purge log (`purges.log`). Records are appended to the newest
+//! segment (see [`record`] for the bytes); a full segment is written out (fsync), then its
+//! summary (fsync, rename), and a new one starts. Space is reclaimed a whole segment at a
+//! time, oldest first: the tier never uses more than `cache_disk_size`, its summaries and
+//! purge log included.
+//!
+//! # The index
+//!
+//! In memory, a key hash → where its latest record is (16 bytes of payload per object). At
+//! start it is empty and the tier answers at once; a background thread fills it from the
+//! summaries, newest segment first, and reads through the records of any segment that has
+//! none (the one being written when the process stopped), stopping at the first record whose
+//! checksums fail. Newest first with "insert if absent" keeps the latest record of a key
+//! whatever the order, also against records written meanwhile.
+//!
+//! # Reading
+//!
+//! Every read checks the record's head checksum and its key (hashes may collide), then the
+//! body's checksum before the object is made: a record torn, truncated, altered or removed
+//! behind rampart's back is a miss (counted, and logged once per kind), never an answer.
+//!
+//! # Writing
+//!
+//! Off the request path: a thread takes objects from a bounded queue (a full queue drops
+//! the offer). Only objects used `cache_disk_min_uses` times are written (a small counting
+//! sketch of key hashes, aged by halving), so one-hit wonders do not wear the disk. Writes
+//! are flushed to the device at most a second apart, and whenever a segment is sealed: a
+//! power cut loses at most the last second, and what it tore is found by the checksums.
+//! A write error (disk full, a read-only directory) is logged once, counted, the partial
+//! record cut off, and writing pauses for [`PAUSE`]; requests go on from memory and origin.
+//!
+//! # Purges
+//!
+//! A purge is a ban: its time and scope, kept in memory and in the purge log. A record whose
+//! response was received before a ban that matches its key is gone (a hard purge) or stale
+//! (a soft one) when it is read. Exact purges are kept by key, so a CMS purging a URL on every
+//! publish costs one map lookup per read; wider ones in a list. A ban is forgotten once every
+//! record older than it has been reclaimed.
+//!
+//! # `Vary`
+//!
+//! As in memory: a varying resource's key holds a marker record with its `Vary` and a
+//! generation; each variant is keyed by the key, the generation and its variant key. A new
+//! marker (the resource varies differently, or was purged) makes the old variants unreachable.
+
+pub mod record;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs::File;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::io::ErrorKind;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue};
+
+use crate::key::CacheKey;
+use crate::object::{DiskMark, Object, Residency};
+use crate::store::PurgeScope;
+use crate::vary::Vary;
+use record::{Kind, SummaryEntry};
+
+/// How long writing pauses after a write error.
+pub const PAUSE: Duration = Duration::from_secs(10);
+/// Objects waiting to be written; more are dropped (and counted).
+const QUEUE: usize = 256;
+/// Index shards (each a mutex over a map).
+const SHARDS: usize = 16;
+/// Counters of the admission sketch.
+const SKETCH: usize = 1 << 16;
+/// The sketch halves its counters after this many bumps.
+const SKETCH_AGE: u64 = 1 << 18;
+/// Flush written records to the device at least this often.
+const SYNC_EVERY: Duration = Duration::from_secs(1);
+const LOCK: &str = "lock";
+const PURGES: &str = "purges.log";
+
+/// How the tier is set up (`cache_disk`, `cache_disk_size`, `cache_disk_min_uses`).
+#[derive(Debug, Clone)]
+pub struct DiskOptions {
+    pub dir: PathBuf,
+    pub size: u64,
+    pub min_uses: u32,
+}
+
+impl DiskOptions {
+    /// Bytes per segment: a thirty-second of the size, from 256 KiB to 64 MiB.
+    pub fn segment_size(&self) -> u64 {
+        (self.size / 32).clamp(256 << 10, 64 << 20)
+    }
+
+    /// The largest record the tier writes: half a segment.
+    pub fn max_record(&self) -> u64 {
+        self.segment_size() / 2
+    }
+}
+
+/// Where the tier is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Waiting for the directory's lock (another process holds it: the one being upgraded).
+    Waiting = 0,
+    /// Answering, while the index is being filled.
+    Warming = 1,
+    /// Answering with the whole index.
+    Ready = 2,
+    /// Closed (or the directory could not be used).
+    Closed = 3,
+}
+
+/// Counters (see [`DiskStore::stats`]).
+#[derive(Debug, Default)]
+struct Counters {
+    used: AtomicU64,
+    hits: AtomicU64,
+    misses: AtomicU64,
+    read_bytes: AtomicU64,
+    writes: AtomicU64,
+    write_bytes: AtomicU64,
+    not_admitted: AtomicU64,
+    dropped: AtomicU64,
+    errors: AtomicU64,
+    warm_segments: AtomicU64,
+    warm_total: AtomicU64,
+    warm_objects: AtomicU64,
+    warm_micros: AtomicU64,
+    reclaimed: AtomicU64,
+}
+
+/// The tier's figures now.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DiskStats {
+    pub state: u8,
+    /// Bytes of the directory's files (segments, summaries, purge log).
+    pub used: u64,
+    pub capacity: u64,
+    pub objects: u64,
+    pub hits: u64,
+    pub misses: u64,
+    pub read_bytes: u64,
+    pub writes: u64,
+    pub write_bytes: u64,
+    /// Offers below `cache_disk_min_uses` uses.
+    pub not_admitted: u64,
+    /// Offers dropped: the queue was full, writing was paused, or the object was too large.
+    pub dropped: u64,
+    pub errors: u64,
+    /// Segments whose records are in the index, of how many there were at start.
+    pub warm_segments: u64,
+    pub warm_total: u64,
+    /// Objects put in the index by the warm-up, and how long it took (µs; 0 until done).
+    pub warm_objects: u64,
+    pub warm_micros: u64,
+    pub reclaimed_segments: u64,
+}
+
+/// Where a key's latest record is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Entry {
+    segment: u32,
+    offset: u32,
+    head: u32,
+    body: u32,
+}
+
+/// The index's maps are keyed by hashes already.
+#[derive(Default)]
+struct Ident(u64);
+
+impl Hasher for Ident {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+type Map<V> = HashMap<u64, V, BuildHasherDefault<Ident>>;
+
+struct Segment {
+    file: Arc<File>,
+    /// Bytes of its file and its summary.
+    bytes: u64,
+    /// The oldest receive time of its records (µs; `u64::MAX` while unknown or empty).
+    oldest: u64,
+}
+
+/// A purge, as reads apply it.
+#[derive(Debug, Clone)]
+struct Ban {
+    time: u64,
+    soft: bool,
+    scope: PurgeScope,
+}
+
+#[derive(Default)]
+struct Bans {
+    /// Exact purges by resource (host and URL, both schemes): the latest one's time, whether
+    /// it was soft, and its scope (for the purge log).
+    exact: Map<(u64, bool, PurgeScope)>,
+    wide: Vec<Ban>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Verdict {
+    Keep,
+    Stale,
+    Gone,
+}
+
+impl Bans {
+    fn verdict(&self, key: &CacheKey, time: u64) -> Verdict {
+        let mut v = Verdict::Keep;
+        if let Some(&(at, soft, _)) = self.exact.get(&resource_hash(key)) {
+            if time < at {
+                if !soft {
+                    return Verdict::Gone;
+                }
+                v = Verdict::Stale;
+            }
+        }
+        for b in self.wide.iter().filter(|b| time < b.time) {
+            if b.scope.matches(key) {
+                if !b.soft {
+                    return Verdict::Gone;
+                }
+                v = Verdict::Stale;
+            }
+        }
+        v
+    }
+
+    fn add(&mut self, ban: Ban) {
+        match &ban.scope {
+            PurgeScope::Exact(k) => {
+                let e = self
+                    .exact
+                    .entry(resource_hash(k))
+                    .or_insert((0, true, ban.scope.clone()));
+                // A later purge replaces an earlier one; of two at once, the hard one wins.
+                if ban.time > e.0 || (ban.time == e.0 && !ban.soft) {
+                    *e = (ban.time, ban.soft, ban.scope.clone());
+                }
+            }
+            _ => self.wide.push(ban),
+        }
+    }
+
+    /// Forgets bans older than every record (`oldest`).
+    fn trim(&mut self, oldest: u64) -> bool {
+        let before = self.exact.len() + self.wide.len();
+        self.exact.retain(|_, (t, _, _)| *t > oldest);
+        self.wide.retain(|b| b.time > oldest);
+        before != self.exact.len() + self.wide.len()
+    }
+
+    /// Every purge in force, as the purge log holds them.
+    fn log(&self) -> Vec<u8> {
+        let exact = self.exact.values().map(|(t, soft, s)| (*t, *soft, s));
+        let wide = self.wide.iter().map(|b| (b.time, b.soft, &b.scope));
+        exact
+            .chain(wide)
+            .flat_map(|(t, soft, s)| record::encode_purge(t, soft, &s.encode()))
+            .collect()
+    }
+}
+
+fn resource_hash(key: &CacheKey) -> u64 {
+    record::hash(&[key.host(), key.url()])
+}
+
+fn now_micros() -> u64 {
+    micros(SystemTime::now())
+}
+
+fn micros(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+struct Inner {
+    options: DiskOptions,
+    state: AtomicU8,
+    index: Box<[Mutex<Map<Entry>>]>,
+    segments: RwLock<BTreeMap<u32, Segment>>,
+    bans: RwLock<Bans>,
+    /// Exact purges' scopes waiting for the purge log (with the wide ones: all of them).
+    purge_log: Mutex<Vec<Ban>>,
+    sketch: Box<[AtomicU8]>,
+    bumps: AtomicU64,
+    stats: Counters,
+    /// Kinds of fault already logged.
+    logged: Mutex<HashSet<&'static str>>,
+    /// Writing pauses until then (µs since the epoch) after a write error.
+    paused_until: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Inner {
+    fn shard(&self, hash: u64) -> std::sync::MutexGuard<'_, Map<Entry>> {
+        lock(&self.index[(hash >> 60) as usize % SHARDS])
+    }
+
+    fn state(&self) -> State {
+        match self.state.load(Ordering::Acquire) {
+            0 => State::Waiting,
+            1 => State::Warming,
+            2 => State::Ready,
+            _ => State::Closed,
+        }
+    }
+
+    /// Counts a fault and logs its kind the first time.
+    fn fault(&self, what: &'static str, detail: &dyn std::fmt::Display) {
+        self.stats.errors.fetch_add(1, Ordering::Relaxed);
+        if lock(&self.logged).insert(what) {
+            tracing::warn!(
+                dir = %self.options.dir.display(),
+                "disk cache: {what}: {detail} (logged once; rampart_cache_disk_errors_total counts each)"
+            );
+        }
+    }
+
+    fn remove_if(&self, hash: u64, entry: Entry) {
+        let mut shard = self.shard(hash);
+        if shard.get(&hash) == Some(&entry) {
+            shard.remove(&hash);
+        }
+    }
+
+    fn file(&self, segment: u32) -> Option<Arc<File>> {
+        self.segments
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&segment)
+            .map(|s| s.file.clone())
+    }
+
+    /// The checked head of the record for `hash`, with where it is; a record that cannot be
+    /// read or is not whole is dropped from the index.
+    fn read_head(&self, hash: u64) -> Option<(Entry, Vec<u8>)> {
+        let entry = *self.shard(hash).get(&hash)?;
+        let Some(file) = self.file(entry.segment) else {
+            self.remove_if(hash, entry);
+            return None;
+        };
+        let mut head = vec![0; entry.head as usize];
+        if let Err(e) = file.read_exact_at(&mut head, u64::from(entry.offset)) {
+            self.fault("a record could not be read", &e);
+            self.remove_if(hash, entry);
+            return None;
+        }
+        if record::parse_head(&head).is_none_or(|h| h.header.body_len != entry.body) {
+            self.fault(
+                "a record's head failed its checksum",
+                &format_args!("segment {} offset {}", entry.segment, entry.offset),
+            );
+            self.remove_if(hash, entry);
+            return None;
+        }
+        Some((entry, head))
+    }
+
+    fn read_body(&self, hash: u64, entry: Entry, header: &record::Header) -> Option<Vec<u8>> {
+        let file = self.file(entry.segment)?;
+        let mut body = vec![0; entry.body as usize];
+        let at = u64::from(entry.offset) + u64::from(entry.head);
+        if let Err(e) = file.read_exact_at(&mut body, at) {
+            self.fault("a record could not be read", &e);
+            self.remove_if(hash, entry);
+            return None;
+        }
+        if !record::body_ok(header, &body) {
+            self.fault(
+                "a record's body failed its checksum",
+                &format_args!("segment {} offset {}", entry.segment, entry.offset),
+            );
+            self.remove_if(hash, entry);
+            return None;
+        }
+        Some(body)
+    }
+
+    /// The marker generation and `Vary` a marker head holds.
+    fn marker(meta: &[u8]) -> Option<(u64, Vary)> {
+        let (gen, text) = meta.split_at_checked(8)?;
+        let mut h = HeaderMap::new();
+        h.insert(http::header::VARY, HeaderValue::from_bytes(text).ok()?);
+        Some((u64::from_be_bytes(gen.try_into().ok()?), Vary::parse(&h)))
+    }
+}
+
+/// What a disk lookup found: the object, and its variant key when it varies (for the memory
+/// store).
+#[derive(Debug)]
+pub struct Found {
+    pub object: Object,
+    pub variant: Option<Bytes>,
+}
+
+enum Job {
+    Write {
+        key: CacheKey,
+        variant: Option<Bytes>,
+        object: Arc<Object>,
+    },
+    /// Purges are waiting in `purge_log`.
+    Purges,
+    /// Write out everything queued and flush it; then say so.
+    Flush(SyncSender<()>),
+}
+
+/// The disk tier (see the module notes).
+pub struct DiskStore {
+    inner: Arc<Inner>,
+    tx: Mutex<Option<SyncSender<Job>>>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for DiskStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DiskStore")
+            .field("dir", &self.inner.options.dir)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl DiskStore {
+    /// Opens the tier in `options.dir` (created when missing) and returns at once: a thread
+    /// takes the directory's lock (waiting while another process holds it), warms the index
+    /// in the background and writes. Until it holds the lock, lookups miss and offers are
+    /// dropped.
+    pub fn open(options: DiskOptions) -> std::io::Result<DiskStore> {
+        std::fs::create_dir_all(&options.dir)?;
+        let inner = Arc::new(Inner {
+            state: AtomicU8::new(State::Waiting as u8),
+            index: (0..SHARDS).map(|_| Mutex::new(Map::default())).collect(),
+            segments: RwLock::new(BTreeMap::new()),
+            bans: RwLock::new(Bans::default()),
+            purge_log: Mutex::new(Vec::new()),
+            sketch: (0..SKETCH).map(|_| AtomicU8::new(0)).collect(),
+            bumps: AtomicU64::new(0),
+            stats: Counters::default(),
+            logged: Mutex::new(HashSet::new()),
+            paused_until: AtomicU64::new(0),
+            options,
+        });
+        let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
+        let thread = std::thread::Builder::new()
+            .name("rampart-disk".into())
+            .spawn({
+                let inner = inner.clone();
+                move || writer_main(inner, rx)
+            })?;
+        Ok(DiskStore {
+            inner,
+            tx: Mutex::new(Some(tx)),
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    pub fn options(&self) -> &DiskOptions {
+        &self.inner.options
+    }
+
+    pub fn state(&self) -> State {
+        self.inner.state()
+    }
+
+    /// The stored response for `key` that matches `request` (following a `Vary` marker),
+    /// checked whole and not purged; its body made by `body` (the memory store's charged
+    /// body). `None` on anything else.
+    pub fn lookup(
+        &self,
+        key: &CacheKey,
+        request: &HeaderMap,
+        body: impl FnOnce(Vec<u8>) -> (Bytes, Option<Arc<Residency>>),
+    ) -> Option<Found> {
+        let found = self.find(key, request, body);
+        let c = if found.is_some() {
+            &self.inner.stats.hits
+        } else {
+            &self.inner.stats.misses
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+        found
+    }
+
+    fn find(
+        &self,
+        key: &CacheKey,
+        request: &HeaderMap,
+        body: impl FnOnce(Vec<u8>) -> (Bytes, Option<Arc<Residency>>),
+    ) -> Option<Found> {
+        let inner = &*self.inner;
+        if !matches!(inner.state(), State::Warming | State::Ready) {
+            return None;
+        }
+        let kb = record::key_bytes(key);
+        let mut hash = record::hash(&[&kb]);
+        let (mut entry, mut head) = inner.read_head(hash)?;
+        let mut variant = None;
+        let parsed = record::parse_head(&head)?;
+        if parsed.key != kb.as_slice() || !parsed.variant.is_empty() {
+            return None;
+        }
+        if parsed.header.kind == Kind::Marker {
+            let (gen, vary) = Inner::marker(parsed.meta)?;
+            let v = vary.variant_key(request)?;
+            let mut vb = gen.to_be_bytes().to_vec();
+            vb.extend_from_slice(&v);
+            hash = record::hash(&[&kb, &vb]);
+            (entry, head) = inner.read_head(hash)?;
+            let p = record::parse_head(&head)?;
+            if p.key != kb.as_slice() || p.variant != vb.as_slice() {
+                return None;
+            }
+            variant = Some(v);
+        }
+        let parsed = record::parse_head(&head)?;
+        if parsed.header.kind != Kind::Object {
+            return None;
+        }
+        let verdict = inner
+            .bans
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .verdict(key, parsed.header.time);
+        if verdict == Verdict::Gone {
+            inner.remove_if(hash, entry);
+            return None;
+        }
+        let bytes = inner.read_body(hash, entry, &parsed.header)?;
+        inner.stats.read_bytes.fetch_add(
+            u64::from(entry.head) + bytes.len() as u64,
+            Ordering::Relaxed,
+        );
+        let (body, residency) = body(bytes);
+        let Some(mut object) = crate::wire::decode_parts(parsed.meta, body, residency) else {
+            inner.fault(
+                "a record holds an object this version cannot read",
+                &"skipped",
+            );
+            inner.remove_if(hash, entry);
+            return None;
+        };
+        object.disk = DiskMark::done();
+        if verdict == Verdict::Stale {
+            object.invalidate();
+        }
+        Some(Found { object, variant })
+    }
+
+    /// An object stored in memory was used (fetched and stored, or served): counts the use,
+    /// and queues it for writing once it has been used `cache_disk_min_uses` times.
+    pub fn offer(&self, key: &CacheKey, variant: Option<&[u8]>, object: &Arc<Object>) {
+        if !object.disk.pending() || self.inner.state() == State::Closed {
+            return;
+        }
+        if self.bump(key) < self.inner.options.min_uses {
+            self.inner
+                .stats
+                .not_admitted
+                .fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        self.queue(key, variant, object);
+    }
+
+    /// Queues `object` for writing whatever its uses (a 304 refreshed an object on disk: its
+    /// new headers go there too).
+    pub fn rewrite(&self, key: &CacheKey, variant: Option<&[u8]>, object: &Arc<Object>) {
+        if object.disk.pending() {
+            self.queue(key, variant, object);
+        }
+    }
+
+    fn queue(&self, key: &CacheKey, variant: Option<&[u8]>, object: &Arc<Object>) {
+        let inner = &self.inner;
+        let body = object.body.len() as u64;
+        let paused = inner.paused_until.load(Ordering::Relaxed) > now_micros();
+        if paused || body + 4096 > inner.options.max_record() || inner.state() == State::Waiting {
+            inner.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        if !object.disk.take() {
+            return;
+        }
+        let job = Job::Write {
+            key: key.clone(),
+            variant: variant.map(Bytes::copy_from_slice),
+            object: object.clone(),
+        };
+        let tx = lock(&self.tx);
+        match tx.as_ref().map(|t| t.try_send(job)) {
+            Some(Ok(())) => {}
+            Some(Err(TrySendError::Full(_))) => {
+                object.disk.give_back();
+                inner.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+            _ => {}
+        }
+    }
+
+    /// Counts a use of `key` in the admission sketch; the count so far.
+    fn bump(&self, key: &CacheKey) -> u32 {
+        let inner = &self.inner;
+        if inner.options.min_uses <= 1 {
+            return 1;
+        }
+        let h = resource_hash(key) ^ u64::from(key.is_https());
+        let c = &inner.sketch[(h as usize) % SKETCH];
+        let prev = c
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(v.saturating_add(1))
+            })
+            .unwrap_or(0);
+        if inner.bumps.fetch_add(1, Ordering::Relaxed) % SKETCH_AGE == SKETCH_AGE - 1 {
+            for c in inner.sketch.iter() {
+                c.store(c.load(Ordering::Relaxed) / 2, Ordering::Relaxed);
+            }
+        }
+        u32::from(prev) + 1
+    }
+
+    /// Purges `scope` on disk (see the module notes): applies at once to reads, and is
+    /// written to the purge log.
+    pub fn purge(&self, scope: &PurgeScope, soft: bool) {
+        let inner = &self.inner;
+        let ban = Ban {
+            time: now_micros(),
+            soft,
+            scope: scope.clone(),
+        };
+        match scope {
+            PurgeScope::Exact(k) if !soft => {
+                for https in [false, true] {
+                    let h = record::hash(&[&record::key_bytes(&k.clone().for_https(https))]);
+                    inner.shard(h).remove(&h);
+                }
+            }
+            PurgeScope::Everything if !soft => {
+                for s in inner.index.iter() {
+                    lock(s).clear();
+                }
+            }
+            _ => {}
+        }
+        inner
+            .bans
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .add(ban.clone());
+        lock(&inner.purge_log).push(ban);
+        if let Some(tx) = lock(&self.tx).as_ref() {
+            let _ = tx.try_send(Job::Purges);
+        }
+    }
+
+    /// Waits until everything queued so far is written and flushed (tests, shutdown).
+    pub fn flush(&self) {
+        let (ack, done) = std::sync::mpsc::sync_channel(1);
+        let sent = lock(&self.tx)
+            .as_ref()
+            .is_some_and(|t| t.send(Job::Flush(ack)).is_ok());
+        if sent {
+            let _ = done.recv_timeout(Duration::from_secs(30));
+        }
+    }
+
+    /// Writes out what is queued, flushes it and lets the directory go (its lock with it):
+    /// at shutdown, or before a new binary takes over.
+    pub fn close(&self) {
+        drop(lock(&self.tx).take());
+        if let Some(t) = lock(&self.thread).take() {
+            let _ = t.join();
+        }
+        self.inner
+            .state
+            .store(State::Closed as u8, Ordering::Release);
+    }
+
+    /// Waits (up to `limit`) until the index is warm; whether it is.
+    pub fn wait_ready(&self, limit: Duration) -> bool {
+        let start = Instant::now();
+        while self.state() != State::Ready {
+            if start.elapsed() > limit || self.state() == State::Closed {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        true
+    }
+
+    pub fn stats(&self) -> DiskStats {
+        let c = &self.inner.stats;
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        DiskStats {
+            state: self.inner.state.load(Ordering::Relaxed),
+            used: l(&c.used),
+            capacity: self.inner.options.size,
+            objects: self.inner.index.iter().map(|s| lock(s).len() as u64).sum(),
+            hits: l(&c.hits),
+            misses: l(&c.misses),
+            read_bytes: l(&c.read_bytes),
+            writes: l(&c.writes),
+            write_bytes: l(&c.write_bytes),
+            not_admitted: l(&c.not_admitted),
+            dropped: l(&c.dropped),
+            errors: l(&c.errors),
+            warm_segments: l(&c.warm_segments),
+            warm_total: l(&c.warm_total),
+            warm_objects: l(&c.warm_objects),
+            warm_micros: l(&c.warm_micros),
+            reclaimed_segments: l(&c.reclaimed),
+        }
+    }
+}
+
+impl Drop for DiskStore {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+fn segment_path(dir: &Path, id: u32, ext: &str) -> PathBuf {
+    dir.join(format!("{id:08x}.{ext}"))
+}
+
+/// The segment ids in `dir`, oldest first.
+fn list_segments(dir: &Path) -> std::io::Result<Vec<u32>> {
+    let mut ids = Vec::new();
+    for e in std::fs::read_dir(dir)? {
+        let name = e?.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if let Some(id) = name
+            .strip_suffix(".seg")
+            .filter(|n| n.len() == 8)
+            .and_then(|n| u32::from_str_radix(n, 16).ok())
+        {
+            ids.push(id);
+        }
+    }
+    ids.sort_unstable();
+    Ok(ids)
+}
+
+/// The thread behind the tier: takes the lock, takes stock of the directory, starts the
+/// warm-up, then writes.
+fn writer_main(inner: Arc<Inner>, rx: Receiver<Job>) {
+    let dir = inner.options.dir.clone();
+    let lock_file = loop {
+        match take_lock(&dir) {
+            Ok(f) => break f,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            Err(e) => inner.fault("the directory's lock could not be taken", &e),
+        }
+        // Another process has the directory: drop what comes meanwhile, wait.
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(Job::Flush(ack)) => {
+                let _ = ack.send(());
+            }
+            Ok(Job::Write { object, .. }) => object.disk.give_back(),
+            Ok(Job::Purges) | Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return,
+        }
+    };
+    let mut w = match Writer::start(inner.clone()) {
+        Ok(w) => w,
+        Err(e) => {
+            inner.fault("the directory could not be read", &e);
+            inner.state.store(State::Closed as u8, Ordering::Release);
+            return;
+        }
+    };
+    loop {
+        match rx.recv_timeout(SYNC_EVERY) {
+            Ok(Job::Write {
+                key,
+                variant,
+                object,
+            }) => w.write(&key, variant.as_deref(), &object),
+            Ok(Job::Purges) => w.log_purges(),
+            Ok(Job::Flush(ack)) => {
+                w.log_purges();
+                w.sync();
+                let _ = ack.send(());
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+        if w.last_sync.elapsed() >= SYNC_EVERY {
+            w.sync();
+        }
+    }
+    w.log_purges();
+    w.sync();
+    w.join_warmup();
+    drop(lock_file);
+}
+
+fn take_lock(dir: &Path) -> std::io::Result<File> {
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(LOCK))?;
+    match f.try_lock() {
+        Ok(()) => Ok(f),
+        Err(std::fs::TryLockError::WouldBlock) => Err(ErrorKind::WouldBlock.into()),
+        Err(std::fs::TryLockError::Error(e)) => Err(e),
+    }
+}
+
+/// The segment being written.
+struct Active {
+    id: u32,
+    file: Arc<File>,
+    len: u64,
+    entries: Vec<SummaryEntry>,
+    oldest: u64,
+}
+
+struct Writer {
+    inner: Arc<Inner>,
+    active: Option<Active>,
+    next_id: u32,
+    purges: Option<File>,
+    /// Bytes of the purge log.
+    purge_bytes: u64,
+    dirty: bool,
+    last_sync: Instant,
+    warmup: Option<std::thread::JoinHandle<()>>,
+    /// Marker generations handed out (kept above the clock, so they never repeat).
+    generation: u64,
+}
+
+impl Writer {
+    /// Takes stock of the directory: its segments (sizes counted as used), its purges (in
+    /// force before any read); then lets reads in and starts the warm-up.
+    fn start(inner: Arc<Inner>) -> std::io::Result<Writer> {
+        let dir = inner.options.dir.clone();
+        let ids = list_segments(&dir)?;
+        let mut used = 0;
+        {
+            let mut segs = inner.segments.write().unwrap_or_else(|p| p.into_inner());
+            for &id in &ids {
+                let path = segment_path(&dir, id, "seg");
+                let file = match File::open(&path) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        inner.fault("a segment could not be opened", &e);
+                        continue;
+                    }
+                };
+                let bytes = file.metadata().map_or(0, |m| m.len())
+                    + std::fs::metadata(segment_path(&dir, id, "idx")).map_or(0, |m| m.len());
+                used += bytes;
+                segs.insert(
+                    id,
+                    Segment {
+                        file: Arc::new(file),
+                        bytes,
+                        oldest: u64::MAX,
+                    },
+                );
+            }
+        }
+        // Temporary files of an interrupted summary write.
+        for e in std::fs::read_dir(&dir)?.flatten() {
+            if e.file_name().to_str().is_some_and(|n| n.ends_with(".tmp")) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+        let log = std::fs::read(dir.join(PURGES)).unwrap_or_default();
+        {
+            let mut bans = inner.bans.write().unwrap_or_else(|p| p.into_inner());
+            for (time, soft, scope) in record::decode_purges(&log) {
+                if let Some(scope) = PurgeScope::decode(scope) {
+                    bans.add(Ban { time, soft, scope });
+                }
+            }
+        }
+        // Rewritten from what is in force: one line per URL, and no torn tail.
+        let (purges, purge_bytes) = rewrite_purges(&inner)?;
+        used += purge_bytes;
+        inner.stats.used.store(used, Ordering::Relaxed);
+        inner
+            .stats
+            .warm_total
+            .store(ids.len() as u64, Ordering::Relaxed);
+        inner.state.store(State::Warming as u8, Ordering::Release);
+        let warmup = std::thread::Builder::new()
+            .name("rampart-disk-warm".into())
+            .spawn({
+                let inner = inner.clone();
+                let ids = ids.clone();
+                move || warm(inner, ids)
+            })?;
+        let mut w = Writer {
+            next_id: ids.last().map_or(1, |l| l.wrapping_add(1)),
+            inner,
+            active: None,
+            purges: Some(purges),
+            purge_bytes,
+            dirty: false,
+            last_sync: Instant::now(),
+            warmup: Some(warmup),
+            generation: now_micros(),
+        };
+        w.log_purges();
+        w.sync();
+        Ok(w)
+    }
+
+    fn join_warmup(&mut self) {
+        if let Some(t) = self.warmup.take() {
+            let _ = t.join();
+        }
+    }
+
+    /// Writes the purges waiting for the log, and flushes it: a purge survives a power cut
+    /// once this returns.
+    fn log_purges(&mut self) {
+        let pending = std::mem::take(&mut *lock(&self.inner.purge_log));
+        if pending.is_empty() {
+            return;
+        }
+        let mut bytes = Vec::new();
+        for b in &pending {
+            bytes.extend(record::encode_purge(b.time, b.soft, &b.scope.encode()));
+        }
+        let Some(f) = self.purges.as_mut() else {
+            return;
+        };
+        let res = std::io::Write::write_all(f, &bytes).and_then(|()| f.sync_data());
+        match res {
+            Ok(()) => {
+                self.purge_bytes += bytes.len() as u64;
+                self.inner
+                    .stats
+                    .used
+                    .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+            }
+            Err(e) => self.inner.fault("the purge log could not be written", &e),
+        }
+    }
+
+    fn paused(&self) -> bool {
+        self.inner.paused_until.load(Ordering::Relaxed) > now_micros()
+    }
+
+    fn pause(&self, what: &'static str, e: &std::io::Error) {
+        self.inner.fault(what, e);
+        self.inner
+            .paused_until
+            .store(now_micros() + PAUSE.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    fn write(&mut self, key: &CacheKey, variant: Option<&[u8]>, object: &Arc<Object>) {
+        let inner = self.inner.clone();
+        if self.paused() {
+            object.disk.give_back();
+            inner.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let time = micros(object.response_time);
+        let gone = inner
+            .bans
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .verdict(key, time)
+            == Verdict::Gone;
+        if gone || object.invalidated.load(Ordering::Relaxed) {
+            return;
+        }
+        let kb = record::key_bytes(key);
+        let vb = match variant {
+            None => Vec::new(),
+            Some(v) => {
+                let Some(gen) = self.marker_for(&kb, &object.vary) else {
+                    return;
+                };
+                let mut vb = gen.to_be_bytes().to_vec();
+                vb.extend_from_slice(v);
+                vb
+            }
+        };
+        let meta = crate::wire::encode_head(object);
+        let hash = if vb.is_empty() {
+            record::hash(&[&kb])
+        } else {
+            record::hash(&[&kb, &vb])
+        };
+        self.append(Kind::Object, hash, &kb, &vb, &meta, &object.body, time);
+    }
+
+    /// The generation of the resource's marker on disk when it varies the same way, else of
+    /// a new marker written now.
+    fn marker_for(&mut self, kb: &[u8], vary: &Vary) -> Option<u64> {
+        let hash = record::hash(&[kb]);
+        if let Some((_, head)) = self.inner.read_head(hash) {
+            if let Some(h) = record::parse_head(&head) {
+                if h.key == kb && h.header.kind == Kind::Marker {
+                    if let Some((gen, v)) = Inner::marker(h.meta) {
+                        if &v == vary {
+                            return Some(gen);
+                        }
+                    }
+                }
+            }
+        }
+        self.generation = self.generation.max(now_micros()) + 1;
+        let gen = self.generation;
+        let text = match vary {
+            Vary::None => return None,
+            Vary::Any => "*".to_owned(),
+            Vary::Fields(f) => f.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(", "),
+        };
+        let mut meta = gen.to_be_bytes().to_vec();
+        meta.extend_from_slice(text.as_bytes());
+        self.append(Kind::Marker, hash, kb, &[], &meta, &[], now_micros())
+            .then_some(gen)
+    }
+
+    /// Appends one record and points the index at it; false if it could not be written.
+    #[allow(clippy::too_many_arguments)]
+    fn append(
+        &mut self,
+        kind: Kind,
+        hash: u64,
+        key: &[u8],
+        variant: &[u8],
+        meta: &[u8],
+        body: &[u8],
+        time: u64,
+    ) -> bool {
+        let inner = self.inner.clone();
+        let head = record::encode_head(kind, key, variant, meta, body, time);
+        let n = (head.len() + body.len()) as u64;
+        let seg_size = inner.options.segment_size();
+        if n > inner.options.max_record() {
+            inner.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        if self.active.as_ref().is_some_and(|a| a.len + n > seg_size) {
+            self.seal();
+        }
+        if self.active.is_none() && !self.open_segment() {
+            return false;
+        }
+        // Room: the new segment counts in full from its first record (it grows to that).
+        while inner.stats.used.load(Ordering::Relaxed) + n > inner.options.size {
+            if !self.reclaim_oldest() {
+                inner.stats.dropped.fetch_add(1, Ordering::Relaxed);
+                return false;
+            }
+        }
+        let Some(a) = self.active.as_mut() else {
+            return false;
+        };
+        let at = a.len;
+        let res = a
+            .file
+            .write_all_at(&head, at)
+            .and_then(|()| a.file.write_all_at(body, at + head.len() as u64));
+        if let Err(e) = res {
+            // Cut off what was written of it; the next record starts there.
+            let _ = a.file.set_len(at);
+            let what = if e.kind() == ErrorKind::StorageFull {
+                "the disk is full"
+            } else {
+                "a record could not be written"
+            };
+            self.pause(what, &e);
+            return false;
+        }
+        a.len += n;
+        a.oldest = a.oldest.min(time);
+        let entry = SummaryEntry {
+            hash,
+            offset: at as u32,
+            head: head.len() as u32,
+            body: body.len() as u32,
+        };
+        a.entries.push(entry);
+        let segment = a.id;
+        inner.shard(hash).insert(
+            hash,
+            Entry {
+                segment,
+                offset: entry.offset,
+                head: entry.head,
+                body: entry.body,
+            },
+        );
+        if let Some(s) = inner
+            .segments
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(&segment)
+        {
+            s.bytes += n;
+            s.oldest = s.oldest.min(time);
+        }
+        inner.stats.used.fetch_add(n, Ordering::Relaxed);
+        inner.stats.writes.fetch_add(1, Ordering::Relaxed);
+        inner.stats.write_bytes.fetch_add(n, Ordering::Relaxed);
+        self.dirty = true;
+        true
+    }
+
+    fn open_segment(&mut self) -> bool {
+        let inner = self.inner.clone();
+        let id = self.next_id;
+        let path = segment_path(&inner.options.dir, id, "seg");
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path);
+        let file = match file {
+            Ok(f) => Arc::new(f),
+            Err(e) => {
+                self.pause("a segment could not be created", &e);
+                return false;
+            }
+        };
+        self.next_id = id.wrapping_add(1);
+        inner
+            .segments
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(
+                id,
+                Segment {
+                    file: file.clone(),
+                    bytes: 0,
+                    oldest: u64::MAX,
+                },
+            );
+        self.active = Some(Active {
+            id,
+            file,
+            len: 0,
+            entries: Vec::new(),
+            oldest: u64::MAX,
+        });
+        true
+    }
+
+    /// Seals the active segment: its records on the device, then its summary.
+    fn seal(&mut self) {
+        let Some(a) = self.active.take() else {
+            return;
+        };
+        if let Err(e) = a.file.sync_data() {
+            self.pause("a segment could not be flushed", &e);
+            return;
+        }
+        let summary = record::encode_summary(a.id, a.oldest, &a.entries);
+        match write_summary(&self.inner.options.dir, a.id, &summary) {
+            Ok(()) => {
+                let n = summary.len() as u64;
+                self.inner.stats.used.fetch_add(n, Ordering::Relaxed);
+                if let Some(s) = self
+                    .inner
+                    .segments
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_mut(&a.id)
+                {
+                    s.bytes += n;
+                }
+            }
+            // Without it, the next start reads the segment's records instead.
+            Err(e) => self
+                .inner
+                .fault("a segment summary could not be written", &e),
+        }
+        self.dirty = false;
+    }
+
+    /// Reclaims the oldest segment but the one being written; false if there is none.
+    fn reclaim_oldest(&mut self) -> bool {
+        let inner = self.inner.clone();
+        let active = self.active.as_ref().map(|a| a.id);
+        let (id, seg) = {
+            let mut segs = inner.segments.write().unwrap_or_else(|p| p.into_inner());
+            let Some(id) = segs.keys().copied().find(|&id| Some(id) != active) else {
+                return false;
+            };
+            let Some(seg) = segs.remove(&id) else {
+                return false;
+            };
+            (id, seg)
+        };
+        let dir = &inner.options.dir;
+        if let Ok(bytes) = std::fs::read(segment_path(dir, id, "idx")) {
+            if let Some((_, entries)) = record::decode_summary(&bytes, id) {
+                for e in entries {
+                    let mut shard = inner.shard(e.hash);
+                    if shard.get(&e.hash).is_some_and(|x| x.segment == id) {
+                        shard.remove(&e.hash);
+                    }
+                }
+            }
+        }
+        let _ = std::fs::remove_file(segment_path(dir, id, "seg"));
+        let _ = std::fs::remove_file(segment_path(dir, id, "idx"));
+        sub_used(&inner, seg.bytes);
+        inner.stats.reclaimed.fetch_add(1, Ordering::Relaxed);
+        // Purges older than every record left are of no use any more.
+        let oldest = inner
+            .segments
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .map(|s| s.oldest)
+            .min()
+            .unwrap_or(u64::MAX)
+            .min(self.active.as_ref().map_or(u64::MAX, |a| a.oldest));
+        let trimmed = oldest != u64::MAX
+            && inner
+                .bans
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .trim(oldest);
+        if trimmed {
+            // Anything still waiting for the log is in force, so in the rewrite too.
+            lock(&inner.purge_log).clear();
+            match rewrite_purges(&inner) {
+                Ok((f, n)) => {
+                    sub_used(&inner, self.purge_bytes);
+                    inner.stats.used.fetch_add(n, Ordering::Relaxed);
+                    self.purges = Some(f);
+                    self.purge_bytes = n;
+                }
+                Err(e) => inner.fault("the purge log could not be rewritten", &e),
+            }
+        }
+        true
+    }
+
+    fn sync(&mut self) {
+        if self.dirty {
+            if let Some(a) = &self.active {
+                if let Err(e) = a.file.sync_data() {
+                    self.inner.fault("a segment could not be flushed", &e);
+                }
+            }
+            self.dirty = false;
+        }
+        self.last_sync = Instant::now();
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.join_warmup();
+    }
+}
+
+fn sub_used(inner: &Inner, n: u64) {
+    let _ = inner
+        .stats
+        .used
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
+            Some(u.saturating_sub(n))
+        });
+}
+
+/// Writes the purge log anew from the purges in force (whole or not at all: a temporary
+/// file, flushed, renamed); the log opened for appending, and its size.
+fn rewrite_purges(inner: &Inner) -> std::io::Result<(File, u64)> {
+    let dir = &inner.options.dir;
+    let bytes = inner.bans.read().unwrap_or_else(|p| p.into_inner()).log();
+    let tmp = dir.join(format!("{PURGES}.tmp"));
+    let f = File::create(&tmp)?;
+    f.write_all_at(&bytes, 0)?;
+    f.sync_data()?;
+    std::fs::rename(&tmp, dir.join(PURGES))?;
+    File::open(dir)?.sync_all()?;
+    let f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(dir.join(PURGES))?;
+    Ok((f, bytes.len() as u64))
+}
+
+/// Writes a summary so that it is whole or absent: a temporary file, flushed, renamed.
+fn write_summary(dir: &Path, id: u32, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = dir.join(format!("{id:08x}.idx.tmp"));
+    let f = File::create(&tmp)?;
+    f.write_all_at(bytes, 0)?;
+    f.sync_data()?;
+    std::fs::rename(&tmp, segment_path(dir, id, "idx"))?;
+    File::open(dir)?.sync_all()
+}
+
+/// Fills the index from the segments there were at start, newest first (see the module
+/// notes).
+fn warm(inner: Arc<Inner>, ids: Vec<u32>) {
+    let start = Instant::now();
+    let dir = inner.options.dir.clone();
+    for &id in ids.iter().rev() {
+        if inner.state() == State::Closed {
+            return;
+        }
+        let entries = match std::fs::read(segment_path(&dir, id, "idx"))
+            .ok()
+            .and_then(|b| record::decode_summary(&b, id))
+        {
+            Some((oldest, entries)) => {
+                set_oldest(&inner, id, oldest);
+                entries
+            }
+            None => scan(&inner, id),
+        };
+        let mut n = 0;
+        for e in entries {
+            let mut shard = inner.shard(e.hash);
+            if let std::collections::hash_map::Entry::Vacant(v) = shard.entry(e.hash) {
+                v.insert(Entry {
+                    segment: id,
+                    offset: e.offset,
+                    head: e.head,
+                    body: e.body,
+                });
+                n += 1;
+            }
+        }
+        inner.stats.warm_objects.fetch_add(n, Ordering::Relaxed);
+        inner.stats.warm_segments.fetch_add(1, Ordering::Relaxed);
+    }
+    inner.stats.warm_micros.store(
+        (start.elapsed().as_micros() as u64).max(1),
+        Ordering::Relaxed,
+    );
+    let _ = inner.state.compare_exchange(
+        State::Warming as u8,
+        State::Ready as u8,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    );
+}
+
+fn set_oldest(inner: &Inner, id: u32, oldest: u64) {
+    if let Some(s) = inner
+        .segments
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .get_mut(&id)
+    {
+        s.oldest = oldest;
+    }
+}
+
+/// A segment without a summary (the one being written when the process stopped): its records
+/// one by one, up to the first that is not whole. What follows is cut off, and the summary
+/// written, so the next start reads it at once.
+fn scan(inner: &Inner, id: u32) -> Vec<SummaryEntry> {
+    let Some(file) = inner.file(id) else {
+        return Vec::new();
+    };
+    let len = file.metadata().map_or(0, |m| m.len());
+    let mut entries = Vec::new();
+    let mut oldest = u64::MAX;
+    let mut at = 0u64;
+    let mut fixed = [0u8; record::HEADER];
+    while at + record::HEADER as u64 <= len {
+        if file.read_exact_at(&mut fixed, at).is_err() {
+            break;
+        }
+        let Some(header) = record::parse_header(&fixed) else {
+            break;
+        };
+        let head_len = header.head_len() as u64;
+        let total = head_len + u64::from(header.body_len);
+        if at + total > len || total > u64::from(u32::MAX) {
+            break;
+        }
+        let mut bytes = vec![0; total as usize];
+        if file.read_exact_at(&mut bytes, at).is_err() {
+            break;
+        }
+        let (head, body) = bytes.split_at(head_len as usize);
+        let Some(h) = record::parse_head(head) else {
+            break;
+        };
+        if !record::body_ok(&h.header, body) {
+            break;
+        }
+        let hash = if h.variant.is_empty() {
+            record::hash(&[h.key])
+        } else {
+            record::hash(&[h.key, h.variant])
+        };
+        oldest = oldest.min(h.header.time);
+        entries.push(SummaryEntry {
+            hash,
+            offset: at as u32,
+            head: head_len as u32,
+            body: header.body_len,
+        });
+        at += total;
+    }
+    // Records of one key later in the segment win: keep the last one of each.
+    let mut seen = HashSet::new();
+    let mut latest: Vec<SummaryEntry> = entries
+        .iter()
+        .rev()
+        .filter(|e| seen.insert(e.hash))
+        .copied()
+        .collect();
+    latest.reverse();
+    let dir = &inner.options.dir;
+    if at < len {
+        inner.fault(
+            "a segment ended in a torn record (cut off)",
+            &format_args!("segment {id:08x} at byte {at} of {len}"),
+        );
+        if let Ok(f) = std::fs::OpenOptions::new()
+            .write(true)
+            .open(segment_path(dir, id, "seg"))
+        {
+            if f.set_len(at).and_then(|()| f.sync_all()).is_ok() {
+                adjust_used(inner, id, len - at);
+            }
+        }
+    }
+    let summary = record::encode_summary(id, oldest, &latest);
+    if write_summary(dir, id, &summary).is_ok() {
+        inner
+            .stats
+            .used
+            .fetch_add(summary.len() as u64, Ordering::Relaxed);
+        if let Some(s) = inner
+            .segments
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(&id)
+        {
+            s.bytes += summary.len() as u64;
+        }
+    }
+    set_oldest(inner, id, oldest);
+    latest
+}
+
+fn adjust_used(inner: &Inner, id: u32, cut: u64) {
+    sub_used(inner, cut);
+    if let Some(s) = inner
+        .segments
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .get_mut(&id)
+    {
+        s.bytes = s.bytes.saturating_sub(cut);
+    }
+}
+
+#[cfg(test)]
+mod tests;
