@@ -50,6 +50,8 @@ pub enum Served {
     Revalidated,
     /// Not stored here, but in the cache tier the instances share (Redis), and fresh.
     Shared,
+    /// Not in memory, but in the disk tier (`cache_disk`), and fresh.
+    Disk,
 }
 
 /// What happened to a response fetched from the origin, for `Cache-Status`'s `fwd`.
@@ -113,6 +115,7 @@ impl CacheOutcome {
             }
             CacheOutcome::Served(Served::StaleIfError) => "rampart; hit; detail=stale-if-error",
             CacheOutcome::Served(Served::Shared) => "rampart; hit; detail=shared",
+            CacheOutcome::Served(Served::Disk) => "rampart; hit; detail=disk",
             CacheOutcome::Served(Served::Revalidated) => {
                 "rampart; fwd=stale; fwd-status=304; stored"
             }

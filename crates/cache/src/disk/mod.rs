@@ -467,11 +467,17 @@ impl DiskStore {
             options,
         });
         let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
+        // The directory free (the usual case): taken now, so the first request can be a hit.
+        let started = match take_lock(&inner.options.dir) {
+            Ok(lock) => Some((lock, Writer::start(inner.clone())?)),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => None,
+            Err(e) => return Err(e),
+        };
         let thread = std::thread::Builder::new()
             .name("rampart-disk".into())
             .spawn({
                 let inner = inner.clone();
-                move || writer_main(inner, rx)
+                move || writer_main(inner, rx, started)
             })?;
         Ok(DiskStore {
             inner,
@@ -653,12 +659,22 @@ impl DiskStore {
             soft,
             scope: scope.clone(),
         };
+        // An exact purge of a URL the disk does not hold (every successful POST invalidates
+        // its URL) is kept in memory only: it still stops a write queued for it.
+        let mut persist = true;
         match scope {
-            PurgeScope::Exact(k) if !soft => {
+            PurgeScope::Exact(k) => {
+                let mut present = false;
                 for https in [false, true] {
                     let h = record::hash(&[&record::key_bytes(&k.clone().for_https(https))]);
-                    inner.shard(h).remove(&h);
+                    let mut shard = inner.shard(h);
+                    present |= if soft {
+                        shard.contains_key(&h)
+                    } else {
+                        shard.remove(&h).is_some()
+                    };
                 }
+                persist = present || inner.state() != State::Ready;
             }
             PurgeScope::Everything if !soft => {
                 for s in inner.index.iter() {
@@ -672,9 +688,11 @@ impl DiskStore {
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .add(ban.clone());
-        lock(&inner.purge_log).push(ban);
-        if let Some(tx) = lock(&self.tx).as_ref() {
-            let _ = tx.try_send(Job::Purges);
+        if persist {
+            lock(&inner.purge_log).push(ban);
+            if let Some(tx) = lock(&self.tx).as_ref() {
+                let _ = tx.try_send(Job::Purges);
+            }
         }
     }
 
@@ -692,6 +710,10 @@ impl DiskStore {
     /// Writes out what is queued, flushes it and lets the directory go (its lock with it):
     /// at shutdown, or before a new binary takes over.
     pub fn close(&self) {
+        // First, so a warm-up still running stops at its next segment.
+        self.inner
+            .state
+            .store(State::Closed as u8, Ordering::Release);
         drop(lock(&self.tx).take());
         if let Some(t) = lock(&self.thread).take() {
             let _ = t.join();
@@ -768,32 +790,15 @@ fn list_segments(dir: &Path) -> std::io::Result<Vec<u32>> {
 
 /// The thread behind the tier: takes the lock, takes stock of the directory, starts the
 /// warm-up, then writes.
-fn writer_main(inner: Arc<Inner>, rx: Receiver<Job>) {
-    let dir = inner.options.dir.clone();
-    let lock_file = loop {
-        match take_lock(&dir) {
-            Ok(f) => break f,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-            Err(e) => inner.fault("the directory's lock could not be taken", &e),
-        }
-        // Another process has the directory: drop what comes meanwhile, wait.
-        match rx.recv_timeout(Duration::from_millis(100)) {
-            Ok(Job::Flush(ack)) => {
-                let _ = ack.send(());
-            }
-            Ok(Job::Write { object, .. }) => object.disk.give_back(),
-            Ok(Job::Purges) | Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => return,
-        }
+fn writer_main(inner: Arc<Inner>, rx: Receiver<Job>, started: Option<(File, Writer)>) {
+    let (lock_file, mut w) = match started {
+        Some(s) => s,
+        None => match wait_and_start(&inner, &rx) {
+            Some(s) => s,
+            None => return,
+        },
     };
-    let mut w = match Writer::start(inner.clone()) {
-        Ok(w) => w,
-        Err(e) => {
-            inner.fault("the directory could not be read", &e);
-            inner.state.store(State::Closed as u8, Ordering::Release);
-            return;
-        }
-    };
+    w.finish_start();
     loop {
         match rx.recv_timeout(SYNC_EVERY) {
             Ok(Job::Write {
@@ -818,6 +823,35 @@ fn writer_main(inner: Arc<Inner>, rx: Receiver<Job>) {
     w.sync();
     w.join_warmup();
     drop(lock_file);
+}
+
+/// Waits for the directory's lock (another process has it: the one a new binary takes over
+/// from), dropping what comes meanwhile; then takes stock of the directory.
+fn wait_and_start(inner: &Arc<Inner>, rx: &Receiver<Job>) -> Option<(File, Writer)> {
+    let dir = inner.options.dir.clone();
+    let lock_file = loop {
+        match take_lock(&dir) {
+            Ok(f) => break f,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            Err(e) => inner.fault("the directory's lock could not be taken", &e),
+        }
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(Job::Flush(ack)) => {
+                let _ = ack.send(());
+            }
+            Ok(Job::Write { object, .. }) => object.disk.give_back(),
+            Ok(Job::Purges) | Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return None,
+        }
+    };
+    match Writer::start(inner.clone()) {
+        Ok(w) => Some((lock_file, w)),
+        Err(e) => {
+            inner.fault("the directory could not be read", &e);
+            inner.state.store(State::Closed as u8, Ordering::Release);
+            None
+        }
+    }
 }
 
 fn take_lock(dir: &Path) -> std::io::Result<File> {
@@ -902,15 +936,24 @@ impl Writer {
                 }
             }
         }
-        // Rewritten from what is in force: one line per URL, and no torn tail.
-        let (purges, purge_bytes) = rewrite_purges(&inner)?;
+        // The purge log is rewritten by `finish_start`; until then its old size counts.
+        let purge_bytes = log.len() as u64;
         used += purge_bytes;
         inner.stats.used.store(used, Ordering::Relaxed);
         inner
             .stats
             .warm_total
             .store(ids.len() as u64, Ordering::Relaxed);
-        inner.state.store(State::Warming as u8, Ordering::Release);
+        let warming = inner.state.compare_exchange(
+            State::Waiting as u8,
+            State::Warming as u8,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+        if warming.is_err() {
+            // Closed meanwhile.
+            return Err(ErrorKind::Interrupted.into());
+        }
         let warmup = std::thread::Builder::new()
             .name("rampart-disk-warm".into())
             .spawn({
@@ -918,20 +961,33 @@ impl Writer {
                 let ids = ids.clone();
                 move || warm(inner, ids)
             })?;
-        let mut w = Writer {
+        Ok(Writer {
             next_id: ids.last().map_or(1, |l| l.wrapping_add(1)),
             inner,
             active: None,
-            purges: Some(purges),
+            purges: None,
             purge_bytes,
             dirty: false,
             last_sync: Instant::now(),
             warmup: Some(warmup),
             generation: now_micros(),
-        };
-        w.log_purges();
-        w.sync();
-        Ok(w)
+        })
+    }
+
+    /// What can wait until reads are let in: the purge log rewritten from what is in force
+    /// (one line per URL, no torn tail), then opened for the purges to come.
+    fn finish_start(&mut self) {
+        match rewrite_purges(&self.inner) {
+            Ok((f, n)) => {
+                sub_used(&self.inner, self.purge_bytes);
+                self.inner.stats.used.fetch_add(n, Ordering::Relaxed);
+                self.purges = Some(f);
+                self.purge_bytes = n;
+            }
+            Err(e) => self.inner.fault("the purge log could not be rewritten", &e),
+        }
+        self.log_purges();
+        self.sync();
     }
 
     fn join_warmup(&mut self) {

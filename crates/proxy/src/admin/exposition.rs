@@ -310,6 +310,9 @@ fn cache(m: &Metrics, view: &Api<'_>, f: &mut Families) {
         None,
     )
     .counter(vec![], s.evictions);
+    if let Some(d) = c.disk() {
+        disk(&d.stats(), f);
+    }
     let (hits, lookups) = m.totals().hits_and_lookups();
     if let Some(r) = hit_ratio(hits, lookups) {
         f.add(
@@ -318,6 +321,45 @@ fn cache(m: &Metrics, view: &Api<'_>, f: &mut Families) {
             None,
         )
         .gauge(vec![], r);
+    }
+}
+
+/// The disk tier (`cache_disk`).
+fn disk(d: &rampart_cache::disk::DiskStats, f: &mut Families) {
+    #[rustfmt::skip]
+    let gauges: [(&'static str, &'static str, Option<Unit>, f64); 6] = [
+        ("rampart_cache_disk_used", "Bytes of the disk tier's files (segments, summaries, purge log), within cache_disk_size.", Some(Unit::Bytes), d.used as f64),
+        ("rampart_cache_disk_capacity", "The disk tier's size (cache_disk_size).", Some(Unit::Bytes), d.capacity as f64),
+        ("rampart_cache_disk_objects", "Records the disk tier's index points at (objects and Vary markers).", None, d.objects as f64),
+        ("rampart_cache_disk_state", "0 waiting for the directory's lock (another process has it), 1 warming the index, 2 ready, 3 closed.", None, f64::from(d.state)),
+        ("rampart_cache_disk_warm_segments", "Segments whose records are in the index (of rampart_cache_disk_segments_at_start).", None, d.warm_segments as f64),
+        ("rampart_cache_disk_segments_at_start", "Segments the directory held when the disk tier opened.", None, d.warm_total as f64),
+    ];
+    for (name, help, unit, v) in gauges {
+        f.add(name, help, unit).gauge(vec![], v);
+    }
+    if d.warm_micros > 0 {
+        f.add(
+            "rampart_cache_disk_warmup",
+            "How long filling the index from the directory took.",
+            Some(Unit::Seconds),
+        )
+        .gauge(vec![], d.warm_micros as f64 / 1e6);
+    }
+    #[rustfmt::skip]
+    let counters: [(&'static str, &'static str, u64); 9] = [
+        ("rampart_cache_disk_hits", "Memory misses answered from the disk tier.", d.hits),
+        ("rampart_cache_disk_misses", "Memory misses the disk tier could not answer.", d.misses),
+        ("rampart_cache_disk_read_bytes", "Bytes read from the disk tier for answers.", d.read_bytes),
+        ("rampart_cache_disk_writes", "Records written to the disk tier.", d.writes),
+        ("rampart_cache_disk_written_bytes", "Bytes written to the disk tier (write amplification: this over rampart_cache_disk_read_bytes).", d.write_bytes),
+        ("rampart_cache_disk_not_admitted", "Offers of objects used fewer than cache_disk_min_uses times (not written).", d.not_admitted),
+        ("rampart_cache_disk_dropped", "Objects not written: the write queue was full, writing was paused after an error, or the object was larger than half a segment.", d.dropped),
+        ("rampart_cache_disk_errors", "Disk faults: failed reads and writes, records failing their checksums, disk full (each kind is logged once).", d.errors),
+        ("rampart_cache_disk_reclaimed_segments", "Segments reclaimed (oldest first) to stay within cache_disk_size.", d.reclaimed_segments),
+    ];
+    for (name, help, v) in counters {
+        f.add(name, help, None).counter(vec![], v);
     }
 }
 

@@ -1,8 +1,11 @@
 //! The shared cache: the store, the table of fetches in flight, and the lookup of a request.
 //!
 //! [`Cache::lookup`] finds a stored response for a request (following the `Vary` marker to the
-//! variant) and decides if it may be used. Storing is `writer.rs`; answering from a stored
-//! object is `pipeline/hit.rs`.
+//! variant), in memory and then on disk (`cache_disk`), and decides if it may be used. An
+//! object read from disk is put in memory at once (the read made the copy anyway; the memory
+//! store's S3-FIFO small queue lets it go again unless it is used). Storing is `writer.rs`,
+//! which also offers stored objects to the disk tier; answering from a stored object is
+//! `pipeline/hit.rs`.
 
 pub mod coalesce;
 pub mod transform;
@@ -13,12 +16,14 @@ use std::time::{Duration, SystemTime};
 
 use http::HeaderMap;
 use rampart_cache::cache_control::RequestDirectives;
+use rampart_cache::disk::DiskStore;
 use rampart_cache::key::{CacheKey, SlotKeyRef};
 use rampart_cache::policy::{self, RulePolicy, Usable};
 use rampart_cache::store::{MemoryStore, Object, PurgeScope};
 use rampart_redis::Shared;
 
 use crate::caching::coalesce::Coalescer;
+use crate::caching::transform::Transforms;
 
 /// A request the cache may answer or store: computed once in lookup, used again in store.
 #[derive(Debug)]
@@ -37,6 +42,8 @@ pub struct Lookup {
 #[derive(Debug)]
 pub enum Found {
     Hit(Arc<Object>),
+    /// A hit read from the disk tier (and now in memory too).
+    DiskHit(Arc<Object>),
     Miss(Lookup),
 }
 
@@ -49,6 +56,8 @@ pub struct Cache {
     unwidenable: std::sync::Mutex<std::collections::HashMap<CacheKey, std::time::Instant>>,
     /// Where purges and invalidations go to reach the other instances (`redis_purge`).
     shared: arc_swap::ArcSwapOption<Shared>,
+    /// The second tier, on disk (`cache_disk`).
+    disk: Option<DiskStore>,
 }
 
 /// How long a range request for a URL whose whole representation could not be stored goes
@@ -65,6 +74,50 @@ impl Cache {
             coalescer: Arc::new(Coalescer::default()),
             unwidenable: Default::default(),
             shared: Default::default(),
+            disk: None,
+        }
+    }
+
+    /// With the disk tier as the second one.
+    pub fn with_disk(mut self, disk: DiskStore) -> Self {
+        self.disk = Some(disk);
+        self
+    }
+
+    pub fn disk(&self) -> Option<&DiskStore> {
+        self.disk.as_ref()
+    }
+
+    /// Writes out what the disk tier has queued and lets its directory go (shutdown, or a new
+    /// binary taking over).
+    pub fn close_disk(&self) {
+        if let Some(d) = &self.disk {
+            d.close();
+        }
+    }
+
+    /// An object was stored in memory after a fetch: one use for the disk tier's admission.
+    pub fn stored(&self, key: &CacheKey, variant: Option<&[u8]>, obj: &Arc<Object>) {
+        if let Some(d) = &self.disk {
+            d.offer(key, variant, obj);
+        }
+    }
+
+    /// A 304 refreshed `old` into `new`: the disk gets the new headers when it held the old
+    /// ones; otherwise it is one more use.
+    pub fn refreshed(
+        &self,
+        key: &CacheKey,
+        variant: Option<&[u8]>,
+        old: &Object,
+        new: &Arc<Object>,
+    ) {
+        if let Some(d) = &self.disk {
+            if !old.disk.pending() {
+                d.rewrite(key, variant, new);
+            } else {
+                d.offer(key, variant, new);
+            }
         }
     }
 
@@ -79,15 +132,21 @@ impl Cache {
     pub fn remote_purges(self: &Arc<Self>) -> rampart_redis::purge::Apply {
         let cache = Arc::downgrade(self);
         Arc::new(move |r: &rampart_redis::purge::Remote| {
-            cache
-                .upgrade()
-                .map_or(0, |c| c.store.purge(&r.scope, r.soft))
+            cache.upgrade().map_or(0, |c| {
+                if let Some(d) = &c.disk {
+                    d.purge(&r.scope, r.soft);
+                }
+                c.store.purge(&r.scope, r.soft)
+            })
         })
     }
 
     /// Purges `scope` here and, with Redis, on every other instance; returns how many entries
     /// it hit here.
     pub fn purge(&self, scope: &PurgeScope, soft: bool) -> usize {
+        if let Some(d) = &self.disk {
+            d.purge(scope, soft);
+        }
         let n = self.store.purge(scope, soft);
         if let Some(shared) = &*self.shared.load() {
             shared.publish_purge(scope, soft);
@@ -143,20 +202,33 @@ impl Cache {
 
     /// lookup: GET/HEAD only (the caller checks). `key` is the routed host and request target
     /// (see [`SlotKeyRef`]); with `refresh`, a usable entry is treated as stale (background
-    /// revalidation).
+    /// revalidation). `transforms` (the rule's) makes the copies of an object read from disk.
     pub fn lookup(
-        &self,
+        self: &Arc<Self>,
         key: SlotKeyRef<'_>,
         headers: &HeaderMap,
         policy: RulePolicy,
         refresh: bool,
+        transforms: impl FnOnce() -> Transforms,
     ) -> Found {
         let directives = RequestDirectives::parse(headers);
         let forced = directives.no_cache;
         let mut stale = None;
-        if let Some(obj) = self.store.find(&key, headers) {
+        let (found, from_disk) = match self.store.find(&key, headers) {
+            Some(obj) => (Some(obj), false),
+            None => (self.from_disk(&key, headers, transforms), true),
+        };
+        if let Some(obj) = found {
             match policy::usable(&obj, headers, &directives, SystemTime::now()) {
-                Usable::Yes if !refresh => return Found::Hit(obj),
+                Usable::Yes if !refresh => {
+                    if from_disk {
+                        return Found::DiskHit(obj);
+                    }
+                    if obj.disk.pending() {
+                        self.used(&key, headers, &obj);
+                    }
+                    return Found::Hit(obj);
+                }
                 Usable::Yes | Usable::No => stale = Some(obj),
                 Usable::NotShareable => {}
             }
@@ -170,10 +242,56 @@ impl Cache {
         })
     }
 
+    /// The object the disk tier holds for the request, put in memory (with its copies made
+    /// again, as for an object from the Redis tier).
+    fn from_disk(
+        self: &Arc<Self>,
+        key: &SlotKeyRef<'_>,
+        headers: &HeaderMap,
+        transforms: impl FnOnce() -> Transforms,
+    ) -> Option<Arc<Object>> {
+        let disk = self.disk.as_ref()?;
+        let key = key.to_key();
+        let found = disk.lookup(&key, headers, |b| self.store.charged_body(b))?;
+        let obj = Arc::new(found.object);
+        let variant = found.variant;
+        if self
+            .store
+            .insert(key.clone(), variant.as_deref(), obj.clone())
+        {
+            let transforms = transforms();
+            if transforms.any() {
+                let cache = self.clone();
+                transform::transform_stored(transforms, &obj, move |old, new| {
+                    cache.store.replace(&key, variant.as_deref(), old, new);
+                });
+            }
+        }
+        Some(obj)
+    }
+
+    /// A memory hit on an object the disk tier has not taken yet: one more use.
+    fn used(&self, key: &SlotKeyRef<'_>, headers: &HeaderMap, obj: &Arc<Object>) {
+        let Some(disk) = &self.disk else {
+            return;
+        };
+        let variant = match &obj.vary {
+            rampart_cache::vary::Vary::None => None,
+            v => match v.variant_key(headers) {
+                Some(v) => Some(v),
+                None => return,
+            },
+        };
+        disk.offer(&key.to_key(), variant.as_deref(), obj);
+    }
+
     /// Invalidates a URL on a host after an unsafe request succeeded (RFC 9111 §4.4).
     /// With Redis, the other instances remove it too.
     pub fn invalidate(&self, host: &str, pq: &str, ignore_query: bool) -> bool {
         let key = CacheKey::new(host, pq, ignore_query);
+        if let Some(d) = &self.disk {
+            d.purge(&PurgeScope::Exact(key.clone()), false);
+        }
         let removed = self.store.invalidate(&key);
         if let Some(shared) = &*self.shared.load() {
             shared.publish_purge(&PurgeScope::Exact(key), false);

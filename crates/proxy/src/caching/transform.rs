@@ -250,6 +250,8 @@ pub struct Transforms {
     pub minify: Option<Languages>,
     /// WebP copies of pictures stored for longer than this (`webp_transformation_min_age`).
     pub webp: Option<std::time::Duration>,
+    /// The rule keeps its responses off the disk tier (`cache_disk = false`).
+    pub off_disk: bool,
 }
 
 impl Transforms {

@@ -19,6 +19,7 @@ use rampart_cache::cache_control::ResponseDirectives;
 use rampart_cache::conditional;
 use rampart_cache::freshness;
 use rampart_cache::key::CacheKey;
+use rampart_cache::object::DiskMark;
 use rampart_cache::policy::{self, NotStored};
 use rampart_cache::store::{body_charge, fields, Object, Reservation};
 use rampart_cache::targeted::CDN_CACHE_CONTROL;
@@ -177,6 +178,11 @@ pub fn freshen(
         encoded,
         webp,
         residency: stale.residency.clone(),
+        disk: if stale.disk.allowed() {
+            DiskMark::default()
+        } else {
+            DiskMark::never()
+        },
         ..make(headers, stale.body.clone())
     });
     if lifetime.is_zero() {
@@ -187,9 +193,12 @@ pub fn freshen(
             v => v.variant_key(req_headers),
         };
         share(cache, &lookup.key, variant.as_deref(), &obj, None);
-        cache
+        let stored = cache
             .store()
             .insert(lookup.key.clone(), variant.as_deref(), obj.clone());
+        if stored {
+            cache.refreshed(&lookup.key, variant.as_deref(), stale, &obj);
+        }
     }
     obj
 }
@@ -318,7 +327,11 @@ impl StoreTicket {
             encoded: Box::default(),
             webp: None,
             residency,
-            disk: Default::default(),
+            disk: if self.transforms.off_disk {
+                DiskMark::never()
+            } else {
+                DiskMark::default()
+            },
         };
         let variant = self.variant.take();
         let obj = Arc::new(obj);
@@ -339,6 +352,9 @@ impl StoreTicket {
                 bytes = body.len(),
                 "complete body not stored (no room in its shard)"
             );
+        }
+        if stored {
+            self.cache.stored(&self.key, variant.as_deref(), &obj);
         }
         if stored && transforms.any() {
             let (cache, key) = (self.cache.clone(), self.key.clone());

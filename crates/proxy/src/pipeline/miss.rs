@@ -86,7 +86,7 @@ pub async fn join(
 /// A waiter's answer: the leader's response when it is shared and of this request's variant,
 /// or the entry the leader refreshed (a 304) when it released the waiters.
 async fn wait_for_leader(
-    cache: &Cache,
+    cache: &std::sync::Arc<Cache>,
     txn: &mut Txn,
     req: &Request<RequestBody>,
     inflight: &std::sync::Arc<Inflight>,
@@ -95,11 +95,13 @@ async fn wait_for_leader(
     let Some(head) = inflight.wait_head(wait).await else {
         // Released: the leader may have refreshed the entry (304) — look again.
         let l: &Lookup = txn.miss.as_ref()?;
-        let Found::Hit(obj) = cache.lookup(slot_key(txn, req), req.headers(), l.policy, false)
-        else {
-            return None;
+        let rule = &txn.route().rule;
+        let key = slot_key(txn, req);
+        return match cache.lookup(key, req.headers(), l.policy, false, || rule.transforms()) {
+            Found::Hit(obj) => Some(Step::Hit(Stored::new(obj, Served::Fresh))),
+            Found::DiskHit(obj) => Some(Step::Hit(Stored::new(obj, Served::Disk))),
+            Found::Miss(_) => None,
         };
-        return Some(Step::Hit(Stored::new(obj, Served::Fresh)));
     };
     let same_variant = match &head.vary {
         Vary::None => true,

@@ -196,6 +196,7 @@ impl Rule {
             compress: self.compress.clone(),
             minify: self.minify,
             webp: self.webp,
+            off_disk: !self.config.cache_disk,
         }
     }
 

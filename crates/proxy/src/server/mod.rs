@@ -65,6 +65,12 @@ impl Running {
     pub fn shutdown(&self) {
         crate::telemetry::metrics::get().stop_streams();
         self.shutdown.send_replace(true);
+        // While the workers drain: the disk tier's last writes, and its directory's lock for
+        // the process that takes over.
+        self.live
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .close_disk();
     }
 
     /// Waits until every worker has drained and stopped.

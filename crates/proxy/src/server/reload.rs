@@ -153,6 +153,27 @@ fn share(cache: &Arc<Cache>, shared: &Shared) {
     shared.follow_purges(cache.remote_purges());
 }
 
+/// The cache: memory, and the disk tier when `cache_disk` names a directory (opened now, warmed
+/// in the background).
+fn open_cache(c: &rampart_config::CacheConfig) -> std::io::Result<Cache> {
+    let cache = Cache::new(c.memory, c.max_object);
+    let Some(d) = &c.disk else {
+        return Ok(cache);
+    };
+    let options = rampart_cache::disk::DiskOptions {
+        dir: d.path.clone(),
+        size: d.size,
+        min_uses: d.min_uses,
+    };
+    let disk = rampart_cache::disk::DiskStore::open(options).map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!("cache_disk {:?}: {e}", d.path.display().to_string()),
+        )
+    })?;
+    Ok(cache.with_disk(disk))
+}
+
 /// What a worker thread starts with.
 #[derive(Debug)]
 pub struct WorkerStart {
@@ -174,10 +195,10 @@ impl Live {
         let config = Arc::new(config);
         let origin_tls =
             rampart_tls::origin::client_config(&config.upstream).map_err(std::io::Error::other)?;
-        let cache = config
-            .cache
-            .enabled
-            .then(|| Arc::new(Cache::new(config.cache.memory, config.cache.max_object)));
+        let cache = match config.cache.enabled {
+            true => Some(Arc::new(open_cache(&config.cache)?)),
+            false => None,
+        };
         if let (Some(c), Some(s)) = (&cache, &shared) {
             share(c, s);
         }
@@ -240,6 +261,14 @@ impl Live {
     /// Reopens the access log file (SIGUSR1, after logrotate moved it).
     pub fn reopen_logs(&self) -> std::io::Result<()> {
         self.access.reopen()
+    }
+
+    /// Writes out the disk tier's queue and lets its directory go (shutdown: a new binary
+    /// taking over waits for it).
+    pub fn close_disk(&self) {
+        if let Some(c) = &self.cache {
+            c.close_disk();
+        }
     }
 
     /// Stops the health checks (shutdown) and returns their thread to join.
@@ -548,6 +577,9 @@ fn restart_needed(old: &Config, new: &Config) -> Vec<&'static str> {
     }
     if old.cache.max_object != new.cache.max_object {
         keys.push("cache_max_object");
+    }
+    if old.cache.disk != new.cache.disk {
+        keys.push("cache_disk, cache_disk_size, cache_disk_min_uses");
     }
     let (a, b) = (&old.downstream, &new.downstream);
     if (

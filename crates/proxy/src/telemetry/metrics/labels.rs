@@ -58,7 +58,7 @@ impl CacheMetric {
     pub fn of(o: Option<CacheOutcome>) -> CacheMetric {
         match o {
             None => CacheMetric::None,
-            Some(CacheOutcome::Served(Served::Fresh)) => CacheMetric::Hit,
+            Some(CacheOutcome::Served(Served::Fresh | Served::Disk)) => CacheMetric::Hit,
             Some(CacheOutcome::Served(Served::StaleWhileRevalidate | Served::StaleIfError)) => {
                 CacheMetric::Stale
             }

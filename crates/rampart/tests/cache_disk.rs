@@ -1,0 +1,352 @@
+//! The disk tier (`cache_disk`), end to end with the real binary and a real directory: objects
+//! come back after a restart and after `kill -9` in the middle of writes (every body compared
+//! with the origin's), purges reach the disk and outlive a restart, a rule keeps its responses
+//! off it, and the metrics show it.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use http::Request;
+use support::*;
+
+const API_KEY: &str = "disk-test-key-0123456789";
+
+/// The origin's body for a path: its own bytes, of a length that depends on it (1–40 KB).
+fn body_for(path: &str) -> String {
+    let n: usize = path.bytes().map(usize::from).sum::<usize>() * 37 % 40_000 + 1000;
+    let mut s = format!("{path}:");
+    while s.len() < n {
+        s.push_str(path);
+        s.push('|');
+    }
+    s.truncate(n);
+    s
+}
+
+async fn origin() -> OriginHandle {
+    Origin::new()
+        .route_fn("*", |s| {
+            Reply::text(&body_for(s.uri.path())).header("cache-control", "max-age=600")
+        })
+        .start()
+        .await
+}
+
+fn config(origin: &OriginHandle, dir: &Path, extra_global: &str, extra_rule: &str) -> String {
+    config_for(
+        "disk.example",
+        origin,
+        &format!(
+            "cache_disk = {:?}\ncache_disk_size = \"64MiB\"\napi_key = \"{API_KEY}\"\n{extra_global}",
+            dir.display().to_string()
+        ),
+        extra_rule,
+    )
+}
+
+fn value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .map(|v| v.trim().parse().unwrap())
+}
+
+async fn metrics(proxy: &Proxy) -> String {
+    let got = fetch(
+        req(proxy, "anything", "/_rampart/metrics")
+            .header("authorization", format!("Bearer {API_KEY}")),
+    )
+    .await;
+    assert_eq!(got.status, 200);
+    got.text()
+}
+
+/// Waits until the disk tier has written `n` records (objects).
+async fn written(proxy: &Proxy, n: f64) {
+    let start = Instant::now();
+    loop {
+        let m = metrics(proxy).await;
+        let w = value(&m, "rampart_cache_disk_writes_total").unwrap_or(0.0);
+        if w >= n {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{w} of {n} written\n{m}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn stop(mut proxy: Proxy) {
+    proxy.signal(libc::SIGTERM);
+    assert_eq!(proxy.wait_exit(Duration::from_secs(20)), Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_are_hits_again_after_a_restart() {
+    let origin = origin().await;
+    let dir = scratch("disk-restart");
+    // Written at the first use; a memory cache too small to hold them all.
+    let cfg = config(
+        &origin,
+        &dir,
+        "cache_disk_min_uses = 1\ncache_memory = \"512KiB\"",
+        "",
+    );
+    let proxy = Proxy::start(&cfg);
+    let paths: Vec<String> = (0..60).map(|i| format!("/r/{i}")).collect();
+    for p in &paths {
+        let got = get(&proxy, "disk.example", p).await;
+        assert_eq!(got.status, 200);
+        assert_eq!(got.text(), body_for(p));
+    }
+    written(&proxy, 60.0).await;
+    // Evicted from the small memory cache, some come back from disk in this same process.
+    let first = get(&proxy, "disk.example", "/r/0").await;
+    assert_eq!(first.text(), body_for("/r/0"));
+    assert_eq!(
+        first.header("cache-status"),
+        Some("rampart; hit; detail=disk")
+    );
+    assert_eq!(origin.requests(), 60);
+    stop(proxy).await;
+
+    let proxy = Proxy::start(&cfg);
+    let mut disk_hits = 0;
+    let start = Instant::now();
+    for p in &paths {
+        // The index warms in the background; give it a moment to find the first one.
+        let got = loop {
+            let got = get(&proxy, "disk.example", p).await;
+            if got.header("cache-status") == Some("rampart; hit; detail=disk")
+                || start.elapsed() > Duration::from_secs(5)
+            {
+                break got;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        assert_eq!(got.status, 200);
+        assert_eq!(got.text(), body_for(p), "{p}");
+        let disk = got.header("cache-status") == Some("rampart; hit; detail=disk");
+        if !disk {
+            eprintln!("{p}: {:?}", got.header("cache-status"));
+        }
+        disk_hits += usize::from(disk);
+    }
+    assert_eq!(
+        disk_hits, 60,
+        "every object written is a hit after the restart"
+    );
+    assert_eq!(origin.requests(), 60, "none went to the origin again");
+    let m = metrics(&proxy).await;
+    assert_eq!(value(&m, "rampart_cache_disk_state"), Some(2.0), "{m}");
+    assert!(value(&m, "rampart_cache_disk_hits_total").unwrap() >= 60.0);
+    assert!(value(&m, "rampart_cache_disk_used_bytes").unwrap() <= (64 << 20) as f64);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_while_writing_never_serves_a_torn_object() {
+    let origin = origin().await;
+    let dir = scratch("disk-kill");
+    let cfg = config(&origin, &dir, "cache_disk_min_uses = 1", "");
+    let paths: Vec<String> = (0..400).map(|i| format!("/k/{i}")).collect();
+    let mut served_from_disk = 0;
+    for cycle in 0..5u64 {
+        let mut proxy = Proxy::start(&cfg);
+        // Every body this process serves, from wherever, is the origin's.
+        let client = client();
+        let mut tasks = Vec::new();
+        for (i, p) in paths.iter().enumerate() {
+            if i % 5 != (cycle % 5) as usize && i % 3 != 0 {
+                continue;
+            }
+            let url = proxy.url(p);
+            let p = p.clone();
+            let client = client.clone();
+            tasks.push(tokio::spawn(async move {
+                let req = Request::get(url)
+                    .header("host", "disk.example")
+                    .body(empty())
+                    .unwrap();
+                let Ok(res) = client.request(req).await else {
+                    return (p, None);
+                };
+                let status = res.status();
+                let body = http_body_util::BodyExt::collect(res.into_body())
+                    .await
+                    .ok()
+                    .map(|b| b.to_bytes());
+                (p, body.map(|b| (status, b)))
+            }));
+        }
+        // Killed while the requests, and the writes behind them, are going on.
+        tokio::time::sleep(Duration::from_millis(30 + cycle * 17)).await;
+        proxy.child.kill().unwrap();
+        proxy.child.wait().unwrap();
+        for t in tasks {
+            let (p, res) = t.await.unwrap();
+            // Cut by the kill: no response, or a body cut short (the client sees the error), is
+            // what a kill does; a response read whole is the origin's.
+            if let Some((status, body)) = res {
+                assert_eq!(status, 200, "cycle {cycle} {p}");
+                assert_eq!(body, body_for(&p).as_bytes(), "cycle {cycle} {p}");
+            }
+        }
+        // After the restart: every request succeeds, every body is the origin's.
+        let proxy2 = Proxy::start(&cfg);
+        // Every path on the last cycle, a seventh of them before.
+        let step = if cycle == 4 { 1 } else { 7 };
+        for p in paths.iter().step_by(step) {
+            let got = get(&proxy2, "disk.example", p).await;
+            assert_eq!(got.status, 200, "cycle {cycle} {p}");
+            assert_eq!(got.text(), body_for(p), "cycle {cycle} {p}");
+            served_from_disk +=
+                usize::from(got.header("cache-status") == Some("rampart; hit; detail=disk"));
+        }
+        drop(proxy2);
+    }
+    assert!(served_from_disk > 0, "some answers came from disk");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purges_reach_the_disk_and_outlive_a_restart() {
+    let origin = origin().await;
+    let dir = scratch("disk-purge");
+    let cfg = config(&origin, &dir, "cache_disk_min_uses = 1", "");
+    let proxy = Proxy::start(&cfg);
+    let paths = ["/blog/1", "/blog/2", "/shop/blog-sale", "/about", "/soft"];
+    for p in paths {
+        get(&proxy, "disk.example", p).await;
+    }
+    written(&proxy, 5.0).await;
+    let api = |proxy: &Proxy, q: &str| {
+        Request::post(proxy.url(&format!("/_rampart/purge?{q}")))
+            .header("authorization", format!("Bearer {API_KEY}"))
+    };
+    let res = fetch(api(
+        &proxy,
+        "scope=prefix&host=disk.example&path=%2Fblog%2F",
+    ))
+    .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let res = fetch(api(&proxy, "scope=exact&host=disk.example&path=%2Fabout")).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let res = fetch(api(
+        &proxy,
+        "scope=exact&host=disk.example&path=%2Fsoft&soft=true",
+    ))
+    .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    stop(proxy).await;
+    let before = origin.requests();
+
+    // A new process: nothing in memory, everything asked of the disk.
+    let proxy = Proxy::start(&cfg);
+    let m = metrics(&proxy).await;
+    let _ = m;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let kept = get(&proxy, "disk.example", "/shop/blog-sale").await;
+    assert_eq!(
+        kept.header("cache-status"),
+        Some("rampart; hit; detail=disk")
+    );
+    for p in ["/blog/1", "/blog/2", "/about"] {
+        let got = get(&proxy, "disk.example", p).await;
+        assert_eq!(got.status, 200);
+        assert_eq!(got.header("x-arc2-cache"), Some("Miss"), "{p} was purged");
+        assert_eq!(got.text(), body_for(p));
+    }
+    // Soft: kept, but stale, so it goes to the origin (which answers anew).
+    let soft = get(&proxy, "disk.example", "/soft").await;
+    assert_ne!(
+        soft.header("cache-status"),
+        Some("rampart; hit; detail=disk")
+    );
+    assert_eq!(soft.text(), body_for("/soft"));
+    assert_eq!(origin.requests(), before + 4);
+
+    // A domain purge from this process reaches what the disk holds from the last one.
+    let res = fetch(api(&proxy, "scope=domain&host=disk.example")).await;
+    assert_eq!(res.status, 200);
+    let got = get(&proxy, "disk.example", "/shop/blog-sale").await;
+    assert_eq!(got.header("x-arc2-cache"), Some("Miss"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_can_keep_its_responses_off_the_disk_and_one_hit_wonders_stay_off() {
+    let origin = origin().await;
+    let dir = scratch("disk-rules");
+    let cfg = config(&origin, &dir, "", "")
+        + &format!(
+            "[[proxy_rules]]\ndomain = \"private.example\"\nmax_age_seconds = 60\nforward_ipv4 = \"127.0.0.1\"\nforward_port_http = {}\ncache_disk = false\n",
+            origin.port()
+        );
+    let proxy = Proxy::start(&cfg);
+    // The default admission: written at the second use, not the first.
+    get(&proxy, "disk.example", "/once").await;
+    for _ in 0..2 {
+        get(&proxy, "disk.example", "/twice").await;
+    }
+    for _ in 0..3 {
+        get(&proxy, "private.example", "/secret").await;
+    }
+    written(&proxy, 1.0).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let m = metrics(&proxy).await;
+    assert_eq!(
+        value(&m, "rampart_cache_disk_writes_total"),
+        Some(1.0),
+        "{m}"
+    );
+    assert!(
+        value(&m, "rampart_cache_disk_not_admitted_total").unwrap() >= 2.0,
+        "{m}"
+    );
+    stop(proxy).await;
+    let proxy = Proxy::start(&cfg);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let hit = |h: Option<&str>| h == Some("rampart; hit; detail=disk");
+    assert!(hit(get(&proxy, "disk.example", "/twice")
+        .await
+        .header("cache-status")));
+    assert!(!hit(get(&proxy, "disk.example", "/once")
+        .await
+        .header("cache-status")));
+    assert!(!hit(get(&proxy, "private.example", "/secret")
+        .await
+        .header("cache-status")));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn check_reports_a_directory_that_cannot_hold_the_cache() {
+    let file = scratch("not-a-dir");
+    std::fs::write(&file, b"x").unwrap();
+    let toml = format!(
+        "cache_disk = {:?}\ncache_disk_size = \"1MiB\"\n[[proxy_rules]]\ndomain = \"a.example\"\nforward_ipv4 = \"127.0.0.1\"\nmax_age_seconds = 60\n",
+        file.display().to_string()
+    );
+    let path = scratch("check.toml");
+    std::fs::write(&path, toml).unwrap();
+    let out = std::process::Command::new(rampart_bin())
+        .args(["check", "--config", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("1:14") && text.contains("not a directory"),
+        "{text}"
+    );
+    assert!(
+        text.contains("2:19") && text.contains("cache_disk_size"),
+        "{text}"
+    );
+}
