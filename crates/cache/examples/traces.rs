@@ -289,6 +289,7 @@ pub fn object(k: u32, pool: &Bytes, now: SystemTime) -> Object {
         webp: None,
         residency: None,
         disk: Default::default(),
+        extent: None,
     }
 }
 

@@ -12,12 +12,14 @@
 //! - [`store`]: the in-memory store with a hard byte budget;
 //! - [`index`]: the sharded index under the store, with its admission and eviction policy;
 //! - [`wire`]: stored objects as bytes, for the tier instances share through Redis;
-//! - [`disk`]: the second tier, on disk: larger than memory, kept across restarts.
+//! - [`disk`]: the second tier, on disk: larger than memory, kept across restarts;
+//! - [`extent`]: a body kept on disk, read a chunk at a time.
 
 pub mod cache_control;
 pub mod conditional;
 pub mod disk;
 pub mod encoding;
+pub mod extent;
 pub mod freshness;
 pub mod index;
 pub mod key;

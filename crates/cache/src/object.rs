@@ -259,6 +259,9 @@ pub struct Object {
     pub residency: Option<Arc<Residency>>,
     /// Where the object stands with the disk tier (see [`crate::disk`]).
     pub disk: DiskMark,
+    /// A large object's body, on disk (`body` is empty then): read a chunk at a time as it is
+    /// sent, never whole into memory. Such an object is never put in the memory store.
+    pub extent: Option<Arc<crate::extent::Extent>>,
 }
 
 /// Where a stored object stands with the disk tier: not written yet (the default), offered

@@ -531,6 +531,7 @@ mod tests {
             webp: None,
             residency: None,
             disk: Default::default(),
+            extent: None,
         })
     }
 
@@ -550,6 +551,7 @@ mod tests {
             body,
             residency,
             disk: Default::default(),
+            extent: None,
             ..o
         })
     }

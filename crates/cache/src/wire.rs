@@ -200,6 +200,7 @@ fn decode_inner(
         webp: None,
         residency,
         disk: Default::default(),
+        extent: None,
     })
 }
 
@@ -311,6 +312,7 @@ mod tests {
             webp: None,
             residency: None,
             disk: Default::default(),
+            extent: None,
         }
     }
 

@@ -95,6 +95,7 @@ fn object(headers: &HeaderMap, body: Bytes) -> Arc<Object> {
         webp: None,
         residency: None,
         disk: Default::default(),
+        extent: None,
     })
 }
 

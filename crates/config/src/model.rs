@@ -232,6 +232,9 @@ pub struct DiskConfig {
     pub size: u64,
     /// How many times a response must be used (served or fetched) before it is written.
     pub min_uses: u32,
+    /// The largest body it takes (`cache_max_object`, at most a quarter of `size`); bodies
+    /// larger than the memory cache may hold go to disk only.
+    pub max_object: u64,
 }
 
 /// What a response without an explicit lifetime gets (`cache_heuristic`).

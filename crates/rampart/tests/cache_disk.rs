@@ -36,11 +36,16 @@ async fn origin() -> OriginHandle {
 }
 
 fn config(origin: &OriginHandle, dir: &Path, extra_global: &str, extra_rule: &str) -> String {
+    let size = if extra_global.contains("cache_disk_size") {
+        ""
+    } else {
+        "cache_disk_size = \"64MiB\"\n"
+    };
     config_for(
         "disk.example",
         origin,
         &format!(
-            "cache_disk = {:?}\ncache_disk_size = \"64MiB\"\napi_key = \"{API_KEY}\"\n{extra_global}",
+            "cache_disk = {:?}\n{size}api_key = \"{API_KEY}\"\n{extra_global}",
             dir.display().to_string()
         ),
         extra_rule,
@@ -80,6 +85,19 @@ async fn written(proxy: &Proxy, n: f64) {
     }
 }
 
+/// Waits until the disk tier's index is warm.
+async fn ready(proxy: &Proxy) {
+    let start = Instant::now();
+    loop {
+        let m = metrics(proxy).await;
+        if value(&m, "rampart_cache_disk_state") == Some(2.0) {
+            return;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "{m}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 async fn stop(mut proxy: Proxy) {
     proxy.signal(libc::SIGTERM);
     assert_eq!(proxy.wait_exit(Duration::from_secs(20)), Some(0));
@@ -115,19 +133,11 @@ async fn objects_are_hits_again_after_a_restart() {
     stop(proxy).await;
 
     let proxy = Proxy::start(&cfg);
+    // The index warms in the background (a request before it is warm may miss).
+    ready(&proxy).await;
     let mut disk_hits = 0;
-    let start = Instant::now();
     for p in &paths {
-        // The index warms in the background; give it a moment to find the first one.
-        let got = loop {
-            let got = get(&proxy, "disk.example", p).await;
-            if got.header("cache-status") == Some("rampart; hit; detail=disk")
-                || start.elapsed() > Duration::from_secs(5)
-            {
-                break got;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        };
+        let got = get(&proxy, "disk.example", p).await;
         assert_eq!(got.status, 200);
         assert_eq!(got.text(), body_for(p), "{p}");
         let disk = got.header("cache-status") == Some("rampart; hit; detail=disk");
@@ -198,6 +208,7 @@ async fn kill_9_while_writing_never_serves_a_torn_object() {
         }
         // After the restart: every request succeeds, every body is the origin's.
         let proxy2 = Proxy::start(&cfg);
+        ready(&proxy2).await;
         // Every path on the last cycle, a seventh of them before.
         let step = if cycle == 4 { 1 } else { 7 };
         for p in paths.iter().step_by(step) {
@@ -247,9 +258,7 @@ async fn purges_reach_the_disk_and_outlive_a_restart() {
 
     // A new process: nothing in memory, everything asked of the disk.
     let proxy = Proxy::start(&cfg);
-    let m = metrics(&proxy).await;
-    let _ = m;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    ready(&proxy).await;
     let kept = get(&proxy, "disk.example", "/shop/blog-sale").await;
     assert_eq!(
         kept.header("cache-status"),
@@ -310,7 +319,7 @@ async fn a_rule_can_keep_its_responses_off_the_disk_and_one_hit_wonders_stay_off
     );
     stop(proxy).await;
     let proxy = Proxy::start(&cfg);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    ready(&proxy).await;
     let hit = |h: Option<&str>| h == Some("rampart; hit; detail=disk");
     assert!(hit(get(&proxy, "disk.example", "/twice")
         .await
@@ -349,4 +358,97 @@ fn check_reports_a_directory_that_cannot_hold_the_cache() {
         text.contains("2:19") && text.contains("cache_disk_size"),
         "{text}"
     );
+}
+
+/// A body whose every byte depends on its offset (so a range or a chunk out of place shows).
+fn patterned(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i * 7 + i / 4093) as u8).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_objects_stream_from_disk_with_bounded_memory_and_ranges_read_from_disk() {
+    const LEN: usize = 48 << 20;
+    let body = patterned(LEN);
+    let origin = Origin::new()
+        .route(
+            "/big",
+            Reply::typed(&body, "application/octet-stream").header("cache-control", "max-age=600"),
+        )
+        .start()
+        .await;
+    let dir = scratch("disk-large");
+    let cfg = config(
+        &origin,
+        &dir,
+        "cache_disk_min_uses = 1\ncache_memory = \"16MiB\"\ncache_max_object = \"256MiB\"\ncache_disk_size = \"1GiB\"",
+        "",
+    );
+    let proxy = Proxy::start(&cfg);
+    // The miss streams to the client while it is written.
+    let first = get(&proxy, "disk.example", "/big").await;
+    assert_eq!(first.status, 200);
+    assert!(first.body == body, "the miss's body");
+    written(&proxy, 1.0).await;
+    let hit = get(&proxy, "disk.example", "/big").await;
+    assert_eq!(
+        hit.header("cache-status"),
+        Some("rampart; hit; detail=disk")
+    );
+    assert!(hit.body == body, "the disk hit's body");
+    assert_eq!(origin.requests(), 1);
+    // Ranges read only what they cover.
+    let m = metrics(&proxy).await;
+    let read_before = value(&m, "rampart_cache_disk_read_bytes_total").unwrap();
+    for (range, from, to) in [
+        ("bytes=10000000-10000099", 10_000_000, 10_000_100),
+        ("bytes=-100", LEN - 100, LEN),
+        ("bytes=0-0", 0, 1),
+    ] {
+        let got = fetch(req(&proxy, "disk.example", "/big").header("range", range)).await;
+        assert_eq!(got.status, 206, "{range}");
+        assert_eq!(&got.body[..], &body[from..to], "{range}");
+    }
+    let m = metrics(&proxy).await;
+    let read = value(&m, "rampart_cache_disk_read_bytes_total").unwrap() - read_before;
+    assert!(read < (4 << 20) as f64, "three ranges read {read} bytes");
+    let head = fetch(req(&proxy, "disk.example", "/big").method("HEAD")).await;
+    assert_eq!(
+        head.header("content-length"),
+        Some(LEN.to_string().as_str())
+    );
+
+    // Ten clients that read slowly: each holds a chunk in rampart at most.
+    let before = proxy.rss_kib();
+    let mut slow = Vec::new();
+    for _ in 0..10 {
+        let mut s = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        s.write_all(b"GET /big HTTP/1.1\r\nhost: disk.example\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = vec![0; 65536];
+        let _ = s.read(&mut buf).await.unwrap();
+        slow.push(s);
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let grown = proxy.rss_kib().saturating_sub(before);
+    eprintln!("RSS grew {grown} KiB for 10 slow readers (from {before} KiB)");
+    assert!(
+        grown < 32 << 10,
+        "RSS grew {grown} KiB for 10 slow readers of a 48 MiB object"
+    );
+    drop(slow);
+
+    // And after a restart.
+    stop(proxy).await;
+    let proxy = Proxy::start(&cfg);
+    ready(&proxy).await;
+    let again = get(&proxy, "disk.example", "/big").await;
+    assert_eq!(
+        again.header("cache-status"),
+        Some("rampart; hit; detail=disk")
+    );
+    assert!(again.body == body);
+    assert_eq!(origin.requests(), 1);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -49,6 +49,7 @@
 //! generation; each variant is keyed by the key, the generation and its variant key. A new
 //! marker (the resource varies differently, or was purged) makes the old variants unreachable.
 
+pub mod large;
 pub mod record;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -69,6 +70,7 @@ use crate::key::CacheKey;
 use crate::object::{DiskMark, Object, Residency};
 use crate::store::PurgeScope;
 use crate::vary::Vary;
+use large::{Extent, LargeWrite};
 use record::{Kind, SummaryEntry};
 
 /// How long writing pauses after a write error.
@@ -92,6 +94,9 @@ pub struct DiskOptions {
     pub dir: PathBuf,
     pub size: u64,
     pub min_uses: u32,
+    /// The largest body the tier takes (`cache_max_object`): larger than half a segment, an
+    /// object gets a file of its own.
+    pub max_object: u64,
 }
 
 impl DiskOptions {
@@ -100,9 +105,14 @@ impl DiskOptions {
         (self.size / 32).clamp(256 << 10, 64 << 20)
     }
 
-    /// The largest record the tier writes: half a segment.
+    /// The largest record a segment takes: half a segment.
     pub fn max_record(&self) -> u64 {
         self.segment_size() / 2
+    }
+
+    /// The largest body the tier takes: `max_object`, at most a quarter of the size.
+    pub fn max_body(&self) -> u64 {
+        self.max_object.min(self.size / 4)
     }
 }
 
@@ -200,7 +210,12 @@ struct Segment {
     bytes: u64,
     /// The oldest receive time of its records (µs; `u64::MAX` while unknown or empty).
     oldest: u64,
+    /// A large object's file (see [`large`]), and its key hash once known.
+    large: Option<u64>,
 }
+
+/// An index entry's offset that says: a large object's file (see [`large`]).
+const LARGE: u32 = u32::MAX;
 
 /// A purge, as reads apply it.
 #[derive(Debug, Clone)]
@@ -295,7 +310,7 @@ fn micros(t: SystemTime) -> u64 {
         .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
-struct Inner {
+pub(crate) struct Inner {
     options: DiskOptions,
     state: AtomicU8,
     index: Box<[Mutex<Map<Entry>>]>,
@@ -365,7 +380,22 @@ impl Inner {
             return None;
         };
         let mut head = vec![0; entry.head as usize];
-        if let Err(e) = file.read_exact_at(&mut head, u64::from(entry.offset)) {
+        let at = if entry.offset == LARGE {
+            match large::layout(&file) {
+                Ok(l) if l.head_len == entry.head && l.table_len == entry.body => l.head_at,
+                Ok(_) | Err(_) => {
+                    self.fault(
+                        "a large object's file is not whole",
+                        &format_args!("{:08x}.big", entry.segment),
+                    );
+                    self.remove_if(hash, entry);
+                    return None;
+                }
+            }
+        } else {
+            u64::from(entry.offset)
+        };
+        if let Err(e) = file.read_exact_at(&mut head, at) {
             self.fault("a record could not be read", &e);
             self.remove_if(hash, entry);
             return None;
@@ -384,7 +414,12 @@ impl Inner {
     fn read_body(&self, hash: u64, entry: Entry, header: &record::Header) -> Option<Vec<u8>> {
         let file = self.file(entry.segment)?;
         let mut body = vec![0; entry.body as usize];
-        let at = u64::from(entry.offset) + u64::from(entry.head);
+        let at = if entry.offset == LARGE {
+            // A large object's "body" here is its chunk table.
+            large::layout(&file).ok()?.table_at
+        } else {
+            u64::from(entry.offset) + u64::from(entry.head)
+        };
         if let Err(e) = file.read_exact_at(&mut body, at) {
             self.fault("a record could not be read", &e);
             self.remove_if(hash, entry);
@@ -410,6 +445,16 @@ impl Inner {
     }
 }
 
+impl crate::extent::ExtentSink for Inner {
+    fn read(&self, bytes: u64) {
+        self.stats.read_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    fn fault(&self, e: &std::io::Error) {
+        Inner::fault(self, "a large object's chunk could not be read whole", e);
+    }
+}
+
 /// What a disk lookup found: the object, and its variant key when it varies (for the memory
 /// store).
 #[derive(Debug)]
@@ -418,7 +463,7 @@ pub struct Found {
     pub variant: Option<Bytes>,
 }
 
-enum Job {
+pub(crate) enum Job {
     Write {
         key: CacheKey,
         variant: Option<Bytes>,
@@ -428,6 +473,22 @@ enum Job {
     Purges,
     /// Write out everything queued and flush it; then say so.
     Flush(SyncSender<()>),
+    /// The next piece of a large object's body (`queued` counts what is waiting).
+    LargeChunk {
+        token: u64,
+        data: Bytes,
+        queued: Arc<AtomicU64>,
+    },
+    /// A large object's body is complete (`len` bytes): finish its file.
+    LargeEnd {
+        token: u64,
+        len: u64,
+        key: CacheKey,
+        variant: Option<Bytes>,
+        object: Arc<Object>,
+    },
+    /// A large object's body will not be complete: remove its file.
+    LargeAbort(u64),
 }
 
 /// The disk tier (see the module notes).
@@ -562,7 +623,16 @@ impl DiskStore {
             u64::from(entry.head) + bytes.len() as u64,
             Ordering::Relaxed,
         );
-        let (body, residency) = body(bytes);
+        let (body, residency, extent) = if entry.offset == LARGE {
+            let file = inner.file(entry.segment)?;
+            let len = large::layout(&file).ok()?.body_len;
+            let crcs = large::decode_table(&bytes).into_boxed_slice();
+            let extent = Extent::new(file, len, crcs, self.inner.clone());
+            (Bytes::new(), None, Some(Arc::new(extent)))
+        } else {
+            let (body, residency) = body(bytes);
+            (body, residency, None)
+        };
         let Some(mut object) = crate::wire::decode_parts(parsed.meta, body, residency) else {
             inner.fault(
                 "a record holds an object this version cannot read",
@@ -572,6 +642,7 @@ impl DiskStore {
             return None;
         };
         object.disk = DiskMark::done();
+        object.extent = extent;
         if verdict == Verdict::Stale {
             object.invalidate();
         }
@@ -594,6 +665,43 @@ impl DiskStore {
         self.queue(key, variant, object);
     }
 
+    /// Starts writing a large object (one whose body does not go to memory) as it arrives:
+    /// `None` unless the tier takes it (ready, not paused, `len` within `cache_max_object`
+    /// when known, and used `cache_disk_min_uses` times). Feed the returned handle the body.
+    pub fn begin_large(&self, key: &CacheKey, len: Option<u64>) -> Option<LargeWrite> {
+        static TOKENS: AtomicU64 = AtomicU64::new(1);
+        let inner = &self.inner;
+        let limit = inner.options.max_body();
+        let paused = inner.paused_until.load(Ordering::Relaxed) > now_micros();
+        if !matches!(inner.state(), State::Warming | State::Ready) || paused {
+            inner.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        if len.is_some_and(|n| n > limit) {
+            inner.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        if self.bump(key) < inner.options.min_uses {
+            inner.stats.not_admitted.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        let tx = lock(&self.tx).clone()?;
+        Some(LargeWrite {
+            token: TOKENS.fetch_add(1, Ordering::Relaxed),
+            tx,
+            written: 0,
+            limit,
+            queued: Arc::new(AtomicU64::new(0)),
+            done: false,
+            aborted: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        })
+    }
+
+    /// The largest body the tier takes.
+    pub fn max_body(&self) -> u64 {
+        self.inner.options.max_body()
+    }
+
     /// Queues `object` for writing whatever its uses (a 304 refreshed an object on disk: its
     /// new headers go there too).
     pub fn rewrite(&self, key: &CacheKey, variant: Option<&[u8]>, object: &Arc<Object>) {
@@ -606,7 +714,7 @@ impl DiskStore {
         let inner = &self.inner;
         let body = object.body.len() as u64;
         let paused = inner.paused_until.load(Ordering::Relaxed) > now_micros();
-        if paused || body + 4096 > inner.options.max_record() || inner.state() == State::Waiting {
+        if paused || body > inner.options.max_body() || inner.state() == State::Waiting {
             inner.stats.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
@@ -771,17 +879,21 @@ fn segment_path(dir: &Path, id: u32, ext: &str) -> PathBuf {
 }
 
 /// The segment ids in `dir`, oldest first.
-fn list_segments(dir: &Path) -> std::io::Result<Vec<u32>> {
+fn list_segments(dir: &Path) -> std::io::Result<Vec<(u32, bool)>> {
     let mut ids = Vec::new();
     for e in std::fs::read_dir(dir)? {
         let name = e?.file_name();
         let Some(name) = name.to_str() else { continue };
-        if let Some(id) = name
-            .strip_suffix(".seg")
+        let (stem, large) = match (name.strip_suffix(".seg"), name.strip_suffix(".big")) {
+            (Some(s), _) => (s, false),
+            (_, Some(s)) => (s, true),
+            _ => continue,
+        };
+        if let Some(id) = Some(stem)
             .filter(|n| n.len() == 8)
             .and_then(|n| u32::from_str_radix(n, 16).ok())
         {
-            ids.push(id);
+            ids.push((id, large));
         }
     }
     ids.sort_unstable();
@@ -812,15 +924,35 @@ fn writer_main(inner: Arc<Inner>, rx: Receiver<Job>, started: Option<(File, Writ
                 w.sync();
                 let _ = ack.send(());
             }
+            Ok(Job::LargeChunk {
+                token,
+                data,
+                queued,
+            }) => {
+                queued.fetch_sub(data.len() as u64, Ordering::Relaxed);
+                w.large_chunk(token, &data);
+            }
+            Ok(Job::LargeEnd {
+                token,
+                len,
+                key,
+                variant,
+                object,
+            }) => w.large_end(token, len, &key, variant.as_deref(), &object),
+            Ok(Job::LargeAbort(token)) => w.large_abort(token),
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break,
         }
+        w.abandon_stale_large();
         if w.last_sync.elapsed() >= SYNC_EVERY {
             w.sync();
         }
     }
     w.log_purges();
     w.sync();
+    for token in w.large.keys().copied().collect::<Vec<_>>() {
+        w.large_abort(token);
+    }
     w.join_warmup();
     drop(lock_file);
 }
@@ -840,7 +972,11 @@ fn wait_and_start(inner: &Arc<Inner>, rx: &Receiver<Job>) -> Option<(File, Write
                 let _ = ack.send(());
             }
             Ok(Job::Write { object, .. }) => object.disk.give_back(),
-            Ok(Job::Purges) | Err(RecvTimeoutError::Timeout) => {}
+            Ok(Job::LargeChunk { data, queued, .. }) => {
+                queued.fetch_sub(data.len() as u64, Ordering::Relaxed);
+            }
+            Ok(Job::Purges | Job::LargeEnd { .. } | Job::LargeAbort(_))
+            | Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => return None,
         }
     };
@@ -888,6 +1024,20 @@ struct Writer {
     warmup: Option<std::thread::JoinHandle<()>>,
     /// Marker generations handed out (kept above the clock, so they never repeat).
     generation: u64,
+    /// Large objects being written, by token.
+    large: HashMap<u64, OpenLarge>,
+    /// Large writes given up (their later chunks are ignored).
+    failed: HashSet<u64>,
+}
+
+/// A large object's file being written.
+struct OpenLarge {
+    id: u32,
+    file: File,
+    len: u64,
+    crcs: Vec<u32>,
+    crc: crc32fast::Hasher,
+    last: Instant,
 }
 
 impl Writer {
@@ -899,8 +1049,8 @@ impl Writer {
         let mut used = 0;
         {
             let mut segs = inner.segments.write().unwrap_or_else(|p| p.into_inner());
-            for &id in &ids {
-                let path = segment_path(&dir, id, "seg");
+            for &(id, large) in &ids {
+                let path = segment_path(&dir, id, if large { "big" } else { "seg" });
                 let file = match File::open(&path) {
                     Ok(f) => f,
                     Err(e) => {
@@ -917,11 +1067,12 @@ impl Writer {
                         file: Arc::new(file),
                         bytes,
                         oldest: u64::MAX,
+                        large: large.then_some(0),
                     },
                 );
             }
         }
-        // Temporary files of an interrupted summary write.
+        // Temporary files of an interrupted summary or large object write.
         for e in std::fs::read_dir(&dir)?.flatten() {
             if e.file_name().to_str().is_some_and(|n| n.ends_with(".tmp")) {
                 let _ = std::fs::remove_file(e.path());
@@ -962,7 +1113,9 @@ impl Writer {
                 move || warm(inner, ids)
             })?;
         Ok(Writer {
-            next_id: ids.last().map_or(1, |l| l.wrapping_add(1)),
+            next_id: ids.last().map_or(1, |l| l.0.wrapping_add(1)),
+            large: HashMap::new(),
+            failed: HashSet::new(),
             inner,
             active: None,
             purges: None,
@@ -1069,7 +1222,249 @@ impl Writer {
         } else {
             record::hash(&[&kb, &vb])
         };
+        let n = (record::HEADER + kb.len() + vb.len() + meta.len() + object.body.len()) as u64;
+        if n > inner.options.max_record() {
+            // A file of its own, written at once from the body in memory.
+            let token = u64::MAX - u64::from(self.next_id);
+            self.large_chunk(token, &object.body);
+            self.large_finish(token, object.body.len() as u64, hash, &kb, &vb, &meta, time);
+            return;
+        }
         self.append(Kind::Object, hash, &kb, &vb, &meta, &object.body, time);
+    }
+
+    /// Writes the next piece of a large object's body (its file made at the first).
+    fn large_chunk(&mut self, token: u64, data: &[u8]) {
+        if self.failed.contains(&token) {
+            return;
+        }
+        let inner = self.inner.clone();
+        let n = data.len() as u64;
+        while inner.stats.used.load(Ordering::Relaxed) + n > inner.options.size {
+            if !self.reclaim_oldest() {
+                inner.stats.dropped.fetch_add(1, Ordering::Relaxed);
+                self.large_abort(token);
+                self.failed.insert(token);
+                return;
+            }
+        }
+        if !self.large.contains_key(&token) {
+            if self.paused() {
+                inner.stats.dropped.fetch_add(1, Ordering::Relaxed);
+                self.failed.insert(token);
+                return;
+            }
+            let id = self.next_id;
+            let tmp = inner.options.dir.join(format!("{id:08x}.big.tmp"));
+            match File::create(&tmp) {
+                Ok(file) => {
+                    self.next_id = id.wrapping_add(1);
+                    self.large.insert(
+                        token,
+                        OpenLarge {
+                            id,
+                            file,
+                            len: 0,
+                            crcs: Vec::new(),
+                            crc: crc32fast::Hasher::new(),
+                            last: Instant::now(),
+                        },
+                    );
+                }
+                Err(e) => {
+                    self.pause("a large object's file could not be created", &e);
+                    self.failed.insert(token);
+                    return;
+                }
+            }
+        }
+        let Some(open) = self.large.get_mut(&token) else {
+            return;
+        };
+        if let Err(e) = open.file.write_all_at(data, open.len) {
+            let what = if e.kind() == ErrorKind::StorageFull {
+                "the disk is full"
+            } else {
+                "a large object could not be written"
+            };
+            self.pause(what, &e);
+            self.large_abort(token);
+            self.failed.insert(token);
+            return;
+        }
+        // The chunk table: a CRC-32 per CHUNK of the body.
+        let mut rest = data;
+        while !rest.is_empty() {
+            let in_chunk = open.len % large::CHUNK;
+            let take = ((large::CHUNK - in_chunk) as usize).min(rest.len());
+            open.crc.update(&rest[..take]);
+            open.len += take as u64;
+            rest = &rest[take..];
+            if open.len % large::CHUNK == 0 {
+                let done = std::mem::replace(&mut open.crc, crc32fast::Hasher::new());
+                open.crcs.push(done.finalize());
+            }
+        }
+        open.last = Instant::now();
+        inner.stats.used.fetch_add(n, Ordering::Relaxed);
+        inner.stats.write_bytes.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// A large object's body is complete: its file finished and put in the index, unless it
+    /// was given up or is not `len` bytes.
+    fn large_end(
+        &mut self,
+        token: u64,
+        len: u64,
+        key: &CacheKey,
+        variant: Option<&[u8]>,
+        object: &Arc<Object>,
+    ) {
+        if self.failed.remove(&token) {
+            return;
+        }
+        let time = micros(object.response_time);
+        let gone = self
+            .inner
+            .bans
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .verdict(key, time)
+            == Verdict::Gone;
+        if gone || object.invalidated.load(Ordering::Relaxed) {
+            self.large_abort(token);
+            return;
+        }
+        let kb = record::key_bytes(key);
+        let vb = match variant {
+            None => Vec::new(),
+            Some(v) => {
+                let Some(gen) = self.marker_for(&kb, &object.vary) else {
+                    self.large_abort(token);
+                    return;
+                };
+                let mut vb = gen.to_be_bytes().to_vec();
+                vb.extend_from_slice(v);
+                vb
+            }
+        };
+        let meta = crate::wire::encode_head(object);
+        let hash = if vb.is_empty() {
+            record::hash(&[&kb])
+        } else {
+            record::hash(&[&kb, &vb])
+        };
+        self.large_finish(token, len, hash, &kb, &vb, &meta, time);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn large_finish(
+        &mut self,
+        token: u64,
+        len: u64,
+        hash: u64,
+        kb: &[u8],
+        vb: &[u8],
+        meta: &[u8],
+        time: u64,
+    ) {
+        let inner = self.inner.clone();
+        self.failed.remove(&token);
+        let Some(mut open) = self.large.remove(&token) else {
+            return;
+        };
+        if open.len != len || len == 0 {
+            self.large.insert(token, open);
+            self.large_abort(token);
+            return;
+        }
+        if open.len % large::CHUNK != 0 {
+            let last = std::mem::replace(&mut open.crc, crc32fast::Hasher::new());
+            open.crcs.push(last.finalize());
+        }
+        let table = large::encode_table(&open.crcs);
+        let head = record::encode_head(Kind::Object, kb, vb, meta, &table, time);
+        let trailer = large::encode_trailer(table.len() as u32, head.len() as u32, len);
+        let mut tail = table;
+        tail.extend_from_slice(&head);
+        tail.extend_from_slice(&trailer);
+        let dir = &inner.options.dir;
+        let tmp = dir.join(format!("{:08x}.big.tmp", open.id));
+        let done = segment_path(dir, open.id, "big");
+        let res = open
+            .file
+            .write_all_at(&tail, open.len)
+            .and_then(|()| open.file.sync_data())
+            .and_then(|()| std::fs::rename(&tmp, &done))
+            .and_then(|()| File::open(dir)?.sync_all());
+        if let Err(e) = res {
+            self.pause("a large object could not be finished", &e);
+            let _ = std::fs::remove_file(&tmp);
+            sub_used(&inner, open.len);
+            return;
+        }
+        let n = tail.len() as u64;
+        inner.stats.used.fetch_add(n, Ordering::Relaxed);
+        inner.stats.write_bytes.fetch_add(n, Ordering::Relaxed);
+        inner.stats.writes.fetch_add(1, Ordering::Relaxed);
+        let file = match File::open(&done) {
+            Ok(f) => Arc::new(f),
+            Err(e) => {
+                inner.fault("a large object's file could not be opened", &e);
+                return;
+            }
+        };
+        inner
+            .segments
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(
+                open.id,
+                Segment {
+                    file,
+                    bytes: open.len + n,
+                    oldest: time,
+                    large: Some(hash),
+                },
+            );
+        inner.shard(hash).insert(
+            hash,
+            Entry {
+                segment: open.id,
+                offset: LARGE,
+                head: head.len() as u32,
+                body: (tail.len() - head.len() - large::TRAILER) as u32,
+            },
+        );
+    }
+
+    /// Gives up a large object being written: its file removed, its bytes no longer counted.
+    fn large_abort(&mut self, token: u64) {
+        if let Some(open) = self.large.remove(&token) {
+            let tmp = self
+                .inner
+                .options
+                .dir
+                .join(format!("{:08x}.big.tmp", open.id));
+            let _ = std::fs::remove_file(tmp);
+            sub_used(&self.inner, open.len);
+        }
+    }
+
+    /// Large writes that heard nothing for a minute (their end was lost: the queue was full).
+    fn abandon_stale_large(&mut self) {
+        let stale: Vec<u64> = self
+            .large
+            .iter()
+            .filter(|(_, o)| o.last.elapsed() > Duration::from_secs(60))
+            .map(|(t, _)| *t)
+            .collect();
+        for t in stale {
+            self.large_abort(t);
+        }
+        if self.failed.len() > 1024 {
+            self.failed.clear();
+        }
     }
 
     /// The generation of the resource's marker on disk when it varies the same way, else of
@@ -1214,6 +1609,7 @@ impl Writer {
                     file: file.clone(),
                     bytes: 0,
                     oldest: u64::MAX,
+                    large: None,
                 },
             );
         self.active = Some(Active {
@@ -1273,7 +1669,14 @@ impl Writer {
             (id, seg)
         };
         let dir = &inner.options.dir;
-        if let Ok(bytes) = std::fs::read(segment_path(dir, id, "idx")) {
+        if let Some(hash) = seg.large {
+            let mut shard = inner.shard(hash);
+            if shard.get(&hash).is_some_and(|x| x.segment == id) {
+                shard.remove(&hash);
+            }
+            drop(shard);
+            let _ = std::fs::remove_file(segment_path(dir, id, "big"));
+        } else if let Ok(bytes) = std::fs::read(segment_path(dir, id, "idx")) {
             if let Some((_, entries)) = record::decode_summary(&bytes, id) {
                 for e in entries {
                     let mut shard = inner.shard(e.hash);
@@ -1376,12 +1779,17 @@ fn write_summary(dir: &Path, id: u32, bytes: &[u8]) -> std::io::Result<()> {
 
 /// Fills the index from the segments there were at start, newest first (see the module
 /// notes).
-fn warm(inner: Arc<Inner>, ids: Vec<u32>) {
+fn warm(inner: Arc<Inner>, ids: Vec<(u32, bool)>) {
     let start = Instant::now();
     let dir = inner.options.dir.clone();
-    for &id in ids.iter().rev() {
+    for &(id, large) in ids.iter().rev() {
         if inner.state() == State::Closed {
             return;
+        }
+        if large {
+            warm_large(&inner, id);
+            inner.stats.warm_segments.fetch_add(1, Ordering::Relaxed);
+            continue;
         }
         let entries = match std::fs::read(segment_path(&dir, id, "idx"))
             .ok()
@@ -1419,6 +1827,61 @@ fn warm(inner: Arc<Inner>, ids: Vec<u32>) {
         Ordering::AcqRel,
         Ordering::Acquire,
     );
+}
+
+/// A large object's file: its head read and checked, its key put in the index (if no newer
+/// record has it). A file that is not whole is removed.
+fn warm_large(inner: &Inner, id: u32) {
+    let Some(file) = inner.file(id) else {
+        return;
+    };
+    let whole = large::layout(&file).ok().and_then(|l| {
+        let mut head = vec![0; l.head_len as usize];
+        file.read_exact_at(&mut head, l.head_at).ok()?;
+        let h = record::parse_head(&head)?;
+        (h.header.body_len == l.table_len).then_some(())?;
+        let hash = if h.variant.is_empty() {
+            record::hash(&[h.key])
+        } else {
+            record::hash(&[h.key, h.variant])
+        };
+        Some((hash, l, h.header.time))
+    });
+    let Some((hash, l, time)) = whole else {
+        inner.fault(
+            "a large object's file is not whole (removed)",
+            &format_args!("{id:08x}.big"),
+        );
+        if let Some(seg) = inner
+            .segments
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id)
+        {
+            sub_used(inner, seg.bytes);
+        }
+        let _ = std::fs::remove_file(segment_path(&inner.options.dir, id, "big"));
+        return;
+    };
+    if let Some(s) = inner
+        .segments
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .get_mut(&id)
+    {
+        s.oldest = time;
+        s.large = Some(hash);
+    }
+    let mut shard = inner.shard(hash);
+    if let std::collections::hash_map::Entry::Vacant(v) = shard.entry(hash) {
+        v.insert(Entry {
+            segment: id,
+            offset: LARGE,
+            head: l.head_len,
+            body: l.table_len,
+        });
+        inner.stats.warm_objects.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 fn set_oldest(inner: &Inner, id: u32, oldest: u64) {

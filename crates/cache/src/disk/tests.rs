@@ -23,6 +23,7 @@ impl Dir {
             dir: self.0.clone(),
             size,
             min_uses,
+            max_object: 1 << 30,
         }
     }
 }
@@ -57,6 +58,7 @@ fn object(body: &[u8], vary: Vary) -> Arc<Object> {
         webp: None,
         residency: None,
         disk: DiskMark::default(),
+        extent: None,
     })
 }
 
@@ -134,7 +136,7 @@ fn objects_come_back_after_a_restart_from_summaries_and_from_records() {
     // The scanned segment got its summary: a third start reads summaries only.
     d.close();
     let ids = list_segments(&dir.0).expect("list");
-    for id in ids {
+    for (id, _) in ids {
         let b = std::fs::read(segment_path(&dir.0, id, "idx")).expect("summary");
         assert!(record::decode_summary(&b, id).is_some());
     }
@@ -156,7 +158,7 @@ fn a_torn_or_altered_record_is_never_served() {
     drop(d);
     // A crash in the middle of the last record: cut it.
     let ids = list_segments(&dir.0).expect("list");
-    let seg = segment_path(&dir.0, *ids.last().expect("a segment"), "seg");
+    let seg = segment_path(&dir.0, ids.last().expect("a segment").0, "seg");
     let len = std::fs::metadata(&seg).expect("seg").len();
     let f = std::fs::OpenOptions::new()
         .write(true)
@@ -365,4 +367,126 @@ fn one_process_at_a_time_and_the_next_takes_over_on_close() {
     first.close();
     assert!(second.wait_ready(Duration::from_secs(5)));
     assert_eq!(get(&second, "/x").expect("taken over").body, &b"x"[..]);
+}
+
+/// Reads a large object's whole body through its extent, a chunk at a time.
+fn read_all(e: &Extent) -> std::io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    while (out.len() as u64) < e.len() {
+        let b = e.read(out.len() as u64, 1 << 20)?;
+        assert!(!b.is_empty());
+        out.extend_from_slice(&b);
+    }
+    Ok(out)
+}
+
+fn write_large(d: &DiskStore, url: &str, body: &[u8]) {
+    let mut w = d
+        .begin_large(&key(url), Some(body.len() as u64))
+        .expect("taken");
+    for piece in body.chunks(65_536) {
+        assert!(w.push(Bytes::copy_from_slice(piece)));
+        // The writer keeps up (a test's queue never fills).
+        while w.queued.load(Ordering::Relaxed) > 4 << 20 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    let head = object(b"", Vary::None);
+    w.finish(key(url), None, head);
+}
+
+#[test]
+fn large_objects_stream_from_their_own_files_and_ranges_read_only_their_chunks() {
+    let dir = Dir::new("large");
+    let d = open(&dir, 256 << 20, 1);
+    let body = body_of(3, 3 * (1 << 20) + 12_345);
+    write_large(&d, "/big", &body);
+    d.flush();
+    let f = d
+        .lookup(&key("/big"), &HeaderMap::new(), plain)
+        .expect("large hit");
+    assert!(f.object.body.is_empty(), "the body stays on disk");
+    let e = f.object.extent.clone().expect("an extent");
+    assert_eq!(e.len(), body.len() as u64);
+    assert_eq!(read_all(&e).expect("reads"), body);
+    // A range in the middle: the chunk it is in, from the range's start.
+    let read_before = d.stats().read_bytes;
+    let r = e.read(1_000_000, 100).expect("range");
+    assert_eq!(&r[..], &body[1_000_000..1_000_100]);
+    assert_eq!(
+        d.stats().read_bytes - read_before,
+        large::CHUNK,
+        "one chunk read"
+    );
+    d.close();
+    drop(d);
+    // After a restart.
+    let d = open(&dir, 256 << 20, 1);
+    let f = d
+        .lookup(&key("/big"), &HeaderMap::new(), plain)
+        .expect("after restart");
+    let e = f.object.extent.clone().expect("an extent");
+    assert_eq!(read_all(&e).expect("reads"), body);
+    // A byte altered behind rampart's back: that chunk is refused, never sent.
+    let path = segment_path(&dir.0, list_segments(&dir.0).expect("ls")[0].0, "big");
+    let f2 = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("open");
+    f2.write_all_at(&[body[600_000] ^ 1], 600_000)
+        .expect("write");
+    assert!(e.read(512 << 10, 10).is_err(), "the altered chunk");
+    assert!(e.read(0, 10).is_ok(), "the others");
+    // Truncated behind rampart's back: a miss from then on, and removed at the next start.
+    f2.set_len(2_000_000).expect("truncate");
+    assert!(d.lookup(&key("/big"), &HeaderMap::new(), plain).is_none());
+    d.close();
+    drop(d);
+    let d = open(&dir, 256 << 20, 1);
+    assert!(d.lookup(&key("/big"), &HeaderMap::new(), plain).is_none());
+    assert!(!path.exists());
+    assert_eq!(d.stats().used, 0, "{:?}", d.stats());
+}
+
+#[test]
+fn a_large_write_given_up_leaves_nothing() {
+    let dir = Dir::new("large-abort");
+    let d = open(&dir, 256 << 20, 1);
+    let mut w = d.begin_large(&key("/cut"), None).expect("taken");
+    for _ in 0..10 {
+        assert!(w.push(Bytes::from(vec![7u8; 65_536])));
+    }
+    d.flush();
+    assert!(d.stats().used >= 655_360);
+    drop(w);
+    d.flush();
+    assert_eq!(d.stats().used, 0);
+    assert!(d.lookup(&key("/cut"), &HeaderMap::new(), plain).is_none());
+    let files: Vec<_> = std::fs::read_dir(&dir.0)
+        .expect("dir")
+        .map(|e| e.expect("e").file_name())
+        .filter(|n| n != "lock" && n != "purges.log")
+        .collect();
+    assert!(files.is_empty(), "{files:?}");
+    // A body longer than it said, or than the limit: refused.
+    assert!(d.begin_large(&key("/huge"), Some(1 << 40)).is_none());
+    let mut w = d.begin_large(&key("/short"), Some(100)).expect("taken");
+    assert!(w.push(Bytes::from(vec![1u8; 100])));
+    w.finish(key("/short"), None, object(b"", Vary::None));
+    d.flush();
+    // Finished with 100 bytes: stored (the length is what was pushed).
+    assert!(d.lookup(&key("/short"), &HeaderMap::new(), plain).is_some());
+}
+
+#[test]
+fn an_object_too_large_for_a_segment_gets_its_own_file() {
+    let dir = Dir::new("large-mem");
+    let d = open(&dir, 16 << 20, 1);
+    // Segments of 512 KiB here: a 700 KB body is a large object.
+    let body = body_of(9, 700_000);
+    d.offer(&key("/m"), None, &object(&body, Vary::None));
+    d.flush();
+    let f = d.lookup(&key("/m"), &HeaderMap::new(), plain).expect("hit");
+    let e = f.object.extent.expect("from its own file");
+    assert_eq!(read_all(&e).expect("reads"), body);
 }

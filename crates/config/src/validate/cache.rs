@@ -11,11 +11,16 @@ pub(super) fn read(s: &mut Section<'_>, sink: &mut Sink<'_>) -> CacheConfig {
     let memory = size(s, sink, "cache_memory", 256 << 20, 4096);
     let explicit_max = s.has("cache_max_object");
     let mut max_object = size(s, sink, "cache_max_object", 8 << 20, 1);
+    let mut disk = disk(s, sink);
+    if let Some(d) = &mut disk {
+        // Larger objects than memory may hold go to disk only, up to a quarter of it.
+        d.max_object = max_object.min(d.size / 4);
+    }
     // The store keeps an object of `cache_max_object` storable only while it fits in a bit
     // under half the budget (shards, per-entry overhead).
     let fits = (memory * 45 / 100).saturating_sub(4608).max(1);
     if max_object > fits {
-        if explicit_max {
+        if explicit_max && disk.is_none() {
             sink.push(
                 Severity::Warning,
                 "cache_max_object",
@@ -38,7 +43,7 @@ pub(super) fn read(s: &mut Section<'_>, sink: &mut Sink<'_>) -> CacheConfig {
         heuristic: cache_heuristic(s, sink).unwrap_or_default(),
         store_set_cookie: s.bool(sink, "store_set_cookie").is_some_and(|b| b.value),
         by_scheme: s.bool(sink, "cache_by_scheme").is_none_or(|b| b.value),
-        disk: disk(s, sink),
+        disk,
     }
 }
 
@@ -116,6 +121,7 @@ fn disk(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Option<DiskConfig> {
         path: dir,
         size,
         min_uses,
+        max_object: 0,
     })
 }
 

@@ -22,6 +22,7 @@ use crate::body::origin::OriginBody;
 use crate::caching::coalesce::InflightBody;
 use crate::caching::writer::{StoreTicket, Tee};
 use crate::telemetry::access_log::AccessRecord;
+use rampart_cache::disk::large::Extent;
 use rampart_cache::store::Object;
 use rampart_transform::compress::StreamEncoder;
 use std::sync::Arc;
@@ -37,6 +38,9 @@ enum Kind {
     Encoded(Box<Encoding>),
     /// Chunks made by rampart as they come (the dashboard's event stream).
     Channel(tokio::sync::mpsc::Receiver<Bytes>),
+    /// A large object's body read from the disk tier a chunk at a time, as the client takes
+    /// it (`pos..end`).
+    Disk(Arc<Extent>, u64, u64),
 }
 
 /// A body compressed as it streams: each chunk is fed to the encoder, whose output is sent as
@@ -154,6 +158,16 @@ impl ProxyBody {
         }
     }
 
+    /// Bytes `start..end` of a large object on disk, read (and checked) a chunk at a time as
+    /// the client takes them: the memory one response holds is a chunk, whatever the size.
+    pub fn disk(extent: Arc<Extent>, start: u64, end: u64) -> Self {
+        ProxyBody {
+            kind: Kind::Disk(extent, start, end),
+            log: None,
+            stored: None,
+        }
+    }
+
     /// Sends each chunk received on `rx`; ends when every sender is gone.
     pub fn channel(rx: tokio::sync::mpsc::Receiver<Bytes>) -> Self {
         ProxyBody {
@@ -238,6 +252,27 @@ impl Body for ProxyBody {
             Kind::Tee(t) => ready!(t.poll_frame(cx)),
             Kind::Encoded(e) => ready!(e.poll_frame(cx)),
             Kind::Channel(rx) => ready!(rx.poll_recv(cx)).map(|b| Ok(Frame::data(b))),
+            Kind::Disk(extent, pos, end) => {
+                if *pos >= *end {
+                    None
+                } else {
+                    let want = usize::try_from(*end - *pos).unwrap_or(usize::MAX);
+                    match extent.read(*pos, want) {
+                        Ok(b) if !b.is_empty() => {
+                            *pos += b.len() as u64;
+                            Some(Ok(Frame::data(b)))
+                        }
+                        Ok(_) => {
+                            *pos = *end;
+                            Some(Err("a large object on disk ended early".into()))
+                        }
+                        Err(e) => {
+                            *pos = *end;
+                            Some(Err(e.into()))
+                        }
+                    }
+                }
+            }
         };
         if let Some(Ok(f)) = &frame {
             if let Some(d) = f.data_ref() {
@@ -261,6 +296,7 @@ impl Body for ProxyBody {
             Kind::Tee(t) => t.is_end_stream(),
             Kind::Encoded(e) => e.encoder.is_none(),
             Kind::Channel(_) => false,
+            Kind::Disk(_, pos, end) => pos >= end,
         }
     }
 
@@ -271,6 +307,7 @@ impl Body for ProxyBody {
             Kind::Inflight(s) => s.size_hint(),
             Kind::Tee(t) => t.size_hint(),
             Kind::Encoded(_) | Kind::Channel(_) => SizeHint::default(),
+            Kind::Disk(_, pos, end) => SizeHint::with_exact(end.saturating_sub(*pos)),
         }
     }
 }

@@ -229,6 +229,9 @@ impl Cache {
                     }
                     return Found::Hit(obj);
                 }
+                // A large object on disk is only ever served whole and fresh: revalidating it,
+                // or serving it stale, is left to a new fetch.
+                _ if obj.extent.is_some() => {}
                 Usable::Yes | Usable::No => stale = Some(obj),
                 Usable::NotShareable => {}
             }
@@ -255,9 +258,11 @@ impl Cache {
         let found = disk.lookup(&key, headers, |b| self.store.charged_body(b))?;
         let obj = Arc::new(found.object);
         let variant = found.variant;
-        if self
-            .store
-            .insert(key.clone(), variant.as_deref(), obj.clone())
+        // A large object stays on disk; its body is read as it is sent.
+        if obj.extent.is_none()
+            && self
+                .store
+                .insert(key.clone(), variant.as_deref(), obj.clone())
         {
             let transforms = transforms();
             if transforms.any() {

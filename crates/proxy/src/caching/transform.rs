@@ -573,6 +573,7 @@ fn copy_of(
         webp: None,
         residency: None,
         disk: Default::default(),
+        extent: None,
     }
 }
 

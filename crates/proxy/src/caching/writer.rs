@@ -17,6 +17,7 @@ use http::{HeaderMap, Method, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use rampart_cache::cache_control::ResponseDirectives;
 use rampart_cache::conditional;
+use rampart_cache::disk::large::LargeWrite;
 use rampart_cache::freshness;
 use rampart_cache::key::CacheKey;
 use rampart_cache::object::DiskMark;
@@ -64,41 +65,66 @@ pub fn prepare(
         response_time,
     };
     let lifetime = policy::storable(&exchange, lookup.policy)?;
-    let too_big = crate::headers::content_length(res_headers)
-        .is_some_and(|n| n > cache.store().max_object() as u64);
-    if too_big {
-        return Err(NotStored::TooLarge);
-    }
+    let length = crate::headers::content_length(res_headers);
+    let too_big = length.is_some_and(|n| n > cache.store().max_object() as u64);
     let variant = match &vary {
         Vary::None => None,
         v => Some(v.variant_key(req_headers).ok_or(NotStored::VaryAny)?),
     };
+    let headers = hit_headers(&stored_headers(res_headers, &directives));
+    let ticket = |reservation: Option<Reservation>, large: Option<LargeWrite>| {
+        Box::new(StoreTicket {
+            cache: cache.clone(),
+            key: lookup.key.clone(),
+            variant: variant.clone(),
+            status,
+            initial_age: freshness::initial_age(res_headers, request_time, response_time),
+            headers: headers.clone(),
+            request_time,
+            response_time,
+            lifetime,
+            directives: directives.clone(),
+            vary: vary.clone(),
+            body: Vec::with_capacity(if large.is_some() {
+                0
+            } else {
+                length.unwrap_or(0) as usize
+            }),
+            expected: length.map(|n| n as usize),
+            reservation,
+            transforms: transforms.clone(),
+            tier_lock: None,
+            large,
+        })
+    };
+    if too_big {
+        // Larger than memory may hold: to the disk tier only, as it arrives.
+        return match large_write(cache, &lookup.key, length, &transforms) {
+            Some(w) => Ok(ticket(None, Some(w))),
+            None => Err(NotStored::TooLarge),
+        };
+    }
     // The body is collected in memory charged to the store: hold room for it first (all of
     // it when its length is known, else as it arrives).
-    let expected = crate::headers::content_length(res_headers).map(|n| n as usize);
     let reservation = cache
         .store()
-        .reserve(&lookup.key, body_charge(expected.unwrap_or(0)))
+        .reserve(&lookup.key, body_charge(length.unwrap_or(0) as usize))
         .ok_or(NotStored::NoRoom)?;
-    let headers = hit_headers(&stored_headers(res_headers, &directives));
-    Ok(Box::new(StoreTicket {
-        cache: cache.clone(),
-        key: lookup.key.clone(),
-        variant,
-        status,
-        initial_age: freshness::initial_age(res_headers, request_time, response_time),
-        headers,
-        request_time,
-        response_time,
-        lifetime,
-        directives,
-        vary,
-        body: Vec::with_capacity(expected.unwrap_or(0)),
-        expected,
-        reservation: Some(reservation),
-        transforms,
-        tier_lock: None,
-    }))
+    Ok(ticket(Some(reservation), None))
+}
+
+/// A large object's write to the disk tier, when there is one, the rule lets its responses go
+/// there and the tier takes it (see `DiskStore::begin_large`).
+fn large_write(
+    cache: &Cache,
+    key: &CacheKey,
+    length: Option<u64>,
+    transforms: &Transforms,
+) -> Option<LargeWrite> {
+    if transforms.off_disk {
+        return None;
+    }
+    cache.disk()?.begin_large(key, length)
 }
 
 /// Updates a stored response with a 304 (RFC 9111 §4.3.4) and stores the result; returns
@@ -162,6 +188,7 @@ pub fn freshen(
             webp: None,
             residency: None,
             disk: Default::default(),
+            extent: None,
         }
     };
     // The encoded and WebP copies keep their bodies and take the refreshed fields.
@@ -229,6 +256,9 @@ pub struct StoreTicket {
     transforms: Transforms,
     /// This request fetches for every instance: storing the object lifts the lock.
     tier_lock: Option<Box<TierLock>>,
+    /// Larger than memory may hold: the body goes to the disk tier as it passes, not to
+    /// `body`.
+    large: Option<LargeWrite>,
 }
 
 /// Reservations for bodies of unknown length grow by at least this much at a time.
@@ -253,6 +283,9 @@ impl StoreTicket {
     /// freed; `None` when the store has no room for it (the response is then teed to its own
     /// client only, as any storable response).
     pub fn hold_buffer(&self) -> Option<Box<dyn Send>> {
+        if self.large.is_some() {
+            return None;
+        }
         let bytes = body_charge(self.expected?);
         let reservation = self.cache.store().reserve(&self.key, bytes)?;
         Some(Box::new(Room {
@@ -268,11 +301,26 @@ impl StoreTicket {
 
     /// Adds the next chunk of the body. False when the body will not be stored (larger than
     /// `cache_max_object`, or no room for it in the store): drop the ticket then.
-    pub fn push(&mut self, chunk: &[u8]) -> bool {
+    pub fn push(&mut self, chunk: &Bytes) -> bool {
+        if let Some(w) = &mut self.large {
+            return w.push(chunk.clone());
+        }
         let store = self.cache.store();
         let len = self.body.len() + chunk.len();
         if len > store.max_object() {
-            return false;
+            // A body of unknown length outgrew memory: the disk tier may take it from here.
+            let Some(mut w) = large_write(&self.cache, &self.key, None, &self.transforms) else {
+                return false;
+            };
+            let so_far = Bytes::from(std::mem::take(&mut self.body));
+            if !(so_far.is_empty() || w.push(so_far)) || !w.push(chunk.clone()) {
+                return false;
+            }
+            if let Some(r) = self.reservation.take() {
+                self.cache.store().release(r);
+            }
+            self.large = Some(w);
+            return true;
         }
         if len > self.body.capacity() {
             // The buffer grows to the announced length, or doubles (never past the limit);
@@ -300,6 +348,10 @@ impl StoreTicket {
     /// The body is complete: store the object. Returns its body (for readers still behind,
     /// who read it from then on instead of the chunks they were reading).
     pub fn finish(mut self: Box<Self>) -> Bytes {
+        if let Some(w) = self.large.take() {
+            self.finish_large(w);
+            return Bytes::new();
+        }
         // Exactly its length, so the object holds what it is charged for, and charged for as
         // long as it lives (in the store or not) before the room reserved for it is released.
         let (body, residency) = self
@@ -332,6 +384,7 @@ impl StoreTicket {
             } else {
                 DiskMark::default()
             },
+            extent: None,
         };
         let variant = self.variant.take();
         let obj = Arc::new(obj);
@@ -363,6 +416,34 @@ impl StoreTicket {
             });
         }
         body
+    }
+}
+
+impl StoreTicket {
+    /// A large object's body is all on its way to disk: its head completes the file there.
+    fn finish_large(&mut self, w: LargeWrite) {
+        let f = fields(&std::mem::take(&mut self.headers), &[]);
+        let obj = Object {
+            status: self.status,
+            headers_charge: f.charge,
+            wire: f.wire,
+            headers: f.headers,
+            body: Bytes::new(),
+            request_time: self.request_time,
+            response_time: self.response_time,
+            initial_age: self.initial_age,
+            lifetime: self.lifetime,
+            directives: std::mem::take(&mut self.directives),
+            vary: std::mem::take(&mut self.vary),
+            invalidated: Default::default(),
+            refreshing: Default::default(),
+            encoded: Box::default(),
+            webp: None,
+            residency: None,
+            disk: Default::default(),
+            extent: None,
+        };
+        w.finish(self.key.clone(), self.variant.take(), Arc::new(obj));
     }
 }
 

@@ -20,6 +20,7 @@ use crate::pipeline::txn::Txn;
 /// A fresh, full, unconditional hit: answered with the object's prepared header block as is.
 fn plain_hit(obj: &Object, req_headers: &HeaderMap, head: bool, served: Served) -> bool {
     served == Served::Fresh
+        && obj.extent.is_none()
         && !head
         && obj.status == StatusCode::OK
         && !conditional::client_has_conditionals(req_headers)
@@ -70,30 +71,38 @@ pub fn respond(
     // RFC 9110 §13.2.1: preconditions apply to what would otherwise be a 2xx.
     let failed =
         obj.status.is_success() && conditional::precondition_failed(req_headers, &obj.headers);
+    let empty = || ProxyBody::full(bytes::Bytes::new());
     let (status, mut headers, body) = if failed {
         let mut h = HeaderMap::new();
         h.insert(CONTENT_LENGTH, HeaderValue::from_static("0"));
-        (StatusCode::PRECONDITION_FAILED, h, bytes::Bytes::new())
+        (StatusCode::PRECONDITION_FAILED, h, empty())
     } else if conditional::not_modified(req_headers, &obj.headers, obj.stored_date()) {
         (
             StatusCode::NOT_MODIFIED,
             conditional::not_modified_headers(&obj.headers),
-            bytes::Bytes::new(),
+            empty(),
         )
     } else if head || obj.status != StatusCode::OK {
+        let mut h = obj.headers.clone();
+        if let (true, Some(e)) = (head, &obj.extent) {
+            h.insert(CONTENT_LENGTH, HeaderValue::from(e.len()));
+        }
         (
             obj.status,
-            obj.headers.clone(),
+            h,
             if head {
-                bytes::Bytes::new()
+                empty()
             } else {
-                obj.body.clone()
+                body_part(obj, 0, None)
             },
         )
     } else {
-        let len = obj.body.len() as u64;
+        let len = obj
+            .extent
+            .as_ref()
+            .map_or(obj.body.len() as u64, |e| e.len());
         match conditional::range(req_headers, &obj.headers, len) {
-            RangeAnswer::Full => (obj.status, obj.headers.clone(), obj.body.clone()),
+            RangeAnswer::Full => (obj.status, obj.headers.clone(), body_part(obj, 0, None)),
             RangeAnswer::Partial { start, end } => {
                 let mut h = obj.headers.clone();
                 h.insert(
@@ -104,18 +113,18 @@ pub fn respond(
                 (
                     StatusCode::PARTIAL_CONTENT,
                     h,
-                    obj.body.slice(start as usize..=end as usize),
+                    body_part(obj, start, Some(end)),
                 )
             }
             RangeAnswer::Unsatisfiable => {
                 let mut h = HeaderMap::new();
                 h.insert(CONTENT_RANGE, content_range(&format!("bytes */{len}")));
                 h.insert(CONTENT_LENGTH, HeaderValue::from_static("0"));
-                (StatusCode::RANGE_NOT_SATISFIABLE, h, bytes::Bytes::new())
+                (StatusCode::RANGE_NOT_SATISFIABLE, h, empty())
             }
         }
     };
-    let mut res = Response::new(ProxyBody::full(body));
+    let mut res = Response::new(body);
     *res.status_mut() = status;
     let age = age_value(obj.age(now).as_secs());
     if outcome.label() == CacheLabel::Hit {
@@ -125,6 +134,18 @@ pub fn respond(
     outcome.write(&mut headers);
     *res.headers_mut() = headers;
     res
+}
+
+/// The object's body from `start` to `end` (inclusive; the end when `None`): a slice of the
+/// body in memory, or a large object's read from disk as it is sent.
+fn body_part(obj: &Object, start: u64, end: Option<u64>) -> ProxyBody {
+    match &obj.extent {
+        Some(e) => ProxyBody::disk(e.clone(), start, end.map_or(e.len(), |e| e + 1)),
+        None => {
+            let end = end.map_or(obj.body.len(), |e| e as usize + 1);
+            ProxyBody::full(obj.body.slice(start as usize..end))
+        }
+    }
 }
 
 fn content_range(s: &str) -> HeaderValue {
@@ -281,6 +302,7 @@ mod tests {
             webp: None,
             residency: None,
             disk: Default::default(),
+            extent: None,
         })
     }
 

@@ -164,6 +164,7 @@ fn open_cache(c: &rampart_config::CacheConfig) -> std::io::Result<Cache> {
         dir: d.path.clone(),
         size: d.size,
         min_uses: d.min_uses,
+        max_object: d.max_object,
     };
     let disk = rampart_cache::disk::DiskStore::open(options).map_err(|e| {
         std::io::Error::new(
