@@ -79,6 +79,7 @@ enum Command {
 
 fn main() -> ExitCode {
     no_transparent_huge_pages();
+    ignore_file_size_signal();
     #[cfg(feature = "mimalloc")]
     {
         prompt_purge();
@@ -471,6 +472,17 @@ fn no_transparent_huge_pages() {
     // SAFETY: prctl with integer arguments only; an error (old kernel) leaves THP as it was.
     unsafe {
         libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
+    }
+}
+
+/// A file-size limit (`ulimit -f`, `LimitFSIZE=`) makes a write past it fail with `EFBIG`
+/// instead of killing the process (SIGXFSZ's default): the disk tier counts it as a write
+/// error and goes on from memory and the origin. NGINX ignores it too.
+#[allow(unsafe_code)]
+fn ignore_file_size_signal() {
+    // SAFETY: sets one signal's disposition to "ignore"; no handler runs.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
     }
 }
 

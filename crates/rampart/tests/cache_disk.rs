@@ -452,3 +452,204 @@ async fn large_objects_stream_from_disk_with_bounded_memory_and_ranges_read_from
     assert_eq!(origin.requests(), 1);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A small filesystem of its own for the disk tier (a tmpfs), unmounted when dropped; `None`
+/// where this machine does not let the tests mount one.
+struct SmallFs(std::path::PathBuf);
+
+impl SmallFs {
+    fn mount(dir: &Path, size: &str) -> Option<SmallFs> {
+        std::fs::create_dir_all(dir).unwrap();
+        if std::env::var_os("RAMPART_TEST_NO_MOUNT").is_some() {
+            return None;
+        }
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then(|| SmallFs(dir.to_path_buf()))
+    }
+
+    /// Makes the directory read-only as an operator would (a read-only bind mount over it):
+    /// files rampart has open stay writable, nothing new can be made there.
+    fn read_only(&self) {
+        for args in [&["--bind"][..], &["-o", "remount,bind,ro"][..]] {
+            let ok = std::process::Command::new("mount")
+                .args(args)
+                .arg(&self.0)
+                .arg(&self.0)
+                .status()
+                .unwrap();
+            assert!(ok.success(), "mount {args:?}");
+        }
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        // The read-only bind mount, if any, then the tmpfs.
+        while std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status()
+            .is_ok_and(|s| s.success())
+        {}
+    }
+}
+
+/// Fetches every path and checks each answer is the origin's.
+async fn all_right(proxy: &Proxy, paths: &[String]) -> usize {
+    let mut from_disk = 0;
+    for p in paths {
+        let got = get(proxy, "disk.example", p).await;
+        assert_eq!(got.status, 200, "{p}");
+        assert_eq!(got.text(), body_for(p), "{p}");
+        from_disk += usize::from(got.header("cache-status") == Some("rampart; hit; detail=disk"));
+    }
+    from_disk
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_never_fails_a_request() {
+    let origin = origin().await;
+    let dir = scratch("disk-full");
+    let fs = SmallFs::mount(&dir, "3m");
+    let cfg = config(
+        &origin,
+        &dir,
+        "cache_disk_min_uses = 1\ncache_memory = \"1MiB\"\ncache_disk_size = \"256MiB\"",
+        "",
+    );
+    let proxy = Proxy::start(&cfg);
+    if fs.is_none() {
+        // No mount here: a file-size limit on the process stands in for the full disk.
+        eprintln!("tmpfs cannot be mounted here: limiting rampart's file size instead");
+        let ok = std::process::Command::new("prlimit")
+            .args(["--pid", &proxy.pid().to_string(), "--fsize=1500000"])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+    // ~5.5 MB of objects for 3 MiB of disk.
+    let paths: Vec<String> = (0..400).map(|i| format!("/f/{i}")).collect();
+    all_right(&proxy, &paths).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let m = metrics(&proxy).await;
+    assert!(
+        value(&m, "rampart_cache_disk_errors_total").unwrap() >= 1.0,
+        "{m}"
+    );
+    assert!(
+        value(&m, "rampart_cache_disk_writes_total").unwrap() >= 10.0,
+        "{m}"
+    );
+    // Logged once, however many writes failed.
+    let out = proxy.output();
+    // Each kind of fault is logged once (a full disk can also stop a summary or a new segment).
+    let full =
+        out.matches("the disk is full").count() + out.matches("could not be written").count();
+    assert_eq!(full, 1, "{out}");
+    assert!(out.matches("disk cache:").count() <= 3, "{out}");
+    // Everything still answers right; what was written is served from disk.
+    let from_disk = all_right(&proxy, &paths).await;
+    assert!(from_disk > 0);
+    stop(proxy).await;
+    let proxy = Proxy::start(&cfg);
+    ready(&proxy).await;
+    assert!(
+        all_right(&proxy, &paths).await > 0,
+        "what was written survives"
+    );
+
+    drop(proxy);
+    drop(fs);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_made_read_only_stops_the_writes_not_the_reads() {
+    let origin = origin().await;
+    let dir = scratch("disk-ro");
+    let Some(fs) = SmallFs::mount(&dir, "64m") else {
+        // Root can write wherever the permission bits say no; only a read-only mount shows it.
+        eprintln!("tmpfs cannot be mounted here: the read-only case is not run");
+        return;
+    };
+    let cfg = config(
+        &origin,
+        &dir,
+        "cache_disk_min_uses = 1\ncache_memory = \"256KiB\"\ncache_disk_size = \"16MiB\"",
+        "",
+    );
+    let proxy = Proxy::start(&cfg);
+    let first: Vec<String> = (0..100).map(|i| format!("/w/{i}")).collect();
+    all_right(&proxy, &first).await;
+    written(&proxy, 100.0).await;
+    fs.read_only();
+    // Enough new objects to need new segments, which cannot be made now.
+    let more: Vec<String> = (0..200).map(|i| format!("/ro/{i}")).collect();
+    all_right(&proxy, &more).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let out = proxy.output();
+    // Each kind of fault is logged once, however often it happens.
+    assert_eq!(
+        out.matches("a segment could not be created").count(),
+        1,
+        "{out}"
+    );
+    assert!(out.matches("disk cache:").count() <= 2, "{out}");
+    let m = metrics(&proxy).await;
+    assert!(
+        value(&m, "rampart_cache_disk_errors_total").unwrap() >= 1.0,
+        "{m}"
+    );
+    // What is on disk is still read.
+    assert!(all_right(&proxy, &first).await > 0, "still read from disk");
+    drop(proxy);
+    drop(fs);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_truncated_or_removed_behind_rampart_are_misses_not_errors() {
+    let origin = origin().await;
+    let dir = scratch("disk-behind");
+    let cfg = config(
+        &origin,
+        &dir,
+        "cache_disk_min_uses = 1\ncache_memory = \"256KiB\"\ncache_disk_size = \"16MiB\"",
+        "",
+    );
+    let proxy = Proxy::start(&cfg);
+    let paths: Vec<String> = (0..150).map(|i| format!("/b/{i}")).collect();
+    all_right(&proxy, &paths).await;
+    written(&proxy, 150.0).await;
+    // Every segment cut to a third, or removed.
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "seg") {
+            n += 1;
+            if n % 2 == 0 {
+                std::fs::remove_file(&p).unwrap();
+            } else {
+                let len = std::fs::metadata(&p).unwrap().len();
+                let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+                f.set_len(len / 3).unwrap();
+            }
+        }
+    }
+    assert!(n > 1);
+    all_right(&proxy, &paths).await;
+    let m = metrics(&proxy).await;
+    assert!(
+        value(&m, "rampart_cache_disk_errors_total").unwrap() >= 1.0,
+        "{m}"
+    );
+    stop(proxy).await;
+    let proxy = Proxy::start(&cfg);
+    ready(&proxy).await;
+    all_right(&proxy, &paths).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
