@@ -153,6 +153,18 @@ async fn objects_are_hits_again_after_a_restart() {
     assert_eq!(origin.requests(), 60, "none went to the origin again");
     let m = metrics(&proxy).await;
     assert_eq!(value(&m, "rampart_cache_disk_state"), Some(2.0), "{m}");
+    // The status endpoint shows the tier.
+    let status = fetch(
+        req(&proxy, "anything", "/_rampart/status")
+            .header("authorization", format!("Bearer {API_KEY}")),
+    )
+    .await;
+    let v: serde_json::Value = serde_json::from_slice(&status.body).unwrap();
+    let disk = &v["cache"]["disk"];
+    assert_eq!(disk["state"], "ready", "{v}");
+    assert!(disk["objects"].as_u64().unwrap() >= 60, "{v}");
+    assert!(disk["used_bytes"].as_u64().unwrap() > 0, "{v}");
+    assert!(disk["warmup_seconds"].as_f64().is_some(), "{v}");
     assert!(value(&m, "rampart_cache_disk_hits_total").unwrap() >= 60.0);
     assert!(value(&m, "rampart_cache_disk_used_bytes").unwrap() <= (64 << 20) as f64);
     let _ = std::fs::remove_dir_all(&dir);

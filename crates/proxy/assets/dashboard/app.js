@@ -36,6 +36,17 @@ function count(n) {
   return Number(n).toLocaleString('en');
 }
 
+// A byte count in the unit that fits it.
+function bytes(n) {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) {
+    n /= 1024;
+    i += 1;
+  }
+  return (i === 0 ? n : n.toFixed(n < 10 ? 1 : 0)) + ' ' + units[i];
+}
+
 // Replaces a table's rows; every cell is text (hosts and paths come from clients).
 function fillRows(id, rows) {
   const body = $(id).tBodies[0];
@@ -91,9 +102,14 @@ function render(d) {
   const c = d.cache;
   fillRows('cache', c == null ? [['caching is off', '']] : [
     ['entries', count(c.entries)],
-    ['size', (c.size_bytes / 1048576).toFixed(1) + ' MiB of ' + (c.capacity_bytes / 1048576).toFixed(0) + ' MiB'],
+    ['size', bytes(c.size_bytes) + ' of ' + bytes(c.capacity_bytes)],
     ['evictions', count(c.evictions)],
-  ]);
+  ].concat(c.disk == null ? [] : [
+    ['disk', bytes(c.disk.used_bytes) + ' of ' + bytes(c.disk.capacity_bytes) + ' (' + c.disk.state + ')'],
+    ['disk objects', count(c.disk.objects)],
+    ['disk hits', count(c.disk.hits) + ' of ' + count(c.disk.hits + c.disk.misses) + ' memory misses'],
+    ['disk errors', count(c.disk.errors)],
+  ]));
   fillRows('upstreams', d.upstreams.map((u) => [
     u.rule,
     u.origin,
