@@ -227,3 +227,89 @@ async fn http3_survives_an_upgrade_old_connections_finish_and_new_ones_reach_the
         proxy.output()
     );
 }
+
+/// The disk tier across an upgrade: the new process waits for the directory's lock, which the
+/// old one lets go as it starts draining, then serves what the old one wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_disk_cache_survives_an_upgrade() {
+    let origin = Origin::new()
+        .route_fn("*", |s| {
+            Reply::text(&format!("body of {}", s.uri.path())).header("cache-control", "max-age=600")
+        })
+        .start()
+        .await;
+    let port = free_port();
+    let dir = scratch("upgrade-disk");
+    let cfg = config_for(
+        "localhost",
+        &origin,
+        &format!(
+            "cache_disk = {:?}\ncache_disk_size = \"64MiB\"\ncache_disk_min_uses = 1\napi_key = \"{API_KEY}\"",
+            dir.display().to_string()
+        ),
+        "",
+    )
+    .replace(
+        "listening_port_http = 0",
+        &format!("listening_port_http = {port}"),
+    );
+    let mut proxy = Proxy::start(&cfg);
+    let get_path = |p: String| async move {
+        fetch(http::Request::get(format!("http://127.0.0.1:{port}{p}")).header("host", "localhost"))
+            .await
+    };
+    for i in 0..30 {
+        assert_eq!(get_path(format!("/u/{i}")).await.status, 200);
+    }
+    // Written before the upgrade.
+    let start = Instant::now();
+    loop {
+        let m = fetch(
+            http::Request::get(format!("http://127.0.0.1:{port}/_rampart/metrics"))
+                .header("host", "localhost")
+                .header("authorization", format!("Bearer {API_KEY}")),
+        )
+        .await
+        .text();
+        if m.contains("rampart_cache_disk_writes_total 30") {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "{m}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    proxy.signal(SIGUSR2);
+    let successor = Successor::find(&proxy);
+    assert_eq!(
+        proxy.wait_exit(Duration::from_secs(35)),
+        Some(0),
+        "{}",
+        proxy.output()
+    );
+    assert!(successor.alive(), "{}", proxy.output());
+    // The new process took the directory over: what the old one wrote is a disk hit.
+    let start = Instant::now();
+    let mut from_disk = 0;
+    for i in 0..30 {
+        let got = loop {
+            let got = get_path(format!("/u/{i}")).await;
+            let disk = got.header("cache-status") == Some("rampart; hit; detail=disk");
+            if disk || start.elapsed() > Duration::from_secs(10) {
+                break got;
+            }
+            // A miss before the lock was taken stores in memory; ask for another one.
+            if got.header("cache-status") == Some("rampart; hit") {
+                break got;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert_eq!(got.text(), format!("body of /u/{i}"));
+        from_disk += usize::from(got.header("cache-status") == Some("rampart; hit; detail=disk"));
+    }
+    assert!(
+        from_disk >= 20,
+        "{from_disk} of 30 from disk after the upgrade"
+    );
+    assert!(origin.requests() <= 40, "{}", origin.requests());
+    eprintln!("{from_disk} of 30 from disk after the upgrade");
+    let _ = std::fs::remove_dir_all(&dir);
+}

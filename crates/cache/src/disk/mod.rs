@@ -967,7 +967,7 @@ fn wait_and_start(inner: &Arc<Inner>, rx: &Receiver<Job>) -> Option<(File, Write
             Err(e) if e.kind() == ErrorKind::WouldBlock => {}
             Err(e) => inner.fault("the directory's lock could not be taken", &e),
         }
-        match rx.recv_timeout(Duration::from_millis(100)) {
+        match rx.recv_timeout(Duration::from_millis(20)) {
             Ok(Job::Flush(ack)) => {
                 let _ = ack.send(());
             }
