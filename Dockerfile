@@ -1,9 +1,10 @@
 # rampart container image: a static-enough binary on distroless, running as a non-root user,
-# with the state directory (local CA, ACME certificates) as a volume.
+# with the state directory (local CA, ACME certificates) and the disk cache directory (for
+# cache_disk = "/var/cache/rampart") as volumes.
 #
 #   docker build --build-arg RAMPART_COMMIT=$(git rev-parse --short=12 HEAD) -t rampart .
 #   docker run -p 8080:8080 -v $PWD/rampart.toml:/etc/rampart/rampart.toml:ro \
-#              -v rampart-state:/var/lib/rampart rampart
+#              -v rampart-state:/var/lib/rampart -v rampart-cache:/var/cache/rampart rampart
 #
 # The process is not root, so the configuration must listen on ports above 1023 (map 80 to 8080
 # with -p 80:8080). `docker kill -s HUP` reloads the configuration; `docker stop` drains
@@ -17,13 +18,13 @@ ARG RAMPART_COMMIT=unknown
 ENV RAMPART_COMMIT=${RAMPART_COMMIT}
 RUN cargo build --release --locked -p rampart \
  && install -D -m 0755 target/release/rampart /out/usr/bin/rampart \
- && install -d -m 0700 /out/var/lib/rampart /out/etc/rampart \
+ && install -d -m 0700 /out/var/lib/rampart /out/var/cache/rampart /out/etc/rampart \
  && install -m 0644 packaging/rampart.toml /out/etc/rampart/rampart.example.toml
 
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build --chown=65532:65532 /out/ /
 ENV STATE_DIRECTORY=/var/lib/rampart
-VOLUME ["/var/lib/rampart"]
+VOLUME ["/var/lib/rampart", "/var/cache/rampart"]
 USER 65532:65532
 EXPOSE 8080 8443
 STOPSIGNAL SIGTERM

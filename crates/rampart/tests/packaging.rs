@@ -107,6 +107,7 @@ fn the_systemd_unit_passes_systemd_analyze() {
         "NotifyAccess=all",
         "ExecReload=/bin/kill -HUP $MAINPID",
         "StateDirectory=rampart",
+        "CacheDirectory=rampart",
     ] {
         assert!(unit.contains(line), "{line}");
     }
@@ -179,7 +180,8 @@ fn the_man_page_renders_and_covers_every_command_and_signal() {
 fn the_container_image_files_exist_and_its_example_config_is_valid() {
     let dockerfile = std::fs::read_to_string(repo().join("Dockerfile")).unwrap();
     assert!(dockerfile.contains("USER 65532:65532"), "non-root");
-    assert!(dockerfile.contains("VOLUME [\"/var/lib/rampart\"]"));
+    assert!(dockerfile.contains("VOLUME [\"/var/lib/rampart\", \"/var/cache/rampart\"]"));
+    assert!(dockerfile.contains("/out/var/cache/rampart"));
     assert!(dockerfile.contains("packaging/rampart.toml"));
     let out = Command::new(rampart_bin())
         .args(["check", "--config"])
