@@ -11,6 +11,7 @@
 
 mod cluster;
 mod codecs;
+mod disk;
 mod floor;
 mod h3;
 mod idle;
@@ -78,6 +79,10 @@ enum Cmd {
     /// Issue 32's idle-connection goal: resident memory per idle HTTP/1.1 keep-alive
     /// connection, rampart against NGINX and HAProxy (10,000 connections by default).
     Idle(idle::IdleArgs),
+    /// Issue 33's disk-tier figures: rampart's cache_disk against NGINX's proxy_cache_path
+    /// (disk-hit with a working set 4× the memory tier, a 1 GiB object to 10 clients, restart
+    /// warmth with a million objects); writes disk.md and disk.json.
+    Disk(disk::DiskArgs),
     /// Issue 17's cost figures: what Redis adds to a local hit, a shared (Redis) hit and a
     /// miss, and that hits from exempt or refused clients make no Redis round trip.
     Cluster(cluster::ClusterArgs),
@@ -151,6 +156,7 @@ fn main() -> anyhow::Result<()> {
         Some(Cmd::H3(args)) => h3::run(args),
         Some(Cmd::Cluster(args)) => cluster::run(args),
         Some(Cmd::Idle(args)) => idle::run(args),
+        Some(Cmd::Disk(args)) => disk::run(args),
         Some(Cmd::H3Load(args)) => h3::load(args),
         Some(Cmd::WsOrigin { listen }) => websocket::origin(listen),
         Some(Cmd::Codecs(args)) => codecs::run(args),

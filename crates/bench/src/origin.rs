@@ -9,7 +9,10 @@
 //! | `/page-sized` | as many bytes as the page's Brotli copy (level 5), not compressible | `max-age=3600` |
 //! | `/template` | a ~2 KB HTML page rendered per request | `no-store` |
 //! | `/dynamic` | a short page with a per-request counter | `no-store` |
+//! | `/blob?size=N` | N bytes (at most 8 MiB; other query parameters make other URLs) | `max-age=3600` |
+//! | `/large?size=N` | N bytes, streamed in 1 MiB pieces (the disk benchmark's large object) | `max-age=3600` |
 //! | `/__stats` | request counts per path (`path count` lines) | — |
+//! | `/__total` | requests of every path so far but these two | — |
 //!
 //! The counters let the suite check that a cached scenario really hit the cache: the origin's
 //! count for the path must stay flat during a measured run.
@@ -52,7 +55,36 @@ fn blob() -> &'static Bytes {
 #[derive(Default)]
 struct Counters {
     hits: [AtomicU64; PATHS.len()],
+    total: AtomicU64,
 }
+
+/// A body of `left` bytes sent as slices of the blob (nothing allocated per piece).
+pub struct Big {
+    left: u64,
+}
+
+impl hyper::body::Body for Big {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Infallible>>> {
+        if self.left == 0 {
+            return std::task::Poll::Ready(None);
+        }
+        let n = self.left.min(1 << 20) as usize;
+        self.left -= n as u64;
+        std::task::Poll::Ready(Some(Ok(hyper::body::Frame::data(blob().slice(..n)))))
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        hyper::body::SizeHint::with_exact(self.left)
+    }
+}
+
+type OriginBody = http_body_util::Either<Full<Bytes>, Big>;
 
 /// The `compressed` scenario's page: ~40 KB of HTML as a CMS renders a catalogue.
 pub fn page() -> &'static Bytes {
@@ -107,8 +139,37 @@ fn template(n: u64) -> String {
 async fn serve(
     req: Request<Incoming>,
     c: Arc<Counters>,
-) -> Result<Response<Full<Bytes>>, Infallible> {
+) -> Result<Response<OriginBody>, Infallible> {
     let path = req.uri().path();
+    if path == "/__total" {
+        let n = c.total.load(Ordering::Relaxed);
+        return Ok(Response::new(http_body_util::Either::Left(Full::new(
+            Bytes::from(n.to_string()),
+        ))));
+    }
+    if path != "/__stats" {
+        c.total.fetch_add(1, Ordering::Relaxed);
+    }
+    if path == "/large" {
+        let size = req
+            .uri()
+            .query()
+            .and_then(|q| q.split('&').find_map(|p| p.strip_prefix("size=")))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(1 << 30);
+        let mut r = Response::new(http_body_util::Either::Right(Big { left: size }));
+        let h = r.headers_mut();
+        h.insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/octet-stream"),
+        );
+        h.insert(
+            http::header::CACHE_CONTROL,
+            http::HeaderValue::from_static("max-age=3600"),
+        );
+        h.insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(size));
+        return Ok(r);
+    }
     let idx = PATHS.iter().position(|p| *p == path);
     let n = idx.map_or(0, |i| c.hits[i].fetch_add(1, Ordering::Relaxed) + 1);
     let (ctype, cc, body) = match path {
@@ -163,12 +224,14 @@ async fn serve(
             ("text/plain", "no-store", Bytes::from(s))
         }
         _ => {
-            let mut r = Response::new(Full::new(Bytes::from_static(b"not found\n")));
+            let mut r = Response::new(http_body_util::Either::Left(Full::new(Bytes::from_static(
+                b"not found\n",
+            ))));
             *r.status_mut() = http::StatusCode::NOT_FOUND;
             return Ok(r);
         }
     };
-    let mut r = Response::new(Full::new(body));
+    let mut r = Response::new(http_body_util::Either::Left(Full::new(body)));
     let h = r.headers_mut();
     h.insert(
         http::header::CONTENT_TYPE,

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 /// Bytes per checksummed chunk (and per read).
-pub const CHUNK: u64 = 256 << 10;
+pub const CHUNK: u64 = 128 << 10;
 
 /// Where an extent counts its reads and reports its faults (the disk tier).
 pub trait ExtentSink: Send + Sync {

@@ -271,13 +271,34 @@ pub struct Object {
 pub struct DiskMark(std::sync::atomic::AtomicU8);
 
 const DISK_PENDING: u8 = 0;
+/// Offered to the disk (queued or written), not used since.
 const DISK_DONE: u8 = 1;
 const DISK_NEVER: u8 = 2;
+/// On disk and used again since it was written (or read from it).
+const DISK_USED: u8 = 3;
 
 impl DiskMark {
-    /// An object already on disk (read from it).
+    /// An object already on disk, not used since it was written.
     pub fn done() -> DiskMark {
         DiskMark(DISK_DONE.into())
+    }
+
+    /// An object read from disk (a use of what was written).
+    pub fn used() -> DiskMark {
+        DiskMark(DISK_USED.into())
+    }
+
+    /// Whether a memory hit on the object is news to the disk tier: a use that may admit it,
+    /// or the first use of what was written.
+    pub fn hit_matters(&self) -> bool {
+        matches!(self.0.load(Ordering::Relaxed), DISK_PENDING | DISK_DONE)
+    }
+
+    /// Marks an offered object as used again; true for the one caller that did.
+    pub fn take_first_reuse(&self) -> bool {
+        self.0
+            .compare_exchange(DISK_DONE, DISK_USED, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
     }
 
     /// An object its rule keeps off the disk.

@@ -101,15 +101,41 @@ pub struct LargeWrite {
     pub(crate) tx: std::sync::mpsc::SyncSender<super::Job>,
     pub(crate) written: u64,
     pub(crate) limit: u64,
-    /// Bytes queued for the writer and not yet written: past a bound, the write is given up
-    /// (the disk is slower than the origin) rather than hold the connection's buffers.
-    pub(crate) queued: Arc<AtomicU64>,
+    /// What is queued for the writer (see [`Queue`]).
+    pub(crate) queue: Arc<Queue>,
+    /// Pieces gathered for the next job (one job per [`BATCH`] bytes).
+    pub(crate) batch: Vec<Bytes>,
+    pub(crate) batch_len: usize,
     pub(crate) done: bool,
     pub(crate) aborted: Arc<AtomicBool>,
 }
 
-/// Bytes a large write may have queued before it is given up.
-pub const QUEUED_MAX: u64 = 8 << 20;
+/// Bytes sent to the writer in one job.
+const BATCH: usize = 256 << 10;
+/// Bytes a large write may have queued: past half of it, the body waits for the writer (the
+/// origin is read no faster than the disk takes it, as NGINX's temporary file does); a write
+/// that would pass all of it is given up.
+pub const QUEUED_MAX: u64 = 16 << 20;
+
+/// What a large write has queued for the writer, and the task waiting for room.
+#[derive(Debug, Default)]
+pub struct Queue {
+    pub(crate) bytes: AtomicU64,
+    waker: std::sync::Mutex<Option<std::task::Waker>>,
+}
+
+impl Queue {
+    /// The writer wrote `n` of the queued bytes: wakes the body waiting for room.
+    pub(crate) fn written(&self, n: u64) {
+        let left = self.bytes.fetch_sub(n, Ordering::AcqRel) - n;
+        if left <= QUEUED_MAX / 2 {
+            let w = self.waker.lock().unwrap_or_else(|p| p.into_inner()).take();
+            if let Some(w) = w {
+                w.wake();
+            }
+        }
+    }
+}
 
 impl std::fmt::Debug for LargeWrite {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -120,24 +146,52 @@ impl std::fmt::Debug for LargeWrite {
 }
 
 impl LargeWrite {
-    /// Queues the next chunk; false when the write is given up (too large, the writer behind,
-    /// an error): drop it then.
+    /// Ready when the writer has room for more of the body (at most half of [`QUEUED_MAX`]
+    /// queued); the body waits for it before it reads more from the origin.
+    pub fn poll_room(&self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        if self.queue.bytes.load(Ordering::Acquire) <= QUEUED_MAX / 2 {
+            return std::task::Poll::Ready(());
+        }
+        *self.queue.waker.lock().unwrap_or_else(|p| p.into_inner()) = Some(cx.waker().clone());
+        // Written meanwhile: no wake would come.
+        if self.queue.bytes.load(Ordering::Acquire) <= QUEUED_MAX / 2 {
+            return std::task::Poll::Ready(());
+        }
+        std::task::Poll::Pending
+    }
+
+    /// Queues the next piece; false when the write is given up (longer than
+    /// `cache_max_object`, the writer too far behind, an error): drop it then.
     pub fn push(&mut self, chunk: Bytes) -> bool {
         if self.aborted.load(Ordering::Relaxed) {
             return false;
         }
         let n = chunk.len() as u64;
         self.written += n;
-        if self.written > self.limit || self.queued.load(Ordering::Relaxed) + n > QUEUED_MAX {
+        if self.written > self.limit || self.queue.bytes.load(Ordering::Relaxed) + n > QUEUED_MAX {
             return false;
         }
-        self.queued.fetch_add(n, Ordering::Relaxed);
+        self.queue.bytes.fetch_add(n, Ordering::Relaxed);
+        self.batch_len += chunk.len();
+        self.batch.push(chunk);
+        self.batch_len < BATCH || self.send_batch()
+    }
+
+    fn send_batch(&mut self) -> bool {
+        if self.batch.is_empty() {
+            return true;
+        }
+        self.batch_len = 0;
         let job = super::Job::LargeChunk {
             token: self.token,
-            data: chunk,
-            queued: self.queued.clone(),
+            data: std::mem::take(&mut self.batch),
+            queue: self.queue.clone(),
         };
-        self.tx.try_send(job).is_ok()
+        if self.tx.try_send(job).is_ok() {
+            return true;
+        }
+        self.aborted.store(true, Ordering::Relaxed);
+        false
     }
 
     /// The body is complete: `object` (its head; its body is not read) names and describes it.
@@ -147,6 +201,9 @@ impl LargeWrite {
         variant: Option<Bytes>,
         object: Arc<crate::object::Object>,
     ) {
+        if !self.send_batch() {
+            return;
+        }
         self.done = true;
         let job = super::Job::LargeEnd {
             token: self.token,

@@ -141,6 +141,7 @@ struct Counters {
     not_admitted: AtomicU64,
     dropped: AtomicU64,
     errors: AtomicU64,
+    reused_bytes: AtomicU64,
     warm_segments: AtomicU64,
     warm_total: AtomicU64,
     warm_objects: AtomicU64,
@@ -166,6 +167,9 @@ pub struct DiskStats {
     /// Offers dropped: the queue was full, writing was paused, or the object was too large.
     pub dropped: u64,
     pub errors: u64,
+    /// Bytes of records used again after they were written (each record once): write
+    /// amplification is `write_bytes` over this.
+    pub reused_bytes: u64,
     /// Segments whose records are in the index, of how many there were at start.
     pub warm_segments: u64,
     pub warm_total: u64,
@@ -182,6 +186,8 @@ struct Entry {
     offset: u32,
     head: u32,
     body: u32,
+    /// Used again since it was written (counted once in `reused_bytes`).
+    reused: bool,
 }
 
 /// The index's maps are keyed by hashes already.
@@ -358,8 +364,25 @@ impl Inner {
 
     fn remove_if(&self, hash: u64, entry: Entry) {
         let mut shard = self.shard(hash);
-        if shard.get(&hash) == Some(&entry) {
+        if shard
+            .get(&hash)
+            .is_some_and(|e| (e.segment, e.offset) == (entry.segment, entry.offset))
+        {
             shard.remove(&hash);
+        }
+    }
+
+    /// The record for `hash` was used again since it was written: counted once (write
+    /// amplification is the bytes written over these).
+    fn mark_reused(&self, hash: u64) {
+        let mut shard = self.shard(hash);
+        if let Some(e) = shard.get_mut(&hash) {
+            if !e.reused {
+                e.reused = true;
+                let bytes = u64::from(e.head) + u64::from(e.body);
+                drop(shard);
+                self.stats.reused_bytes.fetch_add(bytes, Ordering::Relaxed);
+            }
         }
     }
 
@@ -473,11 +496,11 @@ pub(crate) enum Job {
     Purges,
     /// Write out everything queued and flush it; then say so.
     Flush(SyncSender<()>),
-    /// The next piece of a large object's body (`queued` counts what is waiting).
+    /// The next pieces of a large object's body (`queue` counts what is waiting).
     LargeChunk {
         token: u64,
-        data: Bytes,
-        queued: Arc<AtomicU64>,
+        data: Vec<Bytes>,
+        queue: Arc<large::Queue>,
     },
     /// A large object's body is complete (`len` bytes): finish its file.
     LargeEnd {
@@ -641,8 +664,9 @@ impl DiskStore {
             inner.remove_if(hash, entry);
             return None;
         };
-        object.disk = DiskMark::done();
+        object.disk = DiskMark::used();
         object.extent = extent;
+        inner.mark_reused(hash);
         if verdict == Verdict::Stale {
             object.invalidate();
         }
@@ -691,7 +715,9 @@ impl DiskStore {
             tx,
             written: 0,
             limit,
-            queued: Arc::new(AtomicU64::new(0)),
+            queue: Arc::new(large::Queue::default()),
+            batch: Vec::new(),
+            batch_len: 0,
             done: false,
             aborted: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         })
@@ -700,6 +726,35 @@ impl DiskStore {
     /// The largest body the tier takes.
     pub fn max_body(&self) -> u64 {
         self.inner.options.max_body()
+    }
+
+    /// An object written (or queued) to disk was used again from memory: counted once per
+    /// record for write amplification.
+    pub fn reused(&self, key: &CacheKey, variant: Option<&[u8]>, object: &Object) {
+        if !object.disk.take_first_reuse() {
+            return;
+        }
+        let kb = record::key_bytes(key);
+        let hash = match variant {
+            None => record::hash(&[&kb]),
+            Some(v) => {
+                // The variant's record is keyed by the marker's generation: read it.
+                let Some((_, head)) = self.inner.read_head(record::hash(&[&kb])) else {
+                    return;
+                };
+                let Some(gen) = record::parse_head(&head)
+                    .filter(|h| h.header.kind == Kind::Marker)
+                    .and_then(|h| Inner::marker(h.meta))
+                    .map(|(g, _)| g)
+                else {
+                    return;
+                };
+                let mut vb = gen.to_be_bytes().to_vec();
+                vb.extend_from_slice(v);
+                record::hash(&[&kb, &vb])
+            }
+        };
+        self.inner.mark_reused(hash);
     }
 
     /// Queues `object` for writing whatever its uses (a 304 refreshed an object on disk: its
@@ -859,6 +914,7 @@ impl DiskStore {
             not_admitted: l(&c.not_admitted),
             dropped: l(&c.dropped),
             errors: l(&c.errors),
+            reused_bytes: l(&c.reused_bytes),
             warm_segments: l(&c.warm_segments),
             warm_total: l(&c.warm_total),
             warm_objects: l(&c.warm_objects),
@@ -924,13 +980,12 @@ fn writer_main(inner: Arc<Inner>, rx: Receiver<Job>, started: Option<(File, Writ
                 w.sync();
                 let _ = ack.send(());
             }
-            Ok(Job::LargeChunk {
-                token,
-                data,
-                queued,
-            }) => {
-                queued.fetch_sub(data.len() as u64, Ordering::Relaxed);
-                w.large_chunk(token, &data);
+            Ok(Job::LargeChunk { token, data, queue }) => {
+                let n: usize = data.iter().map(Bytes::len).sum();
+                for piece in &data {
+                    w.large_chunk(token, piece);
+                }
+                queue.written(n as u64);
             }
             Ok(Job::LargeEnd {
                 token,
@@ -972,8 +1027,8 @@ fn wait_and_start(inner: &Arc<Inner>, rx: &Receiver<Job>) -> Option<(File, Write
                 let _ = ack.send(());
             }
             Ok(Job::Write { object, .. }) => object.disk.give_back(),
-            Ok(Job::LargeChunk { data, queued, .. }) => {
-                queued.fetch_sub(data.len() as u64, Ordering::Relaxed);
+            Ok(Job::LargeChunk { data, queue, .. }) => {
+                queue.written(data.iter().map(|b| b.len() as u64).sum());
             }
             Ok(Job::Purges | Job::LargeEnd { .. } | Job::LargeAbort(_))
             | Err(RecvTimeoutError::Timeout) => {}
@@ -1256,7 +1311,13 @@ impl Writer {
             }
             let id = self.next_id;
             let tmp = inner.options.dir.join(format!("{id:08x}.big.tmp"));
-            match File::create(&tmp) {
+            let created = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&tmp);
+            match created {
                 Ok(file) => {
                     self.next_id = id.wrapping_add(1);
                     self.large.insert(
@@ -1378,6 +1439,22 @@ impl Writer {
             self.large_abort(token);
             return;
         }
+        let dir = &inner.options.dir;
+        let tmp = dir.join(format!("{:08x}.big.tmp", open.id));
+        let record = (record::HEADER + kb.len() + vb.len() + meta.len()) as u64 + len;
+        if record <= inner.options.max_record() {
+            // Small after all (written this way because memory had no room for it): a record
+            // in the segment, not a file of its own.
+            let mut body = vec![0; len as usize];
+            let read = open.file.read_exact_at(&mut body, 0);
+            drop(open.file);
+            let _ = std::fs::remove_file(&tmp);
+            sub_used(&inner, len);
+            if read.is_ok() {
+                self.append(Kind::Object, hash, kb, vb, meta, &body, time);
+            }
+            return;
+        }
         if open.len % large::CHUNK != 0 {
             let last = std::mem::replace(&mut open.crc, crc32fast::Hasher::new());
             open.crcs.push(last.finalize());
@@ -1388,8 +1465,6 @@ impl Writer {
         let mut tail = table;
         tail.extend_from_slice(&head);
         tail.extend_from_slice(&trailer);
-        let dir = &inner.options.dir;
-        let tmp = dir.join(format!("{:08x}.big.tmp", open.id));
         let done = segment_path(dir, open.id, "big");
         let res = open
             .file
@@ -1434,6 +1509,7 @@ impl Writer {
                 offset: LARGE,
                 head: head.len() as u32,
                 body: (tail.len() - head.len() - large::TRAILER) as u32,
+                reused: false,
             },
         );
     }
@@ -1564,6 +1640,7 @@ impl Writer {
                 offset: entry.offset,
                 head: entry.head,
                 body: entry.body,
+                reused: false,
             },
         );
         if let Some(s) = inner
@@ -1810,6 +1887,7 @@ fn warm(inner: Arc<Inner>, ids: Vec<(u32, bool)>) {
                     offset: e.offset,
                     head: e.head,
                     body: e.body,
+                    reused: false,
                 });
                 n += 1;
             }
@@ -1879,6 +1957,7 @@ fn warm_large(inner: &Inner, id: u32) {
             offset: LARGE,
             head: l.head_len,
             body: l.table_len,
+            reused: false,
         });
         inner.stats.warm_objects.fetch_add(1, Ordering::Relaxed);
     }

@@ -347,12 +347,13 @@ fn disk(d: &rampart_cache::disk::DiskStats, f: &mut Families) {
         .gauge(vec![], d.warm_micros as f64 / 1e6);
     }
     #[rustfmt::skip]
-    let counters: [(&'static str, &'static str, u64); 9] = [
+    let counters: [(&'static str, &'static str, u64); 10] = [
         ("rampart_cache_disk_hits", "Memory misses answered from the disk tier.", d.hits),
         ("rampart_cache_disk_misses", "Memory misses the disk tier could not answer.", d.misses),
         ("rampart_cache_disk_read_bytes", "Bytes read from the disk tier for answers.", d.read_bytes),
         ("rampart_cache_disk_writes", "Records written to the disk tier.", d.writes),
-        ("rampart_cache_disk_written_bytes", "Bytes written to the disk tier (write amplification: this over rampart_cache_disk_read_bytes).", d.write_bytes),
+        ("rampart_cache_disk_written_bytes", "Bytes written to the disk tier.", d.write_bytes),
+        ("rampart_cache_disk_reused_bytes", "Bytes of records used again after they were written, each record counted once (write amplification: rampart_cache_disk_written_bytes over this).", d.reused_bytes),
         ("rampart_cache_disk_not_admitted", "Offers of objects used fewer than cache_disk_min_uses times (not written).", d.not_admitted),
         ("rampart_cache_disk_dropped", "Objects not written: the write queue was full, writing was paused after an error, or the object was larger than half a segment.", d.dropped),
         ("rampart_cache_disk_errors", "Disk faults: failed reads and writes, records failing their checksums, disk full (each kind is logged once).", d.errors),

@@ -341,6 +341,7 @@ pub fn disk_figures(d: &rampart_cache::disk::DiskStore) -> serde_json::Value {
         "read_bytes": s.read_bytes,
         "writes": s.writes,
         "written_bytes": s.write_bytes,
+        "reused_bytes": s.reused_bytes,
         "not_admitted": s.not_admitted,
         "dropped": s.dropped,
         "errors": s.errors,

@@ -224,7 +224,7 @@ impl Cache {
                     if from_disk {
                         return Found::DiskHit(obj);
                     }
-                    if obj.disk.pending() {
+                    if obj.disk.hit_matters() {
                         self.used(&key, headers, &obj);
                     }
                     return Found::Hit(obj);
@@ -275,7 +275,8 @@ impl Cache {
         Some(obj)
     }
 
-    /// A memory hit on an object the disk tier has not taken yet: one more use.
+    /// A memory hit the disk tier hears of: one more use of an object it has not taken yet,
+    /// or the first use of one it wrote.
     fn used(&self, key: &SlotKeyRef<'_>, headers: &HeaderMap, obj: &Arc<Object>) {
         let Some(disk) = &self.disk else {
             return;
@@ -287,7 +288,11 @@ impl Cache {
                 None => return,
             },
         };
-        disk.offer(&key.to_key(), variant.as_deref(), obj);
+        if obj.disk.pending() {
+            disk.offer(&key.to_key(), variant.as_deref(), obj);
+        } else {
+            disk.reused(&key.to_key(), variant.as_deref(), obj);
+        }
     }
 
     /// Invalidates a URL on a host after an unsafe request succeeded (RFC 9111 §4.4).

@@ -106,11 +106,18 @@ pub fn prepare(
     }
     // The body is collected in memory charged to the store: hold room for it first (all of
     // it when its length is known, else as it arrives).
-    let reservation = cache
+    match cache
         .store()
         .reserve(&lookup.key, body_charge(length.unwrap_or(0) as usize))
-        .ok_or(NotStored::NoRoom)?;
-    Ok(ticket(Some(reservation), None))
+    {
+        Some(reservation) => Ok(ticket(Some(reservation), None)),
+        // No room in memory now (many bodies being collected at once): the disk tier may
+        // still take it, straight from the origin.
+        None => match large_write(cache, &lookup.key, length, &transforms) {
+            Some(w) => Ok(ticket(None, Some(w))),
+            None => Err(NotStored::NoRoom),
+        },
+    }
 }
 
 /// A large object's write to the disk tier, when there is one, the rule lets its responses go
@@ -297,6 +304,15 @@ impl StoreTicket {
     /// The fields a qualified `private` / `no-cache` withholds from other clients.
     pub fn withheld(&self) -> &[HeaderName] {
         self.directives.withheld()
+    }
+
+    /// Ready when the ticket can take more of the body: a body going to disk waits while the
+    /// disk is behind (the origin is then read no faster than the disk writes).
+    pub fn poll_room(&self, cx: &mut Context<'_>) -> Poll<()> {
+        match &self.large {
+            Some(w) => w.poll_room(cx),
+            None => Poll::Ready(()),
+        }
     }
 
     /// Adds the next chunk of the body. False when the body will not be stored (larger than
@@ -497,6 +513,9 @@ impl<B: Body<Data = Bytes> + Unpin> Tee<B> {
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        if let Some(t) = &self.ticket {
+            ready!(t.poll_room(cx));
+        }
         let frame = ready!(Pin::new(&mut self.inner).poll_frame(cx));
         self.on_frame(&frame);
         Poll::Ready(frame)
