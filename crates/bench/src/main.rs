@@ -112,7 +112,7 @@ struct RunArgs {
     /// A seconds-long smoke run of every scenario (1 round, short loads).
     #[arg(long)]
     quick: bool,
-    /// Scenarios to run (comma-separated): cached-hello, cached-image, compressed, compressed-plain, pass, close, https, https-close, h2, vus, burst.
+    /// Scenarios to run (comma-separated): cached-hello, cached-image, compressed, compressed-plain, pass, close, https, https-close, h2, vus, burst, disk (the disk tier, see `rampart-bench disk`; in a full run by default).
     #[arg(long, value_delimiter = ',')]
     scenarios: Option<Vec<String>>,
     /// Peers to include (comma-separated names, e.g. rampart,nginx,varnish).

@@ -11,6 +11,7 @@
 //! | `/dynamic` | a short page with a per-request counter | `no-store` |
 //! | `/blob?size=N` | N bytes (at most 8 MiB; other query parameters make other URLs) | `max-age=3600` |
 //! | `/large?size=N` | N bytes, streamed in 1 MiB pieces (the disk benchmark's large object) | `max-age=3600` |
+//! | `/obj?k=K&size=N` | N bytes of their own for K ([`obj_body`]; the crash check compares them) | `max-age=3600` |
 //! | `/__stats` | request counts per path (`path count` lines) | — |
 //! | `/__total` | requests of every path so far but these two | — |
 //!
@@ -56,6 +57,14 @@ fn blob() -> &'static Bytes {
 struct Counters {
     hits: [AtomicU64; PATHS.len()],
     total: AtomicU64,
+}
+
+/// `/obj?k=K&size=N`'s body: N bytes that depend on K and on their offset, so a body torn,
+/// shifted or from another object does not match.
+pub fn obj_body(k: u64, size: usize) -> Vec<u8> {
+    (0..size)
+        .map(|j| (k.wrapping_mul(31) as usize + j * 7 + j / 4093) as u8)
+        .collect()
 }
 
 /// A body of `left` bytes sent as slices of the blob (nothing allocated per piece).
@@ -149,6 +158,24 @@ async fn serve(
     }
     if path != "/__stats" {
         c.total.fetch_add(1, Ordering::Relaxed);
+    }
+    if path == "/obj" {
+        let param = |name: &str| {
+            req.uri()
+                .query()
+                .and_then(|q| q.split('&').find_map(|p| p.strip_prefix(name)))
+                .and_then(|v| v.parse::<u64>().ok())
+        };
+        let k = param("k=").unwrap_or(0);
+        let size = param("size=").unwrap_or(1000).min(BLOB_MAX as u64) as usize;
+        let mut r = Response::new(http_body_util::Either::Left(Full::new(Bytes::from(
+            obj_body(k, size),
+        ))));
+        r.headers_mut().insert(
+            http::header::CACHE_CONTROL,
+            http::HeaderValue::from_static("max-age=3600"),
+        );
+        return Ok(r);
     }
     if path == "/large" {
         let size = req

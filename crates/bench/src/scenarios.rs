@@ -29,7 +29,7 @@ pub struct Scenario {
 }
 
 /// The names `--scenarios` knows, in the order they run.
-pub const NAMES: &str = "cached-hello, cached-image, compressed, compressed-plain, pass, pass-hello, close, https, https-close, h2, vus, burst";
+pub const NAMES: &str = "cached-hello, cached-image, compressed, compressed-plain, pass, pass-hello, close, https, https-close, h2, vus, burst, disk (the disk tier: `rampart-bench disk`)";
 
 /// How long each timed run lasts and how many rounds each load gets.
 #[derive(Debug, Clone, Copy)]

@@ -665,3 +665,43 @@ async fn files_truncated_or_removed_behind_rampart_are_misses_not_errors() {
     all_right(&proxy, &paths).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_memory_has_no_room_for_go_to_disk_straight_from_the_origin() {
+    let origin = origin().await;
+    let dir = scratch("disk-noroom");
+    // Far too little memory for 16 bodies of up to 40 KB being collected at once.
+    // Written at the second use, as by default.
+    let cfg = config(&origin, &dir, "cache_memory = \"64KiB\"", "");
+    let proxy = Proxy::start(&cfg);
+    let paths: Vec<String> = (0..160).map(|i| format!("/n/{i}")).collect();
+    let client = client();
+    let twice: Vec<String> = paths.iter().chain(&paths).cloned().collect();
+    for batch in twice.chunks(16) {
+        let mut tasks = Vec::new();
+        for p in batch {
+            let (client, url, p) = (client.clone(), proxy.url(p), p.clone());
+            tasks.push(tokio::spawn(async move {
+                let got = send(
+                    &client,
+                    Request::get(url)
+                        .header("host", "disk.example")
+                        .body(empty())
+                        .unwrap(),
+                )
+                .await;
+                assert_eq!(got.text(), body_for(&p));
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+    }
+    written(&proxy, 160.0).await;
+    stop(proxy).await;
+    let proxy = Proxy::start(&cfg);
+    ready(&proxy).await;
+    assert_eq!(all_right(&proxy, &paths).await, 160, "all from disk");
+    assert_eq!(origin.requests(), 320);
+    let _ = std::fs::remove_dir_all(&dir);
+}

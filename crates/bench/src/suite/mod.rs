@@ -61,10 +61,23 @@ impl<'a> Bench<'a> {
 }
 
 /// Runs the suite and writes its report (`report.md`, `results.json`, charts, configs).
-pub fn run(args: RunArgs) -> anyhow::Result<()> {
+pub fn run(mut args: RunArgs) -> anyhow::Result<()> {
     procs::stop_all_on_signal();
+    // The disk tier's scenarios (`rampart-bench disk`) run after the others: in a full run, or
+    // when `--scenarios` names `disk`.
+    let disk = match &mut args.scenarios {
+        None => !args.quick,
+        Some(list) => {
+            let named = list.iter().any(|s| s == "disk");
+            list.retain(|s| s != "disk");
+            named
+        }
+    };
     let started = crate::now_utc();
     let bench = Bench::new(&args, &started)?;
+    if disk && args.scenarios.as_ref().is_some_and(Vec::is_empty) {
+        return run_disk(&bench);
+    }
     let mut skipped = Vec::new();
     let scenarios = choose_scenarios(&args, &mut skipped)?;
     let candidates = choose_peers(&bench, &mut skipped)?;
@@ -94,7 +107,26 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let _ = std::fs::remove_dir_all(&bench.work);
     println!("{}", report::summary(&results));
     println!("report: {}", bench.out.join("report.md").display());
+    if disk {
+        run_disk(&bench)?;
+    }
     Ok(())
+}
+
+/// The disk tier's scenarios with their defaults, writing `disk.md` beside the report.
+fn run_disk(bench: &Bench<'_>) -> anyhow::Result<()> {
+    use clap::Parser as _;
+    #[derive(clap::Parser)]
+    struct Defaults {
+        #[command(flatten)]
+        disk: crate::disk::DiskArgs,
+    }
+    let mut d = Defaults::parse_from(["disk"]).disk;
+    d.out = Some(bench.out.clone());
+    d.rampart = Some(bench.rampart.clone());
+    d.server_cpus = bench.args.server_cpus.clone();
+    d.load_cpus = bench.args.load_cpus.clone();
+    crate::disk::run(d)
 }
 
 /// The scenarios `--scenarios` names (all by default), less those whose load tool is not

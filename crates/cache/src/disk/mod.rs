@@ -374,16 +374,18 @@ impl Inner {
 
     /// The record for `hash` was used again since it was written: counted once (write
     /// amplification is the bytes written over these).
-    fn mark_reused(&self, hash: u64) {
+    fn mark_reused(&self, hash: u64) -> bool {
         let mut shard = self.shard(hash);
-        if let Some(e) = shard.get_mut(&hash) {
-            if !e.reused {
-                e.reused = true;
-                let bytes = u64::from(e.head) + u64::from(e.body);
-                drop(shard);
-                self.stats.reused_bytes.fetch_add(bytes, Ordering::Relaxed);
-            }
+        let Some(e) = shard.get_mut(&hash) else {
+            return false;
+        };
+        if !e.reused {
+            e.reused = true;
+            let bytes = u64::from(e.head) + u64::from(e.body);
+            drop(shard);
+            self.stats.reused_bytes.fetch_add(bytes, Ordering::Relaxed);
         }
+        true
     }
 
     fn file(&self, segment: u32) -> Option<Arc<File>> {
@@ -666,7 +668,7 @@ impl DiskStore {
         };
         object.disk = DiskMark::used();
         object.extent = extent;
-        inner.mark_reused(hash);
+        let _ = inner.mark_reused(hash);
         if verdict == Verdict::Stale {
             object.invalidate();
         }
@@ -731,7 +733,7 @@ impl DiskStore {
     /// An object written (or queued) to disk was used again from memory: counted once per
     /// record for write amplification.
     pub fn reused(&self, key: &CacheKey, variant: Option<&[u8]>, object: &Object) {
-        if !object.disk.take_first_reuse() {
+        if !object.disk.hit_matters() {
             return;
         }
         let kb = record::key_bytes(key);
@@ -754,7 +756,10 @@ impl DiskStore {
                 record::hash(&[&kb, &vb])
             }
         };
-        self.inner.mark_reused(hash);
+        // Not written yet (still queued): a later use counts it.
+        if self.inner.mark_reused(hash) {
+            object.disk.take_first_reuse();
+        }
     }
 
     /// Queues `object` for writing whatever its uses (a 304 refreshed an object on disk: its
@@ -1368,7 +1373,6 @@ impl Writer {
         }
         open.last = Instant::now();
         inner.stats.used.fetch_add(n, Ordering::Relaxed);
-        inner.stats.write_bytes.fetch_add(n, Ordering::Relaxed);
     }
 
     /// A large object's body is complete: its file finished and put in the index, unless it
@@ -1480,7 +1484,10 @@ impl Writer {
         }
         let n = tail.len() as u64;
         inner.stats.used.fetch_add(n, Ordering::Relaxed);
-        inner.stats.write_bytes.fetch_add(n, Ordering::Relaxed);
+        inner
+            .stats
+            .write_bytes
+            .fetch_add(open.len + n, Ordering::Relaxed);
         inner.stats.writes.fetch_add(1, Ordering::Relaxed);
         let file = match File::open(&done) {
             Ok(f) => Arc::new(f),

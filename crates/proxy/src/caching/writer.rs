@@ -422,9 +422,8 @@ impl StoreTicket {
                 "complete body not stored (no room in its shard)"
             );
         }
-        if stored {
-            self.cache.stored(&self.key, variant.as_deref(), &obj);
-        }
+        // The disk tier hears of it even when memory had no room for it after all.
+        self.cache.stored(&self.key, variant.as_deref(), &obj);
         if stored && transforms.any() {
             let (cache, key) = (self.cache.clone(), self.key.clone());
             crate::caching::transform::transform_stored(transforms, &obj, move |old, new| {
