@@ -75,8 +75,11 @@ use record::{Kind, SummaryEntry};
 
 /// How long writing pauses after a write error.
 pub const PAUSE: Duration = Duration::from_secs(10);
-/// Objects waiting to be written; more are dropped (and counted).
-const QUEUE: usize = 256;
+/// Jobs waiting for the writer; an offer past them is dropped (counted), and offered again at
+/// the object's next use. The objects waiting are mostly those memory holds anyway (a queued
+/// one memory lets go stays charged to it, see `Residency`), so a long queue costs little and
+/// rides out a burst of first uses while the worker keeps the CPU busy.
+const QUEUE: usize = 4096;
 /// Index shards (each a mutex over a map).
 const SHARDS: usize = 16;
 /// Counters of the admission sketch.
@@ -374,18 +377,18 @@ impl Inner {
 
     /// The record for `hash` was used again since it was written: counted once (write
     /// amplification is the bytes written over these).
-    fn mark_reused(&self, hash: u64) -> bool {
+    /// `None` when the index has no record for `hash`, else whether it was marked before.
+    fn mark_reused(&self, hash: u64) -> Option<bool> {
         let mut shard = self.shard(hash);
-        let Some(e) = shard.get_mut(&hash) else {
-            return false;
-        };
-        if !e.reused {
-            e.reused = true;
-            let bytes = u64::from(e.head) + u64::from(e.body);
-            drop(shard);
-            self.stats.reused_bytes.fetch_add(bytes, Ordering::Relaxed);
+        let e = shard.get_mut(&hash)?;
+        if e.reused {
+            return Some(true);
         }
-        true
+        e.reused = true;
+        let bytes = u64::from(e.head) + u64::from(e.body);
+        drop(shard);
+        self.stats.reused_bytes.fetch_add(bytes, Ordering::Relaxed);
+        Some(false)
     }
 
     fn file(&self, segment: u32) -> Option<Arc<File>> {
@@ -486,6 +489,10 @@ impl crate::extent::ExtentSink for Inner {
 pub struct Found {
     pub object: Object,
     pub variant: Option<Bytes>,
+    /// The record was used before (read from disk, or its object hit in memory, since it was
+    /// written): put the object back in memory. A first read only answers the request, so a
+    /// working set larger than memory does not push out what memory holds for one use.
+    pub promote: bool,
 }
 
 pub(crate) enum Job {
@@ -668,11 +675,15 @@ impl DiskStore {
         };
         object.disk = DiskMark::used();
         object.extent = extent;
-        let _ = inner.mark_reused(hash);
+        let promote = inner.mark_reused(hash).unwrap_or(false);
         if verdict == Verdict::Stale {
             object.invalidate();
         }
-        Some(Found { object, variant })
+        Some(Found {
+            object,
+            variant,
+            promote,
+        })
     }
 
     /// An object stored in memory was used (fetched and stored, or served): counts the use,
@@ -757,7 +768,7 @@ impl DiskStore {
             }
         };
         // Not written yet (still queued): a later use counts it.
-        if self.inner.mark_reused(hash) {
+        if self.inner.mark_reused(hash).is_some() {
             object.disk.take_first_reuse();
         }
     }

@@ -2,8 +2,9 @@
 //!
 //! [`Cache::lookup`] finds a stored response for a request (following the `Vary` marker to the
 //! variant), in memory and then on disk (`cache_disk`), and decides if it may be used. An
-//! object read from disk is put in memory at once (the read made the copy anyway; the memory
-//! store's S3-FIFO small queue lets it go again unless it is used). Storing is `writer.rs`,
+//! object read from disk goes back to memory when it is used again (its second read, or a
+//! read after it was hit in memory): a working set larger than memory does not push out what
+//! memory holds for objects used once. Storing is `writer.rs`,
 //! which also offers stored objects to the disk tier; answering from a stored object is
 //! `pipeline/hit.rs`.
 
@@ -258,8 +259,10 @@ impl Cache {
         let found = disk.lookup(&key, headers, |b| self.store.charged_body(b))?;
         let obj = Arc::new(found.object);
         let variant = found.variant;
-        // A large object stays on disk; its body is read as it is sent.
+        // A large object stays on disk; its body is read as it is sent. Another goes back to
+        // memory when it is used again (see `Found::promote`).
         if obj.extent.is_none()
+            && found.promote
             && self
                 .store
                 .insert(key.clone(), variant.as_deref(), obj.clone())
