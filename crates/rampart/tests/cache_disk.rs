@@ -242,11 +242,18 @@ async fn purges_reach_the_disk_and_outlive_a_restart() {
     let dir = scratch("disk-purge");
     let cfg = config(&origin, &dir, "cache_disk_min_uses = 1", "");
     let proxy = Proxy::start(&cfg);
-    let paths = ["/blog/1", "/blog/2", "/shop/blog-sale", "/about", "/soft"];
+    let paths = [
+        "/blog/1",
+        "/blog/2",
+        "/shop/blog-sale",
+        "/about",
+        "/soft",
+        "/promo/summer-sale",
+    ];
     for p in paths {
         get(&proxy, "disk.example", p).await;
     }
-    written(&proxy, 5.0).await;
+    written(&proxy, 6.0).await;
     let api = |proxy: &Proxy, q: &str| {
         Request::post(proxy.url(&format!("/_rampart/purge?{q}")))
             .header("authorization", format!("Bearer {API_KEY}"))
@@ -265,6 +272,8 @@ async fn purges_reach_the_disk_and_outlive_a_restart() {
     ))
     .await;
     assert_eq!(res.status, 200, "{}", res.text());
+    let res = fetch(api(&proxy, "scope=contains&host=disk.example&path=summer")).await;
+    assert_eq!(res.status, 200, "{}", res.text());
     stop(proxy).await;
     let before = origin.requests();
 
@@ -276,7 +285,7 @@ async fn purges_reach_the_disk_and_outlive_a_restart() {
         kept.header("cache-status"),
         Some("rampart; hit; detail=disk")
     );
-    for p in ["/blog/1", "/blog/2", "/about"] {
+    for p in ["/blog/1", "/blog/2", "/about", "/promo/summer-sale"] {
         let got = get(&proxy, "disk.example", p).await;
         assert_eq!(got.status, 200);
         assert_eq!(got.header("x-arc2-cache"), Some("Miss"), "{p} was purged");
@@ -289,7 +298,7 @@ async fn purges_reach_the_disk_and_outlive_a_restart() {
         Some("rampart; hit; detail=disk")
     );
     assert_eq!(soft.text(), body_for("/soft"));
-    assert_eq!(origin.requests(), before + 4);
+    assert_eq!(origin.requests(), before + 5);
 
     // A domain purge from this process reaches what the disk holds from the last one.
     let res = fetch(api(&proxy, "scope=domain&host=disk.example")).await;
@@ -703,5 +712,99 @@ async fn responses_memory_has_no_room_for_go_to_disk_straight_from_the_origin() 
     ready(&proxy).await;
     assert_eq!(all_right(&proxy, &paths).await, 160, "all from disk");
     assert_eq!(origin.requests(), 320);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn variants_come_back_from_disk_each_to_its_own_clients() {
+    let origin = Origin::new()
+        .route_fn("/v", |s| {
+            let lang = s
+                .headers
+                .get("accept-language")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("none")
+                .to_owned();
+            Reply::text(&format!("page in {lang}"))
+                .header("cache-control", "max-age=600")
+                .header("vary", "Accept-Language")
+        })
+        .start()
+        .await;
+    let dir = scratch("disk-vary");
+    let cfg = config(&origin, &dir, "cache_disk_min_uses = 1", "");
+    let proxy = Proxy::start(&cfg);
+    let ask = |proxy: &Proxy, lang: &str| {
+        fetch(req(proxy, "disk.example", "/v").header("accept-language", lang.to_owned()))
+    };
+    for lang in ["en", "fr"] {
+        assert_eq!(ask(&proxy, lang).await.text(), format!("page in {lang}"));
+    }
+    // A marker and two variants.
+    written(&proxy, 3.0).await;
+    stop(proxy).await;
+    let proxy = Proxy::start(&cfg);
+    ready(&proxy).await;
+    for lang in ["fr", "en"] {
+        let got = ask(&proxy, lang).await;
+        assert_eq!(got.text(), format!("page in {lang}"));
+        assert_eq!(
+            got.header("cache-status"),
+            Some("rampart; hit; detail=disk"),
+            "{lang}"
+        );
+        assert_eq!(got.header("vary"), Some("Accept-Language"));
+    }
+    let de = ask(&proxy, "de").await;
+    assert_eq!(de.text(), "page in de");
+    assert_eq!(de.header("x-arc2-cache"), Some("Miss"));
+    assert_eq!(origin.requests(), 3);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_304_refreshes_what_the_disk_holds() {
+    let origin = Origin::new()
+        .route_fn("/r", |s| {
+            if s.headers
+                .get("if-none-match")
+                .is_some_and(|v| v == "\"v1\"")
+            {
+                Reply::text("")
+                    .status(304)
+                    .header("etag", "\"v1\"")
+                    .header("cache-control", "max-age=600")
+                    .header("x-version", "refreshed")
+            } else {
+                Reply::text("the body")
+                    .header("etag", "\"v1\"")
+                    .header("cache-control", "max-age=1")
+                    .header("x-version", "first")
+            }
+        })
+        .start()
+        .await;
+    let dir = scratch("disk-304");
+    let cfg = config(&origin, &dir, "cache_disk_min_uses = 1", "");
+    let proxy = Proxy::start(&cfg);
+    assert_eq!(get(&proxy, "disk.example", "/r").await.text(), "the body");
+    written(&proxy, 1.0).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Stale: revalidated; the 304's fields and lifetime go to disk too.
+    let got = get(&proxy, "disk.example", "/r").await;
+    assert_eq!(got.text(), "the body");
+    assert_eq!(got.header("x-version"), Some("refreshed"));
+    written(&proxy, 2.0).await;
+    stop(proxy).await;
+    let proxy = Proxy::start(&cfg);
+    ready(&proxy).await;
+    let got = get(&proxy, "disk.example", "/r").await;
+    assert_eq!(got.text(), "the body");
+    assert_eq!(
+        got.header("cache-status"),
+        Some("rampart; hit; detail=disk")
+    );
+    assert_eq!(got.header("x-version"), Some("refreshed"));
+    assert_eq!(origin.requests(), 2);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1201,6 +1201,12 @@ impl Writer {
     /// What can wait until reads are let in: the purge log rewritten from what is in force
     /// (one line per URL, no torn tail), then opened for the purges to come.
     fn finish_start(&mut self) {
+        // `cache_disk_size` lowered since the last run: back under it at once.
+        while self.inner.stats.used.load(Ordering::Relaxed) > self.inner.options.size {
+            if !self.reclaim_oldest() {
+                break;
+            }
+        }
         match rewrite_purges(&self.inner) {
             Ok((f, n)) => {
                 sub_used(&self.inner, self.purge_bytes);

@@ -492,3 +492,31 @@ fn an_object_too_large_for_a_segment_gets_its_own_file() {
     let e = f.object.extent.expect("from its own file");
     assert_eq!(read_all(&e).expect("reads"), body);
 }
+
+#[test]
+fn a_smaller_size_at_the_next_start_is_honoured_at_once() {
+    let dir = Dir::new("shrink");
+    let d = open(&dir, 64 << 20, 1);
+    for i in 0..400 {
+        d.offer(
+            &key(&format!("/s{i}")),
+            None,
+            &object(&body_of(i, 100_000), Vary::None),
+        );
+    }
+    d.flush();
+    assert!(d.stats().used > 32 << 20, "{:?}", d.stats());
+    d.close();
+    drop(d);
+    let d = open(&dir, 16 << 20, 1);
+    d.flush();
+    let used = d.stats().used;
+    assert!(used <= 16 << 20, "{used}");
+    let on_disk: u64 = std::fs::read_dir(&dir.0)
+        .expect("dir")
+        .map(|e| e.expect("entry").metadata().expect("meta").len())
+        .sum();
+    assert!(on_disk <= 16 << 20, "files {on_disk}");
+    // The newest are kept.
+    assert!(get(&d, "/s399").is_some());
+}

@@ -138,7 +138,7 @@ pub fn snapshot(m: &Metrics, before: &(Instant, Totals), now: &(Instant, Totals)
             "size_bytes": s.weight,
             "capacity_bytes": c.store().capacity(),
             "evictions": s.evictions,
-            "disk": c.disk().map(crate::admin::disk_figures),
+            "disk": c.disk().map(crate::admin::figures::disk),
         })
     });
     let mut upstreams = Vec::new();

@@ -203,21 +203,24 @@ impl Cache {
 
     /// lookup: GET/HEAD only (the caller checks). `key` is the routed host and request target
     /// (see [`SlotKeyRef`]); with `refresh`, a usable entry is treated as stale (background
-    /// revalidation). `transforms` (the rule's) makes the copies of an object read from disk.
+    /// revalidation). `disk`: when the rule uses the disk tier (not `cache_disk = false`), what
+    /// makes its copies of an object read from there (the rule's transforms); `None` leaves the
+    /// disk alone, for reading as for writing.
     pub fn lookup(
         self: &Arc<Self>,
         key: SlotKeyRef<'_>,
         headers: &HeaderMap,
         policy: RulePolicy,
         refresh: bool,
-        transforms: impl FnOnce() -> Transforms,
+        disk: Option<impl FnOnce() -> Transforms>,
     ) -> Found {
         let directives = RequestDirectives::parse(headers);
         let forced = directives.no_cache;
         let mut stale = None;
-        let (found, from_disk) = match self.store.find(&key, headers) {
-            Some(obj) => (Some(obj), false),
-            None => (self.from_disk(&key, headers, transforms), true),
+        let (found, from_disk) = match (self.store.find(&key, headers), disk) {
+            (Some(obj), _) => (Some(obj), false),
+            (None, Some(transforms)) => (self.from_disk(&key, headers, transforms), true),
+            (None, None) => (None, false),
         };
         if let Some(obj) = found {
             match policy::usable(&obj, headers, &directives, SystemTime::now()) {

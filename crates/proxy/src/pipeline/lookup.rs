@@ -42,9 +42,8 @@ pub fn lookup<B>(w: &Worker, txn: &mut Txn, req: &Request<B>) -> Result<Step, Pr
     let policy = rule_policy(&txn.route().rule.config, max_age_seconds);
     let refresh = txn.mode == Mode::Refresh;
     let rule = &txn.route().rule;
-    let found = cache.lookup(slot_key(txn, req), req.headers(), policy, refresh, || {
-        rule.transforms()
-    });
+    let disk = rule.config.cache_disk.then_some(|| rule.transforms());
+    let found = cache.lookup(slot_key(txn, req), req.headers(), policy, refresh, disk);
     let l = match found {
         Found::Hit(obj) => return Ok(Step::Hit(Stored::new(obj, Served::Fresh))),
         Found::DiskHit(obj) => return Ok(Step::Hit(Stored::new(obj, Served::Disk))),

@@ -97,7 +97,8 @@ async fn wait_for_leader(
         let l: &Lookup = txn.miss.as_ref()?;
         let rule = &txn.route().rule;
         let key = slot_key(txn, req);
-        return match cache.lookup(key, req.headers(), l.policy, false, || rule.transforms()) {
+        let disk = rule.config.cache_disk.then_some(|| rule.transforms());
+        return match cache.lookup(key, req.headers(), l.policy, false, disk) {
             Found::Hit(obj) => Some(Step::Hit(Stored::new(obj, Served::Fresh))),
             Found::DiskHit(obj) => Some(Step::Hit(Stored::new(obj, Served::Disk))),
             Found::Miss(_) => None,
