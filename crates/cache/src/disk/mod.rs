@@ -521,6 +521,9 @@ pub(crate) enum Job {
     },
     /// A large object's body will not be complete: remove its file.
     LargeAbort(u64),
+    /// Write out what came before, flush, and stop (large writes still going are given up:
+    /// their senders outlive the store's own).
+    Close,
 }
 
 /// The disk tier (see the module notes).
@@ -893,7 +896,9 @@ impl DiskStore {
         self.inner
             .state
             .store(State::Closed as u8, Ordering::Release);
-        drop(lock(&self.tx).take());
+        if let Some(tx) = lock(&self.tx).take() {
+            let _ = tx.send(Job::Close);
+        }
         if let Some(t) = lock(&self.thread).take() {
             let _ = t.join();
         }
@@ -1011,8 +1016,8 @@ fn writer_main(inner: Arc<Inner>, rx: Receiver<Job>, started: Option<(File, Writ
                 object,
             }) => w.large_end(token, len, &key, variant.as_deref(), &object),
             Ok(Job::LargeAbort(token)) => w.large_abort(token),
+            Ok(Job::Close) | Err(RecvTimeoutError::Disconnected) => break,
             Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => break,
         }
         w.abandon_stale_large();
         if w.last_sync.elapsed() >= SYNC_EVERY {
@@ -1048,7 +1053,7 @@ fn wait_and_start(inner: &Arc<Inner>, rx: &Receiver<Job>) -> Option<(File, Write
             }
             Ok(Job::Purges | Job::LargeEnd { .. } | Job::LargeAbort(_))
             | Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => return None,
+            Ok(Job::Close) | Err(RecvTimeoutError::Disconnected) => return None,
         }
     };
     match Writer::start(inner.clone()) {
@@ -1099,6 +1104,15 @@ struct Writer {
     large: HashMap<u64, OpenLarge>,
     /// Large writes given up (their later chunks are ignored).
     failed: HashSet<u64>,
+}
+
+/// What a record is written under (see [`Writer::name`]).
+struct Named {
+    kb: Vec<u8>,
+    vb: Vec<u8>,
+    meta: Vec<u8>,
+    hash: u64,
+    time: u64,
 }
 
 /// A large object's file being written.
@@ -1271,33 +1285,15 @@ impl Writer {
             inner.stats.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let time = micros(object.response_time);
-        let gone = inner
-            .bans
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .verdict(key, time)
-            == Verdict::Gone;
-        if gone || object.invalidated.load(Ordering::Relaxed) {
+        let Some(Named {
+            kb,
+            vb,
+            meta,
+            hash,
+            time,
+        }) = self.name(key, variant, object)
+        else {
             return;
-        }
-        let kb = record::key_bytes(key);
-        let vb = match variant {
-            None => Vec::new(),
-            Some(v) => {
-                let Some(gen) = self.marker_for(&kb, &object.vary) else {
-                    return;
-                };
-                let mut vb = gen.to_be_bytes().to_vec();
-                vb.extend_from_slice(v);
-                vb
-            }
-        };
-        let meta = crate::wire::encode_head(object);
-        let hash = if vb.is_empty() {
-            record::hash(&[&kb])
-        } else {
-            record::hash(&[&kb, &vb])
         };
         let n = (record::HEADER + kb.len() + vb.len() + meta.len() + object.body.len()) as u64;
         if n > inner.options.max_record() {
@@ -1405,36 +1401,16 @@ impl Writer {
         if self.failed.remove(&token) {
             return;
         }
-        let time = micros(object.response_time);
-        let gone = self
-            .inner
-            .bans
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .verdict(key, time)
-            == Verdict::Gone;
-        if gone || object.invalidated.load(Ordering::Relaxed) {
+        let Some(Named {
+            kb,
+            vb,
+            meta,
+            hash,
+            time,
+        }) = self.name(key, variant, object)
+        else {
             self.large_abort(token);
             return;
-        }
-        let kb = record::key_bytes(key);
-        let vb = match variant {
-            None => Vec::new(),
-            Some(v) => {
-                let Some(gen) = self.marker_for(&kb, &object.vary) else {
-                    self.large_abort(token);
-                    return;
-                };
-                let mut vb = gen.to_be_bytes().to_vec();
-                vb.extend_from_slice(v);
-                vb
-            }
-        };
-        let meta = crate::wire::encode_head(object);
-        let hash = if vb.is_empty() {
-            record::hash(&[&kb])
-        } else {
-            record::hash(&[&kb, &vb])
         };
         self.large_finish(token, len, hash, &kb, &vb, &meta, time);
     }
@@ -1565,6 +1541,45 @@ impl Writer {
         if self.failed.len() > 1024 {
             self.failed.clear();
         }
+    }
+
+    /// What a record of `object` is written under: its key and variant bytes (the variant's
+    /// marker written first when needed), its stored head, its key hash and receive time.
+    /// `None` when it must not be written: purged since it was received, or soft-purged.
+    fn name(&mut self, key: &CacheKey, variant: Option<&[u8]>, object: &Object) -> Option<Named> {
+        let time = micros(object.response_time);
+        let gone = self
+            .inner
+            .bans
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .verdict(key, time)
+            == Verdict::Gone;
+        if gone || object.invalidated.load(Ordering::Relaxed) {
+            return None;
+        }
+        let kb = record::key_bytes(key);
+        let vb = match variant {
+            None => Vec::new(),
+            Some(v) => {
+                let gen = self.marker_for(&kb, &object.vary)?;
+                let mut vb = gen.to_be_bytes().to_vec();
+                vb.extend_from_slice(v);
+                vb
+            }
+        };
+        let hash = if vb.is_empty() {
+            record::hash(&[&kb])
+        } else {
+            record::hash(&[&kb, &vb])
+        };
+        Some(Named {
+            meta: crate::wire::encode_head(object),
+            kb,
+            vb,
+            hash,
+            time,
+        })
     }
 
     /// The generation of the resource's marker on disk when it varies the same way, else of

@@ -520,3 +520,21 @@ fn a_smaller_size_at_the_next_start_is_honoured_at_once() {
     // The newest are kept.
     assert!(get(&d, "/s399").is_some());
 }
+
+#[test]
+fn close_does_not_wait_for_a_large_write_still_going() {
+    let dir = Dir::new("close-large");
+    let d = open(&dir, 256 << 20, 1);
+    let mut w = d.begin_large(&key("/going"), None).expect("taken");
+    assert!(w.push(Bytes::from(vec![1u8; 300_000])));
+    let start = std::time::Instant::now();
+    d.close();
+    assert!(start.elapsed() < Duration::from_secs(5), "closed at once");
+    // The write left behind goes nowhere, and nothing of it stays.
+    assert!(!w.push(Bytes::from(vec![1u8; 300_000])));
+    w.finish(key("/going"), None, object(b"", Vary::None));
+    drop(d);
+    let d = open(&dir, 256 << 20, 1);
+    assert!(get(&d, "/going").is_none());
+    assert_eq!(d.stats().used, 0, "{:?}", d.stats());
+}

@@ -22,7 +22,7 @@ use rampart_cache::freshness;
 use rampart_cache::key::CacheKey;
 use rampart_cache::object::DiskMark;
 use rampart_cache::policy::{self, NotStored};
-use rampart_cache::store::{body_charge, fields, Object, Reservation};
+use rampart_cache::store::{body_charge, fields, Object, Reservation, Residency};
 use rampart_cache::targeted::CDN_CACHE_CONTROL;
 use rampart_cache::vary::Vary;
 
@@ -377,31 +377,7 @@ impl StoreTicket {
         if let Some(r) = self.reservation.take() {
             self.cache.store().release(r);
         }
-        let f = fields(&std::mem::take(&mut self.headers), &[]);
-        let obj = Object {
-            status: self.status,
-            headers_charge: f.charge,
-            wire: f.wire,
-            headers: f.headers,
-            body: body.clone(),
-            request_time: self.request_time,
-            response_time: self.response_time,
-            initial_age: self.initial_age,
-            lifetime: self.lifetime,
-            directives: std::mem::take(&mut self.directives),
-            vary: std::mem::take(&mut self.vary),
-            invalidated: Default::default(),
-            refreshing: Default::default(),
-            encoded: Box::default(),
-            webp: None,
-            residency,
-            disk: if self.transforms.off_disk {
-                DiskMark::never()
-            } else {
-                DiskMark::default()
-            },
-            extent: None,
-        };
+        let obj = self.object(body.clone(), residency);
         let variant = self.variant.take();
         let obj = Arc::new(obj);
         share(
@@ -437,13 +413,20 @@ impl StoreTicket {
 impl StoreTicket {
     /// A large object's body is all on its way to disk: its head completes the file there.
     fn finish_large(&mut self, w: LargeWrite) {
+        let obj = self.object(Bytes::new(), None);
+        w.finish(self.key.clone(), self.variant.take(), Arc::new(obj));
+    }
+
+    /// The object this ticket stores, with `body` (its fields and directives taken out of the
+    /// ticket).
+    fn object(&mut self, body: Bytes, residency: Option<Arc<Residency>>) -> Object {
         let f = fields(&std::mem::take(&mut self.headers), &[]);
-        let obj = Object {
+        Object {
             status: self.status,
             headers_charge: f.charge,
             wire: f.wire,
             headers: f.headers,
-            body: Bytes::new(),
+            body,
             request_time: self.request_time,
             response_time: self.response_time,
             initial_age: self.initial_age,
@@ -454,11 +437,14 @@ impl StoreTicket {
             refreshing: Default::default(),
             encoded: Box::default(),
             webp: None,
-            residency: None,
-            disk: Default::default(),
+            residency,
+            disk: if self.transforms.off_disk {
+                DiskMark::never()
+            } else {
+                DiskMark::default()
+            },
             extent: None,
-        };
-        w.finish(self.key.clone(), self.variant.take(), Arc::new(obj));
+        }
     }
 }
 
