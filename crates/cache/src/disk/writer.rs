@@ -1,0 +1,920 @@
+//! The thread behind the tier: it takes the directory's lock, takes stock of what is there,
+//! starts the warm-up, then writes: records into segments, large objects into files of their
+//! own, purges into the purge log; and reclaims space oldest first.
+
+use super::*;
+/// The thread behind the tier: takes the lock, takes stock of the directory, starts the
+/// warm-up, then writes.
+pub(super) fn writer_main(inner: Arc<Inner>, rx: Receiver<Job>, started: Option<(File, Writer)>) {
+    let (lock_file, mut w) = match started {
+        Some(s) => s,
+        None => match wait_and_start(&inner, &rx) {
+            Some(s) => s,
+            None => return,
+        },
+    };
+    w.finish_start();
+    loop {
+        match rx.recv_timeout(SYNC_EVERY) {
+            Ok(Job::Write {
+                key,
+                variant,
+                object,
+            }) => w.write(&key, variant.as_deref(), &object),
+            Ok(Job::Purges) => w.log_purges(),
+            Ok(Job::Flush(ack)) => {
+                w.log_purges();
+                w.sync();
+                let _ = ack.send(());
+            }
+            Ok(Job::LargeChunk { token, data, queue }) => {
+                let n: usize = data.iter().map(Bytes::len).sum();
+                for piece in &data {
+                    w.large_chunk(token, piece);
+                }
+                queue.written(n as u64);
+            }
+            Ok(Job::LargeEnd {
+                token,
+                len,
+                key,
+                variant,
+                object,
+            }) => w.large_end(token, len, &key, variant.as_deref(), &object),
+            Ok(Job::LargeAbort(token)) => w.large_abort(token),
+            Ok(Job::Close) | Err(RecvTimeoutError::Disconnected) => break,
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+        w.abandon_stale_large();
+        if w.last_sync.elapsed() >= SYNC_EVERY {
+            w.sync();
+        }
+    }
+    w.log_purges();
+    w.sync();
+    for token in w.large.keys().copied().collect::<Vec<_>>() {
+        w.large_abort(token);
+    }
+    w.join_warmup();
+    drop(lock_file);
+}
+
+/// Waits for the directory's lock (another process has it: the one a new binary takes over
+/// from), dropping what comes meanwhile; then takes stock of the directory.
+pub(super) fn wait_and_start(inner: &Arc<Inner>, rx: &Receiver<Job>) -> Option<(File, Writer)> {
+    let dir = inner.options.dir.clone();
+    let lock_file = loop {
+        match take_lock(&dir) {
+            Ok(f) => break f,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            Err(e) => inner.fault("the directory's lock could not be taken", &e),
+        }
+        match rx.recv_timeout(Duration::from_millis(20)) {
+            Ok(Job::Flush(ack)) => {
+                let _ = ack.send(());
+            }
+            Ok(Job::Write { object, .. }) => object.disk.give_back(),
+            Ok(Job::LargeChunk { data, queue, .. }) => {
+                queue.written(data.iter().map(|b| b.len() as u64).sum());
+            }
+            Ok(Job::Purges | Job::LargeEnd { .. } | Job::LargeAbort(_))
+            | Err(RecvTimeoutError::Timeout) => {}
+            Ok(Job::Close) | Err(RecvTimeoutError::Disconnected) => return None,
+        }
+    };
+    match Writer::start(inner.clone()) {
+        Ok(w) => Some((lock_file, w)),
+        Err(e) => {
+            inner.fault("the directory could not be read", &e);
+            inner.state.store(State::Closed as u8, Ordering::Release);
+            None
+        }
+    }
+}
+
+pub(super) fn take_lock(dir: &Path) -> std::io::Result<File> {
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(LOCK))?;
+    match f.try_lock() {
+        Ok(()) => Ok(f),
+        Err(std::fs::TryLockError::WouldBlock) => Err(ErrorKind::WouldBlock.into()),
+        Err(std::fs::TryLockError::Error(e)) => Err(e),
+    }
+}
+
+/// The segment being written.
+pub(super) struct Active {
+    id: u32,
+    file: Arc<File>,
+    len: u64,
+    entries: Vec<SummaryEntry>,
+    oldest: u64,
+}
+
+pub(super) struct Writer {
+    inner: Arc<Inner>,
+    active: Option<Active>,
+    next_id: u32,
+    purges: Option<File>,
+    /// Bytes of the purge log.
+    purge_bytes: u64,
+    dirty: bool,
+    last_sync: Instant,
+    warmup: Option<std::thread::JoinHandle<()>>,
+    /// Marker generations handed out (kept above the clock, so they never repeat).
+    generation: u64,
+    /// Large objects being written, by token.
+    large: HashMap<u64, OpenLarge>,
+    /// Large writes given up (their later chunks are ignored).
+    failed: HashSet<u64>,
+}
+
+/// What a record is written under (see [`Writer::name`]).
+pub(super) struct Named {
+    kb: Vec<u8>,
+    vb: Vec<u8>,
+    meta: Vec<u8>,
+    hash: u64,
+    time: u64,
+}
+
+/// A large object's file being written.
+pub(super) struct OpenLarge {
+    id: u32,
+    file: File,
+    len: u64,
+    crcs: Vec<u32>,
+    crc: crc32fast::Hasher,
+    last: Instant,
+}
+
+impl Writer {
+    /// Takes stock of the directory: its segments (sizes counted as used), its purges (in
+    /// force before any read); then lets reads in and starts the warm-up.
+    pub(super) fn start(inner: Arc<Inner>) -> std::io::Result<Writer> {
+        let dir = inner.options.dir.clone();
+        let ids = list_segments(&dir)?;
+        let mut used = 0;
+        {
+            let mut segs = inner.segments.write().unwrap_or_else(|p| p.into_inner());
+            for &(id, large) in &ids {
+                let path = segment_path(&dir, id, if large { "big" } else { "seg" });
+                let file = match File::open(&path) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        inner.fault("a segment could not be opened", &e);
+                        continue;
+                    }
+                };
+                let bytes = file.metadata().map_or(0, |m| m.len())
+                    + std::fs::metadata(segment_path(&dir, id, "idx")).map_or(0, |m| m.len());
+                used += bytes;
+                segs.insert(
+                    id,
+                    Segment {
+                        file: Arc::new(file),
+                        bytes,
+                        oldest: u64::MAX,
+                        large: large.then_some(0),
+                    },
+                );
+            }
+        }
+        // Temporary files of an interrupted summary or large object write.
+        for e in std::fs::read_dir(&dir)?.flatten() {
+            if e.file_name().to_str().is_some_and(|n| n.ends_with(".tmp")) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+        let log = std::fs::read(dir.join(PURGES)).unwrap_or_default();
+        {
+            let mut bans = inner.bans.write().unwrap_or_else(|p| p.into_inner());
+            for (time, soft, scope) in record::decode_purges(&log) {
+                if let Some(scope) = PurgeScope::decode(scope) {
+                    bans.add(Ban { time, soft, scope });
+                }
+            }
+        }
+        // The purge log is rewritten by `finish_start`; until then its old size counts.
+        let purge_bytes = log.len() as u64;
+        used += purge_bytes;
+        inner.stats.used.store(used, Ordering::Relaxed);
+        inner
+            .stats
+            .warm_total
+            .store(ids.len() as u64, Ordering::Relaxed);
+        let warming = inner.state.compare_exchange(
+            State::Waiting as u8,
+            State::Warming as u8,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+        if warming.is_err() {
+            // Closed meanwhile.
+            return Err(ErrorKind::Interrupted.into());
+        }
+        let warmup = std::thread::Builder::new()
+            .name("rampart-disk-warm".into())
+            .spawn({
+                let inner = inner.clone();
+                let ids = ids.clone();
+                move || warm(inner, ids)
+            })?;
+        Ok(Writer {
+            next_id: ids.last().map_or(1, |l| l.0.wrapping_add(1)),
+            large: HashMap::new(),
+            failed: HashSet::new(),
+            inner,
+            active: None,
+            purges: None,
+            purge_bytes,
+            dirty: false,
+            last_sync: Instant::now(),
+            warmup: Some(warmup),
+            generation: now_micros(),
+        })
+    }
+
+    /// What can wait until reads are let in: the purge log rewritten from what is in force
+    /// (one line per URL, no torn tail), then opened for the purges to come.
+    fn finish_start(&mut self) {
+        // `cache_disk_size` lowered since the last run: back under it at once.
+        while self.inner.stats.used.load(Ordering::Relaxed) > self.inner.options.size {
+            if !self.reclaim_oldest() {
+                break;
+            }
+        }
+        match rewrite_purges(&self.inner) {
+            Ok((f, n)) => {
+                sub_used(&self.inner, self.purge_bytes);
+                self.inner.stats.used.fetch_add(n, Ordering::Relaxed);
+                self.purges = Some(f);
+                self.purge_bytes = n;
+            }
+            Err(e) => self.inner.fault("the purge log could not be rewritten", &e),
+        }
+        self.log_purges();
+        self.sync();
+    }
+
+    fn join_warmup(&mut self) {
+        if let Some(t) = self.warmup.take() {
+            let _ = t.join();
+        }
+    }
+
+    /// Writes the purges waiting for the log, and flushes it: a purge survives a power cut
+    /// once this returns.
+    fn log_purges(&mut self) {
+        let pending = std::mem::take(&mut *lock(&self.inner.purge_log));
+        if pending.is_empty() {
+            return;
+        }
+        let mut bytes = Vec::new();
+        for b in &pending {
+            bytes.extend(record::encode_purge(b.time, b.soft, &b.scope.encode()));
+        }
+        let Some(f) = self.purges.as_mut() else {
+            return;
+        };
+        let res = std::io::Write::write_all(f, &bytes).and_then(|()| f.sync_data());
+        match res {
+            Ok(()) => {
+                self.purge_bytes += bytes.len() as u64;
+                self.inner
+                    .stats
+                    .used
+                    .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+            }
+            Err(e) => self.inner.fault("the purge log could not be written", &e),
+        }
+    }
+
+    fn paused(&self) -> bool {
+        self.inner.paused_until.load(Ordering::Relaxed) > now_micros()
+    }
+
+    fn pause(&self, what: &'static str, e: &std::io::Error) {
+        self.inner.fault(what, e);
+        self.inner
+            .paused_until
+            .store(now_micros() + PAUSE.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    fn write(&mut self, key: &CacheKey, variant: Option<&[u8]>, object: &Arc<Object>) {
+        let inner = self.inner.clone();
+        if self.paused() {
+            object.disk.give_back();
+            inner.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let Some(Named {
+            kb,
+            vb,
+            meta,
+            hash,
+            time,
+        }) = self.name(key, variant, object)
+        else {
+            return;
+        };
+        let n = (record::HEADER + kb.len() + vb.len() + meta.len() + object.body.len()) as u64;
+        if n > inner.options.max_record() {
+            // A file of its own, written at once from the body in memory.
+            let token = u64::MAX - u64::from(self.next_id);
+            self.large_chunk(token, &object.body);
+            self.large_finish(token, object.body.len() as u64, hash, &kb, &vb, &meta, time);
+            return;
+        }
+        self.append(Kind::Object, hash, &kb, &vb, &meta, &object.body, time);
+    }
+
+    /// Writes the next piece of a large object's body (its file made at the first).
+    fn large_chunk(&mut self, token: u64, data: &[u8]) {
+        if self.failed.contains(&token) {
+            return;
+        }
+        let inner = self.inner.clone();
+        let n = data.len() as u64;
+        while inner.stats.used.load(Ordering::Relaxed) + n > inner.options.size {
+            if !self.reclaim_oldest() {
+                inner.stats.dropped.fetch_add(1, Ordering::Relaxed);
+                self.large_abort(token);
+                self.failed.insert(token);
+                return;
+            }
+        }
+        if !self.large.contains_key(&token) {
+            if self.paused() {
+                inner.stats.dropped.fetch_add(1, Ordering::Relaxed);
+                self.failed.insert(token);
+                return;
+            }
+            let id = self.next_id;
+            let tmp = inner.options.dir.join(format!("{id:08x}.big.tmp"));
+            let created = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&tmp);
+            match created {
+                Ok(file) => {
+                    self.next_id = id.wrapping_add(1);
+                    self.large.insert(
+                        token,
+                        OpenLarge {
+                            id,
+                            file,
+                            len: 0,
+                            crcs: Vec::new(),
+                            crc: crc32fast::Hasher::new(),
+                            last: Instant::now(),
+                        },
+                    );
+                }
+                Err(e) => {
+                    self.pause("a large object's file could not be created", &e);
+                    self.failed.insert(token);
+                    return;
+                }
+            }
+        }
+        let Some(open) = self.large.get_mut(&token) else {
+            return;
+        };
+        if let Err(e) = open.file.write_all_at(data, open.len) {
+            let what = if e.kind() == ErrorKind::StorageFull {
+                "the disk is full"
+            } else {
+                "a large object could not be written"
+            };
+            self.pause(what, &e);
+            self.large_abort(token);
+            self.failed.insert(token);
+            return;
+        }
+        // The chunk table: a CRC-32 per CHUNK of the body.
+        let mut rest = data;
+        while !rest.is_empty() {
+            let in_chunk = open.len % large::CHUNK;
+            let take = ((large::CHUNK - in_chunk) as usize).min(rest.len());
+            open.crc.update(&rest[..take]);
+            open.len += take as u64;
+            rest = &rest[take..];
+            if open.len % large::CHUNK == 0 {
+                let done = std::mem::replace(&mut open.crc, crc32fast::Hasher::new());
+                open.crcs.push(done.finalize());
+            }
+        }
+        open.last = Instant::now();
+        inner.stats.used.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// A large object's body is complete: its file finished and put in the index, unless it
+    /// was given up or is not `len` bytes.
+    fn large_end(
+        &mut self,
+        token: u64,
+        len: u64,
+        key: &CacheKey,
+        variant: Option<&[u8]>,
+        object: &Arc<Object>,
+    ) {
+        if self.failed.remove(&token) {
+            return;
+        }
+        let Some(Named {
+            kb,
+            vb,
+            meta,
+            hash,
+            time,
+        }) = self.name(key, variant, object)
+        else {
+            self.large_abort(token);
+            return;
+        };
+        self.large_finish(token, len, hash, &kb, &vb, &meta, time);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn large_finish(
+        &mut self,
+        token: u64,
+        len: u64,
+        hash: u64,
+        kb: &[u8],
+        vb: &[u8],
+        meta: &[u8],
+        time: u64,
+    ) {
+        let inner = self.inner.clone();
+        self.failed.remove(&token);
+        let Some(mut open) = self.large.remove(&token) else {
+            return;
+        };
+        if open.len != len || len == 0 {
+            self.large.insert(token, open);
+            self.large_abort(token);
+            return;
+        }
+        let dir = &inner.options.dir;
+        let tmp = dir.join(format!("{:08x}.big.tmp", open.id));
+        let record = (record::HEADER + kb.len() + vb.len() + meta.len()) as u64 + len;
+        if record <= inner.options.max_record() {
+            // Small after all (written this way because memory had no room for it): a record
+            // in the segment, not a file of its own.
+            let mut body = vec![0; len as usize];
+            let read = open.file.read_exact_at(&mut body, 0);
+            drop(open.file);
+            let _ = std::fs::remove_file(&tmp);
+            sub_used(&inner, len);
+            if read.is_ok() {
+                self.append(Kind::Object, hash, kb, vb, meta, &body, time);
+            }
+            return;
+        }
+        if open.len % large::CHUNK != 0 {
+            let last = std::mem::replace(&mut open.crc, crc32fast::Hasher::new());
+            open.crcs.push(last.finalize());
+        }
+        let table = large::encode_table(&open.crcs);
+        let head = record::encode_head(Kind::Object, kb, vb, meta, &table, time);
+        let trailer = large::encode_trailer(table.len() as u32, head.len() as u32, len);
+        let mut tail = table;
+        tail.extend_from_slice(&head);
+        tail.extend_from_slice(&trailer);
+        let done = segment_path(dir, open.id, "big");
+        let res = open
+            .file
+            .write_all_at(&tail, open.len)
+            .and_then(|()| open.file.sync_data())
+            .and_then(|()| std::fs::rename(&tmp, &done))
+            .and_then(|()| File::open(dir)?.sync_all());
+        if let Err(e) = res {
+            self.pause("a large object could not be finished", &e);
+            let _ = std::fs::remove_file(&tmp);
+            sub_used(&inner, open.len);
+            return;
+        }
+        let n = tail.len() as u64;
+        inner.stats.used.fetch_add(n, Ordering::Relaxed);
+        inner
+            .stats
+            .write_bytes
+            .fetch_add(open.len + n, Ordering::Relaxed);
+        inner.stats.writes.fetch_add(1, Ordering::Relaxed);
+        let file = match File::open(&done) {
+            Ok(f) => Arc::new(f),
+            Err(e) => {
+                inner.fault("a large object's file could not be opened", &e);
+                return;
+            }
+        };
+        inner
+            .segments
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(
+                open.id,
+                Segment {
+                    file,
+                    bytes: open.len + n,
+                    oldest: time,
+                    large: Some(hash),
+                },
+            );
+        inner.shard(hash).insert(
+            hash,
+            Entry {
+                segment: open.id,
+                offset: LARGE,
+                head: head.len() as u32,
+                body: (tail.len() - head.len() - large::TRAILER) as u32,
+                reused: false,
+            },
+        );
+    }
+
+    /// Gives up a large object being written: its file removed, its bytes no longer counted.
+    fn large_abort(&mut self, token: u64) {
+        if let Some(open) = self.large.remove(&token) {
+            let tmp = self
+                .inner
+                .options
+                .dir
+                .join(format!("{:08x}.big.tmp", open.id));
+            let _ = std::fs::remove_file(tmp);
+            sub_used(&self.inner, open.len);
+        }
+    }
+
+    /// Large writes that heard nothing for a minute (their end was lost: the queue was full).
+    fn abandon_stale_large(&mut self) {
+        let stale: Vec<u64> = self
+            .large
+            .iter()
+            .filter(|(_, o)| o.last.elapsed() > Duration::from_secs(60))
+            .map(|(t, _)| *t)
+            .collect();
+        for t in stale {
+            self.large_abort(t);
+        }
+        if self.failed.len() > 1024 {
+            self.failed.clear();
+        }
+    }
+
+    /// What a record of `object` is written under: its key and variant bytes (the variant's
+    /// marker written first when needed), its stored head, its key hash and receive time.
+    /// `None` when it must not be written: purged since it was received, or soft-purged.
+    fn name(&mut self, key: &CacheKey, variant: Option<&[u8]>, object: &Object) -> Option<Named> {
+        let time = micros(object.response_time);
+        let gone = self
+            .inner
+            .bans
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .verdict(key, time)
+            == Verdict::Gone;
+        if gone || object.invalidated.load(Ordering::Relaxed) {
+            return None;
+        }
+        let kb = record::key_bytes(key);
+        let vb = match variant {
+            None => Vec::new(),
+            Some(v) => {
+                let gen = self.marker_for(&kb, &object.vary)?;
+                let mut vb = gen.to_be_bytes().to_vec();
+                vb.extend_from_slice(v);
+                vb
+            }
+        };
+        let hash = if vb.is_empty() {
+            record::hash(&[&kb])
+        } else {
+            record::hash(&[&kb, &vb])
+        };
+        Some(Named {
+            meta: crate::wire::encode_head(object),
+            kb,
+            vb,
+            hash,
+            time,
+        })
+    }
+
+    /// The generation of the resource's marker on disk when it varies the same way, else of
+    /// a new marker written now.
+    fn marker_for(&mut self, kb: &[u8], vary: &Vary) -> Option<u64> {
+        let hash = record::hash(&[kb]);
+        if let Some((_, head)) = self.inner.read_head(hash) {
+            if let Some(h) = record::parse_head(&head) {
+                if h.key == kb && h.header.kind == Kind::Marker {
+                    if let Some((gen, v)) = Inner::marker(h.meta) {
+                        if &v == vary {
+                            return Some(gen);
+                        }
+                    }
+                }
+            }
+        }
+        self.generation = self.generation.max(now_micros()) + 1;
+        let gen = self.generation;
+        let text = match vary {
+            Vary::None => return None,
+            Vary::Any => "*".to_owned(),
+            Vary::Fields(f) => f.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(", "),
+        };
+        let mut meta = gen.to_be_bytes().to_vec();
+        meta.extend_from_slice(text.as_bytes());
+        self.append(Kind::Marker, hash, kb, &[], &meta, &[], now_micros())
+            .then_some(gen)
+    }
+
+    /// Appends one record and points the index at it; false if it could not be written.
+    #[allow(clippy::too_many_arguments)]
+    fn append(
+        &mut self,
+        kind: Kind,
+        hash: u64,
+        key: &[u8],
+        variant: &[u8],
+        meta: &[u8],
+        body: &[u8],
+        time: u64,
+    ) -> bool {
+        let inner = self.inner.clone();
+        let head = record::encode_head(kind, key, variant, meta, body, time);
+        let n = (head.len() + body.len()) as u64;
+        let seg_size = inner.options.segment_size();
+        if n > inner.options.max_record() {
+            inner.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        if self.active.as_ref().is_some_and(|a| a.len + n > seg_size) {
+            self.seal();
+        }
+        if self.active.is_none() && !self.open_segment() {
+            return false;
+        }
+        // Room: the new segment counts in full from its first record (it grows to that).
+        while inner.stats.used.load(Ordering::Relaxed) + n > inner.options.size {
+            if !self.reclaim_oldest() {
+                inner.stats.dropped.fetch_add(1, Ordering::Relaxed);
+                return false;
+            }
+        }
+        let Some(a) = self.active.as_mut() else {
+            return false;
+        };
+        let at = a.len;
+        let res = a
+            .file
+            .write_all_at(&head, at)
+            .and_then(|()| a.file.write_all_at(body, at + head.len() as u64));
+        if let Err(e) = res {
+            // Cut off what was written of it; the next record starts there.
+            let _ = a.file.set_len(at);
+            let what = if e.kind() == ErrorKind::StorageFull {
+                "the disk is full"
+            } else {
+                "a record could not be written"
+            };
+            self.pause(what, &e);
+            return false;
+        }
+        a.len += n;
+        a.oldest = a.oldest.min(time);
+        let entry = SummaryEntry {
+            hash,
+            offset: at as u32,
+            head: head.len() as u32,
+            body: body.len() as u32,
+        };
+        a.entries.push(entry);
+        let segment = a.id;
+        inner.shard(hash).insert(
+            hash,
+            Entry {
+                segment,
+                offset: entry.offset,
+                head: entry.head,
+                body: entry.body,
+                reused: false,
+            },
+        );
+        if let Some(s) = inner
+            .segments
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(&segment)
+        {
+            s.bytes += n;
+            s.oldest = s.oldest.min(time);
+        }
+        inner.stats.used.fetch_add(n, Ordering::Relaxed);
+        inner.stats.writes.fetch_add(1, Ordering::Relaxed);
+        inner.stats.write_bytes.fetch_add(n, Ordering::Relaxed);
+        self.dirty = true;
+        true
+    }
+
+    fn open_segment(&mut self) -> bool {
+        let inner = self.inner.clone();
+        let id = self.next_id;
+        let path = segment_path(&inner.options.dir, id, "seg");
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path);
+        let file = match file {
+            Ok(f) => Arc::new(f),
+            Err(e) => {
+                self.pause("a segment could not be created", &e);
+                return false;
+            }
+        };
+        self.next_id = id.wrapping_add(1);
+        inner
+            .segments
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(
+                id,
+                Segment {
+                    file: file.clone(),
+                    bytes: 0,
+                    oldest: u64::MAX,
+                    large: None,
+                },
+            );
+        self.active = Some(Active {
+            id,
+            file,
+            len: 0,
+            entries: Vec::new(),
+            oldest: u64::MAX,
+        });
+        true
+    }
+
+    /// Seals the active segment: its records on the device, then its summary.
+    fn seal(&mut self) {
+        let Some(a) = self.active.take() else {
+            return;
+        };
+        if let Err(e) = a.file.sync_data() {
+            self.pause("a segment could not be flushed", &e);
+            return;
+        }
+        let summary = record::encode_summary(a.id, a.oldest, &a.entries);
+        match write_summary(&self.inner.options.dir, a.id, &summary) {
+            Ok(()) => {
+                let n = summary.len() as u64;
+                self.inner.stats.used.fetch_add(n, Ordering::Relaxed);
+                if let Some(s) = self
+                    .inner
+                    .segments
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_mut(&a.id)
+                {
+                    s.bytes += n;
+                }
+            }
+            // Without it, the next start reads the segment's records instead.
+            Err(e) => self
+                .inner
+                .fault("a segment summary could not be written", &e),
+        }
+        self.dirty = false;
+    }
+
+    /// Reclaims the oldest segment but the one being written; false if there is none.
+    fn reclaim_oldest(&mut self) -> bool {
+        let inner = self.inner.clone();
+        let active = self.active.as_ref().map(|a| a.id);
+        let (id, seg) = {
+            let mut segs = inner.segments.write().unwrap_or_else(|p| p.into_inner());
+            let Some(id) = segs.keys().copied().find(|&id| Some(id) != active) else {
+                return false;
+            };
+            let Some(seg) = segs.remove(&id) else {
+                return false;
+            };
+            (id, seg)
+        };
+        let dir = &inner.options.dir;
+        if let Some(hash) = seg.large {
+            let mut shard = inner.shard(hash);
+            if shard.get(&hash).is_some_and(|x| x.segment == id) {
+                shard.remove(&hash);
+            }
+            drop(shard);
+            let _ = std::fs::remove_file(segment_path(dir, id, "big"));
+        } else if let Ok(bytes) = std::fs::read(segment_path(dir, id, "idx")) {
+            if let Some((_, entries)) = record::decode_summary(&bytes, id) {
+                for e in entries {
+                    let mut shard = inner.shard(e.hash);
+                    if shard.get(&e.hash).is_some_and(|x| x.segment == id) {
+                        shard.remove(&e.hash);
+                    }
+                }
+            }
+        }
+        let _ = std::fs::remove_file(segment_path(dir, id, "seg"));
+        let _ = std::fs::remove_file(segment_path(dir, id, "idx"));
+        sub_used(&inner, seg.bytes);
+        inner.stats.reclaimed.fetch_add(1, Ordering::Relaxed);
+        // Purges older than every record left are of no use any more.
+        let oldest = inner
+            .segments
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .map(|s| s.oldest)
+            .min()
+            .unwrap_or(u64::MAX)
+            .min(self.active.as_ref().map_or(u64::MAX, |a| a.oldest));
+        let trimmed = oldest != u64::MAX
+            && inner
+                .bans
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .trim(oldest);
+        if trimmed {
+            // Anything still waiting for the log is in force, so in the rewrite too.
+            lock(&inner.purge_log).clear();
+            match rewrite_purges(&inner) {
+                Ok((f, n)) => {
+                    sub_used(&inner, self.purge_bytes);
+                    inner.stats.used.fetch_add(n, Ordering::Relaxed);
+                    self.purges = Some(f);
+                    self.purge_bytes = n;
+                }
+                Err(e) => inner.fault("the purge log could not be rewritten", &e),
+            }
+        }
+        true
+    }
+
+    fn sync(&mut self) {
+        if self.dirty {
+            if let Some(a) = &self.active {
+                if let Err(e) = a.file.sync_data() {
+                    self.inner.fault("a segment could not be flushed", &e);
+                }
+            }
+            self.dirty = false;
+        }
+        self.last_sync = Instant::now();
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.join_warmup();
+    }
+}
+
+pub(super) fn sub_used(inner: &Inner, n: u64) {
+    let _ = inner
+        .stats
+        .used
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
+            Some(u.saturating_sub(n))
+        });
+}
+
+/// Writes the purge log anew from the purges in force (whole or not at all: a temporary
+/// file, flushed, renamed); the log opened for appending, and its size.
+pub(super) fn rewrite_purges(inner: &Inner) -> std::io::Result<(File, u64)> {
+    let dir = &inner.options.dir;
+    let bytes = inner.bans.read().unwrap_or_else(|p| p.into_inner()).log();
+    let tmp = dir.join(format!("{PURGES}.tmp"));
+    let f = File::create(&tmp)?;
+    f.write_all_at(&bytes, 0)?;
+    f.sync_data()?;
+    std::fs::rename(&tmp, dir.join(PURGES))?;
+    File::open(dir)?.sync_all()?;
+    let f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(dir.join(PURGES))?;
+    Ok((f, bytes.len() as u64))
+}
+
+/// Writes a summary so that it is whole or absent: a temporary file, flushed, renamed.
+pub(super) fn write_summary(dir: &Path, id: u32, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = dir.join(format!("{id:08x}.idx.tmp"));
+    let f = File::create(&tmp)?;
+    f.write_all_at(bytes, 0)?;
+    f.sync_data()?;
+    std::fs::rename(&tmp, segment_path(dir, id, "idx"))?;
+    File::open(dir)?.sync_all()
+}
