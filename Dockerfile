@@ -9,6 +9,9 @@
 # The process is not root, so the configuration must listen on ports above 1023 (map 80 to 8080
 # with -p 80:8080). `docker kill -s HUP` reloads the configuration; `docker stop` drains
 # in-flight requests (give it --time 40 for the default 30 s shutdown_timeout_seconds).
+# The build checks the example configuration with `check --strict`. Your own file is mounted at
+# run time, so check it before deploying (warnings fail too):
+#   docker run --rm -v $PWD/rampart.toml:/etc/rampart/rampart.toml:ro rampart check --strict
 
 FROM rust:1-bookworm AS build
 WORKDIR /src
@@ -19,7 +22,8 @@ ENV RAMPART_COMMIT=${RAMPART_COMMIT}
 RUN cargo build --release --locked -p rampart \
  && install -D -m 0755 target/release/rampart /out/usr/bin/rampart \
  && install -d -m 0700 /out/var/lib/rampart /out/var/cache/rampart /out/etc/rampart \
- && install -m 0644 packaging/rampart.toml /out/etc/rampart/rampart.example.toml
+ && install -m 0644 packaging/rampart.toml /out/etc/rampart/rampart.example.toml \
+ && /out/usr/bin/rampart check --strict --config /out/etc/rampart/rampart.example.toml
 
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build --chown=65532:65532 /out/ /

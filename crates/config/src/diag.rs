@@ -15,6 +15,9 @@ pub enum Severity {
     Warning,
     /// A valid key whose feature is not implemented yet: accepted, not yet active.
     Inactive,
+    /// Worth knowing, nothing to fix: keys ARC2 requires that a section leaves out, with the
+    /// defaults rampart uses. `--strict` leaves notes alone.
+    Note,
 }
 
 impl Severity {
@@ -23,6 +26,7 @@ impl Severity {
             Severity::Error => "error",
             Severity::Warning => "warning",
             Severity::Inactive => "accepted, not yet active",
+            Severity::Note => "note",
         }
     }
 }

@@ -7,12 +7,14 @@
 
 mod diag;
 pub mod edit;
+mod effective;
 mod matching;
 mod model;
 mod reader;
 pub(crate) mod validate;
 
 pub use diag::{Diagnostic, Severity};
+pub use effective::effective;
 pub use model::*;
 pub use validate::{validate, Validated};
 

@@ -6,7 +6,7 @@
 //! on failure and returns `None`, and every key never read is reported as unknown when the
 //! section is finished. Nothing here panics on user input.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 
 use toml_edit::{Item, TableLike, Value};
@@ -18,7 +18,70 @@ pub(crate) struct Sink<'s> {
     src: &'s str,
     lines: LineIndex,
     pub(crate) diags: Vec<Diagnostic>,
+    /// What each kind of section reads, and its header (kind: the section's path without
+    /// indices, `""` for the top level), filled as sections finish.
+    pub(crate) kinds: HashMap<String, Kind>,
+    /// Keys no reader asked for; [`Sink::resolve_unknown`] reports them once every section is
+    /// read, when it is known where else each key belongs.
+    unknown: Vec<Unknown>,
+    /// Sections whose content is never used (a rule whose domain an earlier rule has): their
+    /// misspellings are not worth a warning.
+    pub(crate) muted: Vec<String>,
+    /// Keys ARC2 requires that a section leaves out, with the default used: one note per
+    /// section says them all.
+    left_out: Vec<LeftOut>,
 }
+
+/// A key ARC2 requires that a section leaves out.
+struct LeftOut {
+    section: String,
+    span: Option<Range<usize>>,
+    key: String,
+    default: String,
+}
+
+/// What one kind of section (`[[proxy_rules]]`, `[[proxy_rules.path_rules]]`, the top level, ...)
+/// reads.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Kind {
+    /// How its header is written (`[[proxy_rules]]`); empty for the top level.
+    pub(crate) header: String,
+    pub(crate) keys: HashSet<&'static str>,
+}
+
+/// A key written in a section that does not read it.
+struct Unknown {
+    key: String,
+    /// The section's path (`proxy_rules[1]`) and kind (`proxy_rules`).
+    section: String,
+    kind: String,
+    span: Option<Range<usize>>,
+    /// Where the section's header is.
+    section_span: Option<Range<usize>>,
+    /// The keys written in the same section.
+    present: Vec<String>,
+}
+
+/// Keys whose misspelling leaves a protection off: an unknown key that is a near miss of one of
+/// these, not set in its section, is an error rather than a warning.
+const PROTECTIONS: [&str; 16] = [
+    "add_sql_injection_protection",
+    "enable_sql_injection_protection",
+    "disallowed_user_agents",
+    "user_agent",
+    "allow_ips",
+    "deny_ips",
+    "add_rate_limiting",
+    "rate_limit_per_second",
+    "rate_limit_burst",
+    "max_body_size",
+    "api_key",
+    "strict_path_rules",
+    "rule_type",
+    "path_rules",
+    "paths",
+    "redirect_to_https",
+];
 
 impl<'s> Sink<'s> {
     pub(crate) fn new(src: &'s str) -> Self {
@@ -26,6 +89,79 @@ impl<'s> Sink<'s> {
             src,
             lines: LineIndex::new(src),
             diags: Vec::new(),
+            kinds: HashMap::new(),
+            unknown: Vec::new(),
+            muted: Vec::new(),
+            left_out: Vec::new(),
+        }
+    }
+
+    /// Records that the section at `section` leaves out `key`, which ARC2 requires; rampart
+    /// uses `default`.
+    pub(crate) fn lenient(
+        &mut self,
+        section: &str,
+        span: Option<Range<usize>>,
+        key: &str,
+        default: &str,
+    ) {
+        self.left_out.push(LeftOut {
+            section: section.to_owned(),
+            span,
+            key: key.to_owned(),
+            default: default.to_owned(),
+        });
+    }
+
+    /// Forgets what a section left out (a rule that is never used).
+    pub(crate) fn forget_lenient(&mut self, section: &str) {
+        self.left_out.retain(|l| {
+            l.section != section
+                && !(l.section.starts_with(section) && l.section[section.len()..].starts_with('.'))
+        });
+    }
+
+    /// One note per section that leaves out keys ARC2 requires, naming each with the value
+    /// rampart uses. A rule that leaves out `enable_sql_injection_protection` while screening
+    /// is on globally gets a warning of its own: its requests are not screened.
+    pub(crate) fn lenient_notes(&mut self, screening: bool) {
+        let left_out = std::mem::take(&mut self.left_out);
+        let mut sections: Vec<&str> = Vec::new();
+        for l in &left_out {
+            if !sections.contains(&l.section.as_str()) {
+                sections.push(&l.section);
+            }
+        }
+        for section in sections {
+            let mut used = Vec::new();
+            let mut span = None;
+            for l in left_out.iter().filter(|l| l.section == section) {
+                span = l.span.clone();
+                if screening && l.key == "enable_sql_injection_protection" {
+                    self.push(
+                        Severity::Warning,
+                        &key_path(section, &l.key),
+                        l.span.clone(),
+                        "missing, so this rule's requests are not screened for SQL injection, although `add_sql_injection_protection` is on",
+                        "add `enable_sql_injection_protection = true` to this rule (or `false` to say it is meant)",
+                    );
+                    continue;
+                }
+                used.push(format!("{} = {}", l.key, l.default));
+            }
+            if used.is_empty() {
+                continue;
+            }
+            self.push(
+                Severity::Note,
+                section,
+                span,
+                format!(
+                    "leaves out keys ARC2 requires; rampart uses {}",
+                    used.join(", ")
+                ),
+                "nothing to fix; write them out if the file must also load in ARC2 Proxy",
+            );
         }
     }
 
@@ -47,6 +183,223 @@ impl<'s> Sink<'s> {
             hint: hint.into(),
         });
     }
+
+    /// Records a diagnostic at a known line and column (0: none).
+    pub(crate) fn push_at(
+        &mut self,
+        severity: Severity,
+        key: &str,
+        line: usize,
+        column: usize,
+        message: impl Into<String>,
+        hint: impl Into<String>,
+    ) {
+        self.diags.push(Diagnostic {
+            severity,
+            key: key.to_owned(),
+            line,
+            column,
+            message: message.into(),
+            hint: hint.into(),
+        });
+    }
+
+    /// The 1-based line of a span's start (0 without one).
+    pub(crate) fn line_of(&self, span: Option<&Range<usize>>) -> usize {
+        span.map_or(0, |s| self.lines.position(self.src, s.start).0)
+    }
+
+    /// Reports every key that no section read: a key of another level written where TOML
+    /// does not put it where the author meant (an error), a near miss of a known key (linked
+    /// with the "missing" warning of the key it was meant to be), or an unknown key.
+    /// `catalog` holds every kind's keys even when the file has no such section.
+    pub(crate) fn resolve_unknown(&mut self, catalog: &HashMap<String, Kind>) {
+        let kinds = |k: &str| self.kinds.get(k).into_iter().chain(catalog.get(k));
+        let mut out = Vec::new();
+        for u in &self.unknown {
+            let muted = self.muted.iter().any(|m| {
+                u.section == *m || u.section.starts_with(m) && u.section[m.len()..].starts_with('.')
+            });
+            let header_line = self.line_of(u.section_span.as_ref());
+            let header = kinds(&u.kind)
+                .map(|k| k.header.clone())
+                .next()
+                .unwrap_or_default();
+            // A key of an enclosing level: TOML put it in this section because it comes after
+            // this section's header.
+            let outer =
+                outer_kinds(&u.kind).find(|o| kinds(o).any(|k| k.keys.contains(u.key.as_str())));
+            if let Some(o) = outer {
+                let after = if header_line > 0 {
+                    format!("the `{header}` header at line {header_line}")
+                } else {
+                    format!("a `{header}` header")
+                };
+                let (what, hint) = if o.is_empty() {
+                    (
+                        "a global key".to_owned(),
+                        "move it above the first `[[proxy_rules]]`".to_owned(),
+                    )
+                } else {
+                    let oh = kinds(o)
+                        .map(|k| k.header.clone())
+                        .next()
+                        .unwrap_or_default();
+                    (
+                        format!("a key of `{oh}`"),
+                        format!("move it up into its `{oh}`, above the first section inside that rule (`{header}` here)"),
+                    )
+                };
+                out.push((
+                    Severity::Error,
+                    u,
+                    format!("`{}` is {what}, but it comes after {after}, so TOML reads it as part of that section, where it does nothing", u.key),
+                    hint,
+                ));
+                continue;
+            }
+            if muted {
+                continue;
+            }
+            // A key of a section nested in this one.
+            let inner = catalog
+                .iter()
+                .chain(self.kinds.iter())
+                .filter(|(k, _)| {
+                    !k.is_empty()
+                        && (u.kind.is_empty()
+                            || k.starts_with(&u.kind) && k[u.kind.len()..].starts_with('.'))
+                })
+                .filter(|(_, k)| k.keys.contains(u.key.as_str()))
+                .min_by_key(|(name, _)| (name.matches('.').count(), name.as_str()));
+            if let Some((_, k)) = inner {
+                out.push((
+                    Severity::Warning,
+                    u,
+                    format!(
+                        "`{}` is a key of `{}`; here it does nothing",
+                        u.key, k.header
+                    ),
+                    format!("write it below a `{}` header", k.header),
+                ));
+                continue;
+            }
+            let known = kinds(&u.kind).flat_map(|k| k.keys.iter().copied());
+            match closest(&u.key, known) {
+                Some(meant) if !u.present.iter().any(|p| p == meant) => {
+                    let severity = if PROTECTIONS.contains(&meant) {
+                        Severity::Error
+                    } else {
+                        Severity::Warning
+                    };
+                    out.push((
+                        severity,
+                        u,
+                        format!("unknown key; did you mean `{meant}`, which is not set in this section?"),
+                        format!("rename it to `{meant}`"),
+                    ));
+                }
+                Some(meant) => out.push((
+                    Severity::Warning,
+                    u,
+                    "unknown key, ignored".to_owned(),
+                    format!("did you mean `{meant}`?"),
+                )),
+                None => out.push((
+                    Severity::Warning,
+                    u,
+                    "unknown key, ignored".to_owned(),
+                    "check the spelling against docs/configuration.md".to_owned(),
+                )),
+            }
+        }
+        let resolved: Vec<_> = out
+            .into_iter()
+            .map(|(sev, u, msg, hint)| {
+                (
+                    sev,
+                    key_path(&u.section, &u.key),
+                    u.span.clone(),
+                    msg,
+                    hint,
+                    u.section.clone(),
+                )
+            })
+            .collect();
+        self.unknown.clear();
+        for (severity, key, span, mut message, hint, section) in resolved {
+            // "did you mean `x`, which is not set": the warning that `x` is missing says the
+            // same thing from the other side; one message says both.
+            if let Some(meant) = message
+                .strip_prefix("unknown key; did you mean `")
+                .and_then(|m| m.split('`').next())
+                .map(str::to_owned)
+            {
+                let missing_key = key_path(&section, &meant);
+                if let Some(i) = self
+                    .diags
+                    .iter()
+                    .position(|d| d.key == missing_key && d.message.starts_with("missing"))
+                {
+                    let missing = self.diags.remove(i);
+                    message = format!(
+                        "unknown key; did you mean `{meant}`? `{meant}` is {}",
+                        missing.message
+                    );
+                } else if let Some(i) = self
+                    .left_out
+                    .iter()
+                    .position(|l| l.section == section && l.key == meant)
+                {
+                    let left_out = self.left_out.remove(i);
+                    message = format!(
+                        "unknown key; did you mean `{meant}`? `{meant}` is not set, so rampart uses `{meant} = {}`",
+                        left_out.default
+                    );
+                }
+            }
+            self.push(severity, &key, span, message, hint);
+        }
+    }
+}
+
+/// The dotted path of `key` inside the section at `path`.
+fn key_path(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_owned()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+/// The kinds enclosing `kind`, innermost first: `proxy_rules.path_rules` → `proxy_rules`, `""`.
+fn outer_kinds(kind: &str) -> impl Iterator<Item = &str> {
+    let mut rest = Some(kind);
+    std::iter::from_fn(move || {
+        let k = rest?;
+        if k.is_empty() {
+            rest = None;
+            return None;
+        }
+        let outer = k.rfind('.').map_or("", |i| &k[..i]);
+        rest = Some(outer);
+        Some(outer)
+    })
+}
+
+/// A section path without its indices: `proxy_rules[2].path_rules[0]` → `proxy_rules.path_rules`.
+pub(crate) fn kind_of(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    let mut depth = 0;
+    for c in path.chars() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth -= 1,
+            _ if depth == 0 => out.push(c),
+            _ => {}
+        }
+    }
+    out
 }
 
 /// A value read from the file together with where it was written.
@@ -81,6 +434,9 @@ pub(crate) struct Section<'d> {
     path: String,
     span: Option<Range<usize>>,
     seen: HashSet<&'static str>,
+    /// How its header is written: `[[proxy_rules]]`, `[proxy_rules.routing_rules]`; empty at
+    /// the top level.
+    header: String,
 }
 
 /// The TOML type names used in messages.
@@ -103,12 +459,24 @@ fn type_name(item: &Item) -> &'static str {
 
 impl<'d> Section<'d> {
     pub(crate) fn new(table: &'d dyn TableLike, path: String, span: Option<Range<usize>>) -> Self {
+        let header = match kind_of(&path) {
+            k if k.is_empty() => k,
+            k => format!("[{k}]"),
+        };
         Section {
             table,
             path,
             span,
             seen: HashSet::new(),
+            header,
         }
+    }
+
+    /// An entry of an array of tables (`[[proxy_rules]]`).
+    fn entry(table: &'d dyn TableLike, path: String, span: Option<Range<usize>>) -> Self {
+        let mut s = Section::new(table, path, span);
+        s.header = format!("[{}]", s.header);
+        s
     }
 
     pub(crate) fn path(&self) -> &str {
@@ -180,12 +548,16 @@ impl<'d> Section<'d> {
                 span,
             }),
             _ => {
-                // `"false"` in quotes: the example is the same word without them.
-                let example = item
-                    .as_str()
-                    .map(str::trim)
-                    .filter(|w| matches!(*w, "true" | "false"))
-                    .unwrap_or("true");
+                // `"false"` in quotes, `"no"`, `0`: the example is the boolean they mean.
+                let word = match item.as_value() {
+                    Some(Value::String(w)) => w.value().trim().to_ascii_lowercase(),
+                    Some(Value::Integer(i)) => i.value().to_string(),
+                    _ => String::new(),
+                };
+                let example = match word.as_str() {
+                    "false" | "no" | "off" | "0" | "n" => "false",
+                    _ => "true",
+                };
                 self.wrong_type(sink, key, item, span, "a boolean (true or false)", example);
                 None
             }
@@ -417,7 +789,10 @@ impl<'d> Section<'d> {
                     &self.key_path(key),
                     span,
                     format!("expected a table, found {}", type_name(item)),
-                    format!("write it as a `[{}]` section", self.key_path(key)),
+                    format!(
+                        "write it as a `[{}]` section (below the header of the section it belongs to)",
+                        kind_of(&self.key_path(key))
+                    ),
                 );
                 None
             }
@@ -436,7 +811,7 @@ impl<'d> Section<'d> {
             Item::ArrayOfTables(aot) => Some(
                 aot.iter()
                     .enumerate()
-                    .map(|(i, t)| Section::new(t, format!("{base}[{i}]"), t.span()))
+                    .map(|(i, t)| Section::entry(t, format!("{base}[{i}]"), t.span()))
                     .collect(),
             ),
             Item::Value(Value::Array(arr)) => {
@@ -444,14 +819,14 @@ impl<'d> Section<'d> {
                 for (i, v) in arr.iter().enumerate() {
                     match v {
                         Value::InlineTable(t) => {
-                            out.push(Section::new(t, format!("{base}[{i}]"), v.span()))
+                            out.push(Section::entry(t, format!("{base}[{i}]"), v.span()))
                         }
                         other => sink.push(
                             Severity::Error,
                             &format!("{base}[{i}]"),
                             other.span(),
                             "expected a table",
-                            format!("write each entry as a [[{base}]] section"),
+                            format!("write each entry as a `[[{}]]` section", kind_of(&base)),
                         ),
                     }
                 }
@@ -463,15 +838,21 @@ impl<'d> Section<'d> {
                     &base,
                     span,
                     format!("expected an array of tables, found {}", type_name(item)),
-                    format!("remove this line and write each entry as a `[[{base}]]` section"),
+                    format!(
+                        "write each entry as a `[[{}]]` section (two brackets), below the header of the section it belongs to",
+                        kind_of(&base)
+                    ),
                 );
                 None
             }
         }
     }
 
-    /// Reports every key in this section that no reader asked for.
+    /// Records the keys this section reads, and every key in it that no reader asked for
+    /// (reported by [`Sink::resolve_unknown`] once the whole file is read).
     pub(crate) fn finish(self, sink: &mut Sink<'_>) {
+        let kind = kind_of(&self.path);
+        let present: Vec<String> = self.table.iter().map(|(k, _)| k.to_owned()).collect();
         for (k, item) in self.table.iter() {
             if self.seen.contains(k) {
                 continue;
@@ -481,18 +862,18 @@ impl<'d> Section<'d> {
                 .get_key_value(k)
                 .and_then(|(key, _)| key.span())
                 .or_else(|| item.span());
-            let hint = match closest(k, self.seen.iter().copied()) {
-                Some(known) => format!("did you mean `{known}`?"),
-                None => "check the spelling against docs/configuration.md".to_owned(),
-            };
-            sink.push(
-                Severity::Warning,
-                &self.key_path(k),
+            sink.unknown.push(Unknown {
+                key: k.to_owned(),
+                section: self.path.clone(),
+                kind: kind.clone(),
                 span,
-                "unknown key, ignored",
-                hint,
-            );
+                section_span: self.span.clone(),
+                present: present.clone(),
+            });
         }
+        let entry = sink.kinds.entry(kind).or_default();
+        entry.header = self.header;
+        entry.keys.extend(self.seen);
     }
 }
 

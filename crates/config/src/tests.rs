@@ -55,11 +55,23 @@ fn arc2_benchmark_config_is_accepted() {
     assert!(v.diagnostics.iter().any(|d| d.key == "listening_port_https"
         && d.severity == Severity::Warning
         && d.message.contains("HTTPS listener is off")));
-    // The missing compression/minification/webp booleans are tolerated with warnings.
-    assert!(v
+    // The missing compression/minification/webp booleans are tolerated, said in one note.
+    let notes: Vec<_> = v
         .diagnostics
         .iter()
-        .any(|d| d.key == "proxy_rules[0].enable_minification" && d.severity == Severity::Warning));
+        .filter(|d| d.severity == Severity::Note)
+        .collect();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert_eq!(notes[0].key, "proxy_rules[0]");
+    assert!(
+        notes[0].message.contains("enable_compression = false, enable_minification = false, enable_webp_transformation = false"),
+        "{notes:?}"
+    );
+    // They do not fail --strict: nothing is wrong with leaving them to their defaults. (The
+    // HTTPS port without a certificate is this file's one warning.)
+    let strict = validate(ARC2_BENCH, 4).strict();
+    assert_eq!(errors(&strict).len(), 1, "{:?}", errors(&strict));
+    assert!(errors(&strict)[0].contains("listening_port_https"));
 }
 
 #[test]
@@ -106,19 +118,29 @@ rule_type = "Greylist"
 #[test]
 fn syntax_errors_are_all_listed_with_positions() {
     let v = validate("a = \n[[proxy_rules]\n", 1);
-    let e: Vec<_> = v.errors().collect();
+    let e: Vec<_> = v
+        .errors()
+        .filter(|d| d.message.contains("not valid TOML"))
+        .collect();
     assert_eq!(e.len(), 2, "{e:?}");
     assert_eq!((e[0].line, e[1].line), (1, 2), "{e:?}");
+    assert_eq!(e[1].hint, "write the header as `[[proxy_rules]]`");
+    // The rest of the file is still checked: the repaired header starts a rule without a
+    // domain.
     assert!(
-        e.iter().all(|d| d.message.contains("not valid TOML")),
-        "{e:?}"
+        v.errors().any(|d| d.key == "proxy_rules[0].domain"),
+        "{:?}",
+        v.diagnostics
     );
     // Three independent mistakes, three errors; the bare word gets "quote it".
     let v = validate(
         "a = = 1\nlogging_level = info\n[[proxy_rules]]\ndomain = \"x\"\nc = [\n",
         1,
     );
-    let e: Vec<_> = v.errors().collect();
+    let e: Vec<_> = v
+        .errors()
+        .filter(|d| d.message.contains("not valid TOML"))
+        .collect();
     assert_eq!(
         e.iter().map(|d| d.line).collect::<Vec<_>>(),
         [1, 2, 5],
@@ -160,7 +182,7 @@ fn misspelt_keys_get_a_suggestion() {
     assert_eq!(
         unknown,
         [
-            ("workrs", "did you mean `workers`?"),
+            ("workrs", "rename it to `workers`"),
             ("proxy_rules[0].foward_ipv4", "did you mean `forward_ipv4`?")
         ]
     );
@@ -1183,4 +1205,473 @@ fn idle_connections_park_after_five_seconds_unless_told() {
             .any(|m| m.contains("client_idle_park_seconds") && m.contains("1:")),
         "{e:?}"
     );
+}
+
+/// Every diagnostic as `line: severity message / fix`, for tests that read the whole output.
+fn shown(v: &Validated) -> String {
+    v.diagnostics.iter().map(|d| format!("{}\n", d)).collect()
+}
+
+const RULE_KEYS: &str = r#"max_age_seconds = 60
+paths = ["/"]
+rule_type = "Whitelist"
+forward_ipv4 = "127.0.0.1"
+forward_port_http = 8080
+enable_logging = true
+ignore_query_string = false
+enable_sql_injection_protection = true
+enable_compression = false
+enable_minification = false
+enable_webp_transformation = false
+"#;
+
+#[test]
+fn a_bare_word_for_a_boolean_is_fixed_with_true_or_false() {
+    // Defect 1: the fix used to be `add_caching = "yes"`, itself a type error.
+    let v = validate(
+        "add_caching = yes\nwatch_config = off\nlogging_level = warn\n",
+        1,
+    );
+    let e: Vec<_> = v.errors().collect();
+    assert_eq!(e.len(), 3, "{e:?}");
+    assert_eq!(e[0].line, 1);
+    assert!(
+        e[0].message.contains("`add_caching` takes a boolean"),
+        "{e:?}"
+    );
+    assert_eq!(e[0].hint, "write it as `add_caching = true`");
+    assert_eq!(e[1].hint, "write it as `watch_config = false`");
+    // A string key keeps "quote it".
+    assert_eq!(e[2].hint, "write it as `logging_level = \"warn\"`");
+}
+
+#[test]
+fn a_domain_written_as_a_url_names_what_is_extra() {
+    // Defect 2: "it contains a port" for a scheme and a path.
+    for (written, what, fixed) in [
+        (
+            "https://www.shop.test/",
+            "a scheme (`https://`) and a path (`/`)",
+            "www.shop.test",
+        ),
+        ("www.shop.test:8080", "a port (`:8080`)", "www.shop.test"),
+        (
+            "http://*.shop.test:81/x",
+            "a scheme (`http://`), a path (`/x`) and a port (`:81`)",
+            "*.shop.test",
+        ),
+        ("shop.test/blog", "a path (`/blog`)", "shop.test"),
+    ] {
+        let v = validate(
+            &format!("[[proxy_rules]]\ndomain = {written:?}\n{RULE_KEYS}"),
+            1,
+        );
+        let e: Vec<_> = v.errors().collect();
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(
+            e[0].message.contains(&format!("it contains {what}")),
+            "{written}: {e:?}"
+        );
+        assert_eq!(
+            e[0].hint,
+            format!("write it as `domain = \"{fixed}\"`"),
+            "{written}"
+        );
+    }
+}
+
+#[test]
+fn fix_lines_are_valid_toml_headers() {
+    // Defect 3: `[[proxy_rules[0].path_rules]]` is not TOML.
+    for (section, header) in [
+        (
+            "[proxy_rules.path_rules]\npath = \"/a\"\n",
+            "`[[proxy_rules.path_rules]]`",
+        ),
+        (
+            "[proxy_rules.disallowed_user_agents]\nuser_agent = \"x\"\n",
+            "`[[proxy_rules.disallowed_user_agents]]`",
+        ),
+    ] {
+        let v = validate(
+            &format!("[[proxy_rules]]\ndomain = \"a.test\"\n{RULE_KEYS}{section}"),
+            1,
+        );
+        let e: Vec<_> = v.errors().collect();
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(e[0].hint.contains(header), "{e:?}");
+        assert!(!e[0].hint.contains("[0]"), "{e:?}");
+    }
+}
+
+#[test]
+fn global_keys_after_a_rule_are_errors_that_say_why() {
+    // Defect 4: read by TOML as keys of the last rule; used to be "unknown key" and exit 0.
+    let src = format!(
+        "[[proxy_rules]]\ndomain = \"a.test\"\n{RULE_KEYS}add_sql_injection_protection = true\napi_key = \"0123456789abcdef0123\"\n"
+    );
+    let v = validate(&src, 1);
+    assert!(v.config.is_none(), "{}", shown(&v));
+    let e: Vec<_> = v.errors().collect();
+    assert_eq!(e.len(), 2, "{}", shown(&v));
+    assert_eq!(e[0].key, "proxy_rules[0].add_sql_injection_protection");
+    assert!(
+        e[0].message.contains("`add_sql_injection_protection` is a global key, but it comes after the `[[proxy_rules]]` header at line 1"),
+        "{e:?}"
+    );
+    assert_eq!(e[0].hint, "move it above the first `[[proxy_rules]]`");
+    assert!(e[1].message.contains("`api_key` is a global key"), "{e:?}");
+    // A rule's key after its `[[proxy_rules.disallowed_user_agents]]` lands in that entry.
+    let src = format!(
+        "[[proxy_rules]]\ndomain = \"a.test\"\n{RULE_KEYS}[[proxy_rules.disallowed_user_agents]]\nuser_agent = \"x\"\nmatch_type = \"Contains\"\nallow_ips = [\"10.0.0.0/8\"]\n"
+    );
+    let v = validate(&src, 1);
+    let e: Vec<_> = v.errors().collect();
+    assert_eq!(e.len(), 1, "{}", shown(&v));
+    assert!(e[0].message.contains("`allow_ips` is a key of `[[proxy_rules]]`, but it comes after the `[[proxy_rules.disallowed_user_agents]]` header at line 14"), "{e:?}");
+    // A rule's key at the top level is named too (a warning: it was never in effect anywhere).
+    let v = validate(
+        &format!("forward_ipv4 = \"10.0.0.1\"\n[[proxy_rules]]\ndomain = \"a.test\"\n{RULE_KEYS}"),
+        1,
+    );
+    assert!(
+        shown(&v).contains("`forward_ipv4` is a key of `[[proxy_rules]]`; here it does nothing"),
+        "{}",
+        shown(&v)
+    );
+}
+
+#[test]
+fn a_key_set_twice_in_a_rule_names_the_first_and_why() {
+    // Defect 5: "duplicate key / fix the syntax at this position".
+    let src =
+        format!("[[proxy_rules]]\ndomain = \"a.test\"\n{RULE_KEYS}enable_compression = true\n");
+    let v = validate(&src, 1);
+    let e: Vec<_> = v.errors().collect();
+    assert_eq!(e.len(), 1, "{}", shown(&v));
+    assert_eq!(e[0].line, 14);
+    assert!(
+        e[0].message.contains("`enable_compression` is set twice in one section (first at line 11): every key after the `[[proxy_rules]]` header at line 1 belongs to that section"),
+        "{e:?}"
+    );
+    assert!(
+        e[0].hint
+            .contains("move it above the first `[[proxy_rules]]` (line 1)"),
+        "{e:?}"
+    );
+    // The rest was checked: a warning from after the duplicate still shows.
+    let v = validate(&format!("{src}bogus_key = 1\n"), 1);
+    assert!(
+        shown(&v).contains("proxy_rules[0].bogus_key"),
+        "{}",
+        shown(&v)
+    );
+}
+
+#[test]
+fn a_nested_section_before_its_rule_is_explained() {
+    // Defect 6: "duplicate key" at a later line with no explanation.
+    let src = format!("[[proxy_rules.disallowed_user_agents]]\nuser_agent = \"x\"\nmatch_type = \"Contains\"\n[[proxy_rules]]\ndomain = \"a.test\"\n{RULE_KEYS}");
+    let v = validate(&src, 1);
+    let e: Vec<_> = v.errors().collect();
+    assert_eq!(e[0].line, 4, "{}", shown(&v));
+    assert!(
+        e[0].message.contains(
+            "`[[proxy_rules.disallowed_user_agents]]` at line 1 comes before any `[[proxy_rules]]`"
+        ),
+        "{e:?}"
+    );
+    assert!(
+        e[0].hint
+            .contains("move the section at line 1 below the `[[proxy_rules]]` it belongs to"),
+        "{e:?}"
+    );
+    // Nothing after it could be read: said plainly.
+    assert!(
+        e.iter()
+            .any(|d| d.message.contains("the rest of the file was not checked")),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn a_misspelt_protection_is_an_error_linked_with_what_is_missing() {
+    // Defect 7: the UA block list misspelt was a warning, exit 0.
+    let src = format!("[[proxy_rules]]\ndomain = \"a.test\"\n{RULE_KEYS}[[proxy_rules.disalowed_user_agents]]\nuser_agent = \"x\"\nmatch_type = \"Contains\"\n");
+    let v = validate(&src, 1);
+    let e: Vec<_> = v.errors().collect();
+    assert_eq!(e.len(), 1, "{}", shown(&v));
+    assert!(
+        e[0].message
+            .contains("did you mean `disallowed_user_agents`"),
+        "{e:?}"
+    );
+    // `enable_minificaton`: one message, not "unknown key" plus "enable_minification missing".
+    let rule = RULE_KEYS.replace("enable_minification", "enable_minificaton");
+    let v = validate(&format!("[[proxy_rules]]\ndomain = \"a.test\"\n{rule}"), 1);
+    let about: Vec<_> = v
+        .diagnostics
+        .iter()
+        .filter(|d| d.key.contains("enable_minific"))
+        .collect();
+    assert_eq!(about.len(), 1, "{}", shown(&v));
+    assert_eq!(about[0].key, "proxy_rules[0].enable_minificaton");
+    assert!(about[0].message.contains("did you mean `enable_minification`? `enable_minification` is not set, so rampart uses `enable_minification = false`"), "{about:?}");
+    assert_eq!(about[0].severity, Severity::Warning);
+}
+
+#[test]
+fn an_unused_rule_is_said_once_and_first() {
+    // Defect 8: 7 "missing" warnings, then "never used".
+    let src = format!("[[proxy_rules]]\ndomain = \"a.test\"\n{RULE_KEYS}[[proxy_rules]]\ndomain = \"a.test\"\nforward_ipv4 = \"127.0.0.1\"\nforward_port_http = 9\nmisspeled = 1\n");
+    let v = validate(&src, 1);
+    let w: Vec<_> = v.diagnostics.iter().collect();
+    assert_eq!(w.len(), 1, "{}", shown(&v)); // no warning, and no note either
+    assert!(w[0].message.contains("this rule is never used"), "{w:?}");
+}
+
+#[test]
+fn syntax_errors_do_not_hide_the_rest() {
+    // Defect 9: two syntax errors shown, seven more after fixing them.
+    let src = "listening_port_http = \"80\"\nadd_caching = yes\nworkers = 0\n[[proxy_rules]\ndomain = \"a.test\"\nmax_age_seconds = -5\nforward_ipv4 = \"1.2.3\"\n";
+    let v = validate(src, 1);
+    let lines: Vec<_> = v.errors().map(|d| d.line).collect();
+    assert_eq!(lines, [1, 2, 3, 4, 6, 7], "{}", shown(&v));
+}
+
+#[test]
+fn strict_makes_every_warning_an_error() {
+    let src = format!("[[proxy_rules]]\ndomain = \"a.test\"\n{RULE_KEYS}bogus = 1\n");
+    let v = validate(&src, 1);
+    assert!(v.config.is_some());
+    assert_eq!(warnings(&v).len(), 1);
+    let v = v.strict();
+    assert!(v.config.is_none());
+    assert_eq!(errors(&v).len(), 1);
+    // A clean file stays accepted.
+    let v = validate(
+        &format!("[[proxy_rules]]\ndomain = \"a.test\"\n{RULE_KEYS}"),
+        1,
+    )
+    .strict();
+    assert!(v.config.is_some(), "{}", shown(&v));
+}
+
+#[test]
+fn blacklist_says_it_does_not_refuse() {
+    let rule = RULE_KEYS.replace("Whitelist", "Blacklist");
+    let path_rule = "[[proxy_rules.path_rules]]\npath = \"/admin\"\nmatch_type = \"StartsWith\"\nrule_type = \"Blacklist\"\nmax_age_seconds = 0\n";
+    let v = validate(
+        &format!("[[proxy_rules]]\ndomain = \"a.test\"\n{rule}{path_rule}"),
+        1,
+    );
+    let w = warnings(&v);
+    assert_eq!(w.len(), 2, "{w:?}");
+    assert!(
+        w.iter()
+            .all(|w| w.contains("`Blacklist` does not refuse requests")),
+        "{w:?}"
+    );
+    // Saying which meaning is wanted, in the rule or globally, silences it.
+    for (global, extra) in [
+        ("", "strict_path_rules = false\n"),
+        ("strict_path_rules = true\n", ""),
+    ] {
+        let v = validate(
+            &format!("{global}[[proxy_rules]]\ndomain = \"a.test\"\n{rule}{extra}{path_rule}"),
+            1,
+        );
+        assert!(warnings(&v).is_empty(), "{:?}", warnings(&v));
+    }
+}
+
+/// A file with one section of every kind, for tests that add a key to each.
+const EVERY_SECTION: &str = r#"listening_port_http = 8080
+[[proxy_rules]]
+domain = "a.test"
+max_age_seconds = 60
+forward_ipv4 = "127.0.0.1"
+forward_port_http = 9000
+enable_logging = true
+ignore_query_string = false
+enable_sql_injection_protection = false
+enable_compression = false
+enable_minification = false
+enable_webp_transformation = false
+rule_type = "Whitelist"
+paths = ["/"]
+[[proxy_rules.path_rules]]
+path = "/static"
+match_type = "StartsWith"
+rule_type = "Whitelist"
+max_age_seconds = 600
+[[proxy_rules.disallowed_user_agents]]
+user_agent = "BadBot"
+match_type = "Contains"
+[[proxy_rules]]
+domain = "b.test"
+max_age_seconds = 60
+enable_logging = true
+ignore_query_string = false
+enable_sql_injection_protection = false
+enable_compression = false
+enable_minification = false
+enable_webp_transformation = false
+rule_type = "Whitelist"
+paths = ["/"]
+[proxy_rules.routing_rules]
+routing_method = "Weighted"
+[[proxy_rules.routing_rules.routing_locations]]
+forward_ipv4 = "127.0.0.1"
+forward_port_http = 9001
+"#;
+
+/// `src` with `line` written as the first line of the first section of `kind`.
+fn add_to(src: &str, kind: &str, line: &str) -> String {
+    if kind.is_empty() {
+        return format!("{line}\n{src}");
+    }
+    let header = match kind {
+        "proxy_rules.routing_rules" => "[proxy_rules.routing_rules]".to_owned(),
+        k => format!("[[{k}]]"),
+    };
+    let at = src
+        .find(&format!("{header}\n"))
+        .expect("the section is in the file")
+        + header.len()
+        + 1;
+    format!("{}{line}\n{}", &src[..at], &src[at..])
+}
+
+#[test]
+fn every_key_the_reader_knows_has_its_default_listed() {
+    let catalog = crate::validate::catalog();
+    for (kind, k) in catalog {
+        for key in &k.keys {
+            assert!(
+                crate::effective::KEYS
+                    .iter()
+                    .any(|(kd, n, ..)| kd == kind && n == key),
+                "{kind}.{key} is read but not in effective::KEYS (its owner and default)"
+            );
+        }
+    }
+    for (kind, key, ..) in crate::effective::KEYS {
+        assert!(
+            catalog.get(*kind).is_some_and(|k| k.keys.contains(key)),
+            "effective::KEYS lists {kind}.{key}, which the reader does not read"
+        );
+    }
+}
+
+#[test]
+fn every_listed_default_is_the_one_in_effect() {
+    use crate::effective::Fallback;
+    // The second file leaves out what the first sets (ARC2's required keys among them).
+    const BARE: &str = "[[proxy_rules]]\ndomain = \"a.test\"\nforward_ipv4 = \"127.0.0.1\"\n\
+        [[proxy_rules.path_rules]]\npath = \"/s\"\nmatch_type = \"StartsWith\"\n";
+    let mut wrong = Vec::new();
+    for file in [EVERY_SECTION, BARE] {
+        let base = validate(file, 3);
+        let base_config = base
+            .config
+            .clone()
+            .unwrap_or_else(|| panic!("{}", shown(&base)));
+        for (kind, key, _, default) in crate::effective::KEYS {
+            let Fallback::Value(v) = default else {
+                continue;
+            };
+            if !kind.is_empty() && !file.contains(&format!("{kind}]")) {
+                continue;
+            }
+            let src = add_to(file, kind, &format!("{key} = {v}"));
+            if toml_edit::Document::parse(src.as_str()).is_err() {
+                continue; // the file sets it already
+            }
+            let with_key = validate(&src, 3);
+            if with_key.config.as_ref() != Some(&base_config) {
+                wrong.push(format!("`{key} = {v}` in [{kind}] {}", shown(&with_key)));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "not the defaults: {wrong:#?}");
+}
+
+#[test]
+fn the_effective_configuration_reads_back_as_the_same_configuration() {
+    let src = add_to(
+        &add_to(
+            EVERY_SECTION,
+            "",
+            "cache_memory = \"64MiB\"  # a comment\nbogus_key = 1",
+        ),
+        "proxy_rules",
+        "cache_heuristic = \"none\"",
+    );
+    let v = validate(&src, 3);
+    let printed = crate::effective(&src, 3);
+    let again = validate(&printed, 3);
+    assert_eq!(again.config, v.config, "{printed}");
+    // Written lines are active and marked with their owner; defaults are comments.
+    assert!(
+        printed
+            .lines()
+            .any(|l| l.starts_with("cache_memory = \"64MiB\" ") && l.ends_with("# rampart")),
+        "{printed}"
+    );
+    assert!(printed.contains("listening_port_http = 8080"), "{printed}");
+    assert!(
+        printed
+            .lines()
+            .any(|l| l.starts_with("# listening_address = \"0.0.0.0\"")
+                && l.ends_with("# ARC2, default")),
+        "{printed}"
+    );
+    assert!(
+        printed
+            .lines()
+            .any(|l| l.starts_with("# workers = 3") && l.contains("the number of CPUs")),
+        "{printed}"
+    );
+    assert!(
+        printed.contains("# bogus_key: not a key of this section, ignored"),
+        "{printed}"
+    );
+    // A rule's inherited key shows the global value it gets.
+    assert!(
+        printed
+            .lines()
+            .any(|l| l.starts_with("# store_set_cookie = false")
+                && l.contains("default: the global one")),
+        "{printed}"
+    );
+    // A path rule's max_age_seconds comes from its rule.
+    let sections: Vec<_> = printed.lines().filter(|l| l.starts_with('[')).collect();
+    assert_eq!(
+        sections,
+        [
+            "[[proxy_rules]]",
+            "[[proxy_rules.path_rules]]",
+            "[[proxy_rules.disallowed_user_agents]]",
+            "[[proxy_rules]]",
+            "[proxy_rules.routing_rules]",
+            "[[proxy_rules.routing_rules.routing_locations]]"
+        ]
+    );
+}
+
+#[test]
+fn a_rule_left_out_of_screening_is_a_warning_when_screening_is_on() {
+    let rule = RULE_KEYS.replace("enable_sql_injection_protection = true\n", "");
+    let v = validate(&format!("[[proxy_rules]]\ndomain = \"a.test\"\n{rule}"), 1);
+    assert!(warnings(&v).is_empty(), "{}", shown(&v));
+    let v = validate(
+        &format!(
+            "add_sql_injection_protection = true\n[[proxy_rules]]\ndomain = \"a.test\"\n{rule}"
+        ),
+        1,
+    );
+    let w = warnings(&v);
+    assert_eq!(w.len(), 1, "{}", shown(&v));
+    assert!(w[0].contains("not screened for SQL injection"), "{w:?}");
 }

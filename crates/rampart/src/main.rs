@@ -29,6 +29,7 @@ Examples:
   rampart demo                                  sample origin + proxy on 127.0.0.1:8080
   rampart run --config /etc/rampart/rampart.toml
   rampart check --config rampart.toml           validate, list every problem, exit 0/1
+  rampart check --strict --print                warnings fail too; print the effective config
   rampart proxy --from 127.0.0.1:8080 --to 127.0.0.1:3000
 
 Configuration: ARC2 Proxy TOML files work unchanged; see docs/configuration.md.";
@@ -53,6 +54,13 @@ enum Command {
         /// Configuration file (default: ./rampart.toml, then /etc/rampart/rampart.toml).
         #[arg(short, long)]
         config: Option<PathBuf>,
+        /// Warnings are errors too (for CI pipelines and ExecStartPre=).
+        #[arg(long)]
+        strict: bool,
+        /// Print the effective configuration: every key with its value, defaults filled in,
+        /// each marked as ARC2's or rampart's.
+        #[arg(long)]
+        print: bool,
     },
     /// Start a built-in sample origin with rampart in front of it, and print what to try.
     Demo {
@@ -88,7 +96,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run { config } => cmd_run(config),
-        Command::Check { config } => return cmd_check(config),
+        Command::Check {
+            config,
+            strict,
+            print,
+        } => return cmd_check(config, strict, print),
         Command::Demo { listen } => cmd_demo(listen),
         Command::Proxy {
             from,
@@ -141,6 +153,7 @@ pub(crate) fn print_diag(path: &Path, d: &Diagnostic) {
         Severity::Error => "error",
         Severity::Warning => "warning",
         Severity::Inactive => "accepted, not yet active",
+        Severity::Note => "note",
     };
     let key = if d.key.is_empty() {
         String::new()
@@ -163,14 +176,15 @@ pub(crate) fn print_diag(path: &Path, d: &Diagnostic) {
     }
 }
 
-fn cmd_check(config: Option<PathBuf>) -> ExitCode {
-    let (path, v) = match locate(config).and_then(|p| load(&p).map(|(_, v)| (p, v))) {
+fn cmd_check(config: Option<PathBuf>, strict: bool, print: bool) -> ExitCode {
+    let (path, src, v) = match locate(config).and_then(|p| load(&p).map(|(s, v)| (p, s, v))) {
         Ok(x) => x,
         Err(e) => {
             eprintln!("rampart: {e:#}");
             return ExitCode::FAILURE;
         }
     };
+    let v = if strict { v.strict() } else { v };
     for d in &v.diagnostics {
         print_diag(&path, d);
     }
@@ -180,20 +194,36 @@ fn cmd_check(config: Option<PathBuf>) -> ExitCode {
         count(Severity::Warning),
         count(Severity::Inactive),
     );
+    if let (Some(c), true) = (&v.config, print) {
+        print!("{}", rampart_config::effective(&src, c.workers));
+    }
+    // With --print, stdout carries the configuration alone (it can be saved as a file).
+    let say = |line: String| {
+        if print {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+        }
+    };
     if let Some(c) = &v.config {
-        println!(
+        say(format!(
             "{}: configuration OK ({} rule(s), {} listener(s), {} worker(s)); {w} warning(s), {i} key(s) accepted but not yet active",
             path.display(),
             c.rules.len(),
             c.listen_http.len(),
             c.workers
-        );
+        ));
         ExitCode::SUCCESS
     } else {
-        println!(
-            "{}: {e} error(s), {w} warning(s): configuration rejected",
-            path.display()
-        );
+        say(format!(
+            "{}: {e} error(s), {w} warning(s): configuration rejected{}",
+            path.display(),
+            if strict {
+                " (--strict: every warning counts as an error)"
+            } else {
+                ""
+            }
+        ));
         ExitCode::FAILURE
     }
 }

@@ -815,6 +815,63 @@ fn check_lists_every_error_with_line_and_column() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("accepted, not yet active"));
 }
 
+#[test]
+fn check_strict_fails_on_warnings_and_print_shows_the_effective_file() {
+    let path = scratch("strict.toml");
+    let check = |args: &[&str]| {
+        let mut cmd = std::process::Command::new(rampart_bin());
+        cmd.args(["check", "--config", path.to_str().unwrap()])
+            .args(args);
+        cmd.output().unwrap()
+    };
+    // One misplaced global key (an error in every mode) ...
+    std::fs::write(
+        &path,
+        "[[proxy_rules]]\ndomain = \"x\"\nforward_ipv4 = \"127.0.0.1\"\napi_key = \"0123456789abcdef0123\"\n",
+    )
+    .unwrap();
+    let out = check(&[]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(":4:1: error: `proxy_rules[0].api_key` `api_key` is a global key, but it comes after the `[[proxy_rules]]` header at line 1"),
+        "{err}"
+    );
+    // ... moved above the rule: the warnings (ARC2's required rule keys) pass without
+    // --strict and fail with it.
+    std::fs::write(
+        &path,
+        "api_key = \"0123456789abcdef0123\"\n[[proxy_rules]]\ndomain = \"x\"\nforward_ipv4 = \"127.0.0.1\"\n",
+    )
+    .unwrap();
+    assert_eq!(check(&[]).status.code(), Some(0));
+    let out = check(&["--strict"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("--strict: every warning counts as an error")
+    );
+    // --print: stdout is the file as rampart reads it, and itself a valid file.
+    let out = check(&["--print"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let printed = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        printed
+            .lines()
+            .any(|l| l.starts_with("api_key = ") && l.ends_with("# ARC2")),
+        "{printed}"
+    );
+    assert!(
+        printed
+            .lines()
+            .any(|l| l.starts_with("# cache_memory = \"256MiB\"")
+                && l.ends_with("# rampart, default")),
+        "{printed}"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("configuration OK"));
+    std::fs::write(&path, &printed).unwrap();
+    assert_eq!(check(&[]).status.code(), Some(0));
+}
+
 #[tokio::test]
 async fn run_names_inactive_keys_once_and_keeps_stdout_for_the_access_log() {
     let origin = Origin::new().route("*", Reply::text("ok")).start().await;

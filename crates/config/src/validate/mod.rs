@@ -19,14 +19,17 @@ mod redis;
 mod rule;
 mod screening;
 mod sockets;
+mod syntax;
 mod tls;
 mod transform;
 
+use std::collections::HashMap;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::diag::{Diagnostic, Severity};
 use crate::model::*;
-use crate::reader::{At, Section, Sink};
+use crate::reader::{At, Kind, Section, Sink};
 
 pub use screening::DEFAULT_BODY_LIMIT;
 #[cfg(test)]
@@ -43,24 +46,52 @@ impl Validated {
     pub fn errors(&self) -> impl Iterator<Item = &Diagnostic> {
         self.diagnostics.iter().filter(|d| d.is_error())
     }
+
+    /// `rampart check --strict`: every warning and "accepted, not yet active" notice becomes
+    /// an error, so a file passes only when each of its lines does what it says (NGINX's `-t`
+    /// fails on an unknown directive the same way).
+    pub fn strict(mut self) -> Validated {
+        for d in &mut self.diagnostics {
+            if d.severity != Severity::Note {
+                d.severity = Severity::Error;
+            }
+        }
+        if self.diagnostics.iter().any(Diagnostic::is_error) {
+            self.config = None;
+        }
+        self
+    }
 }
 
 /// Validates configuration text. `cpus` is the default for `workers`.
 pub fn validate(src: &str, cpus: usize) -> Validated {
-    let mut sink = Sink::new(src);
-    let doc = match toml_edit::Document::parse(src) {
-        Ok(doc) => doc,
+    let (doc, recovered) = match toml_edit::Document::parse(src.to_owned()) {
+        Ok(doc) => (Some(doc), None),
         Err(e) => {
-            syntax_errors(src, e, &mut sink);
-            sink.diags.sort_by_key(|d| (d.line == 0, d.line, d.column));
-            return Validated {
-                config: None,
-                diagnostics: sink.diags,
-            };
+            let r = syntax::recover(src, e);
+            let doc = r
+                .complete
+                .then(|| toml_edit::Document::parse(r.text.clone()).ok())
+                .flatten();
+            (doc, Some(r))
         }
     };
-    let root = Section::new(doc.as_table(), String::new(), None);
-    let config = read_config(root, &mut sink, cpus);
+    let text = recovered
+        .as_ref()
+        .map_or(src, |r| r.text.as_str())
+        .to_owned();
+    let mut sink = Sink::new(&text);
+    let config = doc.and_then(|doc| {
+        let root = Section::new(doc.as_table(), String::new(), None);
+        let config = read_config(root, &mut sink, cpus);
+        sink.resolve_unknown(catalog());
+        let screening = config.as_ref().is_some_and(|c| c.screen.sql_injection);
+        sink.lenient_notes(screening);
+        config
+    });
+    if let Some(r) = recovered {
+        r.report(&mut sink);
+    }
     let has_errors = sink.diags.iter().any(Diagnostic::is_error);
     sink.diags.sort_by_key(|d| (d.line == 0, d.line, d.column));
     Validated {
@@ -69,56 +100,23 @@ pub fn validate(src: &str, cpus: usize) -> Validated {
     }
 }
 
-/// Most syntax errors listed for one file.
-const MAX_SYNTAX_ERRORS: usize = 20;
-
-/// Lists the file's syntax errors, not only the first: the line of each error is blanked (same
-/// length, so positions stay) and the text parsed again, until it parses or the error no longer
-/// moves.
-fn syntax_errors(src: &str, first: toml_edit::TomlError, sink: &mut Sink<'_>) {
-    let mut text = src.to_owned();
-    let mut error = first;
-    let mut blanked = std::collections::HashSet::new();
-    for _ in 0..MAX_SYNTAX_ERRORS {
-        let span = error.span();
-        let at = span.as_ref().map_or(0, |s| s.start.min(text.len()));
-        let (message, hint) = explain(&text, at, error.message().trim());
-        sink.push(Severity::Error, "", span, message, hint);
-        let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
-        let line_end = text[at..].find('\n').map_or(text.len(), |i| at + i);
-        if !blanked.insert(line_start) || line_start == line_end {
-            break;
-        }
-        let blank = " ".repeat(text[line_start..line_end].len());
-        text.replace_range(line_start..line_end, &blank);
-        match toml_edit::Document::parse(text.as_str()) {
-            Ok(_) => break,
-            Err(e) => error = e,
-        }
-    }
-}
-
-/// A syntax error's message and fix; a value written without quotes gets "quote it".
-fn explain(text: &str, at: usize, message: &str) -> (String, String) {
-    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
-    let line_end = text[at..].find('\n').map_or(text.len(), |i| at + i);
-    let line = &text[line_start..line_end];
-    if let Some((key, value)) = line.split_once('=') {
-        let (key, value) = (key.trim(), value.split('#').next().unwrap_or("").trim());
-        let bare = value.starts_with(|c: char| c.is_alphabetic())
-            && !matches!(value, "true" | "false" | "inf" | "nan")
-            && !value.contains(['"', '\'', '[', '{']);
-        if !key.is_empty() && bare {
-            return (
-                format!("not valid TOML: the value {value:?} is a string and needs quotes"),
-                format!("write it as `{key} = \"{value}\"`"),
-            );
-        }
-    }
-    (
-        format!("not valid TOML: {message}"),
-        "fix the syntax at this position".to_owned(),
-    )
+/// Every kind of section with the keys it reads, whether or not a file has one: read from a
+/// skeleton with one section of each kind.
+pub(crate) fn catalog() -> &'static HashMap<String, Kind> {
+    static CATALOG: OnceLock<HashMap<String, Kind>> = OnceLock::new();
+    CATALOG.get_or_init(|| {
+        const SKELETON: &str = "[[proxy_rules]]\n[[proxy_rules.path_rules]]\n\
+            [[proxy_rules.disallowed_user_agents]]\n[proxy_rules.routing_rules]\n\
+            [[proxy_rules.routing_rules.routing_locations]]\n";
+        let doc = toml_edit::Document::parse(SKELETON).expect("the skeleton is valid TOML");
+        let mut sink = Sink::new(SKELETON);
+        read_config(
+            Section::new(doc.as_table(), String::new(), None),
+            &mut sink,
+            1,
+        );
+        sink.kinds
+    })
 }
 
 const U16: i64 = u16::MAX as i64;
@@ -244,7 +242,7 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
     let upstream = sockets::read_upstream(&mut s, sink);
     let tls = tls::read(&mut s, sink);
     let redis = redis::read(&mut s, sink);
-    let strict_default = s.bool(sink, "strict_path_rules").is_some_and(|b| b.value);
+    let strict_default = s.bool(sink, "strict_path_rules").map(|b| b.value);
     let mut rules = rule::read_rules(
         &mut s,
         sink,
@@ -417,12 +415,8 @@ fn flag(s: &mut Section<'_>, sink: &mut Sink<'_>, key: &'static str, required: b
     }
 }
 
+/// A key ARC2 requires that the section leaves out: rampart uses `default` (said in one note per
+/// section, see [`Sink::lenient_notes`]).
 fn lenient(s: &Section<'_>, sink: &mut Sink<'_>, key: &str, default: &str) {
-    s.missing(
-        sink,
-        key,
-        Severity::Warning,
-        &format!("missing (ARC2 requires it); using {default}"),
-        &format!("add `{key}` to this section"),
-    );
+    sink.lenient(s.path(), s.span(), key, default);
 }

@@ -19,7 +19,7 @@ use crate::Severity;
 pub(super) fn read_rules(
     s: &mut Section<'_>,
     sink: &mut Sink<'_>,
-    strict_default: bool,
+    strict_default: Option<bool>,
     cache: &CacheConfig,
     tls_default: Option<&CertSource>,
     transforms: &transform::Global,
@@ -56,19 +56,22 @@ pub(super) fn read_rules(
 fn read_rule(
     mut s: Section<'_>,
     sink: &mut Sink<'_>,
-    strict_default: bool,
+    strict_default: Option<bool>,
     cache: &CacheConfig,
     tls_default: Option<&CertSource>,
     transforms: &transform::Global,
     domains: &mut Vec<DomainPattern>,
 ) -> Option<RuleConfig> {
     let mut ok = true;
+    let first_diag = sink.diags.len();
     let domain_at = s.string(sink, "domain");
-    let domain = read_domain(&mut s, sink, domain_at.as_ref(), domains);
+    let (domain, unused) = read_domain(&mut s, sink, domain_at.as_ref(), domains);
     ok &= domain.is_some();
     let max_age_seconds = read_max_age(&mut s, sink);
     let paths = paths::read_paths(&mut s, sink);
-    let rule_type = read_rule_type(&mut s, sink, &mut ok);
+    // `Blacklist` without a word on `strict_path_rules` is said to mean "not cached" each time.
+    let blacklist_note = strict_default.is_none() && !s.has("strict_path_rules");
+    let rule_type = read_rule_type(&mut s, sink, &mut ok, blacklist_note);
     let enable_logging = flag(&mut s, sink, "enable_logging", true);
     let ignore_query_string = flag(&mut s, sink, "ignore_query_string", true);
     let sql_injection = flag(&mut s, sink, "enable_sql_injection_protection", true);
@@ -77,7 +80,7 @@ fn read_rule(
     ok &= disallowed_user_agents.is_some();
     let strict_path_rules = s
         .bool(sink, "strict_path_rules")
-        .map_or(strict_default, |b| b.value);
+        .map_or(strict_default.unwrap_or(false), |b| b.value);
     let caching = CacheKeys::read(&mut s, sink, cache);
     let allow_ips = cidrs(&mut s, sink, "allow_ips")
         .map(|c| c.value)
@@ -93,10 +96,25 @@ fn read_rule(
     let (names, names_ok) = origins::TlsNames::read(&mut s, sink, domain.as_ref());
     ok &= names_ok;
     let (send_proxy_protocol, allow_upgrades, upgrade_idle_timeout) = protocols::read(&mut s, sink);
-    let path_rules = paths::read_path_rules(&mut s, sink, max_age_seconds);
+    let path_rules = paths::read_path_rules(&mut s, sink, max_age_seconds, blacklist_note);
     ok &= path_rules.is_some();
     let origins = origins::read(&mut s, sink, &names, ok);
     ok &= origins.is_some();
+    if unused {
+        // A rule that is never used: that it is unused is the one thing worth saying about it
+        // (its errors still count; its warnings would only lead the reader astray).
+        sink.muted.push(s.path().to_owned());
+        sink.forget_lenient(s.path());
+        let mut i = first_diag;
+        while i < sink.diags.len() {
+            let d = &sink.diags[i];
+            if d.severity != Severity::Error && !d.message.contains("this rule is never used") {
+                sink.diags.remove(i);
+            } else {
+                i += 1;
+            }
+        }
+    }
     s.finish(sink);
 
     let domain = domain?;
@@ -153,7 +171,14 @@ fn read_max_age(s: &mut Section<'_>, sink: &mut Sink<'_>) -> u64 {
         Some(v) => v.value as u64,
         None => {
             if !s.has("max_age_seconds") {
-                lenient(s, sink, "max_age_seconds", "0 (nothing cached)");
+                // Not only a note: without it nothing is cached unless the origin says how long.
+                s.missing(
+                    sink,
+                    "max_age_seconds",
+                    Severity::Warning,
+                    "missing (ARC2 requires it); using 0: nothing is cached for this rule",
+                    "add `max_age_seconds = 3600` (the lifetime of responses whose origin gives none)",
+                );
             }
             0
         }
@@ -162,12 +187,25 @@ fn read_max_age(s: &mut Section<'_>, sink: &mut Sink<'_>) -> u64 {
 
 /// `rule_type` (ARC2 requires it; `Whitelist` when it is missing). `ok` turns false on a
 /// value that is not one.
-fn read_rule_type(s: &mut Section<'_>, sink: &mut Sink<'_>, ok: &mut bool) -> RuleType {
+fn read_rule_type(
+    s: &mut Section<'_>,
+    sink: &mut Sink<'_>,
+    ok: &mut bool,
+    blacklist_note: bool,
+) -> RuleType {
     match s.string(sink, "rule_type") {
-        Some(v) => parse_rule_type(sink, &v).unwrap_or_else(|| {
-            *ok = false;
-            RuleType::Whitelist
-        }),
+        Some(v) => match parse_rule_type(sink, &v) {
+            Some(t) => {
+                if blacklist_note && t == RuleType::Blacklist {
+                    blacklist_bypasses(sink, &v);
+                }
+                t
+            }
+            None => {
+                *ok = false;
+                RuleType::Whitelist
+            }
+        },
         None => {
             if !s.has("rule_type") {
                 lenient(s, sink, "rule_type", "\"Whitelist\"");
@@ -233,13 +271,14 @@ fn read_disk_switch(s: &mut Section<'_>, sink: &mut Sink<'_>, cache: &CacheConfi
     }
 }
 
-/// `domain`: required, and the first rule for a domain wins (a later one is warned about).
+/// `domain`: required, and the first rule for a domain wins (a later one is warned about, and
+/// `true` returned with it).
 fn read_domain(
     s: &mut Section<'_>,
     sink: &mut Sink<'_>,
     domain_at: Option<&At<String>>,
     domains: &mut Vec<DomainPattern>,
-) -> Option<DomainPattern> {
+) -> (Option<DomainPattern>, bool) {
     let domain = match domain_at {
         Some(d) => parse_domain(sink, d),
         None => {
@@ -253,8 +292,10 @@ fn read_domain(
             None
         }
     };
+    let mut unused = false;
     if let (Some(d), Some(at)) = (&domain, domain_at) {
         if domains.contains(d) {
+            unused = true;
             warn(
                 sink,
                 at,
@@ -268,7 +309,7 @@ fn read_domain(
             domains.push(d.clone());
         }
     }
-    domain
+    (domain, unused)
 }
 
 /// `[[...disallowed_user_agents]]`; `None` when an entry is invalid (every one is reported).
@@ -330,6 +371,18 @@ fn parse_domain(sink: &mut Sink<'_>, d: &At<String>) -> Option<DomainPattern> {
     if text == "*" {
         return Some(DomainPattern::Any);
     }
+    if let Some((what, bare)) = url_parts(&text) {
+        error(
+            sink,
+            d,
+            format!(
+                "{:?} is not a valid domain: it contains {what}; a rule matches the host name alone",
+                d.value
+            ),
+            format!("write it as `domain = \"{bare}\"`"),
+        );
+        return None;
+    }
     let (wild, host) = match text.strip_prefix("*.") {
         Some(rest) => (true, rest),
         None => (false, text.as_str()),
@@ -343,13 +396,7 @@ fn parse_domain(sink: &mut Sink<'_>, d: &At<String>) -> Option<DomainPattern> {
             "`*` is allowed only as the whole first label (`*.example.com`)",
         );
     }
-    if host.contains(':') && host.parse::<Ipv6Addr>().is_err() {
-        return bad(
-            sink,
-            "it contains a port; rules match the host without its port",
-        );
-    }
-    if host.contains(['/', ' ', '?', '#', '@']) {
+    if host.contains([' ', '?', '#', '@']) {
         return bad(sink, "it contains characters a host name cannot have");
     }
     if !host.is_ascii() {
@@ -372,6 +419,60 @@ fn parse_domain(sink: &mut Sink<'_>, d: &At<String>) -> Option<DomainPattern> {
     } else {
         DomainPattern::Exact(host.to_owned())
     })
+}
+
+/// What in a domain makes it a URL rather than a host name (a scheme, a path, a port), and
+/// the host name in it.
+fn url_parts(text: &str) -> Option<(String, String)> {
+    let mut what = Vec::new();
+    let mut rest = text;
+    if let Some((scheme, after)) = text.split_once("://") {
+        what.push(format!("a scheme (`{scheme}://`)"));
+        rest = after;
+    }
+    if let Some(i) = rest.find(['/', '?', '#']) {
+        what.push(format!("a path (`{}`)", &rest[i..]));
+        rest = &rest[..i];
+    }
+    if let Some(i) = rest.rfind('@') {
+        what.push("a user name".to_owned());
+        rest = &rest[i + 1..];
+    }
+    let bracketed = rest.starts_with('[');
+    let port_at = if bracketed {
+        rest.find("]:").map(|i| i + 1)
+    } else if rest.parse::<Ipv6Addr>().is_ok() {
+        None
+    } else {
+        rest.rfind(':')
+    };
+    if let Some(i) = port_at {
+        what.push(format!("a port (`{}`)", &rest[i..]));
+        rest = &rest[..i];
+    }
+    let host = rest.trim_start_matches('[').trim_end_matches(']');
+    if what.is_empty() || host.is_empty() {
+        return None;
+    }
+    let what = match what.len() {
+        1 => what.remove(0),
+        _ => {
+            let last = what.pop().unwrap_or_default();
+            format!("{} and {last}", what.join(", "))
+        }
+    };
+    Some((what, host.to_owned()))
+}
+
+/// `Blacklist` is read as "deny", but in ARC2 (and rampart's default) it means "proxied, not
+/// cached": said once per `Blacklist`, until the file says which it wants.
+pub(super) fn blacklist_bypasses(sink: &mut Sink<'_>, at: &At<String>) {
+    warn(
+        sink,
+        at,
+        "`Blacklist` does not refuse requests: matching paths are proxied without caching (ARC2's meaning)",
+        "to refuse them with 403, add `strict_path_rules = true` to this rule (or above the first [[proxy_rules]] for every rule); `strict_path_rules = false` keeps this meaning and silences this warning",
+    );
 }
 
 pub(super) fn parse_rule_type(sink: &mut Sink<'_>, v: &At<String>) -> Option<RuleType> {

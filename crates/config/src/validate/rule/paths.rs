@@ -1,7 +1,7 @@
 //! A rule's paths: `paths` (where it applies) and `[[...path_rules]]` (what each path may do,
 //! and for how long it is cached).
 
-use super::{match_type, parse_rule_type};
+use super::{blacklist_bypasses, match_type, parse_rule_type};
 use crate::model::{PathRuleConfig, RuleType};
 use crate::reader::{Section, Sink};
 use crate::validate::{lenient, warn, I64};
@@ -41,6 +41,7 @@ pub(super) fn read_path_rules(
     s: &mut Section<'_>,
     sink: &mut Sink<'_>,
     max_age_seconds: u64,
+    blacklist_note: bool,
 ) -> Option<Vec<PathRuleConfig>> {
     let mut ok = true;
     let mut path_rules = Vec::new();
@@ -72,7 +73,13 @@ pub(super) fn read_path_rules(
                 }
             };
             let rt = match pr.string(sink, "rule_type") {
-                Some(v) => parse_rule_type(sink, &v),
+                Some(v) => {
+                    let t = parse_rule_type(sink, &v);
+                    if blacklist_note && t == Some(RuleType::Blacklist) {
+                        blacklist_bypasses(sink, &v);
+                    }
+                    t
+                }
                 None => {
                     if !pr.has("rule_type") {
                         lenient(&pr, sink, "rule_type", "\"Whitelist\"");
@@ -85,7 +92,12 @@ pub(super) fn read_path_rules(
             let age = match pr.int(sink, "max_age_seconds", 0, I64) {
                 Some(v) => Some(v.value as u64),
                 None if !pr.has("max_age_seconds") => {
-                    lenient(&pr, sink, "max_age_seconds", "the rule's max_age_seconds");
+                    lenient(
+                        &pr,
+                        sink,
+                        "max_age_seconds",
+                        &format!("{max_age_seconds} (the rule's)"),
+                    );
                     Some(max_age_seconds)
                 }
                 None => None,

@@ -98,14 +98,23 @@ pub(super) fn read_https(
     has_cert: bool,
 ) -> (bool, Option<String>) {
     let redirect_to_https = s.bool(sink, "redirect_to_https").is_some_and(|b| b.value);
-    let hsts = s.int(sink, "hsts_max_age_seconds", 0, I64).map(|age| {
+    let age = s.int(sink, "hsts_max_age_seconds", 0, I64);
+    let subdomains = s.bool(sink, "hsts_include_subdomains");
+    let preload = s.bool(sink, "hsts_preload");
+    if let (None, Some(flag)) = (&age, subdomains.as_ref().or(preload.as_ref())) {
+        warn(
+            sink,
+            flag,
+            "this has no effect without `hsts_max_age_seconds`",
+            "add `hsts_max_age_seconds = 31536000` to send Strict-Transport-Security",
+        );
+    }
+    let hsts = age.map(|age| {
         let mut v = format!("max-age={}", age.value);
-        if s.bool(sink, "hsts_include_subdomains")
-            .is_some_and(|b| b.value)
-        {
+        if subdomains.is_some_and(|b| b.value) {
             v.push_str("; includeSubDomains");
         }
-        if s.bool(sink, "hsts_preload").is_some_and(|b| b.value) {
+        if preload.is_some_and(|b| b.value) {
             v.push_str("; preload");
         }
         v
