@@ -117,10 +117,17 @@ pub enum ProxyError {
     #[error("protocol upgrades (WebSocket) are not allowed on this site")]
     UpgradeRefused,
     // The management API and PURGE (answered as JSON: `{"error": "<this text>"}`).
-    #[error("missing or wrong API key")]
+    #[error("missing API key: send it as `Authorization: Bearer KEY` or `X-Api-Key: KEY`")]
     ApiKey,
-    #[error("PURGE is not allowed from this address")]
+    #[error("wrong API key")]
+    ApiWrongKey,
+    #[error("PURGE is not allowed from this address: send the api_key, or add the address to purge_allow")]
     PurgeNotAllowed,
+    #[error("PURGE is not allowed from this address, and no api_key is configured that a request could carry")]
+    PurgeNoKeyConfigured,
+    /// A management endpoint asked with a method it does not take; the methods it takes.
+    #[error("method not allowed here: use {0}")]
+    ApiMethod(&'static str),
     #[error("{0}")]
     ApiBadRequest(&'static str),
     #[error("no such endpoint: see docs/operations.md for /_rampart/status, metrics, dashboard, purge, reload and rules")]
@@ -135,8 +142,9 @@ impl ProxyError {
             ProxyError::MissingHost | ProxyError::BadRequest(_) | ProxyError::ApiBadRequest(_) => {
                 StatusCode::BAD_REQUEST
             }
-            ProxyError::ApiKey => StatusCode::UNAUTHORIZED,
-            ProxyError::PurgeNotAllowed => StatusCode::FORBIDDEN,
+            ProxyError::ApiKey | ProxyError::ApiWrongKey => StatusCode::UNAUTHORIZED,
+            ProxyError::PurgeNotAllowed | ProxyError::PurgeNoKeyConfigured => StatusCode::FORBIDDEN,
+            ProxyError::ApiMethod(_) => StatusCode::METHOD_NOT_ALLOWED,
             ProxyError::ApiNoSuchEndpoint => StatusCode::NOT_FOUND,
             ProxyError::HeadTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ProxyError::UriTooLong => StatusCode::URI_TOO_LONG,
@@ -174,7 +182,10 @@ impl ProxyError {
             | ProxyError::ClientBody(_)
             | ProxyError::NotCached
             | ProxyError::ApiKey
+            | ProxyError::ApiWrongKey
             | ProxyError::PurgeNotAllowed
+            | ProxyError::PurgeNoKeyConfigured
+            | ProxyError::ApiMethod(_)
             | ProxyError::ApiBadRequest(_)
             | ProxyError::ApiNoSuchEndpoint => Side::Downstream,
             ProxyError::UpstreamConnect(_)
@@ -201,7 +212,10 @@ impl ProxyError {
         matches!(
             self,
             ProxyError::ApiKey
+                | ProxyError::ApiWrongKey
                 | ProxyError::PurgeNotAllowed
+                | ProxyError::PurgeNoKeyConfigured
+                | ProxyError::ApiMethod(_)
                 | ProxyError::ApiBadRequest(_)
                 | ProxyError::ApiNoSuchEndpoint
         )

@@ -140,6 +140,21 @@ async fn purge_method_needs_an_allowed_address_or_the_key() {
     warm(&closed, "pg.example", &["/b"]).await;
     let refused = fetch(purge(&closed, "pg.example", "/b")).await;
     assert_eq!(refused.status, 403);
+    assert!(
+        refused
+            .text()
+            .contains("send the api_key, or add the address to purge_allow"),
+        "{}",
+        refused.text()
+    );
+    // A wrong key is said to be wrong (it used to read "not allowed from this address").
+    let wrong = fetch(
+        purge(&closed, "pg.example", "/b").header("authorization", "Bearer not-the-key-at-all"),
+    )
+    .await;
+    assert_eq!(wrong.status, 401);
+    assert_eq!(wrong.text(), "{\"error\":\"wrong API key\"}\n");
+    assert_eq!(wrong.header("www-authenticate"), Some("Bearer"));
     assert_eq!(
         get(&closed, "pg.example", "/b")
             .await
@@ -256,6 +271,38 @@ async fn admin_api_purges_by_the_four_scopes_and_soft_purges() {
     );
     let anonymous = fetch(Request::get(proxy.url("/_rampart/status"))).await;
     assert_eq!(anonymous.status, 401);
+    assert!(
+        anonymous.text().contains("missing API key"),
+        "{}",
+        anonymous.text()
+    );
+    let wrong =
+        fetch(Request::get(proxy.url("/_rampart/status")).header("x-api-key", "nope")).await;
+    assert_eq!(
+        (wrong.status.as_u16(), wrong.text().as_str()),
+        (401, "{\"error\":\"wrong API key\"}\n")
+    );
+    // A known endpoint with the wrong method: 405 and what it takes.
+    for (method, path, allow) in [
+        ("GET", "/_rampart/purge", "POST"),
+        ("POST", "/_rampart/status", "GET, HEAD"),
+        ("GET", "/_rampart/reload", "POST"),
+        ("DELETE", "/_rampart/rules", "GET, POST"),
+        ("GET", "/_rampart/rules/one.example", "PUT, DELETE"),
+    ] {
+        let res = fetch(
+            Request::builder()
+                .method(method)
+                .uri(proxy.url(path))
+                .header("x-api-key", API_KEY),
+        )
+        .await;
+        assert_eq!(res.status, 405, "{method} {path}: {}", res.text());
+        assert_eq!(res.header("allow"), Some(allow), "{method} {path}");
+    }
+    let unknown =
+        fetch(Request::get(proxy.url("/_rampart/nothing")).header("x-api-key", API_KEY)).await;
+    assert_eq!(unknown.status, 404);
 }
 
 #[tokio::test]

@@ -70,6 +70,10 @@ async fn a_long_lived_jpeg_gets_a_webp_copy_for_browsers_that_accept_it() {
     );
     let first = get_accepting(&proxy, "/long.jpg", BROWSER_ACCEPT).await;
     assert_eq!(first.body, JPEG, "the first requests get the original");
+    // Every response of a picture that varies says so, the first (the miss) too: a browser
+    // cache or a CDN in front must not keep the JPEG for clients that accept WebP.
+    assert_eq!(first.header("x-arc2-cache"), Some("Miss"));
+    assert!(varies_on_accept(&first), "{:?}", first.headers);
     // The conversion runs off the request path; then hits that accept WebP get it.
     let deadline = Instant::now() + Duration::from_secs(20);
     let webp = loop {
@@ -78,6 +82,11 @@ async fn a_long_lived_jpeg_gets_a_webp_copy_for_browsers_that_accept_it() {
             break got;
         }
         assert_eq!(got.body, JPEG);
+        assert!(
+            varies_on_accept(&got),
+            "a hit before the copy exists: {:?}",
+            got.headers
+        );
         assert!(Instant::now() < deadline, "no WebP copy");
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
@@ -102,10 +111,11 @@ async fn a_long_lived_jpeg_gets_a_webp_copy_for_browsers_that_accept_it() {
         assert_eq!(got.body, JPEG, "{accept}");
         assert!(varies_on_accept(&got), "{accept}");
     }
-    // Stored for 1 hour, under the 6-hour minimum: never converted.
+    // Stored for 1 hour, under the 6-hour minimum: never converted, and never said to vary.
     let short = get_accepting(&proxy, "/short.jpg", BROWSER_ACCEPT).await;
     assert_eq!(short.header("x-arc2-cache"), Some("Hit"));
     assert_eq!(short.header("content-type"), Some("image/jpeg"));
+    assert!(!varies_on_accept(&short), "{:?}", short.headers);
     assert_eq!(origin.requests(), 2);
 }
 

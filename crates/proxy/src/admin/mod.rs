@@ -13,7 +13,9 @@
 //!   as TOML or JSON, validated like the file and written back to it). Reloads and rule
 //!   changes are answered by the file's owner through [`crate::admin::commands`].
 //!
-//! Keys are compared in constant time. Wrong or missing key → 401; PURGE from elsewhere → 403.
+//! Keys are compared in constant time. A missing or wrong key → 401 (which of the two is said);
+//! PURGE from elsewhere without a key → 403; a known endpoint asked with another method → 405
+//! with `Allow`.
 
 pub mod commands;
 pub mod dashboard;
@@ -60,7 +62,7 @@ pub async fn control(
 ) -> Result<Response<ProxyBody>, ProxyError> {
     use crate::admin::commands::Request as Ask;
     if !has_key(api.config, req.headers()) {
-        return Err(ProxyError::ApiKey);
+        return Err(key_refusal(req.headers()));
     }
     let path = req
         .uri()
@@ -98,6 +100,9 @@ pub async fn control(
             json,
         },
         (&Method::DELETE, _, Some(domain)) => Ask::RemoveRule { domain },
+        (_, "reload", _) => return Err(ProxyError::ApiMethod("POST")),
+        (_, "rules", _) => return Err(ProxyError::ApiMethod("GET, POST")),
+        (_, _, Some(_)) => return Err(ProxyError::ApiMethod("PUT, DELETE")),
         _ => return Err(ProxyError::ApiNoSuchEndpoint),
     };
     let Some(control) = api.control else {
@@ -125,6 +130,20 @@ pub fn has_key(admin: &AdminConfig, headers: &HeaderMap) -> bool {
     let Some(key) = admin.api_key.as_deref() else {
         return false;
     };
+    offered_keys(headers).any(|given| same(given.trim().as_bytes(), key.as_bytes()))
+}
+
+/// The request is refused for its key: missing (401), or wrong (401, said so).
+fn key_refusal(headers: &HeaderMap) -> ProxyError {
+    if offered_keys(headers).next().is_some() {
+        ProxyError::ApiWrongKey
+    } else {
+        ProxyError::ApiKey
+    }
+}
+
+/// The keys a request offers (`Authorization: Bearer`, `X-Api-Key`).
+fn offered_keys(headers: &HeaderMap) -> impl Iterator<Item = &str> {
     let bearer = headers
         .get(AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -133,10 +152,7 @@ pub fn has_key(admin: &AdminConfig, headers: &HeaderMap) -> bool {
                 .or_else(|| v.strip_prefix("bearer "))
         });
     let x_api_key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
-    [bearer, x_api_key]
-        .into_iter()
-        .flatten()
-        .any(|given| same(given.trim().as_bytes(), key.as_bytes()))
+    [bearer, x_api_key].into_iter().flatten()
 }
 
 /// Decodes `%XX` escapes and `+` (query values); invalid escapes are kept as they are.
@@ -209,8 +225,13 @@ pub fn purge_method(
     let (admin, client) = (api.config, purge.client);
     let (host, pq, ignore_query) = (purge.host, purge.target, purge.ignore_query);
     if !(admin.purge_allow.iter().any(|c| c.contains(client)) || has_key(admin, headers)) {
-        tracing::warn!(%client, host, pq, "PURGE refused: not from purge_allow and no api_key");
-        return Err(ProxyError::PurgeNotAllowed);
+        let offered = offered_keys(headers).next().is_some();
+        tracing::warn!(%client, host, pq, offered_key = offered, "PURGE refused: not from purge_allow and not with the api_key");
+        return Err(match (offered, admin.api_key.is_some()) {
+            (true, true) => ProxyError::ApiWrongKey,
+            (true, false) => ProxyError::PurgeNoKeyConfigured,
+            (false, _) => ProxyError::PurgeNotAllowed,
+        });
     }
     let Some(cache) = api.cache else {
         return Ok(purged(
@@ -263,11 +284,13 @@ pub fn admin_request<B>(
     }
     admin.api_key.as_ref()?;
     if !has_key(admin, req.headers()) {
-        return Some(Err(ProxyError::ApiKey));
+        return Some(Err(key_refusal(req.headers())));
     }
     Some(match (method, rest) {
         (&Method::GET, "status") => Ok(status(api.cache, api.router)),
         (&Method::POST, "purge") => purge_api(api.cache, req.uri().query()),
+        (_, "status" | "metrics" | "dashboard/events") => Err(ProxyError::ApiMethod("GET, HEAD")),
+        (_, "purge") => Err(ProxyError::ApiMethod("POST")),
         _ => Err(ProxyError::ApiNoSuchEndpoint),
     })
 }
@@ -290,7 +313,7 @@ fn readable<B>(
     let admin = api.config;
     let allowed = admin.metrics_allow.iter().any(|c| c.contains(client));
     if !allowed && !has_key(admin, req.headers()) {
-        return Some(Err(ProxyError::ApiKey));
+        return Some(Err(key_refusal(req.headers())));
     }
     Some(Ok(if rest == "metrics" {
         metrics_response(api, req)

@@ -273,6 +273,20 @@ fn picture(h: &HeaderMap) -> Option<webp::Source> {
     }
 }
 
+/// Whether a response stored for `lifetime` gets a WebP copy under rule transforms `t`: a
+/// full, untransformed PNG or JPEG of a converting rule, stored for longer than its minimum
+/// age (ARC2: pictures of rules whose TTL exceeds it).
+pub fn gets_webp(
+    t: &Transforms,
+    lifetime: std::time::Duration,
+    status: StatusCode,
+    h: &HeaderMap,
+) -> bool {
+    t.webp.is_some_and(|min_age| lifetime > min_age)
+        && picture(h).is_some()
+        && compressible_status_and_fields(status, h)
+}
+
 /// The language of a response the rule minifies, by its `Content-Type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Lang {

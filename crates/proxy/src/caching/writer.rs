@@ -71,7 +71,13 @@ pub fn prepare(
         Vary::None => None,
         v => Some(v.variant_key(req_headers).ok_or(NotStored::VaryAny)?),
     };
-    let headers = hit_headers(&stored_headers(res_headers, &directives));
+    let mut headers = hit_headers(&stored_headers(res_headers, &directives));
+    // A picture that will get a WebP copy varies on `Accept` from its first response on, not
+    // only once the copy exists (the key keeps the origin's own Vary).
+    let webp = crate::caching::transform::gets_webp(&transforms, lifetime, status, res_headers);
+    if webp {
+        crate::caching::transform::vary_on(&mut headers, "Accept");
+    }
     let ticket = |reservation: Option<Reservation>, large: Option<LargeWrite>| {
         Box::new(StoreTicket {
             cache: cache.clone(),
@@ -95,6 +101,7 @@ pub fn prepare(
             transforms: transforms.clone(),
             tier_lock: None,
             large,
+            webp,
         })
     };
     if too_big {
@@ -266,6 +273,8 @@ pub struct StoreTicket {
     /// Larger than memory may hold: the body goes to the disk tier as it passes, not to
     /// `body`.
     large: Option<LargeWrite>,
+    /// The object will get a WebP copy: its responses vary on `Accept`.
+    webp: bool,
 }
 
 /// Reservations for bodies of unknown length grow by at least this much at a time.
@@ -274,6 +283,11 @@ const RESERVE_STEP: usize = 64 * 1024;
 impl StoreTicket {
     pub fn vary(&self) -> &Vary {
         &self.vary
+    }
+
+    /// The stored object will get a WebP copy, so every response of it says `Vary: Accept`.
+    pub fn varies_on_accept(&self) -> bool {
+        self.webp
     }
 
     /// Takes over the shared tier's fetch lock this request holds (lifted once stored).

@@ -94,6 +94,10 @@ pub fn deliver(w: &Worker, txn: &mut Txn, mut fetched: Fetched) -> Result<Delive
                 None
             }
         };
+        if ticket.as_ref().is_some_and(|t| t.varies_on_accept()) {
+            // The same Vary as every later response of it, WebP copy or not yet.
+            transform::vary_on(&mut parts.headers, "Accept");
+        }
         match (&ticket, txn.leader.take()) {
             // Not shareable for a reason that lasts: the waiters go at once, and so do the
             // next misses for a while (an origin error or a full store is not remembered: the

@@ -21,9 +21,16 @@ impl ProxyError {
             }
             let error = self.to_string();
             let mut res = json_of(self.status(), &Failed { error });
-            if let ProxyError::ApiKey = self {
-                res.headers_mut()
-                    .insert("www-authenticate", HeaderValue::from_static("Bearer"));
+            match self {
+                ProxyError::ApiKey | ProxyError::ApiWrongKey => {
+                    res.headers_mut()
+                        .insert("www-authenticate", HeaderValue::from_static("Bearer"));
+                }
+                ProxyError::ApiMethod(allow) => {
+                    res.headers_mut()
+                        .insert(http::header::ALLOW, HeaderValue::from_static(allow));
+                }
+                _ => {}
             }
             return res;
         }
@@ -134,6 +141,9 @@ mod tests {
         assert_eq!(res.headers()["www-authenticate"], "Bearer");
         assert_eq!(ProxyError::PurgeNotAllowed.status(), 403);
         assert_eq!(ProxyError::ApiNoSuchEndpoint.status(), 404);
+        let res = ProxyError::ApiMethod("POST").to_response();
+        assert_eq!(res.status(), 405);
+        assert_eq!(res.headers()["allow"], "POST");
         assert_eq!(ProxyError::ApiBadRequest("x").side(), Side::Downstream);
     }
 }
