@@ -75,6 +75,15 @@ async fn the_dashboard_works_in_a_real_browser() {
         "{r:#}"
     );
     assert_eq!(r["upstream"], "up", "{r:#}");
+    // The origin's response time, from the requests sent to it (it used to show "–" unless
+    // health probes or Performance routing fed it).
+    let origin_time = r["originTime"].as_str().unwrap();
+    assert!(
+        origin_time.ends_with(" ms") || origin_time.ends_with(" µs"),
+        "{r:#}"
+    );
+    // The hit-ratio and latency chart drew its lines.
+    assert!(r["qualityDrawn"].as_u64().unwrap() > 20, "{r:#}");
     // 29 of the 30 lookups of /popular were hits ("since start 96.7 %").
     let hit: f64 = r["hit"]
         .as_str()

@@ -8,6 +8,8 @@ const HISTORY = 120;
 let key = sessionStorage.getItem(KEY);
 let stream = null;
 const rates = [];
+// One entry a second: { hit, p50, p99 } (hit ratio 0–1 or null, latencies in ms or null).
+const quality = [];
 
 function authHeaders() {
   return key ? { Authorization: 'Bearer ' + key } : {};
@@ -85,6 +87,46 @@ function drawChart() {
   ctx.fillText('max ' + max.toFixed(1) + '/s', 6, 14);
 }
 
+// The hit ratio (left scale, 0–100 %) and the p50 and p99 latencies (right scale, up to the
+// highest p99 shown) of the last two minutes, as lines; a second without lookups or requests
+// leaves a gap.
+function drawQuality() {
+  const canvas = $('quality');
+  const ctx = canvas.getContext('2d');
+  const w = canvas.width;
+  const h = canvas.height;
+  ctx.clearRect(0, 0, w, h);
+  const style = getComputedStyle(document.documentElement);
+  const color = (name, fallback) => style.getPropertyValue(name).trim() || fallback;
+  const top = 18;
+  const plot = h - top - 2;
+  const step = w / HISTORY;
+  const maxMs = Math.max(1, ...quality.map((q) => q.p99 || 0));
+  const line = (value, scale, stroke) => {
+    ctx.strokeStyle = stroke;
+    ctx.lineWidth = 2;
+    ctx.beginPath();
+    let drawing = false;
+    quality.forEach((q, i) => {
+      const v = value(q);
+      const x = w - (quality.length - i) * step + step / 2;
+      if (v == null) { drawing = false; return; }
+      const y = h - 2 - (v / scale) * plot;
+      if (drawing) ctx.lineTo(x, y); else ctx.moveTo(x, y);
+      drawing = true;
+    });
+    ctx.stroke();
+  };
+  line((q) => q.hit, 1, color('--accent', '#2e6bd1'));
+  line((q) => q.p50, maxMs, color('--p50', '#2f9e44'));
+  line((q) => q.p99, maxMs, color('--p99', '#d9480f'));
+  ctx.fillStyle = getComputedStyle(document.body).color;
+  ctx.font = '12px system-ui, sans-serif';
+  ctx.fillText('100 %', 6, 14);
+  const label = 'max ' + ms(maxMs);
+  ctx.fillText(label, w - 6 - ctx.measureText(label).width, 14);
+}
+
 function render(d) {
   $('rps').textContent = fixed(d.requests_per_second, 1);
   $('hit').textContent = percent(d.hit_ratio);
@@ -97,6 +139,9 @@ function render(d) {
   rates.push(d.requests_per_second);
   if (rates.length > HISTORY) rates.shift();
   drawChart();
+  quality.push({ hit: d.hit_ratio, p50: l.p50, p99: l.p99 });
+  if (quality.length > HISTORY) quality.shift();
+  drawQuality();
   fillRows('status', Object.entries(d.status).map(([k, v]) => [k, count(v)]));
   fillRows('outcomes', Object.entries(d.cache_outcomes).filter(([, v]) => v > 0).map(([k, v]) => [k, count(v)]));
   const c = d.cache;
@@ -115,6 +160,7 @@ function render(d) {
     u.origin,
     { text: u.up ? 'up' : 'down', className: u.up ? 'up' : 'down' },
     u.latency_ms == null ? '–' : ms(u.latency_ms),
+    fixed(u.requests_per_second, 1),
   ]));
   fillRows('hosts', d.top_hosts.map(([k, v]) => [k, count(v)]));
   fillRows('paths', d.top_paths.map(([k, v]) => [k, count(v)]));

@@ -84,6 +84,7 @@ pub fn events() -> Response<ProxyBody> {
     tokio::spawn(async move {
         let _watching = m.watch();
         let mut before = (Instant::now(), m.totals());
+        let mut origins = OriginWindows::default();
         let mut tick = tokio::time::interval(TICK);
         loop {
             tick.tick().await;
@@ -91,7 +92,7 @@ pub fn events() -> Response<ProxyBody> {
                 break;
             }
             let now = (Instant::now(), m.totals());
-            let event = frame(&snapshot(m, &before, &now));
+            let event = frame(&snapshot(m, &before, &now, &mut origins));
             before = now;
             // The client went away: the body, and with it the receiver, is gone.
             if tx.send(event).await.is_err() {
@@ -116,8 +117,49 @@ fn unix_ms(t: SystemTime) -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// How many events back an origin's response time reaches: the average over the last 10
+/// seconds' requests, steady enough to read, recent enough to move.
+const ORIGIN_WINDOW: usize = 10;
+
+/// Each origin's response-head count and time at the last [`ORIGIN_WINDOW`] events, oldest
+/// first, by rule and origin.
+#[derive(Debug, Default)]
+pub struct OriginWindows {
+    past: std::collections::VecDeque<std::collections::HashMap<(String, String), (u64, u64)>>,
+}
+
+impl OriginWindows {
+    /// Takes this event's counts; the average head time in ms since the oldest kept event
+    /// (`None` without a request to it in that time), and the requests per second sent to it.
+    fn observe(
+        &mut self,
+        now: std::collections::HashMap<(String, String), (u64, u64)>,
+    ) -> impl Fn(&(String, String)) -> (Option<f64>, f64) + '_ {
+        self.past.push_back(now);
+        if self.past.len() > ORIGIN_WINDOW + 1 {
+            self.past.pop_front();
+        }
+        let (oldest, newest) = (&self.past[0], &self.past[self.past.len() - 1]);
+        let span = (self.past.len() - 1).max(1) as f64;
+        move |k| {
+            let (c1, s1) = newest.get(k).copied().unwrap_or_default();
+            let (c0, s0) = oldest.get(k).copied().unwrap_or_default();
+            let (c, s) = (c1.saturating_sub(c0), s1.saturating_sub(s0));
+            // µs per head, in ms to the µs.
+            let mean = (c > 0).then(|| (s as f64 / c as f64).round() / 1e3);
+            (mean, c as f64 / span)
+        }
+    }
+}
+
 /// The figures of one event: the window between `before` and `now`, and the state now.
-pub fn snapshot(m: &Metrics, before: &(Instant, Totals), now: &(Instant, Totals)) -> Value {
+/// `origins` keeps each origin's recent response times from one event to the next.
+pub fn snapshot(
+    m: &Metrics,
+    before: &(Instant, Totals),
+    now: &(Instant, Totals),
+    origins: &mut OriginWindows,
+) -> Value {
     let (t0, a) = before;
     let (t1, b) = now;
     // The first event comes at once: its window counts as a second, not a spike.
@@ -141,16 +183,47 @@ pub fn snapshot(m: &Metrics, before: &(Instant, Totals), now: &(Instant, Totals)
             "disk": c.disk().map(crate::admin::figures::disk),
         })
     });
+    // Each origin's response time comes from the requests sent to it (plain and TLS), not
+    // only from health probes or `Performance` routing's average.
+    let mut heads = std::collections::HashMap::new();
+    if let Some(scene) = &scene {
+        for rule in scene.router.rules() {
+            for member in rule.upstreams.members() {
+                let (c, s) = member.stats(false).heads();
+                let (ct, st) = member.stats(true).heads();
+                let both = if std::ptr::eq(member.stats(false), member.stats(true)) {
+                    (c, s)
+                } else {
+                    (c + ct, s + st)
+                };
+                let key = (
+                    rule.config.domain_text.clone(),
+                    member.target.authority.as_str().to_owned(),
+                );
+                heads.insert(key, both);
+            }
+        }
+    }
+    let recent = origins.observe(heads);
     let mut upstreams = Vec::new();
     if let Some(scene) = &scene {
         for rule in scene.router.rules() {
             let set = &rule.upstreams;
             for member in set.members() {
+                let key = (
+                    rule.config.domain_text.clone(),
+                    member.target.authority.as_str().to_owned(),
+                );
+                let (mean, rate) = recent(&key);
+                let average = member
+                    .latency()
+                    .map(|d| (d.as_secs_f64() * 1e6).round() / 1e3);
                 upstreams.push(json!({
                     "rule": rule.config.domain_text,
                     "origin": member.target.authority.as_str(),
                     "up": set.in_rotation(member),
-                    "latency_ms": member.latency().map(|d| (d.as_secs_f64() * 1e6).round() / 1e3),
+                    "latency_ms": mean.or(average),
+                    "requests_per_second": (rate * 10.0).round() / 10.0,
                 }));
             }
         }

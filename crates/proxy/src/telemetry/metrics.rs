@@ -140,6 +140,15 @@ impl OriginStats {
         }
     }
 
+    /// Response heads received so far and their total time in µs.
+    pub fn heads(&self) -> (u64, u64) {
+        let mut h = HistSnap::default();
+        for s in self.shards.iter() {
+            s.0.head.add_to(&mut h);
+        }
+        (h.count(), h.sum_us)
+    }
+
     /// A new connection; the returned guard counts its bytes and its end.
     pub fn opened(self: &Arc<Self>) -> OriginConnStats {
         self.shard().opened.fetch_add(1, Relaxed);

@@ -72,6 +72,25 @@ try {
   });
   const hit = await page.textContent('#hit-total');
   const upstream = await page.textContent('#upstreams tbody tr:first-child td:nth-child(3)');
+  // The origin's response time comes from the requests it answered (the first /popular and
+  // nothing else here: no probes, no Performance routing).
+  const originTime = await waitFor('the origin response time', async () => {
+    const t = await page.textContent('#upstreams tbody tr:first-child td:nth-child(4)');
+    return t && t !== '–' ? t : null;
+  });
+  // The hit-ratio and latency chart draws lines once a few seconds in a row had requests:
+  // pixels below its label band.
+  for (let i = 0; i < 12; i++) {
+    await traffic('/popular', 5);
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  const qualityDrawn = await page.evaluate(() => {
+    const c = document.getElementById('quality');
+    const data = c.getContext('2d').getImageData(0, 20, c.width, c.height - 20).data;
+    let painted = 0;
+    for (let i = 3; i < data.length; i += 4) if (data[i] > 0) painted += 1;
+    return painted;
+  });
 
   // The purge form: the stored /popular goes.
   await page.fill('#purge-host', host);
@@ -85,7 +104,7 @@ try {
 
   // Let a few more events arrive, then look for console errors.
   await page.waitForTimeout(1500);
-  const result = { rps, before, total, topPath, hit, upstream, purged, errors };
+  const result = { rps, before, total, topPath, hit, upstream, originTime, qualityDrawn, purged, errors };
   console.log('RESULT ' + JSON.stringify(result));
   await browser.close();
   rmSync(profile, { recursive: true, force: true });
