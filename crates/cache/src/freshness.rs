@@ -34,7 +34,7 @@ pub enum Lifetime {
 }
 
 /// Status codes that are heuristically cacheable by default (RFC 9110 §15.1).
-const HEURISTICALLY_CACHEABLE: [u16; 12] =
+pub(crate) const HEURISTICALLY_CACHEABLE: [u16; 12] =
     [200, 203, 204, 206, 300, 301, 308, 404, 405, 410, 414, 501];
 
 /// §4.2.1 for a shared cache: s-maxage, then max-age, then Expires − Date (Expires − response_time

@@ -1,9 +1,12 @@
 //! Cache policy: may this response be stored (RFC 9111 §3 plus ARC2's rules), for how long, and
 //! may this stored response answer this request (§4.2, §5.2.1).
 //!
-//! ARC2 compatibility (ARC2-COMPAT §7.1): only GET responses with status 200, 201 or 204 are
-//! stored, never one with `Set-Cookie`. (ARC2 also stores 206; rampart stores full responses and
-//! answers ranges from them instead, so a partial response is never served for another range.)
+//! ARC2 compatibility (the default, [`Statuses::Arc2`]): only GET responses with status 200, 201
+//! or 204 are stored, never one with `Set-Cookie`. (ARC2 also stores 206; rampart stores full
+//! responses and answers ranges from them instead, so a partial response is never served for
+//! another range.) With [`Statuses::Rfc9111`] (`cache_statuses = "rfc9111"`) every final
+//! status RFC 9111 §3 lets a cache store is stored when it has a lifetime: an explicit one, or a
+//! heuristic one for the statuses §4.2.2 calls heuristically cacheable.
 //! On top of that the origin's `no-store` and `private` always win, a request with
 //! `Authorization` is shared only when the response allows it (§3.5), and `Vary: *` is never
 //! stored because it can never match.
@@ -30,6 +33,20 @@ pub struct RulePolicy {
     /// Store responses with `Set-Cookie` when they are explicitly cacheable for a shared cache
     /// (`store_set_cookie`).
     pub store_set_cookie: bool,
+    /// Which statuses may be stored (`cache_statuses`).
+    pub statuses: Statuses,
+}
+
+/// Which response statuses may be stored (`cache_statuses`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Statuses {
+    /// ARC2's list: 200, 201 and 204.
+    #[default]
+    Arc2,
+    /// Every final status but 206 (ranges are answered from full responses) and 304 (it
+    /// refreshes a stored response, it is not one): when the origin gives a lifetime, and for
+    /// the heuristically cacheable ones (RFC 9110 §15.1) also under `cache_heuristic`.
+    Rfc9111,
 }
 
 /// The lifetime of a response that gives no explicit one (`cache_heuristic`, RFC 9111 §4.2.2).
@@ -83,16 +100,16 @@ impl NotStored {
     }
 }
 
-fn status_storable(s: StatusCode) -> bool {
-    matches!(s.as_u16(), 200 | 201 | 204)
+fn status_storable(s: StatusCode, statuses: Statuses) -> bool {
+    match statuses {
+        Statuses::Arc2 => matches!(s.as_u16(), 200 | 201 | 204),
+        Statuses::Rfc9111 => s.as_u16() >= 200 && !matches!(s.as_u16(), 206 | 304),
+    }
 }
 
 /// Statuses that may get a heuristic (here: configured) lifetime, RFC 9110 §15.1.
 fn heuristically_cacheable(s: StatusCode) -> bool {
-    matches!(
-        s.as_u16(),
-        200 | 203 | 204 | 206 | 300 | 301 | 308 | 404 | 405 | 410 | 414 | 501
-    )
+    freshness::HEURISTICALLY_CACHEABLE.contains(&s.as_u16())
 }
 
 /// One request/response exchange, as the storage decision sees it.
@@ -123,7 +140,7 @@ pub fn storable(x: &Exchange<'_>, rule: RulePolicy) -> Result<Duration, NotStore
     if method != Method::GET {
         return Err(NotStored::Method);
     }
-    if !status_storable(status) {
+    if !status_storable(status, rule.statuses) {
         return Err(NotStored::Status);
     }
     if res.no_store || req.no_store {
@@ -156,7 +173,16 @@ pub fn storable(x: &Exchange<'_>, rule: RulePolicy) -> Result<Duration, NotStore
         }
     }
     let lifetime = if rule.override_origin {
-        rule.default_ttl
+        // Under RFC 9111's statuses, the rule's TTL replaces only what the origin could have
+        // had heuristically: a 500 or a 302 without a lifetime of its own is not kept for it.
+        let explicit = matches!(origin, Lifetime::Explicit(_));
+        if rule.statuses == Statuses::Rfc9111
+            && !(explicit || heuristically_cacheable(status) || res.public)
+        {
+            Duration::ZERO
+        } else {
+            rule.default_ttl
+        }
     } else {
         match (origin, rule.heuristic) {
             (Lifetime::Explicit(d), _) => d,

@@ -178,6 +178,7 @@ pub(crate) const KEYS: &[(&str, &str, Owner, Fallback)] = &[
     ("", "cache_heuristic", Rampart, Value("\"max_age\"")),
     ("", "store_set_cookie", Rampart, Value("false")),
     ("", "cache_by_scheme", Rampart, Value("true")),
+    ("", "cache_statuses", Rampart, Value("\"arc2\"")),
     // Management API
     ("", "api_key", Arc2, Unset("no management API")),
     ("", "purge_allow", Rampart, Value("[]")),
@@ -295,6 +296,7 @@ pub(crate) const KEYS: &[(&str, &str, Owner, Fallback)] = &[
     ("proxy_rules", "store_set_cookie", Rampart, Inherited),
     ("proxy_rules", "cache_by_scheme", Rampart, Inherited),
     ("proxy_rules", "cache_disk", Rampart, Value("true")),
+    ("proxy_rules", "cache_statuses", Rampart, Inherited),
     (
         "proxy_rules",
         "enable_sql_injection_protection",

@@ -219,6 +219,8 @@ pub struct CacheConfig {
     pub store_set_cookie: bool,
     /// The default `cache_by_scheme` of rules.
     pub by_scheme: bool,
+    /// The default `cache_statuses` of rules.
+    pub statuses: CacheStatuses,
     /// The disk tier (`cache_disk`), when there is one.
     pub disk: Option<DiskConfig>,
 }
@@ -248,6 +250,17 @@ pub enum CacheHeuristic {
     LastModified,
     /// `"none"`: only explicit freshness.
     None,
+}
+
+/// Which response statuses are stored (`cache_statuses`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CacheStatuses {
+    /// `"arc2"` (default): 200, 201 and 204, as ARC2.
+    #[default]
+    Arc2,
+    /// `"rfc9111"`: every final status RFC 9111 §3 allows (206 and 304 aside) that has a
+    /// lifetime: an explicit one, or a heuristic one for the heuristically cacheable statuses.
+    Rfc9111,
 }
 
 /// Worker layout (`worker_runtime`).
@@ -454,6 +467,8 @@ pub struct RuleConfig {
     /// `cache_disk` (rampart): whether this rule's responses may go to the disk tier (a rule
     /// turns it off with `cache_disk = false`).
     pub cache_disk: bool,
+    /// `cache_statuses` (the global one unless the rule sets its own).
+    pub cache_statuses: CacheStatuses,
     /// SQL-injection screening for this rule (global and rule switches both on).
     pub sql_injection: bool,
     /// `disallowed_user_agents`: a request whose User-Agent matches any entry is blocked.

@@ -1675,3 +1675,23 @@ fn a_rule_left_out_of_screening_is_a_warning_when_screening_is_on() {
     assert_eq!(w.len(), 1, "{}", shown(&v));
     assert!(w[0].contains("not screened for SQL injection"), "{w:?}");
 }
+
+#[test]
+fn cache_statuses_global_and_per_rule() {
+    let v = with("", "");
+    let c = v.config.expect("config");
+    assert_eq!(c.cache.statuses, CacheStatuses::Arc2);
+    assert_eq!(c.rules[0].cache_statuses, CacheStatuses::Arc2);
+    let c = with("cache_statuses = \"rfc9111\"", "")
+        .config
+        .expect("config");
+    assert_eq!(c.rules[0].cache_statuses, CacheStatuses::Rfc9111);
+    let c = with("cache_statuses = \"rfc9111\"", "cache_statuses = \"arc2\"")
+        .config
+        .expect("config");
+    assert_eq!(c.rules[0].cache_statuses, CacheStatuses::Arc2);
+    let v = with("", "cache_statuses = \"all\"");
+    let e = errors(&v);
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].contains("unknown cache_statuses \"all\""), "{e:?}");
+}

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::{cache_heuristic, secs, size};
+use super::{cache_heuristic, cache_statuses, secs, size};
 use crate::model::{CacheConfig, DiskConfig};
 use crate::reader::{At, Section, Sink};
 use crate::Severity;
@@ -43,6 +43,7 @@ pub(super) fn read(s: &mut Section<'_>, sink: &mut Sink<'_>) -> CacheConfig {
         heuristic: cache_heuristic(s, sink).unwrap_or_default(),
         store_set_cookie: s.bool(sink, "store_set_cookie").is_some_and(|b| b.value),
         by_scheme: s.bool(sink, "cache_by_scheme").is_none_or(|b| b.value),
+        statuses: cache_statuses(s, sink).unwrap_or_default(),
         disk,
     }
 }

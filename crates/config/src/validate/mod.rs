@@ -309,6 +309,24 @@ fn cache_heuristic(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Option<CacheHeur
     }
 }
 
+/// `cache_statuses` (global or per rule); `None` when absent or invalid (reported).
+fn cache_statuses(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Option<CacheStatuses> {
+    let v = s.string(sink, "cache_statuses")?;
+    match v.value.as_str() {
+        "arc2" => Some(CacheStatuses::Arc2),
+        "rfc9111" => Some(CacheStatuses::Rfc9111),
+        other => {
+            error(
+                sink,
+                &v,
+                format!("unknown cache_statuses {other:?}"),
+                "use \"arc2\" (default: 200, 201 and 204) or \"rfc9111\" (every status RFC 9111 lets a cache store, when it has a lifetime)",
+            );
+            None
+        }
+    }
+}
+
 /// A path to a file that must exist (checked now, so `rampart check` finds a typo).
 fn file_key(
     s: &mut Section<'_>,

@@ -68,7 +68,8 @@ pub fn respond(
         *res.headers_mut() = headers;
         return res;
     }
-    // RFC 9110 §13.2.1: preconditions apply to what would otherwise be a 2xx.
+    // RFC 9110 §13.2.1: preconditions apply to what would otherwise be a 2xx (a stored 404 or
+    // 301, under `cache_statuses = "rfc9111"`, ignores them).
     let failed =
         obj.status.is_success() && conditional::precondition_failed(req_headers, &obj.headers);
     let empty = || ProxyBody::full(bytes::Bytes::new());
@@ -76,7 +77,9 @@ pub fn respond(
         let mut h = HeaderMap::new();
         h.insert(CONTENT_LENGTH, HeaderValue::from_static("0"));
         (StatusCode::PRECONDITION_FAILED, h, empty())
-    } else if conditional::not_modified(req_headers, &obj.headers, obj.stored_date()) {
+    } else if obj.status.is_success()
+        && conditional::not_modified(req_headers, &obj.headers, obj.stored_date())
+    {
         (
             StatusCode::NOT_MODIFIED,
             conditional::not_modified_headers(&obj.headers),

@@ -7,8 +7,8 @@ use std::time::{Duration, SystemTime};
 
 use http::{Method, Request};
 use rampart_cache::key::SlotKeyRef;
-use rampart_cache::policy::{Heuristic, RulePolicy};
-use rampart_config::{CacheHeuristic, RuleConfig};
+use rampart_cache::policy::{Heuristic, RulePolicy, Statuses};
+use rampart_config::{CacheHeuristic, CacheStatuses, RuleConfig};
 
 use crate::caching::Found;
 use crate::error::ProxyError;
@@ -97,5 +97,9 @@ fn rule_policy(rule: &RuleConfig, max_age_seconds: u64) -> RulePolicy {
             CacheHeuristic::None => Heuristic::None,
         },
         store_set_cookie: rule.store_set_cookie,
+        statuses: match rule.cache_statuses {
+            CacheStatuses::Arc2 => Statuses::Arc2,
+            CacheStatuses::Rfc9111 => Statuses::Rfc9111,
+        },
     }
 }

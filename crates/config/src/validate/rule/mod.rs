@@ -7,7 +7,8 @@ mod protocols;
 mod tls;
 
 use crate::validate::{
-    body_size, cache_heuristic, cidrs, error, flag, lenient, rate_limit, transform, warn, I64,
+    body_size, cache_heuristic, cache_statuses, cidrs, error, flag, lenient, rate_limit, transform,
+    warn, I64,
 };
 use std::net::Ipv6Addr;
 
@@ -150,6 +151,7 @@ fn read_rule(
         store_set_cookie: caching.store_set_cookie,
         cache_by_scheme: caching.by_scheme,
         cache_disk: caching.disk,
+        cache_statuses: caching.statuses,
         sql_injection,
         disallowed_user_agents,
         allow_ips,
@@ -222,6 +224,7 @@ struct CacheKeys {
     store_set_cookie: bool,
     by_scheme: bool,
     disk: bool,
+    statuses: CacheStatuses,
 }
 
 impl CacheKeys {
@@ -238,6 +241,7 @@ impl CacheKeys {
                 .bool(sink, "cache_by_scheme")
                 .map_or(cache.by_scheme, |b| b.value),
             disk: read_disk_switch(s, sink, cache),
+            statuses: cache_statuses(s, sink).unwrap_or(cache.statuses),
         }
     }
 }
