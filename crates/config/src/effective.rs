@@ -374,6 +374,12 @@ pub(crate) const KEYS: &[(&str, &str, Owner, Fallback)] = &[
         Value("\"Whitelist\""),
     ),
     ("proxy_rules.path_rules", "max_age_seconds", Arc2, Inherited),
+    (
+        "proxy_rules.path_rules",
+        "ignore_case",
+        Rampart,
+        Value("false"),
+    ),
     // [[proxy_rules.disallowed_user_agents]]
     (
         "proxy_rules.disallowed_user_agents",

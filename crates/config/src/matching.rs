@@ -67,6 +67,22 @@ impl MatchType {
         self.matches_bytes(pattern.as_bytes(), subject.as_bytes())
     }
 
+    /// [`MatchType::matches`] ignoring ASCII case (`ignore_case = true` in a path rule).
+    pub fn matches_ignore_case(self, pattern: &str, subject: &str) -> bool {
+        let (p, s) = (pattern.as_bytes(), subject.as_bytes());
+        let contains = || p.is_empty() || s.windows(p.len()).any(|w| w.eq_ignore_ascii_case(p));
+        match self {
+            MatchType::Equals => s.eq_ignore_ascii_case(p),
+            MatchType::StartsWith => s.len() >= p.len() && s[..p.len()].eq_ignore_ascii_case(p),
+            MatchType::EndsWith => {
+                s.len() >= p.len() && s[s.len() - p.len()..].eq_ignore_ascii_case(p)
+            }
+            MatchType::Contains => contains(),
+            MatchType::DoesNotEqual => !s.eq_ignore_ascii_case(p),
+            MatchType::DoesNotContain => !contains(),
+        }
+    }
+
     /// [`MatchType::matches`] on bytes: a field value need not be UTF-8 (a header with one
     /// non-ASCII byte is still compared, not skipped).
     pub fn matches_bytes(self, pattern: &[u8], subject: &[u8]) -> bool {
@@ -116,6 +132,68 @@ impl DomainPattern {
                 host.len() > suffix.len() && host.ends_with(suffix.as_str())
             }
             DomainPattern::Any => true,
+        }
+    }
+}
+
+/// A regular expression as written and compiled once, when the configuration is read. Matching
+/// is linear in the subject's length (finite automata: no backtracking, whatever the pattern).
+/// Two patterns are equal when they were written the same.
+#[derive(Debug, Clone)]
+pub struct Pattern {
+    pub text: String,
+    pub regex: regex::Regex,
+}
+
+impl PartialEq for Pattern {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text && self.regex.as_str() == other.regex.as_str()
+    }
+}
+
+impl Pattern {
+    /// Compiles `text`; `ignore_case` makes letters match either case. The error says what is
+    /// wrong with the pattern.
+    pub fn new(text: &str, ignore_case: bool) -> Result<Pattern, String> {
+        regex::RegexBuilder::new(text)
+            .case_insensitive(ignore_case)
+            // A pattern in a configuration file stays small; a huge one is a mistake.
+            .size_limit(1 << 20)
+            .build()
+            .map(|regex| Pattern {
+                text: text.to_owned(),
+                regex,
+            })
+            .map_err(|e| match e {
+                regex::Error::Syntax(s) => s.lines().last().unwrap_or("").trim().to_owned(),
+                regex::Error::CompiledTooBig(_) => "the pattern compiles too big".to_owned(),
+                other => other.to_string(),
+            })
+    }
+}
+
+/// How a path rule compares its `path` with a request's path.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PathMatch {
+    /// One of ARC2's comparisons, optionally ignoring ASCII case (`ignore_case`).
+    Text { kind: MatchType, ignore_case: bool },
+    /// `match_type = "Regex"`: the path is a regular expression (unanchored: `^` and `$` say
+    /// where it must start and end).
+    Regex(Pattern),
+}
+
+impl PathMatch {
+    pub fn matches(&self, pattern: &str, path: &str) -> bool {
+        match self {
+            PathMatch::Text {
+                kind,
+                ignore_case: false,
+            } => kind.matches(pattern, path),
+            PathMatch::Text {
+                kind,
+                ignore_case: true,
+            } => kind.matches_ignore_case(pattern, path),
+            PathMatch::Regex(p) => p.regex.is_match(path),
         }
     }
 }

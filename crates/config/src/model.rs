@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use http::uri::Authority;
 
-pub use crate::matching::{Cidr, DomainPattern, MatchType};
+pub use crate::matching::{Cidr, DomainPattern, MatchType, PathMatch, Pattern};
 
 /// The whole validated configuration.
 #[derive(Debug, Clone, PartialEq)]
@@ -342,9 +342,17 @@ pub enum RuleType {
 #[derive(Debug, Clone, PartialEq)]
 pub struct PathRuleConfig {
     pub path: String,
-    pub match_type: MatchType,
+    /// `match_type` (and `ignore_case`): how `path` is compared.
+    pub matcher: PathMatch,
     pub rule_type: RuleType,
     pub max_age_seconds: u64,
+}
+
+impl PathRuleConfig {
+    /// Whether this path rule applies to `path` (normalised, without query).
+    pub fn matches(&self, path: &str) -> bool {
+        self.matcher.matches(&self.path, path)
+    }
 }
 
 /// How a rule picks among several upstreams.

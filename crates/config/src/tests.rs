@@ -1695,3 +1695,56 @@ fn cache_statuses_global_and_per_rule() {
     assert_eq!(e.len(), 1, "{e:?}");
     assert!(e[0].contains("unknown cache_statuses \"all\""), "{e:?}");
 }
+
+#[test]
+fn regex_and_case_insensitive_path_rules() {
+    let src = r#"
+[[proxy_rules]]
+domain = "x"
+max_age_seconds = 60
+forward_ipv4 = "127.0.0.1"
+[[proxy_rules.path_rules]]
+path = "^/api/v[0-9]+/"
+match_type = "Regex"
+rule_type = "Whitelist"
+max_age_seconds = 5
+[[proxy_rules.path_rules]]
+path = "\\.(JPG|PNG)$"
+match_type = "Regex"
+ignore_case = true
+rule_type = "Whitelist"
+max_age_seconds = 600
+[[proxy_rules.path_rules]]
+path = "/Admin"
+match_type = "StartsWith"
+ignore_case = true
+rule_type = "Blacklist"
+max_age_seconds = 0
+"#;
+    let v = validate(src, 1);
+    let c = v.config.unwrap_or_else(|| panic!("{:?}", v.diagnostics));
+    let pr = &c.rules[0].path_rules;
+    assert!(pr[0].matches("/api/v2/users"));
+    assert!(!pr[0].matches("/api/vx/users"));
+    assert!(!pr[0].matches("/x/api/v2/"), "anchored by its ^");
+    assert!(pr[1].matches("/img/a.jpg") && pr[1].matches("/img/A.PNG"));
+    assert!(!pr[1].matches("/img/a.gif"));
+    assert!(pr[2].matches("/admin/x") && pr[2].matches("/ADMIN") && !pr[2].matches("/adm"));
+    // A pattern that backtracking engines take exponential time on is linear here.
+    let evil = Pattern::new("^(a+)+$", false).expect("valid");
+    let subject = format!("{}!", "a".repeat(100_000));
+    assert!(!evil.regex.is_match(&subject));
+    // A bad pattern is reported at its line and column, with what is wrong.
+    let bad = src.replace("^/api/v[0-9]+/", "^/api/(v[0-9]+/");
+    let v = validate(&bad, 1);
+    let e = errors(&v);
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(
+        e[0].contains("at 7:8") && e[0].contains("is not a valid regular expression"),
+        "{e:?}"
+    );
+    assert!(e[0].contains("unclosed group"), "{e:?}");
+    // Look-around is not supported (it is what makes matching non-linear): said so.
+    let v = validate(&src.replace("^/api/v[0-9]+/", "^/api(?=/v)"), 1);
+    assert!(errors(&v)[0].contains("look-around"), "{:?}", errors(&v));
+}

@@ -84,3 +84,42 @@ async fn a_whitelist_matches_the_normal_path_and_the_origin_is_sent_it() {
     let got = get(&proxy, "site", "/pub/x/y%2Fz?a=%2e").await;
     assert_eq!(got.header("x-arc2-cache"), Some("Hit"));
 }
+
+/// NGINX's `location ~*` and `location ~`: a case-insensitive prefix and a regular expression,
+/// both matched on the normalised path, so `/ADMIN`, `/Admin/../ADMIN/x` and `/%41dmin` are all
+/// refused by a rule on `/admin` that ignores case.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn case_insensitive_and_regex_path_rules_hold_for_every_spelling() {
+    let origin = Origin::new().route("*", Reply::text("ok")).start().await;
+    let cfg = config_for(
+        "site",
+        &origin,
+        "strict_path_rules = true",
+        "[[proxy_rules.path_rules]]\npath = \"/admin\"\nmatch_type = \"StartsWith\"\nignore_case = true\n\
+         rule_type = \"Blacklist\"\nmax_age_seconds = 0\n\
+         [[proxy_rules.path_rules]]\npath = '\\.(php|asp)$'\nmatch_type = \"Regex\"\nignore_case = true\n\
+         rule_type = \"Blacklist\"\nmax_age_seconds = 0\n",
+    );
+    let proxy = Proxy::start(&cfg);
+    assert_eq!(status_of(&proxy, "/public", "curl/8"), 200);
+    assert_eq!(status_of(&proxy, "/index.html", "curl/8"), 200);
+    let before = origin.requests();
+    for target in [
+        "/admin",
+        "/ADMIN",
+        "/Admin/users",
+        "/%41dmin",
+        "/x/../ADMIN",
+        "/wp/login.php",
+        "/wp/LOGIN.PHP",
+        "/default.Asp?x=1",
+        "/a%2Ephp",
+    ] {
+        assert_eq!(status_of(&proxy, target, "curl/8"), 403, "{target}");
+    }
+    assert_eq!(
+        origin.requests(),
+        before,
+        "nothing refused reached the origin"
+    );
+}

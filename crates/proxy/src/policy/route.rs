@@ -203,11 +203,7 @@ impl Rule {
     /// Applies `path_rules`, `paths` and `rule_type` to a request path (without query).
     pub fn decide(&self, path: &str) -> PathDecision {
         let c = &self.config;
-        let (rule_type, matched, max_age) = match c
-            .path_rules
-            .iter()
-            .find(|pr| pr.match_type.matches(&pr.path, path))
-        {
+        let (rule_type, matched, max_age) = match c.path_rules.iter().find(|pr| pr.matches(path)) {
             Some(pr) => (pr.rule_type, true, pr.max_age_seconds),
             None => (
                 c.rule_type,

@@ -508,7 +508,7 @@ pub(super) fn match_type(sink: &mut Sink<'_>, v: &At<String>) -> Option<MatchTyp
                 sink,
                 v,
                 format!("unknown match_type {:?}", v.value),
-                "use one of Equals, StartsWith, EndsWith, Contains, DoesNotEqual, DoesNotContain (case-sensitive)",
+                "use one of Equals, StartsWith, EndsWith, Contains, DoesNotEqual, DoesNotContain (case-sensitive; in a path rule also Regex)",
             );
             return None;
         }

@@ -2,9 +2,9 @@
 //! and for how long it is cached).
 
 use super::{blacklist_bypasses, match_type, parse_rule_type};
-use crate::model::{PathRuleConfig, RuleType};
+use crate::model::{PathMatch, PathRuleConfig, Pattern, RuleType};
 use crate::reader::{Section, Sink};
-use crate::validate::{lenient, warn, I64};
+use crate::validate::{error, lenient, warn, I64};
 use crate::Severity;
 
 /// `paths`: the path prefixes the rule applies to (`/` when absent or empty).
@@ -57,8 +57,24 @@ pub(super) fn read_path_rules(
                     "add `path = \"/static\"`",
                 );
             }
+            let ignore_case = pr.bool(sink, "ignore_case").is_some_and(|b| b.value);
             let mt = match pr.string(sink, "match_type") {
-                Some(m) => match_type(sink, &m),
+                Some(m) if m.value == "Regex" => match &path {
+                    Some(p) => match Pattern::new(&p.value, ignore_case) {
+                        Ok(re) => Some(PathMatch::Regex(re)),
+                        Err(why) => {
+                            error(
+                                sink,
+                                p,
+                                format!("{:?} is not a valid regular expression: {why}", p.value),
+                                "write a pattern in Rust's regex syntax, e.g. \"^/api/v[0-9]+/\" (no look-around or back-references)",
+                            );
+                            None
+                        }
+                    },
+                    None => None,
+                },
+                Some(m) => match_type(sink, &m).map(|kind| PathMatch::Text { kind, ignore_case }),
                 None => {
                     if !pr.has("match_type") {
                         pr.missing(
@@ -104,14 +120,13 @@ pub(super) fn read_path_rules(
             };
             pr.finish(sink);
             match (path, mt, rt, age) {
-                (Some(path), Some(match_type), Some(rule_type), Some(max_age_seconds)) => {
-                    path_rules.push(PathRuleConfig {
+                (Some(path), Some(matcher), Some(rule_type), Some(max_age_seconds)) => path_rules
+                    .push(PathRuleConfig {
                         path: path.value,
-                        match_type,
+                        matcher,
                         rule_type,
                         max_age_seconds,
-                    })
-                }
+                    }),
                 _ => ok = false,
             }
         }
