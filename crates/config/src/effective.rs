@@ -359,6 +359,103 @@ pub(crate) const KEYS: &[(&str, &str, Owner, Fallback)] = &[
     ("proxy_rules", "path_rules", Arc2, Unset("none")),
     ("proxy_rules", "disallowed_user_agents", Arc2, Unset("none")),
     ("proxy_rules", "routing_rules", Arc2, Unset("none")),
+    (
+        "proxy_rules",
+        "request_headers",
+        Rampart,
+        Unset("the request's fields go as rampart sets them"),
+    ),
+    (
+        "proxy_rules",
+        "response_headers",
+        Rampart,
+        Unset("the response's fields go as they are"),
+    ),
+    ("proxy_rules", "redirects", Rampart, Unset("none")),
+    ("proxy_rules", "rewrites", Rampart, Unset("none")),
+    (
+        "proxy_rules",
+        "error_pages",
+        Rampart,
+        Unset("rampart's short plain-text answers"),
+    ),
+    // [proxy_rules.request_headers], [proxy_rules.response_headers] (and in a path rule)
+    (
+        "proxy_rules.request_headers",
+        "remove",
+        Rampart,
+        Value("[]"),
+    ),
+    ("proxy_rules.request_headers", "set", Rampart, Value("{}")),
+    ("proxy_rules.request_headers", "add", Rampart, Value("{}")),
+    (
+        "proxy_rules.response_headers",
+        "remove",
+        Rampart,
+        Value("[]"),
+    ),
+    ("proxy_rules.response_headers", "set", Rampart, Value("{}")),
+    ("proxy_rules.response_headers", "add", Rampart, Value("{}")),
+    (
+        "proxy_rules.path_rules",
+        "request_headers",
+        Rampart,
+        Unset("the rule's apply"),
+    ),
+    (
+        "proxy_rules.path_rules",
+        "response_headers",
+        Rampart,
+        Unset("the rule's apply"),
+    ),
+    (
+        "proxy_rules.path_rules.request_headers",
+        "remove",
+        Rampart,
+        Value("[]"),
+    ),
+    (
+        "proxy_rules.path_rules.request_headers",
+        "set",
+        Rampart,
+        Value("{}"),
+    ),
+    (
+        "proxy_rules.path_rules.request_headers",
+        "add",
+        Rampart,
+        Value("{}"),
+    ),
+    (
+        "proxy_rules.path_rules.response_headers",
+        "remove",
+        Rampart,
+        Value("[]"),
+    ),
+    (
+        "proxy_rules.path_rules.response_headers",
+        "set",
+        Rampart,
+        Value("{}"),
+    ),
+    (
+        "proxy_rules.path_rules.response_headers",
+        "add",
+        Rampart,
+        Value("{}"),
+    ),
+    // [[proxy_rules.redirects]], [[proxy_rules.rewrites]]
+    ("proxy_rules.redirects", "from", Rampart, Unset("required")),
+    ("proxy_rules.redirects", "to", Rampart, Unset("required")),
+    ("proxy_rules.redirects", "status", Rampart, Value("301")),
+    (
+        "proxy_rules.redirects",
+        "keep_query",
+        Rampart,
+        Value("true"),
+    ),
+    ("proxy_rules.rewrites", "from", Rampart, Unset("required")),
+    ("proxy_rules.rewrites", "to", Rampart, Unset("required")),
     // [[proxy_rules.path_rules]]
     ("proxy_rules.path_rules", "path", Arc2, Unset("required")),
     (
@@ -486,10 +583,20 @@ pub(crate) const KEYS: &[(&str, &str, Owner, Fallback)] = &[
 const NESTED: &[(&str, &str, bool)] = &[
     ("", "proxy_rules", true),
     ("proxy_rules", "path_rules", true),
+    ("proxy_rules.path_rules", "request_headers", false),
+    ("proxy_rules.path_rules", "response_headers", false),
     ("proxy_rules", "disallowed_user_agents", true),
     ("proxy_rules", "routing_rules", false),
     ("proxy_rules.routing_rules", "routing_locations", true),
+    ("proxy_rules", "request_headers", false),
+    ("proxy_rules", "response_headers", false),
+    ("proxy_rules", "redirects", true),
+    ("proxy_rules", "rewrites", true),
+    ("proxy_rules", "error_pages", false),
 ];
+
+/// Sections whose keys are names the file chooses (statuses): printed as written.
+const OPEN: &[&str] = &["proxy_rules.error_pages"];
 
 /// The file `src` as rampart reads it (`src` must be valid TOML; `cpus` as given to
 /// [`crate::validate`]).
@@ -509,6 +616,14 @@ pub fn effective(src: &str, cpus: usize) -> String {
 /// Prints one section's keys, then its nested sections. `outer` holds the sections around it,
 /// innermost last, for inherited defaults.
 fn section(out: &mut String, t: &dyn TableLike, kind: &str, outer: &[&dyn TableLike], cpus: usize) {
+    if OPEN.contains(&kind) {
+        for (k, item) in t.iter() {
+            if let Some(v) = value_of(item) {
+                out.push_str(&format!("{} = {v}  # rampart\n", toml_edit::Key::new(k)));
+            }
+        }
+        return;
+    }
     let lines: Vec<(String, String)> = KEYS
         .iter()
         .filter(|(k, name, ..)| {
@@ -578,9 +693,7 @@ fn line(
         Arc2 => "ARC2",
         Rampart => "rampart",
     };
-    if let Some(v) = t.get(name).and_then(Item::as_value) {
-        let mut v = v.clone();
-        v.decor_mut().clear();
+    if let Some(v) = t.get(name).and_then(value_of) {
         return (format!("{name} = {v}"), who.to_owned());
     }
     match default {
@@ -624,4 +737,15 @@ fn line(
             }
         }
     }
+}
+
+/// A key's value as one line: a value as written, a `[section]` as an inline table.
+fn value_of(item: &Item) -> Option<toml_edit::Value> {
+    let mut v = match item {
+        Item::Value(v) => v.clone(),
+        Item::Table(t) => toml_edit::Value::InlineTable(t.clone().into_inline_table()),
+        _ => return None,
+    };
+    v.decor_mut().clear();
+    Some(v)
 }

@@ -346,6 +346,9 @@ pub struct PathRuleConfig {
     pub matcher: PathMatch,
     pub rule_type: RuleType,
     pub max_age_seconds: u64,
+    /// This path's own field rules, applied after the rule's.
+    pub request_headers: HeaderRules,
+    pub response_headers: HeaderRules,
 }
 
 impl PathRuleConfig {
@@ -353,6 +356,121 @@ impl PathRuleConfig {
     pub fn matches(&self, path: &str) -> bool {
         self.matcher.matches(&self.path, path)
     }
+}
+
+/// What a request or response's fields get on their way (`[proxy_rules.request_headers]`,
+/// `[proxy_rules.response_headers]`, and the same in a path rule): removed first, then set
+/// (replacing every field of the name), then added (beside those there are).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct HeaderRules {
+    pub remove: Vec<http::HeaderName>,
+    pub set: Vec<(http::HeaderName, Template)>,
+    pub add: Vec<(http::HeaderName, Template)>,
+}
+
+impl HeaderRules {
+    pub fn is_empty(&self) -> bool {
+        self.remove.is_empty() && self.set.is_empty() && self.add.is_empty()
+    }
+
+    /// Whether a value uses `v`.
+    pub fn uses(&self, v: Variable) -> bool {
+        self.set
+            .iter()
+            .chain(&self.add)
+            .any(|(_, t)| t.parts.contains(&TemplatePart::Var(v)))
+    }
+}
+
+/// A field value with variables: `"{client_ip}"`, `"https://{host}{path}"`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Template {
+    pub parts: Vec<TemplatePart>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TemplatePart {
+    Text(String),
+    Var(Variable),
+}
+
+/// What a header value or a redirect target may name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Variable {
+    /// `{client_ip}`: the client's address (from `X-Forwarded-For` behind `trusted_proxies`).
+    ClientIp,
+    /// `{scheme}`: `http` or `https`, as the client connected.
+    Scheme,
+    /// `{host}`: the host the request was routed by, without its port.
+    Host,
+    /// `{request_id}`: the request's id (the client's `X-Request-Id` when usable, else
+    /// rampart's), as the origin and the access log get it.
+    RequestId,
+    /// `{path}`: the request's path (normalised; after rewrites, the rewritten one).
+    Path,
+    /// `{query}`: the query string without its `?` (empty when there is none).
+    Query,
+}
+
+impl Variable {
+    pub const ALL: [(&'static str, Variable); 6] = [
+        ("client_ip", Variable::ClientIp),
+        ("scheme", Variable::Scheme),
+        ("host", Variable::Host),
+        ("request_id", Variable::RequestId),
+        ("path", Variable::Path),
+        ("query", Variable::Query),
+    ];
+}
+
+/// `[[proxy_rules.rewrites]]`: a path rewritten before the request goes on (NGINX's `rewrite
+/// ... break`, Caddy's `rewrite`). The first that matches applies.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rewrite {
+    /// `from`: matched on the normalised path (without query).
+    pub from: Pattern,
+    /// `to`: the new path, `$1`/`${name}` for what `from` captured.
+    pub to: String,
+}
+
+/// `[[proxy_rules.redirects]]`: answered with a redirect (NGINX's `return 301`, Caddy's
+/// `redir`). The first that matches applies, before any rewrite.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Redirect {
+    pub from: Pattern,
+    /// `to`: a path or a URL, with `$1`/`${name}` and the variables of header values.
+    pub to: Template,
+    /// 301 (default), 302, 303, 307 or 308.
+    pub status: u16,
+    /// `keep_query` (default true): the request's query string is added to the target.
+    pub keep_query: bool,
+}
+
+/// `[proxy_rules.error_pages]`: the bodies of a rule's error answers (NGINX's `error_page`,
+/// HAProxy's `errorfile`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ErrorPages {
+    /// By status; rampart's own answers with that status get the page.
+    pub pages: Vec<(u16, ErrorPage)>,
+    /// `origin_errors` (default false): the origin's 5xx answers get the page of their status
+    /// too (when there is one).
+    pub origin_errors: bool,
+}
+
+impl ErrorPages {
+    pub fn get(&self, status: u16) -> Option<&ErrorPage> {
+        self.pages
+            .iter()
+            .find(|(s, _)| *s == status)
+            .map(|(_, p)| p)
+    }
+}
+
+/// One error page: its body (read from its file when the configuration is read) and type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorPage {
+    pub body: Vec<u8>,
+    pub content_type: String,
 }
 
 /// How a rule picks among several upstreams.
@@ -477,6 +595,14 @@ pub struct RuleConfig {
     pub cache_disk: bool,
     /// `cache_statuses` (the global one unless the rule sets its own).
     pub cache_statuses: CacheStatuses,
+    /// Field rules for requests to the origin and responses to the client.
+    pub request_headers: HeaderRules,
+    pub response_headers: HeaderRules,
+    /// Redirects, then rewrites, in file order (the first match of each applies).
+    pub redirects: Vec<Redirect>,
+    pub rewrites: Vec<Rewrite>,
+    /// Error pages for this rule's error answers.
+    pub error_pages: ErrorPages,
     /// SQL-injection screening for this rule (global and rule switches both on).
     pub sql_injection: bool,
     /// `disallowed_user_agents`: a request whose User-Agent matches any entry is blocked.

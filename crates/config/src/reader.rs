@@ -437,6 +437,8 @@ pub(crate) struct Section<'d> {
     /// How its header is written: `[[proxy_rules]]`, `[proxy_rules.routing_rules]`; empty at
     /// the top level.
     header: String,
+    /// Its keys are names the file chooses (header names, statuses): none is unknown.
+    open: bool,
 }
 
 /// The TOML type names used in messages.
@@ -469,7 +471,29 @@ impl<'d> Section<'d> {
             span,
             seen: HashSet::new(),
             header,
+            open: false,
         }
+    }
+
+    /// Every key of this table with its value and where it was written, for tables whose keys
+    /// are names the file chooses (header names, statuses); none of them is then unknown.
+    pub(crate) fn entries(&mut self) -> Vec<At<&'d Item>> {
+        self.open = true;
+        self.table
+            .iter()
+            .map(|(k, item)| {
+                let span = self
+                    .table
+                    .get_key_value(k)
+                    .and_then(|(key, _)| key.span())
+                    .or_else(|| item.span());
+                At {
+                    value: item,
+                    key: self.key_path(k),
+                    span,
+                }
+            })
+            .collect()
     }
 
     /// An entry of an array of tables (`[[proxy_rules]]`).
@@ -851,6 +875,9 @@ impl<'d> Section<'d> {
     /// Records the keys this section reads, and every key in it that no reader asked for
     /// (reported by [`Sink::resolve_unknown`] once the whole file is read).
     pub(crate) fn finish(self, sink: &mut Sink<'_>) {
+        if self.open {
+            return;
+        }
         let kind = kind_of(&self.path);
         let present: Vec<String> = self.table.iter().map(|(k, _)| k.to_owned()).collect();
         for (k, item) in self.table.iter() {

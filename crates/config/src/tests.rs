@@ -1748,3 +1748,102 @@ max_age_seconds = 0
     let v = validate(&src.replace("^/api/v[0-9]+/", "^/api(?=/v)"), 1);
     assert!(errors(&v)[0].contains("look-around"), "{:?}", errors(&v));
 }
+
+#[test]
+fn header_rules_redirects_rewrites_and_error_pages() {
+    let page = std::env::temp_dir().join(format!("rampart-page-{}.html", std::process::id()));
+    std::fs::write(&page, "<h1>down</h1>").expect("write");
+    let src = format!(
+        r#"
+[[proxy_rules]]
+domain = "x"
+max_age_seconds = 60
+forward_ipv4 = "127.0.0.1"
+[proxy_rules.request_headers]
+set = {{ "X-Real-IP" = "{{client_ip}}", "X-Url" = "{{scheme}}://{{host}}{{path}}" }}
+add = {{ "X-Via" = "rampart" }}
+remove = ["X-Debug"]
+[proxy_rules.response_headers]
+set = {{ "X-Frame-Options" = "DENY" }}
+remove = ["Server"]
+[[proxy_rules.redirects]]
+from = "^/old/(.*)$"
+to = "https://new.example/$1"
+status = 308
+[[proxy_rules.rewrites]]
+from = "^/api/v1/(?P<rest>.*)$"
+to = "/v1/${{rest}}"
+[proxy_rules.error_pages]
+503 = {:?}
+404 = {{ body = "<p>not here</p>" }}
+origin_errors = true
+[[proxy_rules.path_rules]]
+path = "/static"
+match_type = "StartsWith"
+rule_type = "Whitelist"
+max_age_seconds = 600
+[proxy_rules.path_rules.response_headers]
+set = {{ "Cache-Control" = "public, max-age=600" }}
+"#,
+        page.display().to_string()
+    );
+    let v = validate(&src, 1);
+    let c = v.config.unwrap_or_else(|| panic!("{:?}", v.diagnostics));
+    let r = &c.rules[0];
+    assert_eq!(r.request_headers.set.len(), 2);
+    assert_eq!(r.request_headers.set[0].0, "x-real-ip");
+    assert_eq!(
+        r.request_headers.set[0].1.parts,
+        [TemplatePart::Var(Variable::ClientIp)]
+    );
+    assert_eq!(r.request_headers.remove[0], "x-debug");
+    assert!(r.request_headers.uses(Variable::Host));
+    assert_eq!(r.response_headers.set[0].0, "x-frame-options");
+    assert_eq!(r.redirects[0].status, 308);
+    assert!(r.redirects[0].keep_query);
+    assert_eq!(r.rewrites[0].to, "/v1/${rest}");
+    assert_eq!(r.error_pages.get(503).expect("503").body, b"<h1>down</h1>");
+    assert_eq!(
+        r.error_pages.get(503).expect("503").content_type,
+        "text/html; charset=utf-8"
+    );
+    assert_eq!(
+        r.error_pages.get(404).expect("404").content_type,
+        "text/html; charset=utf-8"
+    );
+    assert!(r.error_pages.origin_errors);
+    assert_eq!(r.path_rules[0].response_headers.set.len(), 1);
+    // The printed file reads back the same.
+    let printed = crate::effective(&src, 1);
+    assert_eq!(validate(&printed, 1).config, Some(c), "{printed}");
+
+    // Every mistake, at its line.
+    for (bad, want) in [
+        ("{client_ip}", "{nope}"),
+        ("\"X-Real-IP\"", "\"Content-Length\""),
+        ("\"X-Real-IP\"", "\"Bad Name\""),
+        ("status = 308", "status = 200"),
+        ("to = \"https://new.example/$1\"", "to = \"new.example/$1\""),
+        (
+            "to = \"https://new.example/$1\"",
+            "to = \"https://x/{client_ip}\"",
+        ),
+        ("to = \"/v1/${rest}\"", "to = \"v1?x=1\""),
+        ("from = \"^/old/(.*)$\"", "from = \"^/old/(.*$\""),
+        ("404 = {", "200 = {"),
+        ("origin_errors = true", "origin_errors = \"yes\""),
+    ] {
+        let text = src.replace(bad, want);
+        assert_ne!(text, src, "{bad}");
+        let v = validate(&text, 1);
+        let e = errors(&v);
+        assert_eq!(e.len(), 1, "{want}: {e:?}");
+        assert!(e[0].starts_with("error at "), "{e:?}");
+    }
+    let missing = src.replace(
+        &format!("{:?}", page.display().to_string()),
+        "\"/nonexistent/503.html\"",
+    );
+    assert!(errors(&validate(&missing, 1))[0].contains("cannot read the error page"));
+    let _ = std::fs::remove_file(&page);
+}

@@ -106,8 +106,11 @@ pub(crate) fn catalog() -> &'static HashMap<String, Kind> {
     static CATALOG: OnceLock<HashMap<String, Kind>> = OnceLock::new();
     CATALOG.get_or_init(|| {
         const SKELETON: &str = "[[proxy_rules]]\n[[proxy_rules.path_rules]]\n\
+            [proxy_rules.path_rules.request_headers]\n[proxy_rules.path_rules.response_headers]\n\
             [[proxy_rules.disallowed_user_agents]]\n[proxy_rules.routing_rules]\n\
-            [[proxy_rules.routing_rules.routing_locations]]\n";
+            [[proxy_rules.routing_rules.routing_locations]]\n\
+            [proxy_rules.request_headers]\n[proxy_rules.response_headers]\n\
+            [[proxy_rules.redirects]]\n[[proxy_rules.rewrites]]\n[proxy_rules.error_pages]\n";
         let doc = toml_edit::Document::parse(SKELETON).expect("the skeleton is valid TOML");
         let mut sink = Sink::new(SKELETON);
         read_config(

@@ -30,8 +30,11 @@ pub struct OriginFields {
     /// Fields rampart sets, each in place of the client's fields of that name, except `Via`,
     /// which follows the client's (RFC 9110 §7.6.3).
     set: Vec<(HeaderName, HeaderValue)>,
-    /// Fields the client's `Connection` names: hop-by-hop, left out (RFC 9110 §7.6.1).
+    /// Fields the client's `Connection` names: hop-by-hop, left out (RFC 9110 §7.6.1); and
+    /// those a rule's `request_headers` removes.
     named: Vec<HeaderName>,
+    /// Fields a rule's `request_headers` adds, after the client's.
+    added: Vec<(HeaderName, HeaderValue)>,
 }
 
 impl OriginFields {
@@ -50,7 +53,31 @@ impl OriginFields {
         OriginFields {
             set: Vec::with_capacity(8),
             named,
+            added: Vec::new(),
         }
+    }
+
+    /// A rule removes `name`: neither the client's fields of that name nor rampart's go.
+    pub fn remove(&mut self, name: &HeaderName) {
+        self.set.retain(|(n, _)| n != name);
+        self.added.retain(|(n, _)| n != name);
+        self.named.push(name.clone());
+    }
+
+    /// A rule sets `name`: in place of the client's fields and of what rampart would set.
+    pub fn replace(&mut self, name: HeaderName, value: HeaderValue) {
+        self.set.retain(|(n, _)| *n != name);
+        self.set.push((name, value));
+    }
+
+    /// A rule adds `name` after the fields of that name there are.
+    pub fn add(&mut self, name: HeaderName, value: HeaderValue) {
+        self.added.push((name, value));
+    }
+
+    /// The value rampart sends for `name` in place of the client's, if it sets one.
+    pub fn get(&self, name: &HeaderName) -> Option<&HeaderValue> {
+        self.set.iter().find(|(n, _)| n == name).map(|(_, v)| v)
     }
 
     /// Sets `name` to `value` in place of the client's fields of that name (`Via`: after
@@ -84,11 +111,13 @@ impl OriginFields {
             .map(|(n, v)| (n, v))
     }
 
-    /// The fields rampart sets that go after the client's: `Via`, which extends the client's.
+    /// The fields rampart sets that go after the client's: `Via`, which extends the client's,
+    /// and what a rule adds.
     pub fn after(&self) -> impl Iterator<Item = (&HeaderName, &HeaderValue)> {
         self.set
             .iter()
             .filter(|(n, _)| n == VIA)
+            .chain(&self.added)
             .map(|(n, v)| (n, v))
     }
 

@@ -12,6 +12,7 @@ use http::request::Parts;
 use http::uri::Authority;
 use http::{HeaderMap, Method, Request, Response, Version};
 use rampart_cache::conditional;
+use rampart_cache::key::host_name;
 use rampart_config::{OriginProtocol, RoutingMethod};
 
 use crate::body::origin::OriginBody;
@@ -26,6 +27,7 @@ use crate::origin::pool::{UpstreamSet, UpstreamState, ERROR_PENALTY};
 use crate::pipeline::conn_info::{ConnInfo, Scheme};
 use crate::pipeline::txn::{target, Mode, Txn};
 use crate::pipeline::worker_state::Worker;
+use crate::policy::rewrite;
 use crate::telemetry::access_log;
 
 /// What fetch brings back.
@@ -115,6 +117,30 @@ pub fn send<'a>(
     );
     if plan.upgrade {
         ask_for_websocket(&mut fields);
+    }
+    // The rule's request field rules (and its path rule's), after rampart's own: they win.
+    let rule = &route.rule.config;
+    if rewrite::rules(rule, route.path_rule, false)
+        .next()
+        .is_some()
+    {
+        let id = fields
+            .get(&access_log::X_REQUEST_ID)
+            .or_else(|| access_log::usable_request_id(&head.headers))
+            .cloned();
+        let vars = rewrite::Vars {
+            client_ip: Some(txn.client),
+            scheme: txn.conn.scheme.as_str(),
+            host: host_name(route.host.to_str().unwrap_or("")),
+            request_id: id.as_ref(),
+            path: head.uri.path(),
+            query: head.uri.query().unwrap_or(""),
+        };
+        rewrite::to_origin(
+            rewrite::rules(rule, route.path_rule, false),
+            &mut fields,
+            &vars,
+        );
     }
     let keep_headers = plan.keep_headers;
     let revalidating = plan.validators.is_some();

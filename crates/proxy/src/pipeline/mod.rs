@@ -32,6 +32,7 @@ use tracing::Instrument as _;
 use crate::body::{ClientBody, ProxyBody, RequestBody};
 use crate::error::ProxyError;
 use crate::outcome::Served;
+use crate::policy::rewrite;
 use crate::telemetry::metrics;
 use conn_info::{ConnInfo, Scheme};
 use deliver::Delivered;
@@ -166,12 +167,43 @@ impl Pipeline {
     ) -> Response<ProxyBody> {
         // Clients' requests are counted; background refreshes are not.
         let client = txn.mode == Mode::Client;
-        let mut res = res.unwrap_or_else(|e| {
-            if client {
-                metrics::get().refused(&e);
+        let pages = txn.route.as_ref().map(|r| &r.rule.config.error_pages);
+        let mut res = match res {
+            Ok(res) => match pages {
+                // `origin_errors`: the origin's 5xx gets the page of its status too.
+                Some(p) if p.origin_errors && res.status().is_server_error() => {
+                    match p.get(res.status().as_u16()) {
+                        Some(page) => rewrite::with_page(res, page),
+                        None => res,
+                    }
+                }
+                _ => res,
+            },
+            Err(e) => {
+                if client {
+                    metrics::get().refused(&e);
+                }
+                let res = synth::error(&e, txn);
+                match pages.and_then(|p| p.get(res.status().as_u16())) {
+                    Some(page) if !e.is_api() => rewrite::with_page(res, page),
+                    _ => res,
+                }
             }
-            synth::error(&e, txn)
-        });
+        };
+        if let Some(route) = &txn.route {
+            if let Some(v) = &route.answer_vars {
+                let vars = rewrite::Vars {
+                    client_ip: Some(txn.client),
+                    scheme: txn.conn.scheme.as_str(),
+                    host: rampart_cache::key::host_name(route.host.to_str().unwrap_or("")),
+                    request_id: v.request_id.as_ref(),
+                    path: &v.path,
+                    query: &v.query,
+                };
+                let rules = rewrite::rules(&route.rule.config, route.path_rule, true);
+                rewrite::to_client(rules, res.headers_mut(), &vars);
+            }
+        }
         if client {
             let stats = match &txn.route {
                 Some(r) => &*r.rule.stats,

@@ -10,6 +10,7 @@ use http::header::{HeaderValue, EXPECT, HOST};
 use http::uri::PathAndQuery;
 use http::{Request, Response, StatusCode, Uri, Version};
 use rampart_cache::key::{host_name, is_valid_host};
+use rampart_config::Variable;
 
 use crate::admin;
 use crate::body::local::text;
@@ -20,10 +21,11 @@ use crate::outcome::CacheOutcome;
 use crate::pipeline::conn_info::Scheme;
 use crate::pipeline::step::Step;
 use crate::pipeline::synth;
-use crate::pipeline::txn::{target, Mode, Route, Txn};
+use crate::pipeline::txn::{target, AnswerVars, Mode, Route, Txn};
 use crate::pipeline::websocket;
 use crate::pipeline::worker_state::Worker;
 use crate::policy::path;
+use crate::policy::rewrite;
 use crate::policy::route::PathDecision;
 use crate::policy::route::Router;
 use crate::telemetry::access_log::AccessRecord;
@@ -66,7 +68,15 @@ pub async fn recv(
             return answer.map(|res| Step::Done(Box::new(res)));
         }
     }
-    txn.route = Some(route(&w.router, req)?);
+    txn.route = Some(route(&w.router, req, txn.scheme())?);
+    let r = txn.route();
+    if rewrite::needs(&r.rule.config, r.path_rule, Variable::RequestId) {
+        // The same id for the origin, the access log and the rules that name it.
+        let id = crate::telemetry::access_log::request_id(req.headers_mut());
+        if let Some(vars) = txn.route.as_mut().and_then(|r| r.answer_vars.as_mut()) {
+            vars.request_id = Some(id);
+        }
+    }
     let metrics = metrics::get();
     if metrics.watched() && txn.mode == Mode::Client {
         metrics.seen(txn.host(), req.uri().path());
@@ -90,6 +100,11 @@ pub async fn recv(
             .map(|res| Step::Done(Box::new(res)));
     }
     open_log(w, txn, req);
+    if let Some(r) = txn.route.as_mut().and_then(|r| r.redirect.take()) {
+        let (status, location) = *r;
+        tracing::debug!(path = req.uri().path(), location, "redirected");
+        return Ok(Step::Done(Box::new(synth::redirect(status, &location))));
+    }
     if txn.route().decision == PathDecision::Block {
         tracing::info!(host = ?txn.route().host, path = req.uri().path(), "blocked by path rule");
         txn.outcome = Some(CacheOutcome::Blocked);
@@ -194,8 +209,14 @@ pub fn may_be_shared_challenge<B>(w: &Worker, req: &Request<B>) -> bool {
     w.acme.is_some() && w.shared.is_some() && req.uri().path().starts_with(ACME_CHALLENGE_PREFIX)
 }
 
-/// Finds the rule by host and applies the path policy to the path [`normalize_path`] made.
-pub fn route<B>(router: &Router, req: &mut Request<B>) -> Result<Route, ProxyError> {
+/// Finds the rule by host; decides its redirect, or makes its rewrite; and applies the path
+/// policy to the path [`normalize_path`] made (rewritten: path rules and the cache key see the
+/// path the origin gets).
+pub fn route<B>(
+    router: &Router,
+    req: &mut Request<B>,
+    scheme: Scheme,
+) -> Result<Route, ProxyError> {
     // RFC 9112 §3.2.2: an absolute-form target's authority wins over Host; HTTP/2 carries
     // the host in :authority, which hyper puts in the URI.
     let host = match req.uri().authority() {
@@ -218,13 +239,56 @@ pub fn route<B>(router: &Router, req: &mut Request<B>) -> Result<Route, ProxyErr
         .find(host_str)
         .ok_or_else(|| ProxyError::NoRoute(host_str.to_owned()))?
         .clone();
-    let decision = rule.decide(&path::match_form(req.uri().path()));
+    let c = &rule.config;
+    let mut redirect = None;
+    if !c.redirects.is_empty() {
+        let vars = rewrite::Vars {
+            client_ip: None,
+            scheme: scheme.as_str(),
+            host: host_name(host_str),
+            request_id: None,
+            path: req.uri().path(),
+            query: req.uri().query().unwrap_or(""),
+        };
+        redirect = rewrite::redirect(&c.redirects, &vars).map(Box::new);
+    }
+    if redirect.is_none() && !c.rewrites.is_empty() {
+        if let Some(to) = rewrite::rewrite(&c.rewrites, req.uri().path()) {
+            tracing::debug!(from = req.uri().path(), to, "rewritten");
+            set_path(req, &to)?;
+            normalize_path(req)?;
+        }
+    }
+    let (decision, path_rule) = rule.decide_with(&path::match_form(req.uri().path()));
+    let answer_vars = rewrite::rules(c, path_rule, true).next().map(|_| {
+        Box::new(AnswerVars {
+            request_id: None,
+            path: req.uri().path().into(),
+            query: req.uri().query().unwrap_or("").into(),
+        })
+    });
     tracing::debug!(domain = rule.config.domain_text, ?decision, "routed");
     Ok(Route {
         rule,
         host,
         decision,
+        path_rule,
+        redirect,
+        answer_vars,
     })
+}
+
+/// Puts `path` in place of the request's path (the query stays).
+fn set_path<B>(req: &mut Request<B>, path: &str) -> Result<(), ProxyError> {
+    let bad = || ProxyError::BadRequest("a rewrite made a path that is not a valid request target");
+    let pq = match req.uri().query() {
+        Some(q) => format!("{path}?{q}"),
+        None => path.to_owned(),
+    };
+    let mut parts = req.uri().clone().into_parts();
+    parts.path_and_query = Some(PathAndQuery::try_from(pq).map_err(|_| bad())?);
+    *req.uri_mut() = Uri::from_parts(parts).map_err(|_| bad())?;
+    Ok(())
 }
 
 /// Rewrites the request target's path into its normal form (the query is kept as sent).
@@ -370,7 +434,8 @@ mod stage_tests {
     fn route_by_authority_then_host() {
         let r = router();
         let req = Request::get("/a").header(HOST, "Example.com:8080").body(());
-        let found = route(&r, &mut req.unwrap_or_default()).map_err(|e| e.to_string());
+        let found =
+            route(&r, &mut req.unwrap_or_default(), Scheme::Http).map_err(|e| e.to_string());
         assert_eq!(
             found.map(|r| r.host),
             Ok(HeaderValue::from_static("Example.com:8080"))
@@ -379,9 +444,12 @@ mod stage_tests {
         let req = Request::get("http://example.com/a")
             .header(HOST, "other.org")
             .body(());
-        assert!(route(&r, &mut req.unwrap_or_default()).is_ok());
+        assert!(route(&r, &mut req.unwrap_or_default(), Scheme::Http).is_ok());
         let mut req = Request::get("/a").body(()).unwrap_or_default();
-        assert!(matches!(route(&r, &mut req), Err(ProxyError::MissingHost)));
+        assert!(matches!(
+            route(&r, &mut req, Scheme::Http),
+            Err(ProxyError::MissingHost)
+        ));
         // Cache poisoning through the port: nothing but digits after the colon.
         for bad in [
             "example.com:@evil.com",
@@ -389,14 +457,14 @@ mod stage_tests {
             "example.com:'\"><x>",
         ] {
             let req = Request::get("/a").header(HOST, bad).body(());
-            let err = route(&r, &mut req.unwrap_or_default()).err();
+            let err = route(&r, &mut req.unwrap_or_default(), Scheme::Http).err();
             assert!(
                 matches!(err, Some(ProxyError::BadRequest(_))),
                 "{bad}: {err:?}"
             );
         }
         let req = Request::get("/a").header(HOST, "other.org").body(());
-        let err = route(&r, &mut req.unwrap_or_default())
+        let err = route(&r, &mut req.unwrap_or_default(), Scheme::Http)
             .err()
             .map(|e| e.status());
         assert_eq!(err, Some(StatusCode::NOT_FOUND));

@@ -36,6 +36,28 @@ pub struct Route {
     /// of it: the name the cache key uses.
     pub host: HeaderValue,
     pub decision: PathDecision,
+    /// The path rule that decided, by its index in the rule's `path_rules`.
+    pub path_rule: Option<usize>,
+    /// A redirect rule matched: its status and target (answered after screening).
+    pub redirect: Option<Box<(http::StatusCode, String)>>,
+    /// What the rule's response field rules need and the response no longer says: the
+    /// request's id, path and query (only when a rule has response field rules).
+    pub answer_vars: Option<Box<AnswerVars>>,
+}
+
+/// The request's facts a response field rule may name ([`Route::answer_vars`]).
+#[derive(Debug)]
+pub struct AnswerVars {
+    pub request_id: Option<HeaderValue>,
+    pub path: Box<str>,
+    pub query: Box<str>,
+}
+
+impl Route {
+    /// Whether responses of this request get field rules (the rule's or its path rule's).
+    pub fn has_answer_rules(&self) -> bool {
+        self.answer_vars.is_some()
+    }
 }
 
 /// One request on its way through the stages.

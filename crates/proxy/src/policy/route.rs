@@ -202,8 +202,14 @@ impl Rule {
 
     /// Applies `path_rules`, `paths` and `rule_type` to a request path (without query).
     pub fn decide(&self, path: &str) -> PathDecision {
+        self.decide_with(path).0
+    }
+
+    /// [`Rule::decide`], and which path rule matched (its index), if one did.
+    pub fn decide_with(&self, path: &str) -> (PathDecision, Option<usize>) {
         let c = &self.config;
-        let (rule_type, matched, max_age) = match c.path_rules.iter().find(|pr| pr.matches(path)) {
+        let path_rule = c.path_rules.iter().position(|pr| pr.matches(path));
+        let (rule_type, matched, max_age) = match path_rule.map(|i| &c.path_rules[i]) {
             Some(pr) => (pr.rule_type, true, pr.max_age_seconds),
             None => (
                 c.rule_type,
@@ -212,19 +218,15 @@ impl Rule {
             ),
         };
         let outcome = match (rule_type, matched) {
-            (RuleType::Whitelist, true) | (RuleType::Blacklist, false) => {
-                return PathDecision::Cacheable {
-                    max_age_seconds: max_age,
-                }
-            }
+            (RuleType::Whitelist, true) | (RuleType::Blacklist, false) => PathDecision::Cacheable {
+                max_age_seconds: max_age,
+            },
+            (RuleType::Whitelist, false) if c.strict_path_rules => PathDecision::Block,
+            (RuleType::Blacklist, true) if c.strict_path_rules => PathDecision::Block,
             (RuleType::Whitelist, false) => PathDecision::Dynamic,
             (RuleType::Blacklist, true) => PathDecision::Bypass,
         };
-        if c.strict_path_rules {
-            PathDecision::Block
-        } else {
-            outcome
-        }
+        (outcome, path_rule)
     }
 }
 

@@ -1,6 +1,7 @@
 //! `[[proxy_rules]]`: one rule per domain, with its paths and path rules ([`paths`]), its
 //! origins ([`origins`]) and its certificate ([`tls`]).
 
+mod http;
 mod origins;
 mod paths;
 mod protocols;
@@ -98,6 +99,11 @@ fn read_rule(
     ok &= names_ok;
     let (send_proxy_protocol, allow_upgrades, upgrade_idle_timeout) = protocols::read(&mut s, sink);
     let path_rules = paths::read_path_rules(&mut s, sink, max_age_seconds, blacklist_note);
+    let request_headers = http::header_rules(&mut s, sink, "request_headers");
+    let response_headers = http::header_rules(&mut s, sink, "response_headers");
+    let redirects = http::redirects(&mut s, sink);
+    let rewrites = http::rewrites(&mut s, sink);
+    let error_pages = http::error_pages(&mut s, sink);
     ok &= path_rules.is_some();
     let origins = origins::read(&mut s, sink, &names, ok);
     ok &= origins.is_some();
@@ -152,6 +158,11 @@ fn read_rule(
         cache_by_scheme: caching.by_scheme,
         cache_disk: caching.disk,
         cache_statuses: caching.statuses,
+        request_headers,
+        response_headers,
+        redirects,
+        rewrites,
+        error_pages,
         sql_injection,
         disallowed_user_agents,
         allow_ips,

@@ -118,6 +118,8 @@ pub(super) fn read_path_rules(
                 }
                 None => None,
             };
+            let request_headers = super::http::header_rules(&mut pr, sink, "request_headers");
+            let response_headers = super::http::header_rules(&mut pr, sink, "response_headers");
             pr.finish(sink);
             match (path, mt, rt, age) {
                 (Some(path), Some(matcher), Some(rule_type), Some(max_age_seconds)) => path_rules
@@ -126,6 +128,8 @@ pub(super) fn read_path_rules(
                         matcher,
                         rule_type,
                         max_age_seconds,
+                        request_headers,
+                        response_headers,
                     }),
                 _ => ok = false,
             }

@@ -1,0 +1,265 @@
+//! What a rule does to messages besides proxying them, end to end through the real binary:
+//! field rules for requests and responses (a path rule's too, hits included, the stored object
+//! untouched), redirects, rewrites (the cache key and path rules see the rewritten path) and
+//! error pages (rampart's own answers, the origin's 5xx, and stale-if-error first).
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use http::Request;
+use support::*;
+
+const SIGHUP: i32 = 1;
+
+fn echo_origin() -> Origin {
+    // Answers with what it received, as fields of its answer: `x-got-NAME: VALUE`.
+    Origin::new().route_fn("*", |s| {
+        let mut r = Reply::text(&format!("path={}", s.uri))
+            .header("cache-control", "max-age=300")
+            .header("server", "origin/1.0")
+            .header("x-origin", "kept");
+        for (name, value) in &s.headers {
+            r = r.header(&format!("x-got-{name}"), value.to_str().unwrap_or("?"));
+        }
+        r
+    })
+}
+
+#[tokio::test]
+async fn field_rules_change_what_the_origin_and_the_client_get() {
+    let origin = echo_origin().start().await;
+    let rule = r#"
+[proxy_rules.request_headers]
+set = { "X-Real-IP" = "{client_ip}", "X-Url" = "{scheme}://{host}{path}?{query}", "X-Forwarded-Proto" = "https" }
+add = { "X-Tag" = "rampart" }
+remove = ["X-Debug", "X-Forwarded-For"]
+[proxy_rules.response_headers]
+set = { "X-Frame-Options" = "DENY", "X-Id" = "{request_id}" }
+add = { "X-Origin" = "added" }
+remove = ["Server"]
+[[proxy_rules.path_rules]]
+path = "/static"
+match_type = "StartsWith"
+rule_type = "Whitelist"
+max_age_seconds = 600
+[proxy_rules.path_rules.response_headers]
+set = { "X-Frame-Options" = "SAMEORIGIN", "Cache-Control" = "public, max-age=31536000" }
+"#;
+    let proxy = Proxy::start(&config_for("f.test", &origin, "", rule));
+    let got = fetch(
+        req(&proxy, "f.test", "/page?a=1")
+            .header("x-debug", "secret")
+            .header("x-request-id", "req-12345")
+            .header("x-tag", "client"),
+    )
+    .await;
+    assert_eq!(got.status, 200);
+    // To the origin: set, added after the client's, removed (rampart's own X-Forwarded-For
+    // too), and rampart's X-Forwarded-Proto replaced.
+    let seen = origin.last();
+    let h = |n: &str| seen.headers.get(n).map(|v| v.to_str().unwrap().to_owned());
+    assert_eq!(h("x-real-ip").as_deref(), Some("127.0.0.1"));
+    assert_eq!(h("x-url").as_deref(), Some("http://f.test/page?a=1"));
+    assert_eq!(h("x-forwarded-proto").as_deref(), Some("https"));
+    assert_eq!(h("x-debug"), None);
+    assert_eq!(h("x-forwarded-for"), None);
+    let tags: Vec<_> = seen.headers.get_all("x-tag").iter().collect();
+    assert_eq!(tags, ["client", "rampart"]);
+    // To the client: the miss.
+    assert_eq!(got.header("x-arc2-cache"), Some("Miss"));
+    assert_eq!(got.header("x-frame-options"), Some("DENY"));
+    assert_eq!(got.header("x-id"), Some("req-12345"));
+    assert_eq!(got.header("server"), None);
+    let origins: Vec<_> = got.headers.get_all("x-origin").iter().collect();
+    assert_eq!(origins, ["kept", "added"]);
+    // The hit gets the same, from a stored object that kept the origin's fields.
+    let hit = fetch(req(&proxy, "f.test", "/page?a=1").header("x-request-id", "req-67890")).await;
+    assert_eq!(hit.header("x-arc2-cache"), Some("Hit"));
+    assert_eq!(hit.header("x-frame-options"), Some("DENY"));
+    assert_eq!(hit.header("x-id"), Some("req-67890"));
+    assert_eq!(hit.header("server"), None);
+    let origins: Vec<_> = hit.headers.get_all("x-origin").iter().collect();
+    assert_eq!(origins, ["kept", "added"]);
+    assert_eq!(origin.requests(), 1);
+    // A path rule's rules come after the rule's.
+    let s = get(&proxy, "f.test", "/static/app.js").await;
+    assert_eq!(s.header("x-frame-options"), Some("SAMEORIGIN"));
+    assert_eq!(s.header("cache-control"), Some("public, max-age=31536000"));
+    // A synthetic answer gets them too (NGINX's `add_header ... always`): 405 from the API
+    // does not, as it is not the rule's; a PURGE refusal is; a 404 for an unknown host has
+    // no rule.
+    let refused = fetch(
+        Request::builder()
+            .method("PURGE")
+            .uri(proxy.url("/page"))
+            .header("host", "f.test"),
+    )
+    .await;
+    assert_eq!(refused.status, 403);
+    assert_eq!(refused.header("x-frame-options"), Some("DENY"));
+}
+
+#[tokio::test]
+async fn response_rules_never_reach_the_stored_object() {
+    let origin = echo_origin().start().await;
+    let path = scratch("rules-reload.toml");
+    let with_rules = config_for(
+        "s.test",
+        &origin,
+        "",
+        "[proxy_rules.response_headers]\nremove = [\"X-Origin\"]\nset = { \"Server\" = \"edge\" }\n",
+    );
+    std::fs::write(&path, &with_rules).unwrap();
+    let proxy = Proxy::spawn(&["run", "--config", path.to_str().unwrap()]);
+    let first = get(&proxy, "s.test", "/x").await;
+    assert_eq!(first.header("x-origin"), None);
+    assert_eq!(first.header("server"), Some("edge"));
+    // Without the rules (a reload keeps the cache), the stored object still has the origin's
+    // fields.
+    std::fs::write(&path, config_for("s.test", &origin, "", "")).unwrap();
+    proxy.signal(SIGHUP);
+    assert!(proxy.wait_for_output("configuration reloaded", Duration::from_secs(10)));
+    let hit = get(&proxy, "s.test", "/x").await;
+    assert_eq!(hit.header("x-arc2-cache"), Some("Hit"));
+    assert_eq!(hit.header("x-origin"), Some("kept"));
+    assert_eq!(hit.header("server"), Some("origin/1.0"));
+    assert_eq!(origin.requests(), 1);
+}
+
+#[tokio::test]
+async fn redirects_answer_with_what_they_captured_and_rewrites_change_the_path() {
+    let origin = echo_origin().start().await;
+    let rule = r#"
+strict_path_rules = true
+[[proxy_rules.redirects]]
+from = "^/blog/(\\d+)/(.*)$"
+to = "https://blog.example/{host}/$2?id=$1"
+[[proxy_rules.redirects]]
+from = "^/moved$"
+to = "/new"
+status = 308
+keep_query = false
+[[proxy_rules.rewrites]]
+from = "^/api/v1/(?P<rest>.*)$"
+to = "/v1/${rest}"
+[[proxy_rules.rewrites]]
+from = "^/shortcut$"
+to = "/private/area"
+[[proxy_rules.rewrites]]
+from = "^/up/(.*)$"
+to = "/public/../private/$1"
+[[proxy_rules.path_rules]]
+path = "/private"
+match_type = "StartsWith"
+rule_type = "Blacklist"
+max_age_seconds = 0
+"#;
+    let proxy = Proxy::start(&config_for("r.test", &origin, "", rule));
+    let r = get(&proxy, "r.test", "/blog/42/hello-world?utm=x").await;
+    assert_eq!(r.status, 301);
+    assert_eq!(
+        r.header("location"),
+        Some("https://blog.example/r.test/hello-world?id=42&utm=x")
+    );
+    let r = get(&proxy, "r.test", "/moved?q=1").await;
+    assert_eq!(
+        (r.status.as_u16(), r.header("location")),
+        (308, Some("/new"))
+    );
+    assert_eq!(origin.requests(), 0, "a redirect never reaches the origin");
+    // A rewrite: the origin gets the new path, the query as sent.
+    let a = get(&proxy, "r.test", "/api/v1/users?page=2").await;
+    assert_eq!(a.text(), "path=/v1/users?page=2");
+    assert_eq!(a.header("x-arc2-cache"), Some("Miss"));
+    // The cache key is the rewritten path: the same resource asked by its new name is a hit.
+    let b = get(&proxy, "r.test", "/v1/users?page=2").await;
+    assert_eq!(b.header("x-arc2-cache"), Some("Hit"));
+    assert_eq!(origin.requests(), 1);
+    // Path rules see the rewritten path: /shortcut becomes /private/area, which is refused.
+    assert_eq!(get(&proxy, "r.test", "/shortcut").await.status, 403);
+    assert_eq!(get(&proxy, "r.test", "/private/area").await.status, 403);
+    assert_eq!(origin.requests(), 1);
+    // A rewrite's result is normalised before the rules see it: a dot segment in it is
+    // resolved, not passed by.
+    let up = get(&proxy, "r.test", "/up/area").await;
+    assert_eq!(up.status, 403, "{}", up.text());
+    // The client's own dot segments were resolved before any rewrite.
+    let dots = get(&proxy, "r.test", "/api/v1/../private/area").await;
+    assert_eq!(dots.text(), "path=/api/private/area");
+}
+
+#[tokio::test]
+async fn error_pages_for_ramparts_answers_and_the_origins_but_stale_if_error_first() {
+    let dir = scratch("pages");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("502.html"), "<h1>Origin away</h1>").unwrap();
+    std::fs::write(dir.join("oops.json"), "{\"error\":\"oops\"}").unwrap();
+    let origin = Origin::new()
+        .route("/boom", Reply::text("stack trace!").status(500))
+        .route(
+            "/cached",
+            Reply::text("fresh copy").header("cache-control", "max-age=1, stale-if-error=600"),
+        )
+        .route("*", Reply::text("ok"))
+        .start()
+        .await;
+    let rule = format!(
+        r#"deny_ips = ["10.9.9.9"]
+[proxy_rules.error_pages]
+502 = {:?}
+500 = {:?}
+403 = {{ body = "<p>Not for you</p>" }}
+429 = {{ body = "slow down, please", content_type = "text/plain; charset=utf-8" }}
+origin_errors = true
+"#,
+        dir.join("502.html").display().to_string(),
+        dir.join("oops.json").display().to_string(),
+    );
+    let proxy = Proxy::start(&config_for(
+        "e.test",
+        &origin,
+        "trusted_proxies = [\"127.0.0.1\"]",
+        &rule,
+    ));
+    // rampart's own 403 (deny_ips; the client comes through a trusted proxy here).
+    let denied = fetch(req(&proxy, "e.test", "/").header("x-forwarded-for", "10.9.9.9")).await;
+    assert_eq!(denied.status, 403);
+    assert_eq!(denied.text(), "<p>Not for you</p>");
+    assert_eq!(
+        denied.header("content-type"),
+        Some("text/html; charset=utf-8")
+    );
+    // The origin's 500, with origin_errors.
+    let boom = get(&proxy, "e.test", "/boom").await;
+    assert_eq!(boom.status, 500);
+    assert_eq!(boom.text(), "{\"error\":\"oops\"}");
+    assert_eq!(boom.header("content-type"), Some("application/json"));
+    assert_eq!(
+        boom.header("content-length"),
+        Some("16"),
+        "the page's length, not the origin's"
+    );
+    // Stored, then the origin goes: a stale copy the origin allows wins over the page.
+    assert_eq!(get(&proxy, "e.test", "/cached").await.text(), "fresh copy");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    drop(origin);
+    let stale = get(&proxy, "e.test", "/cached").await;
+    assert_eq!(
+        (stale.status.as_u16(), stale.text()),
+        (200, "fresh copy".to_owned())
+    );
+    // Without one, rampart's 502 gets its page from the file.
+    let down = get(&proxy, "e.test", "/other").await;
+    assert_eq!(down.status, 502);
+    assert_eq!(down.text(), "<h1>Origin away</h1>");
+    assert_eq!(
+        down.header("content-type"),
+        Some("text/html; charset=utf-8")
+    );
+    // A HEAD gets the status and the page's fields, no body.
+    let head = fetch(Request::head(proxy.url("/other")).header("host", "e.test")).await;
+    assert_eq!(head.status, 502);
+    assert!(head.body.is_empty());
+}
