@@ -290,6 +290,7 @@ pub fn object(k: u32, pool: &Bytes, now: SystemTime) -> Object {
         residency: None,
         disk: Default::default(),
         extent: None,
+        tags: Box::default(),
     }
 }
 

@@ -262,6 +262,27 @@ pub struct Object {
     /// A large object's body, on disk (`body` is empty then): read a chunk at a time as it is
     /// sent, never whole into memory. Such an object is never put in the memory store.
     pub extent: Option<Arc<crate::extent::Extent>>,
+    /// The tags its origin gave it (`Surrogate-Key`, `Cache-Tag`, `xkey`; see
+    /// [`tag_hash`]), by which a purge finds it.
+    pub tags: Box<[u64]>,
+}
+
+/// A tag as objects and purges carry it: 64 bits of FNV-1a over its bytes (case matters, as
+/// with Fastly's and Varnish's keys). The same in every process and version, so the disk tier
+/// and other instances agree on it; two tags sharing a hash only purge each other's objects.
+pub fn tag_hash(tag: &[u8]) -> u64 {
+    tag.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// The tags in the values of a tag field: separated by spaces or commas (Fastly's
+/// `Surrogate-Key` and Varnish's `xkey` use spaces, Cloudflare's `Cache-Tag` commas).
+pub fn tags_in<'a>(values: impl Iterator<Item = &'a [u8]>) -> impl Iterator<Item = &'a [u8]> {
+    values.flat_map(|v| {
+        v.split(|&b| b == b' ' || b == b',' || b == b'\t')
+            .filter(|t| !t.is_empty())
+    })
 }
 
 /// Where a stored object stands with the disk tier: not written yet (the default), offered

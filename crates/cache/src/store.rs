@@ -64,9 +64,12 @@ fn variant_slot(generation: u64, variant: &[u8]) -> Bytes {
     Bytes::from(b)
 }
 
-/// Which entries a purge addresses (the four ARC2 scopes).
+/// Which entries a purge addresses (the four ARC2 scopes, and tags).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PurgeScope {
+    /// Every object whose origin tagged it so (its [`crate::object::tag_hash`]), on any host,
+    /// every variant.
+    Tag(u64),
     /// One URL on one host (all its variants).
     Exact(CacheKey),
     /// Every URL on `host` that starts with `prefix`.
@@ -89,6 +92,11 @@ impl PurgeScope {
             PurgeScope::Contains { host, needle } => (b'c', host, needle),
             PurgeScope::Domain(host) => (b'd', host, b""),
             PurgeScope::Everything => return vec![b'*'],
+            PurgeScope::Tag(t) => {
+                let mut out = vec![b't'];
+                out.extend_from_slice(&t.to_be_bytes());
+                return out;
+            }
         };
         let mut out = Vec::with_capacity(2 + host.len() + arg.len());
         out.push(kind);
@@ -103,6 +111,9 @@ impl PurgeScope {
         let (&kind, rest) = bytes.split_first()?;
         if kind == b'*' {
             return rest.is_empty().then_some(PurgeScope::Everything);
+        }
+        if kind == b't' {
+            return Some(PurgeScope::Tag(u64::from_be_bytes(rest.try_into().ok()?)));
         }
         let nul = rest.iter().position(|&b| b == 0)?;
         let (host, arg) = (&rest[..nul], &rest[nul + 1..]);
@@ -137,6 +148,16 @@ impl PurgeScope {
             }
             PurgeScope::Domain(host) => key.host() == host.as_slice(),
             PurgeScope::Everything => true,
+            // Decided by the object (see `matches_object`).
+            PurgeScope::Tag(_) => false,
+        }
+    }
+
+    /// Whether the scope takes `obj`, stored under `key`: by its key, or by its tags.
+    pub fn matches_object(&self, key: &CacheKey, obj: &Object) -> bool {
+        match self {
+            PurgeScope::Tag(t) => obj.tags.contains(t),
+            _ => self.matches(key),
         }
     }
 }
@@ -429,6 +450,9 @@ impl MemoryStore {
                 return n;
             }
         }
+        if let PurgeScope::Tag(t) = scope {
+            return self.purge_tag(*t, soft);
+        }
         let mut n = 0;
         if soft {
             self.index.for_each(|k, v| {
@@ -447,6 +471,25 @@ impl MemoryStore {
                 .count();
         }
         n
+    }
+
+    /// A tag purge: every object (every variant) the tag is on. Objects without tags cost a
+    /// length check each; the shards are locked a page at a time, so requests in between are
+    /// not held up for the whole scan.
+    fn purge_tag(&self, tag: u64, soft: bool) -> usize {
+        let tagged = |v: &Slot| matches!(v, Slot::Object(o) if o.tags.contains(&tag));
+        if soft {
+            let mut n = 0;
+            self.index.for_each_paged(|_, v| {
+                if let (true, Slot::Object(o)) = (tagged(v), v) {
+                    o.invalidate();
+                    n += 1;
+                }
+            });
+            n
+        } else {
+            self.index.remove_if_paged(|_, v| tagged(v))
+        }
     }
 
     /// Entries, weights, reservations and evictions now.
@@ -532,6 +575,7 @@ mod tests {
             residency: None,
             disk: Default::default(),
             extent: None,
+            tags: Box::default(),
         })
     }
 
@@ -714,6 +758,38 @@ mod tests {
             1
         );
         assert!(store.is_empty());
+    }
+
+    #[test]
+    fn tag_purges_take_every_tagged_object_a_page_at_a_time() {
+        let store = MemoryStore::new(64 << 20, 1 << 20);
+        let tag = crate::object::tag_hash(b"product-1");
+        let other = crate::object::tag_hash(b"product-2");
+        // Enough objects for many pages of every shard.
+        for i in 0..3000 {
+            let o = object(10);
+            let mut o = Arc::into_inner(o).unwrap_or_else(|| unreachable!());
+            o.tags = match i % 3 {
+                0 => vec![tag].into(),
+                1 => vec![other, tag].into(),
+                _ => Box::default(),
+            };
+            store.put(key("h", &format!("/o/{i}")), Slot::Object(Arc::new(o)));
+        }
+        assert_eq!(store.purge(&PurgeScope::Tag(other), true), 1000);
+        match store.get(&key("h", "/o/1")) {
+            Some(Slot::Object(o)) => assert!(!o.is_fresh(SystemTime::now())),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(store.purge(&PurgeScope::Tag(tag), false), 2000);
+        assert_eq!(store.index.len(), 1000);
+        assert!(store.get(&key("h", "/o/2")).is_some());
+        assert!(store.get(&key("h", "/o/0")).is_none());
+        assert_eq!(store.purge(&PurgeScope::Tag(tag), false), 0);
+        assert_eq!(
+            PurgeScope::decode(&PurgeScope::Tag(tag).encode()),
+            Some(PurgeScope::Tag(tag))
+        );
     }
 
     #[test]

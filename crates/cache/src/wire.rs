@@ -8,6 +8,9 @@
 //! stale-while-revalidate, stale-if-error), the withheld field names, the `Vary` (kind byte and
 //! names), the header fields (u32 count, then u16 name length, name, u32 value length, value),
 //! and the body (the rest). Names lists are a u16 count, then u16 length and bytes each.
+//! An object with tags starts `RPO2` instead and has them after its fields: a u16 count, then
+//! a u64 each ([`crate::object::tag_hash`]); one without is written `RPO1`, as before tags
+//! existed, so earlier versions still read it.
 //! [`decode`] checks everything and answers `None` for anything it did not write.
 
 use std::sync::Arc;
@@ -21,6 +24,8 @@ use crate::object::{fields, Object};
 use crate::vary::Vary;
 
 const MAGIC: &[u8; 4] = b"RPO1";
+/// The same with tags after the fields.
+const MAGIC_TAGS: &[u8; 4] = b"RPO2";
 
 /// The object as bytes (see the module notes).
 pub fn encode(obj: &Object) -> Vec<u8> {
@@ -40,8 +45,12 @@ fn encode_head_with(obj: &Object, room: usize) -> Vec<u8> {
         .iter()
         .map(|(n, v)| 6 + n.as_str().len() + v.len())
         .sum();
-    let mut out = Vec::with_capacity(128 + headers + room);
-    out.extend_from_slice(MAGIC);
+    let mut out = Vec::with_capacity(128 + headers + 8 * obj.tags.len() + room);
+    out.extend_from_slice(if obj.tags.is_empty() {
+        MAGIC
+    } else {
+        MAGIC_TAGS
+    });
     out.extend_from_slice(&obj.status.as_u16().to_be_bytes());
     for t in [obj.request_time, obj.response_time] {
         put_u64(
@@ -95,6 +104,13 @@ fn encode_head_with(obj: &Object, room: usize) -> Vec<u8> {
         out.extend_from_slice(&(value.len() as u32).to_be_bytes());
         out.extend_from_slice(value.as_bytes());
     }
+    if !obj.tags.is_empty() {
+        let n = obj.tags.len().min(u16::MAX as usize);
+        out.extend_from_slice(&(n as u16).to_be_bytes());
+        for t in &obj.tags[..n] {
+            put_u64(&mut out, *t);
+        }
+    }
     out
 }
 
@@ -128,9 +144,11 @@ fn decode_inner(
     body: impl FnOnce(&[u8]) -> Option<(Bytes, Option<Arc<crate::object::Residency>>)>,
 ) -> Option<Object> {
     let mut r = Reader(bytes);
-    if r.take(4)? != MAGIC {
-        return None;
-    }
+    let tagged = match r.take(4)? {
+        m if m == MAGIC => false,
+        m if m == MAGIC_TAGS => true,
+        _ => return None,
+    };
     let status = StatusCode::from_u16(r.u16()?).ok()?;
     let request_time = UNIX_EPOCH.checked_add(Duration::from_micros(r.u64()?))?;
     let response_time = UNIX_EPOCH.checked_add(Duration::from_micros(r.u64()?))?;
@@ -180,6 +198,14 @@ fn decode_inner(
         let value = HeaderValue::from_bytes(r.take(len)?).ok()?;
         headers.append(name, value);
     }
+    let mut tags = Vec::new();
+    if tagged {
+        let n = r.u16()? as usize;
+        tags.reserve(n);
+        for _ in 0..n {
+            tags.push(r.u64()?);
+        }
+    }
     let f = fields(&headers, &[]);
     let (body, residency) = body(r.0)?;
     Some(Object {
@@ -201,6 +227,7 @@ fn decode_inner(
         residency,
         disk: Default::default(),
         extent: None,
+        tags: tags.into_boxed_slice(),
     })
 }
 
@@ -313,6 +340,7 @@ mod tests {
             residency: None,
             disk: Default::default(),
             extent: None,
+            tags: Box::default(),
         }
     }
 
@@ -343,10 +371,34 @@ mod tests {
     }
 
     #[test]
+    fn tags_survive_the_trip_and_untagged_objects_stay_readable_by_earlier_versions() {
+        let plain = encode(&sample());
+        assert_eq!(
+            &plain[..4],
+            b"RPO1",
+            "no tags: the format earlier versions read"
+        );
+        let mut tagged = sample();
+        tagged.tags = vec![crate::object::tag_hash(b"a"), 7].into_boxed_slice();
+        let bytes = encode(&tagged);
+        assert_eq!(&bytes[..4], b"RPO2");
+        let back = decode(&bytes).expect("decodes");
+        assert_eq!(back.tags, tagged.tags);
+        assert_eq!(back.body, tagged.body);
+        assert_eq!(back.headers, tagged.headers);
+        // The disk tier's head (no body) too.
+        let head = encode_head(&tagged);
+        let back = decode_parts(&head, Bytes::new(), None).expect("decodes");
+        assert_eq!(back.tags, tagged.tags);
+        assert!(decode(&plain).expect("decodes").tags.is_empty());
+    }
+
+    #[test]
     fn anything_else_is_refused() {
         let bytes = encode(&sample());
         assert!(decode(b"").is_none());
         assert!(decode(b"RPO2").is_none());
+        assert!(decode(b"RPO3").is_none());
         // Cut anywhere inside the header part: refused, never a panic.
         let body_at = bytes.len() - sample().body.len();
         for cut in 0..body_at {

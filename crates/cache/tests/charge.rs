@@ -96,6 +96,7 @@ fn object(headers: &HeaderMap, body: Bytes) -> Arc<Object> {
         residency: None,
         disk: Default::default(),
         extent: None,
+        tags: Box::default(),
     })
 }
 

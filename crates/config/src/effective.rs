@@ -179,6 +179,12 @@ pub(crate) const KEYS: &[(&str, &str, Owner, Fallback)] = &[
     ("", "store_set_cookie", Rampart, Value("false")),
     ("", "cache_by_scheme", Rampart, Value("true")),
     ("", "cache_statuses", Rampart, Value("\"arc2\"")),
+    (
+        "",
+        "cache_tag_headers",
+        Rampart,
+        Value("[\"Surrogate-Key\", \"Cache-Tag\", \"xkey\"]"),
+    ),
     // Management API
     ("", "api_key", Arc2, Unset("no management API")),
     ("", "purge_allow", Rampart, Value("[]")),

@@ -221,6 +221,9 @@ pub struct CacheConfig {
     pub by_scheme: bool,
     /// The default `cache_statuses` of rules.
     pub statuses: CacheStatuses,
+    /// The response fields that tag objects for purges (`cache_tag_headers`): read when a
+    /// response is stored, and never passed on to clients. Empty: tags are off.
+    pub tag_headers: Vec<http::HeaderName>,
     /// The disk tier (`cache_disk`), when there is one.
     pub disk: Option<DiskConfig>,
 }

@@ -1847,3 +1847,24 @@ set = {{ "Cache-Control" = "public, max-age=600" }}
     assert!(errors(&validate(&missing, 1))[0].contains("cannot read the error page"));
     let _ = std::fs::remove_file(&page);
 }
+
+#[test]
+fn cache_tag_headers() {
+    let c = with("", "").config.expect("config");
+    let names: Vec<_> = c
+        .cache
+        .tag_headers
+        .iter()
+        .map(|h| h.as_str().to_owned())
+        .collect();
+    assert_eq!(names, ["surrogate-key", "cache-tag", "xkey"]);
+    let c = with("cache_tag_headers = []", "").config.expect("config");
+    assert!(c.cache.tag_headers.is_empty());
+    let v = with("cache_tag_headers = [\"X-Tags\", \"bad name\"]", "");
+    let e = errors(&v);
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(
+        e[0].contains("\"bad name\" is not a valid header field name"),
+        "{e:?}"
+    );
+}

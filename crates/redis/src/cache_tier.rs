@@ -16,8 +16,11 @@
 //! is computed from the `Date`/response time it carries, as on the instance that fetched it.
 //!
 //! A purge removes the resource's hash for any scope (the sender does it before it tells the
-//! other instances; see `purge.rs`): exact purges by key, the others by `SCAN`ning each
-//! master for the scope's pattern.
+//! other instances; see `purge.rs`): exact purges by key, tag purges by the tag's set, the
+//! others by `SCAN`ning each master for the scope's pattern.
+//!
+//! A tagged object's resource is also a member of each of its tags' sets, `PREFIX t:TAG` (the
+//! tag's hash in hex), which live as long as their longest-lived member.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -99,13 +102,27 @@ if redis.call('PTTL', key) < pass then redis.call('PEXPIRE', key, pass) end
 return 1
 ";
 
-static SCRIPTS: LazyLock<[redis::Script; 3]> = LazyLock::new(|| {
+/// KEYS[1]: a tag's set. ARGV: the resource, its TTL in ms. The set lives as long as its
+/// longest-lived member.
+const TAG: &str = r"
+redis.call('SADD', KEYS[1], ARGV[1])
+local ttl = tonumber(ARGV[2])
+if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
+";
+
+static SCRIPTS: LazyLock<[redis::Script; 4]> = LazyLock::new(|| {
     [
         redis::Script::new(LOOKUP),
         redis::Script::new(STORE),
         redis::Script::new(UNLOCK),
+        redis::Script::new(TAG),
     ]
 });
+
+/// The Redis set of the resources a tag is on.
+fn tag_key(prefix: &str, tag: u64) -> String {
+    format!("{prefix}t:{tag:016x}")
+}
 
 /// What the shared tier holds for a request.
 #[derive(Debug)]
@@ -217,6 +234,7 @@ impl Shared {
         variant: Option<&[u8]>,
         object: Vec<u8>,
         ttl: Duration,
+        tags: &[u64],
     ) {
         // Writes in flight hold their object (and Redis's copy of the command) until Redis
         // takes it: bounded together, a write over the budget is skipped (a fallback), so a
@@ -234,10 +252,15 @@ impl Shared {
         let rkey = resource_key(&self.config().key_prefix, key);
         let field = object_field(variant);
         let ttl_ms = ttl.as_millis().max(1) as u64;
+        let tag_keys: Vec<String> = tags
+            .iter()
+            .map(|t| tag_key(&self.config().key_prefix, *t))
+            .collect();
         let this = self.clone();
         self.spawn_call(async move {
             let _held = held;
             let instance = this.instance().to_owned();
+            let member = rkey.clone();
             let r: Result<(), _> = this
                 .call_with(
                     STORE_TIMEOUT,
@@ -276,9 +299,27 @@ impl Shared {
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
                 Err(_) => {
                     STATS.fallback(Feature::Cache);
-                    0
+                    return;
                 }
             };
+            // Each tag's set names the resource, for a tag purge to find it.
+            for tk in tag_keys {
+                let member = member.clone();
+                let _: Result<(), _> = this
+                    .call_with(
+                        STORE_TIMEOUT,
+                        "shared cache tag",
+                        move |mut conn| async move {
+                            SCRIPTS[3]
+                                .key(tk)
+                                .arg(member)
+                                .arg(ttl_ms)
+                                .invoke_async(&mut conn)
+                                .await
+                        },
+                    )
+                    .await;
+            }
         });
     }
 
@@ -347,6 +388,20 @@ pub(crate) async fn purge(
         }
         PurgeScope::Domain(host) => pattern(prefix, Some(host), &[b"*"]),
         PurgeScope::Everything => pattern(prefix, None, &[]),
+        PurgeScope::Tag(t) => {
+            // The resources the tag's set names (each whole: its variants carry the tags
+            // of the same resource), then the set.
+            let set = tag_key(prefix, *t);
+            let members: Vec<Vec<u8>> = redis::cmd("SMEMBERS").arg(&set).query_async(conn).await?;
+            let mut n = 0;
+            for m in members
+                .iter()
+                .chain(std::iter::once(&set.clone().into_bytes()))
+            {
+                n += redis::cmd("UNLINK").arg(m).query_async::<u64>(conn).await?;
+            }
+            return Ok(n.saturating_sub(1));
+        }
     };
     let mut n = 0;
     for node in masters(conn).await? {

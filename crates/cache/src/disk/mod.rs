@@ -246,7 +246,7 @@ struct Bans {
     wide: Vec<Ban>,
 }
 
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Verdict {
     Keep,
     Stale,
@@ -254,7 +254,9 @@ enum Verdict {
 }
 
 impl Bans {
-    fn verdict(&self, key: &CacheKey, time: u64) -> Verdict {
+    /// What the bans say of a record of `key` received at `time` carrying `tags` (a tag ban
+    /// needs the tags: pass them when known, see [`Bans::has_tags`]).
+    fn verdict(&self, key: &CacheKey, tags: &[u64], time: u64) -> Verdict {
         let mut v = Verdict::Keep;
         if let Some(&(at, soft, _)) = self.exact.get(&resource_hash(key)) {
             if time < at {
@@ -265,7 +267,11 @@ impl Bans {
             }
         }
         for b in self.wide.iter().filter(|b| time < b.time) {
-            if b.scope.matches(key) {
+            let hit = match &b.scope {
+                PurgeScope::Tag(t) => tags.contains(t),
+                s => s.matches(key),
+            };
+            if hit {
                 if !b.soft {
                     return Verdict::Gone;
                 }
@@ -273,6 +279,13 @@ impl Bans {
             }
         }
         v
+    }
+
+    /// Whether a tag purge is in force (a record's tags must then be read to judge it).
+    fn has_tags(&self) -> bool {
+        self.wide
+            .iter()
+            .any(|b| matches!(b.scope, PurgeScope::Tag(_)))
     }
 
     fn add(&mut self, ban: Ban) {
@@ -652,7 +665,7 @@ impl DiskStore {
             .bans
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .verdict(key, parsed.header.time);
+            .verdict(key, &[], parsed.header.time);
         if verdict == Verdict::Gone {
             inner.remove_if(hash, entry);
             return None;
@@ -680,6 +693,18 @@ impl DiskStore {
             inner.remove_if(hash, entry);
             return None;
         };
+        // Tag purges judge by the tags the record holds.
+        let verdict = {
+            let bans = inner.bans.read().unwrap_or_else(|p| p.into_inner());
+            match (verdict, bans.has_tags() && !object.tags.is_empty()) {
+                (Verdict::Gone, _) | (_, false) => verdict,
+                (_, true) => bans.verdict(key, &object.tags, parsed.header.time),
+            }
+        };
+        if verdict == Verdict::Gone {
+            inner.remove_if(hash, entry);
+            return None;
+        }
         object.disk = DiskMark::used();
         object.extent = extent;
         let promote = inner.mark_reused(hash).unwrap_or(false);

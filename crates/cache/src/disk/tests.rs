@@ -59,6 +59,7 @@ fn object(body: &[u8], vary: Vary) -> Arc<Object> {
         residency: None,
         disk: DiskMark::default(),
         extent: None,
+        tags: Box::default(),
     })
 }
 

@@ -579,7 +579,7 @@ impl Writer {
             .bans
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .verdict(key, time)
+            .verdict(key, &object.tags, time)
             == Verdict::Gone;
         if gone || object.invalidated.load(Ordering::Relaxed) {
             return None;

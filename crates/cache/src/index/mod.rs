@@ -292,6 +292,60 @@ impl<K: Hash + Eq, V: Clone, S: BuildHasher> Index<K, V, S> {
         }
     }
 
+    /// [`Index::for_each`] holding each shard's lock for one page of slots at a time, so a
+    /// long walk never keeps a request waiting for more than a page's worth.
+    pub fn for_each_paged(&self, mut f: impl FnMut(&K, &V)) {
+        for s in self.shards.iter() {
+            for page in 0.. {
+                let shard = read(s);
+                let Some(p) = shard.pages.get(page) else {
+                    break;
+                };
+                for slot in p.iter() {
+                    if let Some(e) = &slot.entry {
+                        f(&e.key, &e.value);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Removes every entry for which `f` returns true, holding each shard's lock for one page
+    /// of slots at a time (see [`Index::for_each_paged`]); returns how many went. What goes is
+    /// dropped outside the locks.
+    pub fn remove_if_paged(&self, mut f: impl FnMut(&K, &V) -> bool) -> usize {
+        let mut n = 0;
+        for s in self.shards.iter() {
+            for page in 0.. {
+                let mut gone = Vec::new();
+                {
+                    let mut shard = write(s);
+                    let Some(p) = shard.pages.get(page) else {
+                        break;
+                    };
+                    let doomed: Vec<u32> = p
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, slot)| {
+                            slot.entry.as_ref().is_some_and(|e| f(&e.key, &e.value))
+                        })
+                        .map(|(i, _)| (page * shard::PAGE + i) as u32)
+                        .collect();
+                    for idx in doomed {
+                        let value = shard.unlink(idx).value;
+                        (self.on_leave)(&value);
+                        gone.push(value);
+                    }
+                    if page + 1 == shard.pages.len() {
+                        shard.compact_queues();
+                    }
+                }
+                n += gone.len();
+            }
+        }
+        n
+    }
+
     /// Removes every entry for which `f` returns true; returns the removed values (dropped by
     /// the caller, outside the locks).
     pub fn remove_if(&self, mut f: impl FnMut(&K, &V) -> bool) -> Vec<V> {

@@ -44,6 +44,7 @@ pub(super) fn read(s: &mut Section<'_>, sink: &mut Sink<'_>) -> CacheConfig {
         store_set_cookie: s.bool(sink, "store_set_cookie").is_some_and(|b| b.value),
         by_scheme: s.bool(sink, "cache_by_scheme").is_none_or(|b| b.value),
         statuses: cache_statuses(s, sink).unwrap_or_default(),
+        tag_headers: tag_headers(s, sink),
         disk,
     }
 }
@@ -159,4 +160,31 @@ fn writable_dir(dir: &std::path::Path) -> Result<(), String> {
         Err(e) if at == dir => Err(format!("cannot write in it ({e})")),
         Err(e) => Err(format!("cannot create it in {at:?} ({e})")),
     }
+}
+
+/// The tag fields origins use: Fastly's, Cloudflare's and Varnish xkey's.
+pub const DEFAULT_TAG_HEADERS: [&str; 3] = ["Surrogate-Key", "Cache-Tag", "xkey"];
+
+/// `cache_tag_headers`: field names; `[]` turns tags off.
+fn tag_headers(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Vec<http::HeaderName> {
+    let Some(list) = s.strings(sink, "cache_tag_headers") else {
+        return DEFAULT_TAG_HEADERS
+            .iter()
+            .filter_map(|n| http::HeaderName::from_bytes(n.as_bytes()).ok())
+            .collect();
+    };
+    let mut out = Vec::new();
+    for n in &list.value {
+        match http::HeaderName::from_bytes(n.value.trim().as_bytes()) {
+            Ok(h) => out.push(h),
+            Err(_) => sink.push(
+                Severity::Error,
+                &n.key,
+                n.span.clone(),
+                format!("{:?} is not a valid header field name", n.value),
+                "write field names such as \"Surrogate-Key\"",
+            ),
+        }
+    }
+    out
 }

@@ -3,8 +3,9 @@
 //! - `PURGE <url>` on any host rampart serves: removes that URL (every variant) from the cache.
 //!   Allowed from `purge_allow` addresses, or with the `api_key` (`Authorization: Bearer KEY` or
 //!   `X-Api-Key: KEY`). Header `X-Purge-Scope: prefix | contains | domain` widens it to the ARC2
-//!   scopes (the URL's path is the prefix or substring); `X-Purge: soft` marks entries stale
-//!   instead of removing them (kept for stale-if-error).
+//!   scopes (the URL's path is the prefix or substring); `X-Purge-Tag: T1 T2` (or Varnish's
+//!   `xkey-purge`, Fastly's `Surrogate-Key`) purges every object tagged so instead; `X-Purge:
+//!   soft` marks entries stale instead of removing them (kept for stale-if-error).
 //! - `/_rampart/...` on any host, only when `api_key` is set, always with the key:
 //!   `GET /_rampart/status` (cache figures as JSON),
 //!   `POST /_rampart/purge?scope=exact|prefix|contains|domain&host=H[&path=P][&soft=true]`,
@@ -250,6 +251,12 @@ pub fn purge_method(
     let soft = headers
         .get("x-purge")
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"soft"));
+    let tags = purge_tag_fields(headers);
+    if !tags.is_empty() {
+        let n = purge_tags(Some(cache), &tags, soft);
+        tracing::info!(%client, host, tags = tags.len(), soft, purged = n, "tag purge");
+        return Ok(purged(n, soft));
+    }
     let path = if kind == "exact" {
         pq
     } else {
@@ -432,8 +439,23 @@ fn purge_api(
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.as_slice())
     };
+    // `tag=T` (repeated, or several in one value): every object tagged so, on any host.
+    let tags: Vec<&[u8]> = params
+        .iter()
+        .filter(|(k, _)| k == "tag")
+        .flat_map(|(_, v)| rampart_cache::object::tags_in(std::iter::once(v.as_slice())))
+        .collect();
+    if !tags.is_empty() || param("tag").is_some() {
+        if tags.is_empty() {
+            return Err(ProxyError::ApiBadRequest("tag= names no tag"));
+        }
+        let soft = param("soft").is_some_and(|v| v == b"true" || v == b"1");
+        let n = purge_tags(cache, &tags, soft);
+        tracing::info!(tags = tags.len(), soft, purged = n, "tag purge via API");
+        return Ok(purged(n, soft));
+    }
     let Some(host) = param("host").map(|h| String::from_utf8_lossy(h).into_owned()) else {
-        return Err(ProxyError::ApiBadRequest("purge needs host="));
+        return Err(ProxyError::ApiBadRequest("purge needs host= (or tag=)"));
     };
     let kind = param("scope")
         .map(|s| String::from_utf8_lossy(s).to_ascii_lowercase())
@@ -451,6 +473,24 @@ fn purge_api(
     let n = cache.map_or(0, |c| c.purge(&scope, soft));
     tracing::info!(host, scope = kind, soft, purged = n, "purge via API");
     Ok(purged(n, soft))
+}
+
+/// Purges every object tagged with one of `tags`; how many went (or were marked stale).
+fn purge_tags(cache: Option<&Cache>, tags: &[&[u8]], soft: bool) -> usize {
+    let Some(cache) = cache else { return 0 };
+    tags.iter()
+        .map(|t| cache.purge(&PurgeScope::Tag(rampart_cache::object::tag_hash(t)), soft))
+        .sum()
+}
+
+/// The tags a `PURGE` names: `X-Purge-Tag` (rampart), `xkey-purge` (Varnish's xkey) or
+/// `Surrogate-Key` (Fastly's purge API), space- or comma-separated.
+fn purge_tag_fields(headers: &HeaderMap) -> Vec<&[u8]> {
+    ["x-purge-tag", "xkey-purge", "surrogate-key"]
+        .into_iter()
+        .flat_map(|n| headers.get_all(n).iter().map(|v| v.as_bytes()))
+        .flat_map(|v| rampart_cache::object::tags_in(std::iter::once(v)))
+        .collect()
 }
 
 /// `GET /_rampart/metrics`: OpenMetrics when the scraper asks for it, else Prometheus text.

@@ -588,6 +588,7 @@ fn copy_of(
         residency: None,
         disk: Default::default(),
         extent: None,
+        tags: obj.tags.clone(),
     }
 }
 

@@ -102,6 +102,7 @@ pub fn prepare(
             tier_lock: None,
             large,
             webp,
+            tags: Box::default(),
         })
     };
     if too_big {
@@ -203,6 +204,7 @@ pub fn freshen(
             residency: None,
             disk: Default::default(),
             extent: None,
+            tags: stale.tags.clone(),
         }
     };
     // The encoded and WebP copies keep their bodies and take the refreshed fields.
@@ -275,6 +277,8 @@ pub struct StoreTicket {
     large: Option<LargeWrite>,
     /// The object will get a WebP copy: its responses vary on `Accept`.
     webp: bool,
+    /// The origin's tags for it.
+    tags: Box<[u64]>,
 }
 
 /// Reservations for bodies of unknown length grow by at least this much at a time.
@@ -288,6 +292,11 @@ impl StoreTicket {
     /// The stored object will get a WebP copy, so every response of it says `Vary: Accept`.
     pub fn varies_on_accept(&self) -> bool {
         self.webp
+    }
+
+    /// The origin's tags for the object (see `deliver::take_tags`).
+    pub fn set_tags(&mut self, tags: Box<[u64]>) {
+        self.tags = tags;
     }
 
     /// Takes over the shared tier's fetch lock this request holds (lifted once stored).
@@ -458,6 +467,7 @@ impl StoreTicket {
                 DiskMark::default()
             },
             extent: None,
+            tags: std::mem::take(&mut self.tags),
         }
     }
 }
@@ -656,7 +666,14 @@ fn share(
             .join(","),
         _ => String::new(),
     };
-    shared.cache_store(key, vary, variant, rampart_cache::wire::encode(obj), ttl);
+    shared.cache_store(
+        key,
+        vary,
+        variant,
+        rampart_cache::wire::encode(obj),
+        ttl,
+        &obj.tags,
+    );
     if let Some(lock) = lock {
         lock.stored();
     }

@@ -57,6 +57,8 @@ pub fn negotiate(
 /// The deliver stage for a response from the origin.
 pub fn deliver(w: &Worker, txn: &mut Txn, mut fetched: Fetched) -> Result<Delivered, ProxyError> {
     let response_time = SystemTime::now();
+    // The origin's tags stop here: kept with the object, never sent on.
+    let tags = take_tags(fetched.res.headers_mut(), &w.tag_headers);
     let status = fetched.res.status();
     if let (Some(cache), Some(pq)) = (&w.cache, &fetched.unsafe_target) {
         if status.is_success() || status.is_redirection() {
@@ -86,6 +88,7 @@ pub fn deliver(w: &Worker, txn: &mut Txn, mut fetched: Fetched) -> Result<Delive
         ticket = match writer::prepare(cache, l, &method, req_headers, &parts, timing, transforms) {
             Ok(mut t) => {
                 t.hold_tier_lock(txn.tier_lock.take());
+                t.set_tags(tags);
                 Some(t)
             }
             Err(why) => {
@@ -145,7 +148,8 @@ pub fn deliver_unstored(
     txn: &mut Txn,
     fetched: Result<Fetched, ProxyError>,
 ) -> Result<Response<ProxyBody>, ProxyError> {
-    let fetched = fetched.map_err(|e| origin_error(txn, e))?;
+    let mut fetched = fetched.map_err(|e| origin_error(txn, e))?;
+    take_tags(fetched.res.headers_mut(), &w.tag_headers);
     let (mut parts, body) = downstream(fetched.res, fetched.downstream_version);
     if w.cache.is_some() {
         parts.headers.remove(&CDN_CACHE_CONTROL);
@@ -302,6 +306,23 @@ fn from_stale_entry(
 
 /// An origin response's head made ready for the client: hop-by-hop fields out, `Via` in, the
 /// client's HTTP version.
+/// Takes the tag fields (`cache_tag_headers`) out of an origin's response: the tags, as
+/// objects carry them. Nothing to do (one look-up per name) when the origin sends none.
+fn take_tags(h: &mut HeaderMap, names: &[http::HeaderName]) -> Box<[u64]> {
+    let mut tags = Vec::new();
+    for name in names {
+        if !h.contains_key(name) {
+            continue;
+        }
+        let values = h.get_all(name).iter().map(|v| v.as_bytes());
+        tags.extend(rampart_cache::object::tags_in(values).map(rampart_cache::object::tag_hash));
+        h.remove(name);
+    }
+    tags.sort_unstable();
+    tags.dedup();
+    tags.into_boxed_slice()
+}
+
 fn downstream(res: Response<OriginBody>, version: Version) -> (http::response::Parts, OriginBody) {
     let (mut parts, body) = res.into_parts();
     strip_hop_by_hop(&mut parts.headers);

@@ -310,6 +310,7 @@ mod tests {
             residency: None,
             disk: Default::default(),
             extent: None,
+            tags: Box::default(),
         })
     }
 

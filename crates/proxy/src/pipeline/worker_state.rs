@@ -49,6 +49,8 @@ pub struct Worker {
     pub alt_svc: Vec<(u16, http::HeaderValue)>,
     /// What this instance shares with others through Redis (`None`: nothing).
     pub shared: Option<rampart_redis::Shared>,
+    /// The response fields that tag objects (`cache_tag_headers`).
+    pub tag_headers: Arc<[http::HeaderName]>,
 }
 
 /// What a worker is made of besides the configuration.
@@ -116,6 +118,7 @@ impl Worker {
             upgrade_idle: config.downstream.upgrade_idle_timeout,
             alt_svc,
             shared,
+            tag_headers: config.cache.tag_headers.clone().into(),
         }
     }
 }
