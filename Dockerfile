@@ -19,8 +19,8 @@ RUN apt-get update && apt-get install -y --no-install-recommends cmake && rm -rf
 COPY . .
 ARG RAMPART_COMMIT=unknown
 ENV RAMPART_COMMIT=${RAMPART_COMMIT}
-RUN cargo build --release --locked -p rampart \
- && install -D -m 0755 target/release/rampart /out/usr/bin/rampart \
+RUN cargo build --profile dist --locked -p rampart \
+ && install -D -m 0755 target/dist/rampart /out/usr/bin/rampart \
  && install -d -m 0700 /out/var/lib/rampart /out/var/cache/rampart /out/etc/rampart \
  && install -m 0644 packaging/rampart.toml /out/etc/rampart/rampart.example.toml \
  && /out/usr/bin/rampart check --strict --config /out/etc/rampart/rampart.example.toml

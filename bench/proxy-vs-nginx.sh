@@ -18,7 +18,7 @@
 set -euo pipefail
 ROUNDS=${1:-3}
 SECS=${2:-10}
-BIN=${3:-target/release/rampart}
+BIN=${3:-target/dist/rampart}
 CONNS=${CONNS:-64}
 SERVER_CPU=${SERVER_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}

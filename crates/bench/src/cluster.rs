@@ -31,7 +31,7 @@ use crate::procs::{self, Server};
 #[derive(clap::Args, Debug)]
 pub struct ClusterArgs {
     /// The rampart binary.
-    #[arg(long, default_value = "target/release/rampart")]
+    #[arg(long, default_value = "target/dist/rampart")]
     pub rampart: PathBuf,
     /// The redis-server binary.
     #[arg(long, default_value = "redis-server")]

@@ -46,7 +46,7 @@ pub struct DiskArgs {
     /// Servers (comma-separated): rampart, nginx.
     #[arg(long, value_delimiter = ',', default_value = "rampart,nginx")]
     pub peers: Vec<String>,
-    /// The rampart binary (default: target/release/rampart next to this tool).
+    /// The rampart binary (default: the rampart next to this tool, target/dist/rampart after `cargo build --profile dist`).
     #[arg(long)]
     pub rampart: Option<PathBuf>,
     /// Where the servers keep their caches (default: a directory under bench/ on this disk).

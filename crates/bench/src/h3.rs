@@ -43,7 +43,7 @@ pub struct H3Args {
     /// Servers (comma-separated): rampart, caddy; those not installed are skipped.
     #[arg(long, value_delimiter = ',', default_value = "rampart,caddy")]
     pub peers: Vec<String>,
-    /// The rampart binary (default: target/release/rampart next to this tool).
+    /// The rampart binary (default: the rampart next to this tool, target/dist/rampart after `cargo build --profile dist`).
     #[arg(long)]
     pub rampart: Option<PathBuf>,
     /// CPUs for the server (taskset list).
@@ -212,7 +212,7 @@ pub fn run(args: H3Args) -> anyhow::Result<()> {
         .unwrap_or_else(|| me.with_file_name("rampart"));
     if !rampart.exists() {
         bail!(
-            "{} not found: build it with cargo build --release",
+            "{} not found: build it with cargo build --profile dist",
             rampart.display()
         );
     }

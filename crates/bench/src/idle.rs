@@ -31,7 +31,7 @@ pub struct IdleArgs {
     /// Servers to measure (comma-separated): rampart, nginx, haproxy.
     #[arg(long, value_delimiter = ',', default_value = "rampart,nginx,haproxy")]
     pub peers: Vec<String>,
-    /// The rampart binary (default: target/release/rampart next to this tool).
+    /// The rampart binary (default: the rampart next to this tool, target/dist/rampart after `cargo build --profile dist`).
     #[arg(long)]
     pub rampart: Option<PathBuf>,
     /// CPU for the server (taskset list).
@@ -108,14 +108,7 @@ pub fn run(args: IdleArgs) -> anyhow::Result<()> {
     }
     origin.stop();
     let report = report(&args, connections, &results);
-    let out = args.out.clone().unwrap_or_else(|| {
-        PathBuf::from("bench/results").join(format!("idle-{}.md", crate::now_utc()))
-    });
-    if let Some(parent) = out.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    std::fs::write(&out, &report)?;
-    println!("{report}\nreport: {}", out.display());
+    crate::save_report(args.out.clone(), "idle", &report)?;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
@@ -174,9 +167,15 @@ async fn open(addr: SocketAddr) -> anyhow::Result<TcpStream> {
 
 /// One request, and its answer read to the end (`Content-Length` framed, 200).
 async fn exchange(s: &mut TcpStream) -> anyhow::Result<()> {
-    s.write_all(REQUEST).await?;
+    request(s, REQUEST).await.map(drop)
+}
+
+/// Sends `req` (one HTTP/1.1 request) on `s` and reads its answer to the end: a 200 framed by
+/// `Content-Length`. The body.
+pub(crate) async fn request(s: &mut TcpStream, req: &[u8]) -> anyhow::Result<Vec<u8>> {
+    s.write_all(req).await?;
     let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 4096];
+    let mut chunk = [0u8; 8192];
     let deadline = Duration::from_secs(10);
     loop {
         let n = tokio::time::timeout(deadline, s.read(&mut chunk)).await??;
@@ -197,7 +196,7 @@ async fn exchange(s: &mut TcpStream) -> anyhow::Result<()> {
             .and_then(|v| v.trim().parse().ok())
             .context("no Content-Length")?;
         if buf.len() >= end + 4 + length {
-            return Ok(());
+            return Ok(buf[end + 4..end + 4 + length].to_vec());
         }
     }
 }

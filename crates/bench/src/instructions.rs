@@ -30,6 +30,10 @@ pub struct InstructionsArgs {
     /// Keep the callgrind files in this folder (for callgrind_annotate).
     #[arg(long)]
     keep: Option<PathBuf>,
+    /// A file of TOML added to the rule of every build measured: what a configured feature
+    /// costs (measure once without, once with).
+    #[arg(long)]
+    rule: Option<PathBuf>,
 }
 
 /// What is measured: a cached hit over HTTP/1.1 keep-alive, a pass (the origin's `no-store`
@@ -80,6 +84,12 @@ fn measure(
     if !build.exists() {
         bail!("no rampart build at {}", build.display());
     }
+    let rule = match &args.rule {
+        Some(p) => {
+            Some(std::fs::read_to_string(p).with_context(|| format!("--rule {}", p.display()))?)
+        }
+        None => None,
+    };
     let (port, h2_port, tls_port) = (
         procs::free_port()?,
         procs::free_port()?,
@@ -94,6 +104,7 @@ fn measure(
         rampart: build,
         tls_port,
         tls,
+        rule_extra: rule.as_deref(),
     };
     let launch = peers::Rampart { baseline: false }.prepare(&setup)?;
     let out = dir.join("callgrind.out");

@@ -25,6 +25,7 @@ mod report;
 mod scenarios;
 mod soak;
 mod suite;
+mod tags;
 mod vus;
 mod websocket;
 
@@ -83,6 +84,9 @@ enum Cmd {
     /// (disk-hit with a working set 4× the memory tier, a 1 GiB object to 10 clients, restart
     /// warmth with a million objects); writes disk.md and disk.json.
     Disk(disk::DiskArgs),
+    /// Issue 34's tag-purge goal: the time to purge a tag on 100,000 objects, and the
+    /// latency of the hits served meanwhile against rounds without a purge.
+    Tags(tags::TagsArgs),
     /// Issue 17's cost figures: what Redis adds to a local hit, a shared (Redis) hit and a
     /// miss, and that hits from exempt or refused clients make no Redis round trip.
     Cluster(cluster::ClusterArgs),
@@ -130,13 +134,17 @@ struct RunArgs {
     /// Report folder (default bench/results/<UTC time>).
     #[arg(long)]
     out: Option<PathBuf>,
-    /// The rampart binary to measure (default: target/release/rampart next to this tool).
+    /// The rampart binary to measure (default: the rampart next to this tool, target/dist/rampart after `cargo build --profile dist`).
     #[arg(long)]
     rampart: Option<PathBuf>,
     /// A second rampart build to run beside the first (peer `rampart-baseline`, same config,
     /// same interleaved rounds): the before/after figures of a change.
     #[arg(long)]
     baseline: Option<PathBuf>,
+    /// A file of TOML added to the rampart peer's `[[proxy_rules]]` (not the baseline's): with
+    /// `--baseline` naming the same build, what a configured feature costs, in the same rounds.
+    #[arg(long)]
+    rampart_rule: Option<PathBuf>,
     /// CPUs for the servers (taskset list).
     #[arg(long, default_value = "0")]
     server_cpus: String,
@@ -157,6 +165,7 @@ fn main() -> anyhow::Result<()> {
         Some(Cmd::Cluster(args)) => cluster::run(args),
         Some(Cmd::Idle(args)) => idle::run(args),
         Some(Cmd::Disk(args)) => disk::run(args),
+        Some(Cmd::Tags(args)) => tags::run(args),
         Some(Cmd::H3Load(args)) => h3::load(args),
         Some(Cmd::WsOrigin { listen }) => websocket::origin(listen),
         Some(Cmd::Codecs(args)) => codecs::run(args),
@@ -174,6 +183,19 @@ fn sh(cmd: &str) -> String {
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
         .unwrap_or_default()
+}
+
+/// Writes a subcommand's Markdown `report` to `out` (default
+/// `bench/results/NAME-<UTC time>.md`) and prints it with where it went.
+fn save_report(out: Option<PathBuf>, name: &str, report: &str) -> anyhow::Result<PathBuf> {
+    let out = out
+        .unwrap_or_else(|| PathBuf::from("bench/results").join(format!("{name}-{}.md", now_utc())));
+    if let Some(parent) = out.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(&out, report)?;
+    println!("{report}\nreport: {}", out.display());
+    Ok(out)
 }
 
 /// The time now in UTC, as report folders are named (`2024-05-01T12-00-00Z`).

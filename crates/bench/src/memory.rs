@@ -43,7 +43,7 @@ pub struct MemoryArgs {
     /// Concurrent keep-alive connections.
     #[arg(long, default_value_t = 32)]
     pub connections: usize,
-    /// The rampart binary (default: target/release/rampart next to this tool).
+    /// The rampart binary (default: the rampart next to this tool, target/dist/rampart after `cargo build --profile dist`).
     #[arg(long)]
     pub rampart: Option<PathBuf>,
     /// CPU for rampart (taskset list); the origin and the client share the other.
@@ -180,7 +180,7 @@ pub fn run(args: MemoryArgs) -> anyhow::Result<()> {
         .unwrap_or_else(|| me.with_file_name("rampart"));
     if !rampart.exists() {
         bail!(
-            "{} not found: build it with cargo build --release",
+            "{} not found: build it with cargo build --profile dist",
             rampart.display()
         );
     }

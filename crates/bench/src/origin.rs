@@ -175,6 +175,14 @@ async fn serve(
             http::header::CACHE_CONTROL,
             http::HeaderValue::from_static("max-age=3600"),
         );
+        // `tag=T`: tagged `bulk` and T, for purges by tag (`rampart-bench tags`).
+        let tag = req
+            .uri()
+            .query()
+            .and_then(|q| q.split('&').find_map(|p| p.strip_prefix("tag=")));
+        if let Some(v) = tag.and_then(|t| http::HeaderValue::from_str(&format!("bulk {t}")).ok()) {
+            r.headers_mut().insert("surrogate-key", v);
+        }
         return Ok(r);
     }
     if path == "/large" {

@@ -42,7 +42,7 @@ pub struct WebsocketArgs {
     /// nginx; those not installed are skipped.
     #[arg(long, value_delimiter = ',', default_value = "rampart,haproxy,nginx")]
     pub proxies: Vec<String>,
-    /// The rampart binary (default: target/release/rampart next to this tool).
+    /// The rampart binary (default: the rampart next to this tool, target/dist/rampart after `cargo build --profile dist`).
     #[arg(long)]
     pub rampart: Option<PathBuf>,
     /// CPU for rampart (taskset list).
@@ -121,7 +121,7 @@ pub fn run(args: WebsocketArgs) -> anyhow::Result<()> {
         .unwrap_or_else(|| me.with_file_name("rampart"));
     if !rampart.exists() {
         bail!(
-            "{} not found: build it with cargo build --release",
+            "{} not found: build it with cargo build --profile dist",
             rampart.display()
         );
     }

@@ -427,6 +427,12 @@ impl Object {
                 + o.headers_charge
                 + body_charge(o.body.len())
         });
+        // Its tags, and their share of the store's count of each tag (see `store::TagState`).
+        let tags = if self.tags.is_empty() {
+            0
+        } else {
+            alloc_size(self.tags.len() * 8) + 32 * self.tags.len() as u64
+        };
         entry_charge(key_len)
             + alloc_size(std::mem::size_of::<Object>() + 16)
             + self.headers_charge
@@ -434,6 +440,7 @@ impl Object {
             + vary
             + encoded
             + webp
+            + tags
             + alloc_size(self.encoded.len() * std::mem::size_of::<(Coding, Arc<Object>)>())
     }
 

@@ -22,8 +22,10 @@
 //! The store is shared by all workers; values are `Arc`s, so a hit clones a pointer, never a
 //! body.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http::HeaderMap;
@@ -172,10 +174,124 @@ fn slot_weight(key: &SlotKey, val: &Slot) -> u64 {
 
 /// The in-memory store.
 pub struct MemoryStore {
-    index: Index<SlotKey, Slot>,
+    index: Arc<Index<SlotKey, Slot>>,
     max_object: usize,
     /// Bytes reserved for bodies being collected, all shards.
     reserved: AtomicU64,
+    /// Tags: how many stored objects carry each, and the tag purges in force.
+    tags: Arc<TagState>,
+    /// Where tag purges go to be reclaimed (the reclaimer thread, started at the first one).
+    reclaim: std::sync::Mutex<Option<std::sync::mpsc::Sender<u64>>>,
+}
+
+/// How long a tag purge still answers lookups after its reclaim walk: objects fetched before
+/// the purge but stored after the walk passed their place (a slow origin) are still purged.
+const TAG_BAN_AFTER_WALK: Duration = Duration::from_secs(600);
+
+/// How long the tag reclaimer works before it pauses (four times as long).
+const RECLAIM_SLICE: Duration = Duration::from_micros(250);
+
+/// What the store knows of tags (objects without tags never touch it).
+#[derive(Default)]
+struct TagState {
+    /// Stored objects carrying each tag.
+    counts: std::sync::Mutex<HashMap<u64, u32>>,
+    /// Tag purges in force: an object carrying the tag received at or before `at` is purged.
+    bans: std::sync::RwLock<HashMap<u64, TagBan>>,
+    /// `bans.len()`, read without the lock on every lookup of a tagged object.
+    live: AtomicUsize,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct TagBan {
+    at: SystemTime,
+    soft: bool,
+    /// Set once the reclaim walk is done: the ban is forgotten then.
+    until: Option<std::time::Instant>,
+}
+
+/// What the tag purges say of an object.
+#[derive(Debug, PartialEq, Eq)]
+enum TagVerdict {
+    Keep,
+    Stale,
+    Gone,
+}
+
+impl TagState {
+    fn entered(&self, o: &Object) {
+        if o.tags.is_empty() {
+            return;
+        }
+        let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        for t in o.tags.iter() {
+            *c.entry(*t).or_insert(0) += 1;
+        }
+    }
+
+    fn left(&self, o: &Object) {
+        if o.tags.is_empty() {
+            return;
+        }
+        let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        for t in o.tags.iter() {
+            if let std::collections::hash_map::Entry::Occupied(mut e) = c.entry(*t) {
+                *e.get_mut() -= 1;
+                if *e.get() == 0 {
+                    e.remove();
+                }
+            }
+        }
+    }
+
+    fn verdict(&self, o: &Object) -> TagVerdict {
+        if o.tags.is_empty() || self.live.load(Ordering::Relaxed) == 0 {
+            return TagVerdict::Keep;
+        }
+        let bans = self.bans.read().unwrap_or_else(|p| p.into_inner());
+        let mut v = TagVerdict::Keep;
+        for t in o.tags.iter() {
+            if let Some(b) = bans.get(t).filter(|b| o.response_time <= b.at) {
+                if !b.soft {
+                    return TagVerdict::Gone;
+                }
+                v = TagVerdict::Stale;
+            }
+        }
+        v
+    }
+
+    fn ban(&self, tag: u64, soft: bool) {
+        let mut bans = self.bans.write().unwrap_or_else(|p| p.into_inner());
+        let now = std::time::Instant::now();
+        bans.retain(|_, b| b.until.is_none_or(|u| u > now));
+        let ban = TagBan {
+            at: SystemTime::now(),
+            soft,
+            until: None,
+        };
+        match bans.get_mut(&tag) {
+            // A hard purge is not softened by a later soft one within its reach.
+            Some(b) if !b.soft && soft => b.at = ban.at,
+            Some(b) => *b = ban,
+            None => {
+                bans.insert(tag, ban);
+            }
+        }
+        self.live.store(bans.len(), Ordering::Relaxed);
+    }
+
+    /// The walk for `tags` is done: their bans are forgotten after [`TAG_BAN_AFTER_WALK`].
+    fn walked(&self, tags: &[u64], started: SystemTime) {
+        let mut bans = self.bans.write().unwrap_or_else(|p| p.into_inner());
+        let until = std::time::Instant::now() + TAG_BAN_AFTER_WALK;
+        for t in tags {
+            // A ban renewed after the walk started waits for its own walk.
+            if let Some(b) = bans.get_mut(t).filter(|b| b.at <= started) {
+                b.until = Some(until);
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for MemoryStore {
@@ -203,6 +319,50 @@ impl Reservation {
 
 pub use crate::index::IndexStats as StoreStats;
 
+/// The reclaimer: takes the tags purged since its last walk, and walks the store once for all
+/// of them, a page at a time, removing (or marking stale) what their purges reach. Ends when
+/// the store is dropped.
+fn reclaim_tags(
+    index: &Index<SlotKey, Slot>,
+    tags: &TagState,
+    rx: &std::sync::mpsc::Receiver<u64>,
+) {
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        batch.extend(rx.try_iter());
+        batch.sort_unstable();
+        batch.dedup();
+        let started = SystemTime::now();
+        // Paced: at most a fifth of a core, in slices of a fraction of a millisecond, so the
+        // workers sharing the machine (or the one core) keep their latency.
+        let mut slice = std::time::Instant::now();
+        let pace = || {
+            if slice.elapsed() >= RECLAIM_SLICE {
+                std::thread::sleep(RECLAIM_SLICE * 4);
+                slice = std::time::Instant::now();
+            }
+        };
+        let removed = index.remove_if_paced(
+            |_, v| match v {
+                Slot::Object(o) if o.tags.iter().any(|t| batch.contains(t)) => {
+                    match tags.verdict(o) {
+                        TagVerdict::Gone => true,
+                        TagVerdict::Stale => {
+                            o.invalidate();
+                            false
+                        }
+                        TagVerdict::Keep => false,
+                    }
+                }
+                _ => false,
+            },
+            pace,
+        );
+        tags.walked(&batch, started);
+        tracing::debug!(tags = batch.len(), removed, "tag purges reclaimed");
+    }
+}
+
 impl MemoryStore {
     /// A store holding at most `budget` bytes; objects larger than `max_object` bytes of body
     /// are never stored.
@@ -215,15 +375,34 @@ impl MemoryStore {
         let fit = (budget / (2 * biggest).max(1)).max(1);
         let shards = (fit.min(4 * cpus as u64) as usize).max(1);
         let shards = 1usize << (usize::BITS - 1 - shards.leading_zeros());
+        let tags = Arc::new(TagState::default());
+        let state = tags.clone();
         MemoryStore {
-            index: Index::new(budget.max(1), shards).with_on_leave(|slot| {
-                if let Slot::Object(o) = slot {
-                    o.left_store();
-                }
-            }),
+            index: Arc::new(
+                Index::new(budget.max(1), shards).with_on_leave(move |slot| {
+                    if let Slot::Object(o) = slot {
+                        o.left_store();
+                        state.left(o);
+                    }
+                }),
+            ),
             max_object,
             reserved: AtomicU64::new(0),
+            tags,
+            reclaim: std::sync::Mutex::new(None),
         }
+    }
+
+    /// `o` enters the store (its body's charge, its tags' counts).
+    fn entered(&self, o: &Object) {
+        o.entered_store();
+        self.tags.entered(o);
+    }
+
+    /// `o` did not enter after all.
+    fn not_entered(&self, o: &Object) {
+        o.left_store();
+        self.tags.left(o);
     }
 
     /// `data` as a stored body, charged to this store's budget for as long as it lives (see
@@ -257,7 +436,7 @@ impl MemoryStore {
         }
         let w = slot_weight(&key, &slot);
         if let Slot::Object(o) = &slot {
-            o.entered_store();
+            self.entered(o);
         }
         let object = match &slot {
             Slot::Object(o) => Some(o.clone()),
@@ -266,7 +445,7 @@ impl MemoryStore {
         let stored = self.index.insert(key, slot, w) != Inserted::TooHeavy;
         if !stored {
             if let Some(o) = object {
-                o.left_store();
+                self.not_entered(&o);
             }
         }
         stored
@@ -279,18 +458,27 @@ impl MemoryStore {
     /// The stored response for `key` that matches the request (following a Vary marker).
     /// The primary lookup borrows the request's parts; only a varying resource builds a key.
     pub fn find(&self, key: &SlotKeyRef<'_>, request: &HeaderMap) -> Option<Arc<Object>> {
-        match self.index.get(key)? {
-            Slot::Object(o) => Some(o),
+        let o = match self.index.get(key)? {
+            Slot::Object(o) => o,
             Slot::Vary(m) => {
                 let variant = m.vary.variant_key(request)?;
                 match self.get(&SlotKey {
                     primary: key.to_key(),
                     variant: Some(variant_slot(m.generation, &variant)),
                 })? {
-                    Slot::Object(o) => Some(o),
-                    Slot::Vary(_) => None,
+                    Slot::Object(o) => o,
+                    Slot::Vary(_) => return None,
                 }
             }
+        };
+        // A tag purge not yet reclaimed: the object is gone (a miss) or stale already.
+        match self.tags.verdict(&o) {
+            TagVerdict::Keep => Some(o),
+            TagVerdict::Stale => {
+                o.invalidate();
+                Some(o)
+            }
+            TagVerdict::Gone => None,
         }
     }
 
@@ -355,7 +543,7 @@ impl MemoryStore {
         if new.body.len() > self.max_object {
             return false;
         }
-        new.entered_store();
+        self.entered(&new);
         let value = Slot::Object(new.clone());
         let weight = slot_weight(&slot, &value);
         let replaced = self.index.replace_if(slot, value, weight, |current| {
@@ -363,7 +551,7 @@ impl MemoryStore {
                 && !o.invalidated.load(Ordering::Relaxed))
         });
         if !replaced {
-            new.left_store();
+            self.not_entered(&new);
         }
         replaced
     }
@@ -473,22 +661,51 @@ impl MemoryStore {
         n
     }
 
-    /// A tag purge: every object (every variant) the tag is on. Objects without tags cost a
-    /// length check each; the shards are locked a page at a time, so requests in between are
-    /// not held up for the whole scan.
+    /// A tag purge: every object (every variant) the tag is on, counted from the store's own
+    /// tally; in force at once (lookups judge tagged objects by the purges in force), and
+    /// reclaimed by the store's reclaimer thread, which walks the store a page at a time: the
+    /// request that purges, and those served meanwhile, wait for none of it.
     fn purge_tag(&self, tag: u64, soft: bool) -> usize {
-        let tagged = |v: &Slot| matches!(v, Slot::Object(o) if o.tags.contains(&tag));
-        if soft {
-            let mut n = 0;
-            self.index.for_each_paged(|_, v| {
-                if let (true, Slot::Object(o)) = (tagged(v), v) {
-                    o.invalidate();
-                    n += 1;
-                }
-            });
-            n
-        } else {
-            self.index.remove_if_paged(|_, v| tagged(v))
+        let n = self
+            .tags
+            .counts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&tag)
+            .copied()
+            .unwrap_or(0) as usize;
+        self.tags.ban(tag, soft);
+        let mut reclaim = self.reclaim.lock().unwrap_or_else(|p| p.into_inner());
+        let sender = reclaim.get_or_insert_with(|| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let (index, tags) = (self.index.clone(), self.tags.clone());
+            let started = std::thread::Builder::new()
+                .name("rampart-tag-reclaim".into())
+                .spawn(move || reclaim_tags(&index, &tags, &rx));
+            if let Err(e) = started {
+                tracing::warn!(error = %e, "cannot start the tag reclaimer; purged objects leave as they are looked up");
+            }
+            tx
+        });
+        let _ = sender.send(tag);
+        n
+    }
+
+    /// Waits until every tag purge so far is reclaimed (tests).
+    #[cfg(test)]
+    fn reclaimed(&self) {
+        for _ in 0..1000 {
+            let pending = self
+                .tags
+                .bans
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .values()
+                .any(|b| b.until.is_none());
+            if !pending {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
         }
     }
 
@@ -776,16 +993,33 @@ mod tests {
             };
             store.put(key("h", &format!("/o/{i}")), Slot::Object(Arc::new(o)));
         }
+        let none = HeaderMap::new();
+        let find =
+            |path: &str| store.find(&SlotKeyRef::new("h", path, false).for_https(false), &none);
+        assert!(find("/o/0").is_some());
+        // Soft: stale at once, kept.
         assert_eq!(store.purge(&PurgeScope::Tag(other), true), 1000);
-        match store.get(&key("h", "/o/1")) {
-            Some(Slot::Object(o)) => assert!(!o.is_fresh(SystemTime::now())),
+        let o = find("/o/1").expect("soft-purged objects stay");
+        assert!(!o.is_fresh(SystemTime::now()));
+        store.reclaimed();
+        match store.get(&key("h", "/o/4")) {
+            Some(Slot::Object(o)) => assert!(!o.is_fresh(SystemTime::now()), "marked by the walk"),
             other => panic!("{other:?}"),
         }
+        // Hard: the count is the store's tally; gone for lookups at once, reclaimed after.
         assert_eq!(store.purge(&PurgeScope::Tag(tag), false), 2000);
+        assert!(find("/o/0").is_none() && find("/o/1").is_none());
+        assert!(find("/o/2").is_some());
+        store.reclaimed();
         assert_eq!(store.index.len(), 1000);
-        assert!(store.get(&key("h", "/o/2")).is_some());
         assert!(store.get(&key("h", "/o/0")).is_none());
         assert_eq!(store.purge(&PurgeScope::Tag(tag), false), 0);
+        // An object received after the purge carries the tag again and is kept.
+        let mut fresh = Arc::into_inner(object(10)).unwrap_or_else(|| unreachable!());
+        fresh.response_time = SystemTime::now() + Duration::from_secs(1);
+        fresh.tags = vec![tag].into();
+        store.put(key("h", "/o/0"), Slot::Object(Arc::new(fresh)));
+        assert!(find("/o/0").is_some());
         assert_eq!(
             PurgeScope::decode(&PurgeScope::Tag(tag).encode()),
             Some(PurgeScope::Tag(tag))

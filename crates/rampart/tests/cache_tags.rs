@@ -150,7 +150,7 @@ async fn a_tag_purge_reaches_the_disk_tier_and_outlives_a_restart() {
     let dir = scratch("tags-disk");
     let _ = std::fs::remove_dir_all(&dir);
     let global = format!(
-        "purge_allow = [\"127.0.0.0/8\"]\ncache_disk = {:?}\ncache_disk_min_uses = 1",
+        "purge_allow = [\"127.0.0.0/8\"]\nmetrics_allow = [\"127.0.0.0/8\"]\ncache_disk = {:?}\ncache_disk_min_uses = 1",
         dir.display().to_string()
     );
     let path = scratch("tags-disk.toml");
@@ -160,21 +160,40 @@ async fn a_tag_purge_reaches_the_disk_tier_and_outlives_a_restart() {
         get(&proxy, "d.test", p).await;
         get(&proxy, "d.test", p).await;
     }
-    // Written to disk (the writer is off the request path).
+    // Both written to disk (the writer is off the request path), and flushed (at most a
+    // second after a write).
     let t = Instant::now();
-    while !std::fs::read_dir(&dir)
-        .map(|d| d.count() > 1)
-        .unwrap_or(false)
-    {
-        assert!(t.elapsed() < Duration::from_secs(5));
+    loop {
+        let m = get(&proxy, "d.test", "/_rampart/metrics").await.text();
+        let written = m
+            .lines()
+            .find_map(|l| l.strip_prefix("rampart_cache_disk_writes_total "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0);
+        if written >= 2.0 {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "{m}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let got = fetch(purge_tag(&proxy, "d.test", "product-1")).await;
     assert_eq!(got.status, 200);
+    // The purge log is written and flushed like the records.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     drop(proxy);
     // A new process: memory is empty; the disk has both, and the purge log says /p/1 is gone.
     let proxy = Proxy::spawn(&["run", "--config", path.to_str().unwrap()]);
+    // The disk's index is warmed in the background: wait until it is ready.
+    let t = Instant::now();
+    while !get(&proxy, "d.test", "/_rampart/metrics")
+        .await
+        .text()
+        .contains("rampart_cache_disk_state 2")
+    {
+        assert!(t.elapsed() < Duration::from_secs(10), "disk tier not ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let before = origin.requests();
     let p2 = get(&proxy, "d.test", "/p/2").await;
     assert_eq!(

@@ -183,8 +183,11 @@ fn the_container_image_files_exist_and_its_example_config_is_valid() {
     assert!(dockerfile.contains("VOLUME [\"/var/lib/rampart\", \"/var/cache/rampart\"]"));
     assert!(dockerfile.contains("/out/var/cache/rampart"));
     assert!(dockerfile.contains("packaging/rampart.toml"));
+    // The image is the fully optimised build, and its example passes the strict check.
+    assert!(dockerfile.contains("cargo build --profile dist"));
+    assert!(dockerfile.contains("check --strict --config /out/etc/rampart/rampart.example.toml"));
     let out = Command::new(rampart_bin())
-        .args(["check", "--config"])
+        .args(["check", "--strict", "--config"])
         .arg(repo().join("packaging/rampart.toml"))
         .output()
         .unwrap();

@@ -51,6 +51,9 @@ pub struct Setup<'a> {
     pub tls_port: u16,
     /// The certificate every TLS peer presents.
     pub tls: &'a TlsFiles,
+    /// TOML added to the rampart peer's rule (not the baseline's): `--rampart-rule`, to
+    /// measure what a feature costs when it is configured.
+    pub rule_extra: Option<&'a str>,
 }
 
 /// One ECDSA P-256 certificate for `localhost` / 127.0.0.1, shared by every TLS peer.
@@ -178,6 +181,7 @@ mod tests {
             rampart: Path::new("/opt/rampart/bin/rampart"),
             tls_port: 19_603,
             tls: &TLS,
+            rule_extra: None,
         }
     }
 

@@ -36,7 +36,7 @@ impl Peer for Rampart {
         "rampart"
     }
     fn install_hint(&self) -> &'static str {
-        "cargo build --release -p rampart"
+        "cargo build --profile dist -p rampart"
     }
     fn caches(&self) -> bool {
         true
@@ -91,7 +91,13 @@ enable_minification = false
 enable_webp_transformation = false
 tls_cert_file = "{cert}"
 tls_key_file = "{key}"
-"#
+{extra}
+"#,
+            extra = if self.baseline {
+                ""
+            } else {
+                setup.rule_extra.unwrap_or("")
+            }
         );
         let config = write_config(&dir, "rampart.toml", &toml)?;
         Ok(Launch {

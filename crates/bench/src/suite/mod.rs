@@ -32,6 +32,8 @@ struct Bench<'a> {
     me: PathBuf,
     /// The rampart build under test.
     rampart: PathBuf,
+    /// `--rampart-rule`: TOML added to the rampart peer's rule.
+    rule_extra: Option<String>,
 }
 
 impl<'a> Bench<'a> {
@@ -50,12 +52,20 @@ impl<'a> Bench<'a> {
             .rampart
             .clone()
             .unwrap_or_else(|| me.with_file_name("rampart"));
+        let rule_extra = match &args.rampart_rule {
+            Some(p) => Some(
+                std::fs::read_to_string(p)
+                    .map_err(|e| anyhow::anyhow!("--rampart-rule {}: {e}", p.display()))?,
+            ),
+            None => None,
+        };
         Ok(Bench {
             args,
             out,
             work,
             me,
             rampart,
+            rule_extra,
         })
     }
 }
@@ -206,7 +216,7 @@ fn choose_peers(bench: &Bench<'_>, skipped: &mut Vec<String>) -> anyhow::Result<
             candidates.push(Candidate { peer: p, build });
         } else if let Some(b) = build {
             bail!(
-                "{}: no rampart build at {} (build it: cargo build --release)",
+                "{}: no rampart build at {} (build it: cargo build --profile dist)",
                 p.name(),
                 b.display()
             );

@@ -157,6 +157,7 @@ fn start_peer(
         rampart: c.build.as_deref().unwrap_or(&bench.rampart),
         tls_port,
         tls,
+        rule_extra: bench.rule_extra.as_deref(),
     };
     let launch = match p.prepare(&setup) {
         Ok(l) => l,

@@ -83,7 +83,7 @@ pub struct Index<K, V, S = foldhash::quality::RandomState> {
     /// Bytes outside the index that count against its capacity (spread evenly over shards).
     pinned: Arc<AtomicU64>,
     /// Called once for every value that leaves the index (evicted, replaced, removed).
-    on_leave: fn(&V),
+    on_leave: Box<dyn Fn(&V) + Send + Sync>,
 }
 
 /// Totals over all shards (read one shard at a time, so only approximately simultaneous).
@@ -130,14 +130,14 @@ impl<K: Hash + Eq, V: Clone, S: BuildHasher> Index<K, V, S> {
             shift: 64 - n.trailing_zeros(),
             capacity: per * n as u64,
             pinned,
-            on_leave: |_| {},
+            on_leave: Box::new(|_| {}),
         }
     }
 
     /// Calls `f` once for every value that leaves the index: evicted, replaced by an insert,
     /// removed, purged. (A value handed to an insert that refuses it never entered.)
-    pub fn with_on_leave(mut self, f: fn(&V)) -> Self {
-        self.on_leave = f;
+    pub fn with_on_leave(mut self, f: impl Fn(&V) + Send + Sync + 'static) -> Self {
+        self.on_leave = Box::new(f);
         self
     }
 
@@ -151,7 +151,7 @@ impl<K: Hash + Eq, V: Clone, S: BuildHasher> Index<K, V, S> {
 
     fn left(&self, entries: &[shard::Entry<K, V>], replaced: &Option<V>) {
         entries.iter().for_each(|e| (self.on_leave)(&e.value));
-        replaced.iter().for_each(self.on_leave);
+        replaced.iter().for_each(|v| (self.on_leave)(v));
     }
 
     fn hash<Q: Hash + ?Sized>(&self, q: &Q) -> u64 {
@@ -313,7 +313,17 @@ impl<K: Hash + Eq, V: Clone, S: BuildHasher> Index<K, V, S> {
     /// Removes every entry for which `f` returns true, holding each shard's lock for one page
     /// of slots at a time (see [`Index::for_each_paged`]); returns how many went. What goes is
     /// dropped outside the locks.
-    pub fn remove_if_paged(&self, mut f: impl FnMut(&K, &V) -> bool) -> usize {
+    pub fn remove_if_paged(&self, f: impl FnMut(&K, &V) -> bool) -> usize {
+        self.remove_if_paced(f, || {})
+    }
+
+    /// [`Index::remove_if_paged`] calling `between` after each page, outside the locks (a
+    /// background walk paces itself there).
+    pub fn remove_if_paced(
+        &self,
+        mut f: impl FnMut(&K, &V) -> bool,
+        mut between: impl FnMut(),
+    ) -> usize {
         let mut n = 0;
         for s in self.shards.iter() {
             for page in 0.. {
@@ -341,6 +351,8 @@ impl<K: Hash + Eq, V: Clone, S: BuildHasher> Index<K, V, S> {
                     }
                 }
                 n += gone.len();
+                drop(gone);
+                between();
             }
         }
         n

@@ -120,9 +120,10 @@ pub fn send<'a>(
     }
     // The rule's request field rules (and its path rule's), after rampart's own: they win.
     let rule = &route.rule.config;
-    if rewrite::rules(rule, route.path_rule, false)
-        .next()
-        .is_some()
+    if route.rule.extras.request_rules
+        && rewrite::rules(rule, route.path_rule(), false)
+            .next()
+            .is_some()
     {
         let id = fields
             .get(&access_log::X_REQUEST_ID)
@@ -137,7 +138,7 @@ pub fn send<'a>(
             query: head.uri.query().unwrap_or(""),
         };
         rewrite::to_origin(
-            rewrite::rules(rule, route.path_rule, false),
+            rewrite::rules(rule, route.path_rule(), false),
             &mut fields,
             &vars,
         );

@@ -191,7 +191,7 @@ impl Pipeline {
             }
         };
         if let Some(route) = &txn.route {
-            if let Some(v) = &route.answer_vars {
+            if let Some(v) = route.answer_vars() {
                 let vars = rewrite::Vars {
                     client_ip: Some(txn.client),
                     scheme: txn.conn.scheme.as_str(),
@@ -200,7 +200,7 @@ impl Pipeline {
                     path: &v.path,
                     query: &v.query,
                 };
-                let rules = rewrite::rules(&route.rule.config, route.path_rule, true);
+                let rules = rewrite::rules(&route.rule.config, route.path_rule(), true);
                 rewrite::to_client(rules, res.headers_mut(), &vars);
             }
         }

@@ -10,7 +10,6 @@ use http::header::{HeaderValue, EXPECT, HOST};
 use http::uri::PathAndQuery;
 use http::{Request, Response, StatusCode, Uri, Version};
 use rampart_cache::key::{host_name, is_valid_host};
-use rampart_config::Variable;
 
 use crate::admin;
 use crate::body::local::text;
@@ -21,7 +20,7 @@ use crate::outcome::CacheOutcome;
 use crate::pipeline::conn_info::Scheme;
 use crate::pipeline::step::Step;
 use crate::pipeline::synth;
-use crate::pipeline::txn::{target, AnswerVars, Mode, Route, Txn};
+use crate::pipeline::txn::{target, AnswerVars, Mode, Route, RouteExtras, Txn};
 use crate::pipeline::websocket;
 use crate::pipeline::worker_state::Worker;
 use crate::policy::path;
@@ -69,11 +68,11 @@ pub async fn recv(
         }
     }
     txn.route = Some(route(&w.router, req, txn.scheme())?);
-    let r = txn.route();
-    if rewrite::needs(&r.rule.config, r.path_rule, Variable::RequestId) {
+    if txn.route().rule.extras.request_id {
         // The same id for the origin, the access log and the rules that name it.
         let id = crate::telemetry::access_log::request_id(req.headers_mut());
-        if let Some(vars) = txn.route.as_mut().and_then(|r| r.answer_vars.as_mut()) {
+        let extras = txn.route.as_mut().and_then(|r| r.extras.as_mut());
+        if let Some(vars) = extras.and_then(|e| e.answer_vars.as_mut()) {
             vars.request_id = Some(id);
         }
     }
@@ -100,8 +99,8 @@ pub async fn recv(
             .map(|res| Step::Done(Box::new(res)));
     }
     open_log(w, txn, req);
-    if let Some(r) = txn.route.as_mut().and_then(|r| r.redirect.take()) {
-        let (status, location) = *r;
+    let extras = txn.route.as_mut().and_then(|r| r.extras.as_mut());
+    if let Some((status, location)) = extras.and_then(|e| e.redirect.take()) {
         tracing::debug!(path = req.uri().path(), location, "redirected");
         return Ok(Step::Done(Box::new(synth::redirect(status, &location))));
     }
@@ -239,43 +238,64 @@ pub fn route<B>(
         .find(host_str)
         .ok_or_else(|| ProxyError::NoRoute(host_str.to_owned()))?
         .clone();
-    let c = &rule.config;
-    let mut redirect = None;
-    if !c.redirects.is_empty() {
-        let vars = rewrite::Vars {
-            client_ip: None,
-            scheme: scheme.as_str(),
-            host: host_name(host_str),
-            request_id: None,
-            path: req.uri().path(),
-            query: req.uri().query().unwrap_or(""),
-        };
-        redirect = rewrite::redirect(&c.redirects, &vars).map(Box::new);
-    }
-    if redirect.is_none() && !c.rewrites.is_empty() {
-        if let Some(to) = rewrite::rewrite(&c.rewrites, req.uri().path()) {
-            tracing::debug!(from = req.uri().path(), to, "rewritten");
-            set_path(req, &to)?;
-            normalize_path(req)?;
-        }
+    let mut extras = None;
+    if rule.extras.paths {
+        extras = redirect_or_rewrite(&rule.config, req, scheme, host_str)?;
     }
     let (decision, path_rule) = rule.decide_with(&path::match_form(req.uri().path()));
-    let answer_vars = rewrite::rules(c, path_rule, true).next().map(|_| {
-        Box::new(AnswerVars {
+    if rule.extras.answer_rules
+        && rewrite::rules(&rule.config, path_rule, true)
+            .next()
+            .is_some()
+    {
+        extras
+            .get_or_insert_with(Box::<RouteExtras>::default)
+            .answer_vars = Some(AnswerVars {
             request_id: None,
             path: req.uri().path().into(),
             query: req.uri().query().unwrap_or("").into(),
-        })
-    });
+        });
+    }
     tracing::debug!(domain = rule.config.domain_text, ?decision, "routed");
     Ok(Route {
         rule,
         host,
         decision,
-        path_rule,
-        redirect,
-        answer_vars,
+        path_rule: path_rule.map(|i| i as u32),
+        extras,
     })
+}
+
+/// A rule's redirects (the first that matches is answered after screening) and rewrites (the
+/// first that matches changes the path now, normalised again).
+fn redirect_or_rewrite<B>(
+    c: &rampart_config::RuleConfig,
+    req: &mut Request<B>,
+    scheme: Scheme,
+    host: &str,
+) -> Result<Option<Box<RouteExtras>>, ProxyError> {
+    if !c.redirects.is_empty() {
+        let vars = rewrite::Vars {
+            client_ip: None,
+            scheme: scheme.as_str(),
+            host: host_name(host),
+            request_id: None,
+            path: req.uri().path(),
+            query: req.uri().query().unwrap_or(""),
+        };
+        if let Some(r) = rewrite::redirect(&c.redirects, &vars) {
+            return Ok(Some(Box::new(RouteExtras {
+                redirect: Some(r),
+                answer_vars: None,
+            })));
+        }
+    }
+    if let Some(to) = rewrite::rewrite(&c.rewrites, req.uri().path()) {
+        tracing::debug!(from = req.uri().path(), to, "rewritten");
+        set_path(req, &to)?;
+        normalize_path(req)?;
+    }
+    Ok(None)
 }
 
 /// Puts `path` in place of the request's path (the query stays).

@@ -37,12 +37,20 @@ pub struct Route {
     pub host: HeaderValue,
     pub decision: PathDecision,
     /// The path rule that decided, by its index in the rule's `path_rules`.
-    pub path_rule: Option<usize>,
+    pub path_rule: Option<u32>,
+    /// What the rule's message rules decided for this request (a rule without any: `None`,
+    /// and the request carries one pointer more).
+    pub extras: Option<Box<RouteExtras>>,
+}
+
+/// What a rule's redirects and response field rules need of a request ([`Route::extras`]).
+#[derive(Debug, Default)]
+pub struct RouteExtras {
     /// A redirect rule matched: its status and target (answered after screening).
-    pub redirect: Option<Box<(http::StatusCode, String)>>,
-    /// What the rule's response field rules need and the response no longer says: the
-    /// request's id, path and query (only when a rule has response field rules).
-    pub answer_vars: Option<Box<AnswerVars>>,
+    pub redirect: Option<(http::StatusCode, String)>,
+    /// What the response field rules need and the response no longer says (only when the
+    /// rule or its path rule has some).
+    pub answer_vars: Option<AnswerVars>,
 }
 
 /// The request's facts a response field rule may name ([`Route::answer_vars`]).
@@ -56,7 +64,16 @@ pub struct AnswerVars {
 impl Route {
     /// Whether responses of this request get field rules (the rule's or its path rule's).
     pub fn has_answer_rules(&self) -> bool {
-        self.answer_vars.is_some()
+        self.answer_vars().is_some()
+    }
+
+    pub fn answer_vars(&self) -> Option<&AnswerVars> {
+        self.extras.as_ref()?.answer_vars.as_ref()
+    }
+
+    /// The matched path rule's index.
+    pub fn path_rule(&self) -> Option<usize> {
+        self.path_rule.map(|i| i as usize)
     }
 }
 

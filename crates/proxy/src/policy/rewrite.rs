@@ -88,13 +88,6 @@ pub fn rules<'r>(
     std::iter::once(own).chain(path).filter(|r| !r.is_empty())
 }
 
-/// Whether any field rule of the request needs `v`.
-pub fn needs(rule: &RuleConfig, path_rule: Option<usize>, v: Variable) -> bool {
-    rules(rule, path_rule, false)
-        .chain(rules(rule, path_rule, true))
-        .any(|r| r.uses(v))
-}
-
 /// The request's field rules, made to what goes to the origin.
 pub fn to_origin<'r>(
     rules: impl Iterator<Item = &'r HeaderRules>,

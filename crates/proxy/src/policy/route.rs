@@ -40,6 +40,43 @@ pub struct Rule {
     pub webp: Option<std::time::Duration>,
     /// This rule's request counts (kept by domain across reloads).
     pub stats: Arc<crate::telemetry::metrics::RuleStats>,
+    /// What the rule (or one of its path rules) does besides proxying, decided once so that
+    /// a rule without any of it pays a flag test each.
+    pub extras: Extras,
+}
+
+/// Which of a rule's message rules exist (see `policy::rewrite`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Extras {
+    /// Redirects or rewrites.
+    pub paths: bool,
+    /// Request field rules, in the rule or a path rule.
+    pub request_rules: bool,
+    /// Response field rules, in the rule or a path rule.
+    pub answer_rules: bool,
+    /// A field rule names `{request_id}`.
+    pub request_id: bool,
+}
+
+impl Extras {
+    fn of(rc: &RuleConfig) -> Extras {
+        let all = std::iter::once((&rc.request_headers, &rc.response_headers)).chain(
+            rc.path_rules
+                .iter()
+                .map(|p| (&p.request_headers, &p.response_headers)),
+        );
+        let mut e = Extras {
+            paths: !rc.redirects.is_empty() || !rc.rewrites.is_empty(),
+            ..Extras::default()
+        };
+        for (req, res) in all {
+            e.request_rules |= !req.is_empty();
+            e.answer_rules |= !res.is_empty();
+            e.request_id |= req.uses(rampart_config::Variable::RequestId)
+                || res.uses(rampart_config::Variable::RequestId);
+        }
+        e
+    }
 }
 
 /// Host → rule lookup, built once at startup and shared by all workers.
@@ -138,6 +175,7 @@ impl Router {
                 }),
                 webp: rc.webp.map(|w| w.min_age),
                 stats: crate::telemetry::metrics::get().rule(&rc.domain_text),
+                extras: Extras::of(rc),
             }));
         }
         wildcard.sort_by_key(|w| std::cmp::Reverse(w.0.len()));
