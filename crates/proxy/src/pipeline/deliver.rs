@@ -307,8 +307,13 @@ fn from_stale_entry(
 /// An origin response's head made ready for the client: hop-by-hop fields out, `Via` in, the
 /// client's HTTP version.
 /// Takes the tag fields (`cache_tag_headers`) out of an origin's response: the tags, as
-/// objects carry them. Nothing to do (one look-up per name) when the origin sends none.
+/// objects carry them.
 fn take_tags(h: &mut HeaderMap, names: &[http::HeaderName]) -> Box<[u64]> {
+    // One walk over the response's names (a few, compared by kind and length first) is
+    // cheaper than a hashed look-up per tag field.
+    if names.is_empty() || !h.keys().any(|k| names.contains(k)) {
+        return Box::default();
+    }
     let mut tags = Vec::new();
     for name in names {
         if !h.contains_key(name) {

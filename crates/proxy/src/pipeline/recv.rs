@@ -268,6 +268,7 @@ pub fn route<B>(
 
 /// A rule's redirects (the first that matches is answered after screening) and rewrites (the
 /// first that matches changes the path now, normalised again).
+#[inline(never)]
 fn redirect_or_rewrite<B>(
     c: &rampart_config::RuleConfig,
     req: &mut Request<B>,
@@ -315,6 +316,7 @@ fn set_path<B>(req: &mut Request<B>, path: &str) -> Result<(), ProxyError> {
 /// The first thing recv does: every decision after it (the management prefix, ACME, path
 /// rules, the cache key) reads the path the origin will get, so `/%5frampart/` or
 /// `/x/../_rampart/` cannot slip past a check the raw path would fail.
+#[inline]
 pub fn normalize_path<B>(req: &mut Request<B>) -> Result<(), ProxyError> {
     let normal = path::normalize(req.uri().path())
         .map_err(|_| ProxyError::BadRequest("malformed percent-encoding in the path"))?;

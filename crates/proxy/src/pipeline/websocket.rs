@@ -36,6 +36,7 @@ pub enum Kind {
 
 /// Whether `req` asks to switch to WebSocket. Cheap for every other request: a method
 /// comparison, then a look for the `Upgrade` field.
+#[inline]
 pub fn wants<B>(req: &Request<B>) -> Option<Kind> {
     if req.method() == Method::CONNECT {
         let protocol = req.extensions().get::<hyper::ext::Protocol>()?;

@@ -244,6 +244,7 @@ impl Rule {
     }
 
     /// [`Rule::decide`], and which path rule matched (its index), if one did.
+    #[inline]
     pub fn decide_with(&self, path: &str) -> (PathDecision, Option<usize>) {
         let c = &self.config;
         let path_rule = c.path_rules.iter().position(|pr| pr.matches(path));
