@@ -204,10 +204,19 @@ struct TagState {
 
 #[derive(Debug, Clone, Copy)]
 struct TagBan {
-    at: SystemTime,
-    soft: bool,
+    /// The latest hard purge: objects received at or before it are gone.
+    hard: Option<SystemTime>,
+    /// The latest soft purge: objects received at or before it are stale.
+    soft: Option<SystemTime>,
     /// Set once the reclaim walk is done: the ban is forgotten then.
     until: Option<std::time::Instant>,
+}
+
+impl TagBan {
+    /// When it was last renewed.
+    fn latest(&self) -> Option<SystemTime> {
+        self.hard.max(self.soft)
+    }
 }
 
 /// What the tag purges say of an object.
@@ -251,10 +260,11 @@ impl TagState {
         let bans = self.bans.read().unwrap_or_else(|p| p.into_inner());
         let mut v = TagVerdict::Keep;
         for t in o.tags.iter() {
-            if let Some(b) = bans.get(t).filter(|b| o.response_time <= b.at) {
-                if !b.soft {
-                    return TagVerdict::Gone;
-                }
+            let Some(b) = bans.get(t) else { continue };
+            if b.hard.is_some_and(|at| o.response_time <= at) {
+                return TagVerdict::Gone;
+            }
+            if b.soft.is_some_and(|at| o.response_time <= at) {
                 v = TagVerdict::Stale;
             }
         }
@@ -265,19 +275,19 @@ impl TagState {
         let mut bans = self.bans.write().unwrap_or_else(|p| p.into_inner());
         let now = std::time::Instant::now();
         bans.retain(|_, b| b.until.is_none_or(|u| u > now));
-        let ban = TagBan {
-            at: SystemTime::now(),
-            soft,
+        // A later soft purge does not soften an earlier hard one: each keeps its own time.
+        let b = bans.entry(tag).or_insert(TagBan {
+            hard: None,
+            soft: None,
             until: None,
-        };
-        match bans.get_mut(&tag) {
-            // A hard purge is not softened by a later soft one within its reach.
-            Some(b) if !b.soft && soft => b.at = ban.at,
-            Some(b) => *b = ban,
-            None => {
-                bans.insert(tag, ban);
-            }
+        });
+        let at = Some(SystemTime::now());
+        if soft {
+            b.soft = at;
+        } else {
+            b.hard = at;
         }
+        b.until = None;
         self.live.store(bans.len(), Ordering::Relaxed);
     }
 
@@ -287,7 +297,7 @@ impl TagState {
         let until = std::time::Instant::now() + TAG_BAN_AFTER_WALK;
         for t in tags {
             // A ban renewed after the walk started waits for its own walk.
-            if let Some(b) = bans.get_mut(t).filter(|b| b.at <= started) {
+            if let Some(b) = bans.get_mut(t).filter(|b| b.latest() <= Some(started)) {
                 b.until = Some(until);
             }
         }
@@ -1014,6 +1024,14 @@ mod tests {
         assert_eq!(store.index.len(), 1000);
         assert!(store.get(&key("h", "/o/0")).is_none());
         assert_eq!(store.purge(&PurgeScope::Tag(tag), false), 0);
+        // A soft purge after a hard one does not bring back what the hard one took.
+        let mut late = Arc::into_inner(object(10)).unwrap_or_else(|| unreachable!());
+        late.tags = vec![other].into();
+        late.response_time -= Duration::from_secs(5);
+        store.put(key("h", "/late"), Slot::Object(Arc::new(late)));
+        store.purge(&PurgeScope::Tag(other), false);
+        store.purge(&PurgeScope::Tag(other), true);
+        assert!(find("/late").is_none(), "still gone after the soft purge");
         // An object received after the purge carries the tag again and is kept.
         let mut fresh = Arc::into_inner(object(10)).unwrap_or_else(|| unreachable!());
         fresh.response_time = SystemTime::now() + Duration::from_secs(1);

@@ -477,7 +477,7 @@ impl<'d> Section<'d> {
 
     /// Every key of this table with its value and where it was written, for tables whose keys
     /// are names the file chooses (header names, statuses); none of them is then unknown.
-    pub(crate) fn entries(&mut self) -> Vec<At<&'d Item>> {
+    pub(crate) fn entries(&mut self) -> Vec<(&'d str, At<&'d Item>)> {
         self.open = true;
         self.table
             .iter()
@@ -487,11 +487,12 @@ impl<'d> Section<'d> {
                     .get_key_value(k)
                     .and_then(|(key, _)| key.span())
                     .or_else(|| item.span());
-                At {
+                let at = At {
                     value: item,
                     key: self.key_path(k),
                     span,
-                }
+                };
+                (k, at)
             })
             .collect()
     }

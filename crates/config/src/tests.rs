@@ -1868,3 +1868,13 @@ fn cache_tag_headers() {
         "{e:?}"
     );
 }
+
+#[test]
+fn a_field_name_with_a_dot_is_read_whole() {
+    let v = with(
+        "",
+        "[proxy_rules.response_headers]\nset = { \"X.Trace\" = \"on\" }\n",
+    );
+    let c = v.config.unwrap_or_else(|| panic!("{:?}", v.diagnostics));
+    assert_eq!(c.rules[0].response_headers.set[0].0, "x.trace");
+}

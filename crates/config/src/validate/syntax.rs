@@ -37,7 +37,10 @@ pub(super) fn recover(src: &str, first: toml_edit::TomlError) -> Recovered {
     let mut errors = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for _ in 0..MAX_SYNTAX_ERRORS {
-        let at = error.span().map_or(0, |s| s.start.min(text.len()));
+        let mut at = error.span().map_or(0, |s| s.start.min(text.len()));
+        while !text.is_char_boundary(at) {
+            at -= 1;
+        }
         let lines = LineIndex::new(&text);
         let (line, column) = lines.position(&text, at);
         let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);

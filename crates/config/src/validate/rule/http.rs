@@ -48,9 +48,8 @@ pub(super) fn header_rules(
         let Some(mut fields) = t.table(sink, which) else {
             continue;
         };
-        for entry in fields.entries() {
-            let name_text = entry.key.rsplit('.').next().unwrap_or("").to_owned();
-            let Some(name) = field_name(sink, &name_text, &entry) else {
+        for (name_text, entry) in fields.entries() {
+            let Some(name) = field_name(sink, name_text, &entry) else {
                 continue;
             };
             let Some(text) = entry.value.as_str() else {
@@ -304,8 +303,7 @@ pub(super) fn error_pages(s: &mut Section<'_>, sink: &mut Sink<'_>) -> ErrorPage
     let Some(mut t) = s.table(sink, "error_pages") else {
         return pages;
     };
-    for entry in t.entries() {
-        let name = entry.key.rsplit('.').next().unwrap_or("").to_owned();
+    for (name, entry) in t.entries() {
         if name == "origin_errors" {
             match entry.value.as_bool() {
                 Some(b) => pages.origin_errors = b,
