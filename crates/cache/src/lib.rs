@@ -26,6 +26,7 @@ pub mod key;
 pub mod object;
 pub mod policy;
 pub mod store;
+mod tags;
 pub mod targeted;
 pub mod vary;
 pub mod wire;

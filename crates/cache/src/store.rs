@@ -22,10 +22,8 @@
 //! The store is shared by all workers; values are `Arc`s, so a hit clones a pointer, never a
 //! body.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http::HeaderMap;
@@ -33,6 +31,7 @@ use http::HeaderMap;
 use crate::index::{Index, Inserted};
 use crate::key::{CacheKey, SlotKey, SlotKeyRef};
 use crate::object::entry_charge;
+use crate::tags::{reclaim_tags, TagState, TagVerdict};
 use crate::vary::Vary;
 
 // Objects and their charges live in `object.rs`; their paths under `store` stay.
@@ -184,126 +183,6 @@ pub struct MemoryStore {
     reclaim: std::sync::Mutex<Option<std::sync::mpsc::Sender<u64>>>,
 }
 
-/// How long a tag purge still answers lookups after its reclaim walk: objects fetched before
-/// the purge but stored after the walk passed their place (a slow origin) are still purged.
-const TAG_BAN_AFTER_WALK: Duration = Duration::from_secs(600);
-
-/// How long the tag reclaimer works before it pauses (four times as long).
-const RECLAIM_SLICE: Duration = Duration::from_micros(250);
-
-/// What the store knows of tags (objects without tags never touch it).
-#[derive(Default)]
-struct TagState {
-    /// Stored objects carrying each tag.
-    counts: std::sync::Mutex<HashMap<u64, u32>>,
-    /// Tag purges in force: an object carrying the tag received at or before `at` is purged.
-    bans: std::sync::RwLock<HashMap<u64, TagBan>>,
-    /// `bans.len()`, read without the lock on every lookup of a tagged object.
-    live: AtomicUsize,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct TagBan {
-    /// The latest hard purge: objects received at or before it are gone.
-    hard: Option<SystemTime>,
-    /// The latest soft purge: objects received at or before it are stale.
-    soft: Option<SystemTime>,
-    /// Set once the reclaim walk is done: the ban is forgotten then.
-    until: Option<std::time::Instant>,
-}
-
-impl TagBan {
-    /// When it was last renewed.
-    fn latest(&self) -> Option<SystemTime> {
-        self.hard.max(self.soft)
-    }
-}
-
-/// What the tag purges say of an object.
-#[derive(Debug, PartialEq, Eq)]
-enum TagVerdict {
-    Keep,
-    Stale,
-    Gone,
-}
-
-impl TagState {
-    fn entered(&self, o: &Object) {
-        if o.tags.is_empty() {
-            return;
-        }
-        let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
-        for t in o.tags.iter() {
-            *c.entry(*t).or_insert(0) += 1;
-        }
-    }
-
-    fn left(&self, o: &Object) {
-        if o.tags.is_empty() {
-            return;
-        }
-        let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
-        for t in o.tags.iter() {
-            if let std::collections::hash_map::Entry::Occupied(mut e) = c.entry(*t) {
-                *e.get_mut() -= 1;
-                if *e.get() == 0 {
-                    e.remove();
-                }
-            }
-        }
-    }
-
-    fn verdict(&self, o: &Object) -> TagVerdict {
-        if o.tags.is_empty() || self.live.load(Ordering::Relaxed) == 0 {
-            return TagVerdict::Keep;
-        }
-        let bans = self.bans.read().unwrap_or_else(|p| p.into_inner());
-        let mut v = TagVerdict::Keep;
-        for t in o.tags.iter() {
-            let Some(b) = bans.get(t) else { continue };
-            if b.hard.is_some_and(|at| o.response_time <= at) {
-                return TagVerdict::Gone;
-            }
-            if b.soft.is_some_and(|at| o.response_time <= at) {
-                v = TagVerdict::Stale;
-            }
-        }
-        v
-    }
-
-    fn ban(&self, tag: u64, soft: bool) {
-        let mut bans = self.bans.write().unwrap_or_else(|p| p.into_inner());
-        let now = std::time::Instant::now();
-        bans.retain(|_, b| b.until.is_none_or(|u| u > now));
-        // A later soft purge does not soften an earlier hard one: each keeps its own time.
-        let b = bans.entry(tag).or_insert(TagBan {
-            hard: None,
-            soft: None,
-            until: None,
-        });
-        let at = Some(SystemTime::now());
-        if soft {
-            b.soft = at;
-        } else {
-            b.hard = at;
-        }
-        b.until = None;
-        self.live.store(bans.len(), Ordering::Relaxed);
-    }
-
-    /// The walk for `tags` is done: their bans are forgotten after [`TAG_BAN_AFTER_WALK`].
-    fn walked(&self, tags: &[u64], started: SystemTime) {
-        let mut bans = self.bans.write().unwrap_or_else(|p| p.into_inner());
-        let until = std::time::Instant::now() + TAG_BAN_AFTER_WALK;
-        for t in tags {
-            // A ban renewed after the walk started waits for its own walk.
-            if let Some(b) = bans.get_mut(t).filter(|b| b.latest() <= Some(started)) {
-                b.until = Some(until);
-            }
-        }
-    }
-}
-
 impl std::fmt::Debug for MemoryStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MemoryStore")
@@ -328,50 +207,6 @@ impl Reservation {
 }
 
 pub use crate::index::IndexStats as StoreStats;
-
-/// The reclaimer: takes the tags purged since its last walk, and walks the store once for all
-/// of them, a page at a time, removing (or marking stale) what their purges reach. Ends when
-/// the store is dropped.
-fn reclaim_tags(
-    index: &Index<SlotKey, Slot>,
-    tags: &TagState,
-    rx: &std::sync::mpsc::Receiver<u64>,
-) {
-    while let Ok(first) = rx.recv() {
-        let mut batch = vec![first];
-        batch.extend(rx.try_iter());
-        batch.sort_unstable();
-        batch.dedup();
-        let started = SystemTime::now();
-        // Paced: at most a fifth of a core, in slices of a fraction of a millisecond, so the
-        // workers sharing the machine (or the one core) keep their latency.
-        let mut slice = std::time::Instant::now();
-        let pace = || {
-            if slice.elapsed() >= RECLAIM_SLICE {
-                std::thread::sleep(RECLAIM_SLICE * 4);
-                slice = std::time::Instant::now();
-            }
-        };
-        let removed = index.remove_if_paced(
-            |_, v| match v {
-                Slot::Object(o) if o.tags.iter().any(|t| batch.contains(t)) => {
-                    match tags.verdict(o) {
-                        TagVerdict::Gone => true,
-                        TagVerdict::Stale => {
-                            o.invalidate();
-                            false
-                        }
-                        TagVerdict::Keep => false,
-                    }
-                }
-                _ => false,
-            },
-            pace,
-        );
-        tags.walked(&batch, started);
-        tracing::debug!(tags = batch.len(), removed, "tag purges reclaimed");
-    }
-}
 
 impl MemoryStore {
     /// A store holding at most `budget` bytes; objects larger than `max_object` bytes of body
@@ -715,7 +550,7 @@ impl MemoryStore {
             if !pending {
                 return;
             }
-            std::thread::sleep(Duration::from_millis(5));
+            std::thread::sleep(std::time::Duration::from_millis(5));
         }
     }
 
