@@ -31,7 +31,7 @@ use http::HeaderMap;
 use crate::index::{Index, Inserted};
 use crate::key::{CacheKey, SlotKey, SlotKeyRef};
 use crate::object::entry_charge;
-use crate::tags::{reclaim_tags, TagState, TagVerdict};
+use crate::tags::{TagState, TagVerdict, RECLAIM_SLICE};
 use crate::vary::Vary;
 
 // Objects and their charges live in `object.rs`; their paths under `store` stay.
@@ -207,6 +207,50 @@ impl Reservation {
 }
 
 pub use crate::index::IndexStats as StoreStats;
+
+/// The reclaimer: takes the tags purged since its last walk, and walks the store once for all
+/// of them, a page at a time, removing (or marking stale) what their purges reach. Ends when
+/// the store is dropped.
+fn reclaim_tags(
+    index: &Index<SlotKey, Slot>,
+    tags: &TagState,
+    rx: &std::sync::mpsc::Receiver<u64>,
+) {
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        batch.extend(rx.try_iter());
+        batch.sort_unstable();
+        batch.dedup();
+        let started = std::time::SystemTime::now();
+        // Paced: at most a fifth of a core, in slices of a fraction of a millisecond, so the
+        // workers sharing the machine (or the one core) keep their latency.
+        let mut slice = std::time::Instant::now();
+        let pace = || {
+            if slice.elapsed() >= RECLAIM_SLICE {
+                std::thread::sleep(RECLAIM_SLICE * 4);
+                slice = std::time::Instant::now();
+            }
+        };
+        let removed = index.remove_if_paced(
+            |_, v| match v {
+                Slot::Object(o) if o.tags.iter().any(|t| batch.contains(t)) => {
+                    match tags.verdict(o) {
+                        TagVerdict::Gone => true,
+                        TagVerdict::Stale => {
+                            o.invalidate();
+                            false
+                        }
+                        TagVerdict::Keep => false,
+                    }
+                }
+                _ => false,
+            },
+            pace,
+        );
+        tags.walked(&batch, started);
+        tracing::debug!(tags = batch.len(), removed, "tag purges reclaimed");
+    }
+}
 
 impl MemoryStore {
     /// A store holding at most `budget` bytes; objects larger than `max_object` bytes of body

@@ -1,22 +1,19 @@
 //! The memory store's tags: how many stored objects carry each, the tag purges in force
-//! (bans that look-ups of tagged objects honour), and the reclaimer that walks the store to
-//! take what they reach, paced so the workers keep their latency.
+//! (bans that look-ups of tagged objects honour); the store's reclaimer walks the store to take
+//! what they reach.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
-use crate::index::Index;
-use crate::key::SlotKey;
 use crate::object::Object;
-use crate::store::Slot;
 
 /// How long a tag purge still answers lookups after its reclaim walk: objects fetched before
 /// the purge but stored after the walk passed their place (a slow origin) are still purged.
 const TAG_BAN_AFTER_WALK: Duration = Duration::from_secs(600);
 
 /// How long the tag reclaimer works before it pauses (four times as long).
-const RECLAIM_SLICE: Duration = Duration::from_micros(250);
+pub(crate) const RECLAIM_SLICE: Duration = Duration::from_micros(250);
 
 /// What the store knows of tags (objects without tags never touch it).
 #[derive(Default)]
@@ -128,49 +125,5 @@ impl TagState {
                 b.until = Some(until);
             }
         }
-    }
-}
-
-/// The reclaimer: takes the tags purged since its last walk, and walks the store once for all
-/// of them, a page at a time, removing (or marking stale) what their purges reach. Ends when
-/// the store is dropped.
-pub(crate) fn reclaim_tags(
-    index: &Index<SlotKey, Slot>,
-    tags: &TagState,
-    rx: &std::sync::mpsc::Receiver<u64>,
-) {
-    while let Ok(first) = rx.recv() {
-        let mut batch = vec![first];
-        batch.extend(rx.try_iter());
-        batch.sort_unstable();
-        batch.dedup();
-        let started = SystemTime::now();
-        // Paced: at most a fifth of a core, in slices of a fraction of a millisecond, so the
-        // workers sharing the machine (or the one core) keep their latency.
-        let mut slice = std::time::Instant::now();
-        let pace = || {
-            if slice.elapsed() >= RECLAIM_SLICE {
-                std::thread::sleep(RECLAIM_SLICE * 4);
-                slice = std::time::Instant::now();
-            }
-        };
-        let removed = index.remove_if_paced(
-            |_, v| match v {
-                Slot::Object(o) if o.tags.iter().any(|t| batch.contains(t)) => {
-                    match tags.verdict(o) {
-                        TagVerdict::Gone => true,
-                        TagVerdict::Stale => {
-                            o.invalidate();
-                            false
-                        }
-                        TagVerdict::Keep => false,
-                    }
-                }
-                _ => false,
-            },
-            pace,
-        );
-        tags.walked(&batch, started);
-        tracing::debug!(tags = batch.len(), removed, "tag purges reclaimed");
     }
 }
