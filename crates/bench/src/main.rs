@@ -41,7 +41,7 @@ use clap::{Parser, Subcommand};
     about = "rampart side by side with its peers",
     after_help = "\
 Examples:
-  rampart-bench                       full suite (~15 min), report in bench/results/<time>/
+  rampart-bench                       full suite (~45 min), report in bench/results/<time>/
   rampart-bench --quick               seconds-long smoke run of every scenario
   rampart-bench --scenarios cached-hello,pass --peers rampart,nginx --rounds 5
   rampart-bench --baseline /tmp/old/rampart --peers rampart,rampart-baseline,floor
@@ -116,7 +116,7 @@ struct RunArgs {
     /// A seconds-long smoke run of every scenario (1 round, short loads).
     #[arg(long)]
     quick: bool,
-    /// Scenarios to run (comma-separated): cached-hello, cached-image, compressed, compressed-plain, pass, close, https, https-close, h2, vus, burst, disk (the disk tier, see `rampart-bench disk`; in a full run by default).
+    /// Scenarios to run (comma-separated): cached-hello, cached-image, compressed, compressed-plain, pass, pass-hello, close, https, https-close, h2, h2-tls, vus, burst, disk (the disk tier, see `rampart-bench disk`; in a full run by default).
     #[arg(long, value_delimiter = ',')]
     scenarios: Option<Vec<String>>,
     /// Peers to include (comma-separated names, e.g. rampart,nginx,varnish).

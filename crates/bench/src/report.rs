@@ -69,7 +69,14 @@ pub fn summary(r: &Results) -> String {
                 .peers
                 .iter()
                 .filter_map(|(p, _)| {
-                    summarise(&r.runs, sc.name, li, p).map(|m| (p.clone(), m.cpu_us.0, m.rps.0))
+                    summarise(&r.runs, sc.name, li, p).map(|m| {
+                        let name = if m.fixed_file {
+                            format!("{p}(fixed-file)")
+                        } else {
+                            p.clone()
+                        };
+                        (name, m.cpu_us.0, m.rps.0)
+                    })
                 })
                 .collect();
             if row.is_empty() {
@@ -212,10 +219,15 @@ fn load_section(
         let ratio = base.as_ref().map_or("–".to_owned(), |b| {
             format!("{:.2}×", m.cpu_us.0 / b.cpu_us.0.max(1e-9))
         });
+        let name = if m.fixed_file {
+            format!("{} — *fixed file, no cache*", label_of(r, p))
+        } else {
+            label_of(r, p).to_owned()
+        };
         let _ = writeln!(
             md,
             "| {} | {} ({}–{}) | {:.1} ({:.1}–{:.1}) | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            label_of(r, p),
+            name,
             count(m.rps.0),
             count(m.rps.1),
             count(m.rps.2),
@@ -252,7 +264,9 @@ fn load_section(
 /// Whether a cached scenario really hit (the origin saw next to nothing), or what the origin
 /// saw of a pass.
 fn cache_check(sc: &Scenario, m: &Summary) -> String {
-    if sc.cached {
+    if m.fixed_file {
+        format!("fixed file (origin saw {})", m.origin_requests)
+    } else if sc.cached {
         // Each measured run may let through a handful of requests (expiry races, a worker's
         // first miss); anything more means the peer did not cache.
         if m.origin_requests <= 5 * m.rounds as u64 {

@@ -16,8 +16,12 @@ pub struct Scenario {
     pub cached: bool,
     /// Over HTTP/2 cleartext (prior knowledge); only peers offering it.
     pub h2: bool,
-    /// Over TLS (HTTP/1.1, `https://127.0.0.1:PORT`); only peers terminating TLS.
+    /// Over TLS (`https://127.0.0.1:PORT`: HTTP/1.1, or HTTP/2 by ALPN with `h2`); only peers
+    /// terminating TLS.
     pub tls: bool,
+    /// A cached scenario about connections (new per request, TLS, HTTP/2) in which peers
+    /// without a cache that answer `/hello` from a fixed file take part, marked as such.
+    pub fixed: bool,
     pub loads: Vec<Load>,
     /// Seconds per timed run for this scenario.
     pub seconds: u64,
@@ -29,7 +33,7 @@ pub struct Scenario {
 }
 
 /// The names `--scenarios` knows, in the order they run.
-pub const NAMES: &str = "cached-hello, cached-image, compressed, compressed-plain, pass, pass-hello, close, https, https-close, h2, vus, burst, disk (the disk tier: `rampart-bench disk`)";
+pub const NAMES: &str = "cached-hello, cached-image, compressed, compressed-plain, pass, pass-hello, close, https, https-close, h2, h2-tls, vus, burst, disk (the disk tier: `rampart-bench disk`)";
 
 /// How long each timed run lasts and how many rounds each load gets.
 #[derive(Debug, Clone, Copy)]
@@ -76,6 +80,7 @@ fn closed_loop(
         cached: true,
         h2: false,
         tls: false,
+        fixed: false,
         loads,
         seconds: timing.seconds,
         rounds: timing.rounds,
@@ -155,7 +160,8 @@ fn keep_alive(quick: bool, t: Timing) -> Vec<Scenario> {
     ]
 }
 
-/// The cached 12-byte page over other connections: one per request, TLS, HTTP/2.
+/// The cached 12-byte page over other connections: one per request, TLS, HTTP/2 (cleartext and
+/// TLS). Peers without a cache that answer `/hello` from a fixed file take part.
 fn connections(quick: bool, t: Timing) -> Vec<Scenario> {
     let closing = || {
         vec![Load::Wrk {
@@ -164,7 +170,15 @@ fn connections(quick: bool, t: Timing) -> Vec<Scenario> {
             accept_encoding: None,
         }]
     };
-    vec![
+    let h2load = || {
+        vec![Load::H2load {
+            clients: 16,
+            streams: 10,
+            requests: if quick { 2_000 } else { 200_000 },
+        }]
+    };
+    let fixed = |s: Scenario| Scenario { fixed: true, ..s };
+    [
         closed_loop(
             "close",
             "a new connection per request (Connection: close), 32 connections, the cached 12-byte page: the keep-alive lesson (compare with cached-hello)",
@@ -198,15 +212,25 @@ fn connections(quick: bool, t: Timing) -> Vec<Scenario> {
                 "h2",
                 "cached 12-byte hits over HTTP/2 cleartext, h2load with 16 clients × 10 streams",
                 "/hello",
-                vec![Load::H2load {
-                    clients: 16,
-                    streams: 10,
-                    requests: if quick { 2_000 } else { 200_000 },
-                }],
+                h2load(),
+                t,
+            )
+        },
+        Scenario {
+            h2: true,
+            tls: true,
+            ..closed_loop(
+                "h2-tls",
+                "cached 12-byte hits over HTTP/2 on TLS 1.3 (ALPN h2, ECDSA P-256), h2load with 16 clients × 10 streams",
+                "/hello",
+                h2load(),
                 t,
             )
         },
     ]
+    .into_iter()
+    .map(fixed)
+    .collect()
 }
 
 /// ARC2's virtual users (`vus`, `burst`): many mostly idle connections, each peer restarted

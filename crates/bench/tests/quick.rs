@@ -1,5 +1,5 @@
-//! Runs `rampart-bench --quick` against rampart and NGINX and checks the harness produced a
-//! sane, complete report. It asserts nothing about speed.
+//! Runs `rampart-bench --quick` against rampart, NGINX, Apache Traffic Server and h2o and checks
+//! the harness produced a sane, complete report. It asserts nothing about speed.
 #![allow(clippy::unwrap_used)]
 
 use std::path::PathBuf;
@@ -21,7 +21,7 @@ fn quick_run_writes_a_complete_report() {
         "build rampart first (`cargo build --workspace`): {} is missing",
         rampart.display()
     );
-    for tool in ["nginx", "wrk", "ab", "h2load"] {
+    for tool in ["nginx", "traffic_server", "h2o", "wrk", "ab", "h2load"] {
         assert!(
             installed(tool),
             "{tool} is required for this test (.ci/run installs it)"
@@ -33,7 +33,7 @@ fn quick_run_writes_a_complete_report() {
         .args([
             "--quick",
             "--peers",
-            "rampart,nginx,nginx-default,floor",
+            "rampart,nginx,nginx-default,trafficserver,h2o,floor",
             "--out",
         ])
         .arg(&out)
@@ -44,13 +44,14 @@ fn quick_run_writes_a_complete_report() {
     assert!(status.success(), "rampart-bench --quick failed");
 
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
-    const SCENARIOS: [&str; 10] = [
+    const SCENARIOS: [&str; 11] = [
         "cached-hello",
         "cached-image",
         "pass",
         "pass-hello",
         "close",
         "h2",
+        "h2-tls",
         "vus",
         "burst",
         "https",
@@ -95,6 +96,41 @@ fn quick_run_writes_a_complete_report() {
             .unwrap();
         assert!(run["origin_requests"].as_u64().unwrap() <= 5, "{run}");
     }
+    // Traffic Server caches: in every cached scenario but h2c (it has none), the origin stays
+    // flat. h2o has no cache: it passes, and answers the connection scenarios' `/hello` from a
+    // file, marked as such; it sits out the other cached ones.
+    let run_of = |scenario: &str, peer: &str| {
+        runs.iter()
+            .find(|r| r["scenario"] == scenario && r["peer"] == peer)
+            .cloned()
+    };
+    for scenario in ["cached-hello", "cached-image", "close", "https", "h2-tls"] {
+        let run = run_of(scenario, "trafficserver")
+            .unwrap_or_else(|| panic!("no run of trafficserver in {scenario}"));
+        assert!(run["result"]["requests"].as_u64().unwrap() > 0, "{run}");
+        assert!(run["origin_requests"].as_u64().unwrap() <= 5, "{run}");
+        assert_eq!(run["fixed_file"], false, "{run}");
+    }
+    assert!(run_of("h2", "trafficserver").is_none());
+    for scenario in ["close", "https", "https-close", "h2", "h2-tls"] {
+        let run = run_of(scenario, "h2o").unwrap_or_else(|| panic!("no run of h2o in {scenario}"));
+        assert!(run["result"]["requests"].as_u64().unwrap() > 0, "{run}");
+        assert_eq!(run["origin_requests"].as_u64().unwrap(), 0, "{run}");
+        assert_eq!(run["fixed_file"], true, "{run}");
+    }
+    for scenario in ["pass", "pass-hello"] {
+        let run = run_of(scenario, "h2o").unwrap_or_else(|| panic!("no run of h2o in {scenario}"));
+        assert_eq!(run["fixed_file"], false, "{run}");
+        assert!(run["origin_requests"].as_u64().unwrap() > 0, "{run}");
+    }
+    for scenario in ["cached-hello", "cached-image", "vus"] {
+        assert!(
+            run_of(scenario, "h2o").is_none(),
+            "h2o has no cache: {scenario}"
+        );
+    }
+    assert!(report.contains("*fixed file, no cache*"), "{report}");
+
     // The floor runs where its fixed 12-byte answer is the same work, and nowhere else; the
     // tables state every program's CPU per request as a multiple of it.
     for scenario in ["cached-hello", "close", "vus", "burst"] {
@@ -135,7 +171,14 @@ fn quick_run_writes_a_complete_report() {
             "{chart}"
         );
     }
-    for config in ["configs/rampart/rampart.toml", "configs/nginx/nginx.conf"] {
+    for config in [
+        "configs/rampart/rampart.toml",
+        "configs/nginx/nginx.conf",
+        "configs/trafficserver/runroot.yaml",
+        "configs/trafficserver/etc/records.config",
+        "configs/trafficserver/etc/remap.config",
+        "configs/h2o/h2o.conf",
+    ] {
         assert!(
             out.join(config).exists(),
             "{config} not written into the report folder"

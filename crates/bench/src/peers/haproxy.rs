@@ -8,7 +8,7 @@ use super::{Launch, Peer, Setup};
 
 /// HAProxy 2.6 with its small-object cache (`cache mycache`: 256 MB, objects up to 1 MiB, at most
 /// 3600 s). h2c with prior knowledge on `h2_port` (`proto h2`); HAProxy also detects the h2
-/// preface on the HTTP/1.1 port. It does not store `no-store` responses. Runs as
+/// preface on the HTTP/1.1 port. TLS on `tls_port` offers HTTP/2 and HTTP/1.1 by ALPN. It does not store `no-store` responses. Runs as
 /// `haproxy -db -f DIR/haproxy.cfg` (`-db`: foreground, no daemon, no master process); writes no
 /// file. A hit carries an `Age` header (a miss has none). HAProxy's cache has no request
 /// coalescing: concurrent first requests for one URL all go to the origin.
@@ -39,7 +39,7 @@ defaults
 frontend fe
     bind 127.0.0.1:@PORT@
     bind 127.0.0.1:@H2PORT@ proto h2
-    bind 127.0.0.1:@TLSPORT@ ssl crt @COMBINED@ alpn http/1.1 ssl-min-ver TLSv1.2
+    bind 127.0.0.1:@TLSPORT@ ssl crt @COMBINED@ alpn h2,http/1.1 ssl-min-ver TLSv1.2
     default_backend be
 
 backend be

@@ -1,5 +1,5 @@
 //! Peers: how to configure and start each proxy the suite compares (NGINX, Varnish, HAProxy,
-//! Squid, Caddy, Apache, rampart). Each peer writes its config into its own directory (the
+//! Apache Traffic Server, h2o, Squid, Caddy, Apache, rampart). Each peer writes its config into its own directory (the
 //! report folder keeps them) and returns the command that runs it in the foreground, so the
 //! runner owns the process tree, pins it with `taskset` and kills it at the end.
 //!
@@ -17,19 +17,23 @@ mod apache;
 mod caddy;
 mod config;
 mod floor;
+mod h2o;
 mod haproxy;
 mod nginx;
 mod rampart;
 mod squid;
+mod trafficserver;
 mod varnish;
 
 pub use apache::Apache;
 pub use caddy::Caddy;
 pub use floor::Floor;
+pub use h2o::H2o;
 pub use haproxy::{Haproxy, HaproxyCache};
 pub use nginx::{Nginx, NginxDefault};
 pub use rampart::Rampart;
 pub use squid::Squid;
+pub use trafficserver::TrafficServer;
 pub use varnish::Varnish;
 
 /// Where and how one peer runs in this suite.
@@ -115,8 +119,15 @@ pub trait Peer: Send + Sync {
     fn caches(&self) -> bool;
     /// Whether it serves HTTP/2 cleartext with prior knowledge on `h2_port`.
     fn h2c(&self) -> bool;
-    /// Whether it terminates TLS on `tls_port` (TLS 1.2/1.3 with `setup.tls`).
+    /// Whether it terminates TLS on `tls_port` (TLS 1.2/1.3 with `setup.tls`), offering HTTP/1.1
+    /// and HTTP/2 by ALPN.
     fn tls(&self) -> bool {
+        false
+    }
+    /// Whether, having no cache, it answers the 12-byte `/hello` from a fixed file of its own:
+    /// it then takes part in the cached scenarios that allow that (the ones about connections:
+    /// new per request, TLS, HTTP/2), and the report marks its rows as a fixed file.
+    fn fixed_hello(&self) -> bool {
         false
     }
     /// Writes the config files into `setup.dir` and returns the foreground command.
@@ -137,6 +148,8 @@ pub fn all() -> Vec<Box<dyn Peer>> {
         Box::new(Varnish),
         Box::new(HaproxyCache),
         Box::new(Haproxy),
+        Box::new(TrafficServer),
+        Box::new(H2o),
         Box::new(Squid),
         Box::new(Caddy),
         Box::new(Apache),
@@ -195,6 +208,14 @@ mod tests {
             "squid" => &["squid.conf"],
             "caddy" => &["Caddyfile", "caddy.env"],
             "apache" => &["httpd.conf"],
+            "trafficserver" => &[
+                "runroot.yaml",
+                "etc/records.config",
+                "etc/remap.config",
+                "etc/storage.config",
+                "etc/ssl_multicert.config",
+            ],
+            "h2o" => &["h2o.conf"],
             _ => &[],
         }
     }
@@ -211,6 +232,8 @@ mod tests {
                 "varnish",
                 "haproxy-cache",
                 "haproxy",
+                "trafficserver",
+                "h2o",
                 "squid",
                 "caddy",
                 "apache",
@@ -227,13 +250,19 @@ mod tests {
             .filter(|p| !p.caches())
             .map(|p| p.name())
             .collect();
-        assert_eq!(no_cache, ["haproxy", "caddy"]);
+        assert_eq!(no_cache, ["haproxy", "h2o", "caddy"]);
+        let fixed: Vec<&str> = all()
+            .iter()
+            .filter(|p| p.fixed_hello())
+            .map(|p| p.name())
+            .collect();
+        assert_eq!(fixed, ["h2o"]);
         let no_h2c: Vec<&str> = all()
             .iter()
             .filter(|p| !p.h2c())
             .map(|p| p.name())
             .collect();
-        assert_eq!(no_h2c, ["squid", "floor"]);
+        assert_eq!(no_h2c, ["trafficserver", "squid", "floor"]);
     }
 
     #[test]
@@ -274,7 +303,10 @@ mod tests {
             // The command names the config file, and the program is the peer's binary.
             let main_config = dir.join(files[0]).to_string_lossy().into_owned();
             assert!(
-                launch.args.contains(&main_config),
+                launch
+                    .args
+                    .iter()
+                    .any(|a| a == &main_config || a.ends_with(&format!("={main_config}"))),
                 "{name}: {:?}",
                 launch.args
             );
@@ -348,6 +380,14 @@ mod tests {
         assert!(apache.contains("ServerLimit 2"));
         assert!(apache.contains("MaxRequestWorkers 128"));
         assert!(apache.contains("ProxyPass / http://127.0.0.1:19500/"));
+        let ats = read(&TrafficServer, "etc/records.config")?;
+        assert!(ats.contains("CONFIG proxy.config.exec_thread.limit INT 2"));
+        assert!(ats.contains("CONFIG proxy.config.http.cache.required_headers INT 2"));
+        assert!(ats.contains("19603:ipv4:ssl:ip-in=127.0.0.1"));
+        let h2o = read(&H2o, "h2o.conf")?;
+        assert!(h2o.contains("num-threads: 2"));
+        assert!(h2o.contains("proxy.reverse.url: http://127.0.0.1:19500/"));
+        assert!(h2o.contains("file.file: /"));
         Ok(())
     }
 

@@ -128,9 +128,10 @@ http {
 @LOCATION@
     }
 
-    # TLS 1.2/1.3, the same ECDSA P-256 certificate as every TLS peer, a session cache.
+    # TLS 1.2/1.3, the same ECDSA P-256 certificate as every TLS peer, a session cache; HTTP/1.1
+    # and HTTP/2 by ALPN.
     server {
-        listen 127.0.0.1:@TLSPORT@ ssl;
+        listen 127.0.0.1:@TLSPORT@ ssl http2;
         ssl_certificate @CERT@;
         ssl_certificate_key @KEY@;
         ssl_protocols TLSv1.2 TLSv1.3;

@@ -199,6 +199,7 @@ impl Taken {
             load: step.desc.clone(),
             load_index: step.load_index,
             peer: r.peer.name().to_owned(),
+            fixed_file: fixed_file(step.scenario, r.peer.as_ref()),
             round: step.round,
             server_cpu_us_per_request: self.cpu * 1e6 / served,
             server_cpu_utilisation: self.cpu / self.wall.max(1e-9),
@@ -232,12 +233,18 @@ fn cpu_count(list: &str) -> usize {
 
 /// Whether peer `p` takes part in scenario `s`.
 fn applies(s: &Scenario, p: &dyn Peer) -> bool {
-    (!s.cached || p.caches())
-        && (!s.h2 || p.h2c())
+    (!s.cached || p.caches() || fixed_file(s, p))
+        // HTTP/2 over TLS is offered by every peer that terminates TLS.
+        && (!s.h2 || s.tls || p.h2c())
         && (!s.tls || p.tls())
         && s.only.is_none_or(|only| only.contains(&p.name()))
         // The floor answers every request with the 12-byte page.
         && (!p.is_floor() || s.path == "/hello")
+}
+
+/// Whether `p` answers cached scenario `s` from a fixed file rather than a cache.
+fn fixed_file(s: &Scenario, p: &dyn Peer) -> bool {
+    s.cached && s.fixed && s.path == "/hello" && !p.caches() && p.fixed_hello()
 }
 
 /// The short, unmeasured run before a peer's first round of `load`.

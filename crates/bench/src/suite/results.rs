@@ -14,6 +14,8 @@ pub struct Run {
     pub load: String,
     pub load_index: usize,
     pub peer: String,
+    /// The peer has no cache and answered the cached scenario's `/hello` from a fixed file.
+    pub fixed_file: bool,
     pub round: usize,
     pub result: LoadResult,
     pub server_cpu_us_per_request: f64,
@@ -81,6 +83,7 @@ pub fn summarise(runs: &[Run], scenario: &str, load_index: usize, peer: &str) ->
             .max()
             .unwrap_or(0),
         rounds: rs.len(),
+        fixed_file: rs.iter().any(|r| r.fixed_file),
     })
 }
 
@@ -103,5 +106,7 @@ pub struct Summary {
     pub peak_rss: u64,
     /// Peak RSS minus RSS before the run (largest over rounds): what the load added.
     pub rss_growth: u64,
+    /// Answered from a fixed file, not a cache (a peer without one in a cached scenario).
+    pub fixed_file: bool,
     pub rounds: usize,
 }

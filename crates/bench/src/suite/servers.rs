@@ -219,17 +219,28 @@ fn environment(dir: &Path, workers: usize) -> Vec<(String, String)> {
     ]
 }
 
-/// Copies the peer's config files into the report.
+/// Copies the peer's config files into the report, with those in its subdirectories (Traffic
+/// Server keeps its own in `etc/`).
 fn copy_configs(from: &Path, to: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(to)?;
     for e in std::fs::read_dir(from)?.flatten() {
         let p = e.path();
         let name = e.file_name().to_string_lossy().into_owned();
-        let is_config = [".conf", ".vcl", ".cfg", ".toml", "Caddyfile"]
-            .iter()
-            .any(|x| name.ends_with(x));
-        if p.is_file() && is_config {
+        let is_config = [
+            ".conf",
+            ".vcl",
+            ".cfg",
+            ".toml",
+            ".config",
+            ".yaml",
+            "Caddyfile",
+        ]
+        .iter()
+        .any(|x| name.ends_with(x));
+        if p.is_file() && is_config && e.metadata()?.len() > 0 {
             std::fs::copy(&p, to.join(&name))?;
+        } else if p.is_dir() && name == "etc" {
+            copy_configs(&p, &to.join(&name))?;
         }
     }
     Ok(())
