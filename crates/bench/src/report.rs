@@ -99,6 +99,7 @@ pub fn write(out: &Path, r: &Results) -> anyhow::Result<()> {
     std::fs::create_dir_all(&charts)?;
     let mut md = String::new();
     header(&mut md, r);
+    against_best(&mut md, r);
     single_core(&mut md, r);
     for sc in &r.scenarios {
         let _ = writeln!(
@@ -137,6 +138,77 @@ fn header(md: &mut String, r: &Results) {
             let _ = writeln!(md, "- {s}");
         }
     }
+    md.push('\n');
+}
+
+/// One table of every closed-loop load: rampart's CPU per request beside the best (lowest) of
+/// every other peer in that row, whoever it is, and the ratio; a peer answering from a fixed
+/// file is marked, and so is the best proxy when that differs.
+fn against_best(md: &mut String, r: &Results) {
+    let mut table = String::new();
+    for sc in r.scenarios.iter().filter(|s| !s.fresh) {
+        for li in 0..sc.loads.len() {
+            let rows = rows(r, sc.name, li);
+            let Some((_, mine)) = rows.iter().find(|(p, _)| p == "rampart") else {
+                continue;
+            };
+            let others = |fixed: bool| {
+                rows.iter()
+                    .filter(|(p, m)| {
+                        !matches!(p.as_str(), "rampart" | "rampart-baseline" | "floor")
+                            && (fixed || !m.fixed_file)
+                    })
+                    .min_by(|a, b| a.1.cpu_us.0.total_cmp(&b.1.cpu_us.0))
+            };
+            let cell = |best: Option<&(String, Summary)>| match best {
+                Some((p, m)) => (
+                    format!(
+                        "{} {:.1}{}",
+                        p,
+                        m.cpu_us.0,
+                        if m.fixed_file { " (fixed file)" } else { "" }
+                    ),
+                    format!("{:.2}×", mine.cpu_us.0 / m.cpu_us.0.max(1e-9)),
+                ),
+                None => ("–".to_owned(), "–".to_owned()),
+            };
+            let (best, ratio) = cell(others(true));
+            let proxy = others(false);
+            let (best_proxy, proxy_ratio) = if proxy.map(|x| &x.0) == others(true).map(|x| &x.0) {
+                ("same".to_owned(), ratio.clone())
+            } else {
+                cell(proxy)
+            };
+            let floor = floor_cpu(&rows).map_or("–".to_owned(), |f| format!("{f:.1}"));
+            let _ = writeln!(
+                table,
+                "| `{}` {} | {} | {:.1} | {} | {} | {} | {} |",
+                sc.name,
+                sc.loads[li].describe(sc.seconds),
+                floor,
+                mine.cpu_us.0,
+                best,
+                ratio,
+                best_proxy,
+                proxy_ratio
+            );
+        }
+    }
+    if table.is_empty() {
+        return;
+    }
+    md.push_str(
+        "## rampart against the best peer of each row
+
+",
+    );
+    md.push_str("Server CPU µs per request, medians. The best peer is the lowest of every other program in the row, whoever it is; where that one answered from a fixed file (no proxying, no cache), the best proxy is given too. A ratio below 1 means rampart used less CPU.
+
+");
+    md.push_str("| scenario · load | floor | rampart | best peer | rampart ÷ best | best proxy | rampart ÷ best proxy |
+|---|---|---|---|---|---|---|
+");
+    md.push_str(&table);
     md.push('\n');
 }
 
