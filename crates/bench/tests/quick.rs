@@ -130,6 +130,18 @@ fn quick_run_writes_a_complete_report() {
         );
     }
     assert!(report.contains("*fixed file, no cache*"), "{report}");
+    // The summary table: every closed-loop row with rampart's CPU beside the best other
+    // program's, whoever it is.
+    let best = report
+        .split("## rampart against the best peer of each row")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no best-peer table:\n{report}"));
+    for scenario in ["cached-hello", "pass", "close", "h2", "h2-tls", "https"] {
+        assert!(
+            best.contains(&format!("| `{scenario}` ")),
+            "no best-peer row for {scenario}"
+        );
+    }
 
     // The floor runs where its fixed 12-byte answer is the same work, and nowhere else; the
     // tables state every program's CPU per request as a multiple of it.

@@ -12,9 +12,10 @@ use super::{Launch, Peer, Setup};
 /// 256 MB RAM cache over a 256 MB cache file in DIR (ATS has no RAM-only cache: the RAM cache
 /// sits in front of a volume), `remap.config` mapping every request to the origin (`map /
 /// http://ORIGIN/`, `remap_required`), and only responses with an explicit lifetime
-/// (`max-age` or `Expires`) cached (`required_headers 2`). It honours `no-store`; a request
-/// that finds another for its URL at the origin does not wait for it (`max_open_write_retries
-/// 0`: with the default retry concurrent requests for one `no-store` URL each wait 10 ms). HTTP/1.1 on
+/// (`max-age` or `Expires`) cached (`required_headers 2`). It honours `no-store`. The cache's
+/// write lock is left at its defaults: a request that finds another for its URL at the origin
+/// retries 10 ms later, so concurrent requests for one `no-store` URL (the pass scenarios) wait;
+/// `max_open_write_retries 0` would remove the wait but also stops ATS caching anything. HTTP/1.1 on
 /// `port`, HTTP/1.1 and HTTP/2 (ALPN) over TLS on `tls_port`; ATS 9 has no HTTP/2 over cleartext.
 /// Keep-alive to the origin is ATS's default (per-thread session pools). A hit carries `Age`.
 ///
@@ -64,11 +65,6 @@ CONFIG proxy.config.url_remap.remap_required INT 1
 CONFIG proxy.config.http.cache.http INT 1
 CONFIG proxy.config.http.cache.required_headers INT 2
 CONFIG proxy.config.cache.ram_cache.size INT 268435456
-# A request that cannot take the URL's cache write lock (another request for the URL is at the
-# origin) goes to the origin at once. With the default (one retry 10 ms later) concurrent
-# requests for one uncacheable URL (no-store: the pass scenarios) each wait 10 ms: 3.4-4.1k
-# req/s at 64 connections here, against 14-17k with this.
-CONFIG proxy.config.http.cache.max_open_write_retries INT 0
 CONFIG proxy.config.http.insert_request_via_str INT 0
 CONFIG proxy.config.http.insert_response_via_str INT 0
 # Stay the invoking user; no logs but diags.log.
