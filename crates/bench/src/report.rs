@@ -172,12 +172,12 @@ fn against_best(md: &mut String, r: &Results) {
                 ),
                 None => ("–".to_owned(), "–".to_owned()),
             };
-            let (best, ratio) = cell(others(true));
-            let proxy = others(false);
-            let (best_proxy, proxy_ratio) = if proxy.map(|x| &x.0) == others(true).map(|x| &x.0) {
-                ("same".to_owned(), ratio.clone())
-            } else {
-                cell(proxy)
+            let best = others(true);
+            let (best_cell, ratio) = cell(best);
+            // The best proxy differs only when the best of all answered from a fixed file.
+            let (best_proxy, proxy_ratio) = match best {
+                Some((_, m)) if m.fixed_file => cell(others(false)),
+                _ => ("same".to_owned(), ratio.clone()),
             };
             let floor = floor_cpu(&rows).map_or("–".to_owned(), |f| format!("{f:.1}"));
             let _ = writeln!(
@@ -187,7 +187,7 @@ fn against_best(md: &mut String, r: &Results) {
                 sc.loads[li].describe(sc.seconds),
                 floor,
                 mine.cpu_us.0,
-                best,
+                best_cell,
                 ratio,
                 best_proxy,
                 proxy_ratio
@@ -197,17 +197,9 @@ fn against_best(md: &mut String, r: &Results) {
     if table.is_empty() {
         return;
     }
-    md.push_str(
-        "## rampart against the best peer of each row
-
-",
-    );
-    md.push_str("Server CPU µs per request, medians. The best peer is the lowest of every other program in the row, whoever it is; where that one answered from a fixed file (no proxying, no cache), the best proxy is given too. A ratio below 1 means rampart used less CPU.
-
-");
-    md.push_str("| scenario · load | floor | rampart | best peer | rampart ÷ best | best proxy | rampart ÷ best proxy |
-|---|---|---|---|---|---|---|
-");
+    md.push_str("## rampart against the best peer of each row\n\n");
+    md.push_str("Server CPU µs per request, medians. The best peer is the lowest of every other program in the row, whoever it is; where that one answered from a fixed file (no proxying, no cache), the best proxy is given too. A ratio below 1 means rampart used less CPU.\n\n");
+    md.push_str("| scenario · load | floor | rampart | best peer | rampart ÷ best | best proxy | rampart ÷ best proxy |\n|---|---|---|---|---|---|---|\n");
     md.push_str(&table);
     md.push('\n');
 }

@@ -304,8 +304,6 @@ fn from_stale_entry(
     })
 }
 
-/// An origin response's head made ready for the client: hop-by-hop fields out, `Via` in, the
-/// client's HTTP version.
 /// Takes the tag fields (`cache_tag_headers`) out of an origin's response: the tags, as
 /// objects carry them.
 fn take_tags(h: &mut HeaderMap, names: &[http::HeaderName]) -> Box<[u64]> {
@@ -328,6 +326,8 @@ fn take_tags(h: &mut HeaderMap, names: &[http::HeaderName]) -> Box<[u64]> {
     tags.into_boxed_slice()
 }
 
+/// An origin response's head made ready for the client: hop-by-hop fields out, `Via` in, the
+/// client's HTTP version.
 fn downstream(res: Response<OriginBody>, version: Version) -> (http::response::Parts, OriginBody) {
     let (mut parts, body) = res.into_parts();
     strip_hop_by_hop(&mut parts.headers);
