@@ -1141,8 +1141,13 @@ async fn a_debug_trace_reads_as_the_stages() {
         .body(empty())
         .unwrap();
     assert_eq!(send(&client(), post).await.status, 200);
+    // The last line expected, not the first: the client can have its answer before deliver's
+    // line reaches the log.
     assert!(
-        proxy.wait_for_output("uri=/p", Duration::from_secs(5)),
+        proxy.wait_for_output(
+            "uri=/p mode=Client}: rampart_proxy::pipeline::deliver",
+            Duration::from_secs(5)
+        ),
         "{}",
         proxy.output()
     );
