@@ -2,6 +2,11 @@
 //! read a chunk at a time as it is sent, each chunk checked against its CRC-32 first. It knows
 //! nothing of the tier that made it beyond [`ExtentSink`], where it counts what it reads and
 //! reports what fails.
+//!
+//! Its first chunk is read and checked when it is made ([`Extent::open`]), before a response
+//! head can be sent: a body bad from its first byte is a miss, not a response cut at once. A
+//! chunk found bad later cuts the response (its head is out) and tells the tier, which drops
+//! the object, so the next request fetches it again.
 
 use std::fs::File;
 use std::io::ErrorKind;
@@ -17,6 +22,9 @@ pub const CHUNK: u64 = 128 << 10;
 pub trait ExtentSink: Send + Sync {
     fn read(&self, bytes: u64);
     fn fault(&self, e: &std::io::Error);
+    /// A chunk of the extent made from `file` (the tier's id for it) could not be read or
+    /// failed its checksum: the object must not be served again.
+    fn corrupt(&self, file: u32);
 }
 
 /// A body on disk: read a chunk at a time, each checked.
@@ -24,8 +32,11 @@ pub struct Extent {
     file: Arc<File>,
     len: u64,
     crcs: Box<[u32]>,
-    /// The tier: its counters, and its fault log.
+    /// The first chunk, read and checked when the extent was made.
+    first: Bytes,
+    /// The tier: its counters, and its fault log; and its id for the file.
     sink: Arc<dyn ExtentSink>,
+    id: u32,
 }
 
 impl std::fmt::Debug for Extent {
@@ -35,18 +46,25 @@ impl std::fmt::Debug for Extent {
 }
 
 impl Extent {
-    pub(crate) fn new(
+    /// The extent of `len` bytes in `file` (the tier's file `id`), its first chunk read and
+    /// checked now: an error, reported to the tier, when it is not whole.
+    pub(crate) fn open(
         file: Arc<File>,
+        id: u32,
         len: u64,
         crcs: Box<[u32]>,
         sink: Arc<dyn ExtentSink>,
-    ) -> Extent {
-        Extent {
+    ) -> std::io::Result<Extent> {
+        let mut e = Extent {
             file,
             len,
             crcs,
+            first: Bytes::new(),
             sink,
-        }
+            id,
+        };
+        e.first = e.chunk(0)?;
+        Ok(e)
     }
 
     pub fn len(&self) -> u64 {
@@ -66,6 +84,23 @@ impl Extent {
         }
         let i = start / CHUNK;
         let at = i * CHUNK;
+        let chunk = if i == 0 {
+            self.first.clone()
+        } else {
+            self.chunk(i)?
+        };
+        let from = (start - at) as usize;
+        let to = chunk.len().min(from.saturating_add(max));
+        Ok(chunk.slice(from..to))
+    }
+
+    /// Chunk `i`, read whole and checked (counted; a failure reported, and the object
+    /// dropped by the tier).
+    fn chunk(&self, i: u64) -> std::io::Result<Bytes> {
+        let at = i * CHUNK;
+        if at >= self.len {
+            return Ok(Bytes::new());
+        }
         let n = CHUNK.min(self.len - at) as usize;
         let mut buf = vec![0; n];
         let res = self.file.read_exact_at(&mut buf, at).and_then(|()| {
@@ -81,11 +116,10 @@ impl Extent {
         });
         if let Err(e) = res {
             self.sink.fault(&e);
+            self.sink.corrupt(self.id);
             return Err(e);
         }
         self.sink.read(n as u64);
-        let from = (start - at) as usize;
-        let to = n.min(from.saturating_add(max));
-        Ok(Bytes::from(buf).slice(from..to))
+        Ok(Bytes::from(buf))
     }
 }

@@ -49,6 +49,7 @@
 //! generation; each variant is keyed by the key, the generation and its variant key. A new
 //! marker (the resource varies differently, or was purged) makes the old variants unreachable.
 
+pub mod dir;
 pub mod large;
 pub mod record;
 mod warm;
@@ -59,7 +60,7 @@ use std::fs::File;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::io::ErrorKind;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, RwLock};
@@ -72,6 +73,7 @@ use crate::key::CacheKey;
 use crate::object::{DiskMark, Object, Residency};
 use crate::store::PurgeScope;
 use crate::vary::Vary;
+use dir::CacheDir;
 use large::{Extent, LargeWrite};
 use record::{Kind, SummaryEntry};
 use warm::*;
@@ -93,6 +95,8 @@ const SKETCH_AGE: u64 = 1 << 18;
 /// Flush written records to the device at least this often.
 const SYNC_EVERY: Duration = Duration::from_secs(1);
 const LOCK: &str = "lock";
+/// The largest summary read: a segment of 64 MiB holds at most this many records' entries.
+const SUMMARY_CAP: u64 = 64 << 20;
 const PURGES: &str = "purges.log";
 
 /// How the tier is set up (`cache_disk`, `cache_disk_size`, `cache_disk_min_uses`).
@@ -115,6 +119,14 @@ impl DiskOptions {
     /// The largest record a segment takes: half a segment.
     pub fn max_record(&self) -> u64 {
         self.segment_size() / 2
+    }
+
+    /// The same, in another directory.
+    pub fn with_dir(&self, dir: &std::path::Path) -> DiskOptions {
+        DiskOptions {
+            dir: dir.to_path_buf(),
+            ..self.clone()
+        }
     }
 
     /// The largest body the tier takes: `max_object`, at most a quarter of the size.
@@ -148,6 +160,7 @@ struct Counters {
     not_admitted: AtomicU64,
     dropped: AtomicU64,
     errors: AtomicU64,
+    corrupt: AtomicU64,
     reused_bytes: AtomicU64,
     warm_segments: AtomicU64,
     warm_total: AtomicU64,
@@ -174,6 +187,9 @@ pub struct DiskStats {
     /// Offers dropped: the queue was full, writing was paused, or the object was too large.
     pub dropped: u64,
     pub errors: u64,
+    /// Objects dropped because their bytes on disk were not whole (a record's or a large
+    /// object's chunk failing its checksum, or unreadable): each is fetched again.
+    pub corrupt: u64,
     /// Bytes of records used again after they were written (each record once): write
     /// amplification is `write_bytes` over this.
     pub reused_bytes: u64,
@@ -338,12 +354,18 @@ fn micros(t: SystemTime) -> u64 {
 
 pub(crate) struct Inner {
     options: DiskOptions,
+    /// The directory, held open: every file is opened through it (see [`dir`]).
+    dir: CacheDir,
     state: AtomicU8,
     index: Box<[Mutex<Map<Entry>>]>,
     segments: RwLock<BTreeMap<u32, Segment>>,
     bans: RwLock<Bans>,
-    /// Exact purges' scopes waiting for the purge log (with the wide ones: all of them).
-    purge_log: Mutex<Vec<Ban>>,
+    /// Purges waiting for the purge log, with their tickets.
+    purge_log: Mutex<Vec<(u64, Ban)>>,
+    /// The last purge ticket handed out, and the last one whose purge is in the log (every
+    /// one up to it is).
+    purge_tickets: AtomicU64,
+    purges_logged: AtomicU64,
     sketch: Box<[AtomicU8]>,
     bumps: AtomicU64,
     stats: Counters,
@@ -380,6 +402,31 @@ impl Inner {
                 "disk cache: {what}: {detail} (logged once; rampart_cache_disk_errors_total counts each)"
             );
         }
+    }
+
+    /// A large object's file found not whole: out of the index and removed (readers that
+    /// have it open keep their handle), counted.
+    fn drop_large(&self, id: u32) {
+        let seg = {
+            let mut segs = self.segments.write().unwrap_or_else(|p| p.into_inner());
+            match segs.get(&id) {
+                Some(s) if s.large.is_some() => segs.remove(&id),
+                _ => None,
+            }
+        };
+        let Some(seg) = seg else {
+            // Dropped already (another reader found it first).
+            return;
+        };
+        if let Some(hash) = seg.large {
+            let mut shard = self.shard(hash);
+            if shard.get(&hash).is_some_and(|e| e.segment == id) {
+                shard.remove(&hash);
+            }
+        }
+        let _ = self.dir.remove(&segment_name(id, "big"));
+        writer::sub_used(self, seg.bytes);
+        self.stats.corrupt.fetch_add(1, Ordering::Relaxed);
     }
 
     fn remove_if(&self, hash: u64, entry: Entry) {
@@ -434,6 +481,7 @@ impl Inner {
                         &format_args!("{:08x}.big", entry.segment),
                     );
                     self.remove_if(hash, entry);
+                    self.drop_large(entry.segment);
                     return None;
                 }
             }
@@ -451,6 +499,7 @@ impl Inner {
                 &format_args!("segment {} offset {}", entry.segment, entry.offset),
             );
             self.remove_if(hash, entry);
+            self.stats.corrupt.fetch_add(1, Ordering::Relaxed);
             return None;
         }
         Some((entry, head))
@@ -476,6 +525,12 @@ impl Inner {
                 &format_args!("segment {} offset {}", entry.segment, entry.offset),
             );
             self.remove_if(hash, entry);
+            if entry.offset == LARGE {
+                // A large object's chunk table.
+                self.drop_large(entry.segment);
+            } else {
+                self.stats.corrupt.fetch_add(1, Ordering::Relaxed);
+            }
             return None;
         }
         Some(body)
@@ -497,6 +552,10 @@ impl crate::extent::ExtentSink for Inner {
 
     fn fault(&self, e: &std::io::Error) {
         Inner::fault(self, "a large object's chunk could not be read whole", e);
+    }
+
+    fn corrupt(&self, id: u32) {
+        self.drop_large(id);
     }
 }
 
@@ -565,13 +624,16 @@ impl DiskStore {
     /// in the background and writes. Until it holds the lock, lookups miss and offers are
     /// dropped.
     pub fn open(options: DiskOptions) -> std::io::Result<DiskStore> {
-        std::fs::create_dir_all(&options.dir)?;
+        let dir = CacheDir::open(&options.dir)?;
         let inner = Arc::new(Inner {
+            dir,
             state: AtomicU8::new(State::Waiting as u8),
             index: (0..SHARDS).map(|_| Mutex::new(Map::default())).collect(),
             segments: RwLock::new(BTreeMap::new()),
             bans: RwLock::new(Bans::default()),
             purge_log: Mutex::new(Vec::new()),
+            purge_tickets: AtomicU64::new(0),
+            purges_logged: AtomicU64::new(0),
             sketch: (0..SKETCH).map(|_| AtomicU8::new(0)).collect(),
             bumps: AtomicU64::new(0),
             stats: Counters::default(),
@@ -581,7 +643,7 @@ impl DiskStore {
         });
         let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
         // The directory free (the usual case): taken now, so the first request can be a hit.
-        let started = match take_lock(&inner.options.dir) {
+        let started = match take_lock(&inner.dir) {
             Ok(lock) => Some((lock, Writer::start(inner.clone())?)),
             Err(e) if e.kind() == ErrorKind::WouldBlock => None,
             Err(e) => return Err(e),
@@ -679,7 +741,9 @@ impl DiskStore {
             let file = inner.file(entry.segment)?;
             let len = large::layout(&file).ok()?.body_len;
             let crcs = large::decode_table(&bytes).into_boxed_slice();
-            let extent = Extent::new(file, len, crcs, self.inner.clone());
+            // Its first chunk checked before a head can be sent: bad, it is dropped (by the
+            // extent, through `ExtentSink::corrupt`) and this is a miss.
+            let extent = Extent::open(file, entry.segment, len, crcs, self.inner.clone()).ok()?;
             (Bytes::new(), None, Some(Arc::new(extent)))
         } else {
             let (body, residency) = body(bytes);
@@ -862,8 +926,10 @@ impl DiskStore {
     }
 
     /// Purges `scope` on disk (see the module notes): applies at once to reads, and is
-    /// written to the purge log.
-    pub fn purge(&self, scope: &PurgeScope, soft: bool) {
+    /// written to the purge log. The ticket, when the purge must reach the log to outlive a
+    /// restart, says when it has ([`DiskStore::purge_logged`]); `None` when there is nothing
+    /// on disk for it to outlive.
+    pub fn purge(&self, scope: &PurgeScope, soft: bool) -> Option<u64> {
         let inner = &self.inner;
         let ban = Ban {
             time: now_micros(),
@@ -899,12 +965,26 @@ impl DiskStore {
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .add(ban.clone());
-        if persist {
-            lock(&inner.purge_log).push(ban);
-            if let Some(tx) = lock(&self.tx).as_ref() {
-                let _ = tx.try_send(Job::Purges);
-            }
+        if !persist || inner.state() == State::Closed {
+            return None;
         }
+        // After the ban: a rewrite of the log that has read this ticket has the ban.
+        let ticket = {
+            let mut q = lock(&inner.purge_log);
+            let t = inner.purge_tickets.fetch_add(1, Ordering::AcqRel) + 1;
+            q.push((t, ban));
+            t
+        };
+        if let Some(tx) = lock(&self.tx).as_ref() {
+            let _ = tx.try_send(Job::Purges);
+        }
+        Some(ticket)
+    }
+
+    /// Whether the purge that got `ticket` is in the purge log, flushed: it outlives a restart
+    /// and a power cut.
+    pub fn purge_logged(&self, ticket: u64) -> bool {
+        self.inner.purges_logged.load(Ordering::Acquire) >= ticket
     }
 
     /// Waits until everything queued so far is written and flushed (tests, shutdown).
@@ -964,6 +1044,7 @@ impl DiskStore {
             not_admitted: l(&c.not_admitted),
             dropped: l(&c.dropped),
             errors: l(&c.errors),
+            corrupt: l(&c.corrupt),
             reused_bytes: l(&c.reused_bytes),
             warm_segments: l(&c.warm_segments),
             warm_total: l(&c.warm_total),
@@ -980,16 +1061,15 @@ impl Drop for DiskStore {
     }
 }
 
-fn segment_path(dir: &Path, id: u32, ext: &str) -> PathBuf {
-    dir.join(format!("{id:08x}.{ext}"))
+/// A segment's (or a large object's, or a summary's) file name.
+fn segment_name(id: u32, ext: &str) -> String {
+    format!("{id:08x}.{ext}")
 }
 
 /// The segment ids in `dir`, oldest first.
-fn list_segments(dir: &Path) -> std::io::Result<Vec<(u32, bool)>> {
+fn list_segments(dir: &CacheDir) -> std::io::Result<Vec<(u32, bool)>> {
     let mut ids = Vec::new();
-    for e in std::fs::read_dir(dir)? {
-        let name = e?.file_name();
-        let Some(name) = name.to_str() else { continue };
+    for name in dir.names()? {
         let (stem, large) = match (name.strip_suffix(".seg"), name.strip_suffix(".big")) {
             (Some(s), _) => (s, false),
             (_, Some(s)) => (s, true),

@@ -2,6 +2,7 @@ use super::*;
 use crate::cache_control::ResponseDirectives;
 use crate::object::fields;
 use http::StatusCode;
+use std::path::Path;
 use std::sync::atomic::AtomicBool;
 
 struct Dir(PathBuf);
@@ -61,6 +62,14 @@ fn object(body: &[u8], vary: Vary) -> Arc<Object> {
         extent: None,
         tags: Box::default(),
     })
+}
+
+fn segment_path(dir: &Path, id: u32, ext: &str) -> PathBuf {
+    dir.join(segment_name(id, ext))
+}
+
+fn ids_in(dir: &Path) -> std::io::Result<Vec<(u32, bool)>> {
+    list_segments(&CacheDir::open(dir)?)
 }
 
 fn key(url: &str) -> CacheKey {
@@ -136,7 +145,7 @@ fn objects_come_back_after_a_restart_from_summaries_and_from_records() {
     assert!(get(&d, "/never").is_none());
     // The scanned segment got its summary: a third start reads summaries only.
     d.close();
-    let ids = list_segments(&dir.0).expect("list");
+    let ids = ids_in(&dir.0).expect("list");
     for (id, _) in ids {
         let b = std::fs::read(segment_path(&dir.0, id, "idx")).expect("summary");
         assert!(record::decode_summary(&b, id).is_some());
@@ -158,7 +167,7 @@ fn a_torn_or_altered_record_is_never_served() {
     d.close();
     drop(d);
     // A crash in the middle of the last record: cut it.
-    let ids = list_segments(&dir.0).expect("list");
+    let ids = ids_in(&dir.0).expect("list");
     let seg = segment_path(&dir.0, ids.last().expect("a segment").0, "seg");
     let len = std::fs::metadata(&seg).expect("seg").len();
     let f = std::fs::OpenOptions::new()
@@ -430,7 +439,7 @@ fn large_objects_stream_from_their_own_files_and_ranges_read_only_their_chunks()
     let e = f.object.extent.clone().expect("an extent");
     assert_eq!(read_all(&e).expect("reads"), body);
     // A byte altered behind rampart's back: that chunk is refused, never sent.
-    let path = segment_path(&dir.0, list_segments(&dir.0).expect("ls")[0].0, "big");
+    let path = segment_path(&dir.0, ids_in(&dir.0).expect("ls")[0].0, "big");
     let f2 = std::fs::OpenOptions::new()
         .write(true)
         .open(&path)
@@ -538,4 +547,302 @@ fn close_does_not_wait_for_a_large_write_still_going() {
     let d = open(&dir, 256 << 20, 1);
     assert!(get(&d, "/going").is_none());
     assert_eq!(d.stats().used, 0, "{:?}", d.stats());
+}
+
+/// A file outside the cache directory that must never change: its path and its bytes.
+struct Bystander(PathBuf, Vec<u8>);
+
+impl Bystander {
+    fn new(name: &str) -> Bystander {
+        let p = std::env::temp_dir().join(format!(
+            "rampart-bystander-{name}-{}-{}",
+            std::process::id(),
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos())
+        ));
+        let bytes = b"ssh-ed25519 AAAA-the-real-key root@host\n".repeat(8);
+        std::fs::write(&p, &bytes).expect("bystander");
+        Bystander(p, bytes)
+    }
+
+    fn untouched(&self, what: &str) {
+        let now = std::fs::read(&self.0).expect("bystander still there");
+        assert_eq!(
+            now, self.1,
+            "{what}: a file outside the cache directory was changed"
+        );
+    }
+}
+
+impl Drop for Bystander {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn mkfifo(path: &Path) {
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        path,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .expect("mkfifo");
+}
+
+/// Regression (issue 47): a link named like a segment made the warm-up cut its target to 0
+/// bytes ("a torn record at byte 0"). Links to a file, a directory, a device and a FIFO, and
+/// a hard link, named like every kind of file the tier reads: none is followed or written,
+/// the tier opens and works, and what it skipped is counted.
+#[test]
+fn links_named_like_the_tiers_files_are_never_followed() {
+    let dir = Dir::new("links");
+    let victim = Bystander::new("seg");
+    let summary_victim = Bystander::new("idx");
+    let big_victim = Bystander::new("big");
+    let hard = Bystander::new("hard");
+    let log_victim = Bystander::new("log");
+    std::fs::create_dir_all(&dir.0).expect("dir");
+    let sub = dir.0.join("a-directory");
+    std::fs::create_dir(&sub).expect("sub");
+    let fifo = std::env::temp_dir().join(format!("rampart-fifo-{}", std::process::id()));
+    let _ = std::fs::remove_file(&fifo);
+    mkfifo(&fifo);
+    let link = |target: &Path, name: &str| {
+        std::os::unix::fs::symlink(target, dir.0.join(name)).expect("symlink");
+    };
+    link(&victim.0, "00000001.seg");
+    link(&summary_victim.0, "00000001.idx");
+    link(&big_victim.0, "00000002.big");
+    link(&sub, "00000003.seg");
+    link(Path::new("/dev/zero"), "00000004.seg");
+    link(&fifo, "00000005.seg");
+    link(&fifo, "00000006.idx");
+    link(&log_victim.0, "purges.log");
+    // A FIFO itself (not a link) named like a segment: it must not block the start.
+    mkfifo(&dir.0.join("00000007.seg"));
+    // A hard link to a file outside: same inode, two links.
+    std::fs::hard_link(&hard.0, dir.0.join("00000008.seg")).expect("hard link");
+
+    let d = open(&dir, 64 << 20, 1);
+    assert!(d.stats().errors >= 7, "each skipped file is a fault");
+    // It works: a record and a large object written and read back.
+    d.offer(&key("/a"), None, &object(b"small body", Vary::None));
+    d.offer(&key("/big"), None, &object(&vec![7u8; 3 << 20], Vary::None));
+    d.purge(&PurgeScope::Exact(key("/gone")), false);
+    d.flush();
+    assert_eq!(get(&d, "/a").expect("written").body, &b"small body"[..]);
+    assert!(d.lookup(&key("/big"), &HeaderMap::new(), plain).is_some());
+    d.close();
+    drop(d);
+    // And again, from what it wrote (the links still there).
+    let d = open(&dir, 64 << 20, 1);
+    assert_eq!(
+        get(&d, "/a").expect("after a restart").body,
+        &b"small body"[..]
+    );
+    d.close();
+    for (v, what) in [
+        (&victim, "a link named like a segment"),
+        (&summary_victim, "a link named like a summary"),
+        (&big_victim, "a link named like a large object"),
+        (&hard, "a hard link named like a segment"),
+        (&log_victim, "a link named like the purge log"),
+    ] {
+        v.untouched(what);
+    }
+    assert!(std::fs::symlink_metadata(dir.0.join("00000001.seg"))
+        .expect("left alone")
+        .file_type()
+        .is_symlink());
+    let _ = std::fs::remove_file(&fifo);
+}
+
+/// Regression (issue 47): a link named like a large object's temporary file, planted while
+/// the tier runs, had the next large body written through it. Links named like every
+/// temporary file the tier makes (large objects, summaries, the purge log), for the next
+/// hundred ids: nothing is written through them.
+#[test]
+fn links_planted_as_temporary_files_are_not_written_through() {
+    let dir = Dir::new("tmp-links");
+    // Segments of 256 KiB (the smallest): a few records seal one and write its summary.
+    let d = open(&dir, 8 << 20, 1);
+    let victim = Bystander::new("tmp");
+    for id in 0..100u32 {
+        for ext in ["big.tmp", "idx.tmp"] {
+            let _ = std::os::unix::fs::symlink(&victim.0, dir.0.join(segment_name(id, ext)));
+        }
+    }
+    let _ = std::os::unix::fs::symlink(&victim.0, dir.0.join("purges.log.tmp"));
+    for i in 0..12 {
+        d.offer(
+            &key(&format!("/o{i}")),
+            None,
+            &object(&body_of(i, 60 << 10), Vary::None),
+        );
+    }
+    d.offer(
+        &key("/large"),
+        None,
+        &object(&vec![1u8; 1 << 20], Vary::None),
+    );
+    d.purge(&PurgeScope::Everything, true);
+    d.flush();
+    assert!(d.lookup(&key("/large"), &HeaderMap::new(), plain).is_some());
+    assert!(d.stats().writes >= 12, "{:?}", d.stats());
+    d.close();
+    drop(d);
+    victim.untouched("links planted as temporary files");
+}
+
+/// Links swapped in and out under the names the tier is about to use, while it writes and
+/// reads: whatever the timing, nothing outside the directory is written.
+#[test]
+fn links_swapped_in_while_the_tier_writes_change_nothing_outside() {
+    let dir = Dir::new("swap");
+    let d = open(&dir, 16 << 20, 1);
+    let victim = Bystander::new("swap");
+    let stop = Arc::new(AtomicBool::new(false));
+    let swapper = std::thread::spawn({
+        let (stop, dir, target) = (stop.clone(), dir.0.clone(), victim.0.clone());
+        move || {
+            while !stop.load(Ordering::Relaxed) {
+                for id in 0..40u32 {
+                    for ext in ["big.tmp", "idx.tmp", "seg", "big"] {
+                        let p = dir.join(segment_name(id, ext));
+                        if std::os::unix::fs::symlink(&target, &p).is_ok() {
+                            let _ = std::fs::remove_file(&p);
+                        }
+                    }
+                }
+            }
+        }
+    });
+    for i in 0..40 {
+        let len = if i % 5 == 0 { 1 << 20 } else { 50 << 10 };
+        d.offer(
+            &key(&format!("/s{i}")),
+            None,
+            &object(&body_of(i, len), Vary::None),
+        );
+        if i % 8 == 0 {
+            d.flush();
+        }
+    }
+    d.flush();
+    stop.store(true, Ordering::Relaxed);
+    swapper.join().expect("swapper");
+    d.close();
+    drop(d);
+    victim.untouched("links swapped in while writing");
+    let d = open(&dir, 16 << 20, 1);
+    d.close();
+    victim.untouched("links swapped in, then a restart");
+}
+
+/// Regression (issue 47): a directory others can write (even with the sticky bit, as
+/// `/tmp`) or that another user owns is refused at open, saying how to fix it.
+#[test]
+fn a_directory_others_can_write_or_own_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = Dir::new("mode");
+    std::fs::create_dir_all(&dir.0).expect("dir");
+    for mode in [0o1777, 0o777, 0o770, 0o720] {
+        std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(mode)).expect("chmod");
+        let e = DiskStore::open(dir.options(64 << 20, 1)).expect_err("refused");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("can be written by other users") && msg.contains("chmod 700"),
+            "mode {mode:o}: {msg}"
+        );
+        assert!(dir::trust(&dir.0).is_err(), "check refuses it too");
+    }
+    std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o750)).expect("chmod");
+    assert!(dir::trust(&dir.0).is_ok());
+    // A parent others can write (without the sticky bit) is refused too.
+    let inner = dir.0.join("inner");
+    std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let e = DiskStore::open(dir.options(64 << 20, 1).with_dir(&inner)).expect_err("parent");
+    assert!(e.to_string().contains("a parent of the disk cache"), "{e}");
+    std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o1777)).expect("chmod");
+    let d = DiskStore::open(dir.options(64 << 20, 1).with_dir(&inner)).expect("sticky parent");
+    d.close();
+    // Another user's directory: only root can make one to try.
+    if rustix::process::geteuid().is_root() {
+        let theirs = dir.0.join("theirs");
+        std::fs::create_dir(&theirs).expect("dir");
+        std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).expect("chown");
+        let e = DiskStore::open(dir.options(64 << 20, 1).with_dir(&theirs)).expect_err("owner");
+        assert!(e.to_string().contains("belongs to user id 65534"), "{e}");
+    }
+}
+
+/// Regression (issue 47): one flipped byte in a large object's file was served as a 200 with
+/// its full length, then cut, every time. Bad in its first chunk: a miss (checked before a
+/// head could be sent). Bad later: the read that finds it fails (the response is cut), and the
+/// object is dropped, so the next lookup is a miss and the origin is asked again. Counted.
+#[test]
+fn a_corrupt_large_object_is_a_miss_or_cut_once_then_dropped() {
+    let dir = Dir::new("corrupt-large");
+    // 64 MiB: segments of 2 MiB, so a 3 MiB body gets a file of its own.
+    let d = open(&dir, 64 << 20, 1);
+    let body = body_of(5, 3 * (1 << 20) + 77);
+    let flip = |path: &Path, at: u64| {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .expect("open");
+        let mut b = [0u8];
+        f.read_exact_at(&mut b, at).expect("read");
+        f.write_all_at(&[b[0] ^ 0x40], at).expect("write");
+    };
+    let big = |d: &DiskStore| {
+        let _ = d;
+        ids_in(&dir.0)
+            .expect("ls")
+            .into_iter()
+            .find(|(_, large)| *large)
+            .map(|(id, _)| segment_path(&dir.0, id, "big"))
+    };
+
+    // A byte of the first chunk.
+    write_large(&d, "/first", &body);
+    d.flush();
+    let path = big(&d).expect("a large file");
+    flip(&path, 10);
+    assert!(
+        d.lookup(&key("/first"), &HeaderMap::new(), plain).is_none(),
+        "bad from its first chunk: a miss"
+    );
+    assert_eq!(d.stats().corrupt, 1);
+    assert!(!path.exists(), "dropped");
+    assert!(d.lookup(&key("/first"), &HeaderMap::new(), plain).is_none());
+
+    // A byte of the third chunk.
+    write_large(&d, "/later", &body);
+    d.flush();
+    let path = big(&d).expect("a large file");
+    flip(&path, 2 * large::CHUNK + 5);
+    let f = d
+        .lookup(&key("/later"), &HeaderMap::new(), plain)
+        .expect("the first chunk is whole: a hit");
+    let e = f.object.extent.clone().expect("an extent");
+    assert!(e.read(0, 100).is_ok());
+    assert!(e.read(large::CHUNK, 100).is_ok());
+    assert!(e.read(2 * large::CHUNK, 100).is_err(), "the bad chunk");
+    assert_eq!(d.stats().corrupt, 2);
+    assert!(
+        d.lookup(&key("/later"), &HeaderMap::new(), plain).is_none(),
+        "dropped once found bad: the next request is a miss"
+    );
+    assert!(!path.exists());
+    let used = d.stats().used;
+    d.close();
+    drop(d);
+    let d = open(&dir, 64 << 20, 1);
+    assert!(d.lookup(&key("/later"), &HeaderMap::new(), plain).is_none());
+    assert!(d.stats().used <= used, "{:?}", d.stats());
 }

@@ -6,7 +6,6 @@ use super::*;
 /// notes).
 pub(super) fn warm(inner: Arc<Inner>, ids: Vec<(u32, bool)>) {
     let start = Instant::now();
-    let dir = inner.options.dir.clone();
     for &(id, large) in ids.iter().rev() {
         if inner.state() == State::Closed {
             return;
@@ -16,7 +15,9 @@ pub(super) fn warm(inner: Arc<Inner>, ids: Vec<(u32, bool)>) {
             inner.stats.warm_segments.fetch_add(1, Ordering::Relaxed);
             continue;
         }
-        let entries = match std::fs::read(segment_path(&dir, id, "idx"))
+        let entries = match inner
+            .dir
+            .read(&segment_name(id, "idx"), SUMMARY_CAP)
             .ok()
             .and_then(|b| record::decode_summary(&b, id))
         {
@@ -86,7 +87,7 @@ pub(super) fn warm_large(inner: &Inner, id: u32) {
         {
             sub_used(inner, seg.bytes);
         }
-        let _ = std::fs::remove_file(segment_path(&inner.options.dir, id, "big"));
+        let _ = inner.dir.remove(&segment_name(id, "big"));
         return;
     };
     if let Some(s) = inner
@@ -180,23 +181,18 @@ pub(super) fn scan(inner: &Inner, id: u32) -> Vec<SummaryEntry> {
         .copied()
         .collect();
     latest.reverse();
-    let dir = &inner.options.dir;
     if at < len {
         inner.fault(
             "a segment ended in a torn record (cut off)",
             &format_args!("segment {id:08x} at byte {at} of {len}"),
         );
-        if let Ok(f) = std::fs::OpenOptions::new()
-            .write(true)
-            .open(segment_path(dir, id, "seg"))
-        {
-            if f.set_len(at).and_then(|()| f.sync_all()).is_ok() {
-                adjust_used(inner, id, len - at);
-            }
+        // Through the handle that was checked when it was opened (see `dir`): never a path.
+        if file.set_len(at).and_then(|()| file.sync_all()).is_ok() {
+            adjust_used(inner, id, len - at);
         }
     }
     let summary = record::encode_summary(id, oldest, &latest);
-    if write_summary(dir, id, &summary).is_ok() {
+    if write_summary(&inner.dir, id, &summary).is_ok() {
         inner
             .stats
             .used

@@ -43,7 +43,8 @@ pub(super) fn writer_main(inner: Arc<Inner>, rx: Receiver<Job>, started: Option<
             }) => w.large_end(token, len, &key, variant.as_deref(), &object),
             Ok(Job::LargeAbort(token)) => w.large_abort(token),
             Ok(Job::Close) | Err(RecvTimeoutError::Disconnected) => break,
-            Err(RecvTimeoutError::Timeout) => {}
+            // Purges whose write failed are tried again.
+            Err(RecvTimeoutError::Timeout) => w.log_purges(),
         }
         w.abandon_stale_large();
         if w.last_sync.elapsed() >= SYNC_EVERY {
@@ -62,9 +63,8 @@ pub(super) fn writer_main(inner: Arc<Inner>, rx: Receiver<Job>, started: Option<
 /// Waits for the directory's lock (another process has it: the one a new binary takes over
 /// from), dropping what comes meanwhile; then takes stock of the directory.
 pub(super) fn wait_and_start(inner: &Arc<Inner>, rx: &Receiver<Job>) -> Option<(File, Writer)> {
-    let dir = inner.options.dir.clone();
     let lock_file = loop {
-        match take_lock(&dir) {
+        match take_lock(&inner.dir) {
             Ok(f) => break f,
             Err(e) if e.kind() == ErrorKind::WouldBlock => {}
             Err(e) => inner.fault("the directory's lock could not be taken", &e),
@@ -92,12 +92,8 @@ pub(super) fn wait_and_start(inner: &Arc<Inner>, rx: &Receiver<Job>) -> Option<(
     }
 }
 
-pub(super) fn take_lock(dir: &Path) -> std::io::Result<File> {
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(dir.join(LOCK))?;
+pub(super) fn take_lock(dir: &CacheDir) -> std::io::Result<File> {
+    let f = dir.open_or_create(LOCK)?;
     match f.try_lock() {
         Ok(()) => Ok(f),
         Err(std::fs::TryLockError::WouldBlock) => Err(ErrorKind::WouldBlock.into()),
@@ -155,22 +151,30 @@ impl Writer {
     /// Takes stock of the directory: its segments (sizes counted as used), its purges (in
     /// force before any read); then lets reads in and starts the warm-up.
     pub(super) fn start(inner: Arc<Inner>) -> std::io::Result<Writer> {
-        let dir = inner.options.dir.clone();
-        let ids = list_segments(&dir)?;
+        let dir = &inner.dir;
+        let all = list_segments(dir)?;
+        let mut ids = Vec::with_capacity(all.len());
         let mut used = 0;
         {
             let mut segs = inner.segments.write().unwrap_or_else(|p| p.into_inner());
-            for &(id, large) in &ids {
-                let path = segment_path(&dir, id, if large { "big" } else { "seg" });
-                let file = match File::open(&path) {
+            for &(id, large) in &all {
+                // Opened for writing too: the warm-up cuts off a torn tail through this handle,
+                // the one that was checked (see `dir`).
+                let name = segment_name(id, if large { "big" } else { "seg" });
+                let file = match dir.open_file(&name, true) {
                     Ok(f) => f,
                     Err(e) => {
-                        inner.fault("a segment could not be opened", &e);
+                        inner.fault("a file named like a segment was skipped", &e);
                         continue;
                     }
                 };
+                ids.push((id, large));
                 let bytes = file.metadata().map_or(0, |m| m.len())
-                    + std::fs::metadata(segment_path(&dir, id, "idx")).map_or(0, |m| m.len());
+                    + if large {
+                        0
+                    } else {
+                        dir.len_of(&segment_name(id, "idx"))
+                    };
                 used += bytes;
                 segs.insert(
                     id,
@@ -183,13 +187,21 @@ impl Writer {
                 );
             }
         }
-        // Temporary files of an interrupted summary or large object write.
-        for e in std::fs::read_dir(&dir)?.flatten() {
-            if e.file_name().to_str().is_some_and(|n| n.ends_with(".tmp")) {
-                let _ = std::fs::remove_file(e.path());
+        // Temporary files of an interrupted summary or large object write (a link so named is
+        // removed itself, not what it points at).
+        for name in dir.names()? {
+            if name.ends_with(".tmp") {
+                let _ = dir.remove(&name);
             }
         }
-        let log = std::fs::read(dir.join(PURGES)).unwrap_or_default();
+        let log = match dir.read(PURGES, inner.options.size) {
+            Ok(log) => log,
+            Err(e) if e.kind() == ErrorKind::NotFound => Vec::new(),
+            Err(e) => {
+                inner.fault("the purge log could not be read", &e);
+                Vec::new()
+            }
+        };
         {
             let mut bans = inner.bans.write().unwrap_or_else(|p| p.into_inner());
             for (time, soft, scope) in record::decode_purges(&log) {
@@ -224,7 +236,8 @@ impl Writer {
                 move || warm(inner, ids)
             })?;
         Ok(Writer {
-            next_id: ids.last().map_or(1, |l| l.0.wrapping_add(1)),
+            // Past every name taken, skipped ones too.
+            next_id: all.last().map_or(1, |l| l.0.wrapping_add(1)),
             large: HashMap::new(),
             failed: HashSet::new(),
             inner,
@@ -247,17 +260,28 @@ impl Writer {
                 break;
             }
         }
-        match rewrite_purges(&self.inner) {
-            Ok((f, n)) => {
-                sub_used(&self.inner, self.purge_bytes);
-                self.inner.stats.used.fetch_add(n, Ordering::Relaxed);
-                self.purges = Some(f);
-                self.purge_bytes = n;
-            }
-            Err(e) => self.inner.fault("the purge log could not be rewritten", &e),
+        if let Err(e) = self.rewrite_purges() {
+            self.inner.fault("the purge log could not be rewritten", &e);
         }
         self.log_purges();
         self.sync();
+    }
+
+    /// Writes the purge log anew from every purge in force (see [`rewrite_purges`]): the
+    /// purges waiting for it are in it then, and acknowledged.
+    fn rewrite_purges(&mut self) -> std::io::Result<()> {
+        let inner = self.inner.clone();
+        // Every purge with a ticket up to this one is a ban already (bans first, then the
+        // ticket), so in the rewrite.
+        let upto = inner.purge_tickets.load(Ordering::Acquire);
+        let (f, n) = rewrite_purges(&inner)?;
+        sub_used(&inner, self.purge_bytes);
+        inner.stats.used.fetch_add(n, Ordering::Relaxed);
+        self.purges = Some(f);
+        self.purge_bytes = n;
+        lock(&inner.purge_log).retain(|(ticket, _)| *ticket > upto);
+        inner.purges_logged.fetch_max(upto, Ordering::AcqRel);
+        Ok(())
     }
 
     fn join_warmup(&mut self) {
@@ -267,30 +291,94 @@ impl Writer {
     }
 
     /// Writes the purges waiting for the log, and flushes it: a purge survives a power cut
-    /// once this returns.
+    /// once this returns, and its ticket says so ([`DiskStore::purge_logged`]).
+    ///
+    /// A write that fails is cut off and tried again: when the disk is full, after room is
+    /// made by reclaiming the oldest segments (a purge outranks cached objects), and in any
+    /// case at the writer's next tick. Until then the purges are kept waiting, in force for
+    /// every read, and unacknowledged.
     fn log_purges(&mut self) {
-        let pending = std::mem::take(&mut *lock(&self.inner.purge_log));
-        if pending.is_empty() {
-            return;
-        }
-        let mut bytes = Vec::new();
-        for b in &pending {
-            bytes.extend(record::encode_purge(b.time, b.soft, &b.scope.encode()));
-        }
-        let Some(f) = self.purges.as_mut() else {
+        let inner = self.inner.clone();
+        let pending = std::mem::take(&mut *lock(&inner.purge_log));
+        let Some(upto) = pending.iter().map(|(t, _)| *t).max() else {
             return;
         };
-        let res = std::io::Write::write_all(f, &bytes).and_then(|()| f.sync_data());
-        match res {
-            Ok(()) => {
-                self.purge_bytes += bytes.len() as u64;
-                self.inner
-                    .stats
-                    .used
-                    .fetch_add(bytes.len() as u64, Ordering::Relaxed);
-            }
-            Err(e) => self.inner.fault("the purge log could not be written", &e),
+        let mut bytes = Vec::new();
+        for (_, b) in &pending {
+            bytes.extend(record::encode_purge(b.time, b.soft, &b.scope.encode()));
         }
+        loop {
+            let res = match &self.purges {
+                Some(f) => f
+                    .write_all_at(&bytes, self.purge_bytes)
+                    .and_then(|()| f.sync_data()),
+                // Not open (its rewrite failed): the rewrite holds every purge in force.
+                None => self.rewrite_purges(),
+            };
+            let e = match res {
+                Ok(()) => {
+                    if self.purges.is_some() && !bytes.is_empty() {
+                        self.purge_bytes += bytes.len() as u64;
+                        inner
+                            .stats
+                            .used
+                            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                    }
+                    inner.purges_logged.fetch_max(upto, Ordering::AcqRel);
+                    return;
+                }
+                Err(e) => e,
+            };
+            if let Some(f) = &self.purges {
+                // Whatever was written of it is cut off: the log stays whole records.
+                let _ = f.set_len(self.purge_bytes);
+            }
+            inner.fault("the purge log could not be written (tried again)", &e);
+            let full = matches!(
+                e.kind(),
+                ErrorKind::StorageFull | ErrorKind::QuotaExceeded | ErrorKind::FileTooLarge
+            );
+            if !(full && self.make_room()) {
+                // Kept waiting, ahead of later purges, for the next tick.
+                let mut q = lock(&inner.purge_log);
+                let later = std::mem::replace(&mut *q, pending);
+                q.extend(later);
+                return;
+            }
+        }
+    }
+
+    /// Frees room on a full disk: the oldest segment, or else the one being written; false
+    /// when there is nothing left to free.
+    fn make_room(&mut self) -> bool {
+        self.reclaim_oldest() || self.drop_active()
+    }
+
+    /// Drops the segment being written, its records with it.
+    fn drop_active(&mut self) -> bool {
+        let Some(a) = self.active.take() else {
+            return false;
+        };
+        let inner = self.inner.clone();
+        for e in &a.entries {
+            let mut shard = inner.shard(e.hash);
+            if shard.get(&e.hash).is_some_and(|x| x.segment == a.id) {
+                shard.remove(&e.hash);
+            }
+        }
+        let seg = inner
+            .segments
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&a.id);
+        drop(a.file);
+        let _ = inner.dir.remove(&segment_name(a.id, "seg"));
+        if let Some(seg) = seg {
+            sub_used(&inner, seg.bytes);
+        }
+        inner.stats.reclaimed.fetch_add(1, Ordering::Relaxed);
+        self.dirty = false;
+        true
     }
 
     fn paused(&self) -> bool {
@@ -354,13 +442,7 @@ impl Writer {
                 return;
             }
             let id = self.next_id;
-            let tmp = inner.options.dir.join(format!("{id:08x}.big.tmp"));
-            let created = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(&tmp);
+            let created = inner.dir.create_fresh(&segment_name(id, "big.tmp"));
             match created {
                 Ok(file) => {
                     self.next_id = id.wrapping_add(1);
@@ -462,8 +544,8 @@ impl Writer {
             self.large_abort(token);
             return;
         }
-        let dir = &inner.options.dir;
-        let tmp = dir.join(format!("{:08x}.big.tmp", open.id));
+        let dir = &inner.dir;
+        let tmp = segment_name(open.id, "big.tmp");
         let record = (record::HEADER + kb.len() + vb.len() + meta.len()) as u64 + len;
         if record <= inner.options.max_record() {
             // Small after all (written this way because memory had no room for it): a record
@@ -471,7 +553,7 @@ impl Writer {
             let mut body = vec![0; len as usize];
             let read = open.file.read_exact_at(&mut body, 0);
             drop(open.file);
-            let _ = std::fs::remove_file(&tmp);
+            let _ = dir.remove(&tmp);
             sub_used(&inner, len);
             if read.is_ok() {
                 self.append(Kind::Object, hash, kb, vb, meta, &body, time);
@@ -488,16 +570,16 @@ impl Writer {
         let mut tail = table;
         tail.extend_from_slice(&head);
         tail.extend_from_slice(&trailer);
-        let done = segment_path(dir, open.id, "big");
+        let done = segment_name(open.id, "big");
         let res = open
             .file
             .write_all_at(&tail, open.len)
             .and_then(|()| open.file.sync_data())
-            .and_then(|()| std::fs::rename(&tmp, &done))
-            .and_then(|()| File::open(dir)?.sync_all());
+            .and_then(|()| dir.rename(&tmp, &done))
+            .and_then(|()| dir.sync());
         if let Err(e) = res {
             self.pause("a large object could not be finished", &e);
-            let _ = std::fs::remove_file(&tmp);
+            let _ = dir.remove(&tmp);
             sub_used(&inner, open.len);
             return;
         }
@@ -508,13 +590,8 @@ impl Writer {
             .write_bytes
             .fetch_add(open.len + n, Ordering::Relaxed);
         inner.stats.writes.fetch_add(1, Ordering::Relaxed);
-        let file = match File::open(&done) {
-            Ok(f) => Arc::new(f),
-            Err(e) => {
-                inner.fault("a large object's file could not be opened", &e);
-                return;
-            }
-        };
+        // The handle it was written through is the file now named `done`.
+        let file = Arc::new(open.file);
         inner
             .segments
             .write()
@@ -543,12 +620,7 @@ impl Writer {
     /// Gives up a large object being written: its file removed, its bytes no longer counted.
     fn large_abort(&mut self, token: u64) {
         if let Some(open) = self.large.remove(&token) {
-            let tmp = self
-                .inner
-                .options
-                .dir
-                .join(format!("{:08x}.big.tmp", open.id));
-            let _ = std::fs::remove_file(tmp);
+            let _ = self.inner.dir.remove(&segment_name(open.id, "big.tmp"));
             sub_used(&self.inner, open.len);
         }
     }
@@ -727,13 +799,7 @@ impl Writer {
     fn open_segment(&mut self) -> bool {
         let inner = self.inner.clone();
         let id = self.next_id;
-        let path = segment_path(&inner.options.dir, id, "seg");
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path);
-        let file = match file {
+        let file = match inner.dir.create_new(&segment_name(id, "seg")) {
             Ok(f) => Arc::new(f),
             Err(e) => {
                 self.pause("a segment could not be created", &e);
@@ -774,7 +840,7 @@ impl Writer {
             return;
         }
         let summary = record::encode_summary(a.id, a.oldest, &a.entries);
-        match write_summary(&self.inner.options.dir, a.id, &summary) {
+        match write_summary(&self.inner.dir, a.id, &summary) {
             Ok(()) => {
                 let n = summary.len() as u64;
                 self.inner.stats.used.fetch_add(n, Ordering::Relaxed);
@@ -810,15 +876,15 @@ impl Writer {
             };
             (id, seg)
         };
-        let dir = &inner.options.dir;
+        let dir = &inner.dir;
         if let Some(hash) = seg.large {
             let mut shard = inner.shard(hash);
             if shard.get(&hash).is_some_and(|x| x.segment == id) {
                 shard.remove(&hash);
             }
             drop(shard);
-            let _ = std::fs::remove_file(segment_path(dir, id, "big"));
-        } else if let Ok(bytes) = std::fs::read(segment_path(dir, id, "idx")) {
+            let _ = dir.remove(&segment_name(id, "big"));
+        } else if let Ok(bytes) = dir.read(&segment_name(id, "idx"), SUMMARY_CAP) {
             if let Some((_, entries)) = record::decode_summary(&bytes, id) {
                 for e in entries {
                     let mut shard = inner.shard(e.hash);
@@ -828,8 +894,8 @@ impl Writer {
                 }
             }
         }
-        let _ = std::fs::remove_file(segment_path(dir, id, "seg"));
-        let _ = std::fs::remove_file(segment_path(dir, id, "idx"));
+        let _ = dir.remove(&segment_name(id, "seg"));
+        let _ = dir.remove(&segment_name(id, "idx"));
         sub_used(&inner, seg.bytes);
         inner.stats.reclaimed.fetch_add(1, Ordering::Relaxed);
         // Purges older than every record left are of no use any more.
@@ -849,16 +915,12 @@ impl Writer {
                 .unwrap_or_else(|p| p.into_inner())
                 .trim(oldest);
         if trimmed {
-            // Anything still waiting for the log is in force, so in the rewrite too.
-            lock(&inner.purge_log).clear();
-            match rewrite_purges(&inner) {
-                Ok((f, n)) => {
-                    sub_used(&inner, self.purge_bytes);
-                    inner.stats.used.fetch_add(n, Ordering::Relaxed);
-                    self.purges = Some(f);
-                    self.purge_bytes = n;
-                }
-                Err(e) => inner.fault("the purge log could not be rewritten", &e),
+            // What waits for the log is in force, so in the rewrite too (and taken off the
+            // queue by it); if the rewrite fails, the next tick tries again (`purges` is then
+            // `None`).
+            if let Err(e) = self.rewrite_purges() {
+                self.purges = None;
+                inner.fault("the purge log could not be rewritten", &e);
             }
         }
         true
@@ -893,28 +955,35 @@ pub(super) fn sub_used(inner: &Inner, n: u64) {
 }
 
 /// Writes the purge log anew from the purges in force (whole or not at all: a temporary
-/// file, flushed, renamed); the log opened for appending, and its size.
+/// file, flushed, renamed); the log (purges to come are through the handle it was made with), and its size.
 pub(super) fn rewrite_purges(inner: &Inner) -> std::io::Result<(File, u64)> {
-    let dir = &inner.options.dir;
+    let dir = &inner.dir;
     let bytes = inner.bans.read().unwrap_or_else(|p| p.into_inner()).log();
-    let tmp = dir.join(format!("{PURGES}.tmp"));
-    let f = File::create(&tmp)?;
-    f.write_all_at(&bytes, 0)?;
-    f.sync_data()?;
-    std::fs::rename(&tmp, dir.join(PURGES))?;
-    File::open(dir)?.sync_all()?;
-    let f = std::fs::OpenOptions::new()
-        .append(true)
-        .open(dir.join(PURGES))?;
+    let tmp = format!("{PURGES}.tmp");
+    let f = dir.create_fresh(&tmp)?;
+    let res = f
+        .write_all_at(&bytes, 0)
+        .and_then(|()| f.sync_data())
+        .and_then(|()| dir.rename(&tmp, PURGES))
+        .and_then(|()| dir.sync());
+    if let Err(e) = res {
+        let _ = dir.remove(&tmp);
+        return Err(e);
+    }
     Ok((f, bytes.len() as u64))
 }
 
 /// Writes a summary so that it is whole or absent: a temporary file, flushed, renamed.
-pub(super) fn write_summary(dir: &Path, id: u32, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = dir.join(format!("{id:08x}.idx.tmp"));
-    let f = File::create(&tmp)?;
-    f.write_all_at(bytes, 0)?;
-    f.sync_data()?;
-    std::fs::rename(&tmp, segment_path(dir, id, "idx"))?;
-    File::open(dir)?.sync_all()
+pub(super) fn write_summary(dir: &CacheDir, id: u32, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = segment_name(id, "idx.tmp");
+    let f = dir.create_fresh(&tmp)?;
+    let res = f
+        .write_all_at(bytes, 0)
+        .and_then(|()| f.sync_data())
+        .and_then(|()| dir.rename(&tmp, &segment_name(id, "idx")))
+        .and_then(|()| dir.sync());
+    if res.is_err() {
+        let _ = dir.remove(&tmp);
+    }
+    res
 }
