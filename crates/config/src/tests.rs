@@ -508,14 +508,20 @@ fn the_disk_tier_keys() {
         "{:?}",
         v.diagnostics
     );
-    for bad in [
-        "cache_disk = true",
-        "cache_disk = \"\"",
-        "cache_disk = 5",
-        "cache_disk_size = \"big\"\ncache_disk = \"/tmp\"",
-    ] {
+    for bad in ["cache_disk = true", "cache_disk = \"\"", "cache_disk = 5"] {
         assert_eq!(errors(&validate(bad, 1)).len(), 1, "{bad}");
     }
+    let bad_size = format!(
+        "cache_disk_size = \"big\"\ncache_disk = {:?}",
+        dir.display().to_string()
+    );
+    assert_eq!(errors(&validate(&bad_size, 1)).len(), 1, "{bad_size}");
+    // `/tmp` itself: anyone may write there.
+    let e = errors(&validate("cache_disk = \"/tmp\"", 1));
+    assert!(
+        e.len() == 1 && e[0].contains("can be written by other users"),
+        "{e:?}"
+    );
     // A directory rampart cannot write (not when the tests run as root, who can).
     let ro = dir.join("ro");
     std::fs::create_dir_all(&ro).expect("dir");
@@ -1877,4 +1883,40 @@ fn a_field_name_with_a_dot_is_read_whole() {
     );
     let c = v.config.unwrap_or_else(|| panic!("{:?}", v.diagnostics));
     assert_eq!(c.rules[0].response_headers.set[0].0, "x.trace");
+}
+
+/// Regression (issue 47): `check` called a directory anyone could write (mode 1777) fine,
+/// and the disk tier then followed links planted in it. Refused at its line and column, with
+/// a fix that works when pasted.
+#[test]
+fn a_disk_cache_directory_others_can_write_is_an_error() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("rampart-cfg-open-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).expect("chmod");
+    let src = format!(
+        "cache_disk = {:?}\ncache_disk_size = \"64MiB\"\n",
+        dir.display().to_string()
+    );
+    let v = validate(&src, 1);
+    let e = errors(&v);
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(
+        e[0].starts_with("error at 1:14 `cache_disk`")
+            && e[0].contains("can be written by other users (mode 1777)")
+            && e[0].contains(&format!("chmod 700 {}", dir.display())),
+        "{e:?}"
+    );
+    // The fix, pasted, makes it pass.
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).expect("chmod 700");
+    assert!(errors(&validate(&src, 1)).is_empty());
+    // A link planted under the probe's name is not written through.
+    let victim = dir.join("victim");
+    std::fs::write(&victim, b"keep").expect("victim");
+    let probe = dir.join(format!(".rampart-probe-{}", std::process::id()));
+    std::os::unix::fs::symlink(&victim, &probe).expect("link");
+    let _ = validate(&src, 1);
+    assert_eq!(std::fs::read(&victim).expect("victim"), b"keep");
+    let _ = std::fs::remove_dir_all(&dir);
 }

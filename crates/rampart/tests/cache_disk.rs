@@ -485,24 +485,32 @@ impl SmallFs {
             return None;
         }
         let ok = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            // mode=0700: a tmpfs's root is 1777 otherwise, which the tier refuses.
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "tmpfs",
+            ])
             .arg(dir)
             .status()
             .is_ok_and(|s| s.success());
         ok.then(|| SmallFs(dir.to_path_buf()))
     }
 
-    /// Makes the directory read-only as an operator would (a read-only bind mount over it):
-    /// files rampart has open stay writable, nothing new can be made there.
-    fn read_only(&self) {
-        for args in [&["--bind"][..], &["-o", "remount,bind,ro"][..]] {
-            let ok = std::process::Command::new("mount")
-                .args(args)
-                .arg(&self.0)
-                .arg(&self.0)
-                .status()
-                .unwrap();
-            assert!(ok.success(), "mount {args:?}");
+    /// Leaves the filesystem no room for a new file (its inodes taken by empty files in a
+    /// folder of `dir`), while files already there can still grow: nothing new can be made.
+    /// (A read-only mount would not do: a tier keeps writing through the directory it opened
+    /// under a read-only bind mount laid over it, and a filesystem with files open for writing
+    /// cannot be remounted read-only.)
+    fn no_new_files(&self, dir: &Path) {
+        let fill = dir.join("inodes");
+        std::fs::create_dir_all(&fill).unwrap();
+        let mut n = 0u64;
+        while std::fs::File::create(fill.join(n.to_string())).is_ok() {
+            n += 1;
+            assert!(n < 1_000_000, "the filesystem's inodes are not limited");
         }
     }
 }
@@ -589,12 +597,13 @@ async fn a_full_disk_never_fails_a_request() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_directory_made_read_only_stops_the_writes_not_the_reads() {
+async fn a_directory_where_nothing_new_can_be_made_stops_the_writes_not_the_reads() {
     let origin = origin().await;
     let dir = scratch("disk-ro");
-    let Some(fs) = SmallFs::mount(&dir, "64m") else {
-        // Root can write wherever the permission bits say no; only a read-only mount shows it.
-        eprintln!("tmpfs cannot be mounted here: the read-only case is not run");
+    let Some(fs) = SmallFs::mount(&dir, "64m,nr_inodes=2000") else {
+        // Root can write wherever the permission bits say no; only a filesystem of the
+        // test's own shows it.
+        eprintln!("tmpfs cannot be mounted here: the no-new-files case is not run");
         return;
     };
     let cfg = config(
@@ -607,7 +616,7 @@ async fn a_directory_made_read_only_stops_the_writes_not_the_reads() {
     let first: Vec<String> = (0..100).map(|i| format!("/w/{i}")).collect();
     all_right(&proxy, &first).await;
     written(&proxy, 100.0).await;
-    fs.read_only();
+    fs.no_new_files(&dir);
     // Enough new objects to need new segments, which cannot be made now.
     let more: Vec<String> = (0..200).map(|i| format!("/ro/{i}")).collect();
     all_right(&proxy, &more).await;
@@ -807,4 +816,337 @@ async fn a_304_refreshes_what_the_disk_holds() {
     assert_eq!(got.header("x-version"), Some("refreshed"));
     assert_eq!(origin.requests(), 2);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Regression (issue 47): `check` and the start accepted a cache directory anyone could
+/// write (mode 1777), in which links planted by another user were followed. Both refuse it,
+/// at its line and column, and the fix `check` prints works when pasted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_and_start_refuse_a_cache_directory_others_can_write() {
+    use std::os::unix::fs::PermissionsExt;
+    let origin = origin().await;
+    let dir = scratch("disk-open");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let cfg = config(&origin, &dir, "", "");
+    let path = scratch("open.toml");
+    std::fs::write(&path, &cfg).unwrap();
+    let check = || {
+        let out = std::process::Command::new(rampart_bin())
+            .args(["check", "--config", path.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.code(), text)
+    };
+    let (code, text) = check();
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains(":14: error: `cache_disk`")
+            && text.contains("can be written by other users (mode 1777)")
+            && text.contains("chmod 700"),
+        "{text}"
+    );
+    let refused = Proxy::try_start(&cfg);
+    assert!(
+        refused.contains("can be written by other users"),
+        "{refused}"
+    );
+    // The fix as printed, pasted into a shell.
+    let fix = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("fix: "))
+        .unwrap_or_else(|| panic!("a fix line: {text}"));
+    let ok = std::process::Command::new("sh")
+        .args(["-c", fix])
+        .status()
+        .unwrap();
+    assert!(ok.success(), "{fix}");
+    let (code, text) = check();
+    assert_eq!(code, Some(0), "{text}");
+    let proxy = Proxy::start(&cfg);
+    ready(&proxy).await;
+    stop(proxy).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Regression (issue 47): a link named like a segment was cut to 0 bytes by the warm-up, and
+/// one named like a large object's temporary file had the next large body written through
+/// it. With links planted under every name the tier uses, before the start and while it
+/// runs, the files they point at never change, and the tier works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn links_planted_in_the_cache_directory_are_never_followed() {
+    let body = patterned(3 << 20);
+    let origin = Origin::new()
+        .route(
+            "/big",
+            Reply::typed(&body, "application/octet-stream").header("cache-control", "max-age=600"),
+        )
+        .route_fn("*", |s| {
+            Reply::text(&body_for(s.uri.path())).header("cache-control", "max-age=600")
+        })
+        .start()
+        .await;
+    let dir = scratch("disk-links");
+    std::fs::create_dir_all(&dir).unwrap();
+    let victim = scratch("victim-authorized_keys");
+    let secret = b"ssh-ed25519 AAAAC3Nza-the-real-key root@host\n".repeat(4);
+    std::fs::write(&victim, &secret).unwrap();
+    let plant = |name: String| {
+        let _ = std::os::unix::fs::symlink(&victim, dir.join(name));
+    };
+    plant("00000001.seg".into());
+    plant("00000001.idx".into());
+    plant("purges.log".into());
+    for id in 2..40u32 {
+        plant(format!("{id:08x}.big.tmp"));
+        plant(format!("{id:08x}.idx.tmp"));
+    }
+    let cfg = config(
+        &origin,
+        &dir,
+        "cache_disk_min_uses = 1\ncache_max_object = \"16MiB\"",
+        "",
+    );
+    let proxy = Proxy::start(&cfg);
+    ready(&proxy).await;
+    assert_eq!(std::fs::read(&victim).unwrap(), secret, "after the start");
+    // Planted while it runs, too.
+    plant("purges.log.tmp".into());
+    for p in ["/a", "/b", "/c"] {
+        assert_eq!(get(&proxy, "disk.example", p).await.text(), body_for(p));
+    }
+    let big = get(&proxy, "disk.example", "/big").await;
+    assert!(big.body == body);
+    written(&proxy, 4.0).await;
+    let purged = fetch(
+        Request::post(proxy.url("/_rampart/purge?scope=prefix&host=disk.example&path=%2Fc"))
+            .header("authorization", format!("Bearer {API_KEY}")),
+    )
+    .await;
+    assert_eq!(purged.status, 200, "{}", purged.text());
+    stop(proxy).await;
+    assert_eq!(std::fs::read(&victim).unwrap(), secret, "after the writes");
+    // And what it wrote comes back (the links are still there, still skipped).
+    let proxy = Proxy::start(&cfg);
+    ready(&proxy).await;
+    let again = get(&proxy, "disk.example", "/big").await;
+    assert_eq!(
+        again.header("cache-status"),
+        Some("rampart; hit; detail=disk")
+    );
+    assert!(again.body == body);
+    stop(proxy).await;
+    assert_eq!(std::fs::read(&victim).unwrap(), secret, "after a restart");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A GET over a raw connection, read until the server closes it: the status line's code,
+/// the declared length, and the body bytes that came.
+async fn raw_get(proxy: &Proxy, path: &str) -> (u16, usize, usize) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nhost: disk.example\r\nconnection: close\r\n\r\n")
+            .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut all = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(20), s.read_to_end(&mut all)).await;
+    let end = all
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a head");
+    let head = String::from_utf8_lossy(&all[..end]).to_ascii_lowercase();
+    let status = head[9..12].parse().unwrap();
+    let len = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .map_or(0, |v| v.trim().parse().unwrap());
+    (status, len, all.len() - end - 4)
+}
+
+/// Regression (issue 47): one flipped byte in a large object's file gave a 200 with the full
+/// length, cut where the bad chunk starts, on every request, forever. Bad in its first chunk:
+/// a miss, answered whole from the origin. Bad further on: that one response is cut (its head
+/// was out), the object is dropped, and the next request fetches it again. Counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_large_object_on_disk_is_dropped_and_fetched_again() {
+    let body = patterned(3 << 20);
+    let origin = Origin::new()
+        .route_fn("*", {
+            let body = body.clone();
+            move |_| {
+                Reply::typed(&body, "application/octet-stream")
+                    .header("cache-control", "max-age=600")
+            }
+        })
+        .start()
+        .await;
+    let dir = scratch("disk-corrupt");
+    // 64 MiB: a 3 MiB body is a large object (a file of its own).
+    let cfg = config(
+        &origin,
+        &dir,
+        "cache_disk_min_uses = 1\ncache_max_object = \"16MiB\"",
+        "",
+    );
+    let proxy = Proxy::start(&cfg);
+    for p in ["/first", "/later"] {
+        assert!(get(&proxy, "disk.example", p).await.body == body);
+    }
+    written(&proxy, 2.0).await;
+    stop(proxy).await;
+    // Which file is which: the first written has the lower id.
+    let mut bigs: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "big"))
+        .collect();
+    bigs.sort();
+    assert_eq!(bigs.len(), 2, "{bigs:?}");
+    let flip = |path: &Path, at: u64| {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .unwrap();
+        let mut b = [0u8];
+        f.read_exact_at(&mut b, at).unwrap();
+        f.write_all_at(&[b[0] ^ 0x01], at).unwrap();
+    };
+    flip(&bigs[0], 1000);
+    flip(&bigs[1], (1 << 20) + 17);
+
+    let proxy = Proxy::start(&cfg);
+    ready(&proxy).await;
+    let before = origin.requests();
+    // Bad from its first chunk: a miss, the whole body from the origin.
+    let first = get(&proxy, "disk.example", "/first").await;
+    assert_eq!(first.status, 200);
+    assert_eq!(first.header("x-arc2-cache"), Some("Miss"));
+    assert!(first.body == body, "the origin's body, whole");
+    assert_eq!(origin.requests(), before + 1);
+    // Bad further on: this response is cut short of its length…
+    let (status, len, got) = raw_get(&proxy, "/later").await;
+    assert_eq!((status, len), (200, 3 << 20));
+    assert!(got < len, "cut where the bad chunk starts: {got} of {len}");
+    // …and the next is fetched again, whole.
+    let again = get(&proxy, "disk.example", "/later").await;
+    assert_eq!(again.header("x-arc2-cache"), Some("Miss"));
+    assert!(again.body == body);
+    assert_eq!(origin.requests(), before + 2);
+    let m = metrics(&proxy).await;
+    assert_eq!(
+        value(&m, "rampart_cache_disk_corrupt_total"),
+        Some(2.0),
+        "{m}"
+    );
+    stop(proxy).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Fills the filesystem `dir` is on with one file: nothing more can be written there.
+fn fill(dir: &Path) -> std::path::PathBuf {
+    use std::io::Write;
+    let path = dir.join("filler");
+    let mut f = std::fs::File::create(&path).unwrap();
+    let block = vec![0x5au8; 64 << 10];
+    loop {
+        if f.write_all(&block).is_err() {
+            break;
+        }
+    }
+    // Down to the last bytes.
+    while f.write_all(&[0x5a]).is_ok() {}
+    path
+}
+
+/// Regression (issue 47): on a full disk a purge answered `{"purged":20}` while its purge log
+/// write failed and was never tried again: after a restart the purged objects were disk hits.
+/// Now the tier makes room (cached objects give way to a purge), writes the log, and only then
+/// answers; where no room can be made, the answer is a 503 that says the purge would not outlive
+/// a restart yet, and the write is tried again once there is room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_on_a_full_disk_is_written_before_it_is_acknowledged() {
+    let origin = origin().await;
+    let root = scratch("disk-purge-full");
+    let Some(fs) = SmallFs::mount(&root, "4m") else {
+        eprintln!("tmpfs cannot be mounted here: the full-disk purge case is not run");
+        return;
+    };
+    let dir = root.join("cache");
+    let cfg = config(
+        &origin,
+        &dir,
+        "cache_disk_min_uses = 1\ncache_disk_size = \"256MiB\"",
+        "",
+    );
+    let api = |proxy: &Proxy, q: &str| {
+        Request::post(proxy.url(&format!("/_rampart/purge?{q}")))
+            .header("authorization", format!("Bearer {API_KEY}"))
+    };
+
+    // Room can be made: the purge reclaims what the disk holds, and is in the log.
+    let proxy = Proxy::start(&cfg);
+    ready(&proxy).await;
+    let paths: Vec<String> = (0..20).map(|i| format!("/p/{i}")).collect();
+    for p in &paths {
+        get(&proxy, "disk.example", p).await;
+    }
+    written(&proxy, 20.0).await;
+    let filler = fill(&root);
+    let res = fetch(api(&proxy, "scope=prefix&host=disk.example&path=%2Fp%2F")).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(res.text(), "{\"purged\":20,\"soft\":false}\n");
+    assert!(
+        proxy
+            .output()
+            .contains("the purge log could not be written (tried again)"),
+        "the disk was full when the purge came: {}",
+        proxy.output()
+    );
+    proxy.signal(libc::SIGKILL);
+    let mut proxy = proxy;
+    let _ = proxy.wait_exit(Duration::from_secs(10));
+    std::fs::remove_file(&filler).unwrap();
+    let proxy = Proxy::start(&cfg);
+    ready(&proxy).await;
+    let before = origin.requests();
+    for p in &paths {
+        let got = get(&proxy, "disk.example", p).await;
+        assert_eq!(got.header("x-arc2-cache"), Some("Miss"), "{p} was purged");
+    }
+    assert_eq!(origin.requests(), before + 20);
+    stop(proxy).await;
+
+    // No room can be made (the tier holds nothing to give up): a 503 that says so, then,
+    // once there is room again, the write goes through and purges answer 200.
+    let _ = std::fs::remove_dir_all(&dir);
+    let proxy = Proxy::start(&cfg);
+    ready(&proxy).await;
+    let filler = fill(&root);
+    let res = fetch(api(&proxy, "scope=prefix&host=disk.example&path=%2Fq%2F")).await;
+    assert_eq!(res.status, 503, "{}", res.text());
+    assert!(
+        res.text().contains("\"durable\":false") && res.text().contains("purge log"),
+        "{}",
+        res.text()
+    );
+    std::fs::remove_file(&filler).unwrap();
+    let start = Instant::now();
+    loop {
+        let res = fetch(api(&proxy, "scope=prefix&host=disk.example&path=%2Fq%2F")).await;
+        if res.status == 200 {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(15), "{}", res.text());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop(proxy).await;
+    drop(fs);
+    let _ = std::fs::remove_dir_all(&root);
 }

@@ -43,48 +43,88 @@ fn user() -> u32 {
     rustix::process::geteuid().as_raw()
 }
 
+/// Why a directory may not hold the tier, and the command that fixes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Untrusted {
+    pub why: String,
+    pub fix: String,
+}
+
+impl std::fmt::Display for Untrusted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}; fix: {}", self.why, self.fix)
+    }
+}
+
 /// What is wrong with a directory (or a parent) for holding the tier, and how to fix it: `None`
 /// when it is fine.
-fn problem(path: &Path, st: &rustix::fs::Stat, uid: u32, the_dir: bool) -> Option<String> {
+fn problem(path: &Path, st: &rustix::fs::Stat, uid: u32, the_dir: bool) -> Option<Untrusted> {
     let mode = st.st_mode & 0o7777;
     let kind = FileType::from_raw_mode(st.st_mode);
-    let shown = path.display();
+    let shown = path.display().to_string();
+    let shell = shell_quote(&shown);
+    let untrusted = |why: String, fix: String| Some(Untrusted { why, fix });
     if kind != FileType::Directory {
-        return Some(format!("{shown:?} is not a directory"));
+        return untrusted(
+            format!("{shown:?} is not a directory"),
+            "name a directory".into(),
+        );
     }
     let owner = st.st_uid;
     if owner != uid && owner != 0 {
-        return Some(format!(
-            "{shown:?} belongs to user id {owner}, not to the user rampart runs as (id {uid}) \
-             or root; fix: chown {uid} {shown:?}"
-        ));
+        return untrusted(
+            format!(
+                "{shown:?} belongs to user id {owner}, not to the user rampart runs as (id {uid}) \
+                 or root"
+            ),
+            format!("chown {uid} {shell}"),
+        );
     }
     let others_write = mode & 0o022 != 0;
     if the_dir && others_write {
-        return Some(format!(
-            "{shown:?} can be written by other users (mode {mode:04o}), who could plant links \
-             in it; fix: chmod 700 {shown:?}"
-        ));
+        return untrusted(
+            format!(
+                "{shown:?} can be written by other users (mode {mode:04o}), who could plant links \
+                 in it"
+            ),
+            format!("chmod 700 {shell}"),
+        );
     }
     if !the_dir && others_write && mode & 0o1000 == 0 {
-        return Some(format!(
-            "{shown:?}, a parent of the disk cache, can be written by other users (mode \
-             {mode:04o}), who could replace the cache directory; fix: chmod go-w {shown:?} \
-             (or chmod +t {shown:?}), or put the cache elsewhere"
-        ));
+        return untrusted(
+            format!(
+                "{shown:?}, a parent of the disk cache, can be written by other users (mode \
+                 {mode:04o}), who could replace the cache directory"
+            ),
+            format!("chmod go-w {shell}, or put the cache elsewhere"),
+        );
     }
     None
 }
 
+/// `s` as one shell word.
+fn shell_quote(s: &str) -> String {
+    if s.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"/._-+:@".contains(&b))
+    {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
 /// Whether `dir` may hold the tier (see the module notes): checked on the directory when it
 /// exists, and on every parent that exists. An error says what is wrong and how to fix it.
-pub fn trust(dir: &Path) -> Result<(), String> {
+pub fn trust(dir: &Path) -> Result<(), Untrusted> {
     let uid = user();
     let full = if dir.is_absolute() {
         dir.to_path_buf()
     } else {
         std::env::current_dir()
-            .map_err(|e| e.to_string())?
+            .map_err(|e| Untrusted {
+                why: format!("the current directory cannot be read ({e})"),
+                fix: "give cache_disk as an absolute path".into(),
+            })?
             .join(dir)
     };
     // The path as the kernel resolves it: links in it are the operator's to make.
@@ -105,8 +145,10 @@ pub fn trust(dir: &Path) -> Result<(), String> {
     let mut at = Some(resolved.as_path());
     let mut first = true;
     while let Some(p) = at {
-        let st =
-            rustix::fs::stat(p).map_err(|e| format!("{:?}: {}", p.display(), Error::from(e)))?;
+        let st = rustix::fs::stat(p).map_err(|e| Untrusted {
+            why: format!("{:?} cannot be examined ({})", p.display(), Error::from(e)),
+            fix: "name a directory rampart's user can reach".into(),
+        })?;
         if let Some(why) = problem(p, &st, uid, first && !missing) {
             return Err(why);
         }
@@ -125,7 +167,7 @@ impl CacheDir {
             .recursive(true)
             .mode(0o700)
             .create(path)?;
-        trust(path).map_err(|why| Error::new(ErrorKind::PermissionDenied, why))?;
+        trust(path).map_err(|u| Error::new(ErrorKind::PermissionDenied, u.to_string()))?;
         let fd = rustix::fs::open(
             path,
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
@@ -134,8 +176,8 @@ impl CacheDir {
         let uid = user();
         // What was opened, checked again on the handle (the path could have changed since).
         let st = rustix::fs::fstat(&fd)?;
-        if let Some(why) = problem(path, &st, uid, true) {
-            return Err(Error::new(ErrorKind::PermissionDenied, why));
+        if let Some(u) = problem(path, &st, uid, true) {
+            return Err(Error::new(ErrorKind::PermissionDenied, u.to_string()));
         }
         Ok(CacheDir {
             fd,

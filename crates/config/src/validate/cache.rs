@@ -119,6 +119,19 @@ fn disk(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Option<DiskConfig> {
         );
         return None;
     }
+    if let Err(u) = rampart_cache::disk::dir::trust(&dir) {
+        sink.push(
+            Severity::Error,
+            &path.key,
+            path.span.clone(),
+            format!(
+                "this directory cannot hold the disk cache safely: {}",
+                u.why
+            ),
+            u.fix,
+        );
+        return None;
+    }
     Some(DiskConfig {
         path: dir,
         size,
@@ -152,7 +165,12 @@ fn writable_dir(dir: &std::path::Path) -> Result<(), String> {
         }
     }
     let probe = at.join(format!(".rampart-probe-{}", std::process::id()));
-    match std::fs::File::create(&probe) {
+    // A new file only (O_EXCL): a link planted under the probe's name is never written through.
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+    {
         Ok(_) => {
             let _ = std::fs::remove_file(&probe);
             Ok(())

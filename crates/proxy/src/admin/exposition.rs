@@ -347,7 +347,7 @@ fn disk(d: &rampart_cache::disk::DiskStats, f: &mut Families) {
         .gauge(vec![], d.warm_micros as f64 / 1e6);
     }
     #[rustfmt::skip]
-    let counters: [(&'static str, &'static str, u64); 10] = [
+    let counters: [(&'static str, &'static str, u64); 11] = [
         ("rampart_cache_disk_hits", "Memory misses answered from the disk tier.", d.hits),
         ("rampart_cache_disk_misses", "Memory misses the disk tier could not answer.", d.misses),
         ("rampart_cache_disk_read_bytes", "Bytes read from the disk tier for answers.", d.read_bytes),
@@ -357,6 +357,7 @@ fn disk(d: &rampart_cache::disk::DiskStats, f: &mut Families) {
         ("rampart_cache_disk_not_admitted", "Offers of objects used fewer than cache_disk_min_uses times (not written).", d.not_admitted),
         ("rampart_cache_disk_dropped", "Objects not written: the write queue was full, writing was paused after an error, or the object was larger than half a segment.", d.dropped),
         ("rampart_cache_disk_errors", "Disk faults: failed reads and writes, records failing their checksums, disk full (each kind is logged once).", d.errors),
+        ("rampart_cache_disk_corrupt", "Objects dropped from the disk tier because their bytes were not whole (a record or a large object's chunk failing its checksum, or unreadable): each is fetched again.", d.corrupt),
         ("rampart_cache_disk_reclaimed_segments", "Segments reclaimed (oldest first) to stay within cache_disk_size.", d.reclaimed_segments),
     ];
     for (name, help, v) in counters {

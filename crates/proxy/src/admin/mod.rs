@@ -34,7 +34,7 @@ use rampart_config::AdminConfig;
 
 use crate::body::local::json_of;
 use crate::body::{ProxyBody, RequestBody};
-use crate::caching::Cache;
+use crate::caching::{Cache, Purged};
 use crate::error::ProxyError;
 use crate::policy::route::Router;
 
@@ -52,11 +52,11 @@ pub fn is_control(admin: &AdminConfig, req: &Request<RequestBody>) -> bool {
     let Some(rest) = req.uri().path().strip_prefix(ADMIN_PREFIX) else {
         return false;
     };
-    rest == "reload" || rest == "rules" || rest.starts_with("rules/")
+    rest == "reload" || rest == "rules" || rest.starts_with("rules/") || rest == "purge"
 }
 
 /// `POST /_rampart/reload` and the rule operations: checked here, carried out by the owner of
-/// the configuration file.
+/// the configuration file. And `POST /_rampart/purge`, which waits for the disk tier.
 pub async fn control(
     api: Api<'_>,
     req: Request<RequestBody>,
@@ -80,6 +80,11 @@ pub async fn control(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.to_ascii_lowercase().contains("json"));
     let method = req.method().clone();
+    match (&method, path.as_str()) {
+        (&Method::POST, "purge") => return purge_api(api.cache, req.uri().query()).await,
+        (_, "purge") => return Err(ProxyError::ApiMethod("POST")),
+        _ => {}
+    }
     let body = || async {
         use http_body_util::BodyExt as _;
         http_body_util::Limited::new(req.into_body(), MAX_RULE_BODY)
@@ -196,13 +201,53 @@ fn scope_from(kind: &str, host: &str, path: &[u8], ignore_query: bool) -> Option
     })
 }
 
-fn purged(n: usize, soft: bool) -> Response<ProxyBody> {
+/// How long a purge's answer waits for the disk tier to have it in its purge log.
+const DURABLE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A purge's answer, once the disk tier has it in its log (`{"purged":N,"soft":…}`), or a
+/// 503 that says it is in force but would not outlive a restart yet (the log write is tried
+/// again; purging again is safe).
+async fn purged(cache: Option<&Cache>, p: Purged, soft: bool) -> Response<ProxyBody> {
     #[derive(serde::Serialize)]
-    struct Purged {
+    struct Answer {
         purged: usize,
         soft: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        durable: Option<bool>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<&'static str>,
     }
-    json_of(StatusCode::OK, &Purged { purged: n, soft })
+    let durable = match cache {
+        Some(c) => c.durable(p.ticket, DURABLE_WAIT).await,
+        None => true,
+    };
+    if durable {
+        return json_of(
+            StatusCode::OK,
+            &Answer {
+                purged: p.count,
+                soft,
+                durable: None,
+                error: None,
+            },
+        );
+    }
+    tracing::warn!(
+        purged = p.count,
+        "a purge is in force but not yet in the disk tier's purge log (it would not outlive a restart); answered 503"
+    );
+    json_of(
+        StatusCode::SERVICE_UNAVAILABLE,
+        &Answer {
+            purged: p.count,
+            soft,
+            durable: Some(false),
+            error: Some(
+                "in force, but the disk cache could not write its purge log yet (tried again); \
+                 it would not outlive a restart: purge again, and see rampart_cache_disk_errors",
+            ),
+        },
+    )
 }
 
 /// A `PURGE` request for a URL on a routed host: who sent it, and what it names.
@@ -218,7 +263,7 @@ pub struct Purge<'a> {
 }
 
 /// `PURGE` for a URL on a routed host (the recv stage's last step).
-pub fn purge_method(
+pub async fn purge_method(
     api: Api<'_>,
     purge: Purge<'_>,
     headers: &HeaderMap,
@@ -235,12 +280,10 @@ pub fn purge_method(
         });
     }
     let Some(cache) = api.cache else {
-        return Ok(purged(
-            0,
-            headers
-                .get("x-purge")
-                .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"soft")),
-        ));
+        let soft = headers
+            .get("x-purge")
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"soft"));
+        return Ok(purged(None, Purged::default(), soft).await);
     };
     let kind = headers
         .get("x-purge-scope")
@@ -253,9 +296,9 @@ pub fn purge_method(
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"soft"));
     let tags = purge_tag_fields(headers);
     if !tags.is_empty() {
-        let n = purge_tags(Some(cache), &tags, soft);
-        tracing::info!(%client, host, tags = tags.len(), soft, purged = n, "tag purge");
-        return Ok(purged(n, soft));
+        let p = purge_tags(Some(cache), &tags, soft);
+        tracing::info!(%client, host, tags = tags.len(), soft, purged = p.count, "tag purge");
+        return Ok(purged(Some(cache), p, soft).await);
     }
     let path = if kind == "exact" {
         pq
@@ -267,9 +310,9 @@ pub fn purge_method(
             "X-Purge-Scope must be exact, prefix, contains or domain",
         ));
     };
-    let n = cache.purge(&scope, soft);
-    tracing::info!(%client, host, pq, scope = kind, soft, purged = n, "purge");
-    Ok(purged(n, soft))
+    let p = cache.purge(&scope, soft);
+    tracing::info!(%client, host, pq, scope = kind, soft, purged = p.count, "purge");
+    Ok(purged(Some(cache), p, soft).await)
 }
 
 /// `/_rampart/...`; `None` when the API is off (the path is then proxied like any other).
@@ -295,9 +338,7 @@ pub fn admin_request<B>(
     }
     Some(match (method, rest) {
         (&Method::GET, "status") => Ok(status(api.cache, api.router)),
-        (&Method::POST, "purge") => purge_api(api.cache, req.uri().query()),
         (_, "status" | "metrics" | "dashboard/events") => Err(ProxyError::ApiMethod("GET, HEAD")),
-        (_, "purge") => Err(ProxyError::ApiMethod("POST")),
         _ => Err(ProxyError::ApiNoSuchEndpoint),
     })
 }
@@ -417,7 +458,7 @@ fn status(cache: Option<&Cache>, router: &Router) -> Response<ProxyBody> {
 }
 
 /// `POST /_rampart/purge?scope=…&host=…&path=…&soft=…`.
-fn purge_api(
+async fn purge_api(
     cache: Option<&Cache>,
     query: Option<&str>,
 ) -> Result<Response<ProxyBody>, ProxyError> {
@@ -450,9 +491,14 @@ fn purge_api(
             return Err(ProxyError::ApiBadRequest("tag= names no tag"));
         }
         let soft = param("soft").is_some_and(|v| v == b"true" || v == b"1");
-        let n = purge_tags(cache, &tags, soft);
-        tracing::info!(tags = tags.len(), soft, purged = n, "tag purge via API");
-        return Ok(purged(n, soft));
+        let p = purge_tags(cache, &tags, soft);
+        tracing::info!(
+            tags = tags.len(),
+            soft,
+            purged = p.count,
+            "tag purge via API"
+        );
+        return Ok(purged(cache, p, soft).await);
     }
     let Some(host) = param("host").map(|h| String::from_utf8_lossy(h).into_owned()) else {
         return Err(ProxyError::ApiBadRequest("purge needs host= (or tag=)"));
@@ -470,17 +516,20 @@ fn purge_api(
             "scope must be exact, prefix, contains or domain",
         ));
     };
-    let n = cache.map_or(0, |c| c.purge(&scope, soft));
-    tracing::info!(host, scope = kind, soft, purged = n, "purge via API");
-    Ok(purged(n, soft))
+    let p = cache.map_or(Purged::default(), |c| c.purge(&scope, soft));
+    tracing::info!(host, scope = kind, soft, purged = p.count, "purge via API");
+    Ok(purged(cache, p, soft).await)
 }
 
 /// Purges every object tagged with one of `tags`; how many went (or were marked stale).
-fn purge_tags(cache: Option<&Cache>, tags: &[&[u8]], soft: bool) -> usize {
-    let Some(cache) = cache else { return 0 };
-    tags.iter()
-        .map(|t| cache.purge(&PurgeScope::Tag(rampart_cache::object::tag_hash(t)), soft))
-        .sum()
+fn purge_tags(cache: Option<&Cache>, tags: &[&[u8]], soft: bool) -> Purged {
+    let mut all = Purged::default();
+    if let Some(cache) = cache {
+        for t in tags {
+            all += cache.purge(&PurgeScope::Tag(rampart_cache::object::tag_hash(t)), soft);
+        }
+    }
+    all
 }
 
 /// The tags a `PURGE` names: `X-Purge-Tag` (rampart), `xkey-purge` (Varnish's xkey) or

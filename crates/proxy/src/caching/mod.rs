@@ -61,6 +61,21 @@ pub struct Cache {
     disk: Option<DiskStore>,
 }
 
+/// What a purge did: entries hit in memory, and the disk tier's ticket for it (tickets grow:
+/// the last of several covers them all).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Purged {
+    pub count: usize,
+    pub ticket: Option<u64>,
+}
+
+impl std::ops::AddAssign for Purged {
+    fn add_assign(&mut self, o: Purged) {
+        self.count += o.count;
+        self.ticket = self.ticket.max(o.ticket);
+    }
+}
+
 /// How long a range request for a URL whose whole representation could not be stored goes
 /// straight to the origin with its `Range` (Varnish calls such a marker hit-for-pass).
 pub const UNWIDENABLE_FOR: Duration = Duration::from_secs(60);
@@ -142,17 +157,35 @@ impl Cache {
         })
     }
 
-    /// Purges `scope` here and, with Redis, on every other instance; returns how many entries
-    /// it hit here.
-    pub fn purge(&self, scope: &PurgeScope, soft: bool) -> usize {
-        if let Some(d) = &self.disk {
-            d.purge(scope, soft);
-        }
-        let n = self.store.purge(scope, soft);
+    /// Purges `scope` here and, with Redis, on every other instance: how many entries it hit
+    /// here, and the disk tier's ticket for it (see [`Cache::durable`]).
+    pub fn purge(&self, scope: &PurgeScope, soft: bool) -> Purged {
+        let ticket = self.disk.as_ref().and_then(|d| d.purge(scope, soft));
+        let count = self.store.purge(scope, soft);
         if let Some(shared) = &*self.shared.load() {
             shared.publish_purge(scope, soft);
         }
-        n
+        Purged { count, ticket }
+    }
+
+    /// Waits, up to `limit`, until the disk tier has its purges up to `ticket` in its purge
+    /// log, flushed (they outlive a restart); whether it has. Without a ticket (no disk tier,
+    /// or nothing on disk for the purge to outlive) at once.
+    pub async fn durable(&self, ticket: Option<u64>, limit: std::time::Duration) -> bool {
+        let (Some(ticket), Some(disk)) = (ticket, &self.disk) else {
+            return true;
+        };
+        let until = std::time::Instant::now() + limit;
+        loop {
+            if disk.purge_logged(ticket) {
+                return true;
+            }
+            if std::time::Instant::now() >= until {
+                return false;
+            }
+            // A flush of the log is a few milliseconds; an admin purge may wait for it.
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
     }
 
     /// The shared cache tier (`redis_cache`), when there is one.

@@ -95,7 +95,9 @@ pub async fn recv(
             target: target(req),
             ignore_query: txn.route().rule.config.ignore_query_string,
         };
-        return admin::purge_method(w.api(), purge, req.headers())
+        // Boxed: it may wait for the disk tier's purge log; every other request stays small.
+        return Box::pin(admin::purge_method(w.api(), purge, req.headers()))
+            .await
             .map(|res| Step::Done(Box::new(res)));
     }
     open_log(w, txn, req);
