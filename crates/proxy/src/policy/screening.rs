@@ -109,6 +109,11 @@ impl Screen {
         }
     }
 
+    /// Whether `peer` is one of the `trusted_proxies`.
+    pub fn trusts(&self, peer: IpAddr) -> bool {
+        self.trusted.iter().any(|c| c.contains(peer))
+    }
+
     /// The client behind `peer`: when `peer` is a trusted proxy, the right-most address in
     /// `X-Forwarded-For` that is not itself a trusted proxy.
     pub fn client_ip(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
