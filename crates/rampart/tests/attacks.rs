@@ -3,8 +3,9 @@
 //! spelling, SQL injection in multipart and `text/json` bodies, user-agent blocks evaded with a
 //! second line or a non-ASCII byte, a transfer coding rampart does not decode, a WebP image
 //! bomb, and the conformance cases (an HTTP/2 preface with a wrong byte, a space in the target,
-//! a target longer than the head limit, HTTP/2 field counts). Each asserts what the client got
-//! and what the origin saw.
+//! a target longer than the head limit, HTTP/2 field counts); and from issue 47: a client's
+//! `Forwarded`, a target without its `/`, malformed HTTP/2 heads, the `Bearer` scheme's case,
+//! origin statuses over 599. Each asserts what the client got and what the origin saw.
 
 #![allow(clippy::unwrap_used)]
 
