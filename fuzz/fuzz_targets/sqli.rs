@@ -21,6 +21,7 @@ fuzz_target!(|data: &[u8]| {
     let _ = inspect::multipart(d, b"multipart/form-data; boundary=b", data);
     let _ = inspect::multipart(d, b"multipart/form-data", data);
     let _ = inspect::cookies(d, data);
+    let _ = inspect::ambiguous_content_type(data);
     if let Ok(s) = std::str::from_utf8(data) {
         let _ = inspect::query(d, s);
         let _ = inspect::path(d, s);

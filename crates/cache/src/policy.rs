@@ -43,9 +43,11 @@ pub enum Statuses {
     /// ARC2's list: 200, 201 and 204.
     #[default]
     Arc2,
-    /// Every final status but 206 (ranges are answered from full responses) and 304 (it
-    /// refreshes a stored response, it is not one): when the origin gives a lifetime, and for
-    /// the heuristically cacheable ones (RFC 9110 §15.1) also under `cache_heuristic`.
+    /// Every final status but 206 (ranges are answered from full responses), 304 (it
+    /// refreshes a stored response, it is not one) and 412 (the answer to one request's
+    /// preconditions, not to the resource: stored, it would answer everyone's plain GET):
+    /// when the origin gives a lifetime, and for the heuristically cacheable ones
+    /// (RFC 9110 §15.1) also under `cache_heuristic`.
     Rfc9111,
 }
 
@@ -103,7 +105,9 @@ impl NotStored {
 fn status_storable(s: StatusCode, statuses: Statuses) -> bool {
     match statuses {
         Statuses::Arc2 => matches!(s.as_u16(), 200 | 201 | 204),
-        Statuses::Rfc9111 => s.as_u16() >= 200 && !matches!(s.as_u16(), 206 | 304),
+        Statuses::Rfc9111 => {
+            (200..=599).contains(&s.as_u16()) && !matches!(s.as_u16(), 206 | 304 | 412)
+        }
     }
 }
 
@@ -268,5 +272,27 @@ pub fn usable(
             }
         }
         _ => Usable::No,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_412_is_never_stored_for_everyone() {
+        let stored = |code: u16, statuses| {
+            StatusCode::from_u16(code).is_ok_and(|s| status_storable(s, statuses))
+        };
+        for code in [200, 203, 301, 404, 410, 500, 599] {
+            assert!(stored(code, Statuses::Rfc9111), "{code}");
+        }
+        for code in [100, 103, 206, 304, 412, 600, 999] {
+            assert!(!stored(code, Statuses::Rfc9111), "{code}");
+        }
+        for code in [200, 201, 204] {
+            assert!(stored(code, Statuses::Arc2), "{code}");
+        }
+        assert!(!stored(412, Statuses::Arc2));
     }
 }

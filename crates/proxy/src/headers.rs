@@ -3,11 +3,14 @@
 //! Hop-by-hop headers (RFC 9110 §7.6.1) are removed: the fixed list plus every header the
 //! `Connection` header names. Towards the origin rampart adds `X-Forwarded-For` (appended),
 //! `X-Forwarded-Proto`, `X-Forwarded-Host`, `X-Forwarded-Port` (replaced: a client must not
-//! choose them) and `Via`
+//! choose them), `Forwarded` (RFC 7239: replaced, or appended to a trusted proxy's) and `Via`
 //! (appended); towards the client it adds `Via`.
 
+use std::net::IpAddr;
+
 use http::header::{
-    HeaderMap, HeaderName, HeaderValue, CONNECTION, TE, TRAILER, TRANSFER_ENCODING, UPGRADE, VIA,
+    HeaderMap, HeaderName, HeaderValue, CONNECTION, FORWARDED, TE, TRAILER, TRANSFER_ENCODING,
+    UPGRADE, VIA,
 };
 use http::Version;
 
@@ -146,6 +149,59 @@ pub fn forwarded_for(client: &HeaderMap, client_ip: &HeaderValue) -> HeaderValue
     HeaderValue::from_bytes(&v).unwrap_or_else(|_| client_ip.clone())
 }
 
+/// rampart's element of `Forwarded` (RFC 7239 §4): `for=` the client (the TCP peer, as
+/// `X-Forwarded-For` has it), `proto=` the scheme it used, `host=` the host the origin gets
+/// (`host` is [`origin_host`]'s). An IPv6 address, and a host that is not a token, are
+/// quoted (`for="[::1]"`, §6).
+pub fn forwarded_element(client_ip: IpAddr, scheme: &str, host: &HeaderValue) -> Vec<u8> {
+    let mut v = Vec::with_capacity(64);
+    v.extend_from_slice(b"for=");
+    match client_ip {
+        IpAddr::V4(ip) => v.extend_from_slice(ip.to_string().as_bytes()),
+        IpAddr::V6(ip) => v.extend_from_slice(format!("\"[{ip}]\"").as_bytes()),
+    }
+    v.extend_from_slice(b";proto=");
+    v.extend_from_slice(scheme.as_bytes());
+    v.extend_from_slice(b";host=");
+    let host = host.as_bytes();
+    if !host.is_empty() && host.iter().all(|&b| is_tchar(b)) {
+        v.extend_from_slice(host);
+    } else {
+        // A checked host holds no `"` or `\` (see `is_valid_host`): nothing to escape.
+        v.push(b'"');
+        v.extend_from_slice(host);
+        v.push(b'"');
+    }
+    v
+}
+
+/// The `Forwarded` a request bound for the origin carries: rampart's element alone, or, when
+/// the client is a trusted proxy (`extend`), its list with rampart's element after it (the
+/// last element is the one an origin that trusts rampart reads). A client that is not trusted
+/// could otherwise name the host or scheme an origin builds its page for, and have that page
+/// stored for everyone.
+pub fn forwarded(client: &HeaderMap, own: Vec<u8>, extend: bool) -> HeaderValue {
+    let mut prev = client.get_all(FORWARDED).iter().peekable();
+    let mut v = Vec::new();
+    if extend && prev.peek().is_some() {
+        for p in prev {
+            v.extend_from_slice(p.as_bytes());
+            v.extend_from_slice(b", ");
+        }
+    }
+    v.extend_from_slice(&own);
+    HeaderValue::from_bytes(&v)
+        .or_else(|_| HeaderValue::from_bytes(&own))
+        // invariant: rampart's element is an address, a scheme and a checked host: visible
+        // ASCII.
+        .unwrap_or_else(|_| HeaderValue::from_static("for=unknown"))
+}
+
+/// A `tchar` of RFC 9110 §5.6.2 (the bytes of a token).
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -210,6 +266,28 @@ mod tests {
         h.insert("x-forwarded-for", HeaderValue::from_static("10.0.0.1"));
         h.append("x-forwarded-for", HeaderValue::from_static("10.0.0.2"));
         assert_eq!(forwarded_for(&h, &ip), "10.0.0.1, 10.0.0.2, 127.0.0.1");
+    }
+
+    #[test]
+    fn forwarded_names_ramparts_client_and_extends_only_a_trusted_list() {
+        let host = HeaderValue::from_static("shop.example");
+        let v4 = forwarded_element("192.0.2.7".parse().expect("address"), "https", &host);
+        assert_eq!(v4, b"for=192.0.2.7;proto=https;host=shop.example");
+        let v6 = forwarded_element(
+            "::1".parse().expect("address"),
+            "http",
+            &HeaderValue::from_static("[::1]"),
+        );
+        assert_eq!(v6, b"for=\"[::1]\";proto=http;host=\"[::1]\"");
+        let mut h = HeaderMap::new();
+        assert_eq!(forwarded(&h, v4.clone(), true), &v4[..]);
+        h.append(FORWARDED, HeaderValue::from_static("host=evil.com"));
+        h.append(FORWARDED, HeaderValue::from_static("for=10.0.0.1"));
+        assert_eq!(forwarded(&h, v4.clone(), false), &v4[..]);
+        assert_eq!(
+            forwarded(&h, v4, true),
+            "host=evil.com, for=10.0.0.1, for=192.0.2.7;proto=https;host=shop.example"
+        );
     }
 
     #[test]

@@ -3,8 +3,9 @@
 //! spelling, SQL injection in multipart and `text/json` bodies, user-agent blocks evaded with a
 //! second line or a non-ASCII byte, a transfer coding rampart does not decode, a WebP image
 //! bomb, and the conformance cases (an HTTP/2 preface with a wrong byte, a space in the target,
-//! a target longer than the head limit, HTTP/2 field counts). Each asserts what the client got
-//! and what the origin saw.
+//! a target longer than the head limit, HTTP/2 field counts); and from issue 47: a client's
+//! `Forwarded`, a target without its `/`, malformed HTTP/2 heads, the `Bearer` scheme's case,
+//! origin statuses over 599. Each asserts what the client got and what the origin saw.
 
 #![allow(clippy::unwrap_used)]
 
@@ -432,4 +433,315 @@ async fn many_large_partial_heads_are_bounded_together() {
     assert!(peak < base + 32 + 20, "peak RSS {peak} MiB from {base} MiB");
     drop(held);
     assert_eq!(get(&proxy, "h", "/").await.status, 200);
+}
+
+// --- issue 47: forwarding fields, request targets, HTTP/2 conformance, origin statuses ------
+
+/// Issue 47: `Forwarded: host=evil.com` passed untouched while `X-Forwarded-Host` was
+/// replaced, and an origin that reads it answered a 404 that was stored for everyone. The
+/// origin now gets rampart's own `Forwarded` (the peer, the scheme, the host the key uses),
+/// after the client's list only when the peer is a trusted proxy.
+#[tokio::test]
+async fn a_clients_forwarded_host_does_not_reach_the_origin() {
+    // An origin that serves the site `Forwarded: host=` names, as frameworks that trust it do.
+    let origin = Origin::new()
+        .route_fn("*", |seen| {
+            let fwd = seen
+                .headers
+                .get("forwarded")
+                .map(|v| v.to_str().unwrap().to_owned())
+                .unwrap_or_default();
+            match fwd.contains("host=evil.com") {
+                true => Reply::text("no such site").status(404),
+                false => Reply::text("the shop"),
+            }
+            .header("cache-control", "max-age=600")
+        })
+        .start()
+        .await;
+    let proxy = Proxy::start(&config_for(
+        "shop.example",
+        &origin,
+        "cache_statuses = \"rfc9111\"",
+        "",
+    ));
+    let poisoned = fetch(
+        req(&proxy, "shop.example", "/")
+            .header("forwarded", "host=evil.com")
+            .header("forwarded", "for=203.0.113.9;proto=https"),
+    )
+    .await;
+    assert_eq!(poisoned.status, 200, "{}", poisoned.text());
+    assert_eq!(
+        origin.last().headers["forwarded"],
+        "for=127.0.0.1;proto=http;host=shop.example"
+    );
+    assert_eq!(origin.last().headers.get_all("forwarded").iter().count(), 1);
+    let next = get(&proxy, "shop.example", "/").await;
+    assert_eq!(
+        (next.status.as_u16(), next.text().as_str()),
+        (200, "the shop")
+    );
+    // The same for a request with no `Forwarded` of its own.
+    get(&proxy, "shop.example", "/other").await;
+    assert_eq!(
+        origin.last().headers["forwarded"],
+        "for=127.0.0.1;proto=http;host=shop.example"
+    );
+
+    // Behind a trusted proxy, its list goes on with rampart's element after it (the last
+    // element is the one a trusting origin reads), as X-Forwarded-For is extended.
+    let trusted = Proxy::start(&config_for(
+        "shop.example",
+        &origin,
+        "trusted_proxies = [\"127.0.0.1\"]",
+        "",
+    ));
+    fetch(
+        req(&trusted, "shop.example", "/t")
+            .header("forwarded", "for=198.51.100.7;proto=https")
+            .header("forwarded", "for=\"[2001:db8::1]\""),
+    )
+    .await;
+    assert_eq!(
+        origin.last().headers["forwarded"],
+        "for=198.51.100.7;proto=https, for=\"[2001:db8::1]\", for=127.0.0.1;proto=http;host=shop.example"
+    );
+}
+
+/// Issue 47: an absolute-form target with an empty path (`http://t?x/reflect`) reached the
+/// origin as `GET ?x/reflect` while rules and `{path}` saw `/`.
+#[tokio::test]
+async fn an_absolute_target_without_a_path_reaches_the_origin_as_the_rules_saw_it() {
+    let origin = Origin::new()
+        .route_fn("*", |seen| {
+            Reply::text(&seen.uri.to_string()).header("cache-control", "no-store")
+        })
+        .start()
+        .await;
+    let proxy = Proxy::start(&config_for("t", &origin, "", ""));
+    let out = exchange(
+        proxy.addr,
+        b"GET http://t?x/reflect HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n".to_vec(),
+    )
+    .await;
+    assert!(status_line(&out).starts_with("HTTP/1.1 200"), "{out}");
+    assert_eq!(origin.last().uri, "/?x/reflect");
+    assert!(out.ends_with("/?x/reflect"), "{out}");
+}
+
+/// HPACK for a request head written by hand: every field (pseudo-fields too) a literal
+/// without indexing with a new name, so any bytes can be sent.
+fn hpack_literals(fields: &[(&str, &str)]) -> Vec<u8> {
+    let mut b = Vec::new();
+    for (name, value) in fields {
+        b.push(0x00);
+        b.push(name.len() as u8);
+        b.extend_from_slice(name.as_bytes());
+        b.push(value.len() as u8);
+        b.extend_from_slice(value.as_bytes());
+    }
+    b
+}
+
+fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = payload.len() as u32;
+    let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// Sends one HTTP/2 request (prior knowledge) with exactly `fields` and no body; the status of
+/// its answer, or what happened instead (a reset stream, GOAWAY, a close).
+async fn h2_raw_status(addr: SocketAddr, fields: &[(&str, &str)]) -> Result<u16, String> {
+    let block = hpack_literals(fields);
+    tokio::task::spawn_blocking(move || {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        out.extend(h2_frame(0x4, 0, 0, &[]));
+        out.extend(h2_frame(0x1, 0x5, 1, &block));
+        s.write_all(&out).unwrap();
+        let start = Instant::now();
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 16384];
+        while start.elapsed() < Duration::from_secs(5) {
+            match s.read(&mut chunk) {
+                Ok(0) => return Err("closed".to_owned()),
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                Err(_) => {}
+            }
+            let mut at = 0;
+            while at + 9 <= buf.len() {
+                let len =
+                    (buf[at] as usize) << 16 | (buf[at + 1] as usize) << 8 | buf[at + 2] as usize;
+                if at + 9 + len > buf.len() {
+                    break;
+                }
+                let (kind, payload) = (buf[at + 3], &buf[at + 9..at + 9 + len]);
+                let stream =
+                    u32::from_be_bytes(buf[at + 5..at + 9].try_into().unwrap()) & 0x7fff_ffff;
+                match (kind, stream) {
+                    // HEADERS: `:status` comes first, from HPACK's static table (8..=14).
+                    (0x1, 1) => {
+                        return match payload.first() {
+                            Some(&b) if b & 0x80 != 0 => match b & 0x7f {
+                                8 => Ok(200),
+                                9 => Ok(204),
+                                10 => Ok(206),
+                                11 => Ok(304),
+                                12 => Ok(400),
+                                13 => Ok(404),
+                                14 => Ok(500),
+                                i => Err(format!("indexed field {i} first")),
+                            },
+                            _ => Err(format!("a status outside the static table: {payload:?}")),
+                        }
+                    }
+                    (0x3, 1) => return Err(format!("RST_STREAM {payload:?}")),
+                    (0x7, _) => return Err(format!("GOAWAY {payload:?}")),
+                    _ => {}
+                }
+                at += 9 + len;
+            }
+        }
+        Err("no answer".to_owned())
+    })
+    .await
+    .unwrap()
+}
+
+/// Issue 47, HTTP/2: a `:path` not starting with `/` (RFC 9113 §8.3.1), two `host` fields
+/// without `:authority`, and field values with leading or trailing whitespace (§8.2.1) are
+/// malformed requests: 400, nothing forwarded. HTTP/1.1 trims such whitespace (RFC 9112 §5),
+/// as the origin sees.
+#[tokio::test]
+async fn malformed_http2_requests_get_400() {
+    let origin = Origin::new()
+        .route("*", Reply::text("ok").header("cache-control", "no-store"))
+        .start()
+        .await;
+    let proxy = Proxy::start(&config_for("t", &origin, "", ""));
+    let get = |path: &'static str| vec![(":method", "GET"), (":scheme", "http"), (":path", path)];
+    let with = |mut f: Vec<(&'static str, &'static str)>, more: &[(&'static str, &'static str)]| {
+        f.extend_from_slice(more);
+        f
+    };
+    let cases = [
+        (
+            "path without /",
+            with(get("?x/reflect"), &[(":authority", "t")]),
+        ),
+        ("path without / 2", with(get("k1"), &[(":authority", "t")])),
+        ("asterisk for GET", with(get("*"), &[(":authority", "t")])),
+        (
+            "two hosts",
+            with(get("/"), &[("host", "t"), ("host", "evil.example")]),
+        ),
+        (
+            "leading space",
+            with(get("/"), &[(":authority", "t"), ("x-a", " v")]),
+        ),
+        (
+            "trailing tab",
+            with(get("/"), &[(":authority", "t"), ("x-a", "v\t")]),
+        ),
+        ("trailing space in host", with(get("/"), &[("host", "t ")])),
+    ];
+    for (name, fields) in &cases {
+        let got = h2_raw_status(proxy.addr, fields).await;
+        // A target that is not a URI at all (`k1`) is reset by the HTTP/2 layer itself
+        // (PROTOCOL_ERROR, which RFC 9113 §8.1.1 names; the 400 is optional).
+        let reset = *name == "path without / 2"
+            && got.as_ref().err().map(String::as_str) == Some("RST_STREAM [0, 0, 0, 1]");
+        assert!(got == Ok(400) || reset, "{name}: {got:?}");
+    }
+    assert_eq!(origin.requests(), 0, "{:?}", origin.seen());
+    // The same requests well-formed are served, by Host alone too.
+    for fields in [
+        with(get("/?x/reflect"), &[(":authority", "t")]),
+        with(get("/"), &[("host", "t"), ("x-a", "v w")]),
+    ] {
+        assert_eq!(
+            h2_raw_status(proxy.addr, &fields).await,
+            Ok(200),
+            "{fields:?}"
+        );
+    }
+    assert_eq!(origin.last().headers["x-a"], "v w");
+    // HTTP/1.1 drops the whitespace around a value (it is not part of the value).
+    let out = exchange(
+        proxy.addr,
+        b"GET / HTTP/1.1\r\nHost: t\r\nX-A: \t v w \t\r\nConnection: close\r\n\r\n".to_vec(),
+    )
+    .await;
+    assert!(status_line(&out).starts_with("HTTP/1.1 200"), "{out}");
+    assert_eq!(origin.last().headers["x-a"], "v w");
+}
+
+/// Issue 47: `Authorization: BEARER <key>` was refused; the scheme is case-insensitive
+/// (RFC 9110 §11.1).
+#[tokio::test]
+async fn the_bearer_scheme_is_case_insensitive() {
+    let origin = Origin::new().route("*", Reply::text("ok")).start().await;
+    let proxy = Proxy::start(&config_for(
+        "site",
+        &origin,
+        &format!("api_key = \"{API_KEY}\""),
+        "",
+    ));
+    for scheme in ["Bearer", "BEARER", "bearer", "bEaReR"] {
+        let got = fetch(
+            req(&proxy, "site", "/_rampart/status")
+                .header("authorization", format!("{scheme} {API_KEY}")),
+        )
+        .await;
+        assert_eq!(got.status, 200, "{scheme}: {}", got.text());
+    }
+    for wrong in [format!("Basic {API_KEY}"), format!("Bearer{API_KEY}")] {
+        let got =
+            fetch(req(&proxy, "site", "/_rampart/status").header("authorization", wrong.clone()))
+                .await;
+        assert_eq!(got.status, 401, "{wrong}");
+    }
+}
+
+/// Issue 47: an origin's status of 999 was passed to clients (and could be stored). A final
+/// status outside 100–599 is a broken answer: 502, never stored, from HTTP/1.1 and HTTP/2
+/// origins alike.
+#[tokio::test]
+async fn an_origin_status_outside_100_to_599_is_a_502_and_never_stored() {
+    let origin = Origin::new()
+        .route_fn("*", |seen| {
+            let status = seen
+                .uri
+                .path()
+                .trim_start_matches('/')
+                .parse()
+                .unwrap_or(200);
+            Reply::text("odd")
+                .status(status)
+                .header("cache-control", "max-age=600")
+        })
+        .start()
+        .await;
+    let proxy = Proxy::start(&format!(
+        "{}\n[[proxy_rules]]\ndomain = \"h2\"\nupstreams = [\"127.0.0.1:{}\"]\n\
+         origin_protocol = \"h2c\"\nmax_age_seconds = 60\ncache_statuses = \"rfc9111\"\n",
+        config_for("h1", &origin, "cache_statuses = \"rfc9111\"", ""),
+        origin.port()
+    ));
+    for host in ["h1", "h2"] {
+        for path in ["/999", "/600"] {
+            let before = origin.requests();
+            for _ in 0..2 {
+                let got = get(&proxy, host, path).await;
+                assert_eq!(got.status, 502, "{host}{path}: {}", got.text());
+            }
+            assert_eq!(origin.requests() - before, 2, "{host}{path} was stored");
+        }
+        assert_eq!(get(&proxy, host, "/599").await.status.as_u16(), 599);
+    }
 }

@@ -1,8 +1,8 @@
 //! End-to-end tests of the rest of RFC 9111 and RFC 9213: heuristic freshness
 //! (`cache_heuristic`), `CDN-Cache-Control`, `store_set_cookie` and qualified `private` /
 //! `no-cache`, `private` with lifetimes, `immutable`, ranges that fill the cache, `If-Match` /
-//! `If-Unmodified-Since` on hits, and interim (1xx) responses. Every test asserts what the
-//! client received and what the origin saw.
+//! `If-Unmodified-Since` on hits and on misses that fill the cache, and interim (1xx)
+//! responses. Every test asserts what the client received and what the origin saw.
 #![allow(clippy::unwrap_used)]
 
 mod support;
@@ -868,6 +868,82 @@ async fn if_match_and_if_unmodified_since_are_evaluated_on_hits() {
     .await;
     assert_eq!(got.status, StatusCode::PRECONDITION_FAILED);
     assert_eq!(origin.requests(), 1, "all answered from the store");
+}
+
+/// Issue 47: a miss carrying `If-Match: "nope"` made the origin answer 412 with a lifetime
+/// (`cache_statuses = "rfc9111"`), which was stored: the next plain GET was a 412 hit. A
+/// cache-filling request now goes without the client's `If-Match` / `If-Unmodified-Since`
+/// (as it goes without `Range`), they are evaluated against the response, and a 412 is never
+/// stored (for the requests that still carry them to the origin: a forced refresh).
+#[tokio::test]
+async fn a_412_to_one_clients_precondition_is_not_stored_for_everyone() {
+    let modified = ago(3600);
+    let origin = Origin::new()
+        .route_fn("*", move |seen| {
+            let h = &seen.headers;
+            let failed = h.get("if-match").is_some_and(|v| v != "\"v1\"")
+                || h.contains_key("if-unmodified-since");
+            if failed {
+                return Reply::text("")
+                    .status(412)
+                    .header("cache-control", "max-age=600");
+            }
+            Reply::text("the page")
+                .header("cache-control", "max-age=600")
+                .header("etag", "\"v1\"")
+                .header("last-modified", &modified)
+        })
+        .start()
+        .await;
+    let proxy = Proxy::start(&config_for(
+        "p.example",
+        &origin,
+        "cache_statuses = \"rfc9111\"",
+        "",
+    ));
+    let old = ago(7200);
+    for (path, pre) in [
+        ("/a", ("if-match", "\"nope\"")),
+        ("/b", ("if-unmodified-since", old.as_str())),
+    ] {
+        let first = fetch(&proxy, "p.example", path, &[pre]).await;
+        assert_eq!(first.status, StatusCode::PRECONDITION_FAILED, "{path}");
+        assert!(first.body.is_empty());
+        let plain = fetch(&proxy, "p.example", path, &[]).await;
+        assert_eq!(plain.status, StatusCode::OK, "{path}: {}", plain.text());
+        assert_eq!(plain.text(), "the page");
+    }
+    // The fills went without the preconditions, and answered the plain requests (from the
+    // store, or streaming still: the 412 did not wait for the body): one request per path.
+    let seen = origin.seen();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    for s in &seen {
+        assert!(
+            !s.headers.contains_key("if-match") && !s.headers.contains_key("if-unmodified-since"),
+            "{s:?}"
+        );
+    }
+    // A matching If-Match on a miss gets the page, and fills the store too.
+    let got = fetch(&proxy, "p.example", "/c", &[("if-match", "\"v1\"")]).await;
+    assert_eq!(
+        (got.status, got.text().as_str()),
+        (StatusCode::OK, "the page")
+    );
+    fetch(&proxy, "p.example", "/c", &[]).await;
+    assert_eq!(origin.requests(), 3);
+    // A client's forced refresh sends its precondition on; the 412 that comes back is its
+    // own, never stored.
+    let forced = fetch(
+        &proxy,
+        "p.example",
+        "/d",
+        &[("if-match", "\"nope\""), ("cache-control", "no-cache")],
+    )
+    .await;
+    assert_eq!(forced.status, StatusCode::PRECONDITION_FAILED);
+    assert_eq!(origin.last().headers["if-match"], "\"nope\"");
+    let plain = fetch(&proxy, "p.example", "/d", &[]).await;
+    assert_eq!(plain.status, StatusCode::OK, "{}", plain.text());
 }
 
 // --- interim responses -------------------------------------------------------------------------

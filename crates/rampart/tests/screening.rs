@@ -159,6 +159,92 @@ async fn sql_injection_is_blocked_wherever_it_hides() {
     );
 }
 
+/// Issue 47: each of these reached the origin with 200. Screening reads what the origin's
+/// common parsers read, and refuses (400) what they could read two ways.
+#[tokio::test]
+async fn sql_injection_past_parser_differences_is_refused() {
+    let origin = any_origin().await;
+    let cfg = config_for("shop", &origin, "add_sql_injection_protection = true", "").replace(
+        "enable_sql_injection_protection = false",
+        "enable_sql_injection_protection = true",
+    );
+    let proxy = Proxy::start(&cfg);
+    let c = client();
+    let payload = "admin' OR '1'='1' --";
+    let part = |disposition: &str, boundary: &str| {
+        format!("--{boundary}\r\n{disposition}\r\n\r\n{payload}\r\n--{boundary}--\r\n")
+    };
+    let multipart = "multipart/form-data; boundary=B";
+    // Ambiguous heads: 400.
+    for (ct, body) in [
+        // The boundary given twice: rampart took the first, the origin may take the other.
+        (
+            "multipart/form-data; boundary=Z; boundary=B",
+            part("Content-Disposition: form-data; name=\"id\"", "B"),
+        ),
+        (
+            "multipart/form-data; boundary=\"B\"; BOUNDARY=Z",
+            part("Content-Disposition: form-data; name=\"id\"", "B"),
+        ),
+    ] {
+        let got = send(&c, post(&proxy, "shop", "/login", ct, &body)).await;
+        assert_blocked(&got, 400);
+    }
+    // Two Content-Type lines: text/plain (not screened), then JSON for the origin.
+    let two = Request::post(proxy.url("/api"))
+        .header("host", "shop")
+        .header("content-type", "text/plain")
+        .header("content-type", "application/json")
+        .body(full(format!("{{\"user\":\"{payload}\"}}")))
+        .unwrap();
+    assert_blocked(&send(&c, two).await, 400);
+    // Fields that common parsers read as fields, whatever a file-looking parameter says.
+    for disposition in [
+        // Only `filename*`: PHP, Django and Rails read this part as a field.
+        "Content-Disposition: form-data; name=\"id\"; filename*=UTF-8''a.txt",
+        // `filename=` inside the quoted name is part of the name.
+        "Content-Disposition: form-data; name=\"id; filename=a.txt\"",
+        // Two Content-Disposition lines: a parser that reads the first sees a field.
+        "Content-Disposition: form-data; name=\"id\"\r\nContent-Disposition: form-data; name=\"f\"; filename=\"a.txt\"",
+    ] {
+        let got = send(&c, post(&proxy, "shop", "/login", multipart, &part(disposition, "B"))).await;
+        assert_blocked(&got, 403);
+    }
+    for target in [
+        // A path parameter (`;`), which Java and Rails servers read.
+        "/x;id=1%20UNION%20SELECT%20password%20FROM%20users",
+        "/a/b;jsessionid=1;id=1%27%20OR%20%271%27%3D%271/c",
+        // `;` as a query separator, which some frameworks accept.
+        "/search?a=1;id=1%20UNION%20SELECT%20password%20FROM%20users",
+        // Encoded three times (an origin that decodes until nothing changes).
+        "/search?id=1%252527%252520OR%252520%2525271%252527%25253D%2525271",
+        "/item/1%252527%252520OR%252520%2525271%252527%25253D%2525271",
+    ] {
+        assert_blocked(&get(&proxy, "shop", target).await, 403);
+    }
+    assert_eq!(origin.requests(), 0, "{:?}", origin.seen());
+
+    // Ordinary requests of the same shapes pass.
+    for target in [
+        "/x;jsessionid=abc123",
+        "/search?a=1;b=2&q=running+shoes",
+        "/search?q=100%25+cotton",
+    ] {
+        let got = get(&proxy, "shop", target).await;
+        assert_eq!(got.status, 200, "{target}: {}", got.text());
+    }
+    let upload = part(
+        "Content-Disposition: form-data; name=\"f\"; filename=\"a.txt\"; filename*=UTF-8''a.txt",
+        "B",
+    );
+    let got = send(&c, post(&proxy, "shop", "/upload", multipart, &upload)).await;
+    assert_eq!(
+        got.status, 200,
+        "an uploaded file's content is not a parameter"
+    );
+    assert_eq!(origin.requests(), 4);
+}
+
 #[tokio::test]
 async fn sql_injection_screening_needs_both_switches() {
     let origin = any_origin().await;

@@ -1,10 +1,13 @@
 //! Where SQL-injection screening looks (ARC2-COMPAT §9.2, recommended reading): the decoded
-//! path, query parameter names and values, the `Cookie` header, and form-urlencoded and JSON
+//! path (its segments and their `;` parameters), query parameter names and values (split at
+//! `&`, and again at `&` and `;`), the `Cookie` header, and form-urlencoded, multipart and JSON
 //! request bodies. Arbitrary other headers are not inspected.
 //!
-//! Values are percent-decoded once (and `+` is a space in queries and forms); when the decoded
-//! value still holds a `%XX` escape it is decoded and checked a second time, since an origin
-//! that decodes twice would see that.
+//! What an origin's common parsers read is screened, however they read it; what they could read
+//! two ways is refused instead ([`ambiguous_content_type`]). Values are percent-decoded (and `+`
+//! is a space in queries and forms); while the decoded value still holds a `%XX` escape it is
+//! decoded again, up to [`MAX_DECODINGS`] times, and every stage is checked, since an origin
+//! that decodes until nothing changes would see the last.
 
 use std::borrow::Cow;
 
@@ -93,27 +96,50 @@ fn has_escape(v: &[u8]) -> bool {
         .any(|w| w[0] == b'%' && hex(w[1]).is_some() && hex(w[2]).is_some())
 }
 
-/// Runs the detector on a raw (encoded) value: once decoded, and again decoded twice when the
-/// first decoding left an escape behind.
+/// How many times a value is percent-decoded at most: a value encoded more often than that
+/// is not a value any origin reads as SQL.
+pub const MAX_DECODINGS: usize = 4;
+
+/// Runs the detector on a raw (encoded) value: decoded, and decoded again while the decoding
+/// leaves an escape behind (at most [`MAX_DECODINGS`] times), each stage checked.
 fn check_encoded(d: &dyn Detector, raw: &[u8], plus: bool) -> Option<String> {
-    let once = percent_decode(raw, plus);
-    if let Some(fp) = d.detect(&once) {
+    let mut value = percent_decode(raw, plus);
+    if let Some(fp) = d.detect(&value) {
         return Some(fp);
     }
-    if has_escape(&once) {
-        let twice = percent_decode(&once, plus);
-        return d.detect(&twice);
+    for _ in 1..MAX_DECODINGS {
+        if !has_escape(&value) {
+            return None;
+        }
+        let next = percent_decode(&value, plus).into_owned();
+        if let Some(fp) = d.detect(&next) {
+            return Some(fp);
+        }
+        value = Cow::Owned(next);
     }
     None
 }
 
-/// The request path (without query). Each decoded segment is checked; the whole path too when
-/// it contains SQL comment markers, which attackers use in place of spaces (`1/**/UNION/**/…`).
+/// The request path (without query). Each decoded segment is checked, and each of its `;`
+/// parameters (`/x;id=1`: Java servers and Rails read them), name and value; the whole path too
+/// when it contains SQL comment markers, which attackers use in place of spaces
+/// (`1/**/UNION/**/…`).
 pub fn path(d: &dyn Detector, path: &str) -> Option<Finding> {
     let raw = path.as_bytes();
     for seg in raw.split(|&b| b == b'/').filter(|s| !s.is_empty()) {
         if let Some(fp) = check_encoded(d, seg, false) {
             return Some(finding(Location::Path, &percent_decode(seg, false), fp));
+        }
+        if !seg.contains(&b';') {
+            continue;
+        }
+        for param in seg.split(|&b| b == b';').skip(1) {
+            let (name, value) = split_pair(param);
+            for part in [name, value] {
+                if let Some(fp) = check_encoded(d, part, false) {
+                    return Some(finding(Location::Path, &percent_decode(name, false), fp));
+                }
+            }
         }
     }
     let decoded = percent_decode(raw, false);
@@ -129,18 +155,40 @@ pub fn path(d: &dyn Detector, path: &str) -> Option<Finding> {
     None
 }
 
-/// `a=1&b=2` pairs of a query string or form body: names and values.
+/// `name=value` (a bare `name` has an empty value).
+fn split_pair(pair: &[u8]) -> (&[u8], &[u8]) {
+    match pair.iter().position(|&b| b == b'=') {
+        Some(i) => (&pair[..i], &pair[i + 1..]),
+        None => (pair, &pair[..0]),
+    }
+}
+
+/// `a=1&b=2` pairs of a query string or form body: names and values. When it holds a `;`, the
+/// pairs are read a second time split at `;` as well: some frameworks take `;` for `&`
+/// (`a=1;id=…`), the others read `1;id=…` as the value of `a`.
 fn pairs(
     d: &dyn Detector,
     input: &[u8],
     name_loc: Location,
     value_loc: Location,
 ) -> Option<Finding> {
-    for pair in input.split(|&b| b == b'&').filter(|p| !p.is_empty()) {
-        let (name, value) = match pair.iter().position(|&b| b == b'=') {
-            Some(i) => (&pair[..i], &pair[i + 1..]),
-            None => (pair, &pair[..0]),
-        };
+    let by_amp = input.split(|&b| b == b'&');
+    let found = pairs_in(d, by_amp, name_loc, value_loc);
+    if found.is_some() || !input.contains(&b';') {
+        return found;
+    }
+    let by_both = input.split(|&b| b == b'&' || b == b';');
+    pairs_in(d, by_both, name_loc, value_loc)
+}
+
+fn pairs_in<'a>(
+    d: &dyn Detector,
+    pairs: impl Iterator<Item = &'a [u8]>,
+    name_loc: Location,
+    value_loc: Location,
+) -> Option<Finding> {
+    for pair in pairs.filter(|p| !p.is_empty()) {
+        let (name, value) = split_pair(pair);
         if let Some(fp) = check_encoded(d, name, true) {
             return Some(finding(name_loc, &percent_decode(name, true), fp));
         }
@@ -219,11 +267,28 @@ pub fn body(d: &dyn Detector, kind: BodyKind, content_type: &[u8], body: &[u8]) 
     }
 }
 
-/// A `multipart/form-data` body (RFC 7578): each part's field name, and the content of every
+/// Why a request's `Content-Type` could be read two ways, for a body screening reads: a
+/// parameter given twice (`multipart/form-data; boundary=Z; boundary=B`: rampart would split
+/// the body at one boundary, the origin's parser perhaps at the other). The request is refused
+/// (400) rather than screened one way.
+pub fn ambiguous_content_type(ct: &[u8]) -> Option<&'static str> {
+    let mut seen: Vec<&[u8]> = Vec::new();
+    for (name, _) in params(ct) {
+        if seen.iter().any(|n| n.eq_ignore_ascii_case(name)) {
+            return Some("a Content-Type parameter given twice");
+        }
+        seen.push(name);
+    }
+    None
+}
+
+/// A `multipart/form-data` body (RFC 7578): each part's field names, and the content of every
 /// part that is not a file (files are uploads, not parameters; their file names are checked).
-/// A part whose own type is JSON is scanned as JSON. Parsed leniently, as the applications
-/// behind rampart do: LF line ends are accepted, and without a `boundary` parameter the
-/// body's first `--` line is taken as the delimiter.
+/// A part is a file only when every common parser reads it as one: one `Content-Disposition`
+/// line, with a `filename` parameter (PHP, Django and Rails read a part with `filename*` alone
+/// as a field). A part with a JSON type is scanned as JSON too. Parsed leniently, as the
+/// applications behind rampart do: LF line ends are accepted, and without a `boundary`
+/// parameter the body's first `--` line is taken as the delimiter.
 pub fn multipart(d: &dyn Detector, content_type: &[u8], body: &[u8]) -> Option<Finding> {
     let boundary = match param(content_type, b"boundary") {
         Some(b) if !b.is_empty() => b,
@@ -254,7 +319,8 @@ pub fn multipart(d: &dyn Detector, content_type: &[u8], body: &[u8]) -> Option<F
         let content = content.strip_suffix(b"\n").unwrap_or(content);
         let content = content.strip_suffix(b"\r").unwrap_or(content);
         let mut name: Vec<u8> = Vec::new();
-        let mut file = false;
+        let mut dispositions = 0;
+        let mut filename = false;
         let mut json_part = false;
         for line in head.split(|&b| b == b'\n') {
             let line = line.trim_ascii();
@@ -263,27 +329,28 @@ pub fn multipart(d: &dyn Detector, content_type: &[u8], body: &[u8]) -> Option<F
             };
             let (field, value) = (line[..colon].trim_ascii(), &line[colon + 1..]);
             if field.eq_ignore_ascii_case(b"content-disposition") {
-                for key in [&b"name"[..], b"name*"] {
-                    if let Some(n) = param(value, key) {
-                        if let Some(fp) = check_encoded(d, &n, false) {
-                            return Some(finding(Location::FormName, &n, fp));
+                dispositions += 1;
+                for (key, v) in params(value) {
+                    let is = |k: &[u8]| key.eq_ignore_ascii_case(k);
+                    if is(b"name") || is(b"name*") {
+                        if let Some(fp) = check_encoded(d, &v, false) {
+                            return Some(finding(Location::FormName, &v, fp));
                         }
-                        name = n;
-                    }
-                }
-                for key in [&b"filename"[..], b"filename*"] {
-                    if let Some(f) = param(value, key) {
-                        file = true;
-                        if let Some(fp) = check_encoded(d, &f, false) {
+                        if name.is_empty() {
+                            name = v;
+                        }
+                    } else if is(b"filename") || is(b"filename*") {
+                        filename |= is(b"filename");
+                        if let Some(fp) = check_encoded(d, &v, false) {
                             return Some(finding(Location::FormValue, &name, fp));
                         }
                     }
                 }
             } else if field.eq_ignore_ascii_case(b"content-type") {
-                json_part = BodyKind::from_content_type(value) == Some(BodyKind::Json);
+                json_part |= BodyKind::from_content_type(value) == Some(BodyKind::Json);
             }
         }
-        if file {
+        if dispositions == 1 && filename {
             continue;
         }
         if json_part {
@@ -298,36 +365,71 @@ pub fn multipart(d: &dyn Detector, content_type: &[u8], body: &[u8]) -> Option<F
     None
 }
 
-/// The value of parameter `key` (case-insensitive) in a header value such as
-/// `form-data; name="a"` or `multipart/form-data; boundary=x`, unquoted.
+/// The value of parameter `key` (case-insensitive; the first when it is given twice) in a
+/// header value such as `form-data; name="a"` or `multipart/form-data; boundary=x`, unquoted.
 fn param(header: &[u8], key: &[u8]) -> Option<Vec<u8>> {
-    let mut rest = header;
-    while let Some(semi) = rest.iter().position(|&b| b == b';') {
-        rest = &rest[semi + 1..];
-        let trimmed = rest.trim_ascii_start();
-        let Some(eq) = trimmed.iter().position(|&b| b == b'=') else {
-            continue;
-        };
-        if !trimmed[..eq].trim_ascii().eq_ignore_ascii_case(key) {
-            continue;
+    params(header)
+        .find(|(name, _)| name.eq_ignore_ascii_case(key))
+        .map(|(_, value)| value)
+}
+
+/// The parameters of a header value such as `form-data; name="a"; filename=b` (those after
+/// its first `;`), in order: each name, and its value unquoted (`\` escapes taken off). A `;`
+/// or `=` inside a quoted value is part of the value, as RFC 9110 §5.6.4 reads it.
+fn params(header: &[u8]) -> impl Iterator<Item = (&[u8], Vec<u8>)> + '_ {
+    let start = header
+        .iter()
+        .position(|&b| b == b';')
+        .map_or(header.len(), |i| i + 1);
+    let mut rest = &header[start..];
+    std::iter::from_fn(move || loop {
+        if rest.is_empty() {
+            return None;
         }
-        let value = trimmed[eq + 1..].trim_ascii_start();
-        if let Some(quoted) = value.strip_prefix(b"\"") {
-            let mut out = Vec::new();
-            let mut i = 0;
-            while i < quoted.len() && quoted[i] != b'"' {
-                if quoted[i] == b'\\' && i + 1 < quoted.len() {
+        let end = rest
+            .iter()
+            .position(|&b| b == b'=' || b == b';')
+            .unwrap_or(rest.len());
+        let name = rest[..end].trim_ascii();
+        if rest.get(end) != Some(&b'=') {
+            // A parameter without a value.
+            rest = rest.get(end + 1..).unwrap_or_default();
+            if name.is_empty() {
+                continue;
+            }
+            return Some((name, Vec::new()));
+        }
+        let v = rest[end + 1..].trim_ascii_start();
+        let value = match v.strip_prefix(b"\"") {
+            Some(quoted) => {
+                let mut out = Vec::new();
+                let mut i = 0;
+                while i < quoted.len() && quoted[i] != b'"' {
+                    if quoted[i] == b'\\' && i + 1 < quoted.len() {
+                        i += 1;
+                    }
+                    out.push(quoted[i]);
                     i += 1;
                 }
-                out.push(quoted[i]);
-                i += 1;
+                let tail = quoted.get(i + 1..).unwrap_or_default();
+                let next = tail
+                    .iter()
+                    .position(|&b| b == b';')
+                    .map_or(tail.len(), |j| j + 1);
+                rest = &tail[next..];
+                out
             }
-            return Some(out);
+            None => {
+                let end = v.iter().position(|&b| b == b';').unwrap_or(v.len());
+                rest = v.get(end + 1..).unwrap_or_default();
+                v[..end].trim_ascii().to_vec()
+            }
+        };
+        if name.is_empty() {
+            continue;
         }
-        let end = value.iter().position(|&b| b == b';').unwrap_or(value.len());
-        return Some(value[..end].trim_ascii().to_vec());
-    }
-    None
+        return Some((name, value));
+    })
 }
 
 /// The first index of `needle` in `hay`.
@@ -497,6 +599,107 @@ mod tests {
         // A file name is checked.
         let name = "--b\r\nContent-Disposition: form-data; name=\"f\"; filename=\"x' OR '1'='1' --\"\r\n\r\nhello\r\n--b--";
         assert!(multipart(d, b"multipart/form-data; boundary=b", name.as_bytes()).is_some());
+    }
+
+    /// Issue 47: each of these passed the screen while a common parser read the payload.
+    #[test]
+    fn payloads_past_parser_differences_are_found() {
+        let d = &Sqli;
+        let union = "1%20UNION%20SELECT%20password%20FROM%20users";
+        assert!(path(d, &format!("/x/{union}")).is_some());
+        // Path parameters, as Java servers and Rails read them.
+        let f = path(d, &format!("/x;id={union}")).unwrap();
+        assert_eq!((f.location, f.name.as_str()), (Location::Path, "id"));
+        assert!(path(d, &format!("/a;{union}/b")).is_some());
+        assert!(path(d, "/x;jsessionid=abc123/y;v=2").is_none());
+        // `;` as a query separator; the `&` reading is still screened.
+        let f = query(d, &format!("a=1;id={union}")).unwrap();
+        assert_eq!(f.name, "id");
+        assert!(query(d, "a=1%27%20OR%20%271%27%3D%271;b=2").is_some());
+        assert!(query(d, "a=1;b=2&q=running+shoes").is_none());
+        assert!(body(d, BodyKind::Form, b"", format!("a=1;id={union}").as_bytes()).is_some());
+        // Encoded three and four times; five is past the bound.
+        let mut v = String::from("1' OR '1'='1");
+        for times in 1..=5 {
+            v = v
+                .bytes()
+                .map(|b| match b {
+                    b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' => (b as char).to_string(),
+                    _ => format!("%{b:02X}"),
+                })
+                .collect();
+            let found = query(d, &format!("id={v}")).is_some();
+            assert_eq!(found, times <= MAX_DECODINGS, "encoded {times} times: {v}");
+        }
+    }
+
+    #[test]
+    fn multipart_parts_are_fields_unless_every_parser_reads_a_file() {
+        let d = &Sqli;
+        let ct = b"multipart/form-data; boundary=B";
+        let part = |disposition: &str| {
+            format!("--B\r\n{disposition}\r\n\r\nadmin' OR '1'='1' --\r\n--B--\r\n")
+        };
+        for field in [
+            "Content-Disposition: form-data; name=\"id\"; filename*=UTF-8''a.txt",
+            "Content-Disposition: form-data; name=\"id; filename=a.txt\"",
+            "Content-Disposition: form-data; name=\"id\"\r\nContent-Disposition: form-data; name=\"f\"; filename=\"a.txt\"",
+            "Content-Type: text/plain",
+        ] {
+            assert!(multipart(d, ct, part(field).as_bytes()).is_some(), "{field}");
+        }
+        for file in [
+            "Content-Disposition: form-data; name=\"f\"; filename=\"a.txt\"",
+            "Content-Disposition: form-data; name=\"f\"; filename=a.txt; filename*=UTF-8''a.txt",
+            "Content-Disposition: form-data; filename=\"a;b.txt\"; name=f",
+        ] {
+            assert!(multipart(d, ct, part(file).as_bytes()).is_none(), "{file}");
+        }
+        // A second name is screened too.
+        let names = "--B\r\nContent-Disposition: form-data; name=ok; name=\"x' OR '1'='1' --\"\r\n\r\nv\r\n--B--";
+        assert!(multipart(d, ct, names.as_bytes()).is_some());
+    }
+
+    #[test]
+    fn parameters_are_read_with_their_quotes_and_ambiguity_is_found() {
+        let got: Vec<(String, String)> =
+            params(b"form-data; name=\"a;b=c\"; x ; filename=\"q\\\"z\" ;empty=; bare")
+                .map(|(n, v)| {
+                    (
+                        String::from_utf8_lossy(n).into_owned(),
+                        String::from_utf8_lossy(&v).into_owned(),
+                    )
+                })
+                .collect();
+        let want = [
+            ("name", "a;b=c"),
+            ("x", ""),
+            ("filename", "q\"z"),
+            ("empty", ""),
+            ("bare", ""),
+        ];
+        assert_eq!(got.len(), want.len(), "{got:?}");
+        for ((n, v), (wn, wv)) in got.iter().zip(want) {
+            assert_eq!((n.as_str(), v.as_str()), (wn, wv));
+        }
+        for ambiguous in [
+            &b"multipart/form-data; boundary=Z; boundary=B"[..],
+            b"multipart/form-data; boundary=\"B\"; BOUNDARY=Z",
+            b"application/json; charset=utf-8; Charset=utf-16",
+        ] {
+            assert!(
+                ambiguous_content_type(ambiguous).is_some(),
+                "{}",
+                String::from_utf8_lossy(ambiguous)
+            );
+        }
+        for clear in [
+            &b"multipart/form-data; boundary=B"[..],
+            b"multipart/form-data; boundary=\"a; boundary=b\"",
+            b"application/json",
+        ] {
+            assert!(ambiguous_content_type(clear).is_none());
+        }
     }
 
     #[test]

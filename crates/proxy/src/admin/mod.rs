@@ -153,12 +153,18 @@ fn offered_keys(headers: &HeaderMap) -> impl Iterator<Item = &str> {
     let bearer = headers
         .get(AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            v.strip_prefix("Bearer ")
-                .or_else(|| v.strip_prefix("bearer "))
-        });
+        .and_then(bearer_token);
     let x_api_key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
     [bearer, x_api_key].into_iter().flatten()
+}
+
+/// The token of `Authorization: Bearer <token>`. The scheme is case-insensitive and followed by
+/// one or more spaces (RFC 9110 §11.4, `auth-scheme [ 1*SP token68 ]`).
+fn bearer_token(credentials: &str) -> Option<&str> {
+    let (scheme, token) = credentials.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim_start_matches(' '))
 }
 
 /// Decodes `%XX` escapes and `+` (query values); invalid escapes are kept as they are.
@@ -598,5 +604,20 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert("x-api-key", HeaderValue::from_static("wrong"));
         assert!(!has_key(&admin, &h));
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_matched_in_any_case() {
+        for (credentials, token) in [
+            ("Bearer abc", Some("abc")),
+            ("BEARER abc", Some("abc")),
+            ("bEaReR   abc", Some("abc")),
+            ("Basic abc", None),
+            ("Bearerabc", None),
+            ("Bearer", None),
+            ("Bearers abc", None),
+        ] {
+            assert_eq!(bearer_token(credentials), token, "{credentials:?}");
+        }
     }
 }

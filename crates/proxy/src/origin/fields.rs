@@ -38,8 +38,8 @@ pub struct OriginFields {
 }
 
 impl OriginFields {
-    /// Room for what fetch sets on every request (Host, four forwarding fields, Via) and a
-    /// little more, made once.
+    /// Room for what fetch sets on every request (Host, five forwarding fields, Via, the
+    /// request id) and a little more, made once.
     pub fn for_client(client: &HeaderMap) -> Self {
         let mut named = Vec::new();
         for v in client.get_all(CONNECTION) {
@@ -51,7 +51,7 @@ impl OriginFields {
             }
         }
         OriginFields {
-            set: Vec::with_capacity(8),
+            set: Vec::with_capacity(10),
             named,
             added: Vec::new(),
         }

@@ -33,6 +33,8 @@ pub enum H2Failure {
     Connect(BoxError),
     /// The request failed on an established connection.
     Request(hyper::Error),
+    /// The origin's answer is not one a client could be given (a status outside 100–599).
+    Answer(&'static str),
 }
 
 /// A worker's HTTP/2 connections to origins, by pool key.
@@ -138,7 +140,7 @@ impl H2Pool {
                 .await
                 .map_err(|e| H2Failure::Connect(Box::new(e)))?;
         }
-        match send.try_send_request(req).await {
+        let res = match send.try_send_request(req).await {
             Ok(res) => Ok(res),
             // The connection went away (the origin's GOAWAY, an idle close) before the request
             // was taken: it was not sent, so it goes once more on a fresh connection, as the
@@ -153,7 +155,12 @@ impl H2Pool {
                 }
                 _ => Err(H2Failure::Request(e.into_error())),
             },
+        }?;
+        // RFC 9110 §15: a status is 100–599 (`:status` may say up to 999).
+        if res.status().as_u16() > 599 {
+            return Err(H2Failure::Answer("status code outside 100–599"));
         }
+        Ok(res)
     }
 
     /// The open connection for `key`, marked as used now.

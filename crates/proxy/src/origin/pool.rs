@@ -411,6 +411,7 @@ impl Upstream {
             body_fault().unwrap_or_else(|| match e {
                 H2Failure::Connect(e) => self.classify(e, true),
                 H2Failure::Request(e) => self.classify(Box::new(e), false),
+                H2Failure::Answer(why) => ProxyError::UpstreamProtocol(why.into()),
             })
         })
     }

@@ -37,8 +37,8 @@ pub enum Delivered {
     /// A stored object answers instead: freshened by a `304`, or standing in for a failing
     /// origin (the hit stage answers).
     Hit(Stored),
-    /// A widened range request whose whole representation is not shareable (not storable, or
-    /// of unknown length): the origin is asked again, for the range this time (fetch, then
+    /// A widened request whose whole representation is not shareable (not storable, or
+    /// of unknown length): the origin is asked again, as the client asked (fetch, then
     /// [`deliver_unstored`]).
     Again(Request<RequestBody>),
 }
@@ -125,11 +125,12 @@ pub fn deliver(w: &Worker, txn: &mut Txn, mut fetched: Fetched) -> Result<Delive
         parts.headers.remove(&CDN_CACHE_CONTROL);
     }
     let length = content_length(&parts.headers);
-    // A widened range request whose whole representation is not shareable: asked again.
+    // A widened request whose whole representation is not shareable: asked again as the
+    // client sent it (its range, its preconditions).
     let shared = ticket.is_some() && txn.leader.is_some() && length.is_some();
     let mut widened = txn.widened.take();
     if !shared {
-        if let Some(wide) = widened.take().filter(|_| parts.status == StatusCode::OK) {
+        if let Some(wide) = widened.take().filter(|_| parts.status.is_success()) {
             if let (Some(cache), Some(l)) = (&w.cache, &txn.miss) {
                 cache.refuse_widening(&l.key);
             }
@@ -208,9 +209,23 @@ fn respond(
             parts.status = status;
             body
         }
-        // Otherwise the leader guard is dropped here, releasing any waiters at once.
-        (Some(t), _, _, _) => ProxyBody::tee(body, t),
-        (None, _, _, _) => ProxyBody::stream(body),
+        // Otherwise the leader guard is dropped here, releasing any waiters at once. A widened
+        // request's failed precondition is still answered 412 (then nothing is stored: the
+        // body would have had to reach the store through this client's answer).
+        (ticket, _, _, _) => {
+            let client = widened.as_ref().map(|w| &w.headers);
+            match ranges::precondition_failed(client, parts.status, &mut parts.headers) {
+                Some((status, empty)) => {
+                    parts.status = status;
+                    txn.outcome = txn.outcome.map(CacheOutcome::not_stored);
+                    empty
+                }
+                None => match ticket {
+                    Some(t) => ProxyBody::tee(body, t),
+                    None => ProxyBody::stream(body),
+                },
+            }
+        }
     };
     if let Some(o) = txn.outcome {
         o.write(&mut parts.headers);

@@ -1,5 +1,5 @@
 //! fetch: the request made ready for the origin (hop-by-hop fields out, `Host`, forwarding
-//! fields and `Via` in, rampart's validators when it revalidates a stale entry), sent to the
+//! fields (`X-Forwarded-*`, `Forwarded`) and `Via` in, rampart's validators when it revalidates a stale entry), sent to the
 //! rule's upstreams in order, failing over to the next when one cannot be reached and the
 //! request has no body (so it can be sent again).
 
@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use std::future::Future;
 use std::time::{Instant, SystemTime};
 
-use http::header::{HeaderValue, HOST, IF_MODIFIED_SINCE, IF_NONE_MATCH, TE};
+use http::header::{HeaderValue, FORWARDED, HOST, IF_MODIFIED_SINCE, IF_NONE_MATCH, TE};
 use http::request::Parts;
 use http::uri::Authority;
 use http::{HeaderMap, Method, Request, Response, Version};
@@ -19,8 +19,8 @@ use crate::body::origin::OriginBody;
 use crate::body::RequestBody;
 use crate::error::{Chain, ProxyError};
 use crate::headers::{
-    forwarded_for, via_value, wants_trailers, X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PORT,
-    X_FORWARDED_PROTO,
+    forwarded, forwarded_element, forwarded_for, via_value, wants_trailers, X_FORWARDED_FOR,
+    X_FORWARDED_HOST, X_FORWARDED_PORT, X_FORWARDED_PROTO,
 };
 use crate::origin::fields::{OriginFields, Outgoing};
 use crate::origin::pool::{UpstreamSet, UpstreamState, ERROR_PENALTY};
@@ -108,11 +108,14 @@ pub fn send<'a>(
     // The client's fields stay as the client sent them (before rampart's own validators):
     // lookup computes Vary variants from them, so storing must too, and a revalidated entry
     // answers the client's own request. fetch's changes go beside them.
+    // Looked up only for a client that sent a `Forwarded` list to extend.
+    let trusted = head.headers.contains_key(FORWARDED) && w.screen.trusts(txn.conn.client_ip);
     let mut fields = for_origin(
         &head.headers,
         &txn.conn,
         &route.host,
         downstream_version,
+        trusted,
         plan.validators.as_ref(),
     );
     if plan.upgrade {
@@ -312,11 +315,13 @@ fn record(
 /// fields, those the client's `Connection` names and `Expect` stay behind): `Host`, the
 /// forwarding fields and `Via`, the request id
 /// when the client sent none usable, and rampart's validators when it revalidates.
+/// `trusted`: the client is one of the `trusted_proxies`, whose `Forwarded` list is extended.
 fn for_origin(
     client: &HeaderMap,
     conn: &ConnInfo,
     host: &HeaderValue,
     downstream_version: Version,
+    trusted: bool,
     validators: Option<&Validators>,
 ) -> OriginFields {
     let mut f = OriginFields::for_client(client);
@@ -347,6 +352,11 @@ fn for_origin(
     );
     f.set(X_FORWARDED_HOST.clone(), host.clone());
     f.set(X_FORWARDED_PORT.clone(), conn.local_port_header.clone());
+    // RFC 7239 says what the X-Forwarded-* fields say, host and scheme included: the client's
+    // goes on only from a trusted proxy (and not when its `Connection` names it).
+    let own = forwarded_element(conn.client_ip, conn.scheme.as_str(), &host);
+    let extend = trusted && !f.drops(&FORWARDED);
+    f.set(FORWARDED, forwarded(client, own, extend));
     f.set(http::header::VIA, via_value(downstream_version));
     if let Some((etag, last_modified)) = validators {
         if let Some(v) = etag {

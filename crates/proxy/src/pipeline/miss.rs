@@ -1,5 +1,5 @@
-//! miss: a GET the store may answer later. A range miss is widened to a whole-object fetch
-//! (`ranges.rs`); then the request joins the coalescer: the first miss on a resource leads (it
+//! miss: a GET the store may answer later. A range or `If-Match` / `If-Unmodified-Since` miss
+//! is widened to a whole-object fetch (`ranges.rs`); then the request joins the coalescer: the first miss on a resource leads (it
 //! fetches, and its response is shared), later ones wait for the leader's response head and
 //! stream its body, or fetch on their own when the leader's response cannot be shared.
 
@@ -34,12 +34,12 @@ pub async fn join(
     let (Some(cache), Some(l)) = (&w.cache, &txn.miss) else {
         return Ok(Step::Fetch);
     };
-    // A range miss becomes a shared whole-object fetch (see `ranges.rs`).
+    // A range or precondition miss becomes a shared whole-object fetch (see `ranges.rs`).
     if txn.mode == Mode::Client {
         txn.widened = Widened::new(req, cache, l);
     }
     // A client-forced refresh (no-cache) fetches for itself; so do requests for a range
-    // or with preconditions, which a shared full 200 would not answer.
+    // or with preconditions that were not widened, which a shared full 200 would not answer.
     // An authorised request must not get a response fetched for somebody else.
     let shared_answer_fits = !req.headers().contains_key(RANGE)
         && !req.headers().contains_key(AUTHORIZATION)

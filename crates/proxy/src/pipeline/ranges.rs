@@ -1,12 +1,15 @@
-//! Range requests that miss the cache (see docs/configuration.md, "HEAD and byte ranges").
+//! Range requests and `If-Match` / `If-Unmodified-Since` requests that miss the cache (see
+//! docs/configuration.md, "HEAD and byte ranges" and "Validation").
 //!
-//! A range miss is *widened*: `Range` and `If-Range` are taken off, so the request joins the
-//! coalescer as a whole-object fetch that can be stored, and the client's range is cut from the
-//! shared body as it streams ([`cut_range`]). Only a coalescing leader's fetch goes on for the
-//! store after the client's range is sent, so a request that does not lead is put back as the
-//! client sent it ([`Widened::restore`]). When the whole representation turns out not to be
-//! storable, the client's request is sent again with its range ([`Widened::request`]) and the URL
-//! is remembered for a while ([`Cache::refuse_widening`]).
+//! Such a miss is *widened*: `Range`, `If-Range`, `If-Match` and `If-Unmodified-Since` are
+//! taken off, so the request joins the coalescer as a whole-object fetch that can be stored, and
+//! the client's preconditions and range are applied to the shared response as it streams
+//! ([`cut_range`]: 412, then 206/416, as a hit would answer). An origin never answers a fill
+//! with a 412 meant for one client's precondition. Only a coalescing leader's fetch goes on for
+//! the store after the client's answer is sent, so a request that does not lead is put back as
+//! the client sent it ([`Widened::restore`]). When the whole representation turns out not to be
+//! storable, the client's request is sent again as it was ([`Widened::request`]) and the URL is
+//! remembered for a while ([`Cache::refuse_widening`]).
 
 use http::header::{
     AUTHORIZATION, CONTENT_LENGTH, CONTENT_RANGE, IF_MATCH, IF_MODIFIED_SINCE, IF_NONE_MATCH,
@@ -19,18 +22,19 @@ use crate::body::{ProxyBody, RequestBody};
 use crate::caching::coalesce::InflightBody;
 use crate::caching::{Cache, Lookup};
 
-/// A widened range request: the client's own request, to answer it and to send it again.
+/// A widened request: the client's own request, to answer it and to send it again.
 #[derive(Debug)]
 pub struct Widened {
-    /// The client's header fields, `Range` and `If-Range` included.
+    /// The client's header fields, `Range`, `If-Range` and its preconditions included.
     pub headers: HeaderMap,
     uri: Uri,
     version: Version,
 }
 
 impl Widened {
-    /// Widens `req` when it is a range miss that another client's whole-object fetch could
-    /// answer: `Range` and `If-Range` are removed from it, and the client's request returned.
+    /// Widens `req` when it is a miss with a range or an `If-Match` / `If-Unmodified-Since`
+    /// precondition that another client's whole-object fetch could answer: those fields (and
+    /// `If-Range`) are removed from it, and the client's request returned.
     pub fn new(
         req: &mut Request<RequestBody>,
         cache: &Cache,
@@ -38,9 +42,10 @@ impl Widened {
     ) -> Option<Box<Widened>> {
         let h = req.headers();
         let fits = !miss.forced
-            && h.contains_key(RANGE)
-            // Nothing makes a shared answer unfit for it.
-            && ![AUTHORIZATION, IF_MATCH, IF_NONE_MATCH, IF_MODIFIED_SINCE, IF_UNMODIFIED_SINCE]
+            && WIDENED.iter().any(|n| h.contains_key(n))
+            // Nothing makes a shared answer unfit for it (`If-None-Match` and
+            // `If-Modified-Since` ask for a 304, which a fill does not bring).
+            && ![AUTHORIZATION, IF_NONE_MATCH, IF_MODIFIED_SINCE]
                 .iter()
                 .any(|n| h.contains_key(n))
             && matches!(req.body(), RequestBody::Empty)
@@ -55,8 +60,9 @@ impl Widened {
             uri: req.uri().clone(),
             version: req.version(),
         });
-        req.headers_mut().remove(RANGE);
-        req.headers_mut().remove(IF_RANGE);
+        for name in [RANGE, IF_RANGE, IF_MATCH, IF_UNMODIFIED_SINCE] {
+            req.headers_mut().remove(name);
+        }
         Some(w)
     }
 
@@ -75,9 +81,34 @@ impl Widened {
     }
 }
 
-/// The answer to a widened range request from a whole 200 streaming in `body`: 206 with the
-/// range, 416 when it is outside the representation, or the whole 200 when the range does not
-/// apply (If-Range not matching, several ranges, another unit). Anything but a 200 is sent as is.
+/// The answer to a widened request whose `If-Match` / `If-Unmodified-Since` fails against
+/// the origin's 2xx head (`headers`, replaced with the 412's): 412 with an empty body.
+pub fn precondition_failed(
+    client: Option<&HeaderMap>,
+    status: StatusCode,
+    headers: &mut HeaderMap,
+) -> Option<(StatusCode, ProxyBody)> {
+    let client = client.filter(|_| status.is_success())?;
+    if !conditional::precondition_failed(client, headers) {
+        return None;
+    }
+    let mut h = HeaderMap::new();
+    h.insert(CONTENT_LENGTH, HeaderValue::from_static("0"));
+    *headers = h;
+    Some((
+        StatusCode::PRECONDITION_FAILED,
+        ProxyBody::full(bytes::Bytes::new()),
+    ))
+}
+
+/// The fields that make a miss widened: what a whole-object fill must not carry.
+const WIDENED: [http::HeaderName; 3] = [RANGE, IF_MATCH, IF_UNMODIFIED_SINCE];
+
+/// The answer to a widened request from a whole response streaming in `body`: 412 when the
+/// client's `If-Match` / `If-Unmodified-Since` fails against a 2xx (RFC 9110 §13.2.2, before
+/// the range); for a 200, 206 with the range, 416 when it is outside the representation, or the
+/// whole 200 when the range does not apply (If-Range not matching, several ranges, another
+/// unit). Anything else is sent as is (§13.2.1: preconditions apply only to a 2xx answer).
 pub fn cut_range(
     client: Option<&HeaderMap>,
     status: StatusCode,
@@ -85,9 +116,16 @@ pub fn cut_range(
     body: InflightBody,
     length: u64,
 ) -> (StatusCode, ProxyBody) {
-    let Some(client) = client.filter(|_| status == StatusCode::OK) else {
+    let Some(client) = client.filter(|_| status.is_success()) else {
         return (status, ProxyBody::inflight(body));
     };
+    // The fill goes on for the store without this reader (its pump is a task of its own).
+    if let Some(failed) = precondition_failed(Some(client), status, headers) {
+        return failed;
+    }
+    if status != StatusCode::OK {
+        return (status, ProxyBody::inflight(body));
+    }
     let content_range = |s: String| {
         HeaderValue::from_str(&s).unwrap_or_else(|_| HeaderValue::from_static("bytes */0"))
     };

@@ -318,11 +318,19 @@ fn set_path<B>(req: &mut Request<B>, path: &str) -> Result<(), ProxyError> {
 /// The first thing recv does: every decision after it (the management prefix, ACME, path
 /// rules, the cache key) reads the path the origin will get, so `/%5frampart/` or
 /// `/x/../_rampart/` cannot slip past a check the raw path would fail.
+///
+/// An absolute-form target with an empty path (`http://host?q`) has the path `/`: the origin
+/// gets `/?q`, the target the rules and `{path}` saw, never `?q`.
 #[inline]
 pub fn normalize_path<B>(req: &mut Request<B>) -> Result<(), ProxyError> {
     let normal = path::normalize(req.uri().path())
         .map_err(|_| ProxyError::BadRequest("malformed percent-encoding in the path"))?;
-    let Some(normal) = normal else { return Ok(()) };
+    let empty_path = target(req).starts_with('?');
+    let normal = match normal {
+        Some(n) => n,
+        None if empty_path => "/".to_owned(),
+        None => return Ok(()),
+    };
     let mut parts = req.uri().clone().into_parts();
     let pq = match req.uri().query() {
         Some(q) => format!("{normal}?{q}"),

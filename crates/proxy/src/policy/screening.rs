@@ -8,7 +8,9 @@
 //! 4. a declared `Content-Length` over the body limit → 413 (streamed bodies are cut at the
 //!    limit as they arrive, see `body/mod.rs`)
 //! 5. SQL-injection screening of path, query and cookies → 403; form and JSON bodies are read
-//!    (up to the body limit) and screened before anything is sent to the origin.
+//!    (up to the body limit) and screened before anything is sent to the origin. A request the
+//!    origin could read otherwise than the screen (two `Content-Type` lines, a multipart
+//!    `boundary` given twice) → 400.
 //!
 //! Every refusal is logged at `info` with the client, host and reason, and carries
 //! `X-Arc2-Cache: Block`. Nothing refused reaches the origin.
@@ -107,6 +109,11 @@ impl Screen {
             shared: shared.filter(|s| s.config().rate_limits).cloned(),
             gcra: Gcra::default(),
         }
+    }
+
+    /// Whether `peer` is one of the `trusted_proxies`.
+    pub fn trusts(&self, peer: IpAddr) -> bool {
+        self.trusted.iter().any(|c| c.contains(peer))
     }
 
     /// The client behind `peer`: when `peer` is a trusted proxy, the right-most address in
@@ -297,10 +304,22 @@ impl Screen {
         if let Some(f) = finding {
             return Err(sqli_block(client, &c.domain_text, uri.path(), &f));
         }
-        let kind = req
-            .headers()
-            .get(CONTENT_TYPE)
-            .and_then(|v| BodyKind::from_content_type(v.as_bytes()));
+        // What the origin's parsers could read two ways is refused, not screened one way:
+        // two `Content-Type` lines (one could be screened, the other read), or a body type
+        // with a parameter given twice (a multipart `boundary`).
+        let mut types = req.headers().get_all(CONTENT_TYPE).iter();
+        let content_type = types.next();
+        let ambiguous = match types.next() {
+            Some(_) => Some("more than one Content-Type field"),
+            None => content_type
+                .filter(|v| BodyKind::from_content_type(v.as_bytes()).is_some())
+                .and_then(|v| inspect::ambiguous_content_type(v.as_bytes())),
+        };
+        if let Some(why) = ambiguous {
+            tracing::info!(%client, domain = c.domain_text, path = req.uri().path(), reason = why, "request refused: it cannot be screened one way");
+            return Err(ProxyError::BadRequest(why));
+        }
+        let kind = content_type.and_then(|v| BodyKind::from_content_type(v.as_bytes()));
         if kind.is_some() {
             // A compressed form or JSON body cannot be screened; an origin that inflates it
             // would see what the screen did not.

@@ -352,7 +352,16 @@ impl Conn {
                 let (pipeline, info, progress) =
                     (slot.load().pipeline.clone(), info.clone(), progress.clone());
                 async move {
-                    let res = pipeline.handle(&info, req.map(ClientBody::H2)).await;
+                    let res = match crate::transport::malformed::malformed(&req) {
+                        // RFC 9113 §8.1.1: a malformed request may be answered before its
+                        // stream is closed.
+                        Some(why) => {
+                            tracing::debug!(why, "malformed HTTP/2 request");
+                            crate::telemetry::metrics::get().malformed(400);
+                            crate::error::ProxyError::BadRequest(why).to_response()
+                        }
+                        None => pipeline.handle(&info, req.map(ClientBody::H2)).await,
+                    };
                     Ok::<_, Infallible>(res.map(|b| Watched::new(b, &progress)))
                 }
             })

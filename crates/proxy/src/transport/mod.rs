@@ -9,6 +9,7 @@ pub mod h3;
 pub mod limits;
 pub mod linger;
 pub mod listen;
+pub mod malformed;
 pub mod park;
 pub mod send_timeout;
 pub mod settings;

@@ -67,10 +67,13 @@ pub fn parse(
     }
     let framing =
         rampart_screen::h1::response_framing(&res, head_request).map_err(HeadError::Bad)?;
+    // RFC 9110 §15: a status is 100–599 (`StatusCode` takes up to 999); anything else is no
+    // answer a client could read.
     let status = res
         .code
+        .filter(|c| (100..=599).contains(c))
         .and_then(|c| StatusCode::from_u16(c).ok())
-        .ok_or(HeadError::Bad("invalid status code"))?;
+        .ok_or(HeadError::Bad("status code outside 100–599"))?;
     let version = if res.version == Some(0) {
         Version::HTTP_10
     } else {
@@ -192,6 +195,8 @@ mod tests {
             b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n",
             b"HTTP/9.9 200 OK\r\n\r\n",
             b"HTTP/1.1 20 OK\r\n\r\n",
+            b"HTTP/1.1 999 Odd\r\nContent-Length: 0\r\n\r\n",
+            b"HTTP/1.1 600 Odd\r\nContent-Length: 0\r\n\r\n",
             b"NOT HTTP AT ALL\r\n\r\n",
         ] {
             let got = one(raw, false);

@@ -33,7 +33,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use h3::error::Code;
 use h3::server::RequestStream;
-use http::{HeaderMap, Method, Request, Response, StatusCode};
+use http::{Method, Request, Response, StatusCode};
 use http_body::Body;
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument as _;
@@ -348,8 +348,7 @@ async fn serve_request(
     };
     let (mut send, recv) = stream.split();
     let head = req.method() == Method::HEAD;
-    let res = if let Some(why) = malformed(req.headers()) {
-        // RFC 9114 §4.2: connection-specific fields make a request malformed.
+    let res = if let Some(why) = crate::transport::malformed::malformed(&req) {
         tracing::debug!(why, "malformed HTTP/3 request");
         crate::telemetry::metrics::get().malformed(400);
         crate::error::ProxyError::BadRequest(why).to_response()
@@ -367,28 +366,6 @@ async fn serve_request(
         pipeline.handle(&info, req).await
     };
     respond(&mut send, res, head, send_timeout).await;
-}
-
-/// Why a request head is malformed for HTTP/3, if it is.
-fn malformed(h: &HeaderMap) -> Option<&'static str> {
-    const NAMES: [&str; 5] = [
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "transfer-encoding",
-        "upgrade",
-    ];
-    if let Some(n) = NAMES.iter().find(|n| h.contains_key(**n)) {
-        return Some(n);
-    }
-    // `TE` may say only `trailers`.
-    if h.get_all(http::header::TE)
-        .iter()
-        .any(|v| !v.as_bytes().eq_ignore_ascii_case(b"trailers"))
-    {
-        return Some("te");
-    }
-    None
 }
 
 type SendHalf = RequestStream<h3_quinn::SendStream<Bytes>, Bytes>;
