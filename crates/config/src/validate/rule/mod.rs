@@ -11,6 +11,7 @@ use crate::validate::{
     body_size, cache_heuristic, cache_statuses, cidrs, error, flag, lenient, rate_limit, transform,
     warn, I64,
 };
+use std::collections::HashSet;
 use std::net::Ipv6Addr;
 
 use crate::model::*;
@@ -29,7 +30,7 @@ pub(super) fn read_rules(
     let mut rules = Vec::new();
     match s.tables(sink, "proxy_rules") {
         Some(sections) => {
-            let mut domains = Vec::new();
+            let mut domains = HashSet::new();
             for section in sections {
                 if let Some(rule) = read_rule(
                     section,
@@ -62,7 +63,7 @@ fn read_rule(
     cache: &CacheConfig,
     tls_default: Option<&CertSource>,
     transforms: &transform::Global,
-    domains: &mut Vec<DomainPattern>,
+    domains: &mut HashSet<DomainPattern>,
 ) -> Option<RuleConfig> {
     let mut ok = true;
     let first_diag = sink.diags.len();
@@ -110,17 +111,11 @@ fn read_rule(
     if unused {
         // A rule that is never used: that it is unused is the one thing worth saying about it
         // (its errors still count; its warnings would only lead the reader astray).
-        sink.muted.push(s.path().to_owned());
-        sink.forget_lenient(s.path());
-        let mut i = first_diag;
-        while i < sink.diags.len() {
-            let d = &sink.diags[i];
-            if d.severity != Severity::Error && !d.message.contains("this rule is never used") {
-                sink.diags.remove(i);
-            } else {
-                i += 1;
-            }
-        }
+        sink.mute(s.path());
+        let own = sink.diags.split_off(first_diag);
+        sink.diags.extend(own.into_iter().filter(|d| {
+            d.severity == Severity::Error || d.message.contains("this rule is never used")
+        }));
     }
     s.finish(sink);
 
@@ -292,7 +287,7 @@ fn read_domain(
     s: &mut Section<'_>,
     sink: &mut Sink<'_>,
     domain_at: Option<&At<String>>,
-    domains: &mut Vec<DomainPattern>,
+    domains: &mut HashSet<DomainPattern>,
 ) -> (Option<DomainPattern>, bool) {
     let domain = match domain_at {
         Some(d) => parse_domain(sink, d),
@@ -309,7 +304,7 @@ fn read_domain(
     };
     let mut unused = false;
     if let (Some(d), Some(at)) = (&domain, domain_at) {
-        if domains.contains(d) {
+        if !domains.insert(d.clone()) {
             unused = true;
             warn(
                 sink,
@@ -320,8 +315,6 @@ fn read_domain(
                 ),
                 "merge the two rules or remove one",
             );
-        } else {
-            domains.push(d.clone());
         }
     }
     (domain, unused)
