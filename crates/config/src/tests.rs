@@ -1878,3 +1878,69 @@ fn a_field_name_with_a_dot_is_read_whole() {
     let c = v.config.unwrap_or_else(|| panic!("{:?}", v.diagnostics));
     assert_eq!(c.rules[0].response_headers.set[0].0, "x.trace");
 }
+
+/// The `KEY = "…"` a hint gives as the fix, as written in the hint.
+fn pasted_fix(hint: &str, key: &str) -> String {
+    let start = hint
+        .find(&format!("`{key} = "))
+        .unwrap_or_else(|| panic!("no `{key} = …` in the hint {hint:?}"));
+    let rest = &hint[start + 1..];
+    rest[..rest.find('`').expect("closing backtick")].to_owned()
+}
+
+#[test]
+fn a_redirect_target_with_a_line_break_or_a_control_character_is_an_error_at_its_line() {
+    // It passed, and at run time the answer had no `Location` (a field value cannot hold
+    // them). Non-ASCII text has the same fate.
+    for (written, fixed) in [
+        (r#"to = "/new\r\nSet-Cookie: a=b""#, r#"to = "/new%0D%0ASet-Cookie: a=b""#),
+        (r#"to = "/a\tb/$1""#, r#"to = "/a%09b/$1""#),
+        (r#"to = "/x\u0000\"\\""#, r#"to = "/x%00\"\\""#),
+        (r#"to = "https://{host}/\u007f""#, r#"to = "https://{host}/%7F""#),
+        (r#"to = "/café""#, r#"to = "/caf%C3%A9""#),
+    ] {
+        let src = format!(
+            "{ARC2_BENCH}[[proxy_rules.redirects]]\nfrom = \"^/old/(.*)$\"\n{written}\n"
+        );
+        let line = src.lines().count();
+        let v = validate(&src, 1);
+        let e: Vec<&Diagnostic> = v.errors().collect();
+        assert_eq!(e.len(), 1, "{written}: {e:?}");
+        assert_eq!((e[0].line, e[0].column), (line, 6), "{written}: {e:?}");
+        assert_eq!(e[0].key, "proxy_rules[0].redirects[0].to");
+        assert!(e[0].message.contains("cannot be in a `Location`"), "{e:?}");
+        // The fix, pasted in place of the line, passes.
+        let fix = pasted_fix(&e[0].hint, "to");
+        assert_eq!(fix, fixed);
+        let v = validate(&src.replace(written, &fix), 1);
+        assert!(v.config.is_some(), "{fix}: {:?}", v.diagnostics);
+    }
+}
+
+#[test]
+fn a_domain_with_a_control_character_is_an_error() {
+    for (written, fixed) in [
+        (r#"domain = "\u0000""#, None),
+        (r#"domain = "exa\u0000mple.com""#, Some(r#"domain = "example.com""#)),
+        (r#"domain = "a.example\r\nb""#, Some(r#"domain = "a.exampleb""#)),
+        (r#"domain = "x\u007f.example""#, Some(r#"domain = "x.example""#)),
+        (r#"domain = "*.x\tz.example""#, Some(r#"domain = "*.xz.example""#)),
+    ] {
+        let src = ARC2_BENCH.replace(r#"domain = "localhost""#, written);
+        let v = validate(&src, 1);
+        let e: Vec<&Diagnostic> = v.errors().collect();
+        assert_eq!(e.len(), 1, "{written}: {e:?}");
+        let line = 1 + src.lines().position(|l| l.starts_with("domain")).expect("domain");
+        assert_eq!((e[0].line, e[0].column), (line, 10), "{written}: {e:?}");
+        assert!(e[0].message.contains("control character"), "{e:?}");
+        match fixed {
+            Some(fixed) => {
+                let fix = pasted_fix(&e[0].hint, "domain");
+                assert_eq!(fix, fixed);
+                let v = validate(&src.replace(written, &fix), 1);
+                assert!(v.config.is_some(), "{fix}: {:?}", v.diagnostics);
+            }
+            None => assert!(e[0].hint.contains("example.com"), "{e:?}"),
+        }
+    }
+}

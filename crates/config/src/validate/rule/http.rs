@@ -11,7 +11,7 @@ use crate::model::{
     Variable,
 };
 use crate::reader::{At, Section, Sink};
-use crate::validate::error;
+use crate::validate::{error, toml_string};
 
 /// Fields rampart keeps to itself: the connection's and the body's framing. A rule that set
 /// them would break the exchange, not change it.
@@ -186,6 +186,22 @@ pub(super) fn redirects(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Vec<Redirec
         };
         let to = to.and_then(|t| {
             let v = t.value.trim();
+            // A field value holds visible ASCII: with anything else the answer would go out
+            // without its `Location`.
+            if let Some(c) = v.chars().find(|c| c.is_control() || !c.is_ascii()) {
+                let what = if c.is_control() {
+                    format!("a control character (U+{:04X})", c as u32)
+                } else {
+                    format!("a character outside ASCII ({c:?})")
+                };
+                error(
+                    sink,
+                    &t,
+                    format!("{what} cannot be in a `Location` field; the redirect would be answered without one"),
+                    format!("percent-encode it: `to = {}`", toml_string(&percent_encoded(v))),
+                );
+                return None;
+            }
             let shaped =
                 v.starts_with('/') || v.starts_with('$') || v.starts_with('{') || v.contains("://");
             if !shaped {
@@ -224,6 +240,22 @@ pub(super) fn redirects(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Vec<Redirec
                 status,
                 keep_query,
             });
+        }
+    }
+    out
+}
+
+/// `text` with its control and non-ASCII characters percent-encoded (as UTF-8 bytes).
+fn percent_encoded(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() || !c.is_ascii() {
+            let mut buf = [0; 4];
+            for b in c.encode_utf8(&mut buf).bytes() {
+                out.push_str(&format!("%{b:02X}"));
+            }
+        } else {
+            out.push(c);
         }
     }
     out

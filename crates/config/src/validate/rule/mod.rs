@@ -8,8 +8,8 @@ mod protocols;
 mod tls;
 
 use crate::validate::{
-    body_size, cache_heuristic, cache_statuses, cidrs, error, flag, lenient, rate_limit, transform,
-    warn, I64,
+    body_size, cache_heuristic, cache_statuses, cidrs, error, flag, lenient, rate_limit,
+    toml_string, transform, warn, I64,
 };
 use std::collections::HashSet;
 use std::net::Ipv6Addr;
@@ -378,6 +378,24 @@ fn parse_domain(sink: &mut Sink<'_>, d: &At<String>) -> Option<DomainPattern> {
     };
     if text == "*" {
         return Some(DomainPattern::Any);
+    }
+    if let Some(c) = text.chars().find(|c| c.is_control()) {
+        let clean: String = d.value.trim().chars().filter(|c| !c.is_control()).collect();
+        let hint = if clean.is_empty() {
+            "write a host name such as \"example.com\", a wildcard \"*.example.com\", or \"*\" for every host".to_owned()
+        } else {
+            format!("write it without: `domain = {}`", toml_string(&clean))
+        };
+        error(
+            sink,
+            d,
+            format!(
+                "{:?} is not a valid domain: it contains a control character (U+{:04X})",
+                d.value, c as u32
+            ),
+            hint,
+        );
+        return None;
     }
     if let Some((what, bare)) = url_parts(&text) {
         error(
