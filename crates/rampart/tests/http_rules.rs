@@ -264,6 +264,77 @@ origin_errors = true
     assert!(head.body.is_empty());
 }
 
+const API_KEY: &str = "0123456789abcdef0123456789abcdef";
+
+/// A rule operation of the management API, with the key.
+async fn rule_api(proxy: &Proxy, method: &str, path: &str, body: &str) -> Got {
+    let b = Request::builder()
+        .method(method)
+        .uri(proxy.url(path))
+        .header("host", "e.test")
+        .header("authorization", format!("Bearer {API_KEY}"));
+    send(&client(), b.body(full(body.to_owned())).unwrap()).await
+}
+
+#[tokio::test]
+async fn the_rule_api_cannot_publish_a_file_outside_error_pages_dir() {
+    // The configuration's directory (the default `error_pages_dir`) with a page in it, and a
+    // secret beside it, outside it.
+    let dir = scratch("api-pages");
+    std::fs::create_dir_all(dir.join("errors")).unwrap();
+    std::fs::write(dir.join("errors/404.html"), "<h1>Not here</h1>").unwrap();
+    let secret = scratch("secret.txt");
+    std::fs::write(&secret, "the secret").unwrap();
+    std::os::unix::fs::symlink(&secret, dir.join("errors/link.html")).unwrap();
+    let origin = Origin::new().route("*", Reply::text("ok")).start().await;
+    let path = dir.join("rampart.toml");
+    std::fs::write(
+        &path,
+        config_for("e.test", &origin, &format!("api_key = \"{API_KEY}\""), ""),
+    )
+    .unwrap();
+    let proxy = Proxy::spawn(&["run", "--config", path.to_str().unwrap()]);
+    let rule = |page: &str| {
+        format!(
+            "domain = \"leak.test\"\nforward_ipv4 = \"127.0.0.1\"\nforward_port_http = {}\n\
+             max_age_seconds = 0\ndeny_ips = [\"127.0.0.0/8\"]\n\
+             [error_pages]\n403 = {{ file = {page:?}, content_type = \"text/plain\" }}\n",
+            origin.port()
+        )
+    };
+    let name = secret.file_name().unwrap().to_str().unwrap();
+    for page in [
+        secret.to_str().unwrap().to_owned(),
+        "/etc/passwd".to_owned(),
+        format!("../{name}"),
+        format!("errors/../../{name}"),
+        "errors/link.html".to_owned(),
+        dir.join("errors/link.html").to_str().unwrap().to_owned(),
+    ] {
+        let got = rule_api(&proxy, "POST", "/_rampart/rules", &rule(&page)).await;
+        assert_eq!(got.status, 422, "{page}: {}", got.text());
+        let answer: serde_json::Value = serde_json::from_slice(&got.body).unwrap();
+        let problems = answer["problems"].as_array().unwrap();
+        assert_eq!(problems.len(), 1, "{page}: {answer}");
+        assert_eq!(problems[0]["key"], "proxy_rules[1].error_pages.403");
+        let message = problems[0]["message"].as_str().unwrap();
+        assert!(message.contains("error_pages_dir"), "{page}: {message}");
+        // Nothing changed: the host has no rule, and nobody gets the file.
+        let leaked = get(&proxy, "leak.test", "/").await;
+        assert_eq!(leaked.status, 404, "{page}");
+        assert!(!leaked.text().contains("secret"), "{page}");
+        assert!(!std::fs::read_to_string(&path).unwrap().contains("leak.test"));
+    }
+    // A page inside the directory is taken, relative to it.
+    let got = rule_api(&proxy, "POST", "/_rampart/rules", &rule("errors/404.html")).await;
+    assert_eq!(got.status, 201, "{}", got.text());
+    let page = get(&proxy, "leak.test", "/").await;
+    assert_eq!(
+        (page.status.as_u16(), page.text()),
+        (403, "<h1>Not here</h1>".to_owned())
+    );
+}
+
 #[tokio::test]
 async fn a_redirect_never_sends_a_path_a_browser_reads_as_another_host() {
     let origin = echo_origin().start().await;

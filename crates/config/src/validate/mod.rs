@@ -13,6 +13,7 @@
 
 mod cache;
 mod listeners;
+mod pages;
 mod process;
 mod punycode;
 mod redis;
@@ -63,8 +64,20 @@ impl Validated {
     }
 }
 
-/// Validates configuration text. `cpus` is the default for `workers`.
+/// Validates configuration text that came from no file (`rampart demo`, tests). `cpus` is the
+/// default for `workers`. Error pages are read from the working directory unless
+/// `error_pages_dir` says otherwise.
 pub fn validate(src: &str, cpus: usize) -> Validated {
+    validate_at(src, cpus, None)
+}
+
+/// Validates the text `src` of the configuration file at `path`: `error_pages_dir` is relative
+/// to the file's directory, and by default that directory.
+pub fn validate_file(src: &str, cpus: usize, path: &std::path::Path) -> Validated {
+    validate_at(src, cpus, Some(path))
+}
+
+fn validate_at(src: &str, cpus: usize, file: Option<&std::path::Path>) -> Validated {
     let (doc, recovered) = match toml_edit::Document::parse(src.to_owned()) {
         Ok(doc) => (Some(doc), None),
         Err(e) => {
@@ -83,7 +96,7 @@ pub fn validate(src: &str, cpus: usize) -> Validated {
     let mut sink = Sink::new(&text);
     let config = doc.and_then(|doc| {
         let root = Section::new(doc.as_table(), String::new(), None);
-        let config = read_config(root, &mut sink, cpus);
+        let config = read_config(root, &mut sink, cpus, file);
         sink.resolve_unknown(catalog());
         let screening = config.as_ref().is_some_and(|c| c.screen.sql_injection);
         sink.lenient_notes(screening);
@@ -117,6 +130,7 @@ pub(crate) fn catalog() -> &'static HashMap<String, Kind> {
             Section::new(doc.as_table(), String::new(), None),
             &mut sink,
             1,
+            None,
         );
         sink.kinds
     })
@@ -249,7 +263,12 @@ fn secs(v: i64) -> Duration {
     Duration::from_secs(v.max(0) as u64)
 }
 
-fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<Config> {
+fn read_config(
+    mut s: Section<'_>,
+    sink: &mut Sink<'_>,
+    cpus: usize,
+    file: Option<&std::path::Path>,
+) -> Option<Config> {
     let listeners = listeners::read(&mut s, sink);
     let process = process::read(&mut s, sink, cpus);
     let cache = cache::read(&mut s, sink);
@@ -262,6 +281,7 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
     let tls = tls::read(&mut s, sink);
     let redis = redis::read(&mut s, sink);
     let strict_default = s.bool(sink, "strict_path_rules").map(|b| b.value);
+    let pages = pages::PagesDir::read(&mut s, sink, file);
     let mut rules = rule::read_rules(
         &mut s,
         sink,
@@ -269,6 +289,7 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
         &cache,
         tls.rule_default.as_ref(),
         &transforms,
+        &pages,
     );
     s.finish(sink);
     for rule in &mut rules {

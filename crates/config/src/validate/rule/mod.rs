@@ -16,6 +16,7 @@ use std::net::Ipv6Addr;
 
 use crate::model::*;
 use crate::reader::{At, Section, Sink};
+use crate::validate::pages::PagesDir;
 use crate::Severity;
 
 /// Every `[[proxy_rules]]` that is valid (the others are reported).
@@ -26,6 +27,7 @@ pub(super) fn read_rules(
     cache: &CacheConfig,
     tls_default: Option<&CertSource>,
     transforms: &transform::Global,
+    pages: &PagesDir,
 ) -> Vec<RuleConfig> {
     let mut rules = Vec::new();
     match s.tables(sink, "proxy_rules") {
@@ -39,6 +41,7 @@ pub(super) fn read_rules(
                     cache,
                     tls_default,
                     transforms,
+                    pages,
                     &mut domains,
                 ) {
                     rules.push(rule);
@@ -63,6 +66,7 @@ fn read_rule(
     cache: &CacheConfig,
     tls_default: Option<&CertSource>,
     transforms: &transform::Global,
+    pages: &PagesDir,
     domains: &mut HashSet<DomainPattern>,
 ) -> Option<RuleConfig> {
     let mut ok = true;
@@ -104,7 +108,7 @@ fn read_rule(
     let response_headers = http::header_rules(&mut s, sink, "response_headers");
     let redirects = http::redirects(&mut s, sink);
     let rewrites = http::rewrites(&mut s, sink);
-    let error_pages = http::error_pages(&mut s, sink);
+    let error_pages = http::error_pages(&mut s, sink, pages);
     ok &= path_rules.is_some();
     let origins = origins::read(&mut s, sink, &names, ok);
     ok &= origins.is_some();
