@@ -2099,3 +2099,26 @@ fn error_pages_are_read_only_from_error_pages_dir() {
     assert_eq!((e[0].line, e[0].column), (1, 19), "{e:?}");
     let _ = std::fs::remove_dir_all(&root);
 }
+
+#[test]
+fn a_certificate_file_that_is_a_device_or_a_directory_is_an_error() {
+    // The rule API can name these: /dev/zero was read without end when the rule was put in
+    // service, and a FIFO waited for a writer.
+    for (path, says) in [
+        ("/dev/zero", "not a regular file"),
+        ("/dev/null", "not a regular file"),
+        ("/tmp", "a directory"),
+    ] {
+        let v = validate(
+            &format!(
+                "[[proxy_rules]]\ndomain = \"a.example\"\nforward_ipv4 = \"127.0.0.1\"\n\
+                 tls_cert_file = {path:?}\ntls_key_file = {path:?}\n"
+            ),
+            1,
+        );
+        let e = errors(&v);
+        assert_eq!(e.len(), 2, "{path}: {e:?}");
+        assert!(e[0].contains("error at 4:17 `proxy_rules[0].tls_cert_file`"), "{e:?}");
+        assert!(e[0].contains(says) && e[1].contains(says), "{e:?}");
+    }
+}

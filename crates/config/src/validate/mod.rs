@@ -367,7 +367,9 @@ fn cache_statuses(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Option<CacheStatu
     }
 }
 
-/// A path to a file that must exist (checked now, so `rampart check` finds a typo).
+/// A path to a file that must exist (checked now, so `rampart check` finds a typo) and be a
+/// regular file: a device would be read without end and a FIFO waited on when the
+/// configuration is put in service (a rule from the management API may name these keys).
 fn file_key(
     s: &mut Section<'_>,
     sink: &mut Sink<'_>,
@@ -375,11 +377,17 @@ fn file_key(
 ) -> Option<std::path::PathBuf> {
     let v = s.string(sink, key)?;
     let path = std::path::PathBuf::from(v.value.trim());
-    if let Err(e) = std::fs::metadata(&path) {
+    let why = match std::fs::metadata(&path) {
+        Ok(m) if m.is_file() => None,
+        Ok(m) if m.is_dir() => Some("it is a directory".to_owned()),
+        Ok(_) => Some("it is not a regular file (a device, a FIFO or a socket)".to_owned()),
+        Err(e) => Some(e.to_string()),
+    };
+    if let Some(why) = why {
         error(
             sink,
             &v,
-            format!("cannot read {:?}: {e}", v.value),
+            format!("cannot read {:?}: {why}", v.value),
             "give the path of a readable PEM file (relative paths start at rampart's working directory)",
         );
     }
