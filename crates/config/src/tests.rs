@@ -1843,7 +1843,13 @@ set = {{ "Cache-Control" = "public, max-age=600" }}
     }
     let missing = src.replace(
         &format!("{:?}", page.display().to_string()),
-        &format!("{:?}", std::env::temp_dir().join("nonexistent-503.html").display().to_string()),
+        &format!(
+            "{:?}",
+            std::env::temp_dir()
+                .join("nonexistent-503.html")
+                .display()
+                .to_string()
+        ),
     );
     assert!(errors(&validate(&missing, 1))[0].contains("cannot read the error page"));
     let _ = std::fs::remove_file(&page);
@@ -1894,15 +1900,20 @@ fn a_redirect_target_with_a_line_break_or_a_control_character_is_an_error_at_its
     // It passed, and at run time the answer had no `Location` (a field value cannot hold
     // them). Non-ASCII text has the same fate.
     for (written, fixed) in [
-        (r#"to = "/new\r\nSet-Cookie: a=b""#, r#"to = "/new%0D%0ASet-Cookie: a=b""#),
+        (
+            r#"to = "/new\r\nSet-Cookie: a=b""#,
+            r#"to = "/new%0D%0ASet-Cookie: a=b""#,
+        ),
         (r#"to = "/a\tb/$1""#, r#"to = "/a%09b/$1""#),
         (r#"to = "/x\u0000\"\\""#, r#"to = "/x%00\"\\""#),
-        (r#"to = "https://{host}/\u007f""#, r#"to = "https://{host}/%7F""#),
+        (
+            r#"to = "https://{host}/\u007f""#,
+            r#"to = "https://{host}/%7F""#,
+        ),
         (r#"to = "/café""#, r#"to = "/caf%C3%A9""#),
     ] {
-        let src = format!(
-            "{ARC2_BENCH}[[proxy_rules.redirects]]\nfrom = \"^/old/(.*)$\"\n{written}\n"
-        );
+        let src =
+            format!("{ARC2_BENCH}[[proxy_rules.redirects]]\nfrom = \"^/old/(.*)$\"\n{written}\n");
         let line = src.lines().count();
         let v = validate(&src, 1);
         let e: Vec<&Diagnostic> = v.errors().collect();
@@ -1922,16 +1933,31 @@ fn a_redirect_target_with_a_line_break_or_a_control_character_is_an_error_at_its
 fn a_domain_with_a_control_character_is_an_error() {
     for (written, fixed) in [
         (r#"domain = "\u0000""#, None),
-        (r#"domain = "exa\u0000mple.com""#, Some(r#"domain = "example.com""#)),
-        (r#"domain = "a.example\r\nb""#, Some(r#"domain = "a.exampleb""#)),
-        (r#"domain = "x\u007f.example""#, Some(r#"domain = "x.example""#)),
-        (r#"domain = "*.x\tz.example""#, Some(r#"domain = "*.xz.example""#)),
+        (
+            r#"domain = "exa\u0000mple.com""#,
+            Some(r#"domain = "example.com""#),
+        ),
+        (
+            r#"domain = "a.example\r\nb""#,
+            Some(r#"domain = "a.exampleb""#),
+        ),
+        (
+            r#"domain = "x\u007f.example""#,
+            Some(r#"domain = "x.example""#),
+        ),
+        (
+            r#"domain = "*.x\tz.example""#,
+            Some(r#"domain = "*.xz.example""#),
+        ),
     ] {
         let src = ARC2_BENCH.replace(r#"domain = "localhost""#, written);
         let v = validate(&src, 1);
         let e: Vec<&Diagnostic> = v.errors().collect();
         assert_eq!(e.len(), 1, "{written}: {e:?}");
-        let line = 1 + src.lines().position(|l| l.starts_with("domain")).expect("domain");
+        let line = 1 + src
+            .lines()
+            .position(|l| l.starts_with("domain"))
+            .expect("domain");
         assert_eq!((e[0].line, e[0].column), (line, 10), "{written}: {e:?}");
         assert!(e[0].message.contains("control character"), "{e:?}");
         match fixed {
@@ -1979,8 +2005,11 @@ fn error_pages_are_read_only_from_error_pages_dir() {
     std::fs::write(root.join("secret.txt"), "the secret").expect("write");
     std::os::unix::fs::symlink(root.join("secret.txt"), conf_dir.join("link.html")).expect("ln");
     std::fs::write(conf_dir.join("big.html"), vec![b'x'; (1 << 20) + 1]).expect("write");
-    std::fs::write(conf_dir.join("key.txt"), "-----BEGIN PRIVATE KEY-----\nMIIE\n")
-        .expect("write");
+    std::fs::write(
+        conf_dir.join("key.txt"),
+        "-----BEGIN PRIVATE KEY-----\nMIIE\n",
+    )
+    .expect("write");
     let fifo = std::process::Command::new("mkfifo")
         .arg(conf_dir.join("pipe.html"))
         .status()
@@ -1989,7 +2018,12 @@ fn error_pages_are_read_only_from_error_pages_dir() {
     let file_of = |page: &str| {
         format!("{ARC2_BENCH}[proxy_rules.error_pages]\n502 = {page}\n503 = \"errors/503.html\"\n")
     };
-    let page_line = |src: &str| 1 + src.lines().position(|l| l.starts_with("502 =")).expect("502");
+    let page_line = |src: &str| {
+        1 + src
+            .lines()
+            .position(|l| l.starts_with("502 ="))
+            .expect("502")
+    };
 
     // Inside: relative (from the configuration file's directory) or absolute.
     for page in [
@@ -1997,23 +2031,51 @@ fn error_pages_are_read_only_from_error_pages_dir() {
         format!("{:?}", conf_dir.join("502.html").display().to_string()),
     ] {
         let v = validate_file(&file_of(&page), 1, &config);
-        let c = v.config.unwrap_or_else(|| panic!("{page}: {:?}", v.diagnostics));
-        assert_eq!(c.rules[0].error_pages.get(502).expect("502").body, b"<h1>Away</h1>");
-        assert_eq!(c.rules[0].error_pages.get(503).expect("503").body, b"<h1>Busy</h1>");
+        let c = v
+            .config
+            .unwrap_or_else(|| panic!("{page}: {:?}", v.diagnostics));
+        assert_eq!(
+            c.rules[0].error_pages.get(502).expect("502").body,
+            b"<h1>Away</h1>"
+        );
+        assert_eq!(
+            c.rules[0].error_pages.get(503).expect("503").body,
+            b"<h1>Busy</h1>"
+        );
     }
 
     let secret = root.join("secret.txt").display().to_string();
     for (page, says, fix) in [
-        (format!("{secret:?}"), "is outside `error_pages_dir`", Some("copy")),
-        ("\"/etc/passwd\"".to_owned(), "is outside `error_pages_dir`", Some("copy")),
-        ("\"../secret.txt\"".to_owned(), "has `..` in it", Some("copy")),
-        ("\"errors/../502.html\"".to_owned(), "has `..` in it", Some("paste")),
+        (
+            format!("{secret:?}"),
+            "is outside `error_pages_dir`",
+            Some("copy"),
+        ),
+        (
+            "\"/etc/passwd\"".to_owned(),
+            "is outside `error_pages_dir`",
+            Some("copy"),
+        ),
+        (
+            "\"../secret.txt\"".to_owned(),
+            "has `..` in it",
+            Some("copy"),
+        ),
+        (
+            "\"errors/../502.html\"".to_owned(),
+            "has `..` in it",
+            Some("paste"),
+        ),
         (
             "{ file = \"./errors/../errors/503.html\" }".to_owned(),
             "has `..` in it",
             Some("paste"),
         ),
-        ("\"link.html\"".to_owned(), "is a symbolic link to", Some("copy")),
+        (
+            "\"link.html\"".to_owned(),
+            "is a symbolic link to",
+            Some("copy"),
+        ),
         ("\"pipe.html\"".to_owned(), "not a regular file", None),
         ("\"big.html\"".to_owned(), "larger than 1048576 bytes", None),
         (
@@ -2026,7 +2088,11 @@ fn error_pages_are_read_only_from_error_pages_dir() {
             "the configuration file itself",
             None,
         ),
-        ("\"missing.html\"".to_owned(), "cannot read the error page", None),
+        (
+            "\"missing.html\"".to_owned(),
+            "cannot read the error page",
+            None,
+        ),
     ] {
         let src = file_of(&page);
         std::fs::write(&config, &src).expect("write");
@@ -2066,7 +2132,8 @@ fn error_pages_are_read_only_from_error_pages_dir() {
                 let fixed = src.replace(&format!("502 = {page}"), &line);
                 // (`passwd` has no extension to tell its content type by: given here.)
                 let v = validate_file(
-                    &fixed.replace("502 = ", "502 = { content_type = \"text/plain\", file = ")
+                    &fixed
+                        .replace("502 = ", "502 = { content_type = \"text/plain\", file = ")
                         .replace(&format!("{name}\"\n"), &format!("{name}\" }}\n")),
                     1,
                     &config,
@@ -2118,7 +2185,10 @@ fn a_certificate_file_that_is_a_device_or_a_directory_is_an_error() {
         );
         let e = errors(&v);
         assert_eq!(e.len(), 2, "{path}: {e:?}");
-        assert!(e[0].contains("error at 4:17 `proxy_rules[0].tls_cert_file`"), "{e:?}");
+        assert!(
+            e[0].contains("error at 4:17 `proxy_rules[0].tls_cert_file`"),
+            "{e:?}"
+        );
         assert!(e[0].contains(says) && e[1].contains(says), "{e:?}");
     }
 }

@@ -47,8 +47,8 @@ fn check_within_bound(name: &str, text: &str) -> (Option<i32>, String) {
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    let printed = std::fs::read_to_string(&out_path).unwrap()
-        + &std::fs::read_to_string(&err_path).unwrap();
+    let printed =
+        std::fs::read_to_string(&out_path).unwrap() + &std::fs::read_to_string(&err_path).unwrap();
     (status.code(), printed)
 }
 
@@ -86,7 +86,10 @@ fn check_is_not_quadratic_in_rules_unknown_keys_or_file_size() {
     }
     let (code, out) = check_within_bound("rules.toml", &rules);
     assert_eq!(code, Some(0), "{}", tail(&out));
-    assert!(out.contains("configuration OK (22000 rule(s)"), "{out:.2000}");
+    assert!(
+        out.contains("configuration OK (22000 rule(s)"),
+        "{out:.2000}"
+    );
     assert_eq!(out.matches("this rule is never used").count(), 2_000);
     assert_eq!(out.matches("did you mean `max_age_seconds`").count(), 2_000);
 
@@ -126,8 +129,14 @@ fn check_is_not_quadratic_in_rules_unknown_keys_or_file_size() {
     assert!(big.len() > 4_000_000);
     let (code, out) = check_within_bound("big.toml", &big);
     assert_eq!(code, Some(1), "{}", tail(&out));
-    assert_eq!(out.matches("expected a string, found an integer").count(), 100_000);
+    assert_eq!(
+        out.matches("expected a string, found an integer").count(),
+        100_000
+    );
     // The last mistake, at its column: 10 characters per element after `paths = [`.
-    let last = format!(":{}: error: `proxy_rules[{i}].paths[99999]`", 10 + 99_999 * 10);
+    let last = format!(
+        ":{}: error: `proxy_rules[{i}].paths[99999]`",
+        10 + 99_999 * 10
+    );
     assert!(out.contains(&last), "no {last:?} in {}", tail(&out));
 }

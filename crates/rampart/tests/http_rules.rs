@@ -323,7 +323,9 @@ async fn the_rule_api_cannot_publish_a_file_outside_error_pages_dir() {
         let leaked = get(&proxy, "leak.test", "/").await;
         assert_eq!(leaked.status, 404, "{page}");
         assert!(!leaked.text().contains("secret"), "{page}");
-        assert!(!std::fs::read_to_string(&path).unwrap().contains("leak.test"));
+        assert!(!std::fs::read_to_string(&path)
+            .unwrap()
+            .contains("leak.test"));
     }
     // A page inside the directory is taken, relative to it.
     let got = rule_api(&proxy, "POST", "/_rampart/rules", &rule("errors/404.html")).await;
@@ -412,9 +414,18 @@ async fn an_error_page_drops_the_fields_that_described_the_origins_body() {
     let mut reply = Reply::text("stack trace!").status(500);
     for (name, value) in [
         ("content-md5", "Q2hlY2sgSW50ZWdyaXR5IQ=="),
-        ("digest", "sha-256=X48E9qOokqqrvdts8nOJRJN3OWDUoyWxBf7kbu9DBPE="),
-        ("repr-digest", "sha-256=:X48E9qOokqqrvdts8nOJRJN3OWDUoyWxBf7kbu9DBPE=:"),
-        ("content-digest", "sha-256=:X48E9qOokqqrvdts8nOJRJN3OWDUoyWxBf7kbu9DBPE=:"),
+        (
+            "digest",
+            "sha-256=X48E9qOokqqrvdts8nOJRJN3OWDUoyWxBf7kbu9DBPE=",
+        ),
+        (
+            "repr-digest",
+            "sha-256=:X48E9qOokqqrvdts8nOJRJN3OWDUoyWxBf7kbu9DBPE=:",
+        ),
+        (
+            "content-digest",
+            "sha-256=:X48E9qOokqqrvdts8nOJRJN3OWDUoyWxBf7kbu9DBPE=:",
+        ),
         ("content-disposition", "attachment; filename=\"trace.txt\""),
         ("content-language", "de"),
         ("content-location", "/traces/1"),

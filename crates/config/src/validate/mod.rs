@@ -282,15 +282,14 @@ fn read_config(
     let redis = redis::read(&mut s, sink);
     let strict_default = s.bool(sink, "strict_path_rules").map(|b| b.value);
     let pages = pages::PagesDir::read(&mut s, sink, file);
-    let mut rules = rule::read_rules(
-        &mut s,
-        sink,
+    let globals = rule::Globals {
         strict_default,
-        &cache,
-        tls.rule_default.as_ref(),
-        &transforms,
-        &pages,
-    );
+        cache: &cache,
+        tls_default: tls.rule_default.as_ref(),
+        transforms: &transforms,
+        pages: &pages,
+    };
+    let mut rules = rule::read_rules(&mut s, sink, &globals);
     s.finish(sink);
     for rule in &mut rules {
         rule.sql_injection &= screen.sql_injection;

@@ -328,11 +328,7 @@ fn pattern(s: &mut Section<'_>, sink: &mut Sink<'_>, key: &'static str) -> Optio
 
 /// `[proxy_rules.error_pages]`: `STATUS = "file"` or `STATUS = { file = "…" | body = "…",
 /// content_type = "…" }`, and `origin_errors`.
-pub(super) fn error_pages(
-    s: &mut Section<'_>,
-    sink: &mut Sink<'_>,
-    dir: &PagesDir,
-) -> ErrorPages {
+pub(super) fn error_pages(s: &mut Section<'_>, sink: &mut Sink<'_>, dir: &PagesDir) -> ErrorPages {
     let mut pages = ErrorPages::default();
     let Some(mut t) = s.table(sink, "error_pages") else {
         return pages;

@@ -19,31 +19,28 @@ use crate::reader::{At, Section, Sink};
 use crate::validate::pages::PagesDir;
 use crate::Severity;
 
+/// What the global keys give every rule: defaults and where error pages are read from.
+pub(super) struct Globals<'a> {
+    /// The global `strict_path_rules`, when written.
+    pub(super) strict_default: Option<bool>,
+    pub(super) cache: &'a CacheConfig,
+    pub(super) tls_default: Option<&'a CertSource>,
+    pub(super) transforms: &'a transform::Global,
+    pub(super) pages: &'a PagesDir,
+}
+
 /// Every `[[proxy_rules]]` that is valid (the others are reported).
 pub(super) fn read_rules(
     s: &mut Section<'_>,
     sink: &mut Sink<'_>,
-    strict_default: Option<bool>,
-    cache: &CacheConfig,
-    tls_default: Option<&CertSource>,
-    transforms: &transform::Global,
-    pages: &PagesDir,
+    globals: &Globals<'_>,
 ) -> Vec<RuleConfig> {
     let mut rules = Vec::new();
     match s.tables(sink, "proxy_rules") {
         Some(sections) => {
             let mut domains = HashSet::new();
             for section in sections {
-                if let Some(rule) = read_rule(
-                    section,
-                    sink,
-                    strict_default,
-                    cache,
-                    tls_default,
-                    transforms,
-                    pages,
-                    &mut domains,
-                ) {
+                if let Some(rule) = read_rule(section, sink, globals, &mut domains) {
                     rules.push(rule);
                 }
             }
@@ -62,13 +59,16 @@ pub(super) fn read_rules(
 fn read_rule(
     mut s: Section<'_>,
     sink: &mut Sink<'_>,
-    strict_default: Option<bool>,
-    cache: &CacheConfig,
-    tls_default: Option<&CertSource>,
-    transforms: &transform::Global,
-    pages: &PagesDir,
+    globals: &Globals<'_>,
     domains: &mut HashSet<DomainPattern>,
 ) -> Option<RuleConfig> {
+    let Globals {
+        strict_default,
+        cache,
+        tls_default,
+        transforms,
+        pages,
+    } = *globals;
     let mut ok = true;
     let first_diag = sink.diags.len();
     let domain_at = s.string(sink, "domain");
