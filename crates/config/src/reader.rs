@@ -13,6 +13,7 @@ use std::rc::Rc;
 use toml_edit::{Item, TableLike, Value};
 
 use crate::diag::{Diagnostic, LineIndex, Severity};
+use crate::matching::Pattern;
 
 /// Collects diagnostics and turns spans into positions.
 pub(crate) struct Sink<'s> {
@@ -31,6 +32,9 @@ pub(crate) struct Sink<'s> {
     /// Keys ARC2 requires that a section leaves out, with the default used: one note per
     /// section says them all.
     left_out: Vec<LeftOut>,
+    /// Every regular expression compiled so far, by text and case: a file with thousands of
+    /// rules often repeats the same few, and compiling is what reading one costs most.
+    patterns: HashMap<(String, bool), Result<Pattern, String>>,
 }
 
 /// A key ARC2 requires that a section leaves out.
@@ -94,7 +98,20 @@ impl<'s> Sink<'s> {
             unknown: Vec::new(),
             muted: HashSet::new(),
             left_out: Vec::new(),
+            patterns: HashMap::new(),
         }
+    }
+
+    /// [`Pattern::new`], compiled once per text and case for the whole file (a compiled
+    /// regular expression is shared by its clones).
+    pub(crate) fn pattern(&mut self, text: &str, ignore_case: bool) -> Result<Pattern, String> {
+        let key = (text.to_owned(), ignore_case);
+        if let Some(p) = self.patterns.get(&key) {
+            return p.clone();
+        }
+        let p = Pattern::new(text, ignore_case);
+        self.patterns.insert(key, p.clone());
+        p
     }
 
     /// Records that the section at `section` leaves out `key`, which ARC2 requires; rampart

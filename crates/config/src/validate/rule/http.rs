@@ -312,7 +312,7 @@ fn pattern(s: &mut Section<'_>, sink: &mut Sink<'_>, key: &'static str) -> Optio
         }
         return None;
     };
-    match Pattern::new(&v.value, false) {
+    match sink.pattern(&v.value, false) {
         Ok(p) => Some(p),
         Err(why) => {
             error(
