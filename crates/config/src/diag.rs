@@ -69,17 +69,42 @@ impl fmt::Display for Diagnostic {
     }
 }
 
-/// Maps byte offsets in the source to 1-based line and column numbers.
+/// Maps byte offsets in the source to 1-based line and column numbers, each in constant time
+/// (a file with many problems on one long line must not cost the square of its length).
 #[derive(Debug)]
 pub(crate) struct LineIndex {
     starts: Vec<usize>,
+    /// The characters before each block of [`BLOCK`] bytes: a column is the characters between
+    /// two offsets, counted from the nearest block rather than from the line's start.
+    chars_before: Vec<usize>,
 }
+
+/// Bytes per block of [`LineIndex::chars_before`].
+const BLOCK: usize = 1024;
 
 impl LineIndex {
     pub(crate) fn new(src: &str) -> Self {
         let mut starts = vec![0];
         starts.extend(src.match_indices('\n').map(|(i, _)| i + 1));
-        LineIndex { starts }
+        let mut chars_before = Vec::with_capacity(src.len() / BLOCK + 1);
+        let mut count = 0;
+        for block in src.as_bytes().chunks(BLOCK) {
+            chars_before.push(count);
+            count += chars_in(block);
+        }
+        chars_before.push(count);
+        LineIndex {
+            starts,
+            chars_before,
+        }
+    }
+
+    /// The characters that start before byte `offset`.
+    fn chars_to(&self, src: &str, offset: usize) -> usize {
+        let block = offset / BLOCK;
+        let from = block * BLOCK;
+        self.chars_before.get(block).copied().unwrap_or(0)
+            + src.as_bytes().get(from..offset).map_or(0, chars_in)
     }
 
     /// 1-based (line, column); the column counts characters, not bytes.
@@ -90,11 +115,14 @@ impl LineIndex {
             Err(i) => i - 1,
         };
         let start = self.starts[line];
-        let column = src
-            .get(start..offset)
-            .map_or(offset - start, |s| s.chars().count());
+        let column = self.chars_to(src, offset) - self.chars_to(src, start);
         (line + 1, column + 1)
     }
+}
+
+/// The characters that start in `bytes` (every byte but UTF-8 continuation bytes).
+fn chars_in(bytes: &[u8]) -> usize {
+    bytes.iter().filter(|&&b| b & 0xC0 != 0x80).count()
 }
 
 #[cfg(test)]
@@ -109,5 +137,14 @@ mod tests {
         assert_eq!(idx.position(src, 6), (2, 1));
         // "bé" is 3 bytes; the '=' after it is column 4.
         assert_eq!(idx.position(src, 10), (2, 4));
+    }
+
+    #[test]
+    fn columns_on_long_lines_count_chars_across_blocks() {
+        let src = format!("x\n{}= 1\n", "é".repeat(3 * BLOCK));
+        let idx = LineIndex::new(&src);
+        let eq = src.find('=').expect("=");
+        assert_eq!(idx.position(&src, eq), (2, 3 * BLOCK + 1));
+        assert_eq!(idx.position(&src, src.len()), (3, 1));
     }
 }

@@ -160,6 +160,12 @@ pub(crate) const KEYS: &[(&str, &str, Owner, Fallback)] = &[
     ),
     // Rules, transformations
     ("", "strict_path_rules", Rampart, Value("false")),
+    (
+        "",
+        "error_pages_dir",
+        Rampart,
+        Computed("the configuration file's directory"),
+    ),
     ("", "enable_compression", Arc2, Value("false")),
     (
         "",

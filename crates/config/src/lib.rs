@@ -16,7 +16,7 @@ pub(crate) mod validate;
 pub use diag::{Diagnostic, Severity};
 pub use effective::effective;
 pub use model::*;
-pub use validate::{validate, Validated};
+pub use validate::{validate, validate_file, Validated};
 
 /// The file names `rampart run` looks for, in order, when no `--config` is given.
 pub const DEFAULT_PATHS: [&str; 2] = ["./rampart.toml", "/etc/rampart/rampart.toml"];

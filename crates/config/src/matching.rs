@@ -100,7 +100,7 @@ impl MatchType {
 }
 
 /// Which host names a rule serves.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum DomainPattern {
     /// Lower-cased exact host name, e.g. `example.com`.
     Exact(String),

@@ -8,10 +8,12 @@
 
 use std::collections::{HashMap, HashSet};
 use std::ops::Range;
+use std::rc::Rc;
 
 use toml_edit::{Item, TableLike, Value};
 
 use crate::diag::{Diagnostic, LineIndex, Severity};
+use crate::matching::Pattern;
 
 /// Collects diagnostics and turns spans into positions.
 pub(crate) struct Sink<'s> {
@@ -25,11 +27,14 @@ pub(crate) struct Sink<'s> {
     /// read, when it is known where else each key belongs.
     unknown: Vec<Unknown>,
     /// Sections whose content is never used (a rule whose domain an earlier rule has): their
-    /// misspellings are not worth a warning.
-    pub(crate) muted: Vec<String>,
+    /// misspellings are not worth a warning, nor the keys they leave out a note.
+    muted: HashSet<String>,
     /// Keys ARC2 requires that a section leaves out, with the default used: one note per
     /// section says them all.
     left_out: Vec<LeftOut>,
+    /// Every regular expression compiled so far, by text and case: a file with thousands of
+    /// rules often repeats the same few, and compiling is what reading one costs most.
+    patterns: HashMap<(String, bool), Result<Pattern, String>>,
 }
 
 /// A key ARC2 requires that a section leaves out.
@@ -58,8 +63,8 @@ struct Unknown {
     span: Option<Range<usize>>,
     /// Where the section's header is.
     section_span: Option<Range<usize>>,
-    /// The keys written in the same section.
-    present: Vec<String>,
+    /// The keys written in the same section (shared by its unknown keys).
+    present: Rc<[String]>,
 }
 
 /// Keys whose misspelling leaves a protection off: an unknown key that is a near miss of one of
@@ -91,9 +96,22 @@ impl<'s> Sink<'s> {
             diags: Vec::new(),
             kinds: HashMap::new(),
             unknown: Vec::new(),
-            muted: Vec::new(),
+            muted: HashSet::new(),
             left_out: Vec::new(),
+            patterns: HashMap::new(),
         }
+    }
+
+    /// [`Pattern::new`], compiled once per text and case for the whole file (a compiled
+    /// regular expression is shared by its clones).
+    pub(crate) fn pattern(&mut self, text: &str, ignore_case: bool) -> Result<Pattern, String> {
+        let key = (text.to_owned(), ignore_case);
+        if let Some(p) = self.patterns.get(&key) {
+            return p.clone();
+        }
+        let p = Pattern::new(text, ignore_case);
+        self.patterns.insert(key, p.clone());
+        p
     }
 
     /// Records that the section at `section` leaves out `key`, which ARC2 requires; rampart
@@ -113,12 +131,22 @@ impl<'s> Sink<'s> {
         });
     }
 
-    /// Forgets what a section left out (a rule that is never used).
-    pub(crate) fn forget_lenient(&mut self, section: &str) {
-        self.left_out.retain(|l| {
-            l.section != section
-                && !(l.section.starts_with(section) && l.section[section.len()..].starts_with('.'))
-        });
+    /// Marks the section at `path` as never used (a rule whose domain an earlier rule has): its
+    /// unknown keys and the keys it leaves out are not reported.
+    pub(crate) fn mute(&mut self, path: &str) {
+        self.muted.insert(path.to_owned());
+    }
+
+    /// Whether `section` is muted, or inside a muted section.
+    fn is_muted(&self, section: &str) -> bool {
+        if self.muted.is_empty() {
+            return false;
+        }
+        section
+            .match_indices('.')
+            .map(|(i, _)| &section[..i])
+            .chain(std::iter::once(section))
+            .any(|s| self.muted.contains(s))
     }
 
     /// One note per section that leaves out keys ARC2 requires, naming each with the value
@@ -126,16 +154,23 @@ impl<'s> Sink<'s> {
     /// is on globally gets a warning of its own: its requests are not screened.
     pub(crate) fn lenient_notes(&mut self, screening: bool) {
         let left_out = std::mem::take(&mut self.left_out);
-        let mut sections: Vec<&str> = Vec::new();
+        // Each section's entries, sections in the order they were first seen.
+        let mut sections: Vec<(&str, Vec<&LeftOut>)> = Vec::new();
+        let mut index: HashMap<&str, usize> = HashMap::new();
         for l in &left_out {
-            if !sections.contains(&l.section.as_str()) {
-                sections.push(&l.section);
+            if self.is_muted(&l.section) {
+                continue;
             }
+            let i = *index.entry(&l.section).or_insert_with(|| {
+                sections.push((&l.section, Vec::new()));
+                sections.len() - 1
+            });
+            sections[i].1.push(l);
         }
-        for section in sections {
+        for (section, entries) in sections {
             let mut used = Vec::new();
             let mut span = None;
-            for l in left_out.iter().filter(|l| l.section == section) {
+            for l in entries {
                 span = l.span.clone();
                 if screening && l.key == "enable_sql_injection_protection" {
                     self.push(
@@ -215,11 +250,11 @@ impl<'s> Sink<'s> {
     /// `catalog` holds every kind's keys even when the file has no such section.
     pub(crate) fn resolve_unknown(&mut self, catalog: &HashMap<String, Kind>) {
         let kinds = |k: &str| self.kinds.get(k).into_iter().chain(catalog.get(k));
+        // Each kind's known keys, once (the file's and the catalog's mostly coincide).
+        let mut known_keys: HashMap<&str, Vec<&'static str>> = HashMap::new();
         let mut out = Vec::new();
         for u in &self.unknown {
-            let muted = self.muted.iter().any(|m| {
-                u.section == *m || u.section.starts_with(m) && u.section[m.len()..].starts_with('.')
-            });
+            let muted = self.is_muted(&u.section);
             let header_line = self.line_of(u.section_span.as_ref());
             let header = kinds(&u.kind)
                 .map(|k| k.header.clone())
@@ -284,8 +319,15 @@ impl<'s> Sink<'s> {
                 ));
                 continue;
             }
-            let known = kinds(&u.kind).flat_map(|k| k.keys.iter().copied());
-            match closest(&u.key, known) {
+            let known = known_keys.entry(&u.kind).or_insert_with(|| {
+                let mut keys: Vec<&'static str> = kinds(&u.kind)
+                    .flat_map(|k| k.keys.iter().copied())
+                    .collect();
+                keys.sort_unstable();
+                keys.dedup();
+                keys
+            });
+            match closest(&u.key, known.iter().copied()) {
                 Some(meant) if !u.present.iter().any(|p| p == meant) => {
                     let severity = if PROTECTIONS.contains(&meant) {
                         Severity::Error
@@ -327,6 +369,23 @@ impl<'s> Sink<'s> {
             })
             .collect();
         self.unknown.clear();
+        // The "missing" diagnostics and the left-out keys a misspelling may stand for, found
+        // by key rather than searched for each misspelling; used ones are dropped at the end.
+        let mut missing: HashMap<String, usize> = HashMap::new();
+        for (i, d) in self.diags.iter().enumerate() {
+            if d.message.starts_with("missing") {
+                missing.entry(d.key.clone()).or_insert(i);
+            }
+        }
+        let mut left_out: HashMap<(&str, &str), usize> = HashMap::new();
+        for (i, l) in self.left_out.iter().enumerate() {
+            left_out
+                .entry((l.section.as_str(), l.key.as_str()))
+                .or_insert(i);
+        }
+        let mut merged_diags = HashSet::new();
+        let mut merged_left_out = HashSet::new();
+        let mut new = Vec::new();
         for (severity, key, span, mut message, hint, section) in resolved {
             // "did you mean `x`, which is not set": the warning that `x` is missing says the
             // same thing from the other side; one message says both.
@@ -336,28 +395,40 @@ impl<'s> Sink<'s> {
                 .map(str::to_owned)
             {
                 let missing_key = key_path(&section, &meant);
-                if let Some(i) = self
-                    .diags
-                    .iter()
-                    .position(|d| d.key == missing_key && d.message.starts_with("missing"))
+                if let Some(&i) = missing
+                    .get(&missing_key)
+                    .filter(|i| !merged_diags.contains(*i))
                 {
-                    let missing = self.diags.remove(i);
+                    merged_diags.insert(i);
                     message = format!(
                         "unknown key; did you mean `{meant}`? `{meant}` is {}",
-                        missing.message
+                        self.diags[i].message
                     );
-                } else if let Some(i) = self
-                    .left_out
-                    .iter()
-                    .position(|l| l.section == section && l.key == meant)
+                } else if let Some(&i) = left_out
+                    .get(&(section.as_str(), meant.as_str()))
+                    .filter(|i| !merged_left_out.contains(*i))
                 {
-                    let left_out = self.left_out.remove(i);
+                    merged_left_out.insert(i);
                     message = format!(
                         "unknown key; did you mean `{meant}`? `{meant}` is not set, so rampart uses `{meant} = {}`",
-                        left_out.default
+                        self.left_out[i].default
                     );
                 }
             }
+            new.push((severity, key, span, message, hint));
+        }
+        drop(left_out);
+        let mut i = 0;
+        self.diags.retain(|_| {
+            i += 1;
+            !merged_diags.contains(&(i - 1))
+        });
+        let mut i = 0;
+        self.left_out.retain(|_| {
+            i += 1;
+            !merged_left_out.contains(&(i - 1))
+        });
+        for (severity, key, span, message, hint) in new {
             self.push(severity, &key, span, message, hint);
         }
     }
@@ -880,11 +951,14 @@ impl<'d> Section<'d> {
             return;
         }
         let kind = kind_of(&self.path);
-        let present: Vec<String> = self.table.iter().map(|(k, _)| k.to_owned()).collect();
+        let mut present: Option<Rc<[String]>> = None;
         for (k, item) in self.table.iter() {
             if self.seen.contains(k) {
                 continue;
             }
+            let present = present
+                .get_or_insert_with(|| self.table.iter().map(|(k, _)| k.to_owned()).collect())
+                .clone();
             let span = self
                 .table
                 .get_key_value(k)
@@ -896,7 +970,7 @@ impl<'d> Section<'d> {
                 kind: kind.clone(),
                 span,
                 section_span: self.span.clone(),
-                present: present.clone(),
+                present,
             });
         }
         let entry = sink.kinds.entry(kind).or_default();
@@ -909,38 +983,46 @@ impl<'d> Section<'d> {
 /// (insertions, deletions, substitutions, swaps of neighbours), and fewer than a third of its
 /// length.
 fn closest<'k>(unknown: &str, known: impl Iterator<Item = &'k str>) -> Option<&'k str> {
-    let limit = 2.min(unknown.chars().count() / 3);
+    let len = unknown.chars().count();
+    let limit = 2.min(len / 3);
+    let lower = unknown.to_ascii_lowercase();
     known
         .filter(|k| *k != unknown)
-        .map(|k| (edits(&unknown.to_ascii_lowercase(), k), k))
+        // Each edit changes the length by one at most: most keys are ruled out by it.
+        .filter(|k| k.chars().count().abs_diff(len) <= limit)
+        .map(|k| (edits(&lower, k, limit), k))
         .filter(|(d, _)| *d <= limit)
         .min()
         .map(|(_, k)| k)
 }
 
-/// Optimal string alignment distance (Levenshtein with adjacent swaps).
-fn edits(a: &str, b: &str) -> usize {
+/// Optimal string alignment distance (Levenshtein with adjacent swaps), or `limit + 1` as soon
+/// as it is known to be above `limit`.
+fn edits(a: &str, b: &str, limit: usize) -> usize {
     let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
-    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
-    for (i, row) in d.iter_mut().enumerate() {
-        row[0] = i;
-    }
-    for (j, cell) in d[0].iter_mut().enumerate() {
-        *cell = j;
-    }
+    // Three rows of the table: i - 2, i - 1 and i.
+    let mut before = vec![0; b.len() + 1];
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    let mut row = vec![0; b.len() + 1];
     for i in 1..=a.len() {
+        row[0] = i;
         for j in 1..=b.len() {
             let cost = usize::from(a[i - 1] != b[j - 1]);
-            let mut v = (d[i - 1][j] + 1)
-                .min(d[i][j - 1] + 1)
-                .min(d[i - 1][j - 1] + cost);
+            let mut v = (prev[j] + 1).min(row[j - 1] + 1).min(prev[j - 1] + cost);
             if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                v = v.min(d[i - 2][j - 2] + 1);
+                v = v.min(before[j - 2] + 1);
             }
-            d[i][j] = v;
+            row[j] = v;
         }
+        // Every path to the end crosses this row or the one before (a swap skips one).
+        if row.iter().chain(&prev).all(|&v| v > limit) {
+            return limit + 1;
+        }
+        // The oldest row is written over as the next one.
+        std::mem::swap(&mut before, &mut prev);
+        std::mem::swap(&mut prev, &mut row);
     }
-    d[a.len()][b.len()]
+    prev[b.len()]
 }
 
 #[cfg(test)]

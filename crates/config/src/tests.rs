@@ -1760,7 +1760,7 @@ fn header_rules_redirects_rewrites_and_error_pages() {
     let page = std::env::temp_dir().join(format!("rampart-page-{}.html", std::process::id()));
     std::fs::write(&page, "<h1>down</h1>").expect("write");
     let src = format!(
-        r#"
+        r#"error_pages_dir = {:?}
 [[proxy_rules]]
 domain = "x"
 max_age_seconds = 60
@@ -1791,6 +1791,7 @@ max_age_seconds = 600
 [proxy_rules.path_rules.response_headers]
 set = {{ "Cache-Control" = "public, max-age=600" }}
 "#,
+        std::env::temp_dir().display().to_string(),
         page.display().to_string()
     );
     let v = validate(&src, 1);
@@ -1848,7 +1849,13 @@ set = {{ "Cache-Control" = "public, max-age=600" }}
     }
     let missing = src.replace(
         &format!("{:?}", page.display().to_string()),
-        "\"/nonexistent/503.html\"",
+        &format!(
+            "{:?}",
+            std::env::temp_dir()
+                .join("nonexistent-503.html")
+                .display()
+                .to_string()
+        ),
     );
     assert!(errors(&validate(&missing, 1))[0].contains("cannot read the error page"));
     let _ = std::fs::remove_file(&page);
@@ -1919,4 +1926,310 @@ fn a_disk_cache_directory_others_can_write_is_an_error() {
     let _ = validate(&src, 1);
     assert_eq!(std::fs::read(&victim).expect("victim"), b"keep");
     let _ = std::fs::remove_dir_all(&dir);
+
+/// The `KEY = "…"` a hint gives as the fix, as written in the hint.
+fn pasted_fix(hint: &str, key: &str) -> String {
+    let start = hint
+        .find(&format!("`{key} = "))
+        .unwrap_or_else(|| panic!("no `{key} = …` in the hint {hint:?}"));
+    let rest = &hint[start + 1..];
+    rest[..rest.find('`').expect("closing backtick")].to_owned()
+}
+
+#[test]
+fn a_redirect_target_with_a_line_break_or_a_control_character_is_an_error_at_its_line() {
+    // It passed, and at run time the answer had no `Location` (a field value cannot hold
+    // them). Non-ASCII text has the same fate.
+    for (written, fixed) in [
+        (
+            r#"to = "/new\r\nSet-Cookie: a=b""#,
+            r#"to = "/new%0D%0ASet-Cookie: a=b""#,
+        ),
+        (r#"to = "/a\tb/$1""#, r#"to = "/a%09b/$1""#),
+        (r#"to = "/x\u0000\"\\""#, r#"to = "/x%00\"\\""#),
+        (
+            r#"to = "https://{host}/\u007f""#,
+            r#"to = "https://{host}/%7F""#,
+        ),
+        (r#"to = "/café""#, r#"to = "/caf%C3%A9""#),
+    ] {
+        let src =
+            format!("{ARC2_BENCH}[[proxy_rules.redirects]]\nfrom = \"^/old/(.*)$\"\n{written}\n");
+        let line = src.lines().count();
+        let v = validate(&src, 1);
+        let e: Vec<&Diagnostic> = v.errors().collect();
+        assert_eq!(e.len(), 1, "{written}: {e:?}");
+        assert_eq!((e[0].line, e[0].column), (line, 6), "{written}: {e:?}");
+        assert_eq!(e[0].key, "proxy_rules[0].redirects[0].to");
+        assert!(e[0].message.contains("cannot be in a `Location`"), "{e:?}");
+        // The fix, pasted in place of the line, passes.
+        let fix = pasted_fix(&e[0].hint, "to");
+        assert_eq!(fix, fixed);
+        let v = validate(&src.replace(written, &fix), 1);
+        assert!(v.config.is_some(), "{fix}: {:?}", v.diagnostics);
+    }
+}
+
+#[test]
+fn a_domain_with_a_control_character_is_an_error() {
+    for (written, fixed) in [
+        (r#"domain = "\u0000""#, None),
+        (
+            r#"domain = "exa\u0000mple.com""#,
+            Some(r#"domain = "example.com""#),
+        ),
+        (
+            r#"domain = "a.example\r\nb""#,
+            Some(r#"domain = "a.exampleb""#),
+        ),
+        (
+            r#"domain = "x\u007f.example""#,
+            Some(r#"domain = "x.example""#),
+        ),
+        (
+            r#"domain = "*.x\tz.example""#,
+            Some(r#"domain = "*.xz.example""#),
+        ),
+    ] {
+        let src = ARC2_BENCH.replace(r#"domain = "localhost""#, written);
+        let v = validate(&src, 1);
+        let e: Vec<&Diagnostic> = v.errors().collect();
+        assert_eq!(e.len(), 1, "{written}: {e:?}");
+        let line = 1 + src
+            .lines()
+            .position(|l| l.starts_with("domain"))
+            .expect("domain");
+        assert_eq!((e[0].line, e[0].column), (line, 10), "{written}: {e:?}");
+        assert!(e[0].message.contains("control character"), "{e:?}");
+        match fixed {
+            Some(fixed) => {
+                let fix = pasted_fix(&e[0].hint, "domain");
+                assert_eq!(fix, fixed);
+                let v = validate(&src.replace(written, &fix), 1);
+                assert!(v.config.is_some(), "{fix}: {:?}", v.diagnostics);
+            }
+            None => assert!(e[0].hint.contains("example.com"), "{e:?}"),
+        }
+    }
+}
+
+/// A fresh directory for files a test reads.
+fn scratch_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("rampart-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+/// `validate_file` on another thread: a file that blocks its reader fails the test instead of
+/// hanging it.
+fn validate_file_in_time(src: &str, path: &std::path::Path) -> Validated {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (src, path) = (src.to_owned(), path.to_owned());
+    std::thread::spawn(move || {
+        let _ = tx.send(validate_file(&src, 1, &path));
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(60))
+        .expect("validation finished (a page file blocked it)")
+}
+
+#[test]
+fn error_pages_are_read_only_from_error_pages_dir() {
+    // An API-key holder could publish any file the process can read (`/etc/shadow`), read
+    // /dev/urandom without a limit, or block `check` on a FIFO.
+    let root = scratch_dir("pages");
+    let conf_dir = root.join("etc");
+    std::fs::create_dir_all(conf_dir.join("errors")).expect("mkdir");
+    let config = conf_dir.join("rampart.toml");
+    std::fs::write(conf_dir.join("502.html"), "<h1>Away</h1>").expect("write");
+    std::fs::write(conf_dir.join("errors/503.html"), "<h1>Busy</h1>").expect("write");
+    std::fs::write(root.join("secret.txt"), "the secret").expect("write");
+    std::os::unix::fs::symlink(root.join("secret.txt"), conf_dir.join("link.html")).expect("ln");
+    std::fs::write(conf_dir.join("big.html"), vec![b'x'; (1 << 20) + 1]).expect("write");
+    std::fs::write(
+        conf_dir.join("key.txt"),
+        "-----BEGIN PRIVATE KEY-----\nMIIE\n",
+    )
+    .expect("write");
+    let fifo = std::process::Command::new("mkfifo")
+        .arg(conf_dir.join("pipe.html"))
+        .status()
+        .expect("mkfifo");
+    assert!(fifo.success());
+    let file_of = |page: &str| {
+        format!("{ARC2_BENCH}[proxy_rules.error_pages]\n502 = {page}\n503 = \"errors/503.html\"\n")
+    };
+    let page_line = |src: &str| {
+        1 + src
+            .lines()
+            .position(|l| l.starts_with("502 ="))
+            .expect("502")
+    };
+
+    // Inside: relative (from the configuration file's directory) or absolute.
+    for page in [
+        "\"502.html\"".to_owned(),
+        format!("{:?}", conf_dir.join("502.html").display().to_string()),
+    ] {
+        let v = validate_file(&file_of(&page), 1, &config);
+        let c = v
+            .config
+            .unwrap_or_else(|| panic!("{page}: {:?}", v.diagnostics));
+        assert_eq!(
+            c.rules[0].error_pages.get(502).expect("502").body,
+            b"<h1>Away</h1>"
+        );
+        assert_eq!(
+            c.rules[0].error_pages.get(503).expect("503").body,
+            b"<h1>Busy</h1>"
+        );
+    }
+
+    let secret = root.join("secret.txt").display().to_string();
+    for (page, says, fix) in [
+        (
+            format!("{secret:?}"),
+            "is outside `error_pages_dir`",
+            Some("copy"),
+        ),
+        (
+            "\"/etc/passwd\"".to_owned(),
+            "is outside `error_pages_dir`",
+            Some("copy"),
+        ),
+        (
+            "\"../secret.txt\"".to_owned(),
+            "has `..` in it",
+            Some("copy"),
+        ),
+        (
+            "\"errors/../502.html\"".to_owned(),
+            "has `..` in it",
+            Some("paste"),
+        ),
+        (
+            "{ file = \"./errors/../errors/503.html\" }".to_owned(),
+            "has `..` in it",
+            Some("paste"),
+        ),
+        (
+            "\"link.html\"".to_owned(),
+            "is a symbolic link to",
+            Some("copy"),
+        ),
+        ("\"pipe.html\"".to_owned(), "not a regular file", None),
+        ("\"big.html\"".to_owned(), "larger than 1048576 bytes", None),
+        (
+            "{ file = \"key.txt\", content_type = \"text/plain\" }".to_owned(),
+            "holds a private key",
+            None,
+        ),
+        (
+            "{ file = \"rampart.toml\", content_type = \"text/plain\" }".to_owned(),
+            "the configuration file itself",
+            None,
+        ),
+        (
+            "\"missing.html\"".to_owned(),
+            "cannot read the error page",
+            None,
+        ),
+    ] {
+        let src = file_of(&page);
+        std::fs::write(&config, &src).expect("write");
+        let v = validate_file_in_time(&src, &config);
+        let e: Vec<&Diagnostic> = v.errors().collect();
+        assert_eq!(e.len(), 1, "{page}: {e:?}");
+        assert_eq!(e[0].key, "proxy_rules[0].error_pages.502", "{page}");
+        assert_eq!((e[0].line, e[0].column), (page_line(&src), 1), "{page}");
+        assert!(e[0].message.contains(says), "{page}: {e:?}");
+        assert!(
+            e[0].message.contains("error_pages_dir") || e[0].hint.contains("error_pages_dir"),
+            "{page}: {e:?}"
+        );
+        // The fix works when pasted (after copying the file, when it says to).
+        let key = if page.starts_with('{') { "file" } else { "502" };
+        match fix {
+            Some("paste") => {
+                let line = pasted_fix(&e[0].hint, key);
+                let fixed = if key == "file" {
+                    src.replace(&page, &format!("{{ {line} }}"))
+                } else {
+                    src.replace(&format!("502 = {page}"), &line)
+                };
+                let v = validate_file(&fixed, 1, &config);
+                assert!(v.config.is_some(), "{line}: {:?}", v.diagnostics);
+            }
+            Some(_) => {
+                assert!(e[0].hint.starts_with("copy the file into"), "{e:?}");
+                let line = pasted_fix(&e[0].hint, key);
+                let name = line.rsplit('"').nth(1).expect("a name");
+                let from = if page.contains("passwd") {
+                    std::path::PathBuf::from("/etc/passwd")
+                } else {
+                    root.join("secret.txt")
+                };
+                std::fs::copy(from, conf_dir.join(name)).expect("copy");
+                let fixed = src.replace(&format!("502 = {page}"), &line);
+                // (`passwd` has no extension to tell its content type by: given here.)
+                let v = validate_file(
+                    &fixed
+                        .replace("502 = ", "502 = { content_type = \"text/plain\", file = ")
+                        .replace(&format!("{name}\"\n"), &format!("{name}\" }}\n")),
+                    1,
+                    &config,
+                );
+                assert!(v.config.is_some(), "{line}: {:?}", v.diagnostics);
+                std::fs::remove_file(conf_dir.join(name)).expect("rm");
+            }
+            None => {}
+        }
+    }
+
+    // Device files are refused whatever the directory: /dev/urandom is read no more.
+    let src = format!(
+        "error_pages_dir = \"/dev\"\n{ARC2_BENCH}[proxy_rules.error_pages]\n502 = {{ file = \"urandom\", content_type = \"text/plain\" }}\n"
+    );
+    let e = errors(&validate_file_in_time(&src, &config));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].contains("not a regular file"), "{e:?}");
+
+    // `error_pages_dir`: relative to the configuration file's directory; one that does not
+    // exist is an error at its line.
+    let src = format!(
+        "error_pages_dir = \"errors\"\n{ARC2_BENCH}[proxy_rules.error_pages]\n503 = \"503.html\"\n"
+    );
+    let v = validate_file(&src, 1, &config);
+    assert!(v.config.is_some(), "{:?}", v.diagnostics);
+    let v = validate_file(&src.replace("\"errors\"", "\"nowhere\""), 1, &config);
+    let e: Vec<&Diagnostic> = v.errors().collect();
+    assert_eq!(e[0].key, "error_pages_dir", "{e:?}");
+    assert_eq!((e[0].line, e[0].column), (1, 19), "{e:?}");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn a_certificate_file_that_is_a_device_or_a_directory_is_an_error() {
+    // The rule API can name these: /dev/zero was read without end when the rule was put in
+    // service, and a FIFO waited for a writer.
+    for (path, says) in [
+        ("/dev/zero", "not a regular file"),
+        ("/dev/null", "not a regular file"),
+        ("/tmp", "a directory"),
+    ] {
+        let v = validate(
+            &format!(
+                "[[proxy_rules]]\ndomain = \"a.example\"\nforward_ipv4 = \"127.0.0.1\"\n\
+                 tls_cert_file = {path:?}\ntls_key_file = {path:?}\n"
+            ),
+            1,
+        );
+        let e = errors(&v);
+        assert_eq!(e.len(), 2, "{path}: {e:?}");
+        assert!(
+            e[0].contains("error at 4:17 `proxy_rules[0].tls_cert_file`"),
+            "{e:?}"
+        );
+        assert!(e[0].contains(says) && e[1].contains(says), "{e:?}");
+    }
 }

@@ -115,7 +115,9 @@ impl<'a> Controller<'a> {
         // The warnings startup printed.
         let shown = match &source {
             Source::File(p, _) => std::fs::read_to_string(p)
-                .map(|src| warnings(&rampart_config::validate(&src, crate::cpus()).diagnostics))
+                .map(|src| {
+                    warnings(&rampart_config::validate_file(&src, crate::cpus(), p).diagnostics)
+                })
                 .unwrap_or_default(),
             Source::Embedded(_) => Vec::new(),
         };
@@ -253,7 +255,7 @@ impl<'a> Controller<'a> {
         commit: Option<&dyn Fn() -> std::io::Result<()>>,
         keep_rules: bool,
     ) -> Result<Answer, Answer> {
-        let v = rampart_config::validate(src, crate::cpus());
+        let v = rampart_config::validate_file(src, crate::cpus(), path);
         let Some(config) = v.config else {
             return Err(invalid(path, why, &v));
         };

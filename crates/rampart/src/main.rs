@@ -144,7 +144,7 @@ fn locate(config: Option<PathBuf>) -> anyhow::Result<PathBuf> {
 fn load(path: &Path) -> anyhow::Result<(String, Validated)> {
     let src =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let v = rampart_config::validate(&src, cpus());
+    let v = rampart_config::validate_file(&src, cpus(), path);
     Ok((src, v))
 }
 

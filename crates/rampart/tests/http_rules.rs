@@ -263,3 +263,199 @@ origin_errors = true
     assert_eq!(head.status, 502);
     assert!(head.body.is_empty());
 }
+
+const API_KEY: &str = "0123456789abcdef0123456789abcdef";
+
+/// A rule operation of the management API, with the key.
+async fn rule_api(proxy: &Proxy, method: &str, path: &str, body: &str) -> Got {
+    let b = Request::builder()
+        .method(method)
+        .uri(proxy.url(path))
+        .header("host", "e.test")
+        .header("authorization", format!("Bearer {API_KEY}"));
+    send(&client(), b.body(full(body.to_owned())).unwrap()).await
+}
+
+#[tokio::test]
+async fn the_rule_api_cannot_publish_a_file_outside_error_pages_dir() {
+    // The configuration's directory (the default `error_pages_dir`) with a page in it, and a
+    // secret beside it, outside it.
+    let dir = scratch("api-pages");
+    std::fs::create_dir_all(dir.join("errors")).unwrap();
+    std::fs::write(dir.join("errors/404.html"), "<h1>Not here</h1>").unwrap();
+    let secret = scratch("secret.txt");
+    std::fs::write(&secret, "the secret").unwrap();
+    std::os::unix::fs::symlink(&secret, dir.join("errors/link.html")).unwrap();
+    let origin = Origin::new().route("*", Reply::text("ok")).start().await;
+    let path = dir.join("rampart.toml");
+    std::fs::write(
+        &path,
+        config_for("e.test", &origin, &format!("api_key = \"{API_KEY}\""), ""),
+    )
+    .unwrap();
+    let proxy = Proxy::spawn(&["run", "--config", path.to_str().unwrap()]);
+    let rule = |page: &str| {
+        format!(
+            "domain = \"leak.test\"\nforward_ipv4 = \"127.0.0.1\"\nforward_port_http = {}\n\
+             max_age_seconds = 0\ndeny_ips = [\"127.0.0.0/8\"]\n\
+             [error_pages]\n403 = {{ file = {page:?}, content_type = \"text/plain\" }}\n",
+            origin.port()
+        )
+    };
+    let name = secret.file_name().unwrap().to_str().unwrap();
+    for page in [
+        secret.to_str().unwrap().to_owned(),
+        "/etc/passwd".to_owned(),
+        format!("../{name}"),
+        format!("errors/../../{name}"),
+        "errors/link.html".to_owned(),
+        dir.join("errors/link.html").to_str().unwrap().to_owned(),
+    ] {
+        let got = rule_api(&proxy, "POST", "/_rampart/rules", &rule(&page)).await;
+        assert_eq!(got.status, 422, "{page}: {}", got.text());
+        let answer: serde_json::Value = serde_json::from_slice(&got.body).unwrap();
+        let problems = answer["problems"].as_array().unwrap();
+        assert_eq!(problems.len(), 1, "{page}: {answer}");
+        assert_eq!(problems[0]["key"], "proxy_rules[1].error_pages.403");
+        let message = problems[0]["message"].as_str().unwrap();
+        assert!(message.contains("error_pages_dir"), "{page}: {message}");
+        // Nothing changed: the host has no rule, and nobody gets the file.
+        let leaked = get(&proxy, "leak.test", "/").await;
+        assert_eq!(leaked.status, 404, "{page}");
+        assert!(!leaked.text().contains("secret"), "{page}");
+        assert!(!std::fs::read_to_string(&path)
+            .unwrap()
+            .contains("leak.test"));
+    }
+    // A page inside the directory is taken, relative to it.
+    let got = rule_api(&proxy, "POST", "/_rampart/rules", &rule("errors/404.html")).await;
+    assert_eq!(got.status, 201, "{}", got.text());
+    let page = get(&proxy, "leak.test", "/").await;
+    assert_eq!(
+        (page.status.as_u16(), page.text()),
+        (403, "<h1>Not here</h1>".to_owned())
+    );
+}
+
+#[tokio::test]
+async fn a_redirect_never_sends_a_path_a_browser_reads_as_another_host() {
+    let origin = echo_origin().start().await;
+    let rule = r#"
+[[proxy_rules.redirects]]
+from = "^/old(.*)$"
+to = "$1"
+[[proxy_rules.redirects]]
+from = "^/p/(.*)$"
+to = "/$1"
+[[proxy_rules.redirects]]
+from = "^(.*[^/])$"
+to = "$1/"
+"#;
+    let proxy = Proxy::start(&config_for("r.test", &origin, "", rule));
+    for (asked, safe) in [
+        // Browsers read `\` as `/`: `/\evil.com/` is `//evil.com/`, another host.
+        ("/\\evil.com", "/evil.com/"),
+        ("/old\\\\evil.com", "/evil.com"),
+        ("/old\\/evil.com", "/evil.com"),
+        ("/old/\\evil.com", "/evil.com"),
+        ("/p/\\evil.com", "/evil.com"),
+        // Encoded, and mixed.
+        ("/%5Cevil.com", "/evil.com/"),
+        ("/%5cevil.com", "/evil.com/"),
+        ("/old%2F%2Fevil.com", "/evil.com"),
+        ("/old%2f%5C/evil.com", "/evil.com"),
+        ("/p/%2F/evil.com", "/evil.com"),
+        ("/old%09/%0D%0A/evil.com", "/evil.com"),
+        // A scheme from what `from` captured is not a scheme of the answer.
+        ("/oldhttps:/evil.com", "./https:/evil.com"),
+        ("/oldjavascript:alert(1)", "./javascript:alert(1)"),
+        // What is harmless stays as it is.
+        ("/a\\b", "/a\\b/"),
+        ("/old/new", "/new"),
+        ("/oldnew", "new"),
+    ] {
+        let r = get(&proxy, "r.test", asked).await;
+        assert_eq!(r.status, 301, "{asked}: {}", r.text());
+        assert_eq!(r.header("location"), Some(safe), "{asked}");
+    }
+    assert_eq!(origin.requests(), 0);
+}
+
+#[tokio::test]
+async fn host_in_a_redirect_and_a_field_rule_is_the_normalised_host() {
+    // `{host}` was the Host as sent: `F.TEST.` made `https://F.TEST./abc`.
+    let origin = echo_origin().start().await;
+    let rule = r#"
+[proxy_rules.request_headers]
+set = { "X-Host" = "{host}" }
+[proxy_rules.response_headers]
+set = { "X-Host" = "{host}" }
+[[proxy_rules.redirects]]
+from = "^/go$"
+to = "https://{host}/abc"
+"#;
+    let proxy = Proxy::start(&config_for("f.test", &origin, "", rule));
+    for host in ["F.TEST.", "f.Test.:8080", "f.test"] {
+        let r = get(&proxy, host, "/go").await;
+        assert_eq!(r.status, 301, "{host}");
+        assert_eq!(r.header("location"), Some("https://f.test/abc"), "{host}");
+        assert_eq!(r.header("x-host"), Some("f.test"), "{host}");
+        let page = get(&proxy, host, "/page").await;
+        assert_eq!(page.header("x-got-x-host"), Some("f.test"), "{host}");
+        assert_eq!(page.header("x-host"), Some("f.test"), "{host}");
+    }
+}
+
+#[tokio::test]
+async fn an_error_page_drops_the_fields_that_described_the_origins_body() {
+    let dir = scratch("origin-pages");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("500.html"), "<h1>Sorry</h1>").unwrap();
+    let mut reply = Reply::text("stack trace!").status(500);
+    for (name, value) in [
+        ("content-md5", "Q2hlY2sgSW50ZWdyaXR5IQ=="),
+        (
+            "digest",
+            "sha-256=X48E9qOokqqrvdts8nOJRJN3OWDUoyWxBf7kbu9DBPE=",
+        ),
+        (
+            "repr-digest",
+            "sha-256=:X48E9qOokqqrvdts8nOJRJN3OWDUoyWxBf7kbu9DBPE=:",
+        ),
+        (
+            "content-digest",
+            "sha-256=:X48E9qOokqqrvdts8nOJRJN3OWDUoyWxBf7kbu9DBPE=:",
+        ),
+        ("content-disposition", "attachment; filename=\"trace.txt\""),
+        ("content-language", "de"),
+        ("content-location", "/traces/1"),
+        ("etag", "\"trace-1\""),
+        ("last-modified", "Tue, 15 Nov 1994 12:45:26 GMT"),
+        ("x-origin", "kept"),
+    ] {
+        reply = reply.header(name, value);
+    }
+    let origin = Origin::new().route("/boom", reply).start().await;
+    let rule = format!(
+        "[proxy_rules.error_pages]\n500 = {:?}\norigin_errors = true\n",
+        dir.join("500.html").to_str().unwrap()
+    );
+    let proxy = Proxy::start(&config_for("e.test", &origin, "", &rule));
+    let boom = get(&proxy, "e.test", "/boom").await;
+    assert_eq!(boom.status, 500);
+    assert_eq!(boom.text(), "<h1>Sorry</h1>");
+    for gone in [
+        "content-md5",
+        "digest",
+        "repr-digest",
+        "content-digest",
+        "content-disposition",
+        "content-language",
+        "content-location",
+        "etag",
+        "last-modified",
+    ] {
+        assert_eq!(boom.header(gone), None, "{gone}");
+    }
+    assert_eq!(boom.header("x-origin"), Some("kept"));
+}

@@ -13,6 +13,7 @@
 
 mod cache;
 mod listeners;
+mod pages;
 mod process;
 mod punycode;
 mod redis;
@@ -63,8 +64,20 @@ impl Validated {
     }
 }
 
-/// Validates configuration text. `cpus` is the default for `workers`.
+/// Validates configuration text that came from no file (`rampart demo`, tests). `cpus` is the
+/// default for `workers`. Error pages are read from the working directory unless
+/// `error_pages_dir` says otherwise.
 pub fn validate(src: &str, cpus: usize) -> Validated {
+    validate_at(src, cpus, None)
+}
+
+/// Validates the text `src` of the configuration file at `path`: `error_pages_dir` is relative
+/// to the file's directory, and by default that directory.
+pub fn validate_file(src: &str, cpus: usize, path: &std::path::Path) -> Validated {
+    validate_at(src, cpus, Some(path))
+}
+
+fn validate_at(src: &str, cpus: usize, file: Option<&std::path::Path>) -> Validated {
     let (doc, recovered) = match toml_edit::Document::parse(src.to_owned()) {
         Ok(doc) => (Some(doc), None),
         Err(e) => {
@@ -83,7 +96,7 @@ pub fn validate(src: &str, cpus: usize) -> Validated {
     let mut sink = Sink::new(&text);
     let config = doc.and_then(|doc| {
         let root = Section::new(doc.as_table(), String::new(), None);
-        let config = read_config(root, &mut sink, cpus);
+        let config = read_config(root, &mut sink, cpus, file);
         sink.resolve_unknown(catalog());
         let screening = config.as_ref().is_some_and(|c| c.screen.sql_injection);
         sink.lenient_notes(screening);
@@ -117,6 +130,7 @@ pub(crate) fn catalog() -> &'static HashMap<String, Kind> {
             Section::new(doc.as_table(), String::new(), None),
             &mut sink,
             1,
+            None,
         );
         sink.kinds
     })
@@ -152,6 +166,22 @@ fn error(
     hint: impl Into<String>,
 ) {
     sink.push(Severity::Error, &at.key, at.span.clone(), message, hint);
+}
+
+/// `text` as a TOML basic string, quotes included (for a fix the reader can paste).
+pub(crate) fn toml_string(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// A byte size: an integer, or a string such as "512MiB", "64M", "1GB" (K/M/G are binary
@@ -233,7 +263,12 @@ fn secs(v: i64) -> Duration {
     Duration::from_secs(v.max(0) as u64)
 }
 
-fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<Config> {
+fn read_config(
+    mut s: Section<'_>,
+    sink: &mut Sink<'_>,
+    cpus: usize,
+    file: Option<&std::path::Path>,
+) -> Option<Config> {
     let listeners = listeners::read(&mut s, sink);
     let process = process::read(&mut s, sink, cpus);
     let cache = cache::read(&mut s, sink);
@@ -246,14 +281,15 @@ fn read_config(mut s: Section<'_>, sink: &mut Sink<'_>, cpus: usize) -> Option<C
     let tls = tls::read(&mut s, sink);
     let redis = redis::read(&mut s, sink);
     let strict_default = s.bool(sink, "strict_path_rules").map(|b| b.value);
-    let mut rules = rule::read_rules(
-        &mut s,
-        sink,
+    let pages = pages::PagesDir::read(&mut s, sink, file);
+    let globals = rule::Globals {
         strict_default,
-        &cache,
-        tls.rule_default.as_ref(),
-        &transforms,
-    );
+        cache: &cache,
+        tls_default: tls.rule_default.as_ref(),
+        transforms: &transforms,
+        pages: &pages,
+    };
+    let mut rules = rule::read_rules(&mut s, sink, &globals);
     s.finish(sink);
     for rule in &mut rules {
         rule.sql_injection &= screen.sql_injection;
@@ -330,7 +366,9 @@ fn cache_statuses(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Option<CacheStatu
     }
 }
 
-/// A path to a file that must exist (checked now, so `rampart check` finds a typo).
+/// A path to a file that must exist (checked now, so `rampart check` finds a typo) and be a
+/// regular file: a device would be read without end and a FIFO waited on when the
+/// configuration is put in service (a rule from the management API may name these keys).
 fn file_key(
     s: &mut Section<'_>,
     sink: &mut Sink<'_>,
@@ -338,11 +376,17 @@ fn file_key(
 ) -> Option<std::path::PathBuf> {
     let v = s.string(sink, key)?;
     let path = std::path::PathBuf::from(v.value.trim());
-    if let Err(e) = std::fs::metadata(&path) {
+    let why = match std::fs::metadata(&path) {
+        Ok(m) if m.is_file() => None,
+        Ok(m) if m.is_dir() => Some("it is a directory".to_owned()),
+        Ok(_) => Some("it is not a regular file (a device, a FIFO or a socket)".to_owned()),
+        Err(e) => Some(e.to_string()),
+    };
+    if let Some(why) = why {
         error(
             sink,
             &v,
-            format!("cannot read {:?}: {e}", v.value),
+            format!("cannot read {:?}: {why}", v.value),
             "give the path of a readable PEM file (relative paths start at rampart's working directory)",
         );
     }

@@ -12,7 +12,6 @@ use http::request::Parts;
 use http::uri::Authority;
 use http::{HeaderMap, Method, Request, Response, Version};
 use rampart_cache::conditional;
-use rampart_cache::key::host_name;
 use rampart_config::{OriginProtocol, RoutingMethod};
 
 use crate::body::origin::OriginBody;
@@ -132,10 +131,11 @@ pub fn send<'a>(
             .get(&access_log::X_REQUEST_ID)
             .or_else(|| access_log::usable_request_id(&head.headers))
             .cloned();
+        let host = crate::headers::origin_host(&route.host);
         let vars = rewrite::Vars {
             client_ip: Some(txn.client),
             scheme: txn.conn.scheme.as_str(),
-            host: host_name(route.host.to_str().unwrap_or("")),
+            host: host.to_str().unwrap_or(""),
             request_id: id.as_ref(),
             path: head.uri.path(),
             query: head.uri.query().unwrap_or(""),

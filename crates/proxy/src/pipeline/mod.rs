@@ -192,10 +192,11 @@ impl Pipeline {
         };
         if let Some(route) = &txn.route {
             if let Some(v) = route.answer_vars() {
+                let host = crate::headers::origin_host(&route.host);
                 let vars = rewrite::Vars {
                     client_ip: Some(txn.client),
                     scheme: txn.conn.scheme.as_str(),
-                    host: rampart_cache::key::host_name(route.host.to_str().unwrap_or("")),
+                    host: host.to_str().unwrap_or(""),
                     request_id: v.request_id.as_ref(),
                     path: &v.path,
                     query: &v.query,

@@ -242,7 +242,7 @@ pub fn route<B>(
         .clone();
     let mut extras = None;
     if rule.extras.paths {
-        extras = redirect_or_rewrite(&rule.config, req, scheme, host_str)?;
+        extras = redirect_or_rewrite(&rule.config, req, scheme, &host)?;
     }
     let (decision, path_rule) = rule.decide_with(&path::match_form(req.uri().path()));
     if rule.extras.answer_rules
@@ -275,13 +275,15 @@ fn redirect_or_rewrite<B>(
     c: &rampart_config::RuleConfig,
     req: &mut Request<B>,
     scheme: Scheme,
-    host: &str,
+    host: &HeaderValue,
 ) -> Result<Option<Box<RouteExtras>>, ProxyError> {
     if !c.redirects.is_empty() {
+        // `{host}`: the name the cache key and the origin's `Host` have.
+        let host = crate::headers::origin_host(host);
         let vars = rewrite::Vars {
             client_ip: None,
             scheme: scheme.as_str(),
-            host: host_name(host),
+            host: host.to_str().unwrap_or(""),
             request_id: None,
             path: req.uri().path(),
             query: req.uri().query().unwrap_or(""),

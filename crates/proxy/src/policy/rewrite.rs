@@ -8,8 +8,9 @@ use std::net::IpAddr;
 
 use bytes::Bytes;
 use http::header::{
-    HeaderMap, HeaderValue, ACCEPT_RANGES, CONTENT_ENCODING, CONTENT_LANGUAGE, CONTENT_LENGTH,
-    CONTENT_LOCATION, CONTENT_RANGE, CONTENT_TYPE, ETAG, LAST_MODIFIED, TRANSFER_ENCODING,
+    HeaderMap, HeaderName, HeaderValue, ACCEPT_RANGES, CONTENT_DISPOSITION, CONTENT_ENCODING,
+    CONTENT_LANGUAGE, CONTENT_LENGTH, CONTENT_LOCATION, CONTENT_RANGE, CONTENT_TYPE, ETAG,
+    LAST_MODIFIED, TRANSFER_ENCODING,
 };
 use http::{Response, StatusCode};
 use rampart_config::{
@@ -24,7 +25,8 @@ use crate::origin::fields::OriginFields;
 pub struct Vars<'a> {
     pub client_ip: Option<IpAddr>,
     pub scheme: &'static str,
-    /// Without its port.
+    /// The routed host as the cache key and the origin's `Host` have it: lower case, without
+    /// its port or a trailing dot ([`crate::headers::origin_host`]).
     pub host: &'a str,
     pub request_id: Option<&'a HeaderValue>,
     pub path: &'a str,
@@ -148,12 +150,84 @@ pub fn redirect(redirects: &[Redirect], vars: &Vars<'_>) -> Option<(StatusCode, 
             TemplatePart::Var(v) => value_of(*v, vars, &mut to),
         }
     }
+    if !names_its_host(&r.to) {
+        to = same_host(to);
+    }
     if r.keep_query && !vars.query.is_empty() {
         to.push(if to.contains('?') { '&' } else { '?' });
         to.push_str(vars.query);
     }
     let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::MOVED_PERMANENTLY);
     Some((status, to))
+}
+
+/// Whether a redirect's target, as written, names its scheme and host (`https://new.example/$1`,
+/// `{scheme}://{host}$1`, `//cdn.example/$1`): what `from` captured then comes after a host the
+/// file chose.
+fn names_its_host(to: &Template) -> bool {
+    match to.parts.as_slice() {
+        [TemplatePart::Var(Variable::Scheme), TemplatePart::Text(t), ..] => t.starts_with("://"),
+        [TemplatePart::Text(t), ..] => {
+            t.starts_with("//") || scheme_len(t).is_some_and(|n| t[n..].starts_with("//"))
+        }
+        _ => false,
+    }
+}
+
+/// The length of `text`'s URL scheme with its `:` (RFC 3986 §3.1), when it starts with one.
+fn scheme_len(text: &str) -> Option<usize> {
+    let end = text.find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))?;
+    let first_is_letter = text.as_bytes().first().is_some_and(u8::is_ascii_alphabetic);
+    (first_is_letter && text[end..].starts_with(':')).then_some(end + 1)
+}
+
+/// A redirect target meant for the request's own host, made so that no browser reads it as
+/// another host's: what it starts with after substitution may come from the client.
+///
+/// Browsers drop tabs and line breaks anywhere in a URL and controls and spaces before it, and
+/// read `\` as `/`: `/\evil.com`, `\\evil.com` and `/<TAB>/evil.com` are `//evil.com`, a
+/// scheme-relative URL to another host. So the leading run of slashes and backslashes (also
+/// percent-encoded, which an origin may decode; encoded tabs and line breaks in it count for
+/// nothing) becomes one `/`. A target that starts with a scheme (`https:/evil.com`, from a
+/// capture) gets `./` before it, which makes it the relative path it was meant to be
+/// (RFC 3986 §4.2).
+fn same_host(to: String) -> String {
+    let to = if to.contains(['\t', '\n', '\r']) {
+        to.replace(['\t', '\n', '\r'], "")
+    } else {
+        to
+    };
+    let start = to.trim_start_matches(|c: char| c <= ' ');
+    let mut rest = start;
+    let mut slashes = 0;
+    loop {
+        if let Some(r) = rest.strip_prefix(['/', '\\']) {
+            slashes += 1;
+            rest = r;
+            continue;
+        }
+        let code = rest.strip_prefix('%').and_then(|r| r.get(..2));
+        match code.map(str::to_ascii_uppercase).as_deref() {
+            Some("2F" | "5C") => slashes += 1,
+            Some("09" | "0A" | "0D") => {}
+            _ => break,
+        }
+        rest = &rest[3..];
+    }
+    if slashes > 0 {
+        if start.len() - rest.len() == 1 && start.starts_with('/') && start.len() == to.len() {
+            return to;
+        }
+        return format!("/{rest}");
+    }
+    if scheme_len(start).is_some() {
+        return format!("./{start}");
+    }
+    if start.len() == to.len() {
+        to
+    } else {
+        start.to_owned()
+    }
 }
 
 /// The path the first matching rewrite makes of `path`, when one matches.
@@ -166,20 +240,30 @@ pub fn rewrite(rewrites: &[Rewrite], path: &str) -> Option<String> {
     })
 }
 
+/// Fields that describe a body (its coding, language, digest, validators, name, range): an
+/// error page that takes the place of the origin's body takes them away with it.
+static BODY_FIELDS: [HeaderName; 13] = [
+    CONTENT_ENCODING,
+    CONTENT_LANGUAGE,
+    CONTENT_LOCATION,
+    CONTENT_RANGE,
+    CONTENT_DISPOSITION,
+    TRANSFER_ENCODING,
+    ETAG,
+    LAST_MODIFIED,
+    ACCEPT_RANGES,
+    // RFC 1864 (obsolete, still sent), RFC 3230 (obsoleted by RFC 9530), RFC 9530.
+    HeaderName::from_static("content-md5"),
+    HeaderName::from_static("digest"),
+    HeaderName::from_static("repr-digest"),
+    HeaderName::from_static("content-digest"),
+];
+
 /// `res` with the page's body and type in place of its own (status and other fields kept;
 /// those that described the old body go).
 pub fn with_page(mut res: Response<ProxyBody>, page: &ErrorPage) -> Response<ProxyBody> {
     let h = res.headers_mut();
-    for name in [
-        CONTENT_ENCODING,
-        CONTENT_LANGUAGE,
-        CONTENT_LOCATION,
-        CONTENT_RANGE,
-        TRANSFER_ENCODING,
-        ETAG,
-        LAST_MODIFIED,
-        ACCEPT_RANGES,
-    ] {
+    for name in &BODY_FIELDS {
         h.remove(name);
     }
     if let Ok(v) = HeaderValue::from_str(&page.content_type) {

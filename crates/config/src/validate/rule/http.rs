@@ -11,7 +11,8 @@ use crate::model::{
     Variable,
 };
 use crate::reader::{At, Section, Sink};
-use crate::validate::error;
+use crate::validate::pages::{PagesDir, Written};
+use crate::validate::{error, toml_string};
 
 /// Fields rampart keeps to itself: the connection's and the body's framing. A rule that set
 /// them would break the exchange, not change it.
@@ -186,6 +187,22 @@ pub(super) fn redirects(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Vec<Redirec
         };
         let to = to.and_then(|t| {
             let v = t.value.trim();
+            // A field value holds visible ASCII: with anything else the answer would go out
+            // without its `Location`.
+            if let Some(c) = v.chars().find(|c| c.is_control() || !c.is_ascii()) {
+                let what = if c.is_control() {
+                    format!("a control character (U+{:04X})", c as u32)
+                } else {
+                    format!("a character outside ASCII ({c:?})")
+                };
+                error(
+                    sink,
+                    &t,
+                    format!("{what} cannot be in a `Location` field; the redirect would be answered without one"),
+                    format!("percent-encode it: `to = {}`", toml_string(&percent_encoded(v))),
+                );
+                return None;
+            }
             let shaped =
                 v.starts_with('/') || v.starts_with('$') || v.starts_with('{') || v.contains("://");
             if !shaped {
@@ -224,6 +241,22 @@ pub(super) fn redirects(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Vec<Redirec
                 status,
                 keep_query,
             });
+        }
+    }
+    out
+}
+
+/// `text` with its control and non-ASCII characters percent-encoded (as UTF-8 bytes).
+fn percent_encoded(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() || !c.is_ascii() {
+            let mut buf = [0; 4];
+            for b in c.encode_utf8(&mut buf).bytes() {
+                out.push_str(&format!("%{b:02X}"));
+            }
+        } else {
+            out.push(c);
         }
     }
     out
@@ -279,7 +312,7 @@ fn pattern(s: &mut Section<'_>, sink: &mut Sink<'_>, key: &'static str) -> Optio
         }
         return None;
     };
-    match Pattern::new(&v.value, false) {
+    match sink.pattern(&v.value, false) {
         Ok(p) => Some(p),
         Err(why) => {
             error(
@@ -293,12 +326,9 @@ fn pattern(s: &mut Section<'_>, sink: &mut Sink<'_>, key: &'static str) -> Optio
     }
 }
 
-/// Largest error page.
-const MAX_PAGE: u64 = 1 << 20;
-
 /// `[proxy_rules.error_pages]`: `STATUS = "file"` or `STATUS = { file = "…" | body = "…",
 /// content_type = "…" }`, and `origin_errors`.
-pub(super) fn error_pages(s: &mut Section<'_>, sink: &mut Sink<'_>) -> ErrorPages {
+pub(super) fn error_pages(s: &mut Section<'_>, sink: &mut Sink<'_>, dir: &PagesDir) -> ErrorPages {
     let mut pages = ErrorPages::default();
     let Some(mut t) = s.table(sink, "error_pages") else {
         return pages;
@@ -328,7 +358,7 @@ pub(super) fn error_pages(s: &mut Section<'_>, sink: &mut Sink<'_>) -> ErrorPage
                 continue;
             }
         };
-        if let Some(page) = error_page(sink, &entry) {
+        if let Some(page) = error_page(sink, &entry, name, dir) {
             pages.pages.push((status, page));
         }
     }
@@ -336,8 +366,14 @@ pub(super) fn error_pages(s: &mut Section<'_>, sink: &mut Sink<'_>) -> ErrorPage
     pages
 }
 
-/// One page: a file (read now) or an inline body, and its content type.
-fn error_page(sink: &mut Sink<'_>, entry: &At<&Item>) -> Option<ErrorPage> {
+/// One page: a file (read now, from `dir`) or an inline body, and its content type.
+fn error_page(
+    sink: &mut Sink<'_>,
+    entry: &At<&Item>,
+    status: &str,
+    dir: &PagesDir,
+) -> Option<ErrorPage> {
+    let bare = matches!(entry.value, Item::Value(Value::String(_)));
     let (file, body, content_type) = match entry.value {
         Item::Value(Value::String(f)) => (Some(f.value().clone()), None, None),
         item => match item.as_table_like() {
@@ -387,29 +423,14 @@ fn error_page(sink: &mut Sink<'_>, entry: &At<&Item>) -> Option<ErrorPage> {
             (b.into_bytes(), Some(kind))
         }
         (Some(f), None) => {
-            let path = std::path::Path::new(f.trim());
-            let read = std::fs::metadata(path).and_then(|m| {
-                if m.len() > MAX_PAGE {
-                    Err(std::io::Error::other(format!(
-                        "it is {} bytes; an error page may have {MAX_PAGE}",
-                        m.len()
-                    )))
-                } else {
-                    std::fs::read(path)
-                }
-            });
-            match read {
-                Ok(b) => (b, content_type_of(path)),
-                Err(e) => {
-                    error(
-                        sink,
-                        entry,
-                        format!("cannot read the error page {f:?}: {e}"),
-                        "give the path of a readable file (relative paths start at rampart's working directory)",
-                    );
-                    return None;
-                }
-            }
+            let written = if bare {
+                Written::Bare(status)
+            } else {
+                Written::Table
+            };
+            let name = f.trim();
+            let b = dir.read_page(sink, entry, name, written)?;
+            (b, content_type_of(std::path::Path::new(name)))
         }
     };
     let content_type = match content_type.or(guessed.map(str::to_owned)) {

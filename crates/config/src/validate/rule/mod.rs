@@ -8,38 +8,39 @@ mod protocols;
 mod tls;
 
 use crate::validate::{
-    body_size, cache_heuristic, cache_statuses, cidrs, error, flag, lenient, rate_limit, transform,
-    warn, I64,
+    body_size, cache_heuristic, cache_statuses, cidrs, error, flag, lenient, rate_limit,
+    toml_string, transform, warn, I64,
 };
+use std::collections::HashSet;
 use std::net::Ipv6Addr;
 
 use crate::model::*;
 use crate::reader::{At, Section, Sink};
+use crate::validate::pages::PagesDir;
 use crate::Severity;
+
+/// What the global keys give every rule: defaults and where error pages are read from.
+pub(super) struct Globals<'a> {
+    /// The global `strict_path_rules`, when written.
+    pub(super) strict_default: Option<bool>,
+    pub(super) cache: &'a CacheConfig,
+    pub(super) tls_default: Option<&'a CertSource>,
+    pub(super) transforms: &'a transform::Global,
+    pub(super) pages: &'a PagesDir,
+}
 
 /// Every `[[proxy_rules]]` that is valid (the others are reported).
 pub(super) fn read_rules(
     s: &mut Section<'_>,
     sink: &mut Sink<'_>,
-    strict_default: Option<bool>,
-    cache: &CacheConfig,
-    tls_default: Option<&CertSource>,
-    transforms: &transform::Global,
+    globals: &Globals<'_>,
 ) -> Vec<RuleConfig> {
     let mut rules = Vec::new();
     match s.tables(sink, "proxy_rules") {
         Some(sections) => {
-            let mut domains = Vec::new();
+            let mut domains = HashSet::new();
             for section in sections {
-                if let Some(rule) = read_rule(
-                    section,
-                    sink,
-                    strict_default,
-                    cache,
-                    tls_default,
-                    transforms,
-                    &mut domains,
-                ) {
+                if let Some(rule) = read_rule(section, sink, globals, &mut domains) {
                     rules.push(rule);
                 }
             }
@@ -58,12 +59,16 @@ pub(super) fn read_rules(
 fn read_rule(
     mut s: Section<'_>,
     sink: &mut Sink<'_>,
-    strict_default: Option<bool>,
-    cache: &CacheConfig,
-    tls_default: Option<&CertSource>,
-    transforms: &transform::Global,
-    domains: &mut Vec<DomainPattern>,
+    globals: &Globals<'_>,
+    domains: &mut HashSet<DomainPattern>,
 ) -> Option<RuleConfig> {
+    let Globals {
+        strict_default,
+        cache,
+        tls_default,
+        transforms,
+        pages,
+    } = *globals;
     let mut ok = true;
     let first_diag = sink.diags.len();
     let domain_at = s.string(sink, "domain");
@@ -103,24 +108,18 @@ fn read_rule(
     let response_headers = http::header_rules(&mut s, sink, "response_headers");
     let redirects = http::redirects(&mut s, sink);
     let rewrites = http::rewrites(&mut s, sink);
-    let error_pages = http::error_pages(&mut s, sink);
+    let error_pages = http::error_pages(&mut s, sink, pages);
     ok &= path_rules.is_some();
     let origins = origins::read(&mut s, sink, &names, ok);
     ok &= origins.is_some();
     if unused {
         // A rule that is never used: that it is unused is the one thing worth saying about it
         // (its errors still count; its warnings would only lead the reader astray).
-        sink.muted.push(s.path().to_owned());
-        sink.forget_lenient(s.path());
-        let mut i = first_diag;
-        while i < sink.diags.len() {
-            let d = &sink.diags[i];
-            if d.severity != Severity::Error && !d.message.contains("this rule is never used") {
-                sink.diags.remove(i);
-            } else {
-                i += 1;
-            }
-        }
+        sink.mute(s.path());
+        let own = sink.diags.split_off(first_diag);
+        sink.diags.extend(own.into_iter().filter(|d| {
+            d.severity == Severity::Error || d.message.contains("this rule is never used")
+        }));
     }
     s.finish(sink);
 
@@ -292,7 +291,7 @@ fn read_domain(
     s: &mut Section<'_>,
     sink: &mut Sink<'_>,
     domain_at: Option<&At<String>>,
-    domains: &mut Vec<DomainPattern>,
+    domains: &mut HashSet<DomainPattern>,
 ) -> (Option<DomainPattern>, bool) {
     let domain = match domain_at {
         Some(d) => parse_domain(sink, d),
@@ -309,7 +308,7 @@ fn read_domain(
     };
     let mut unused = false;
     if let (Some(d), Some(at)) = (&domain, domain_at) {
-        if domains.contains(d) {
+        if !domains.insert(d.clone()) {
             unused = true;
             warn(
                 sink,
@@ -320,8 +319,6 @@ fn read_domain(
                 ),
                 "merge the two rules or remove one",
             );
-        } else {
-            domains.push(d.clone());
         }
     }
     (domain, unused)
@@ -385,6 +382,24 @@ fn parse_domain(sink: &mut Sink<'_>, d: &At<String>) -> Option<DomainPattern> {
     };
     if text == "*" {
         return Some(DomainPattern::Any);
+    }
+    if let Some(c) = text.chars().find(|c| c.is_control()) {
+        let clean: String = d.value.trim().chars().filter(|c| !c.is_control()).collect();
+        let hint = if clean.is_empty() {
+            "write a host name such as \"example.com\", a wildcard \"*.example.com\", or \"*\" for every host".to_owned()
+        } else {
+            format!("write it without: `domain = {}`", toml_string(&clean))
+        };
+        error(
+            sink,
+            d,
+            format!(
+                "{:?} is not a valid domain: it contains a control character (U+{:04X})",
+                d.value, c as u32
+            ),
+            hint,
+        );
+        return None;
     }
     if let Some((what, bare)) = url_parts(&text) {
         error(

@@ -2,7 +2,7 @@
 //! and for how long it is cached).
 
 use super::{blacklist_bypasses, match_type, parse_rule_type};
-use crate::model::{PathMatch, PathRuleConfig, Pattern, RuleType};
+use crate::model::{PathMatch, PathRuleConfig, RuleType};
 use crate::reader::{Section, Sink};
 use crate::validate::{error, lenient, warn, I64};
 use crate::Severity;
@@ -60,7 +60,7 @@ pub(super) fn read_path_rules(
             let ignore_case = pr.bool(sink, "ignore_case").is_some_and(|b| b.value);
             let mt = match pr.string(sink, "match_type") {
                 Some(m) if m.value == "Regex" => match &path {
-                    Some(p) => match Pattern::new(&p.value, ignore_case) {
+                    Some(p) => match sink.pattern(&p.value, ignore_case) {
                         Ok(re) => Some(PathMatch::Regex(re)),
                         Err(why) => {
                             error(
