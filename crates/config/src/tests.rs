@@ -1926,6 +1926,7 @@ fn a_disk_cache_directory_others_can_write_is_an_error() {
     let _ = validate(&src, 1);
     assert_eq!(std::fs::read(&victim).expect("victim"), b"keep");
     let _ = std::fs::remove_dir_all(&dir);
+}
 
 /// The `KEY = "…"` a hint gives as the fix, as written in the hint.
 fn pasted_fix(hint: &str, key: &str) -> String {
