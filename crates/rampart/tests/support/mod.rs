@@ -758,7 +758,22 @@ pub async fn send(
 
 /// A free loopback port: bound, then released for a server that needs a fixed one in its
 /// configuration (Pebble, HAProxy).
+///
+/// Chosen below the kernel's ephemeral range (32768–60999 by default), where a port freed here
+/// could be handed to any other socket's `bind(0)` or `connect` before the process it is meant
+/// for binds it (an ACME test lost its port to another test that way): outside it, only
+/// another explicit choice can take it.
 pub fn free_port() -> u16 {
+    use std::sync::atomic::AtomicU32;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let seed = std::process::id().wrapping_mul(2_654_435_761);
+    for _ in 0..10_000 {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = 20_000 + (seed.wrapping_add(n.wrapping_mul(7_919)) % 12_000) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
