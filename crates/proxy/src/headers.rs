@@ -153,15 +153,27 @@ pub fn forwarded_for(client: &HeaderMap, client_ip: &HeaderValue) -> HeaderValue
 /// `X-Forwarded-For` has it), `proto=` the scheme it used, `host=` the host the origin gets
 /// (`host` is [`origin_host`]'s). An IPv6 address, and a host that is not a token, are
 /// quoted (`for="[::1]"`, §6).
-pub fn forwarded_element(client_ip: IpAddr, scheme: &str, host: &HeaderValue) -> Vec<u8> {
-    use std::io::Write as _;
-    let mut v = Vec::with_capacity(64);
-    // Written in place: one allocation for the element (it goes on every request to the
-    // origin, passes included). Writing to a Vec cannot fail.
-    let _ = match client_ip {
-        IpAddr::V4(ip) => write!(v, "for={ip}"),
-        IpAddr::V6(ip) => write!(v, "for=\"[{ip}]\""),
-    };
+/// `client_text` is the address as the connection wrote it once (`X-Forwarded-For`'s), so no
+/// request formats it again: the element goes on every request to the origin, passes
+/// included, in one allocation.
+pub fn forwarded_element(
+    client_ip: IpAddr,
+    client_text: &HeaderValue,
+    scheme: &str,
+    host: &HeaderValue,
+) -> Vec<u8> {
+    let mut v = Vec::with_capacity(32 + client_text.len() + host.len());
+    match client_ip {
+        IpAddr::V4(_) => {
+            v.extend_from_slice(b"for=");
+            v.extend_from_slice(client_text.as_bytes());
+        }
+        IpAddr::V6(_) => {
+            v.extend_from_slice(b"for=\"[");
+            v.extend_from_slice(client_text.as_bytes());
+            v.extend_from_slice(b"]\"");
+        }
+    }
     v.extend_from_slice(b";proto=");
     v.extend_from_slice(scheme.as_bytes());
     v.extend_from_slice(b";host=");
@@ -183,24 +195,22 @@ pub fn forwarded_element(client_ip: IpAddr, scheme: &str, host: &HeaderValue) ->
 /// could otherwise name the host or scheme an origin builds its page for, and have that page
 /// stored for everyone.
 pub fn forwarded(client: &HeaderMap, own: Vec<u8>, extend: bool) -> HeaderValue {
-    let mut prev = client.get_all(FORWARDED).iter().peekable();
-    if !(extend && prev.peek().is_some()) {
-        // The usual case: rampart's element, taken as it is (no copy).
-        return HeaderValue::from_maybe_shared(bytes::Bytes::from(own))
-            // invariant: rampart's element is an address, a scheme and a checked host:
-            // visible ASCII.
-            .unwrap_or_else(|_| HeaderValue::from_static("for=unknown"));
-    }
-    let mut v = Vec::new();
     if extend {
-        for p in prev {
-            v.extend_from_slice(p.as_bytes());
-            v.extend_from_slice(b", ");
+        let mut prev = client.get_all(FORWARDED).iter().peekable();
+        if prev.peek().is_some() {
+            let mut v = Vec::new();
+            for p in prev {
+                v.extend_from_slice(p.as_bytes());
+                v.extend_from_slice(b", ");
+            }
+            v.extend_from_slice(&own);
+            if let Ok(v) = HeaderValue::from_bytes(&v) {
+                return v;
+            }
         }
     }
-    v.extend_from_slice(&own);
-    HeaderValue::from_bytes(&v)
-        .or_else(|_| HeaderValue::from_bytes(&own))
+    // The usual case: rampart's element, taken as it is (no copy).
+    HeaderValue::from_maybe_shared(bytes::Bytes::from(own))
         // invariant: rampart's element is an address, a scheme and a checked host: visible
         // ASCII.
         .unwrap_or_else(|_| HeaderValue::from_static("for=unknown"))
@@ -208,7 +218,27 @@ pub fn forwarded(client: &HeaderMap, own: Vec<u8>, extend: bool) -> HeaderValue 
 
 /// A `tchar` of RFC 9110 §5.6.2 (the bytes of a token).
 fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+    matches!(
+        b,
+        b'0'..=b'9'
+            | b'a'..=b'z'
+            | b'A'..=b'Z'
+            | b'!'
+            | b'#'
+            | b'$'
+            | b'%'
+            | b'&'
+            | b'\''
+            | b'*'
+            | b'+'
+            | b'-'
+            | b'.'
+            | b'^'
+            | b'_'
+            | b'`'
+            | b'|'
+            | b'~'
+    )
 }
 
 #[cfg(test)]
@@ -280,13 +310,13 @@ mod tests {
     #[test]
     fn forwarded_names_ramparts_client_and_extends_only_a_trusted_list() {
         let host = HeaderValue::from_static("shop.example");
-        let v4 = forwarded_element("192.0.2.7".parse().expect("address"), "https", &host);
+        let element = |ip: &str, scheme, host: &HeaderValue| {
+            let text = HeaderValue::from_str(ip).expect("text");
+            forwarded_element(ip.parse().expect("address"), &text, scheme, host)
+        };
+        let v4 = element("192.0.2.7", "https", &host);
         assert_eq!(v4, b"for=192.0.2.7;proto=https;host=shop.example");
-        let v6 = forwarded_element(
-            "::1".parse().expect("address"),
-            "http",
-            &HeaderValue::from_static("[::1]"),
-        );
+        let v6 = element("::1", "http", &HeaderValue::from_static("[::1]"));
         assert_eq!(v6, b"for=\"[::1]\";proto=http;host=\"[::1]\"");
         let mut h = HeaderMap::new();
         assert_eq!(forwarded(&h, v4.clone(), true), &v4[..]);

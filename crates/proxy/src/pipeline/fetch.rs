@@ -354,7 +354,12 @@ fn for_origin(
     f.set(X_FORWARDED_PORT.clone(), conn.local_port_header.clone());
     // RFC 7239 says what the X-Forwarded-* fields say, host and scheme included: the client's
     // goes on only from a trusted proxy (and not when its `Connection` names it).
-    let own = forwarded_element(conn.client_ip, conn.scheme.as_str(), &host);
+    let own = forwarded_element(
+        conn.client_ip,
+        &conn.client_ip_header,
+        conn.scheme.as_str(),
+        &host,
+    );
     let extend = trusted && !f.drops(&FORWARDED);
     f.set(FORWARDED, forwarded(client, own, extend));
     f.set(http::header::VIA, via_value(downstream_version));
