@@ -194,7 +194,9 @@ impl Writer {
                 let _ = dir.remove(&name);
             }
         }
-        let log = match dir.read(PURGES, inner.options.size) {
+        // The log counts within `cache_disk_size`, but the size may have been lowered since it
+        // was written: a purge must not be lost for that.
+        let log = match dir.read(PURGES, inner.options.size.max(1 << 30)) {
             Ok(log) => log,
             Err(e) if e.kind() == ErrorKind::NotFound => Vec::new(),
             Err(e) => {
