@@ -251,7 +251,7 @@ fn eq(name: &[u8], literal: &str) -> bool {
 }
 
 /// `tchar` (RFC 9110 §5.6.2).
-pub(crate) fn is_tchar(b: u8) -> bool {
+pub fn is_tchar(b: u8) -> bool {
     b.is_ascii_alphanumeric()
         || matches!(
             b,

@@ -178,7 +178,11 @@ pub fn forwarded_element(
     v.extend_from_slice(scheme.as_bytes());
     v.extend_from_slice(b";host=");
     let host = host.as_bytes();
-    if !host.is_empty() && host.iter().all(|&b| is_tchar(b)) {
+    if !host.is_empty()
+        && host
+            .iter()
+            .all(|&b| rampart_cache::cache_control::is_tchar(b))
+    {
         v.extend_from_slice(host);
     } else {
         // A checked host holds no `"` or `\` (see `is_valid_host`): nothing to escape.
@@ -214,31 +218,6 @@ pub fn forwarded(client: &HeaderMap, own: Vec<u8>, extend: bool) -> HeaderValue 
         // invariant: rampart's element is an address, a scheme and a checked host: visible
         // ASCII.
         .unwrap_or_else(|_| HeaderValue::from_static("for=unknown"))
-}
-
-/// A `tchar` of RFC 9110 §5.6.2 (the bytes of a token).
-fn is_tchar(b: u8) -> bool {
-    matches!(
-        b,
-        b'0'..=b'9'
-            | b'a'..=b'z'
-            | b'A'..=b'Z'
-            | b'!'
-            | b'#'
-            | b'$'
-            | b'%'
-            | b'&'
-            | b'\''
-            | b'*'
-            | b'+'
-            | b'-'
-            | b'.'
-            | b'^'
-            | b'_'
-            | b'`'
-            | b'|'
-            | b'~'
-    )
 }
 
 #[cfg(test)]

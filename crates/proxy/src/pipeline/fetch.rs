@@ -131,7 +131,11 @@ pub fn send<'a>(
             .get(&access_log::X_REQUEST_ID)
             .or_else(|| access_log::usable_request_id(&head.headers))
             .cloned();
-        let host = crate::headers::origin_host(&route.host);
+        // The name `for_origin` put in `Host`.
+        let host = fields
+            .get(&HOST)
+            .cloned()
+            .unwrap_or_else(|| crate::headers::origin_host(&route.host));
         let vars = rewrite::Vars {
             client_ip: Some(txn.client),
             scheme: txn.conn.scheme.as_str(),
