@@ -1892,7 +1892,7 @@ fn a_field_name_with_a_dot_is_read_whole() {
     assert_eq!(c.rules[0].response_headers.set[0].0, "x.trace");
 }
 
-/// Regression (issue 47): `check` called a directory anyone could write (mode 1777) fine,
+/// `check` called a directory anyone could write (mode 1777) fine,
 /// and the disk tier then followed links planted in it. Refused at its line and column, with
 /// a fix that works when pasted.
 #[test]

@@ -3,7 +3,7 @@
 //! spelling, SQL injection in multipart and `text/json` bodies, user-agent blocks evaded with a
 //! second line or a non-ASCII byte, a transfer coding rampart does not decode, a WebP image
 //! bomb, and the conformance cases (an HTTP/2 preface with a wrong byte, a space in the target,
-//! a target longer than the head limit, HTTP/2 field counts); and from issue 47: a client's
+//! a target longer than the head limit, HTTP/2 field counts); a client's
 //! `Forwarded`, a target without its `/`, malformed HTTP/2 heads, the `Bearer` scheme's case,
 //! origin statuses over 599. Each asserts what the client got and what the origin saw.
 
@@ -435,9 +435,9 @@ async fn many_large_partial_heads_are_bounded_together() {
     assert_eq!(get(&proxy, "h", "/").await.status, 200);
 }
 
-// --- issue 47: forwarding fields, request targets, HTTP/2 conformance, origin statuses ------
+// --- forwarding fields, request targets, HTTP/2 conformance, origin statuses ---------------
 
-/// Issue 47: `Forwarded: host=evil.com` passed untouched while `X-Forwarded-Host` was
+/// `Forwarded: host=evil.com` passed untouched while `X-Forwarded-Host` was
 /// replaced, and an origin that reads it answered a 404 that was stored for everyone. The
 /// origin now gets rampart's own `Forwarded` (the peer, the scheme, the host the key uses),
 /// after the client's list only when the peer is a trusted proxy.
@@ -509,7 +509,7 @@ async fn a_clients_forwarded_host_does_not_reach_the_origin() {
     );
 }
 
-/// Issue 47: an absolute-form target with an empty path (`http://t?x/reflect`) reached the
+/// an absolute-form target with an empty path (`http://t?x/reflect`) reached the
 /// origin as `GET ?x/reflect` while rules and `{path}` saw `/`.
 #[tokio::test]
 async fn an_absolute_target_without_a_path_reaches_the_origin_as_the_rules_saw_it() {
@@ -613,7 +613,7 @@ async fn h2_raw_status(addr: SocketAddr, fields: &[(&str, &str)]) -> Result<u16,
     .unwrap()
 }
 
-/// Issue 47, HTTP/2: a `:path` not starting with `/` (RFC 9113 §8.3.1), two `host` fields
+/// HTTP/2: a `:path` not starting with `/` (RFC 9113 §8.3.1), two `host` fields
 /// without `:authority`, and field values with leading or trailing whitespace (§8.2.1) are
 /// malformed requests: 400, nothing forwarded. HTTP/1.1 trims such whitespace (RFC 9112 §5),
 /// as the origin sees.
@@ -681,7 +681,7 @@ async fn malformed_http2_requests_get_400() {
     assert_eq!(origin.last().headers["x-a"], "v w");
 }
 
-/// Issue 47: `Authorization: BEARER <key>` was refused; the scheme is case-insensitive
+/// `Authorization: BEARER <key>` was refused; the scheme is case-insensitive
 /// (RFC 9110 §11.1).
 #[tokio::test]
 async fn the_bearer_scheme_is_case_insensitive() {
@@ -708,7 +708,7 @@ async fn the_bearer_scheme_is_case_insensitive() {
     }
 }
 
-/// Issue 47: an origin's status of 999 was passed to clients (and could be stored). A final
+/// an origin's status of 999 was passed to clients (and could be stored). A final
 /// status outside 100–599 is a broken answer: 502, never stored, from HTTP/1.1 and HTTP/2
 /// origins alike.
 #[tokio::test]

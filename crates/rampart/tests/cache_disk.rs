@@ -818,7 +818,7 @@ async fn a_304_refreshes_what_the_disk_holds() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Regression (issue 47): `check` and the start accepted a cache directory anyone could
+/// `check` and the start accepted a cache directory anyone could
 /// write (mode 1777), in which links planted by another user were followed. Both refuse it,
 /// at its line and column, and the fix `check` prints works when pasted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -871,7 +871,7 @@ async fn check_and_start_refuse_a_cache_directory_others_can_write() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Regression (issue 47): a link named like a segment was cut to 0 bytes by the warm-up, and
+/// a link named like a segment was cut to 0 bytes by the warm-up, and
 /// one named like a large object's temporary file had the next large body written through
 /// it. With links planted under every name the tier uses, before the start and while it
 /// runs, the files they point at never change, and the tier works.
@@ -968,7 +968,7 @@ async fn raw_get(proxy: &Proxy, path: &str) -> (u16, usize, usize) {
     (status, len, all.len() - end - 4)
 }
 
-/// Regression (issue 47): one flipped byte in a large object's file gave a 200 with the full
+/// one flipped byte in a large object's file gave a 200 with the full
 /// length, cut where the bad chunk starts, on every request, forever. Bad in its first chunk:
 /// a miss, answered whole from the origin. Bad further on: that one response is cut (its head
 /// was out), the object is dropped, and the next request fetches it again. Counted.
@@ -1065,7 +1065,7 @@ fn fill(dir: &Path) -> std::path::PathBuf {
     path
 }
 
-/// Regression (issue 47): on a full disk a purge answered `{"purged":20}` while its purge log
+/// on a full disk a purge answered `{"purged":20}` while its purge log
 /// write failed and was never tried again: after a restart the purged objects were disk hits.
 /// Now the tier makes room (cached objects give way to a purge), writes the log, and only then
 /// answers; where no room can be made, the answer is a 503 that says the purge would not outlive

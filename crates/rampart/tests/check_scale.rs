@@ -1,6 +1,5 @@
 //! `rampart check` on large files, through the real binary: its work grows with the file, not
-//! with the square of it (issue 47: 8,000 unknown keys took 1.9 s, 20,000 rules 16.7 s and a
-//! 4 MB file more than 30 s in a release build).
+//! with the square of it (docs/benchmarks.md has the figures).
 //!
 //! The bound is deliberately loose (a debug build, a shared machine): it only catches the
 //! quadratic behaviour coming back, which took minutes here. Speed itself is measured outside

@@ -146,7 +146,7 @@ async fn http3_goes_through_the_same_pipeline() {
         .body(())
         .unwrap();
     assert_eq!(h3.send(req, Bytes::new()).await.unwrap().status, 400);
-    // So do whitespace around a field value and a second host field (issue 47; RFC 9114
+    // So do whitespace around a field value and a second host field (RFC 9114
     // §4.2 and §4.3.1, as RFC 9113 §8.2.1 for HTTP/2).
     for fields in [
         &[("x-a", " v")][..],

@@ -870,7 +870,7 @@ async fn if_match_and_if_unmodified_since_are_evaluated_on_hits() {
     assert_eq!(origin.requests(), 1, "all answered from the store");
 }
 
-/// Issue 47: a miss carrying `If-Match: "nope"` made the origin answer 412 with a lifetime
+/// a miss carrying `If-Match: "nope"` made the origin answer 412 with a lifetime
 /// (`cache_statuses = "rfc9111"`), which was stored: the next plain GET was a 412 hit. A
 /// cache-filling request now goes without the client's `If-Match` / `If-Unmodified-Since`
 /// (as it goes without `Range`), they are evaluated against the response, and a 412 is never

@@ -159,7 +159,7 @@ async fn sql_injection_is_blocked_wherever_it_hides() {
     );
 }
 
-/// Issue 47: each of these reached the origin with 200. Screening reads what the origin's
+/// each of these reached the origin with 200. Screening reads what the origin's
 /// common parsers read, and refuses (400) what they could read two ways.
 #[tokio::test]
 async fn sql_injection_past_parser_differences_is_refused() {

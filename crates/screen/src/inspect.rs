@@ -601,7 +601,7 @@ mod tests {
         assert!(multipart(d, b"multipart/form-data; boundary=b", name.as_bytes()).is_some());
     }
 
-    /// Issue 47: each of these passed the screen while a common parser read the payload.
+    /// each of these passed the screen while a common parser read the payload.
     #[test]
     fn payloads_past_parser_differences_are_found() {
         let d = &Sqli;

@@ -592,7 +592,7 @@ fn mkfifo(path: &Path) {
     .expect("mkfifo");
 }
 
-/// Regression (issue 47): a link named like a segment made the warm-up cut its target to 0
+/// a link named like a segment made the warm-up cut its target to 0
 /// bytes ("a torn record at byte 0"). Links to a file, a directory, a device and a FIFO, and
 /// a hard link, named like every kind of file the tier reads: none is followed or written,
 /// the tier opens and works, and what it skipped is counted.
@@ -660,7 +660,7 @@ fn links_named_like_the_tiers_files_are_never_followed() {
     let _ = std::fs::remove_file(&fifo);
 }
 
-/// Regression (issue 47): a link named like a large object's temporary file, planted while
+/// a link named like a large object's temporary file, planted while
 /// the tier runs, had the next large body written through it. Links named like every
 /// temporary file the tier makes (large objects, summaries, the purge log), for the next
 /// hundred ids: nothing is written through them.
@@ -742,7 +742,7 @@ fn links_swapped_in_while_the_tier_writes_change_nothing_outside() {
     victim.untouched("links swapped in, then a restart");
 }
 
-/// Regression (issue 47): a directory others can write (even with the sticky bit, as
+/// a directory others can write (even with the sticky bit, as
 /// `/tmp`) or that another user owns is refused at open, saying how to fix it.
 #[test]
 fn a_directory_others_can_write_or_own_is_refused() {
@@ -779,7 +779,7 @@ fn a_directory_others_can_write_or_own_is_refused() {
     }
 }
 
-/// Regression (issue 47): one flipped byte in a large object's file was served as a 200 with
+/// one flipped byte in a large object's file was served as a 200 with
 /// its full length, then cut, every time. Bad in its first chunk: a miss (checked before a
 /// head could be sent). Bad later: the read that finds it fails (the response is cut), and the
 /// object is dropped, so the next lookup is a miss and the origin is asked again. Counted.
