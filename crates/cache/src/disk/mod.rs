@@ -51,6 +51,7 @@
 
 pub mod dir;
 pub mod large;
+mod purges;
 pub mod record;
 mod warm;
 mod writer;
@@ -75,6 +76,7 @@ use crate::store::PurgeScope;
 use crate::vary::Vary;
 use dir::CacheDir;
 use large::{Extent, LargeWrite};
+use purges::*;
 use record::{Kind, SummaryEntry};
 use warm::*;
 use writer::*;
@@ -245,99 +247,6 @@ struct Segment {
 
 /// An index entry's offset that says: a large object's file (see [`large`]).
 const LARGE: u32 = u32::MAX;
-
-/// A purge, as reads apply it.
-#[derive(Debug, Clone)]
-struct Ban {
-    time: u64,
-    soft: bool,
-    scope: PurgeScope,
-}
-
-#[derive(Default)]
-struct Bans {
-    /// Exact purges by resource (host and URL, both schemes): the latest one's time, whether
-    /// it was soft, and its scope (for the purge log).
-    exact: Map<(u64, bool, PurgeScope)>,
-    wide: Vec<Ban>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Verdict {
-    Keep,
-    Stale,
-    Gone,
-}
-
-impl Bans {
-    /// What the bans say of a record of `key` received at `time` carrying `tags` (a tag ban
-    /// needs the tags: pass them when known, see [`Bans::has_tags`]).
-    fn verdict(&self, key: &CacheKey, tags: &[u64], time: u64) -> Verdict {
-        let mut v = Verdict::Keep;
-        if let Some(&(at, soft, _)) = self.exact.get(&resource_hash(key)) {
-            if time < at {
-                if !soft {
-                    return Verdict::Gone;
-                }
-                v = Verdict::Stale;
-            }
-        }
-        for b in self.wide.iter().filter(|b| time < b.time) {
-            let hit = match &b.scope {
-                PurgeScope::Tag(t) => tags.contains(t),
-                s => s.matches(key),
-            };
-            if hit {
-                if !b.soft {
-                    return Verdict::Gone;
-                }
-                v = Verdict::Stale;
-            }
-        }
-        v
-    }
-
-    /// Whether a tag purge is in force (a record's tags must then be read to judge it).
-    fn has_tags(&self) -> bool {
-        self.wide
-            .iter()
-            .any(|b| matches!(b.scope, PurgeScope::Tag(_)))
-    }
-
-    fn add(&mut self, ban: Ban) {
-        match &ban.scope {
-            PurgeScope::Exact(k) => {
-                let e = self
-                    .exact
-                    .entry(resource_hash(k))
-                    .or_insert((0, true, ban.scope.clone()));
-                // A later purge replaces an earlier one; of two at once, the hard one wins.
-                if ban.time > e.0 || (ban.time == e.0 && !ban.soft) {
-                    *e = (ban.time, ban.soft, ban.scope.clone());
-                }
-            }
-            _ => self.wide.push(ban),
-        }
-    }
-
-    /// Forgets bans older than every record (`oldest`).
-    fn trim(&mut self, oldest: u64) -> bool {
-        let before = self.exact.len() + self.wide.len();
-        self.exact.retain(|_, (t, _, _)| *t > oldest);
-        self.wide.retain(|b| b.time > oldest);
-        before != self.exact.len() + self.wide.len()
-    }
-
-    /// Every purge in force, as the purge log holds them.
-    fn log(&self) -> Vec<u8> {
-        let exact = self.exact.values().map(|(t, soft, s)| (*t, *soft, s));
-        let wide = self.wide.iter().map(|b| (b.time, b.soft, &b.scope));
-        exact
-            .chain(wide)
-            .flat_map(|(t, soft, s)| record::encode_purge(t, soft, &s.encode()))
-            .collect()
-    }
-}
 
 fn resource_hash(key: &CacheKey) -> u64 {
     record::hash(&[key.host(), key.url()])

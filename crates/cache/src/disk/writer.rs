@@ -111,12 +111,12 @@ pub(super) struct Active {
 }
 
 pub(super) struct Writer {
-    inner: Arc<Inner>,
+    pub(super) inner: Arc<Inner>,
     active: Option<Active>,
     next_id: u32,
-    purges: Option<File>,
+    pub(super) purges: Option<File>,
     /// Bytes of the purge log.
-    purge_bytes: u64,
+    pub(super) purge_bytes: u64,
     dirty: bool,
     last_sync: Instant,
     warmup: Option<std::thread::JoinHandle<()>>,
@@ -153,40 +153,7 @@ impl Writer {
     pub(super) fn start(inner: Arc<Inner>) -> std::io::Result<Writer> {
         let dir = &inner.dir;
         let all = list_segments(dir)?;
-        let mut ids = Vec::with_capacity(all.len());
-        let mut used = 0;
-        {
-            let mut segs = inner.segments.write().unwrap_or_else(|p| p.into_inner());
-            for &(id, large) in &all {
-                // Opened for writing too: the warm-up cuts off a torn tail through this handle,
-                // the one that was checked (see `dir`).
-                let name = segment_name(id, if large { "big" } else { "seg" });
-                let file = match dir.open_file(&name, true) {
-                    Ok(f) => f,
-                    Err(e) => {
-                        inner.fault("a file named like a segment was skipped", &e);
-                        continue;
-                    }
-                };
-                ids.push((id, large));
-                let bytes = file.metadata().map_or(0, |m| m.len())
-                    + if large {
-                        0
-                    } else {
-                        dir.len_of(&segment_name(id, "idx"))
-                    };
-                used += bytes;
-                segs.insert(
-                    id,
-                    Segment {
-                        file: Arc::new(file),
-                        bytes,
-                        oldest: u64::MAX,
-                        large: large.then_some(0),
-                    },
-                );
-            }
-        }
+        let (ids, mut used) = open_segments(&inner, &all);
         // Temporary files of an interrupted summary or large object write (a link so named is
         // removed itself, not what it points at).
         for name in dir.names()? {
@@ -194,26 +161,8 @@ impl Writer {
                 let _ = dir.remove(&name);
             }
         }
-        // The log counts within `cache_disk_size`, but the size may have been lowered since it
-        // was written: a purge must not be lost for that.
-        let log = match dir.read(PURGES, inner.options.size.max(1 << 30)) {
-            Ok(log) => log,
-            Err(e) if e.kind() == ErrorKind::NotFound => Vec::new(),
-            Err(e) => {
-                inner.fault("the purge log could not be read", &e);
-                Vec::new()
-            }
-        };
-        {
-            let mut bans = inner.bans.write().unwrap_or_else(|p| p.into_inner());
-            for (time, soft, scope) in record::decode_purges(&log) {
-                if let Some(scope) = PurgeScope::decode(scope) {
-                    bans.add(Ban { time, soft, scope });
-                }
-            }
-        }
+        let purge_bytes = load_bans(&inner);
         // The purge log is rewritten by `finish_start`; until then its old size counts.
-        let purge_bytes = log.len() as u64;
         used += purge_bytes;
         inner.stats.used.store(used, Ordering::Relaxed);
         inner
@@ -269,90 +218,15 @@ impl Writer {
         self.sync();
     }
 
-    /// Writes the purge log anew from every purge in force (see [`rewrite_purges`]): the
-    /// purges waiting for it are in it then, and acknowledged.
-    fn rewrite_purges(&mut self) -> std::io::Result<()> {
-        let inner = self.inner.clone();
-        // Every purge with a ticket up to this one is a ban already (bans first, then the
-        // ticket), so in the rewrite.
-        let upto = inner.purge_tickets.load(Ordering::Acquire);
-        let (f, n) = rewrite_purges(&inner)?;
-        sub_used(&inner, self.purge_bytes);
-        inner.stats.used.fetch_add(n, Ordering::Relaxed);
-        self.purges = Some(f);
-        self.purge_bytes = n;
-        lock(&inner.purge_log).retain(|(ticket, _)| *ticket > upto);
-        inner.purges_logged.fetch_max(upto, Ordering::AcqRel);
-        Ok(())
-    }
-
     fn join_warmup(&mut self) {
         if let Some(t) = self.warmup.take() {
             let _ = t.join();
         }
     }
 
-    /// Writes the purges waiting for the log, and flushes it: a purge survives a power cut
-    /// once this returns, and its ticket says so ([`DiskStore::purge_logged`]).
-    ///
-    /// A write that fails is cut off and tried again: when the disk is full, after room is
-    /// made by reclaiming the oldest segments (a purge outranks cached objects), and in any
-    /// case at the writer's next tick. Until then the purges are kept waiting, in force for
-    /// every read, and unacknowledged.
-    fn log_purges(&mut self) {
-        let inner = self.inner.clone();
-        let pending = std::mem::take(&mut *lock(&inner.purge_log));
-        let Some(upto) = pending.iter().map(|(t, _)| *t).max() else {
-            return;
-        };
-        let mut bytes = Vec::new();
-        for (_, b) in &pending {
-            bytes.extend(record::encode_purge(b.time, b.soft, &b.scope.encode()));
-        }
-        loop {
-            let res = match &self.purges {
-                Some(f) => f
-                    .write_all_at(&bytes, self.purge_bytes)
-                    .and_then(|()| f.sync_data()),
-                // Not open (its rewrite failed): the rewrite holds every purge in force.
-                None => self.rewrite_purges(),
-            };
-            let e = match res {
-                Ok(()) => {
-                    if self.purges.is_some() && !bytes.is_empty() {
-                        self.purge_bytes += bytes.len() as u64;
-                        inner
-                            .stats
-                            .used
-                            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
-                    }
-                    inner.purges_logged.fetch_max(upto, Ordering::AcqRel);
-                    return;
-                }
-                Err(e) => e,
-            };
-            if let Some(f) = &self.purges {
-                // Whatever was written of it is cut off: the log stays whole records.
-                let _ = f.set_len(self.purge_bytes);
-            }
-            inner.fault("the purge log could not be written (tried again)", &e);
-            let full = matches!(
-                e.kind(),
-                ErrorKind::StorageFull | ErrorKind::QuotaExceeded | ErrorKind::FileTooLarge
-            );
-            if !(full && self.make_room()) {
-                // Kept waiting, ahead of later purges, for the next tick.
-                let mut q = lock(&inner.purge_log);
-                let later = std::mem::replace(&mut *q, pending);
-                q.extend(later);
-                return;
-            }
-        }
-    }
-
     /// Frees room on a full disk: the oldest segment, or else the one being written; false
     /// when there is nothing left to free.
-    fn make_room(&mut self) -> bool {
+    pub(super) fn make_room(&mut self) -> bool {
         self.reclaim_oldest() || self.drop_active()
     }
 
@@ -941,6 +815,45 @@ impl Writer {
     }
 }
 
+/// The segments and large objects' files among `all` (the ids named like them), opened and
+/// put in the tier's map; the ids opened, and the bytes they use (summaries included).
+fn open_segments(inner: &Inner, all: &[(u32, bool)]) -> (Vec<(u32, bool)>, u64) {
+    let dir = &inner.dir;
+    let mut ids = Vec::with_capacity(all.len());
+    let mut used = 0;
+    let mut segs = inner.segments.write().unwrap_or_else(|p| p.into_inner());
+    for &(id, large) in all {
+        // Opened for writing too: the warm-up cuts off a torn tail through this handle, the
+        // one that was checked (see `dir`).
+        let name = segment_name(id, if large { "big" } else { "seg" });
+        let file = match dir.open_file(&name, true) {
+            Ok(f) => f,
+            Err(e) => {
+                inner.fault("a file named like a segment was skipped", &e);
+                continue;
+            }
+        };
+        ids.push((id, large));
+        let bytes = file.metadata().map_or(0, |m| m.len())
+            + if large {
+                0
+            } else {
+                dir.len_of(&segment_name(id, "idx"))
+            };
+        used += bytes;
+        segs.insert(
+            id,
+            Segment {
+                file: Arc::new(file),
+                bytes,
+                oldest: u64::MAX,
+                large: large.then_some(0),
+            },
+        );
+    }
+    (ids, used)
+}
+
 impl Drop for Writer {
     fn drop(&mut self) {
         self.join_warmup();
@@ -954,25 +867,6 @@ pub(super) fn sub_used(inner: &Inner, n: u64) {
         .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
             Some(u.saturating_sub(n))
         });
-}
-
-/// Writes the purge log anew from the purges in force (whole or not at all: a temporary
-/// file, flushed, renamed); the log (purges to come are through the handle it was made with), and its size.
-pub(super) fn rewrite_purges(inner: &Inner) -> std::io::Result<(File, u64)> {
-    let dir = &inner.dir;
-    let bytes = inner.bans.read().unwrap_or_else(|p| p.into_inner()).log();
-    let tmp = format!("{PURGES}.tmp");
-    let f = dir.create_fresh(&tmp)?;
-    let res = f
-        .write_all_at(&bytes, 0)
-        .and_then(|()| f.sync_data())
-        .and_then(|()| dir.rename(&tmp, PURGES))
-        .and_then(|()| dir.sync());
-    if let Err(e) = res {
-        let _ = dir.remove(&tmp);
-        return Err(e);
-    }
-    Ok((f, bytes.len() as u64))
 }
 
 /// Writes a summary so that it is whole or absent: a temporary file, flushed, renamed.

@@ -105,6 +105,21 @@ impl PagesDir {
         name: &str,
         written: Written<'_>,
     ) -> Option<Vec<u8>> {
+        let read = self
+            .locate(name, written)
+            .and_then(|real| self.contents(name, &real));
+        match read {
+            Ok(body) => Some(body),
+            Err((message, hint)) => {
+                error(sink, entry, message, hint);
+                None
+            }
+        }
+    }
+
+    /// Where the page file `name` really is, when that is inside the directory; else what to
+    /// say and the fix.
+    fn locate(&self, name: &str, written: Written<'_>) -> Result<PathBuf, (String, String)> {
         let path = Path::new(name);
         let shown = self.dir.display();
         let copy = |file: &Path| {
@@ -116,106 +131,78 @@ impl PagesDir {
                 written.line(&file_name)
             )
         };
-        if path.components().any(|c| c == Component::ParentDir) {
-            // What the path means without `..`: inside the directory, that is the fix.
-            let plain = lexical(&if path.is_absolute() {
-                path.to_path_buf()
-            } else {
-                self.dir.join(path)
-            });
-            let inside = plain
-                .strip_prefix(lexical(&self.dir))
-                .ok()
-                .filter(|r| !r.as_os_str().is_empty());
-            let hint = match inside {
-                Some(rel) => format!("write `{}`", written.line(&rel.to_string_lossy())),
-                None => copy(path),
-            };
-            error(
-                sink,
-                entry,
-                format!(
-                    "{name:?} has `..` in it: error pages are read only from `error_pages_dir` ({shown}), and `..` may lead out of it"
-                ),
-                hint,
-            );
-            return None;
-        }
         let full = if path.is_absolute() {
             path.to_path_buf()
         } else {
             self.dir.join(path)
         };
-        let real_dir = match &self.real {
-            Ok(d) => d,
-            Err(e) => {
-                error(
-                    sink,
-                    entry,
-                    format!("cannot read the error page {name:?}: error pages are read only from `error_pages_dir` ({shown}), which cannot be used: {e}"),
-                    "set `error_pages_dir` above the first [[proxy_rules]] to an existing directory that holds the error pages",
-                );
-                return None;
-            }
-        };
-        let real = match std::fs::canonicalize(&full) {
-            Ok(r) => r,
-            Err(e) => {
-                error(
-                    sink,
-                    entry,
-                    format!("cannot read the error page {name:?}: {e}"),
-                    format!("give the path of a file in `error_pages_dir` ({shown}); relative paths start there"),
-                );
-                return None;
-            }
-        };
-        if !real.starts_with(real_dir) {
-            let written_inside = full.starts_with(&self.dir) || full.starts_with(real_dir);
-            let message = if written_inside {
+        if path.components().any(|c| c == Component::ParentDir) {
+            // What the path means without `..`: inside the directory, that is the fix.
+            let inside = lexical(&full)
+                .strip_prefix(lexical(&self.dir))
+                .ok()
+                .filter(|r| !r.as_os_str().is_empty())
+                .map(|rel| format!("write `{}`", written.line(&rel.to_string_lossy())));
+            return Err((
                 format!(
-                    "{name:?} is a symbolic link to {}, outside `error_pages_dir` ({shown}); error pages are read only from there",
-                    real.display()
-                )
-            } else {
-                format!(
-                    "{name:?} is outside `error_pages_dir` ({shown}); error pages are read only from there"
-                )
-            };
-            error(sink, entry, message, copy(&real));
-            return None;
+                    "{name:?} has `..` in it: error pages are read only from `error_pages_dir` ({shown}), and `..` may lead out of it"
+                ),
+                inside.unwrap_or_else(|| copy(path)),
+            ));
         }
-        if self.config_file.as_ref() == Some(&real) {
-            error(
-                sink,
-                entry,
+        let real_dir = self.real.as_ref().map_err(|e| {
+            (
+                format!("cannot read the error page {name:?}: error pages are read only from `error_pages_dir` ({shown}), which cannot be used: {e}"),
+                "set `error_pages_dir` above the first [[proxy_rules]] to an existing directory that holds the error pages".to_owned(),
+            )
+        })?;
+        let real = std::fs::canonicalize(&full).map_err(|e| {
+            (
+                format!("cannot read the error page {name:?}: {e}"),
+                format!("give the path of a file in `error_pages_dir` ({shown}); relative paths start there"),
+            )
+        })?;
+        if real.starts_with(real_dir) {
+            return Ok(real);
+        }
+        let message = if full.starts_with(&self.dir) || full.starts_with(real_dir) {
+            format!(
+                "{name:?} is a symbolic link to {}, outside `error_pages_dir` ({shown}); error pages are read only from there",
+                real.display()
+            )
+        } else {
+            format!(
+                "{name:?} is outside `error_pages_dir` ({shown}); error pages are read only from there"
+            )
+        };
+        Err((message, copy(&real)))
+    }
+
+    /// The bytes of the page file at `real` (inside the directory), unless it is not one to
+    /// publish: the configuration file, anything but a regular file of at most 1 MiB, a private
+    /// key.
+    fn contents(&self, name: &str, real: &Path) -> Result<Vec<u8>, (String, String)> {
+        let shown = self.dir.display();
+        let own_dir = "name a page file; keep error pages in a directory of their own and set `error_pages_dir` to it";
+        if self.config_file.as_deref() == Some(real) {
+            return Err((
                 format!("{name:?} is the configuration file itself, which is never published as an error page (it is in `error_pages_dir`, {shown})"),
-                "name a page file; keep error pages in a directory of their own and set `error_pages_dir` to it",
-            );
-            return None;
+                own_dir.to_owned(),
+            ));
         }
-        let body = match read_regular(&real) {
-            Ok(b) => b,
-            Err(why) => {
-                error(
-                    sink,
-                    entry,
-                    format!("cannot read the error page {name:?}: {why}"),
-                    format!("name a regular file of at most 1 MiB in `error_pages_dir` ({shown})"),
-                );
-                return None;
-            }
-        };
+        let body = read_regular(real).map_err(|why| {
+            (
+                format!("cannot read the error page {name:?}: {why}"),
+                format!("name a regular file of at most 1 MiB in `error_pages_dir` ({shown})"),
+            )
+        })?;
         if contains(&body, b"PRIVATE KEY-----") {
-            error(
-                sink,
-                entry,
+            return Err((
                 format!("{name:?} holds a private key, which is never published as an error page"),
-                "name a page file; keep error pages in a directory of their own and set `error_pages_dir` to it",
-            );
-            return None;
+                own_dir.to_owned(),
+            ));
         }
-        Some(body)
+        Ok(body)
     }
 }
 
