@@ -14,6 +14,7 @@ use toml_edit::{Item, TableLike, Value};
 
 use crate::diag::{Diagnostic, LineIndex, Severity};
 use crate::matching::Pattern;
+use crate::validate::toml_string;
 
 /// Collects diagnostics and turns spans into positions.
 pub(crate) struct Sink<'s> {
@@ -666,16 +667,7 @@ impl<'d> Section<'d> {
                 span,
             }),
             _ => {
-                // `"false"` in quotes, `"no"`, `0`: the example is the boolean they mean.
-                let word = match item.as_value() {
-                    Some(Value::String(w)) => w.value().trim().to_ascii_lowercase(),
-                    Some(Value::Integer(i)) => i.value().to_string(),
-                    _ => String::new(),
-                };
-                let example = match word.as_str() {
-                    "false" | "no" | "off" | "0" | "n" => "false",
-                    _ => "true",
-                };
+                let example = bool_meant(item);
                 self.wrong_type(sink, key, item, span, "a boolean (true or false)", example);
                 None
             }
@@ -1018,9 +1010,17 @@ impl<'d> Section<'d> {
 /// The known key nearest to `unknown` when it is a likely misspelling: at most 2 edits
 /// (insertions, deletions, substitutions, swaps of neighbours), and fewer than a third of its
 /// length.
-/// `text` as a TOML basic string, quotes included.
-fn toml_string(text: &str) -> String {
-    Value::from(text).decorated("", "").to_string()
+/// The boolean a value of another type means: `"false"` in quotes, `"no"`, `0` → `false`.
+pub(crate) fn bool_meant(item: &Item) -> &'static str {
+    let word = match item.as_value() {
+        Some(Value::String(w)) => w.value().trim().to_ascii_lowercase(),
+        Some(Value::Integer(i)) => i.value().to_string(),
+        _ => String::new(),
+    };
+    match word.as_str() {
+        "false" | "no" | "off" | "0" | "n" => "false",
+        _ => "true",
+    }
 }
 
 /// A duration written as text (`"1h"`, `"10m"`, `"1h30m"`, `"2d"`) in the unit of `key`: seconds

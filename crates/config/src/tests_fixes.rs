@@ -85,6 +85,21 @@ const CASES: &[Case] = &[
         means: |c| !c.add_logging && rule(c).store_set_cookie,
     },
     Case {
+        name: "a string given as a number",
+        src: "listen = [\"127.0.0.1:8080\"]\napi_key = 1234567890123456789\n[[proxy_rules]]\ndomain = \"a.test\"\nmax_age_seconds = 60\nforward_ipv4 = \"127.0.0.1\"\nforward_port_http = 3000\n",
+        means: |c| c.admin.api_key.as_deref() == Some("1234567890123456789"),
+    },
+    Case {
+        name: "a size given as a boolean",
+        src: "listen = [\"127.0.0.1:8080\"]\ncache_memory = true\n[[proxy_rules]]\ndomain = \"a.test\"\nmax_age_seconds = 60\nforward_ipv4 = \"127.0.0.1\"\nforward_port_http = 3000\n",
+        means: |c| c.cache.memory == 512 << 20,
+    },
+    Case {
+        name: "a boolean in an error-page table given as a word",
+        src: "listen = [\"127.0.0.1:8080\"]\n[[proxy_rules]]\ndomain = \"a.test\"\nmax_age_seconds = 60\nforward_ipv4 = \"127.0.0.1\"\nforward_port_http = 3000\n[proxy_rules.error_pages]\norigin_errors = \"no\"\n",
+        means: |c| !rule(c).error_pages.origin_errors,
+    },
+    Case {
         name: "a domain written as a URL",
         src: "listen = [\"127.0.0.1:8080\"]\n[[proxy_rules]]\ndomain = \"https://www.shop.test:443/\"\nmax_age_seconds = 60\nforward_ipv4 = \"127.0.0.1\"\nforward_port_http = 3000\n",
         means: |c| rule(c).domain_text == "www.shop.test",
