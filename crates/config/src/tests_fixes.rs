@@ -70,6 +70,11 @@ const CASES: &[Case] = &[
         means: |c| origin(c) == "[::1]:3000",
     },
     Case {
+        name: "listen given one address without quotes",
+        src: "listen = 127.0.0.1:8082\n[[proxy_rules]]\ndomain = \"a.test\"\nmax_age_seconds = 60\nforward_ipv4 = \"127.0.0.1\"\nforward_port_http = 3000\n",
+        means: |c| c.listen_http == ["127.0.0.1:8082".parse().expect("addr")],
+    },
+    Case {
         name: "a listening address without quotes",
         src: "listening_address = 127.0.0.2\nlistening_port_http = 8080\n[[proxy_rules]]\ndomain = \"a.test\"\nmax_age_seconds = 60\nforward_ipv4 = \"127.0.0.1\"\nforward_port_http = 3000\n",
         means: |c| c.listen_http == ["127.0.0.2:8080".parse().expect("addr")],

@@ -1234,3 +1234,31 @@ fn check_counts_and_lists_the_listeners_run_opens() {
         "{out}"
     );
 }
+
+#[test]
+fn check_quotes_a_bare_address_and_says_nothing_else_about_it() {
+    // `forward_ipv4 = 127.0.0.1` gave "invalid float" with "fix the syntax at this position",
+    // after a misleading "`forward_port_http` is set but no origin address".
+    let path = scratch("bare.toml");
+    std::fs::write(
+        &path,
+        "listen = [\"127.0.0.1:8080\"]\n\n[[proxy_rules]]\ndomain = \"example.com\"\nmax_age_seconds = \"1h\"\npaths = \"/\"\nforward_ipv4 = 127.0.0.1\nforward_port_http = 3000\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(rampart_bin())
+        .args(["check", "--config", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let p = path.display().to_string();
+    let errors: Vec<&str> = err.lines().filter(|l| l.contains(": error: ")).collect();
+    assert_eq!(errors.len(), 3, "{err}");
+    for expected in [
+        format!("{p}:5:19: error: `proxy_rules[0].max_age_seconds` expected an integer, found a string\n    fix: write it as `max_age_seconds = 3600`"),
+        format!("{p}:6:9: error: `proxy_rules[0].paths` expected an array of strings, found a string\n    fix: write it as `paths = [\"/\"]`"),
+        format!("{p}:7:16: error: not valid TOML: the value \"127.0.0.1\" is a string and needs quotes\n    fix: write it as `forward_ipv4 = \"127.0.0.1\"`"),
+    ] {
+        assert!(err.contains(&expected), "missing {expected:?} in:\n{err}");
+    }
+}
