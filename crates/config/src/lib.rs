@@ -23,3 +23,5 @@ pub const DEFAULT_PATHS: [&str; 2] = ["./rampart.toml", "/etc/rampart/rampart.to
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_fixes;

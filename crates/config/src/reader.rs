@@ -14,6 +14,7 @@ use toml_edit::{Item, TableLike, Value};
 
 use crate::diag::{Diagnostic, LineIndex, Severity};
 use crate::matching::Pattern;
+use crate::validate::toml_string;
 
 /// Collects diagnostics and turns spans into positions.
 pub(crate) struct Sink<'s> {
@@ -86,6 +87,28 @@ const PROTECTIONS: [&str; 16] = [
     "path_rules",
     "paths",
     "redirect_to_https",
+];
+
+/// Keys that decide where traffic goes: a near miss of one of these, not set in its section,
+/// is an error too (`foward_port_http = 18081` would otherwise forward to port 80).
+const ROUTING: [&str; 17] = [
+    "forward_addr",
+    "forward_ipv4",
+    "forward_ipv6",
+    "forward_port_http",
+    "forward_port_https",
+    "forward_tls_name",
+    "upstreams",
+    "routing_rules",
+    "routing_method",
+    "routing_locations",
+    "priority",
+    "domain",
+    "listen",
+    "listen_https",
+    "listening_address",
+    "listening_port_http",
+    "listening_port_https",
 ];
 
 impl<'s> Sink<'s> {
@@ -329,7 +352,7 @@ impl<'s> Sink<'s> {
             });
             match closest(&u.key, known.iter().copied()) {
                 Some(meant) if !u.present.iter().any(|p| p == meant) => {
-                    let severity = if PROTECTIONS.contains(&meant) {
+                    let severity = if PROTECTIONS.contains(&meant) || ROUTING.contains(&meant) {
                         Severity::Error
                     } else {
                         Severity::Warning
@@ -644,16 +667,7 @@ impl<'d> Section<'d> {
                 span,
             }),
             _ => {
-                // `"false"` in quotes, `"no"`, `0`: the example is the boolean they mean.
-                let word = match item.as_value() {
-                    Some(Value::String(w)) => w.value().trim().to_ascii_lowercase(),
-                    Some(Value::Integer(i)) => i.value().to_string(),
-                    _ => String::new(),
-                };
-                let example = match word.as_str() {
-                    "false" | "no" | "off" | "0" | "n" => "false",
-                    _ => "true",
-                };
+                let example = bool_meant(item);
                 self.wrong_type(sink, key, item, span, "a boolean (true or false)", example);
                 None
             }
@@ -669,7 +683,14 @@ impl<'d> Section<'d> {
                 span,
             }),
             _ => {
-                self.wrong_type(sink, key, item, span, "a string", "\"...\"");
+                // `forward_port = 80` for a string key: the example is the same text quoted.
+                let example = match item.as_value() {
+                    Some(v @ (Value::Integer(_) | Value::Float(_) | Value::Boolean(_))) => {
+                        toml_string(v.to_string().trim())
+                    }
+                    _ => "\"...\"".to_owned(),
+                };
+                self.wrong_type(sink, key, item, span, "a string", &example);
                 None
             }
         }
@@ -757,10 +778,14 @@ impl<'d> Section<'d> {
                 }
             }
             _ => {
-                // `"80"` in quotes: the example is the same number without them.
+                // `"80"` in quotes: the example is the same number without them; `"1h"` for
+                // a key in seconds: the number of seconds it means.
                 let example = item
                     .as_str()
-                    .and_then(|t| t.trim().parse::<i64>().ok())
+                    .and_then(|t| {
+                        let t = t.trim();
+                        t.parse::<i64>().ok().or_else(|| duration_in(key, t))
+                    })
                     .filter(|v| (min..=max).contains(v))
                     .unwrap_or(min.max(0));
                 self.wrong_type(sink, key, item, span, "an integer", &example.to_string());
@@ -777,7 +802,12 @@ impl<'d> Section<'d> {
     ) -> Option<At<Vec<At<String>>>> {
         let (item, span) = self.item(key)?;
         let Some(Value::Array(arr)) = item.as_value() else {
-            self.wrong_type(sink, key, item, span, "an array of strings", "[\"...\"]");
+            // `paths = "/"`: the example is the value given, in an array.
+            let example = match item.as_value() {
+                Some(Value::String(one)) => format!("[{}]", toml_string(one.value())),
+                _ => "[\"...\"]".to_owned(),
+            };
+            self.wrong_type(sink, key, item, span, "an array of strings", &example);
             return None;
         };
         let mut out = Vec::with_capacity(arr.len());
@@ -818,14 +848,12 @@ impl<'d> Section<'d> {
     ) -> Option<At<Vec<ListenEntry>>> {
         let (item, span) = self.item(key)?;
         let Some(Value::Array(arr)) = item.as_value() else {
-            self.wrong_type(
-                sink,
-                key,
-                item,
-                span,
-                "an array of addresses",
-                "[\"127.0.0.1:8080\"]",
-            );
+            // `listen = "127.0.0.1:8080"`: the example is the address given, in an array.
+            let example = match item.as_value() {
+                Some(Value::String(one)) => format!("[{}]", toml_string(one.value())),
+                _ => "[\"127.0.0.1:8080\"]".to_owned(),
+            };
+            self.wrong_type(sink, key, item, span, "an array of addresses", &example);
             return None;
         };
         let mut out = Vec::with_capacity(arr.len());
@@ -982,6 +1010,69 @@ impl<'d> Section<'d> {
 /// The known key nearest to `unknown` when it is a likely misspelling: at most 2 edits
 /// (insertions, deletions, substitutions, swaps of neighbours), and fewer than a third of its
 /// length.
+/// The boolean a value of another type means: `"false"` in quotes, `"no"`, `0` → `false`.
+pub(crate) fn bool_meant(item: &Item) -> &'static str {
+    let word = match item.as_value() {
+        Some(Value::String(w)) => w.value().trim().to_ascii_lowercase(),
+        Some(Value::Integer(i)) => i.value().to_string(),
+        _ => String::new(),
+    };
+    match word.as_str() {
+        "false" | "no" | "off" | "0" | "n" => "false",
+        _ => "true",
+    }
+}
+
+/// A duration written as text (`"1h"`, `"10m"`, `"1h30m"`, `"2d"`) in the unit of `key`: seconds
+/// for a key in seconds, milliseconds for one in `_ms`; `None` for other keys or other text.
+fn duration_in(key: &str, text: &str) -> Option<i64> {
+    let per_second = if key.ends_with("_ms") {
+        1000
+    } else if ["second", "_sec", "timeout", "interval", "_age"]
+        .iter()
+        .any(|w| key.contains(w))
+    {
+        1
+    } else {
+        return None;
+    };
+    let mut total: i64 = 0;
+    let mut rest = text;
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        if digits == 0 {
+            return None;
+        }
+        let n: i64 = rest[..digits].parse().ok()?;
+        rest = &rest[digits..];
+        let unit_end = rest
+            .find(|c: char| !c.is_ascii_alphabetic())
+            .unwrap_or(rest.len());
+        let (unit, after) = rest.split_at(unit_end);
+        let ms: i64 = match unit {
+            "ms" => 1,
+            "s" | "sec" => 1000,
+            "m" | "min" => 60_000,
+            "h" => 3_600_000,
+            "d" => 86_400_000,
+            "w" => 604_800_000,
+            _ => return None,
+        };
+        total = total.checked_add(n.checked_mul(ms)?)?;
+        rest = after.trim_start();
+    }
+    if per_second == 1000 {
+        Some(total)
+    } else {
+        (total % 1000 == 0).then_some(total / 1000)
+    }
+}
+
 fn closest<'k>(unknown: &str, known: impl Iterator<Item = &'k str>) -> Option<&'k str> {
     let len = unknown.chars().count();
     let limit = 2.min(len / 3);

@@ -207,7 +207,7 @@ fn unicode_domains_are_refused_with_their_idna_form() {
 
 #[test]
 fn unknown_keys_warn_with_line() {
-    let src = "listening_port_htp = 8080\n[[proxy_rules]]\ndomain = \"x\"\nforward_ipv4 = \"127.0.0.1\"\nmax_age = 3\n";
+    let src = "max_backlg = 8080\n[[proxy_rules]]\ndomain = \"x\"\nforward_ipv4 = \"127.0.0.1\"\nmax_age = 3\n";
     let v = validate(src, 1);
     assert!(v.config.is_some());
     let unknown: Vec<_> = v
@@ -218,7 +218,7 @@ fn unknown_keys_warn_with_line() {
         .collect();
     assert_eq!(
         unknown,
-        vec![("listening_port_htp", 1), ("proxy_rules[0].max_age", 5)]
+        vec![("max_backlg", 1), ("proxy_rules[0].max_age", 5)]
     );
 }
 
@@ -1389,7 +1389,7 @@ fn a_nested_section_before_its_rule_is_explained() {
     );
     assert!(
         e[0].hint
-            .contains("move the section at line 1 below the `[[proxy_rules]]` it belongs to"),
+            .contains("move the section at line 1 (its header and its keys) below the last key of the `[[proxy_rules]]` it belongs to, after that rule's own keys"),
         "{e:?}"
     );
     // Nothing after it could be read: said plainly.
@@ -1424,6 +1424,67 @@ fn a_misspelt_protection_is_an_error_linked_with_what_is_missing() {
     assert_eq!(about[0].key, "proxy_rules[0].enable_minificaton");
     assert!(about[0].message.contains("did you mean `enable_minification`? `enable_minification` is not set, so rampart uses `enable_minification = false`"), "{about:?}");
     assert_eq!(about[0].severity, Severity::Warning);
+}
+
+#[test]
+fn a_misspelt_key_that_decides_where_traffic_goes_is_an_error() {
+    // `foward_port_http = 18081` was a warning: "configuration OK", and the rule forwarded
+    // to port 80.
+    let rule = RULE_KEYS.replace("forward_port_http = 8080", "foward_port_http = 18081");
+    let v = validate(&format!("[[proxy_rules]]\ndomain = \"a.test\"\n{rule}"), 1);
+    let e: Vec<_> = v.errors().collect();
+    assert_eq!(e.len(), 1, "{}", shown(&v));
+    assert_eq!(e[0].key, "proxy_rules[0].foward_port_http");
+    assert_eq!(e[0].hint, "rename it to `forward_port_http`");
+    assert!(v.config.is_none());
+    for (written, line) in [
+        (
+            "[[proxy_rules]]\ndomian = \"a.test\"\n",
+            "proxy_rules[0].domian",
+        ),
+        (
+            "listning_address = \"0.0.0.0\"\n[[proxy_rules]]\ndomain = \"a.test\"\n",
+            "listning_address",
+        ),
+        (
+            "lisen = [\"127.0.0.1:80\"]\n[[proxy_rules]]\ndomain = \"a.test\"\n",
+            "lisen",
+        ),
+        (
+            "[[proxy_rules]]\ndomain = \"a.test\"\nupstream = [\"127.0.0.1:9\"]\n",
+            "proxy_rules[0].upstream",
+        ),
+    ] {
+        let v = validate(&format!("{written}{RULE_KEYS}"), 1);
+        assert!(
+            v.errors()
+                .any(|d| d.key == line && d.message.starts_with("unknown key; did you mean")),
+            "{written}: {}",
+            shown(&v)
+        );
+    }
+    // An unknown key that is near no such key stays a warning.
+    let v = validate(
+        &format!("[[proxy_rules]]\ndomain = \"a.test\"\n{RULE_KEYS}colour = 1\n"),
+        1,
+    );
+    assert!(v.errors().next().is_none(), "{}", shown(&v));
+    assert!(v
+        .diagnostics
+        .iter()
+        .any(|d| d.key == "proxy_rules[0].colour" && d.severity == Severity::Warning));
+}
+
+#[test]
+fn a_bare_address_is_one_error_at_its_value() {
+    // `forward_ipv4 = 127.0.0.1` was a TOML error ("invalid float") after a misleading error
+    // at the rule's header ("`forward_port_http` is set but no origin address").
+    let rule = RULE_KEYS.replace("forward_ipv4 = \"127.0.0.1\"", "forward_ipv4 = 127.0.0.1");
+    let v = validate(&format!("[[proxy_rules]]\ndomain = \"a.test\"\n{rule}"), 1);
+    let e: Vec<_> = v.errors().collect();
+    assert_eq!(e.len(), 1, "{}", shown(&v));
+    assert_eq!((e[0].line, e[0].column), (6, 16), "{}", shown(&v));
+    assert_eq!(e[0].hint, "write it as `forward_ipv4 = \"127.0.0.1\"`");
 }
 
 #[test]

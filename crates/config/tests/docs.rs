@@ -86,3 +86,45 @@ fn every_example_file_passes_check_strict() {
     assert!(checked >= 5, "only {checked} example files found");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// Every "`KEY = VALUE` → … `fix: write it as KEY = FIXED`" the docs' prose promises is the fix
+/// the check gives for that line, in the section where the key belongs.
+#[test]
+fn every_fix_the_prose_quotes_is_the_one_check_gives() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let text = std::fs::read_to_string(root.join("docs/configuration.md")).expect("readable");
+    // Prose wraps anywhere: one space for each run of whitespace.
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let claim = regex::Regex::new(r"`([a-z_0-9]+ = [^`]+)` → [^→]*?`fix: write it as ([^`]+)`")
+        .expect("regex");
+    let rule = "[[proxy_rules]]\ndomain = \"a.test\"\nforward_ipv4 = \"127.0.0.1\"\nforward_port_http = 3000\nmax_age_seconds = 60\n";
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for c in claim.captures_iter(&text) {
+        let (written, fixed) = (&c[1], &c[2]);
+        let key = written.split(" = ").next().unwrap_or("");
+        let want = format!("write it as `{fixed}`");
+        // The key's own line replaces the rule's, if the rule has one.
+        let in_rule = rule
+            .lines()
+            .filter(|l| !l.starts_with(&format!("{key} = ")))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let global = format!("{written}\n{rule}");
+        let local = format!("{in_rule}\n{written}\n");
+        let found = [global, local].iter().any(|file| {
+            rampart_config::validate(file, 2)
+                .diagnostics
+                .iter()
+                .any(|d| d.hint == want)
+        });
+        checked += 1;
+        if !found {
+            failures.push(format!(
+                "`{written}`: the docs promise `fix: {want}`, check does not give it"
+            ));
+        }
+    }
+    assert!(checked >= 6, "only {checked} quoted fixes found");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

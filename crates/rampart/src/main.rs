@@ -148,6 +148,20 @@ fn load(path: &Path) -> anyhow::Result<(String, Validated)> {
     Ok((src, v))
 }
 
+/// What `run` opens for `config`, in its order (plain HTTP, HTTPS, HTTP/3 on UDP): the HTTPS
+/// addresses are left out by validation when no rule has a certificate.
+fn listeners(config: &Config) -> Vec<String> {
+    use rampart_proxy::transport::listen::{wanted, Kind};
+    wanted(config, !config.tls.listen_https.is_empty())
+        .into_iter()
+        .map(|(addr, kind)| match kind {
+            Kind::Http => format!("HTTP {addr}"),
+            Kind::Https => format!("HTTPS {addr}"),
+            Kind::H3 => format!("HTTP/3 {addr} (UDP)"),
+        })
+        .collect()
+}
+
 pub(crate) fn print_diag(path: &Path, d: &Diagnostic) {
     let sev = match d.severity {
         Severity::Error => "error",
@@ -206,11 +220,13 @@ fn cmd_check(config: Option<PathBuf>, strict: bool, print: bool) -> ExitCode {
         }
     };
     if let Some(c) = &v.config {
+        let listeners = listeners(c);
         say(format!(
-            "{}: configuration OK ({} rule(s), {} listener(s), {} worker(s)); {w} warning(s), {i} key(s) accepted but not yet active",
+            "{}: configuration OK ({} rule(s), {} listener(s): {}; {} worker(s)); {w} warning(s), {i} key(s) accepted but not yet active",
             path.display(),
             c.rules.len(),
-            c.listen_http.len(),
+            listeners.len(),
+            listeners.join(", "),
             c.workers
         ));
         ExitCode::SUCCESS

@@ -1198,3 +1198,67 @@ async fn exits_cleanly(mut proxy: Proxy) -> Proxy {
     .await
     .unwrap()
 }
+
+#[test]
+fn check_counts_and_lists_the_listeners_run_opens() {
+    // `tls = "internal"` opens HTTP and HTTPS (and HTTP/3 with `http3`): `check` said
+    // "1 listener(s)", counting the plain-HTTP addresses only.
+    let path = scratch("listeners.toml");
+    let check = |toml: &str| {
+        std::fs::write(&path, toml).unwrap();
+        let out = std::process::Command::new(rampart_bin())
+            .args(["check", "--config", path.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let rule = "[[proxy_rules]]\ndomain = \"a.test\"\nmax_age_seconds = 60\nforward_ipv4 = \"127.0.0.1\"\nforward_port_http = 3000\n";
+    let both = format!("listen = [\"127.0.0.1:18080\"]\nlisten_https = [\"127.0.0.1:18443\"]\ntls = \"internal\"\n{rule}");
+    let out = check(&both);
+    assert!(
+        out.contains("2 listener(s): HTTP 127.0.0.1:18080, HTTPS 127.0.0.1:18443;"),
+        "{out}"
+    );
+    let out = check(&format!("http3 = true\n{both}"));
+    assert!(
+        out.contains("3 listener(s): HTTP 127.0.0.1:18080, HTTPS 127.0.0.1:18443, HTTP/3 127.0.0.1:18443 (UDP);"),
+        "{out}"
+    );
+    // No rule has a certificate: `run` opens the plain-HTTP listener only.
+    let out = check(&format!(
+        "listen = [\"127.0.0.1:18080\"]\nlisten_https = [\"127.0.0.1:18443\"]\n{rule}"
+    ));
+    assert!(
+        out.contains("1 listener(s): HTTP 127.0.0.1:18080;"),
+        "{out}"
+    );
+}
+
+#[test]
+fn check_quotes_a_bare_address_and_says_nothing_else_about_it() {
+    // `forward_ipv4 = 127.0.0.1` gave "invalid float" with "fix the syntax at this position",
+    // after a misleading "`forward_port_http` is set but no origin address".
+    let path = scratch("bare.toml");
+    std::fs::write(
+        &path,
+        "listen = [\"127.0.0.1:8080\"]\n\n[[proxy_rules]]\ndomain = \"example.com\"\nmax_age_seconds = \"1h\"\npaths = \"/\"\nforward_ipv4 = 127.0.0.1\nforward_port_http = 3000\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(rampart_bin())
+        .args(["check", "--config", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let p = path.display().to_string();
+    let errors: Vec<&str> = err.lines().filter(|l| l.contains(": error: ")).collect();
+    assert_eq!(errors.len(), 3, "{err}");
+    for expected in [
+        format!("{p}:5:19: error: `proxy_rules[0].max_age_seconds` expected an integer, found a string\n    fix: write it as `max_age_seconds = 3600`"),
+        format!("{p}:6:9: error: `proxy_rules[0].paths` expected an array of strings, found a string\n    fix: write it as `paths = [\"/\"]`"),
+        format!("{p}:7:16: error: not valid TOML: the value \"127.0.0.1\" is a string and needs quotes\n    fix: write it as `forward_ipv4 = \"127.0.0.1\"`"),
+    ] {
+        assert!(err.contains(&expected), "missing {expected:?} in:\n{err}");
+    }
+}

@@ -568,3 +568,27 @@ async fn a_reload_that_would_drop_every_rule_is_refused_unless_said_on_purpose()
     assert!(out.contains("0 rule(s)"), "{out}");
     assert_eq!(get(&proxy, "x", "/").await.status, 404);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_names_only_the_restart_keys_that_changed() {
+    // Changing `cache_disk` alone was reported as "cache_disk, cache_disk_size,
+    // cache_disk_min_uses".
+    let origin = Origin::new().route("*", Reply::text("page")).start().await;
+    let (a, b) = (scratch("disk-a"), scratch("disk-b"));
+    let global = format!(
+        "api_key = \"{API_KEY}\"\ncache_disk = \"{}\"\ncache_disk_size = \"64MiB\"",
+        a.display()
+    );
+    let (proxy, path) = start(&config_for("x", &origin, &global, ""));
+    assert_eq!(get(&proxy, "x", "/").await.text(), "page");
+    rewrite(&path, &a.display().to_string(), &b.display().to_string());
+    let got = call(admin(&proxy, "POST", "/_rampart/reload"), "").await;
+    assert_eq!(got.status, 200, "{}", got.text());
+    assert!(
+        got.text().contains("\"restart_needed\":[\"cache_disk\"]"),
+        "{}",
+        got.text()
+    );
+    let _ = std::fs::remove_dir_all(&a);
+    let _ = std::fs::remove_dir_all(&b);
+}

@@ -47,6 +47,11 @@ pub(super) fn recover(src: &str, first: toml_edit::TomlError) -> Recovered {
         let line_end = text[at..].find('\n').map_or(text.len(), |i| at + i);
         let line_text = text[line_start..line_end].to_owned();
         let (message, hint, repair) = explain(&text, line, &line_text, error.message().trim());
+        // A value without quotes is reported where it starts, not where TOML gave up on it.
+        let column = match &repair {
+            Repair::Quote { at, .. } => line_text[..*at].chars().count() + 1,
+            _ => column,
+        };
         errors.push(SyntaxError {
             line,
             column,
@@ -237,7 +242,11 @@ fn bare_word(line: &str) -> Option<(usize, String)> {
         .chars()
         .take_while(|c| !c.is_whitespace() && *c != '#')
         .collect();
-    let bare = word.starts_with(|c: char| c.is_alphabetic())
+    // A word (`yes`) or text that starts like a number but is none (`127.0.0.1`, `::1`, `1h`).
+    let starts = word.starts_with(|c: char| c.is_alphabetic())
+        || word.starts_with(|c: char| c.is_ascii_digit() || c == ':')
+            && word.parse::<toml_edit::Value>().is_err();
+    let bare = starts
         && !matches!(word.as_str(), "true" | "false" | "inf" | "nan")
         && !word.contains(['"', '\'', '[', '{', ',', ']', '}']);
     bare.then_some((start, word))
@@ -322,7 +331,7 @@ fn duplicate(earlier: &[&str], line_text: &str) -> (String, String, Repair) {
                         numbered(n)
                     ),
                     format!(
-                        "a `{inner}` section belongs to the `{written}` above it: move the section at line {} below the `{written}` it belongs to",
+                        "a `{inner}` section belongs to the `{written}` above it: move the section at line {} (its header and its keys) below the last key of the `{written}` it belongs to, after that rule's own keys",
                         numbered(n)
                     ),
                     Repair::Stop,
@@ -376,5 +385,13 @@ mod tests {
         );
         assert_eq!(bare_word("a = true"), None);
         assert_eq!(bare_word("a = [x]"), None);
+        assert_eq!(
+            bare_word("forward_ipv4 = 127.0.0.1"),
+            Some((15, "127.0.0.1".into()))
+        );
+        assert_eq!(bare_word("forward_ipv6 = ::1"), Some((15, "::1".into())));
+        assert_eq!(bare_word("a = 3600"), None);
+        assert_eq!(bare_word("a = 1.5"), None);
+        assert_eq!(bare_word("a = 1979-05-27"), None);
     }
 }

@@ -579,8 +579,22 @@ fn restart_needed(old: &Config, new: &Config) -> Vec<&'static str> {
     if old.cache.max_object != new.cache.max_object {
         keys.push("cache_max_object");
     }
-    if old.cache.disk != new.cache.disk {
-        keys.push("cache_disk, cache_disk_size, cache_disk_min_uses");
+    // Each disk key that changed, not all three (the disk tier's `max_object` follows
+    // `cache_max_object` and `cache_disk_size`, named above or here).
+    match (&old.cache.disk, &new.cache.disk) {
+        (Some(a), Some(b)) => {
+            if a.path != b.path {
+                keys.push("cache_disk");
+            }
+            if a.size != b.size {
+                keys.push("cache_disk_size");
+            }
+            if a.min_uses != b.min_uses {
+                keys.push("cache_disk_min_uses");
+            }
+        }
+        (None, None) => {}
+        _ => keys.push("cache_disk"),
     }
     let (a, b) = (&old.downstream, &new.downstream);
     if (

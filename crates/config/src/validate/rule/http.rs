@@ -341,7 +341,10 @@ pub(super) fn error_pages(s: &mut Section<'_>, sink: &mut Sink<'_>, dir: &PagesD
                     sink,
                     &entry,
                     "expected a boolean (true or false)",
-                    "write it as `origin_errors = true`",
+                    format!(
+                        "write it as `origin_errors = {}`",
+                        crate::reader::bool_meant(entry.value)
+                    ),
                 ),
             }
             continue;

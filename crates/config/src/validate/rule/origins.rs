@@ -381,7 +381,7 @@ fn routing_location(
                 "forward_ipv4",
                 Severity::Error,
                 "this routing location has no address",
-                "add `forward_ipv4 = \"...\"` (or forward_addr / forward_ipv6)",
+                "add `forward_ipv4 = \"127.0.0.1\"` (or forward_addr / forward_ipv6)",
             );
             None
         }
