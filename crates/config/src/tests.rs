@@ -2307,10 +2307,10 @@ fn expires_takes_seconds_durations_and_off() {
     assert_eq!(r.path_rules[0].expires, Some(None));
     assert_eq!(r.path_rules[1].expires, Some(Some(5_400)));
     assert_eq!(
-        with("", "expires = 0\n").config.unwrap().rules[0].expires,
+        with("", "expires = 0\n").config.expect("valid").rules[0].expires,
         Some(0)
     );
-    assert_eq!(with("", "").config.unwrap().rules[0].expires, None);
+    assert_eq!(with("", "").config.expect("valid").rules[0].expires, None);
     for bad in ["\"7 days\"", "\"20y\"", "-1", "true", "\"3651d\""] {
         let v = with("", &format!("expires = {bad}\n"));
         let e: Vec<_> = v.errors().collect();
