@@ -1101,7 +1101,10 @@ async fn a_purge_on_a_full_disk_is_written_before_it_is_acknowledged() {
     let filler = fill(&root);
     let res = fetch(api(&proxy, "scope=prefix&host=disk.example&path=%2Fp%2F")).await;
     assert_eq!(res.status, 200, "{}", res.text());
-    assert_eq!(res.text(), "{\"purged\":20,\"soft\":false}\n");
+    assert_eq!(
+        res.text(),
+        "{\"purged\":20,\"soft\":false,\"memory\":20,\"disk\":null}\n"
+    );
     assert!(
         proxy
             .output()
@@ -1149,4 +1152,69 @@ async fn a_purge_on_a_full_disk_is_written_before_it_is_acknowledged() {
     stop(proxy).await;
     drop(fs);
     let _ = std::fs::remove_dir_all(&root);
+}
+
+/// A PURGE of an object held only on disk (here: after a restart) counts it: the answer said
+/// `{"purged":0}` although the next request was a miss. The answer counts every tier.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_counts_what_it_removed_from_the_disk() {
+    let origin = origin().await;
+    let dir = scratch("disk-purge-count");
+    let cfg = config(
+        &origin,
+        &dir,
+        "cache_disk_min_uses = 1\npurge_allow = [\"127.0.0.0/8\"]",
+        "",
+    );
+    let proxy = Proxy::start(&cfg);
+    ready(&proxy).await;
+    get(&proxy, "disk.example", "/only-on-disk").await;
+    get(&proxy, "disk.example", "/both").await;
+    written(&proxy, 2.0).await;
+    // In memory and on disk: one object, counted once, each tier saying what it removed.
+    let res = fetch(
+        Request::builder()
+            .method("PURGE")
+            .uri(proxy.url("/both"))
+            .header("host", "disk.example"),
+    )
+    .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(
+        res.text(),
+        "{\"purged\":1,\"soft\":false,\"memory\":1,\"disk\":1}\n"
+    );
+    stop(proxy).await;
+
+    // A new process: the object is on disk only.
+    let proxy = Proxy::start(&cfg);
+    ready(&proxy).await;
+    let res = fetch(
+        Request::builder()
+            .method("PURGE")
+            .uri(proxy.url("/only-on-disk"))
+            .header("host", "disk.example"),
+    )
+    .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(
+        res.text(),
+        "{\"purged\":1,\"soft\":false,\"memory\":0,\"disk\":1}\n"
+    );
+    // Purging it again finds nothing anywhere.
+    let res = fetch(
+        Request::builder()
+            .method("PURGE")
+            .uri(proxy.url("/only-on-disk"))
+            .header("host", "disk.example"),
+    )
+    .await;
+    assert_eq!(
+        res.text(),
+        "{\"purged\":0,\"soft\":false,\"memory\":0,\"disk\":0}\n"
+    );
+    let got = get(&proxy, "disk.example", "/only-on-disk").await;
+    assert_eq!(got.header("x-arc2-cache"), Some("Miss"), "it was purged");
+    stop(proxy).await;
+    let _ = std::fs::remove_dir_all(&dir);
 }

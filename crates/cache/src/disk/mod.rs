@@ -204,6 +204,18 @@ pub struct DiskStats {
     pub reclaimed_segments: u64,
 }
 
+/// What a purge did on disk ([`DiskStore::purge`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DiskPurged {
+    /// When the purge must reach the purge log to outlive a restart:
+    /// [`DiskStore::purge_logged`] says when it has.
+    pub ticket: Option<u64>,
+    /// Objects it removed (or, soft, marked stale): known for an exact purge and a hard purge
+    /// of everything once the index is loaded; `None` for a ban (prefix, contains, domain,
+    /// tag), which applies as objects are read.
+    pub count: Option<usize>,
+}
+
 /// Where a key's latest record is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Entry {
@@ -838,7 +850,7 @@ impl DiskStore {
     /// written to the purge log. The ticket, when the purge must reach the log to outlive a
     /// restart, says when it has ([`DiskStore::purge_logged`]); `None` when there is nothing
     /// on disk for it to outlive.
-    pub fn purge(&self, scope: &PurgeScope, soft: bool) -> Option<u64> {
+    pub fn purge(&self, scope: &PurgeScope, soft: bool) -> DiskPurged {
         let inner = &self.inner;
         let ban = Ban {
             time: now_micros(),
@@ -848,24 +860,33 @@ impl DiskStore {
         // An exact purge of a URL the disk does not hold (every successful POST invalidates
         // its URL) is kept in memory only: it still stops a write queued for it.
         let mut persist = true;
+        // Only a purge that looks keys up in the index knows what it covered; the others are
+        // bans, checked as objects are read.
+        let mut count = None;
         match scope {
             PurgeScope::Exact(k) => {
-                let mut present = false;
+                let mut n = 0;
                 for https in [false, true] {
                     let h = record::hash(&[&record::key_bytes(&k.clone().for_https(https))]);
                     let mut shard = inner.shard(h);
-                    present |= if soft {
+                    n += usize::from(if soft {
                         shard.contains_key(&h)
                     } else {
                         shard.remove(&h).is_some()
-                    };
+                    });
                 }
-                persist = present || inner.state() != State::Ready;
+                persist = n > 0 || inner.state() != State::Ready;
+                // While the index is still loading, what it will hold is not known.
+                count = (inner.state() == State::Ready).then_some(n);
             }
             PurgeScope::Everything if !soft => {
+                let mut n = 0;
                 for s in inner.index.iter() {
-                    lock(s).clear();
+                    let mut s = lock(s);
+                    n += s.len();
+                    s.clear();
                 }
+                count = (inner.state() == State::Ready).then_some(n);
             }
             _ => {}
         }
@@ -875,7 +896,10 @@ impl DiskStore {
             .unwrap_or_else(|p| p.into_inner())
             .add(ban.clone());
         if !persist || inner.state() == State::Closed {
-            return None;
+            return DiskPurged {
+                ticket: None,
+                count,
+            };
         }
         // After the ban: a rewrite of the log that has read this ticket has the ban.
         let ticket = {
@@ -887,7 +911,10 @@ impl DiskStore {
         if let Some(tx) = lock(&self.tx).as_ref() {
             let _ = tx.try_send(Job::Purges);
         }
-        Some(ticket)
+        DiskPurged {
+            ticket: Some(ticket),
+            count,
+        }
     }
 
     /// Whether the purge that got `ticket` is in the purge log, flushed: it outlives a restart

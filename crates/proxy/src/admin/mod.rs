@@ -218,6 +218,11 @@ async fn purged(cache: Option<&Cache>, p: Purged, soft: bool) -> Response<ProxyB
     struct Answer {
         purged: usize,
         soft: bool,
+        // With a disk tier, what each tier removed (`null`: a ban there, not counted).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        memory: Option<usize>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        disk: Option<Option<usize>>,
         #[serde(skip_serializing_if = "Option::is_none")]
         durable: Option<bool>,
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -231,22 +236,26 @@ async fn purged(cache: Option<&Cache>, p: Purged, soft: bool) -> Response<ProxyB
         return json_of(
             StatusCode::OK,
             &Answer {
-                purged: p.count,
+                purged: p.count(),
                 soft,
+                memory: p.disk.map(|_| p.memory),
+                disk: p.disk,
                 durable: None,
                 error: None,
             },
         );
     }
     tracing::warn!(
-        purged = p.count,
+        purged = p.count(),
         "a purge is in force but not yet in the disk tier's purge log (it would not outlive a restart); answered 503"
     );
     json_of(
         StatusCode::SERVICE_UNAVAILABLE,
         &Answer {
-            purged: p.count,
+            purged: p.count(),
             soft,
+            memory: p.disk.map(|_| p.memory),
+            disk: p.disk,
             durable: Some(false),
             error: Some(
                 "in force, but the disk cache could not write its purge log yet (tried again); \
@@ -303,7 +312,7 @@ pub async fn purge_method(
     let tags = purge_tag_fields(headers);
     if !tags.is_empty() {
         let p = purge_tags(Some(cache), &tags, soft);
-        tracing::info!(%client, host, tags = tags.len(), soft, purged = p.count, "tag purge");
+        tracing::info!(%client, host, tags = tags.len(), soft, purged = p.count(), "tag purge");
         return Ok(purged(Some(cache), p, soft).await);
     }
     let path = if kind == "exact" {
@@ -317,7 +326,7 @@ pub async fn purge_method(
         ));
     };
     let p = cache.purge(&scope, soft);
-    tracing::info!(%client, host, pq, scope = kind, soft, purged = p.count, "purge");
+    tracing::info!(%client, host, pq, scope = kind, soft, purged = p.count(), "purge");
     Ok(purged(Some(cache), p, soft).await)
 }
 
@@ -501,7 +510,7 @@ async fn purge_api(
         tracing::info!(
             tags = tags.len(),
             soft,
-            purged = p.count,
+            purged = p.count(),
             "tag purge via API"
         );
         return Ok(purged(cache, p, soft).await);
@@ -523,7 +532,7 @@ async fn purge_api(
         ));
     };
     let p = cache.map_or(Purged::default(), |c| c.purge(&scope, soft));
-    tracing::info!(host, scope = kind, soft, purged = p.count, "purge via API");
+    tracing::info!(host, scope = kind, soft, purged = p.count(), "purge via API");
     Ok(purged(cache, p, soft).await)
 }
 

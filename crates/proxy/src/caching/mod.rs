@@ -61,17 +61,33 @@ pub struct Cache {
     disk: Option<DiskStore>,
 }
 
-/// What a purge did: entries hit in memory, and the disk tier's ticket for it (tickets grow:
-/// the last of several covers them all).
+/// What a purge did: objects it removed (or marked stale), per tier, and the disk tier's
+/// ticket for it (tickets grow: the last of several covers them all).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Purged {
-    pub count: usize,
+    /// In the memory tier.
+    pub memory: usize,
+    /// In the disk tier, when there is one: `Some(None)` when the purge is a ban there (prefix,
+    /// contains, domain, tag) whose objects are not counted.
+    pub disk: Option<Option<usize>>,
     pub ticket: Option<u64>,
+}
+
+impl Purged {
+    /// The objects purged: the larger of the tiers' counts (an object the disk holds is
+    /// usually in memory too, under the same key, and counts once).
+    pub fn count(&self) -> usize {
+        self.memory.max(self.disk.flatten().unwrap_or(0))
+    }
 }
 
 impl std::ops::AddAssign for Purged {
     fn add_assign(&mut self, o: Purged) {
-        self.count += o.count;
+        self.memory += o.memory;
+        self.disk = match (self.disk, o.disk) {
+            (None, d) | (d, None) => d,
+            (Some(a), Some(b)) => Some(a.zip(b).map(|(a, b)| a + b)),
+        };
         self.ticket = self.ticket.max(o.ticket);
     }
 }
@@ -157,15 +173,19 @@ impl Cache {
         })
     }
 
-    /// Purges `scope` here and, with Redis, on every other instance: how many entries it hit
-    /// here, and the disk tier's ticket for it (see [`Cache::durable`]).
+    /// Purges `scope` here and, with Redis, on every other instance: how many objects it hit
+    /// here on each tier, and the disk tier's ticket for it (see [`Cache::durable`]).
     pub fn purge(&self, scope: &PurgeScope, soft: bool) -> Purged {
-        let ticket = self.disk.as_ref().and_then(|d| d.purge(scope, soft));
-        let count = self.store.purge(scope, soft);
+        let disk = self.disk.as_ref().map(|d| d.purge(scope, soft));
+        let memory = self.store.purge(scope, soft);
         if let Some(shared) = &*self.shared.load() {
             shared.publish_purge(scope, soft);
         }
-        Purged { count, ticket }
+        Purged {
+            memory,
+            disk: disk.map(|d| d.count),
+            ticket: disk.and_then(|d| d.ticket),
+        }
     }
 
     /// Waits, up to `limit`, until the disk tier has its purges up to `ticket` in its purge
