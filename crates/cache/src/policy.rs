@@ -35,6 +35,50 @@ pub struct RulePolicy {
     pub store_set_cookie: bool,
     /// Which statuses may be stored (`cache_statuses`).
     pub statuses: Statuses,
+    /// Lifetimes by status (`max_age_by_status`): they replace `default_ttl` for their
+    /// statuses, and make them storable.
+    pub by_status: ByStatus,
+}
+
+/// At most this many statuses in `max_age_by_status` (config reports more).
+pub const BY_STATUS_MAX: usize = 16;
+
+/// Lifetimes by status (`max_age_by_status`, NGINX's `proxy_cache_valid`), held inline so the
+/// policy stays `Copy` and costs nothing when empty. A zero lifetime: never stored.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ByStatus {
+    entries: [(u16, u64); BY_STATUS_MAX],
+    len: u8,
+    /// The `any` entry: every other status.
+    any: Option<u64>,
+}
+
+impl ByStatus {
+    /// From `(status, seconds)` pairs (status 0 = `any`); entries past [`BY_STATUS_MAX`] are
+    /// ignored.
+    pub fn new(pairs: impl IntoIterator<Item = (u16, u64)>) -> ByStatus {
+        let mut b = ByStatus::default();
+        for (status, secs) in pairs {
+            if status == 0 {
+                b.any = Some(secs);
+            } else if usize::from(b.len) < BY_STATUS_MAX {
+                b.entries[usize::from(b.len)] = (status, secs);
+                b.len += 1;
+            }
+        }
+        b
+    }
+
+    /// The lifetime configured for `status`, if it (or `any`) is listed.
+    pub fn get(&self, status: StatusCode) -> Option<Duration> {
+        let code = status.as_u16();
+        self.entries[..usize::from(self.len)]
+            .iter()
+            .find(|(s, _)| *s == code)
+            .map(|&(_, secs)| secs)
+            .or(self.any)
+            .map(Duration::from_secs)
+    }
 }
 
 /// Which response statuses may be stored (`cache_statuses`).
@@ -144,9 +188,21 @@ pub fn storable(x: &Exchange<'_>, rule: RulePolicy) -> Result<Duration, NotStore
     if method != Method::GET {
         return Err(NotStored::Method);
     }
-    if !status_storable(status, rule.statuses) {
+    // A status `max_age_by_status` lists is storable under either list (as NGINX stores what
+    // `proxy_cache_valid` names), except those never stored; 0 there: never stored.
+    let listed = rule.by_status.get(status);
+    let storable_status = match listed {
+        Some(ttl) => {
+            !ttl.is_zero()
+                && (200..=599).contains(&status.as_u16())
+                && !matches!(status.as_u16(), 206 | 304 | 412)
+        }
+        None => status_storable(status, rule.statuses),
+    };
+    if !storable_status {
         return Err(NotStored::Status);
     }
+    let default_ttl = listed.unwrap_or(rule.default_ttl);
     if res.no_store || req.no_store {
         return Err(NotStored::NoStore);
     }
@@ -181,24 +237,25 @@ pub fn storable(x: &Exchange<'_>, rule: RulePolicy) -> Result<Duration, NotStore
         // had heuristically: a 500 or a 302 without a lifetime of its own is not kept for it.
         let explicit = matches!(origin, Lifetime::Explicit(_));
         if rule.statuses == Statuses::Rfc9111
+            && listed.is_none()
             && !(explicit || heuristically_cacheable(status) || res.public)
         {
             Duration::ZERO
         } else {
-            rule.default_ttl
+            default_ttl
         }
     } else {
         match (origin, rule.heuristic) {
             (Lifetime::Explicit(d), _) => d,
             // The rule's TTL is rampart's heuristic (RFC 9111 §4.2.2 lets a cache choose one),
-            // applied only where a heuristic is allowed.
+            // applied only where a heuristic is allowed, or where the operator listed the status.
             (Lifetime::Heuristic(_) | Lifetime::Unknown, Heuristic::MaxAge)
-                if heuristically_cacheable(status) || res.public =>
+                if heuristically_cacheable(status) || res.public || listed.is_some() =>
             {
-                rule.default_ttl
+                default_ttl
             }
             // §4.2.2's typical heuristic, bounded by the rule's TTL.
-            (Lifetime::Heuristic(d), Heuristic::LastModified) => d.min(rule.default_ttl),
+            (Lifetime::Heuristic(d), Heuristic::LastModified) => d.min(default_ttl),
             _ => Duration::ZERO,
         }
     };

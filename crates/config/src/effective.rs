@@ -309,6 +309,7 @@ pub(crate) const KEYS: &[(&str, &str, Owner, Fallback)] = &[
     ("proxy_rules", "cache_by_scheme", Rampart, Inherited),
     ("proxy_rules", "cache_disk", Rampart, Value("true")),
     ("proxy_rules", "cache_statuses", Rampart, Inherited),
+    ("proxy_rules", "max_age_by_status", Rampart, Value("{}")),
     (
         "proxy_rules",
         "enable_sql_injection_protection",
@@ -408,6 +409,12 @@ pub(crate) const KEYS: &[(&str, &str, Owner, Fallback)] = &[
     ),
     ("proxy_rules.response_headers", "set", Rampart, Value("{}")),
     ("proxy_rules.response_headers", "add", Rampart, Value("{}")),
+    (
+        "proxy_rules.path_rules",
+        "max_age_by_status",
+        Rampart,
+        Unset("the rule's applies"),
+    ),
     (
         "proxy_rules.path_rules",
         "request_headers",

@@ -349,6 +349,8 @@ pub struct PathRuleConfig {
     pub matcher: PathMatch,
     pub rule_type: RuleType,
     pub max_age_seconds: u64,
+    /// This path's `max_age_by_status`; `None`: the rule's applies.
+    pub max_age_by_status: Option<Vec<(u16, u64)>>,
     /// This path's own field rules, applied after the rule's.
     pub request_headers: HeaderRules,
     pub response_headers: HeaderRules,
@@ -562,6 +564,9 @@ pub struct RuleConfig {
     pub domain_text: String,
     pub domain: DomainPattern,
     pub max_age_seconds: u64,
+    /// `max_age_by_status` (NGINX's `proxy_cache_valid`): status → seconds, status 0 = `any`;
+    /// empty when not set.
+    pub max_age_by_status: Vec<(u16, u64)>,
     /// Rule-level path prefixes; never empty (missing = `["/"]`).
     pub paths: Vec<String>,
     pub rule_type: RuleType,
