@@ -2245,18 +2245,22 @@ fn max_age_by_status_per_rule_and_path_rule() {
          [[proxy_rules.path_rules]]\npath = \"/static/\"\nmatch_type = \"StartsWith\"\n\
          rule_type = \"Whitelist\"\nmax_age_seconds = 60\n",
     );
-    let c = v.config.clone().unwrap_or_else(|| panic!("{:?}", errors(&v)));
+    let c = v
+        .config
+        .clone()
+        .unwrap_or_else(|| panic!("{:?}", errors(&v)));
     let r = &c.rules[0];
-    assert_eq!(r.max_age_by_status, vec![(200, 600), (404, 60), (0, 5)]);
-    assert_eq!(r.path_rules[0].max_age_by_status, Some(vec![(404, 0)]));
+    assert_eq!(*r.max_age_by_status, [(200, 600), (404, 60), (0, 5)]);
+    assert_eq!(
+        r.path_rules[0].max_age_by_status.as_deref(),
+        Some(&[(404, 0)][..])
+    );
     assert_eq!(r.path_rules[1].max_age_by_status, None);
     assert!(with("", "").config.expect("config").rules[0]
         .max_age_by_status
         .is_empty());
     // The printed file reads back the same.
-    let src = format!(
-        "{ARC2_BENCH}max_age_by_status = {{ 200 = 600, 404 = 60 }}\n"
-    );
+    let src = format!("{ARC2_BENCH}max_age_by_status = {{ 200 = 600, 404 = 60 }}\n");
     let c = validate(&src, 1).config.expect("config");
     let printed = crate::effective(&src, 1);
     assert_eq!(validate(&printed, 1).config, Some(c), "{printed}");
@@ -2283,4 +2287,23 @@ fn max_age_by_status_reports_bad_entries_where_they_are() {
     let e = errors(&v);
     assert_eq!(e.len(), 1, "{e:?}");
     assert!(e[0].contains("expected a table"), "{e:?}");
+}
+
+#[test]
+fn stale_windows_global_and_per_rule() {
+    let c = with("", "").config.expect("config");
+    assert_eq!(c.cache.stale_while_revalidate, None);
+    assert_eq!(c.rules[0].stale_if_error, None);
+    let c = with(
+        "stale_while_revalidate_seconds = 30\nstale_if_error_seconds = 86400",
+        "stale_if_error_seconds = 60",
+    )
+    .config
+    .expect("config");
+    assert_eq!(c.rules[0].stale_while_revalidate, Some(30));
+    assert_eq!(c.rules[0].stale_if_error, Some(60));
+    let v = with("", "stale_while_revalidate_seconds = -1");
+    let e = errors(&v);
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].contains("stale_while_revalidate_seconds"), "{e:?}");
 }

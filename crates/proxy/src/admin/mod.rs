@@ -532,7 +532,13 @@ async fn purge_api(
         ));
     };
     let p = cache.map_or(Purged::default(), |c| c.purge(&scope, soft));
-    tracing::info!(host, scope = kind, soft, purged = p.count(), "purge via API");
+    tracing::info!(
+        host,
+        scope = kind,
+        soft,
+        purged = p.count(),
+        "purge via API"
+    );
     Ok(purged(cache, p, soft).await)
 }
 

@@ -40,18 +40,13 @@ pub fn lookup<B>(w: &Worker, txn: &mut Txn, req: &Request<B>) -> Result<Step, Pr
         return Ok(Step::Pass);
     }
     let rule_config = &txn.route().rule.config;
+    let mut policy = rule_policy(rule_config, max_age_seconds);
     // A path rule's `max_age_by_status` replaces the rule's for its paths.
     let by_status = match txn.route().path_rule() {
-        Some(i) => rule_config.path_rules[i]
-            .max_age_by_status
-            .as_deref()
-            .unwrap_or(&rule_config.max_age_by_status),
-        None => &rule_config.max_age_by_status,
+        Some(i) => rule_config.path_rules[i].max_age_by_status.as_ref(),
+        None => None,
     };
-    let mut policy = rule_policy(rule_config, max_age_seconds);
-    if !by_status.is_empty() {
-        policy.by_status = ByStatus::new(by_status.iter().copied());
-    }
+    policy.by_status = ByStatus::new(by_status.unwrap_or(&rule_config.max_age_by_status));
     let refresh = txn.mode == Mode::Refresh;
     let rule = &txn.route().rule;
     let disk = rule.config.cache_disk.then_some(|| rule.transforms());
@@ -114,5 +109,7 @@ fn rule_policy(rule: &RuleConfig, max_age_seconds: u64) -> RulePolicy {
             CacheStatuses::Rfc9111 => Statuses::Rfc9111,
         },
         by_status: ByStatus::default(),
+        stale_while_revalidate: rule.stale_while_revalidate,
+        stale_if_error: rule.stale_if_error,
     }
 }

@@ -75,7 +75,8 @@ fn read_rule(
     let (domain, unused) = read_domain(&mut s, sink, domain_at.as_ref(), domains);
     ok &= domain.is_some();
     let max_age_seconds = read_max_age(&mut s, sink);
-    let max_age_by_status = max_age_by_status(&mut s, sink).unwrap_or_default();
+    let max_age_by_status =
+        max_age_by_status(&mut s, sink).unwrap_or_else(|| std::sync::Arc::new([]));
     let paths = paths::read_paths(&mut s, sink);
     // `Blacklist` without a word on `strict_path_rules` is said to mean "not cached" each time.
     let blacklist_note = strict_default.is_none() && !s.has("strict_path_rules");
@@ -159,6 +160,8 @@ fn read_rule(
         cache_by_scheme: caching.by_scheme,
         cache_disk: caching.disk,
         cache_statuses: caching.statuses,
+        stale_while_revalidate: caching.stale_while_revalidate,
+        stale_if_error: caching.stale_if_error,
         request_headers,
         response_headers,
         redirects,
@@ -179,13 +182,17 @@ fn read_rule(
     })
 }
 
-/// At most this many statuses in `max_age_by_status` (the cache holds them inline).
+/// At most this many statuses in `max_age_by_status` (a stored response's status is looked up
+/// among them; NGINX sites list a handful).
 const BY_STATUS_MAX: usize = 16;
 
 /// `max_age_by_status` (rule or path rule): an inline table of status → seconds (`any` for
 /// every other status, kept as status 0). `None` when absent; bad entries are reported and
 /// skipped.
-pub(super) fn max_age_by_status(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Option<Vec<(u16, u64)>> {
+pub(super) fn max_age_by_status(
+    s: &mut Section<'_>,
+    sink: &mut Sink<'_>,
+) -> Option<std::sync::Arc<[(u16, u64)]>> {
     const EXAMPLE: &str = "max_age_by_status = { 200 = 600, 404 = 60 }";
     if !s.has("max_age_by_status") {
         return None;
@@ -244,7 +251,7 @@ pub(super) fn max_age_by_status(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Opt
         );
     }
     t.finish(sink);
-    Some(out)
+    Some(out.into())
 }
 
 /// `max_age_seconds` (ARC2 requires it; 0, nothing cached, when it is missing).
@@ -305,6 +312,8 @@ struct CacheKeys {
     by_scheme: bool,
     disk: bool,
     statuses: CacheStatuses,
+    stale_while_revalidate: Option<u64>,
+    stale_if_error: Option<u64>,
 }
 
 impl CacheKeys {
@@ -322,6 +331,14 @@ impl CacheKeys {
                 .map_or(cache.by_scheme, |b| b.value),
             disk: read_disk_switch(s, sink, cache),
             statuses: cache_statuses(s, sink).unwrap_or(cache.statuses),
+            stale_while_revalidate: s
+                .int(sink, "stale_while_revalidate_seconds", 0, 365 * 86400)
+                .map(|v| v.value as u64)
+                .or(cache.stale_while_revalidate),
+            stale_if_error: s
+                .int(sink, "stale_if_error_seconds", 0, 365 * 86400)
+                .map(|v| v.value as u64)
+                .or(cache.stale_if_error),
         }
     }
 }
