@@ -2234,3 +2234,35 @@ fn a_certificate_file_that_is_a_device_or_a_directory_is_an_error() {
         assert!(e[0].contains(says) && e[1].contains(says), "{e:?}");
     }
 }
+
+/// `redirect_to_https_status`: 308 by default, 301/302/307/308 accepted, anything else an
+/// error at the key with a fix that names a valid value.
+#[test]
+fn redirect_to_https_status_values() {
+    let base =
+        "[[proxy_rules]]\ndomain = \"a.example\"\ntls = \"internal\"\nredirect_to_https = true\n";
+    let tail = "forward_addr = \"127.0.0.1\"\nmax_age_seconds = 0\n";
+    let v = validate(&format!("{base}{tail}"), 1);
+    assert!(errors(&v).is_empty(), "{:?}", v.diagnostics);
+    assert_eq!(
+        v.config.expect("config").rules[0].redirect_to_https_status,
+        308
+    );
+    for ok in [301, 302, 307, 308] {
+        let v = validate(&format!("{base}redirect_to_https_status = {ok}\n{tail}"), 1);
+        assert!(errors(&v).is_empty(), "{:?}", v.diagnostics);
+        assert_eq!(
+            v.config.expect("config").rules[0].redirect_to_https_status,
+            ok
+        );
+    }
+    let v = validate(&format!("{base}redirect_to_https_status = 303\n{tail}"), 1);
+    assert!(
+        v.errors()
+            .any(|d| d.key == "proxy_rules[0].redirect_to_https_status"
+                && d.line == 5
+                && d.hint.contains("redirect_to_https_status = 301")),
+        "{:?}",
+        v.diagnostics
+    );
+}
