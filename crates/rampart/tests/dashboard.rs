@@ -40,9 +40,7 @@ async fn the_dashboard_works_in_a_real_browser() {
     let proxy = Proxy::start(&config_for(
         "127.0.0.1",
         &origin,
-        &format!(
-            "api_key = \"{API_KEY}\"\nmetrics_allow = [\"127.0.0.1\"]"
-        ),
+        &format!("api_key = \"{API_KEY}\"\nmetrics_allow = [\"127.0.0.1\"]"),
         "",
     ));
     let base = proxy.url("");
@@ -110,7 +108,10 @@ async fn the_dashboard_works_in_a_real_browser() {
         .unwrap_or_else(|_| panic!("{r:#}"));
     assert!((96.0..97.0).contains(&hit), "{r:#}");
     // Purging needs the key: refused without it, the key field shown, then purged with it.
-    assert!(r["refused"].as_str().unwrap().starts_with("refused"), "{r:#}");
+    assert!(
+        r["refused"].as_str().unwrap().starts_with("refused"),
+        "{r:#}"
+    );
     assert_eq!(r["askedForKey"], true, "{r:#}");
     assert_eq!(r["purged"], "purged 1", "{r:#}");
     // The purge took: the next request goes to the origin again.
