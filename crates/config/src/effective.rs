@@ -521,6 +521,7 @@ pub(crate) const KEYS: &[(&str, &str, Owner, Fallback)] = &[
     ("proxy_rules.redirects", "from", Rampart, Unset("required")),
     ("proxy_rules.redirects", "to", Rampart, Unset("required")),
     ("proxy_rules.redirects", "status", Rampart, Value("301")),
+    ("proxy_rules.redirects", "scheme", Rampart, Unset("both")),
     (
         "proxy_rules.redirects",
         "keep_query",

@@ -465,6 +465,9 @@ pub struct Redirect {
     pub status: u16,
     /// `keep_query` (default true): the request's query string is added to the target.
     pub keep_query: bool,
+    /// `scheme`: only requests that arrived over HTTPS (`Some(true)`) or plain HTTP
+    /// (`Some(false)`); `None`: both.
+    pub https: Option<bool>,
 }
 
 /// `[proxy_rules.error_pages]`: the bodies of a rule's error answers (NGINX's `error_page`,

@@ -847,3 +847,33 @@ async fn a_handshake_under_way_when_the_process_stops_is_completed_and_answered(
     assert_eq!(got.status, 200);
     assert_eq!(got.header("connection"), Some("close"));
 }
+
+/// NGINX's `return 301 https://$host$request_uri` in the port-80 server: a redirect kept to
+/// one scheme (`scheme = "http"`). Without it such a redirect answered HTTPS requests too, and
+/// looped.
+#[tokio::test]
+async fn a_redirect_kept_to_plain_http_does_not_loop_on_https() {
+    let origin = hello_origin().await;
+    let ca = TestCa::new("test CA");
+    let (c, k) = ca.leaf(&["a.test"]).write("redirect-scheme");
+    let conf = format!(
+        "{GLOBAL}{}",
+        rule(
+            "a.test",
+            origin.port(),
+            &format!(
+                "{}[[proxy_rules.redirects]]\nfrom = \"^(.*)$\"\nto = \"https://{{host}}$1\"\nscheme = \"http\"\n",
+                files(&c, &k)
+            )
+        )
+    );
+    let proxy = Proxy::start(&conf);
+    let https = proxy.https.unwrap();
+    let got = get(&proxy, "a.test", "/page?x=1").await;
+    assert_eq!(got.status, 301);
+    assert_eq!(got.header("location"), Some("https://a.test/page?x=1"));
+    let client = tls::browser(ca.roots());
+    let got = tls::get(https, "a.test", "/page?x=1", &client).await;
+    assert_eq!(got.status, 200, "HTTPS is served, not redirected again");
+    assert_eq!(origin.requests(), 1);
+}

@@ -168,8 +168,10 @@ pub fn expires(headers: &mut HeaderMap, secs: u64) {
 
 /// The first redirect of `redirects` whose `from` matches `path`: its status and target.
 pub fn redirect(redirects: &[Redirect], vars: &Vars<'_>) -> Option<(StatusCode, String)> {
+    let https = vars.scheme == "https";
     let (r, caps) = redirects
         .iter()
+        .filter(|r| r.https.is_none_or(|h| h == https))
         .find_map(|r| r.from.regex.captures(vars.path).map(|c| (r, c)))?;
     let mut to = String::new();
     for p in &r.to.parts {

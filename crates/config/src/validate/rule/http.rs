@@ -167,6 +167,23 @@ pub(super) fn redirects(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Vec<Redirec
         let to = r.string(sink, "to");
         let status = r.int(sink, "status", 300, 399);
         let keep_query = r.bool(sink, "keep_query").is_none_or(|b| b.value);
+        // Only requests that arrived over this scheme (a `return 301 https://…` kept to port 80).
+        let mut scheme_ok = true;
+        let https = match r.string(sink, "scheme") {
+            None => None,
+            Some(v) if v.value == "http" => Some(false),
+            Some(v) if v.value == "https" => Some(true),
+            Some(v) => {
+                error(
+                    sink,
+                    &v,
+                    format!("{:?} is not a scheme a redirect can be kept to", v.value),
+                    "write it as `scheme = \"http\"` (or \"https\")",
+                );
+                scheme_ok = false;
+                None
+            }
+        };
         if to.is_none() && !r.has("to") {
             r.missing(
                 sink,
@@ -238,12 +255,13 @@ pub(super) fn redirects(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Vec<Redirec
             Some(t2)
         });
         r.finish(sink);
-        if let (Some(from), Some(to), Some(status)) = (from, to, status) {
+        if let (Some(from), Some(to), Some(status), true) = (from, to, status, scheme_ok) {
             out.push(Redirect {
                 from,
                 to,
                 status,
                 keep_query,
+                https,
             });
         }
     }
