@@ -308,6 +308,7 @@ pub(crate) const KEYS: &[(&str, &str, Owner, Fallback)] = &[
     ("proxy_rules", "store_set_cookie", Rampart, Inherited),
     ("proxy_rules", "cache_by_scheme", Rampart, Inherited),
     ("proxy_rules", "cache_disk", Rampart, Value("true")),
+    ("proxy_rules", "expires", Rampart, Unset("off")),
     ("proxy_rules", "cache_statuses", Rampart, Inherited),
     (
         "proxy_rules",
@@ -483,6 +484,7 @@ pub(crate) const KEYS: &[(&str, &str, Owner, Fallback)] = &[
         Value("\"Whitelist\""),
     ),
     ("proxy_rules.path_rules", "max_age_seconds", Arc2, Inherited),
+    ("proxy_rules.path_rules", "expires", Rampart, Inherited),
     (
         "proxy_rules.path_rules",
         "ignore_case",

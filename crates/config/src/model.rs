@@ -352,6 +352,8 @@ pub struct PathRuleConfig {
     /// This path's own field rules, applied after the rule's.
     pub request_headers: HeaderRules,
     pub response_headers: HeaderRules,
+    /// `expires` here: `None` keeps the rule's, `Some(None)` (`"off"`) turns it off.
+    pub expires: Option<Option<u64>>,
 }
 
 impl PathRuleConfig {
@@ -601,6 +603,9 @@ pub struct RuleConfig {
     /// Field rules for requests to the origin and responses to the client.
     pub request_headers: HeaderRules,
     pub response_headers: HeaderRules,
+    /// `expires` (NGINX's): the seconds clients may keep a response (`Expires` and
+    /// `Cache-Control: max-age` on its way out); `None`: the origin's fields pass as they are.
+    pub expires: Option<u64>,
     /// Redirects, then rewrites, in file order (the first match of each applies).
     pub redirects: Vec<Redirect>,
     pub rewrites: Vec<Rewrite>,

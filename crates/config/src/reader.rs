@@ -719,6 +719,44 @@ impl<'d> Section<'d> {
         })
     }
 
+    /// A lifetime in seconds (`expires`), at most [`MAX_LIFETIME`]: an integer, a duration string (`"7d"`, `"1h30m"`), or
+    /// `"off"` (`Some(At { value: None })`); a wrong value is reported and `None`.
+    pub(crate) fn seconds_or_off(
+        &mut self,
+        sink: &mut Sink<'_>,
+        key: &'static str,
+    ) -> Option<At<Option<u64>>> {
+        let (item, span) = self.item(key)?;
+        let value = match item.as_value() {
+            Some(Value::Integer(i)) if *i.value() >= 0 => Some(Some(*i.value() as u64)),
+            Some(Value::String(s)) if s.value().trim().eq_ignore_ascii_case("off") => Some(None),
+            Some(Value::String(s)) => duration_millis(s.value().trim())
+                .filter(|ms| *ms >= 0 && ms % 1000 == 0)
+                .map(|ms| Some((ms / 1000) as u64)),
+            _ => None,
+        }
+        .filter(|v| v.is_none_or(|secs| secs <= MAX_LIFETIME));
+        let Some(value) = value else {
+            let want = "a lifetime up to 10 years: seconds, a duration such as \"7d\" or \"12h\", or \"off\"";
+            match item.as_value() {
+                Some(Value::String(s)) => sink.push(
+                    Severity::Error,
+                    &self.key_path(key),
+                    span,
+                    format!("{:?} is not {want}", s.value()),
+                    format!("write it as `{key} = \"7d\"` (units: s, m, h, d, w)"),
+                ),
+                _ => self.wrong_type(sink, key, item, span, want, "\"7d\""),
+            }
+            return None;
+        };
+        Some(At {
+            value,
+            key: self.key_path(key),
+            span,
+        })
+    }
+
     /// A string, or an integer given as its decimal text (for sizes such as `cache_memory`).
     pub(crate) fn string_or_int(
         &mut self,
@@ -1023,6 +1061,10 @@ pub(crate) fn bool_meant(item: &Item) -> &'static str {
     }
 }
 
+/// The longest lifetime `expires` gives clients: ten years (NGINX's `expires max` is about as
+/// far).
+pub(crate) const MAX_LIFETIME: u64 = 10 * 365 * 86_400;
+
 /// A duration written as text (`"1h"`, `"10m"`, `"1h30m"`, `"2d"`) in the unit of `key`: seconds
 /// for a key in seconds, milliseconds for one in `_ms`; `None` for other keys or other text.
 fn duration_in(key: &str, text: &str) -> Option<i64> {
@@ -1036,6 +1078,16 @@ fn duration_in(key: &str, text: &str) -> Option<i64> {
     } else {
         return None;
     };
+    let total = duration_millis(text)?;
+    if per_second == 1000 {
+        Some(total)
+    } else {
+        (total % 1000 == 0).then_some(total / 1000)
+    }
+}
+
+/// A duration written as text (`"1h"`, `"10m"`, `"1h30m"`, `"2d"`, `"500ms"`) in milliseconds.
+pub(crate) fn duration_millis(text: &str) -> Option<i64> {
     let mut total: i64 = 0;
     let mut rest = text;
     if rest.is_empty() {
@@ -1066,11 +1118,7 @@ fn duration_in(key: &str, text: &str) -> Option<i64> {
         total = total.checked_add(n.checked_mul(ms)?)?;
         rest = after.trim_start();
     }
-    if per_second == 1000 {
-        Some(total)
-    } else {
-        (total % 1000 == 0).then_some(total / 1000)
-    }
+    Some(total)
 }
 
 fn closest<'k>(unknown: &str, known: impl Iterator<Item = &'k str>) -> Option<&'k str> {

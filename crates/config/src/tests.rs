@@ -2295,3 +2295,28 @@ fn a_certificate_file_that_is_a_device_or_a_directory_is_an_error() {
         assert!(e[0].contains(says) && e[1].contains(says), "{e:?}");
     }
 }
+
+#[test]
+fn expires_takes_seconds_durations_and_off() {
+    let path = "[[proxy_rules.path_rules]]\npath = \"/live\"\nmatch_type = \"StartsWith\"\nrule_type = \"Whitelist\"\nmax_age_seconds = 1\nexpires = \"off\"\n\
+                [[proxy_rules.path_rules]]\npath = \"/static\"\nmatch_type = \"StartsWith\"\nrule_type = \"Whitelist\"\nmax_age_seconds = 1\nexpires = \"1h30m\"\n";
+    let v = with("", &format!("expires = \"7d\"\n{path}"));
+    let c = v.config.unwrap_or_else(|| panic!("{:?}", v.diagnostics));
+    let r = &c.rules[0];
+    assert_eq!(r.expires, Some(604_800));
+    assert_eq!(r.path_rules[0].expires, Some(None));
+    assert_eq!(r.path_rules[1].expires, Some(Some(5_400)));
+    assert_eq!(
+        with("", "expires = 0\n").config.expect("valid").rules[0].expires,
+        Some(0)
+    );
+    assert_eq!(with("", "").config.expect("valid").rules[0].expires, None);
+    for bad in ["\"7 days\"", "\"20y\"", "-1", "true", "\"3651d\""] {
+        let v = with("", &format!("expires = {bad}\n"));
+        let e: Vec<_> = v.errors().collect();
+        assert_eq!(e.len(), 1, "{bad}: {e:?}");
+        assert_eq!(e[0].line, 21, "{bad}: {e:?}");
+        assert!(e[0].message.contains("lifetime"), "{bad}: {e:?}");
+        assert!(e[0].hint.contains("expires = \"7d\""), "{bad}: {e:?}");
+    }
+}

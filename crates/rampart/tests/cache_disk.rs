@@ -308,6 +308,63 @@ async fn purges_reach_the_disk_and_outlive_a_restart() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A `PURGE` counts what it removed on every tier: an object held only on disk (after a
+/// restart) answered `{"purged":0}` although it was purged. A prefix purge reaches the disk as
+/// a ban, and the answer says so instead of counting it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_counts_what_it_removed_on_disk() {
+    let origin = origin().await;
+    let dir = scratch("disk-purge-count");
+    let cfg = config(&origin, &dir, "cache_disk_min_uses = 1", "");
+    let proxy = Proxy::start(&cfg);
+    for p in ["/only-on-disk", "/both", "/a/1", "/a/2"] {
+        get(&proxy, "disk.example", p).await;
+    }
+    written(&proxy, 4.0).await;
+    let purge = |proxy: &Proxy, path: &str| {
+        req(proxy, "disk.example", path)
+            .method("PURGE")
+            .header("authorization", format!("Bearer {API_KEY}"))
+    };
+    // In memory and on disk: one object, purged from both tiers.
+    let res = fetch(purge(&proxy, "/both")).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(
+        res.text(),
+        "{\"purged\":1,\"soft\":false,\"memory\":1,\"disk\":1}\n"
+    );
+    stop(proxy).await;
+
+    // A new process: nothing in memory.
+    let proxy = Proxy::start(&cfg);
+    ready(&proxy).await;
+    let purge = |path: &str| purge(&proxy, path);
+    let res = fetch(purge("/only-on-disk")).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(
+        res.text(),
+        "{\"purged\":1,\"soft\":false,\"memory\":0,\"disk\":1}\n"
+    );
+    let res = fetch(purge("/never-stored")).await;
+    assert_eq!(
+        res.text(),
+        "{\"purged\":0,\"soft\":false,\"memory\":0,\"disk\":0}\n"
+    );
+    let res = fetch(purge("/a/").header("x-purge-scope", "prefix")).await;
+    assert_eq!(
+        res.text(),
+        "{\"purged\":0,\"soft\":false,\"memory\":0,\"disk_ban\":true}\n"
+    );
+    let before = origin.requests();
+    for p in ["/only-on-disk", "/both", "/a/1", "/a/2"] {
+        let got = get(&proxy, "disk.example", p).await;
+        assert_eq!(got.header("x-arc2-cache"), Some("Miss"), "{p} was purged");
+    }
+    assert_eq!(origin.requests(), before + 4);
+    stop(proxy).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rule_can_keep_its_responses_off_the_disk_and_one_hit_wonders_stay_off() {
     let origin = origin().await;
@@ -1101,7 +1158,10 @@ async fn a_purge_on_a_full_disk_is_written_before_it_is_acknowledged() {
     let filler = fill(&root);
     let res = fetch(api(&proxy, "scope=prefix&host=disk.example&path=%2Fp%2F")).await;
     assert_eq!(res.status, 200, "{}", res.text());
-    assert_eq!(res.text(), "{\"purged\":20,\"soft\":false}\n");
+    assert_eq!(
+        res.text(),
+        "{\"purged\":20,\"soft\":false,\"memory\":20,\"disk_ban\":true}\n"
+    );
     assert!(
         proxy
             .output()

@@ -101,6 +101,74 @@ set = { "X-Frame-Options" = "SAMEORIGIN", "Cache-Control" = "public, max-age=315
     assert_eq!(refused.header("x-frame-options"), Some("DENY"));
 }
 
+/// NGINX's `expires`: a rule's or path rule's lifetime for clients, as `Expires` and
+/// `Cache-Control: max-age`, on answers clients may keep (never on errors, never on rampart's
+/// own answers); a path rule's `"off"` turns the rule's off; the cache keeps the origin's.
+#[tokio::test]
+async fn expires_gives_clients_a_lifetime_on_what_they_may_keep() {
+    let origin = Origin::new()
+        .route_fn("*", |s| match s.uri.path() {
+            "/static/missing" => Reply::text("no such file").status(404),
+            "/static/down" => Reply::text("maintenance")
+                .status(503)
+                .header("cache-control", "no-store"),
+            _ => Reply::text("asset").header("cache-control", "max-age=2"),
+        })
+        .start()
+        .await;
+    let rule = r#"
+expires = 3600
+[[proxy_rules.path_rules]]
+path = "/static"
+match_type = "StartsWith"
+rule_type = "Whitelist"
+max_age_seconds = 600
+expires = "7d"
+[[proxy_rules.path_rules]]
+path = "/live"
+match_type = "StartsWith"
+rule_type = "Whitelist"
+max_age_seconds = 600
+expires = "off"
+"#;
+    let proxy = Proxy::start(&config_for("x.test", &origin, "", rule));
+    let expiry = |got: &Got| {
+        let at = httpdate::parse_http_date(got.header("expires").expect("Expires")).unwrap();
+        at.duration_since(std::time::SystemTime::now())
+            .unwrap_or_default()
+            .as_secs()
+    };
+    let asset = get(&proxy, "x.test", "/static/app.css").await;
+    assert_eq!(asset.status, 200);
+    assert_eq!(asset.header("cache-control"), Some("max-age=604800"));
+    assert!((604_790..=604_800).contains(&expiry(&asset)));
+    // A hit gets it too: the stored object kept the origin's two seconds.
+    let hit = get(&proxy, "x.test", "/static/app.css").await;
+    assert_eq!(hit.header("x-arc2-cache"), Some("Hit"));
+    assert_eq!(hit.header("cache-control"), Some("max-age=604800"));
+    let page = get(&proxy, "x.test", "/page").await;
+    assert_eq!(page.header("cache-control"), Some("max-age=3600"));
+    assert!((3_590..=3_600).contains(&expiry(&page)));
+    let live = get(&proxy, "x.test", "/live/feed").await;
+    assert_eq!(live.header("cache-control"), Some("max-age=2"));
+    assert_eq!(live.header("expires"), None);
+    // Errors, the origin's and rampart's own, keep their own fields.
+    let missing = get(&proxy, "x.test", "/static/missing").await;
+    assert_eq!(missing.status, 404);
+    assert_eq!(missing.header("expires"), None);
+    let down = get(&proxy, "x.test", "/static/down").await;
+    assert_eq!(down.status, 503);
+    assert_eq!(down.header("cache-control"), Some("no-store"));
+    assert_eq!(down.header("expires"), None);
+    let refused = fetch(req(&proxy, "x.test", "/static/app.css").method("PURGE")).await;
+    assert_eq!(refused.status, 403, "{}", refused.text());
+    assert_eq!(refused.header("expires"), None);
+    // After the origin's two seconds the stored copy is stale; the origin is asked again.
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let again = get(&proxy, "x.test", "/static/app.css").await;
+    assert_ne!(again.header("x-arc2-cache"), Some("Hit"));
+}
+
 #[tokio::test]
 async fn response_rules_never_reach_the_stored_object() {
     let origin = echo_origin().start().await;

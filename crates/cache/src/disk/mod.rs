@@ -511,6 +511,17 @@ pub(crate) enum Job {
     Close,
 }
 
+/// What a purge did on disk ([`DiskStore::purge`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DiskPurge {
+    /// The objects removed (soft: marked): `None` when the purge applies as a ban (a prefix,
+    /// a domain, a tag: the index keeps hashes, not URLs), whose matches are not counted.
+    pub counted: Option<usize>,
+    /// When the purge must reach the purge log to outlive a restart, its ticket
+    /// ([`DiskStore::purge_logged`]); `None` when there is nothing on disk for it to outlive.
+    pub ticket: Option<u64>,
+}
+
 /// The disk tier (see the module notes).
 pub struct DiskStore {
     inner: Arc<Inner>,
@@ -835,10 +846,10 @@ impl DiskStore {
     }
 
     /// Purges `scope` on disk (see the module notes): applies at once to reads, and is
-    /// written to the purge log. The ticket, when the purge must reach the log to outlive a
-    /// restart, says when it has ([`DiskStore::purge_logged`]); `None` when there is nothing
-    /// on disk for it to outlive.
-    pub fn purge(&self, scope: &PurgeScope, soft: bool) -> Option<u64> {
+    /// written to the purge log. What it reports: the objects it removed (or, soft, marked)
+    /// where the index can say (a URL, everything), and the ticket that says when the purge
+    /// is in the log ([`DiskStore::purge_logged`]).
+    pub fn purge(&self, scope: &PurgeScope, soft: bool) -> DiskPurge {
         let inner = &self.inner;
         let ban = Ban {
             time: now_micros(),
@@ -848,34 +859,48 @@ impl DiskStore {
         // An exact purge of a URL the disk does not hold (every successful POST invalidates
         // its URL) is kept in memory only: it still stops a write queued for it.
         let mut persist = true;
-        match scope {
+        let counted = match scope {
             PurgeScope::Exact(k) => {
-                let mut present = false;
+                let mut present = 0;
                 for https in [false, true] {
                     let h = record::hash(&[&record::key_bytes(&k.clone().for_https(https))]);
                     let mut shard = inner.shard(h);
-                    present |= if soft {
+                    present += usize::from(if soft {
                         shard.contains_key(&h)
                     } else {
                         shard.remove(&h).is_some()
-                    };
+                    });
                 }
-                persist = present || inner.state() != State::Ready;
+                persist = present > 0 || inner.state() != State::Ready;
+                Some(present)
             }
-            PurgeScope::Everything if !soft => {
+            PurgeScope::Everything => {
+                let mut all = 0;
                 for s in inner.index.iter() {
-                    lock(s).clear();
+                    let mut s = lock(s);
+                    all += s.len();
+                    if !soft {
+                        s.clear();
+                    }
                 }
+                Some(all)
             }
-            _ => {}
-        }
+            // The index keeps hashes, not URLs or tags: these apply as bans, read by read.
+            PurgeScope::Prefix { .. }
+            | PurgeScope::Contains { .. }
+            | PurgeScope::Domain(_)
+            | PurgeScope::Tag(_) => None,
+        };
         inner
             .bans
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .add(ban.clone());
         if !persist || inner.state() == State::Closed {
-            return None;
+            return DiskPurge {
+                counted,
+                ticket: None,
+            };
         }
         // After the ban: a rewrite of the log that has read this ticket has the ban.
         let ticket = {
@@ -887,7 +912,10 @@ impl DiskStore {
         if let Some(tx) = lock(&self.tx).as_ref() {
             let _ = tx.try_send(Job::Purges);
         }
-        Some(ticket)
+        DiskPurge {
+            counted,
+            ticket: Some(ticket),
+        }
     }
 
     /// Whether the purge that got `ticket` is in the purge log, flushed: it outlives a restart

@@ -34,7 +34,7 @@ use rampart_config::AdminConfig;
 
 use crate::body::local::json_of;
 use crate::body::{ProxyBody, RequestBody};
-use crate::caching::{Cache, Purged};
+use crate::caching::{Cache, DiskTally, Purged};
 use crate::error::ProxyError;
 use crate::policy::route::Router;
 
@@ -218,6 +218,14 @@ async fn purged(cache: Option<&Cache>, p: Purged, soft: bool) -> Response<ProxyB
     struct Answer {
         purged: usize,
         soft: bool,
+        /// With a disk tier, each tier's count apart (`disk` absent and `disk_ban` true when
+        /// the disk applies the purge as a ban, uncounted).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        memory: Option<usize>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        disk: Option<usize>,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        disk_ban: bool,
         #[serde(skip_serializing_if = "Option::is_none")]
         durable: Option<bool>,
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -227,12 +235,20 @@ async fn purged(cache: Option<&Cache>, p: Purged, soft: bool) -> Response<ProxyB
         Some(c) => c.durable(p.ticket, DURABLE_WAIT).await,
         None => true,
     };
+    let (memory, disk, disk_ban) = match p.disk {
+        DiskTally::None => (None, None, false),
+        DiskTally::Counted(n) => (Some(p.memory), Some(n), false),
+        DiskTally::Ban => (Some(p.memory), None, true),
+    };
     if durable {
         return json_of(
             StatusCode::OK,
             &Answer {
                 purged: p.count,
                 soft,
+                memory,
+                disk,
+                disk_ban,
                 durable: None,
                 error: None,
             },
@@ -247,6 +263,9 @@ async fn purged(cache: Option<&Cache>, p: Purged, soft: bool) -> Response<ProxyB
         &Answer {
             purged: p.count,
             soft,
+            memory,
+            disk,
+            disk_ban,
             durable: Some(false),
             error: Some(
                 "in force, but the disk cache could not write its purge log yet (tried again); \

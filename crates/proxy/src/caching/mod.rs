@@ -61,17 +61,40 @@ pub struct Cache {
     disk: Option<DiskStore>,
 }
 
-/// What a purge did: entries hit in memory, and the disk tier's ticket for it (tickets grow:
-/// the last of several covers them all).
+/// What a purge did: the stored responses it removed (or, soft, marked) in each tier, and the
+/// disk tier's ticket for it (tickets grow: the last of several covers them all).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Purged {
+    /// What the answer's `purged` says: the larger of the two tiers' counts (an object held
+    /// in memory and on disk is one object, purged from both).
     pub count: usize,
+    pub memory: usize,
+    pub disk: DiskTally,
     pub ticket: Option<u64>,
+}
+
+/// What a purge counted on the disk tier.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum DiskTally {
+    /// No disk tier.
+    #[default]
+    None,
+    /// The objects removed there (a URL, everything).
+    Counted(usize),
+    /// Applied as a ban (a prefix, a domain, a tag): every match there is out of service, and
+    /// not counted (the disk index keeps hashes, not URLs or tags).
+    Ban,
 }
 
 impl std::ops::AddAssign for Purged {
     fn add_assign(&mut self, o: Purged) {
         self.count += o.count;
+        self.memory += o.memory;
+        self.disk = match (self.disk, o.disk) {
+            (DiskTally::Ban, _) | (_, DiskTally::Ban) => DiskTally::Ban,
+            (DiskTally::Counted(a), DiskTally::Counted(b)) => DiskTally::Counted(a + b),
+            (DiskTally::None, d) | (d, DiskTally::None) => d,
+        };
         self.ticket = self.ticket.max(o.ticket);
     }
 }
@@ -157,15 +180,28 @@ impl Cache {
         })
     }
 
-    /// Purges `scope` here and, with Redis, on every other instance: how many entries it hit
+    /// Purges `scope` here and, with Redis, on every other instance: what it hit in each tier
     /// here, and the disk tier's ticket for it (see [`Cache::durable`]).
     pub fn purge(&self, scope: &PurgeScope, soft: bool) -> Purged {
-        let ticket = self.disk.as_ref().and_then(|d| d.purge(scope, soft));
-        let count = self.store.purge(scope, soft);
+        let on_disk = self.disk.as_ref().map(|d| d.purge(scope, soft));
+        let memory = self.store.purge(scope, soft);
         if let Some(shared) = &*self.shared.load() {
             shared.publish_purge(scope, soft);
         }
-        Purged { count, ticket }
+        let disk = match on_disk {
+            None => DiskTally::None,
+            Some(d) => d.counted.map_or(DiskTally::Ban, DiskTally::Counted),
+        };
+        let count = match disk {
+            DiskTally::Counted(n) => memory.max(n),
+            _ => memory,
+        };
+        Purged {
+            count,
+            memory,
+            disk,
+            ticket: on_disk.and_then(|d| d.ticket),
+        }
     }
 
     /// Waits, up to `limit`, until the disk tier has its purges up to `ticket` in its purge

@@ -240,8 +240,8 @@ pub fn hit<B>(txn: &mut Txn, stored: &Stored, req: &Request<B>) -> Response<Prox
         (None, None) => req.headers(),
     };
     let head = stored.client.is_none() && req.method() == Method::HEAD;
-    // Field rules change the answer's fields: not the stored block as it is.
-    if txn.route().has_answer_rules() {
+    // Field rules and `expires` change the answer's fields: not the stored block as it is.
+    if txn.route().has_answer_rules() || txn.route().expires().is_some() {
         return respond(&stored.obj, client, head, stored.served);
     }
     answer(&stored.obj, client, req.version(), head, stored.served)

@@ -168,6 +168,8 @@ impl Pipeline {
         // Clients' requests are counted; background refreshes are not.
         let client = txn.mode == Mode::Client;
         let pages = txn.route.as_ref().map(|r| &r.rule.config.error_pages);
+        // From the origin or the cache (rampart's own answers are errors or unlabelled).
+        let relayed = res.is_ok() && txn.outcome.is_some();
         let mut res = match res {
             Ok(res) => match pages {
                 // `origin_errors`: the origin's 5xx gets the page of its status too.
@@ -203,6 +205,11 @@ impl Pipeline {
                 };
                 let rules = rewrite::rules(&route.rule.config, route.path_rule(), true);
                 rewrite::to_client(rules, res.headers_mut(), &vars);
+            }
+            if let Some(secs) = route.expires() {
+                if relayed && rewrite::keeps_fields(res.status()) {
+                    rewrite::expires(res.headers_mut(), secs);
+                }
             }
         }
         if client {

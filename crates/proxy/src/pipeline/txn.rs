@@ -75,6 +75,18 @@ impl Route {
     pub fn path_rule(&self) -> Option<usize> {
         self.path_rule.map(|i| i as usize)
     }
+
+    /// `expires` for this request: its path rule's, else the rule's (seconds).
+    pub fn expires(&self) -> Option<u64> {
+        if !self.rule.extras.expires {
+            return None;
+        }
+        let c = &self.rule.config;
+        match self.path_rule().and_then(|i| c.path_rules.get(i)) {
+            Some(p) => p.expires.unwrap_or(c.expires),
+            None => c.expires,
+        }
+    }
 }
 
 /// One request on its way through the stages.

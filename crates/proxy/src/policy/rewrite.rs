@@ -137,6 +137,30 @@ pub fn to_client<'r>(
     }
 }
 
+/// The statuses NGINX's `add_header` and `expires` apply to: success and redirection answers a
+/// client may keep (200, 201, 204, 206, 301, 302, 303, 304, 307, 308), never errors.
+pub fn keeps_fields(status: StatusCode) -> bool {
+    matches!(
+        status.as_u16(),
+        200 | 201 | 204 | 206 | 301 | 302 | 303 | 304 | 307 | 308
+    )
+}
+
+/// NGINX's `expires N`: `Expires` at now + `secs` and `Cache-Control: max-age=secs`, replacing
+/// what the origin sent (the stored object keeps the origin's fields).
+pub fn expires(headers: &mut HeaderMap, secs: u64) {
+    // The configuration keeps `secs` within ten years (NGINX's `expires max`).
+    let now = std::time::SystemTime::now();
+    if let Some(at) = now.checked_add(std::time::Duration::from_secs(secs)) {
+        if let Ok(v) = HeaderValue::from_str(&httpdate::fmt_http_date(at)) {
+            headers.insert(http::header::EXPIRES, v);
+        }
+    }
+    if let Ok(v) = HeaderValue::from_str(&format!("max-age={secs}")) {
+        headers.insert(http::header::CACHE_CONTROL, v);
+    }
+}
+
 /// The first redirect of `redirects` whose `from` matches `path`: its status and target.
 pub fn redirect(redirects: &[Redirect], vars: &Vars<'_>) -> Option<(StatusCode, String)> {
     let (r, caps) = redirects

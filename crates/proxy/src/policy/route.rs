@@ -56,6 +56,8 @@ pub struct Extras {
     pub answer_rules: bool,
     /// A field rule names `{request_id}`.
     pub request_id: bool,
+    /// `expires`, in the rule or a path rule.
+    pub expires: bool,
 }
 
 impl Extras {
@@ -67,6 +69,7 @@ impl Extras {
         );
         let mut e = Extras {
             paths: !rc.redirects.is_empty() || !rc.rewrites.is_empty(),
+            expires: rc.expires.is_some() || rc.path_rules.iter().any(|p| p.expires.is_some()),
             ..Extras::default()
         };
         for (req, res) in all {

@@ -106,6 +106,7 @@ fn read_rule(
     let path_rules = paths::read_path_rules(&mut s, sink, max_age_seconds, blacklist_note);
     let request_headers = http::header_rules(&mut s, sink, "request_headers");
     let response_headers = http::header_rules(&mut s, sink, "response_headers");
+    let expires = s.seconds_or_off(sink, "expires").and_then(|e| e.value);
     let redirects = http::redirects(&mut s, sink);
     let rewrites = http::rewrites(&mut s, sink);
     let error_pages = http::error_pages(&mut s, sink, pages);
@@ -159,6 +160,7 @@ fn read_rule(
         cache_statuses: caching.statuses,
         request_headers,
         response_headers,
+        expires,
         redirects,
         rewrites,
         error_pages,

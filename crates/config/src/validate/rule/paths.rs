@@ -120,6 +120,7 @@ pub(super) fn read_path_rules(
             };
             let request_headers = super::http::header_rules(&mut pr, sink, "request_headers");
             let response_headers = super::http::header_rules(&mut pr, sink, "response_headers");
+            let expires = pr.seconds_or_off(sink, "expires").map(|e| e.value);
             pr.finish(sink);
             match (path, mt, rt, age) {
                 (Some(path), Some(matcher), Some(rule_type), Some(max_age_seconds)) => path_rules
@@ -130,6 +131,7 @@ pub(super) fn read_path_rules(
                         max_age_seconds,
                         request_headers,
                         response_headers,
+                        expires,
                     }),
                 _ => ok = false,
             }
