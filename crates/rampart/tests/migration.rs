@@ -1,8 +1,8 @@
 //! The migration pages' examples (docs/migrating-from-*.md, docs/examples/): the pages show
 //! the files verbatim, `rampart check --strict` accepts them, and the NGINX shop does, through
-//! the real binary, what its page promises. The example runs as written: only its ports are
-//! rewritten to the test's, and its relative paths (certificates, error pages) are files in the
-//! working directory, as they would be beside a real installation.
+//! the real binary, what its page promises. The example runs as written except for what belongs
+//! to the machine: its listen and origin ports become the test's, and its certificate directory
+//! (`/etc/rampart/tls/`) a scratch directory holding a test CA's certificate for its names.
 #![allow(clippy::unwrap_used)]
 
 mod support;
@@ -26,11 +26,10 @@ const EXAMPLES: &[(&str, &str)] = &[
     ("examples/varnish-site.toml", "migrating-from-varnish.md"),
 ];
 
-/// A working directory for an example: the certificate files and error pages it names.
+/// A working directory for an example, with `tls/` holding a certificate for its names.
 fn workdir(name: &str, ca: &TestCa) -> PathBuf {
     let dir = scratch(name);
     std::fs::create_dir_all(dir.join("tls")).unwrap();
-    std::fs::create_dir_all(dir.join("errors")).unwrap();
     let leaf = ca.leaf(&[
         "shop.example.com",
         "office.shop.example.com",
@@ -41,11 +40,17 @@ fn workdir(name: &str, ca: &TestCa) -> PathBuf {
         std::fs::write(dir.join(format!("tls/{base}.crt")), &leaf.chain_pem).unwrap();
         std::fs::write(dir.join(format!("tls/{base}.key")), &leaf.key_pem).unwrap();
     }
-    for page in std::fs::read_dir(docs().join("examples/errors")).unwrap() {
-        let page = page.unwrap().path();
-        std::fs::copy(&page, dir.join("errors").join(page.file_name().unwrap())).unwrap();
-    }
     dir
+}
+
+/// `example` with its certificate directory moved to `dir/tls/`.
+fn with_certificates(example: &str, dir: &Path) -> String {
+    let out = example.replace("\"/etc/rampart/tls/", &format!("\"{}/tls/", dir.display()));
+    assert!(
+        !out.contains("\"/etc/"),
+        "only the certificates are machine paths"
+    );
+    out
 }
 
 #[test]
@@ -72,7 +77,8 @@ fn every_example_passes_check_strict() {
     let ca = TestCa::new("example CA");
     for (file, _) in EXAMPLES {
         let dir = workdir("check", &ca);
-        std::fs::copy(docs().join(file), dir.join("rampart.toml")).unwrap();
+        let example = std::fs::read_to_string(docs().join(file)).unwrap();
+        std::fs::write(dir.join("rampart.toml"), with_certificates(&example, &dir)).unwrap();
         let out = Command::new(rampart_bin())
             .args(["check", "--strict", "--config", "rampart.toml"])
             .current_dir(&dir)
@@ -119,7 +125,7 @@ impl Shop {
         let example = std::fs::read_to_string(docs().join("examples/nginx-shop.toml")).unwrap();
         std::fs::write(
             dir.join("rampart.toml"),
-            with_ports(&example, shop.port(), api.port()),
+            with_ports(&with_certificates(&example, &dir), shop.port(), api.port()),
         )
         .unwrap();
         let state = dir.join("state");
