@@ -22,7 +22,7 @@ use crate::store::Object;
 use crate::vary::Vary;
 
 /// Per-rule caching settings.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct RulePolicy {
     /// The rule's `max_age_seconds`: the lifetime when the origin gives none.
     pub default_ttl: Duration,
@@ -35,6 +35,49 @@ pub struct RulePolicy {
     pub store_set_cookie: bool,
     /// Which statuses may be stored (`cache_statuses`).
     pub statuses: Statuses,
+    /// Lifetimes by status (`max_age_by_status`): they replace `default_ttl` for their
+    /// statuses, and make them storable.
+    pub by_status: ByStatus,
+    /// The operator's `stale-while-revalidate` / `stale-if-error` windows
+    /// (`stale_while_revalidate_seconds`, `stale_if_error_seconds`): what a stored response
+    /// gets when its origin sends none ([`with_stale_defaults`]).
+    pub stale_while_revalidate: Option<u64>,
+    pub stale_if_error: Option<u64>,
+}
+
+/// The directives a response is stored with: the origin's, plus the operator's
+/// `stale-while-revalidate` / `stale-if-error` windows where the origin gives none of its own
+/// (its own, longer or shorter, win). They travel with the object (disk tier, shared tier).
+/// `must-revalidate` and `proxy-revalidate` still forbid serving it stale.
+pub fn with_stale_defaults(mut d: ResponseDirectives, rule: &RulePolicy) -> ResponseDirectives {
+    if d.stale_while_revalidate.is_none() {
+        d.stale_while_revalidate = rule.stale_while_revalidate;
+    }
+    if d.stale_if_error.is_none() {
+        d.stale_if_error = rule.stale_if_error;
+    }
+    d
+}
+
+/// Lifetimes by status (`max_age_by_status`, NGINX's `proxy_cache_valid`): `(status,
+/// seconds)` pairs, status 0 for `any`, shared with the configuration (no copy per request;
+/// `None` when not configured). A zero lifetime: never stored.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ByStatus(Option<std::sync::Arc<[(u16, u64)]>>);
+
+impl ByStatus {
+    /// From the configured pairs; an empty table is none.
+    pub fn new(pairs: &std::sync::Arc<[(u16, u64)]>) -> ByStatus {
+        ByStatus((!pairs.is_empty()).then(|| pairs.clone()))
+    }
+
+    /// The lifetime configured for `status`, if it (or `any`) is listed.
+    pub fn get(&self, status: StatusCode) -> Option<Duration> {
+        let pairs = self.0.as_deref()?;
+        let code = status.as_u16();
+        let find = |c: u16| pairs.iter().find(|(s, _)| *s == c).map(|&(_, secs)| secs);
+        find(code).or_else(|| find(0)).map(Duration::from_secs)
+    }
 }
 
 /// Which response statuses may be stored (`cache_statuses`).
@@ -130,7 +173,7 @@ pub struct Exchange<'a> {
 }
 
 /// Decides whether a response may be stored; returns its freshness lifetime if so.
-pub fn storable(x: &Exchange<'_>, rule: RulePolicy) -> Result<Duration, NotStored> {
+pub fn storable(x: &Exchange<'_>, rule: &RulePolicy) -> Result<Duration, NotStored> {
     let Exchange {
         method,
         req_headers,
@@ -144,9 +187,21 @@ pub fn storable(x: &Exchange<'_>, rule: RulePolicy) -> Result<Duration, NotStore
     if method != Method::GET {
         return Err(NotStored::Method);
     }
-    if !status_storable(status, rule.statuses) {
+    // A status `max_age_by_status` lists is storable under either list (as NGINX stores what
+    // `proxy_cache_valid` names), except those never stored; 0 there: never stored.
+    let listed = rule.by_status.get(status);
+    let storable_status = match listed {
+        Some(ttl) => {
+            !ttl.is_zero()
+                && (200..=599).contains(&status.as_u16())
+                && !matches!(status.as_u16(), 206 | 304 | 412)
+        }
+        None => status_storable(status, rule.statuses),
+    };
+    if !storable_status {
         return Err(NotStored::Status);
     }
+    let default_ttl = listed.unwrap_or(rule.default_ttl);
     if res.no_store || req.no_store {
         return Err(NotStored::NoStore);
     }
@@ -181,24 +236,25 @@ pub fn storable(x: &Exchange<'_>, rule: RulePolicy) -> Result<Duration, NotStore
         // had heuristically: a 500 or a 302 without a lifetime of its own is not kept for it.
         let explicit = matches!(origin, Lifetime::Explicit(_));
         if rule.statuses == Statuses::Rfc9111
+            && listed.is_none()
             && !(explicit || heuristically_cacheable(status) || res.public)
         {
             Duration::ZERO
         } else {
-            rule.default_ttl
+            default_ttl
         }
     } else {
         match (origin, rule.heuristic) {
             (Lifetime::Explicit(d), _) => d,
             // The rule's TTL is rampart's heuristic (RFC 9111 §4.2.2 lets a cache choose one),
-            // applied only where a heuristic is allowed.
+            // applied only where a heuristic is allowed, or where the operator listed the status.
             (Lifetime::Heuristic(_) | Lifetime::Unknown, Heuristic::MaxAge)
-                if heuristically_cacheable(status) || res.public =>
+                if heuristically_cacheable(status) || res.public || listed.is_some() =>
             {
-                rule.default_ttl
+                default_ttl
             }
             // §4.2.2's typical heuristic, bounded by the rule's TTL.
-            (Lifetime::Heuristic(d), Heuristic::LastModified) => d.min(rule.default_ttl),
+            (Lifetime::Heuristic(d), Heuristic::LastModified) => d.min(default_ttl),
             _ => Duration::ZERO,
         }
     };
@@ -294,5 +350,83 @@ mod tests {
             assert!(stored(code, Statuses::Arc2), "{code}");
         }
         assert!(!stored(412, Statuses::Arc2));
+    }
+
+    fn policy(by_status: &[(u16, u64)]) -> RulePolicy {
+        RulePolicy {
+            default_ttl: Duration::from_secs(600),
+            override_origin: false,
+            heuristic: Heuristic::MaxAge,
+            store_set_cookie: false,
+            statuses: Statuses::Arc2,
+            by_status: ByStatus::new(&by_status.to_vec().into()),
+            stale_while_revalidate: None,
+            stale_if_error: None,
+        }
+    }
+
+    fn lifetime(status: u16, cache_control: &str, rule: &RulePolicy) -> Result<u64, NotStored> {
+        let mut h = HeaderMap::new();
+        if !cache_control.is_empty() {
+            h.insert(
+                http::header::CACHE_CONTROL,
+                http::HeaderValue::from_str(cache_control).unwrap_or_else(|_| unreachable!()),
+            );
+        }
+        let res = ResponseDirectives::parse(&h);
+        let req = RequestDirectives::default();
+        let x = Exchange {
+            method: &Method::GET,
+            req_headers: &HeaderMap::new(),
+            req: &req,
+            status: StatusCode::from_u16(status).unwrap_or_else(|_| unreachable!()),
+            res_headers: &h,
+            res: &res,
+            vary: &Vary::None,
+            response_time: SystemTime::now(),
+        };
+        storable(&x, rule).map(|d| d.as_secs())
+    }
+
+    #[test]
+    fn max_age_by_status_replaces_the_rules_ttl_and_the_origins_wins() {
+        let rule = policy(&[(200, 60), (404, 30), (500, 10), (204, 0), (0, 5)]);
+        assert_eq!(lifetime(200, "", &rule), Ok(60));
+        // Listed: stored under ARC2's list, also without heuristic cacheability.
+        assert_eq!(lifetime(404, "", &rule), Ok(30));
+        assert_eq!(lifetime(500, "", &rule), Ok(10));
+        // `any`, and 0: never stored.
+        assert_eq!(lifetime(410, "", &rule), Ok(5));
+        assert_eq!(lifetime(204, "max-age=100", &rule), Err(NotStored::Status));
+        // The origin's own lifetime wins unless the rule overrides it.
+        assert_eq!(lifetime(404, "max-age=100", &rule), Ok(100));
+        let overriding = RulePolicy {
+            override_origin: true,
+            ..rule.clone()
+        };
+        assert_eq!(lifetime(404, "max-age=100", &overriding), Ok(30));
+        // Never stored whatever the table says.
+        assert_eq!(lifetime(206, "max-age=100", &rule), Err(NotStored::Status));
+        // Unlisted, without `any`: as before.
+        let rule = policy(&[(404, 30)]);
+        assert_eq!(lifetime(200, "", &rule), Ok(600));
+        assert_eq!(lifetime(500, "max-age=100", &rule), Err(NotStored::Status));
+    }
+
+    #[test]
+    fn stale_defaults_fill_only_what_the_origin_left_out() {
+        let rule = RulePolicy {
+            stale_while_revalidate: Some(30),
+            stale_if_error: Some(600),
+            ..policy(&[])
+        };
+        let mut h = HeaderMap::new();
+        h.insert(
+            http::header::CACHE_CONTROL,
+            http::HeaderValue::from_static("max-age=60, stale-if-error=5"),
+        );
+        let d = with_stale_defaults(ResponseDirectives::parse(&h), &rule);
+        assert_eq!(d.stale_while_revalidate, Some(30));
+        assert_eq!(d.stale_if_error, Some(5));
     }
 }

@@ -187,6 +187,18 @@ pub(crate) const KEYS: &[(&str, &str, Owner, Fallback)] = &[
     ("", "cache_statuses", Rampart, Value("\"arc2\"")),
     (
         "",
+        "stale_while_revalidate_seconds",
+        Rampart,
+        Unset("only the origin's stale-while-revalidate"),
+    ),
+    (
+        "",
+        "stale_if_error_seconds",
+        Rampart,
+        Unset("only the origin's stale-if-error"),
+    ),
+    (
+        "",
         "cache_tag_headers",
         Rampart,
         Value("[\"Surrogate-Key\", \"Cache-Tag\", \"xkey\"]"),
@@ -310,6 +322,14 @@ pub(crate) const KEYS: &[(&str, &str, Owner, Fallback)] = &[
     ("proxy_rules", "cache_disk", Rampart, Value("true")),
     ("proxy_rules", "expires", Rampart, Unset("off")),
     ("proxy_rules", "cache_statuses", Rampart, Inherited),
+    ("proxy_rules", "max_age_by_status", Rampart, Value("{}")),
+    (
+        "proxy_rules",
+        "stale_while_revalidate_seconds",
+        Rampart,
+        Inherited,
+    ),
+    ("proxy_rules", "stale_if_error_seconds", Rampart, Inherited),
     (
         "proxy_rules",
         "enable_sql_injection_protection",
@@ -409,6 +429,12 @@ pub(crate) const KEYS: &[(&str, &str, Owner, Fallback)] = &[
     ),
     ("proxy_rules.response_headers", "set", Rampart, Value("{}")),
     ("proxy_rules.response_headers", "add", Rampart, Value("{}")),
+    (
+        "proxy_rules.path_rules",
+        "max_age_by_status",
+        Rampart,
+        Unset("the rule's applies"),
+    ),
     (
         "proxy_rules.path_rules",
         "request_headers",

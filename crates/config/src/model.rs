@@ -221,6 +221,11 @@ pub struct CacheConfig {
     pub by_scheme: bool,
     /// The default `cache_statuses` of rules.
     pub statuses: CacheStatuses,
+    /// The default `stale_while_revalidate_seconds` of rules: the window a stored response
+    /// whose origin sent no `stale-while-revalidate` gets; `None`: none.
+    pub stale_while_revalidate: Option<u64>,
+    /// The default `stale_if_error_seconds` of rules (as above, for `stale-if-error`).
+    pub stale_if_error: Option<u64>,
     /// The response fields that tag objects for purges (`cache_tag_headers`): read when a
     /// response is stored, and never passed on to clients. Empty: tags are off.
     pub tag_headers: Vec<http::HeaderName>,
@@ -349,6 +354,8 @@ pub struct PathRuleConfig {
     pub matcher: PathMatch,
     pub rule_type: RuleType,
     pub max_age_seconds: u64,
+    /// This path's `max_age_by_status`; `None`: the rule's applies.
+    pub max_age_by_status: Option<std::sync::Arc<[(u16, u64)]>>,
     /// This path's own field rules, applied after the rule's.
     pub request_headers: HeaderRules,
     pub response_headers: HeaderRules,
@@ -564,6 +571,9 @@ pub struct RuleConfig {
     pub domain_text: String,
     pub domain: DomainPattern,
     pub max_age_seconds: u64,
+    /// `max_age_by_status` (NGINX's `proxy_cache_valid`): status → seconds, status 0 = `any`;
+    /// empty when not set.
+    pub max_age_by_status: std::sync::Arc<[(u16, u64)]>,
     /// Rule-level path prefixes; never empty (missing = `["/"]`).
     pub paths: Vec<String>,
     pub rule_type: RuleType,
@@ -600,6 +610,10 @@ pub struct RuleConfig {
     pub cache_disk: bool,
     /// `cache_statuses` (the global one unless the rule sets its own).
     pub cache_statuses: CacheStatuses,
+    /// `stale_while_revalidate_seconds` / `stale_if_error_seconds` (the global ones unless the
+    /// rule sets its own): the windows a stored response gets when its origin gives none.
+    pub stale_while_revalidate: Option<u64>,
+    pub stale_if_error: Option<u64>,
     /// Field rules for requests to the origin and responses to the client.
     pub request_headers: HeaderRules,
     pub response_headers: HeaderRules,

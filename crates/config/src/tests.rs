@@ -2320,3 +2320,76 @@ fn expires_takes_seconds_durations_and_off() {
         assert!(e[0].hint.contains("expires = \"7d\""), "{bad}: {e:?}");
     }
 }
+
+#[test]
+fn max_age_by_status_per_rule_and_path_rule() {
+    let v = with(
+        "",
+        "max_age_by_status = { 200 = 600, 404 = 60, any = 5 }\n\
+         [[proxy_rules.path_rules]]\npath = \"/api/\"\nmatch_type = \"StartsWith\"\n\
+         rule_type = \"Whitelist\"\nmax_age_seconds = 60\nmax_age_by_status = { 404 = 0 }\n\
+         [[proxy_rules.path_rules]]\npath = \"/static/\"\nmatch_type = \"StartsWith\"\n\
+         rule_type = \"Whitelist\"\nmax_age_seconds = 60\n",
+    );
+    let c = v
+        .config
+        .clone()
+        .unwrap_or_else(|| panic!("{:?}", errors(&v)));
+    let r = &c.rules[0];
+    assert_eq!(*r.max_age_by_status, [(200, 600), (404, 60), (0, 5)]);
+    assert_eq!(
+        r.path_rules[0].max_age_by_status.as_deref(),
+        Some(&[(404, 0)][..])
+    );
+    assert_eq!(r.path_rules[1].max_age_by_status, None);
+    assert!(with("", "").config.expect("config").rules[0]
+        .max_age_by_status
+        .is_empty());
+    // The printed file reads back the same.
+    let src = format!("{ARC2_BENCH}max_age_by_status = {{ 200 = 600, 404 = 60 }}\n");
+    let c = validate(&src, 1).config.expect("config");
+    let printed = crate::effective(&src, 1);
+    assert_eq!(validate(&printed, 1).config, Some(c), "{printed}");
+}
+
+#[test]
+fn max_age_by_status_reports_bad_entries_where_they_are() {
+    let v = with(
+        "",
+        "max_age_by_status = { 200 = 600, 99 = 1, 304 = 60, 404 = \"1m\", ok = 3 }",
+    );
+    let e = errors(&v);
+    assert_eq!(e.len(), 4, "{e:?}");
+    let line = ARC2_BENCH.lines().count() + 2;
+    assert!(e.iter().all(|m| m.contains(&format!("{line}:"))), "{e:?}");
+    assert!(e[0].contains("\"99\" is not a status code"), "{e:?}");
+    assert!(e[1].contains("status 304 is never stored"), "{e:?}");
+    assert!(
+        e[2].contains("the lifetime of 404 must be a whole number of seconds"),
+        "{e:?}"
+    );
+    assert!(e[3].contains("\"ok\" is not a status code"), "{e:?}");
+    let v = with("", "max_age_by_status = 600");
+    let e = errors(&v);
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].contains("expected a table"), "{e:?}");
+}
+
+#[test]
+fn stale_windows_global_and_per_rule() {
+    let c = with("", "").config.expect("config");
+    assert_eq!(c.cache.stale_while_revalidate, None);
+    assert_eq!(c.rules[0].stale_if_error, None);
+    let c = with(
+        "stale_while_revalidate_seconds = 30\nstale_if_error_seconds = 86400",
+        "stale_if_error_seconds = 60",
+    )
+    .config
+    .expect("config");
+    assert_eq!(c.rules[0].stale_while_revalidate, Some(30));
+    assert_eq!(c.rules[0].stale_if_error, Some(60));
+    let v = with("", "stale_while_revalidate_seconds = -1");
+    let e = errors(&v);
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].contains("stale_while_revalidate_seconds"), "{e:?}");
+}

@@ -1210,3 +1210,48 @@ async fn a_purge_on_a_full_disk_is_written_before_it_is_acknowledged() {
     drop(fs);
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// The operator's `stale_if_error_seconds` is kept with the object on disk: after a restart
+/// the disk's stale copy stands in when the origin fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stale_window_outlives_a_restart_on_disk() {
+    let failing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let f = failing.clone();
+    let origin = Origin::new()
+        .route_fn("*", move |s| {
+            if f.load(std::sync::atomic::Ordering::SeqCst) {
+                Reply::text("broken").status(503)
+            } else {
+                Reply::text(&body_for(s.uri.path()))
+                    .header("cache-control", "max-age=1")
+                    .header("age", "2")
+            }
+        })
+        .start()
+        .await;
+    let dir = scratch("disk-stale-window");
+    let cfg = config(
+        &origin,
+        &dir,
+        "cache_disk_min_uses = 1\ncache_grace_seconds = 0\nstale_if_error_seconds = 600",
+        "",
+    );
+    let proxy = Proxy::start(&cfg);
+    ready(&proxy).await;
+    get(&proxy, "disk.example", "/kept").await;
+    written(&proxy, 1.0).await;
+    stop(proxy).await;
+
+    let proxy = Proxy::start(&cfg);
+    ready(&proxy).await;
+    failing.store(true, std::sync::atomic::Ordering::SeqCst);
+    let got = get(&proxy, "disk.example", "/kept").await;
+    assert_eq!(got.status, 200, "{}", got.text());
+    assert_eq!(got.text(), body_for("/kept"));
+    assert_eq!(
+        got.header("cache-status"),
+        Some("rampart; hit; detail=stale-if-error")
+    );
+    stop(proxy).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

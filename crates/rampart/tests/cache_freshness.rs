@@ -363,3 +363,129 @@ async fn stale_while_revalidate_serves_stale_and_refreshes_once() {
     }
     assert_eq!(origin.requests(), 2, "exactly one background refresh");
 }
+
+/// `stale_while_revalidate_seconds` (NGINX's `proxy_cache_use_stale updating`): a stale copy
+/// answers while it is refreshed though the origin sent no `stale-while-revalidate`; the
+/// origin's own directive (here a shorter window, 0) overrides the operator's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operators_stale_while_revalidate_applies_when_the_origin_gives_none() {
+    let version = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let v = version.clone();
+    let origin = Origin::new()
+        .route_fn("/plain", move |_| {
+            let n = v.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            // Stale on arrival (Age 61, max-age 60); the refresh is fresh.
+            Reply::text(&format!("version {n}"))
+                .header("cache-control", "max-age=60")
+                .header("age", if n == 0 { "61" } else { "0" })
+        })
+        .route(
+            "/own",
+            Reply::text("own")
+                .header("cache-control", "max-age=60, stale-while-revalidate=0")
+                .header("age", "61"),
+        )
+        .start()
+        .await;
+    let proxy = Proxy::start(&config_for(
+        "swrd.example",
+        &origin,
+        "stale_while_revalidate_seconds = 600",
+        "",
+    ));
+    assert_eq!(
+        get(&proxy, "swrd.example", "/plain").await.text(),
+        "version 0"
+    );
+    let got = get(&proxy, "swrd.example", "/plain").await;
+    assert_eq!(got.text(), "version 0");
+    assert_eq!(
+        got.header("cache-status"),
+        Some("rampart; hit; detail=stale-while-revalidate")
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let got = get(&proxy, "swrd.example", "/plain").await;
+        if got.text() == "version 1" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "never refreshed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The origin's stale-while-revalidate=0: not served stale, fetched again.
+    get(&proxy, "swrd.example", "/own").await;
+    let own = get(&proxy, "swrd.example", "/own").await;
+    assert_ne!(
+        own.header("cache-status"),
+        Some("rampart; hit; detail=stale-while-revalidate")
+    );
+    assert_eq!(origin.requests(), 4, "{:?}", own.header("cache-status"));
+}
+
+/// `stale_if_error_seconds` (NGINX's `proxy_cache_use_stale error timeout http_503`, Varnish
+/// grace): a stale copy stands in for a 5xx or an origin that is down though the origin sent no
+/// `stale-if-error`, also for a response with `s-maxage` (the operator's key is the permission
+/// RFC 9111 §4.2.4 asks for). `must-revalidate` still forbids it; the origin's own
+/// `stale-if-error` (here 0) overrides the operator's.
+#[tokio::test]
+async fn the_operators_stale_if_error_covers_5xx_a_down_origin_and_s_maxage() {
+    let failing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let origin = Origin::new();
+    let mut origin = origin;
+    for (path, cc) in [
+        ("/plain", "max-age=60"),
+        ("/shared", "s-maxage=60"),
+        ("/strict", "s-maxage=60, must-revalidate"),
+        ("/own", "max-age=60, stale-if-error=0"),
+    ] {
+        let f = failing.clone();
+        origin = origin.route_fn(path, move |_| {
+            if f.load(std::sync::atomic::Ordering::SeqCst) {
+                Reply::text("broken").status(503)
+            } else {
+                Reply::text(&format!("good {path}"))
+                    .header("cache-control", cc)
+                    .header("age", "61")
+            }
+        });
+    }
+    let origin = origin.start().await;
+    let proxy = Proxy::start(&config_for(
+        "sied.example",
+        &origin,
+        "cache_grace_seconds = 0",
+        "stale_if_error_seconds = 600",
+    ));
+    let paths = ["/plain", "/shared", "/strict", "/own"];
+    for p in paths {
+        get(&proxy, "sied.example", p).await;
+    }
+    failing.store(true, std::sync::atomic::Ordering::SeqCst);
+    for p in ["/plain", "/shared"] {
+        let got = get(&proxy, "sied.example", p).await;
+        assert_eq!(
+            (got.status.as_u16(), got.text()),
+            (200, format!("good {p}"))
+        );
+        assert_eq!(
+            got.header("cache-status"),
+            Some("rampart; hit; detail=stale-if-error"),
+            "{p}"
+        );
+    }
+    for p in ["/strict", "/own"] {
+        assert_eq!(get(&proxy, "sied.example", p).await.status, 503, "{p}");
+    }
+    // The origin goes away entirely: still served.
+    drop(origin);
+    for p in ["/plain", "/shared"] {
+        let got = get(&proxy, "sied.example", p).await;
+        assert_eq!(
+            (got.status.as_u16(), got.text()),
+            (200, format!("good {p}"))
+        );
+    }
+    for p in ["/strict", "/own"] {
+        assert_eq!(get(&proxy, "sied.example", p).await.status, 502, "{p}");
+    }
+}

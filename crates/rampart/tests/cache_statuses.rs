@@ -175,3 +175,57 @@ async fn a_stale_stored_404_is_revalidated_like_a_200() {
     assert_eq!(hit.header("x-arc2-cache"), Some("Hit"));
     assert_eq!(origin.requests(), 2);
 }
+
+/// `max_age_by_status` (NGINX's `proxy_cache_valid 404 1m`): a 404 without a lifetime of its
+/// own was kept for the rule's whole `max_age_seconds`; now for its own, while a 200 stays.
+#[tokio::test]
+async fn a_404_expires_after_its_own_lifetime_while_a_200_stays() {
+    let origin = origin().await;
+    let proxy = Proxy::start(&config_for(
+        "l.test",
+        &origin,
+        "cache_statuses = \"rfc9111\"",
+        "max_age_by_status = { 404 = 1 }",
+    ));
+    assert!(stored_twice(&proxy, "l.test", "/s/200").await);
+    assert!(stored_twice(&proxy, "l.test", "/s/404").await);
+    let start = std::time::Instant::now();
+    loop {
+        let got = get(&proxy, "l.test", "/s/404").await;
+        if got.header("x-arc2-cache") != Some("Hit") {
+            break;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(5),
+            "the 404 is still fresh after {:?}",
+            start.elapsed()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(start.elapsed() >= std::time::Duration::from_millis(500));
+    // The 200 keeps the rule's 60 seconds.
+    let ok = get(&proxy, "l.test", "/s/200").await;
+    assert_eq!(ok.header("x-arc2-cache"), Some("Hit"));
+}
+
+/// A status `max_age_by_status` lists is stored under ARC2's list too (as NGINX stores what
+/// `proxy_cache_valid` names); `0` keeps a status out; a path rule's table replaces the rule's.
+#[tokio::test]
+async fn a_listed_404_is_stored_under_arc2_and_zero_keeps_a_status_out() {
+    let origin = origin().await;
+    let proxy = Proxy::start(&config_for(
+        "n.test",
+        &origin,
+        "",
+        "max_age_by_status = { 404 = 60, 200 = 0 }\n\
+         [[proxy_rules.path_rules]]\npath = \"/p/\"\nmatch_type = \"StartsWith\"\n\
+         rule_type = \"Whitelist\"\nmax_age_seconds = 60\nmax_age_by_status = { 410 = 60 }\n",
+    ));
+    assert!(stored_twice(&proxy, "n.test", "/s/404").await);
+    assert!(!stored_twice(&proxy, "n.test", "/s/200").await);
+    assert!(!stored_twice(&proxy, "n.test", "/s/500").await);
+    // Under /p/ the path rule's table applies: 410 listed, 404 not (ARC2's list), 200 is.
+    assert!(stored_twice(&proxy, "n.test", "/p/s/410").await);
+    assert!(!stored_twice(&proxy, "n.test", "/p/s/404").await);
+    assert!(stored_twice(&proxy, "n.test", "/p/s/200").await);
+}

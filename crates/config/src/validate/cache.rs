@@ -44,6 +44,12 @@ pub(super) fn read(s: &mut Section<'_>, sink: &mut Sink<'_>) -> CacheConfig {
         store_set_cookie: s.bool(sink, "store_set_cookie").is_some_and(|b| b.value),
         by_scheme: s.bool(sink, "cache_by_scheme").is_none_or(|b| b.value),
         statuses: cache_statuses(s, sink).unwrap_or_default(),
+        stale_while_revalidate: s
+            .int(sink, "stale_while_revalidate_seconds", 0, 365 * 86400)
+            .map(|v| v.value as u64),
+        stale_if_error: s
+            .int(sink, "stale_if_error_seconds", 0, 365 * 86400)
+            .map(|v| v.value as u64),
         tag_headers: tag_headers(s, sink),
         disk,
     }

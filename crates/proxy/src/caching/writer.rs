@@ -64,7 +64,8 @@ pub fn prepare(
         vary: &vary,
         response_time,
     };
-    let lifetime = policy::storable(&exchange, lookup.policy)?;
+    let lifetime = policy::storable(&exchange, &lookup.policy)?;
+    let directives = policy::with_stale_defaults(directives, &lookup.policy);
     let length = crate::headers::content_length(res_headers);
     let too_big = length.is_some_and(|n| n > cache.store().max_object() as u64);
     let variant = match &vary {
@@ -180,7 +181,8 @@ pub fn freshen(
         vary: &stale.vary,
         response_time,
     };
-    let lifetime = policy::storable(&exchange, lookup.policy).unwrap_or(Duration::ZERO);
+    let lifetime = policy::storable(&exchange, &lookup.policy).unwrap_or(Duration::ZERO);
+    let directives = policy::with_stale_defaults(directives, &lookup.policy);
     let mut headers = hit_headers(&headers);
     let initial_age = freshness::initial_age(not_modified, request_time, response_time);
     let make = |headers: HeaderMap, body: bytes::Bytes| {

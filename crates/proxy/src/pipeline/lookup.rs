@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use http::{Method, Request};
 use rampart_cache::key::SlotKeyRef;
-use rampart_cache::policy::{Heuristic, RulePolicy, Statuses};
+use rampart_cache::policy::{ByStatus, Heuristic, RulePolicy, Statuses};
 use rampart_config::{CacheHeuristic, CacheStatuses, RuleConfig};
 
 use crate::caching::Found;
@@ -39,7 +39,14 @@ pub fn lookup<B>(w: &Worker, txn: &mut Txn, req: &Request<B>) -> Result<Step, Pr
     if max_age_seconds == 0 || !(req.method() == Method::GET || head) {
         return Ok(Step::Pass);
     }
-    let policy = rule_policy(&txn.route().rule.config, max_age_seconds);
+    let rule_config = &txn.route().rule.config;
+    let mut policy = rule_policy(rule_config, max_age_seconds);
+    // A path rule's `max_age_by_status` replaces the rule's for its paths.
+    let by_status = match txn.route().path_rule() {
+        Some(i) => rule_config.path_rules[i].max_age_by_status.as_ref(),
+        None => None,
+    };
+    policy.by_status = ByStatus::new(by_status.unwrap_or(&rule_config.max_age_by_status));
     let refresh = txn.mode == Mode::Refresh;
     let rule = &txn.route().rule;
     let disk = rule.config.cache_disk.then_some(|| rule.transforms());
@@ -101,5 +108,8 @@ fn rule_policy(rule: &RuleConfig, max_age_seconds: u64) -> RulePolicy {
             CacheStatuses::Arc2 => Statuses::Arc2,
             CacheStatuses::Rfc9111 => Statuses::Rfc9111,
         },
+        by_status: ByStatus::default(),
+        stale_while_revalidate: rule.stale_while_revalidate,
+        stale_if_error: rule.stale_if_error,
     }
 }

@@ -98,7 +98,7 @@ async fn wait_for_leader(
         let rule = &txn.route().rule;
         let key = slot_key(txn, req);
         let disk = rule.config.cache_disk.then_some(|| rule.transforms());
-        return match cache.lookup(key, req.headers(), l.policy, false, disk) {
+        return match cache.lookup(key, req.headers(), l.policy.clone(), false, disk) {
             Found::Hit(obj) => Some(Step::Hit(Stored::new(obj, Served::Fresh))),
             Found::DiskHit(obj) => Some(Step::Hit(Stored::new(obj, Served::Disk))),
             Found::Miss(_) => None,

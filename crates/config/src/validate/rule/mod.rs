@@ -75,6 +75,8 @@ fn read_rule(
     let (domain, unused) = read_domain(&mut s, sink, domain_at.as_ref(), domains);
     ok &= domain.is_some();
     let max_age_seconds = read_max_age(&mut s, sink);
+    let max_age_by_status =
+        max_age_by_status(&mut s, sink).unwrap_or_else(|| std::sync::Arc::new([]));
     let paths = paths::read_paths(&mut s, sink);
     // `Blacklist` without a word on `strict_path_rules` is said to mean "not cached" each time.
     let blacklist_note = strict_default.is_none() && !s.has("strict_path_rules");
@@ -140,6 +142,7 @@ fn read_rule(
         domain_text: domain_at.map(|d| d.value).unwrap_or_default(),
         domain,
         max_age_seconds,
+        max_age_by_status,
         paths,
         rule_type,
         path_rules,
@@ -158,6 +161,8 @@ fn read_rule(
         cache_by_scheme: caching.by_scheme,
         cache_disk: caching.disk,
         cache_statuses: caching.statuses,
+        stale_while_revalidate: caching.stale_while_revalidate,
+        stale_if_error: caching.stale_if_error,
         request_headers,
         response_headers,
         expires,
@@ -177,6 +182,78 @@ fn read_rule(
         allow_upgrades,
         upgrade_idle_timeout,
     })
+}
+
+/// At most this many statuses in `max_age_by_status` (a stored response's status is looked up
+/// among them; NGINX sites list a handful).
+const BY_STATUS_MAX: usize = 16;
+
+/// `max_age_by_status` (rule or path rule): an inline table of status → seconds (`any` for
+/// every other status, kept as status 0). `None` when absent; bad entries are reported and
+/// skipped.
+pub(super) fn max_age_by_status(
+    s: &mut Section<'_>,
+    sink: &mut Sink<'_>,
+) -> Option<std::sync::Arc<[(u16, u64)]>> {
+    const EXAMPLE: &str = "max_age_by_status = { 200 = 600, 404 = 60 }";
+    if !s.has("max_age_by_status") {
+        return None;
+    }
+    let mut t = s.table(sink, "max_age_by_status")?;
+    let mut out: Vec<(u16, u64)> = Vec::new();
+    for (key, entry) in t.entries() {
+        let status = if key.eq_ignore_ascii_case("any") {
+            Some(0)
+        } else {
+            key.parse::<u16>().ok().filter(|c| (100..=599).contains(c))
+        };
+        let Some(status) = status else {
+            error(
+                sink,
+                &entry,
+                format!("{key:?} is not a status code"),
+                format!("use statuses from 200 to 599 (or `any`), e.g. `{EXAMPLE}`"),
+            );
+            continue;
+        };
+        if status != 0 && (status < 200 || matches!(status, 206 | 304 | 412)) {
+            error(
+                sink,
+                &entry,
+                format!("status {status} is never stored"),
+                format!(
+                    "remove `{status}` (1xx are not final, 206 is answered from a full response, \
+                     304 refreshes a stored one, 412 answers one request's preconditions)"
+                ),
+            );
+            continue;
+        }
+        let secs = match entry.value.as_integer() {
+            Some(v) if (0..=I64).contains(&v) => v as u64,
+            _ => {
+                error(
+                    sink,
+                    &entry,
+                    format!("the lifetime of {key} must be a whole number of seconds"),
+                    format!("write it as `{key} = 600` (0: never stored)"),
+                );
+                continue;
+            }
+        };
+        out.push((status, secs));
+    }
+    let listed = out.iter().filter(|(s, _)| *s != 0).count();
+    if listed > BY_STATUS_MAX {
+        sink.push(
+            Severity::Error,
+            &s.key_path("max_age_by_status"),
+            t.span(),
+            format!("{listed} statuses listed; at most {BY_STATUS_MAX}"),
+            "list the statuses that need their own lifetime, and use `any` for the rest",
+        );
+    }
+    t.finish(sink);
+    Some(out.into())
 }
 
 /// `max_age_seconds` (ARC2 requires it; 0, nothing cached, when it is missing).
@@ -237,6 +314,8 @@ struct CacheKeys {
     by_scheme: bool,
     disk: bool,
     statuses: CacheStatuses,
+    stale_while_revalidate: Option<u64>,
+    stale_if_error: Option<u64>,
 }
 
 impl CacheKeys {
@@ -254,6 +333,14 @@ impl CacheKeys {
                 .map_or(cache.by_scheme, |b| b.value),
             disk: read_disk_switch(s, sink, cache),
             statuses: cache_statuses(s, sink).unwrap_or(cache.statuses),
+            stale_while_revalidate: s
+                .int(sink, "stale_while_revalidate_seconds", 0, 365 * 86400)
+                .map(|v| v.value as u64)
+                .or(cache.stale_while_revalidate),
+            stale_if_error: s
+                .int(sink, "stale_if_error_seconds", 0, 365 * 86400)
+                .map(|v| v.value as u64)
+                .or(cache.stale_if_error),
         }
     }
 }

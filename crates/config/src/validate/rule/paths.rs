@@ -118,6 +118,7 @@ pub(super) fn read_path_rules(
                 }
                 None => None,
             };
+            let max_age_by_status = super::max_age_by_status(&mut pr, sink);
             let request_headers = super::http::header_rules(&mut pr, sink, "request_headers");
             let response_headers = super::http::header_rules(&mut pr, sink, "response_headers");
             let expires = pr.seconds_or_off(sink, "expires").map(|e| e.value);
@@ -129,6 +130,7 @@ pub(super) fn read_path_rules(
                         matcher,
                         rule_type,
                         max_age_seconds,
+                        max_age_by_status,
                         request_headers,
                         response_headers,
                         expires,
