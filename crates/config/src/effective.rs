@@ -430,6 +430,12 @@ pub(crate) const KEYS: &[(&str, &str, Owner, Fallback)] = &[
     ("proxy_rules.response_headers", "set", Rampart, Value("{}")),
     ("proxy_rules.response_headers", "add", Rampart, Value("{}")),
     (
+        "proxy_rules.response_headers",
+        "always",
+        Rampart,
+        Value("false"),
+    ),
+    (
         "proxy_rules.path_rules",
         "max_age_by_status",
         Rampart,
@@ -482,6 +488,12 @@ pub(crate) const KEYS: &[(&str, &str, Owner, Fallback)] = &[
         "add",
         Rampart,
         Value("{}"),
+    ),
+    (
+        "proxy_rules.path_rules.response_headers",
+        "always",
+        Rampart,
+        Value("false"),
     ),
     // [[proxy_rules.redirects]], [[proxy_rules.rewrites]]
     ("proxy_rules.redirects", "from", Rampart, Unset("required")),

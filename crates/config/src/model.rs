@@ -378,6 +378,10 @@ pub struct HeaderRules {
     pub remove: Vec<http::HeaderName>,
     pub set: Vec<(http::HeaderName, Template)>,
     pub add: Vec<(http::HeaderName, Template)>,
+    /// Responses only (`always`, NGINX's `add_header ... always`): `set` and `add` reach every
+    /// answer. Without it they reach only answers from the origin or the cache whose status a
+    /// client may keep (2xx and 3xx, as NGINX's `add_header`); `remove` applies to all.
+    pub always: bool,
 }
 
 impl HeaderRules {

@@ -98,7 +98,8 @@ set = { "X-Frame-Options" = "SAMEORIGIN", "Cache-Control" = "public, max-age=315
     )
     .await;
     assert_eq!(refused.status, 403);
-    assert_eq!(refused.header("x-frame-options"), Some("DENY"));
+    // rampart's own answers are spared (`always = true` reaches them).
+    assert_eq!(refused.header("x-frame-options"), None);
 }
 
 /// NGINX's `expires`: a rule's or path rule's lifetime for clients, as `Expires` and
@@ -167,6 +168,96 @@ expires = "off"
     tokio::time::sleep(Duration::from_millis(2100)).await;
     let again = get(&proxy, "x.test", "/static/app.css").await;
     assert_ne!(again.header("x-arc2-cache"), Some("Hit"));
+}
+
+/// Response field rules spare errors (NGINX's `add_header`): a path rule's week-long
+/// `Cache-Control` went out on a 429, on the origin's 503 maintenance page and on rampart's own
+/// redirects, so browsers could keep a maintenance page for a week. `remove` still applies to
+/// every answer; `always = true` (NGINX's `add_header ... always`) reaches every answer.
+#[tokio::test]
+async fn response_field_rules_spare_errors_unless_always() {
+    let origin = Origin::new()
+        .route_fn("*", |s| match s.uri.path() {
+            "/shop/down" | "/always/down" => Reply::text("maintenance")
+                .status(503)
+                .header("cache-control", "no-store")
+                .header("x-powered-by", "php"),
+            "/shop/missing" => Reply::text("no such page").status(404),
+            _ => Reply::text("page")
+                .header("cache-control", "no-store")
+                .header("x-powered-by", "php"),
+        })
+        .start()
+        .await;
+    let rule = r#"
+rate_limit_per_second = 1
+rate_limit_burst = 8
+[[proxy_rules.redirects]]
+from = "^/shop/old$"
+to = "/shop/new"
+[proxy_rules.response_headers]
+remove = ["X-Powered-By"]
+[[proxy_rules.path_rules]]
+path = "/shop"
+match_type = "StartsWith"
+rule_type = "Whitelist"
+max_age_seconds = 0
+[proxy_rules.path_rules.response_headers]
+set = { "Cache-Control" = "max-age=604800", "X-Frame-Options" = "DENY" }
+[[proxy_rules.path_rules]]
+path = "/always"
+match_type = "StartsWith"
+rule_type = "Whitelist"
+max_age_seconds = 0
+[proxy_rules.path_rules.response_headers]
+always = true
+set = { "Cache-Control" = "max-age=60", "X-Frame-Options" = "DENY" }
+"#;
+    let proxy = Proxy::start(&config_for(
+        "s.test",
+        &origin,
+        "add_rate_limiting = false\nrate_limit_exempt = []",
+        rule,
+    ));
+    let page = get(&proxy, "s.test", "/shop/page").await;
+    assert_eq!(page.status, 200);
+    assert_eq!(page.header("cache-control"), Some("max-age=604800"));
+    assert_eq!(page.header("x-frame-options"), Some("DENY"));
+    assert_eq!(page.header("x-powered-by"), None);
+    let down = get(&proxy, "s.test", "/shop/down").await;
+    assert_eq!(down.status, 503);
+    assert_eq!(down.header("cache-control"), Some("no-store"));
+    assert_eq!(down.header("x-frame-options"), None);
+    assert_eq!(
+        down.header("x-powered-by"),
+        None,
+        "remove reaches errors too"
+    );
+    let missing = get(&proxy, "s.test", "/shop/missing").await;
+    assert_eq!(missing.status, 404);
+    assert_eq!(missing.header("cache-control"), None);
+    assert_eq!(missing.header("x-frame-options"), None);
+    let moved = get(&proxy, "s.test", "/shop/old").await;
+    assert_eq!(moved.status, 301, "{:?} {}", moved.headers, moved.text());
+    assert_ne!(moved.header("cache-control"), Some("max-age=604800"));
+    assert_eq!(moved.header("x-frame-options"), None);
+    // `always`: the origin's 503 gets the table's fields too.
+    let always = get(&proxy, "s.test", "/always/down").await;
+    assert_eq!(always.status, 503);
+    assert_eq!(always.header("cache-control"), Some("max-age=60"));
+    assert_eq!(always.header("x-frame-options"), Some("DENY"));
+    // Once the rule's budget (8) is spent: rampart's own 429 keeps its fields.
+    let mut refused = None;
+    for _ in 0..60 {
+        let got = get(&proxy, "s.test", "/shop/page").await;
+        if got.status == 429 {
+            refused = Some(got);
+            break;
+        }
+    }
+    let refused = refused.expect("a 429 within sixty requests");
+    assert_ne!(refused.header("cache-control"), Some("max-age=604800"));
+    assert_eq!(refused.header("x-frame-options"), None);
 }
 
 #[tokio::test]
@@ -467,7 +558,8 @@ to = "https://{host}/abc"
         let r = get(&proxy, host, "/go").await;
         assert_eq!(r.status, 301, "{host}");
         assert_eq!(r.header("location"), Some("https://f.test/abc"), "{host}");
-        assert_eq!(r.header("x-host"), Some("f.test"), "{host}");
+        // A redirect is rampart's own answer: the response rules spare it.
+        assert_eq!(r.header("x-host"), None, "{host}");
         let page = get(&proxy, host, "/page").await;
         assert_eq!(page.header("x-got-x-host"), Some("f.test"), "{host}");
         assert_eq!(page.header("x-host"), Some("f.test"), "{host}");

@@ -204,7 +204,8 @@ impl Pipeline {
                     query: &v.query,
                 };
                 let rules = rewrite::rules(&route.rule.config, route.path_rule(), true);
-                rewrite::to_client(rules, res.headers_mut(), &vars);
+                let kept = relayed && rewrite::keeps_fields(res.status());
+                rewrite::to_client(rules, res.headers_mut(), &vars, kept);
             }
             if let Some(secs) = route.expires() {
                 if relayed && rewrite::keeps_fields(res.status()) {

@@ -114,15 +114,20 @@ pub fn to_origin<'r>(
 }
 
 /// The response's field rules, made to what goes to the client (the stored object is not
-/// touched: a hit's fields are a copy).
+/// touched: a hit's fields are a copy). `kept`: the answer comes from the origin or the cache
+/// with a status [`keeps_fields`] lists; otherwise only `remove` and the `always` tables apply.
 pub fn to_client<'r>(
     rules: impl Iterator<Item = &'r HeaderRules>,
     headers: &mut HeaderMap,
     vars: &Vars<'_>,
+    kept: bool,
 ) {
     for r in rules {
         for name in &r.remove {
             headers.remove(name);
+        }
+        if !(kept || r.always) {
+            continue;
         }
         for (name, t) in &r.set {
             if let Some(v) = render(t, vars) {

@@ -45,6 +45,10 @@ pub(super) fn header_rules(
             }
         }
     }
+    // NGINX's `add_header ... always`: a response table's `set`/`add` reach every answer.
+    if key == "response_headers" {
+        rules.always = t.bool(sink, "always").is_some_and(|b| b.value);
+    }
     for (which, into) in [("set", &mut rules.set), ("add", &mut rules.add)] {
         let Some(mut fields) = t.table(sink, which) else {
             continue;
