@@ -171,6 +171,9 @@ pub struct ScreenConfig {
     /// The global per-client limiter (`add_rate_limiting`, `rate_limit_per_second`,
     /// `rate_limit_burst`); `None` when rate limiting is off.
     pub rate_limit: Option<RateLimit>,
+    /// The status of a rate limit's refusal (`rate_limit_status`, default 429; NGINX's
+    /// `limit_req_status`). A rule's own, when set, is in `RuleConfig::rate_limit_status`.
+    pub rate_limit_status: u16,
     /// Clients never rate limited (`rate_limit_exempt`; default loopback).
     pub rate_limit_exempt: Vec<Cidr>,
     /// Most client addresses each limiter tracks (`rate_limit_max_clients`).
@@ -518,14 +521,28 @@ pub struct Webp {
     pub min_age: std::time::Duration,
 }
 
-/// Response compression for a rule (`enable_compression`, `compression_flags`): the level of
-/// each coding offered (`None` = not offered), and the smallest body compressed.
+/// Response compression for a rule (`enable_compression`, `compression_flags`,
+/// `compression_types`, `compression_min_length`): the level of each coding offered (`None` =
+/// not offered), the smallest body compressed, and the media types compressed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Compression {
     pub br: Option<u32>,
     pub zstd: Option<i32>,
     pub gzip: Option<u32>,
     pub min_length: u64,
+    /// `compression_types`; `None` = the built-in list (text, JSON, XML, JavaScript, ...).
+    pub types: Option<Vec<MediaRange>>,
+}
+
+/// One entry of `compression_types` (NGINX's `gzip_types`), lower-cased.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MediaRange {
+    /// `"text/html"`: exactly this type (honoured even for a type that is compressed already).
+    Exact(String),
+    /// `"text/*"`: every subtype of `text`, but content that is compressed already.
+    Type(String),
+    /// `"*"` (or `"*/*"`): every type, but content that is compressed already.
+    Any,
 }
 
 /// Active health checks of a rule's origins (`enable_health_checks` in `routing_rules`).
@@ -639,6 +656,9 @@ pub struct RuleConfig {
     pub deny_ips: Vec<Cidr>,
     /// A per-client limiter for this rule only (`rate_limit_per_second`/`rate_limit_burst`).
     pub rate_limit: Option<RateLimit>,
+    /// The status of this rule's limiter's refusals (`rate_limit_status`); `None` = the
+    /// global one.
+    pub rate_limit_status: Option<u16>,
     /// Body limit for this rule (`max_body_size`): `None` = the global one, `Some(None)` =
     /// unlimited.
     pub body_limit: Option<Option<u64>>,

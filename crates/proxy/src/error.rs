@@ -109,7 +109,12 @@ pub enum ProxyError {
     #[error("blocked: {}", .0.message())]
     Blocked(Screened),
     #[error("rate limited")]
-    RateLimited { retry_after: Duration, limit: u32 },
+    /// `status`: the limiter's `rate_limit_status` (429 unless configured).
+    RateLimited {
+        retry_after: Duration,
+        limit: u32,
+        status: StatusCode,
+    },
     #[error("request body: {0:?}")]
     ClientBody(BodyFault),
     #[error("too busy to screen the request body")]
@@ -152,7 +157,7 @@ impl ProxyError {
             ProxyError::BlockedByPathRule | ProxyError::Blocked(_) | ProxyError::UpgradeRefused => {
                 StatusCode::FORBIDDEN
             }
-            ProxyError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ProxyError::RateLimited { status, .. } => *status,
             ProxyError::ClientBody(BodyFault::TooLarge) => StatusCode::PAYLOAD_TOO_LARGE,
             ProxyError::ClientBody(BodyFault::Timeout) => StatusCode::REQUEST_TIMEOUT,
             ProxyError::ClientBody(BodyFault::Broken) => StatusCode::BAD_REQUEST,

@@ -319,3 +319,57 @@ async fn an_uncacheable_body_is_compressed_as_it_streams() {
     assert_eq!(decoded.len(), 200_000);
     assert!(decoded.iter().all(|&b| b == b'x'));
 }
+
+#[tokio::test]
+async fn compression_types_and_compression_min_length_choose_what_is_compressed() {
+    let json = format!("[{}0]", "1234567890,".repeat(200));
+    let routes = [
+        ("/json", "application/json", 2000),
+        ("/bin", "application/octet-stream", 2000),
+        ("/page", "text/html; charset=utf-8", 2000),
+        ("/small", "text/html", 600),
+        ("/jpeg", "image/jpeg", 2000),
+    ];
+    let mut origin = Origin::new();
+    for (path, ct, len) in routes {
+        let body = json.as_bytes()[..len].to_vec();
+        origin = origin.route(
+            path,
+            Reply::typed(&body, ct).header("cache-control", "no-store"),
+        );
+    }
+    let origin = origin.start().await;
+    let coding_of = |got: &Got| got.header("content-encoding").map(str::to_owned);
+    // Global: JSON taken off the list, octet-stream put on it, 1 KiB threshold; `*/*` would
+    // still leave the JPEG alone, a listed exact type would not.
+    let global = "enable_compression = true\ncompression_types = [\"text/*\", \"application/octet-stream\"]\ncompression_min_length = \"1KiB\"";
+    let proxy = Proxy::start(&config(&origin, global, ""));
+    for (path, want) in [
+        ("/json", None),
+        ("/bin", Some("gzip")),
+        ("/page", Some("gzip")),
+        ("/small", None),
+        ("/jpeg", None),
+    ] {
+        let got = get_with(&proxy, path, Some("gzip")).await;
+        assert_eq!(got.status, 200, "{path}");
+        assert_eq!(coding_of(&got).as_deref(), want, "{path}");
+        let len = routes.iter().find(|r| r.0 == path).unwrap().2;
+        assert_eq!(decode(want, &got.body).len(), len, "{path}");
+    }
+    // A rule's own list and threshold replace the global ones.
+    let proxy = Proxy::start(&config(
+        &origin,
+        global,
+        "compression_types = [\"application/json\", \"*\"]\ncompression_min_length = 100",
+    ));
+    for (path, want) in [
+        ("/json", Some("gzip")),
+        ("/small", Some("gzip")),
+        ("/bin", Some("gzip")),
+        ("/jpeg", None),
+    ] {
+        let got = get_with(&proxy, path, Some("gzip")).await;
+        assert_eq!(coding_of(&got).as_deref(), want, "{path}");
+    }
+}

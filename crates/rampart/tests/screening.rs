@@ -427,6 +427,41 @@ async fn per_rule_rate_limit() {
 }
 
 #[tokio::test]
+async fn rate_limit_status_is_the_refusals_status_globally_and_per_rule() {
+    let origin = any_origin().await;
+    // Global: NGINX's 503, with the same Retry-After and RateLimit fields as a 429.
+    let proxy = Proxy::start(&config_for(
+        "rl",
+        &origin,
+        "rate_limit_per_second = 1\nrate_limit_burst = 1\nrate_limit_exempt = []\nrate_limit_status = 503",
+        "",
+    ));
+    assert_eq!(get(&proxy, "rl", "/").await.status, 200);
+    let got = get(&proxy, "rl", "/").await;
+    assert_blocked(&got, 503);
+    assert!(got.header("retry-after").is_some());
+    assert_eq!(got.header("ratelimit-limit"), Some("1"));
+    // A rule's limiter: its own status when set, else the global one.
+    let proxy = Proxy::start(&config_for(
+        "rl",
+        &origin,
+        "add_rate_limiting = false\nrate_limit_exempt = []\nrate_limit_status = 503",
+        "rate_limit_per_second = 1\nrate_limit_burst = 1\nrate_limit_status = 420",
+    ));
+    assert_eq!(get(&proxy, "rl", "/").await.status, 200);
+    assert_blocked(&get(&proxy, "rl", "/").await, 420);
+    let proxy = Proxy::start(&config_for(
+        "rl",
+        &origin,
+        "add_rate_limiting = false\nrate_limit_exempt = []\nrate_limit_status = 503",
+        "rate_limit_per_second = 1\nrate_limit_burst = 1",
+    ));
+    assert_eq!(get(&proxy, "rl", "/").await.status, 200);
+    assert_blocked(&get(&proxy, "rl", "/").await, 503);
+    assert_eq!(origin.requests(), 3);
+}
+
+#[tokio::test]
 async fn body_limits() {
     let origin = any_origin().await;
     let proxy = Proxy::start(&config_for("b", &origin, "", "max_body_size = \"1KiB\""));

@@ -448,6 +448,31 @@ fn rate_limit(
     Some(RateLimit { per_second, burst })
 }
 
+/// The default of `rate_limit_status`.
+pub const DEFAULT_RATE_LIMIT_STATUS: u16 = 429;
+
+/// `rate_limit_status` in a section: 429 (the default), 503 (NGINX's default) or another
+/// 4xx/5xx status whose meaning does not require fields a refusal cannot give.
+fn rate_limit_status(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Option<u16> {
+    let at = s.int(sink, "rate_limit_status", 400, 599)?;
+    // 401/407 need a challenge, 405 an `Allow`, 416 a `Content-Range`, 426 an `Upgrade`;
+    // 408 makes clients retry at once on a new connection.
+    const REFUSED: [i64; 6] = [401, 405, 407, 408, 416, 426];
+    if REFUSED.contains(&at.value) {
+        error(
+            sink,
+            &at,
+            format!(
+                "{} cannot be a rate limit's refusal (clients read it as something else)",
+                at.value
+            ),
+            "use `rate_limit_status = 429` (the default) or `rate_limit_status = 503` (NGINX's)",
+        );
+        return None;
+    }
+    Some(at.value as u16)
+}
+
 /// `max_body_size`: a size, or 0 / "unlimited" for no limit.
 fn body_size(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Option<u64> {
     if let Some(a) = s.string_or_int(sink, "max_body_size") {

@@ -1,7 +1,9 @@
 //! Screening (rate limits, trusted proxies, body limits, SQL-injection screening) and the
 //! management API's access (`api_key`, `purge_allow`).
 
-use super::{body_size, cidrs, error, rate_limit, warn};
+use super::{
+    body_size, cidrs, error, rate_limit, rate_limit_status, warn, DEFAULT_RATE_LIMIT_STATUS,
+};
 use crate::model::{AdminConfig, Cidr, RateLimit, ScreenConfig};
 use crate::reader::{Section, Sink};
 
@@ -17,6 +19,7 @@ pub(super) fn read_screen(s: &mut Section<'_>, sink: &mut Sink<'_>) -> ScreenCon
     };
     let configured = rate_limit(s, sink, Some(default));
     let rate_limit = on.then_some(configured).flatten();
+    let rate_limit_status = rate_limit_status(s, sink).unwrap_or(DEFAULT_RATE_LIMIT_STATUS);
     let rate_limit_exempt = cidrs(s, sink, "rate_limit_exempt")
         .map(|c| c.value)
         .unwrap_or_else(|| {
@@ -46,6 +49,7 @@ pub(super) fn read_screen(s: &mut Section<'_>, sink: &mut Sink<'_>) -> ScreenCon
             .bool(sink, "add_sql_injection_protection")
             .is_some_and(|b| b.value),
         rate_limit,
+        rate_limit_status,
         rate_limit_exempt,
         rate_limit_max_clients,
         trusted_proxies,

@@ -23,7 +23,7 @@ use http::header::{
 use http::{HeaderMap, StatusCode};
 use rampart_cache::encoding::{negotiate, Coding};
 use rampart_cache::store::Object;
-use rampart_config::Compression;
+use rampart_config::{Compression, MediaRange};
 use rampart_transform::compress::{self as codec, Levels};
 use rampart_transform::minify::{self, Languages};
 use rampart_transform::webp;
@@ -41,6 +41,9 @@ pub struct Compress {
     pub codings: Vec<Coding>,
     pub levels: Levels,
     pub min_length: u64,
+    /// `compression_types`; `None` = [`compressible_type`]'s built-in list (no extra work per
+    /// response when the key is absent).
+    pub types: Option<Box<[MediaRange]>>,
 }
 
 impl Compress {
@@ -63,6 +66,15 @@ impl Compress {
             codings,
             levels,
             min_length: c.min_length,
+            types: c.types.as_ref().map(|t| t.clone().into_boxed_slice()),
+        }
+    }
+
+    /// Whether a response of this `Content-Type` is compressed under this rule.
+    pub fn compresses_type(&self, content_type: &[u8]) -> bool {
+        match &self.types {
+            None => compressible_type(content_type),
+            Some(types) => listed_type(content_type, types),
         }
     }
 
@@ -121,6 +133,55 @@ pub fn compressible_type(content_type: &[u8]) -> bool {
         .any(is)
 }
 
+/// Whether `content_type` is in a `compression_types` list: an exact entry as written; a
+/// wildcard (`text/*`, `*`) but for content compressed already. Server-sent events never.
+fn listed_type(content_type: &[u8], types: &[MediaRange]) -> bool {
+    let ct = content_type
+        .split(|&b| b == b';')
+        .next()
+        .unwrap_or(b"")
+        .trim_ascii();
+    if ct.eq_ignore_ascii_case(b"text/event-stream") {
+        return false;
+    }
+    let Some(slash) = ct.iter().position(|&b| b == b'/') else {
+        return false;
+    };
+    let main = &ct[..slash];
+    types.iter().any(|t| match t {
+        MediaRange::Exact(e) => ct.eq_ignore_ascii_case(e.as_bytes()),
+        MediaRange::Type(m) => main.eq_ignore_ascii_case(m.as_bytes()) && !compressed_already(ct),
+        MediaRange::Any => !compressed_already(ct),
+    })
+}
+
+/// Content that is compressed in its own format: pictures (but SVG, icons, BMP), video, audio,
+/// WOFF fonts, archives. Wildcards in `compression_types` leave it alone.
+fn compressed_already(ct: &[u8]) -> bool {
+    let starts = |p: &[u8]| ct.len() >= p.len() && ct[..p.len()].eq_ignore_ascii_case(p);
+    if starts(b"image/") {
+        return !compressible_type(ct);
+    }
+    starts(b"video/")
+        || starts(b"audio/")
+        || starts(b"font/woff")
+        || [
+            &b"application/font-woff"[..],
+            b"application/zip",
+            b"application/gzip",
+            b"application/x-gzip",
+            b"application/x-bzip2",
+            b"application/x-xz",
+            b"application/zstd",
+            b"application/x-7z-compressed",
+            b"application/vnd.rar",
+            b"application/x-rar-compressed",
+            b"application/pdf",
+        ]
+        .into_iter()
+        .any(|t| ct.eq_ignore_ascii_case(t))
+}
+
 /// `Cache-Control: no-transform` (any case), without a copy.
 fn no_transform(h: &HeaderMap) -> bool {
     const NT: &[u8] = b"no-transform";
@@ -133,12 +194,12 @@ fn no_transform(h: &HeaderMap) -> bool {
 
 /// Whether this response may be compressed: a 200 of a compressible type, not encoded already,
 /// not a range, no `no-transform` (RFC 9110 §7.7), and not shorter than `min_length` when its
-/// length is known.
-pub fn compressible(status: StatusCode, h: &HeaderMap, min_length: u64) -> bool {
+/// length is known; its type is one `c` compresses.
+pub fn compressible(status: StatusCode, h: &HeaderMap, c: &Compress) -> bool {
     compressible_status_and_fields(status, h)
         && h.get(CONTENT_TYPE)
-            .is_some_and(|v| compressible_type(v.as_bytes()))
-        && crate::headers::content_length(h).is_none_or(|n| n >= min_length)
+            .is_some_and(|v| c.compresses_type(v.as_bytes()))
+        && crate::headers::content_length(h).is_none_or(|n| n >= c.min_length)
 }
 
 /// Adds `Accept-Encoding` to `Vary` (unless it is there, or `Vary: *`).
@@ -354,7 +415,7 @@ pub fn transform_stored(
     let lang = t.minify.and_then(|langs| minifiable(&obj.headers, langs));
     let compress = t
         .compress
-        .filter(|c| compressible(obj.status, &obj.headers, c.min_length));
+        .filter(|c| compressible(obj.status, &obj.headers, c));
     // ARC2: pictures of rules whose TTL exceeds the minimum age (the stored lifetime here).
     let picture = t
         .webp
@@ -619,22 +680,54 @@ mod tests {
     }
 
     #[test]
+    fn compression_types_replace_the_built_in_list() {
+        let types = |t: Vec<MediaRange>| {
+            Compress::new(&Compression {
+                types: Some(t),
+                ..Compression::default()
+            })
+        };
+        let c = types(vec![
+            MediaRange::Type("text".into()),
+            MediaRange::Exact("image/png".into()),
+        ]);
+        assert!(c.compresses_type(b"Text/HTML; charset=utf-8"));
+        assert!(!c.compresses_type(b"application/json"), "not listed");
+        assert!(c.compresses_type(b"image/png"), "listed exactly");
+        assert!(!c.compresses_type(b"text/event-stream"));
+        let any = types(vec![MediaRange::Any]);
+        assert!(any.compresses_type(b"application/octet-stream"));
+        assert!(any.compresses_type(b"image/svg+xml"));
+        for t in [
+            "image/jpeg",
+            "video/mp4",
+            "font/woff2",
+            "application/zip",
+            "nonsense",
+        ] {
+            assert!(!any.compresses_type(t.as_bytes()), "{t}");
+        }
+        assert!(!types(vec![MediaRange::Type("image".into())]).compresses_type(b"image/webp"));
+    }
+
+    #[test]
     fn what_is_compressed() {
+        let c = &Compress::new(&Compression::default());
         let mut h = HeaderMap::new();
         h.insert(CONTENT_TYPE, HeaderValue::from_static("text/html"));
-        assert!(compressible(StatusCode::OK, &h, 256));
-        assert!(!compressible(StatusCode::PARTIAL_CONTENT, &h, 256));
+        assert!(compressible(StatusCode::OK, &h, c));
+        assert!(!compressible(StatusCode::PARTIAL_CONTENT, &h, c));
         h.insert(CONTENT_LENGTH, HeaderValue::from_static("100"));
-        assert!(!compressible(StatusCode::OK, &h, 256), "too short");
+        assert!(!compressible(StatusCode::OK, &h, c), "too short");
         h.insert(CONTENT_LENGTH, HeaderValue::from_static("1000"));
         h.insert(
             CACHE_CONTROL,
             HeaderValue::from_static("max-age=60, No-Transform"),
         );
-        assert!(!compressible(StatusCode::OK, &h, 256));
+        assert!(!compressible(StatusCode::OK, &h, c));
         h.remove(CACHE_CONTROL);
         h.insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
-        assert!(!compressible(StatusCode::OK, &h, 256), "never re-encoded");
+        assert!(!compressible(StatusCode::OK, &h, c), "never re-encoded");
     }
 
     #[test]
@@ -644,6 +737,7 @@ mod tests {
             zstd: Some(19),
             gzip: Some(9),
             min_length: 0,
+            types: None,
         });
         assert_eq!((c.levels.br, c.levels.zstd, c.levels.gzip), (11, 19, 9));
         let s = c.stream_levels();

@@ -386,7 +386,7 @@ pub fn compress(
     mut res: Response<ProxyBody>,
 ) -> Response<ProxyBody> {
     let Some(c) = compress else { return res };
-    if !transform::compressible(res.status(), res.headers(), c.min_length) {
+    if !transform::compressible(res.status(), res.headers(), c) {
         return res;
     }
     transform::vary_on_accept_encoding(res.headers_mut());

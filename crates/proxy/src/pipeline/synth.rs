@@ -39,7 +39,9 @@ impl ProxyError {
                 self.status(),
                 "504 Gateway Timeout: not in the cache (only-if-cached)\n",
             ),
-            ProxyError::RateLimited { retry_after, limit } => {
+            ProxyError::RateLimited {
+                retry_after, limit, ..
+            } => {
                 let mut res = synth(self.status());
                 // Whole seconds, rounded up, at least 1 (RFC 9110 §10.2.3).
                 let secs = retry_after.as_nanos().div_ceil(1_000_000_000).max(1) as u64;
@@ -126,11 +128,21 @@ mod tests {
         let res = ProxyError::RateLimited {
             retry_after: Duration::from_millis(1500),
             limit: 200,
+            status: StatusCode::TOO_MANY_REQUESTS,
         }
         .to_response();
         assert_eq!(res.status(), 429);
         assert_eq!(res.headers()["retry-after"], "2");
         assert_eq!(res.headers()["ratelimit-limit"], "200");
+        // `rate_limit_status = 503`: the same fields, NGINX's status.
+        let res = ProxyError::RateLimited {
+            retry_after: Duration::from_millis(1500),
+            limit: 200,
+            status: StatusCode::SERVICE_UNAVAILABLE,
+        }
+        .to_response();
+        assert_eq!(res.status(), 503);
+        assert_eq!(res.headers()["retry-after"], "2");
     }
 
     #[test]

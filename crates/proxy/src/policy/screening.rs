@@ -19,7 +19,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use http::header::{CONTENT_TYPE, COOKIE, USER_AGENT};
-use http::{HeaderMap, HeaderValue, Request};
+use http::{HeaderMap, HeaderValue, Request, StatusCode};
 use rampart_config::{Cidr, Config, RateLimit};
 use rampart_redis::ratelimit::{Gcra, Verdict};
 use rampart_redis::{Feature, Shared};
@@ -44,6 +44,8 @@ pub struct Screen {
     /// [`INSPECTION_BUDGET`] in KiB permits.
     inspection: Arc<tokio::sync::Semaphore>,
     limiter: Option<Arc<Limiter>>,
+    /// The global `rate_limit_status` (a rule's own, when set, wins for its limiter).
+    refusal: StatusCode,
     exempt: Vec<Cidr>,
     trusted: Vec<Cidr>,
     body_limit: Option<u64>,
@@ -103,6 +105,8 @@ impl Screen {
             ),
             max_clients: s.rate_limit_max_clients,
             limiter,
+            refusal: StatusCode::from_u16(s.rate_limit_status)
+                .unwrap_or(StatusCode::TOO_MANY_REQUESTS),
             exempt: s.rate_limit_exempt.clone(),
             trusted: s.trusted_proxies.clone(),
             body_limit: s.body_limit,
@@ -201,15 +205,22 @@ impl Screen {
     /// Redis).
     async fn check_rate(&self, rule: &Rule, client: IpAddr) -> Result<(), ProxyError> {
         let limiters = [
-            (self.limiter.as_ref(), GLOBAL_LIMIT),
-            (rule.limiter.as_ref(), rule.config.domain_text.as_str()),
+            (self.limiter.as_ref(), GLOBAL_LIMIT, self.refusal),
+            (
+                rule.limiter.as_ref(),
+                rule.config.domain_text.as_str(),
+                rule.config
+                    .rate_limit_status
+                    .and_then(|s| StatusCode::from_u16(s).ok())
+                    .unwrap_or(self.refusal),
+            ),
         ];
-        if limiters.iter().all(|(l, _)| l.is_none())
+        if limiters.iter().all(|(l, _, _)| l.is_none())
             || self.exempt.iter().any(|n| n.contains(client))
         {
             return Ok(());
         }
-        for (l, name) in limiters {
+        for (l, name, status) in limiters {
             let Some(l) = l else { continue };
             let verdict = match &self.shared {
                 None => l.check(client),
@@ -221,6 +232,7 @@ impl Screen {
                 return Err(ProxyError::RateLimited {
                     retry_after,
                     limit: l.burst,
+                    status,
                 });
             }
         }

@@ -9,7 +9,7 @@ mod tls;
 
 use crate::validate::{
     body_size, cache_heuristic, cache_statuses, cidrs, error, flag, lenient, rate_limit,
-    toml_string, transform, warn, I64,
+    rate_limit_status, toml_string, transform, warn, I64,
 };
 use std::collections::HashSet;
 use std::net::Ipv6Addr;
@@ -98,6 +98,7 @@ fn read_rule(
         .map(|c| c.value)
         .unwrap_or_default();
     let rate_limit = rate_limit(&mut s, sink, None);
+    let rate_limit_status = rate_limit_status(&mut s, sink);
     let body_limit = s.has("max_body_size").then(|| body_size(&mut s, sink));
     let (cert, tls_ok) = tls::read_rule_tls(&mut s, sink, domain.as_ref(), tls_default);
     ok &= tls_ok;
@@ -174,6 +175,7 @@ fn read_rule(
         allow_ips,
         deny_ips,
         rate_limit,
+        rate_limit_status,
         body_limit,
         cert,
         redirect_to_https,
