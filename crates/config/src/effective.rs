@@ -394,6 +394,12 @@ pub(crate) const KEYS: &[(&str, &str, Owner, Fallback)] = &[
     ("proxy_rules", "redirect_to_https", Rampart, Value("false")),
     (
         "proxy_rules",
+        "redirect_to_https_status",
+        Rampart,
+        Value("308"),
+    ),
+    (
+        "proxy_rules",
         "hsts_max_age_seconds",
         Rampart,
         Unset("no Strict-Transport-Security header"),

@@ -666,6 +666,8 @@ pub struct RuleConfig {
     pub cert: Option<CertSource>,
     /// Answer plain-HTTP requests with a 308 to the same URL over HTTPS (`redirect_to_https`).
     pub redirect_to_https: bool,
+    /// The status of that redirect (`redirect_to_https_status`: 301, 302, 307 or 308).
+    pub redirect_to_https_status: u16,
     /// The `Strict-Transport-Security` value sent on HTTPS responses (`hsts_max_age_seconds`,
     /// `hsts_include_subdomains`, `hsts_preload`).
     pub hsts: Option<String>,

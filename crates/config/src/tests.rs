@@ -2551,3 +2551,33 @@ fn rate_limit_status_is_global_and_per_rule_and_refuses_statuses_that_mean_somet
     let fix = pasted_fix(hint, "rate_limit_status");
     assert!(errors(&validate(&format!("{fix}\n{ARC2_BENCH}"), 1)).is_empty());
 }
+
+#[test]
+fn redirect_to_https_status_values() {
+    let base =
+        "[[proxy_rules]]\ndomain = \"a.example\"\ntls = \"internal\"\nredirect_to_https = true\n";
+    let tail = "forward_addr = \"127.0.0.1\"\nmax_age_seconds = 0\n";
+    let v = validate(&format!("{base}{tail}"), 1);
+    assert!(errors(&v).is_empty(), "{:?}", v.diagnostics);
+    assert_eq!(
+        v.config.expect("config").rules[0].redirect_to_https_status,
+        308
+    );
+    for ok in [301, 302, 307, 308] {
+        let v = validate(&format!("{base}redirect_to_https_status = {ok}\n{tail}"), 1);
+        assert!(errors(&v).is_empty(), "{:?}", v.diagnostics);
+        assert_eq!(
+            v.config.expect("config").rules[0].redirect_to_https_status,
+            ok
+        );
+    }
+    let v = validate(&format!("{base}redirect_to_https_status = 303\n{tail}"), 1);
+    assert!(
+        v.errors()
+            .any(|d| d.key == "proxy_rules[0].redirect_to_https_status"
+                && d.line == 5
+                && d.hint.contains("redirect_to_https_status = 301")),
+        "{:?}",
+        v.diagnostics
+    );
+}

@@ -1,6 +1,7 @@
 //! The live dashboard in a real headless Chromium (Debian's `chromium`, driven by
 //! playwright-core from `tests/browser/`; `.ci/run` installs both): the page loads without a
-//! console error, its numbers move with traffic, and its purge button purges.
+//! console error, connects by itself from a `metrics_allow` address, its numbers move with
+//! traffic, its charts have a time axis, and its purge button purges.
 #![allow(clippy::unwrap_used)]
 
 mod support;
@@ -39,13 +40,16 @@ async fn the_dashboard_works_in_a_real_browser() {
     let proxy = Proxy::start(&config_for(
         "127.0.0.1",
         &origin,
-        &format!("api_key = \"{API_KEY}\""),
+        &format!("api_key = \"{API_KEY}\"\nmetrics_allow = [\"127.0.0.1\"]"),
         "",
     ));
     let base = proxy.url("");
     let host = format!("127.0.0.1:{}", proxy.addr.port());
+    // Looked at by people changing the page (its layout at 1,400 px).
+    let shot = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dashboard-1400.png");
     let out = tokio::task::spawn_blocking(move || {
         Command::new("node")
+            .env("SCREENSHOT", &shot)
             .arg("dashboard.mjs")
             .args([&base, API_KEY, &host])
             .current_dir(browser_dir())
@@ -65,6 +69,16 @@ async fn the_dashboard_works_in_a_real_browser() {
     eprintln!("{r}");
     assert!(out.status.success(), "{r:#}\nstderr:\n{stderr}");
     assert_eq!(r["errors"], serde_json::json!([]), "console errors: {r:#}");
+    // From a metrics_allow address the page went live by itself: no key asked, no click.
+    assert_eq!(r["loginShown"], false, "{r:#}");
+    // Both charts label their time axis with clock times.
+    for t in r["ticks"].as_array().unwrap() {
+        assert!(t.as_str().unwrap().contains(':'), "{r:#}");
+    }
+    // Hosts as the cache keys them: no port.
+    assert_eq!(r["topHost"], "127.0.0.1", "{r:#}");
+    // At 1,400 px the page uses the width: the board is not held to a narrow column.
+    assert!(r["mainWidth"].as_f64().unwrap() > 1300.0, "{r:#}");
     assert!(r["rps"].as_f64().unwrap() > 0.0, "{r:#}");
     assert!(
         r["total"].as_f64().unwrap() >= r["before"].as_f64().unwrap() + 30.0,
@@ -93,6 +107,12 @@ async fn the_dashboard_works_in_a_real_browser() {
         .parse()
         .unwrap_or_else(|_| panic!("{r:#}"));
     assert!((96.0..97.0).contains(&hit), "{r:#}");
+    // Purging needs the key: refused without it, the key field shown, then purged with it.
+    assert!(
+        r["refused"].as_str().unwrap().starts_with("refused"),
+        "{r:#}"
+    );
+    assert_eq!(r["askedForKey"], true, "{r:#}");
     assert_eq!(r["purged"], "purged 1", "{r:#}");
     // The purge took: the next request goes to the origin again.
     let before = origin.requests();

@@ -381,6 +381,35 @@ async fn old_protocol_versions_are_refused() {
     assert!(err.to_string().contains("ProtocolVersion"), "{err}");
 }
 
+/// `redirect_to_https_status = 301` (NGINX `return 301 https://$host$request_uri`) answers 301
+/// instead of the default 308.
+#[tokio::test]
+async fn redirect_to_https_status_301() {
+    let origin = hello_origin().await;
+    let ca = TestCa::new("test CA");
+    let (c, k) = ca.leaf(&["a.test"]).write("redirect-301");
+    let conf = format!(
+        "{GLOBAL}{}",
+        rule(
+            "a.test",
+            origin.port(),
+            &format!(
+                "{}redirect_to_https = true\nredirect_to_https_status = 301\n",
+                files(&c, &k)
+            )
+        )
+    );
+    let proxy = Proxy::start(&conf);
+    let https = proxy.https.unwrap();
+    let got = get(&proxy, "a.test", "/page?x=1").await;
+    assert_eq!(got.status, 301);
+    assert_eq!(
+        got.header("location"),
+        Some(format!("https://a.test:{}/page?x=1", https.port()).as_str())
+    );
+    assert_eq!(origin.requests(), 0, "a redirect does not reach the origin");
+}
+
 #[tokio::test]
 async fn redirect_to_https_and_hsts() {
     let origin = hello_origin().await;

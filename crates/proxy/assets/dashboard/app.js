@@ -10,6 +10,10 @@ let stream = null;
 const rates = [];
 // One entry a second: { hit, p50, p99 } (hit ratio 0–1 or null, latencies in ms or null).
 const quality = [];
+// The clock time (ms since the epoch) of each entry of `rates` and `quality`.
+const times = [];
+// The band under each chart where the time axis is labelled, in CSS pixels.
+const AXIS = 18;
 
 function authHeaders() {
   return key ? { Authorization: 'Bearer ' + key } : {};
@@ -68,12 +72,66 @@ function fillRows(id, rows) {
   }));
 }
 
+// Sizes a canvas's bitmap to its laid-out width (so a wide window gets a wide chart, not a
+// stretched one) and returns its context scaled to CSS pixels, with the plot's width and height
+// (the time axis below them).
+function prepare(canvas) {
+  const ratio = window.devicePixelRatio || 1;
+  const cssW = Math.max(200, Math.round(canvas.clientWidth || canvas.width));
+  const cssH = Math.round(canvas.clientHeight || canvas.height);
+  if (canvas.width !== cssW * ratio || canvas.height !== cssH * ratio) {
+    canvas.width = cssW * ratio;
+    canvas.height = cssH * ratio;
+  }
+  const ctx = canvas.getContext('2d');
+  ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
+  ctx.clearRect(0, 0, cssW, cssH);
+  return { ctx, w: cssW, h: cssH - AXIS };
+}
+
+function clock(t) {
+  return new Date(t).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', second: '2-digit' });
+}
+
+// The time axis under a chart: a tick and the clock time every 20 seconds (at whole multiples
+// of 20 s, so the labels stay put as the chart scrolls). The labels are also written to the
+// canvas's data-ticks attribute, for tests and assistive tools.
+function drawAxis(canvas, ctx, w, h) {
+  const step = w / HISTORY;
+  const style = getComputedStyle(document.body);
+  ctx.strokeStyle = getComputedStyle(document.documentElement).getPropertyValue('--line').trim() || '#d0d5dd';
+  ctx.fillStyle = style.color;
+  ctx.font = '11px system-ui, sans-serif';
+  ctx.lineWidth = 1;
+  ctx.beginPath();
+  ctx.moveTo(0, h + 0.5);
+  ctx.lineTo(w, h + 0.5);
+  ctx.stroke();
+  const labels = [];
+  times.forEach((t, i) => {
+    if (Math.floor(t / 1000) % 20 !== 0) return;
+    const x = w - (times.length - i) * step + step / 2;
+    const text = clock(t);
+    const tw = ctx.measureText(text).width;
+    ctx.beginPath();
+    ctx.moveTo(x + 0.5, h);
+    ctx.lineTo(x + 0.5, h + 4);
+    ctx.stroke();
+    ctx.fillText(text, Math.min(Math.max(0, x - tw / 2), w - tw), h + AXIS - 3);
+    labels.push(text);
+  });
+  // Until the first whole 20 s arrives, the oldest and newest seconds are labelled instead.
+  if (labels.length === 0 && times.length > 0) {
+    const text = clock(times[times.length - 1]);
+    ctx.fillText(text, w - ctx.measureText(text).width, h + AXIS - 3);
+    labels.push(text);
+  }
+  canvas.dataset.ticks = labels.join(' ');
+}
+
 function drawChart() {
   const canvas = $('chart');
-  const ctx = canvas.getContext('2d');
-  const w = canvas.width;
-  const h = canvas.height;
-  ctx.clearRect(0, 0, w, h);
+  const { ctx, w, h } = prepare(canvas);
   const max = Math.max(1, ...rates);
   const step = w / HISTORY;
   ctx.fillStyle = getComputedStyle(document.documentElement).getPropertyValue('--accent').trim() || '#2e6bd1';
@@ -85,6 +143,7 @@ function drawChart() {
   ctx.fillStyle = getComputedStyle(document.body).color;
   ctx.font = '12px system-ui, sans-serif';
   ctx.fillText('max ' + max.toFixed(1) + '/s', 6, 14);
+  drawAxis(canvas, ctx, w, h);
 }
 
 // The hit ratio (left scale, 0–100 %) and the p50 and p99 latencies (right scale, up to the
@@ -92,10 +151,7 @@ function drawChart() {
 // leaves a gap.
 function drawQuality() {
   const canvas = $('quality');
-  const ctx = canvas.getContext('2d');
-  const w = canvas.width;
-  const h = canvas.height;
-  ctx.clearRect(0, 0, w, h);
+  const { ctx, w, h } = prepare(canvas);
   const style = getComputedStyle(document.documentElement);
   const color = (name, fallback) => style.getPropertyValue(name).trim() || fallback;
   const top = 18;
@@ -125,6 +181,7 @@ function drawQuality() {
   ctx.fillText('100 %', 6, 14);
   const label = 'max ' + ms(maxMs);
   ctx.fillText(label, w - 6 - ctx.measureText(label).width, 14);
+  drawAxis(canvas, ctx, w, h);
 }
 
 function render(d) {
@@ -136,6 +193,8 @@ function render(d) {
   $('connections').textContent = count(d.connections_open);
   $('total').textContent = count(d.totals.requests);
   $('blocked').textContent = count(d.totals.blocked);
+  times.push(Date.now());
+  if (times.length > HISTORY) times.shift();
   rates.push(d.requests_per_second);
   if (rates.length > HISTORY) rates.shift();
   drawChart();
@@ -183,11 +242,18 @@ async function connect() {
     const res = await fetch('/_rampart/dashboard/events', {
       headers: authHeaders(), signal: mine.signal, cache: 'no-store',
     });
-    if (res.status === 401) {
-      sessionStorage.removeItem(KEY);
-      key = null;
+    if (res.status === 401 || res.status === 403) {
+      // Without a key this is the first try at load (not from a metrics_allow address): ask
+      // for the key, no error. With one, the key was wrong.
       showBoard(false);
-      setState('error', 'the key was refused');
+      if (key) {
+        sessionStorage.removeItem(KEY);
+        key = null;
+        setState('error', 'the key was refused');
+      } else {
+        setState('idle', 'API key needed');
+        $('key').focus();
+      }
       return;
     }
     if (!res.ok || !res.body) throw new Error('HTTP ' + res.status);
@@ -231,6 +297,11 @@ async function purge(event) {
   try {
     const res = await fetch('/_rampart/purge?' + params, { method: 'POST', headers: authHeaders() });
     const body = await res.json();
+    // Connected without a key (metrics_allow) but purging needs one: ask for it.
+    if (res.status === 401) {
+      $('login').hidden = false;
+      $('key').focus();
+    }
     out.textContent = res.ok
       ? 'purged ' + body.purged + (body.soft ? ' (soft)' : '')
       : 'refused: ' + (body.error || res.status);
@@ -247,4 +318,7 @@ $('login').addEventListener('submit', (event) => {
   connect();
 });
 $('purge').addEventListener('submit', purge);
-if (key) connect();
+// Connect at once: with the key this tab kept, or without one (an address in metrics_allow
+// needs none); only a refusal shows the key field.
+connect();
+window.addEventListener('resize', () => { drawChart(); drawQuality(); });

@@ -345,7 +345,7 @@ pub fn normalize_path<B>(req: &mut Request<B>) -> Result<(), ProxyError> {
     Ok(())
 }
 
-/// `redirect_to_https`: 308 to the same host and target on the HTTPS listener.
+/// `redirect_to_https`: `redirect_to_https_status` (308 by default) to the same host and target on the HTTPS listener.
 pub fn redirect_to_https<B>(
     txn: &Txn,
     req: &Request<B>,
@@ -360,7 +360,9 @@ pub fn redirect_to_https<B>(
         Some(p) => format!(":{p}"),
     };
     let location = format!("https://{name}{port}{}", target(req));
-    Some(synth::redirect(StatusCode::PERMANENT_REDIRECT, &location))
+    let status = StatusCode::from_u16(txn.route().rule.config.redirect_to_https_status)
+        .unwrap_or(StatusCode::PERMANENT_REDIRECT);
+    Some(synth::redirect(status, &location))
 }
 
 /// Screening (see `policy/screening.rs`), for client requests: resolves the client address, checks the

@@ -1,8 +1,10 @@
 // Drives the live dashboard in a real headless Chromium (Debian's, through playwright-core):
-// the page loads with no console errors, connects with the API key, its numbers move when
-// traffic is sent, and the purge form purges. Run by crates/rampart/tests/dashboard.rs with
-// the proxy's address, the API key and the host whose /popular the origin serves cacheably.
-// Prints one line: RESULT {json}; exits 1 on any failure.
+// the page loads with no console errors, connects by itself (the browser is in metrics_allow:
+// no key, no click), its numbers move when traffic is sent, the charts have a time axis, hosts
+// are shown without their port, and the purge form asks for the key and then purges. Run by
+// crates/rampart/tests/dashboard.rs with the proxy's address, the API key and the host whose
+// /popular the origin serves cacheably; with SCREENSHOT set, a screenshot of the page at 1,400
+// px wide is written there. Prints one line: RESULT {json}; exits 1 on any failure.
 import { chromium } from 'playwright-core';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -38,6 +40,7 @@ try {
   browser = await chromium.launchPersistentContext(profile, {
     executablePath,
     headless: true,
+    viewport: { width: 1400, height: 1000 },
     args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
       '--disable-background-networking', '--disable-component-update', '--disable-sync'],
   });
@@ -51,9 +54,9 @@ try {
 
   const res = await page.goto(base + '/_rampart/dashboard');
   if (res.status() !== 200) throw new Error('dashboard answered ' + res.status());
-  await page.fill('#key', key);
-  await page.click('#login button');
-  await waitFor('the live state', async () => (await page.textContent('#state')) === 'live');
+  // No key typed, no button clicked: the page connects at load.
+  await waitFor('the live state without a click', async () => (await page.textContent('#state')) === 'live');
+  const loginShown = await page.isVisible('#login');
   const number = async (sel) => Number((await page.textContent(sel)).replace(/[^0-9.]/g, '')) || 0;
   const before = await number('#total');
 
@@ -92,19 +95,42 @@ try {
     return painted;
   });
 
+  // The time axis: clock times (hh:mm:ss) under both charts.
+  const ticks = await waitFor('tick labels under the charts', async () => {
+    const t = await page.evaluate(() => ['chart', 'quality'].map((id) => document.getElementById(id).dataset.ticks || ''));
+    return t.every((x) => /\d{1,2}:\d{2}:\d{2}/.test(x)) ? t : null;
+  });
+  const topHost = await page.textContent('#hosts tbody tr:first-child td:first-child');
+  const chartWidth = await page.evaluate(() => document.getElementById('chart').getBoundingClientRect().width);
+  const mainWidth = await page.evaluate(() => document.getElementById('board').getBoundingClientRect().width);
+  if (process.env.SCREENSHOT) await page.screenshot({ path: process.env.SCREENSHOT, fullPage: true });
+
   // The purge form: the stored /popular goes.
   await page.fill('#purge-host', host);
   await page.fill('#purge-path', '/popular');
   await page.selectOption('#purge-scope', 'exact');
-  await page.click('#purge button');
-  const purged = await waitFor('the purge result', async () => {
-    const t = await page.textContent('#purge-result');
-    return t && t !== 'purging…' ? t : null;
-  });
+  const purgeResult = async () => {
+    await page.click('#purge button');
+    return waitFor('the purge result', async () => {
+      const t = await page.textContent('#purge-result');
+      return t && t !== 'purging…' ? t : null;
+    });
+  };
+  // Connected without a key, the purge is refused and the key is asked for; with it typed in
+  // and the page connected again, the purge goes through.
+  const refused = await purgeResult();
+  const askedForKey = await page.isVisible('#login');
+  await page.fill('#key', key);
+  await page.click('#login button');
+  await waitFor('live again with the key', async () => (await page.textContent('#state')) === 'live');
+  const purged = await purgeResult();
+  // The refusal's 401 is the one console error expected.
+  const expected = errors.findIndex((e) => e.includes('401'));
+  if (expected >= 0) errors.splice(expected, 1);
 
   // Let a few more events arrive, then look for console errors.
   await page.waitForTimeout(1500);
-  const result = { rps, before, total, topPath, hit, upstream, originTime, qualityDrawn, purged, errors };
+  const result = { loginShown, rps, before, total, topPath, topHost, ticks, chartWidth, mainWidth, hit, upstream, originTime, qualityDrawn, refused, askedForKey, purged, errors };
   console.log('RESULT ' + JSON.stringify(result));
   await browser.close();
   rmSync(profile, { recursive: true, force: true });

@@ -102,7 +102,8 @@ fn read_rule(
     let body_limit = s.has("max_body_size").then(|| body_size(&mut s, sink));
     let (cert, tls_ok) = tls::read_rule_tls(&mut s, sink, domain.as_ref(), tls_default);
     ok &= tls_ok;
-    let (redirect_to_https, hsts) = tls::read_https(&mut s, sink, cert.is_some());
+    let (redirect_to_https, redirect_to_https_status, hsts) =
+        tls::read_https(&mut s, sink, cert.is_some());
     let (names, names_ok) = origins::TlsNames::read(&mut s, sink, domain.as_ref());
     ok &= names_ok;
     let (send_proxy_protocol, allow_upgrades, upgrade_idle_timeout) = protocols::read(&mut s, sink);
@@ -179,6 +180,7 @@ fn read_rule(
         body_limit,
         cert,
         redirect_to_https,
+        redirect_to_https_status,
         hsts,
         send_proxy_protocol,
         allow_upgrades,

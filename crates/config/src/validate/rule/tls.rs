@@ -4,7 +4,7 @@
 use crate::model::{CertSource, DomainPattern};
 use crate::reader::{Section, Sink};
 use crate::validate::tls::{tls_mode, TlsMode};
-use crate::validate::{file_key, warn, I64};
+use crate::validate::{error, file_key, warn, I64, U16};
 use crate::Severity;
 
 /// A rule's certificate source: its own files or `tls`, else the global default. Returns
@@ -96,8 +96,9 @@ pub(super) fn read_https(
     s: &mut Section<'_>,
     sink: &mut Sink<'_>,
     has_cert: bool,
-) -> (bool, Option<String>) {
+) -> (bool, u16, Option<String>) {
     let redirect_to_https = s.bool(sink, "redirect_to_https").is_some_and(|b| b.value);
+    let status = redirect_status(s, sink);
     let age = s.int(sink, "hsts_max_age_seconds", 0, I64);
     let subdomains = s.bool(sink, "hsts_include_subdomains");
     let preload = s.bool(sink, "hsts_preload");
@@ -135,5 +136,24 @@ pub(super) fn read_https(
     }
     // Without a certificate there is no HTTPS to send clients to: no redirect (warned above).
     let redirect_to_https = redirect_to_https && has_cert;
-    (redirect_to_https, hsts)
+    (redirect_to_https, status, hsts)
+}
+
+/// `redirect_to_https_status`: 301, 302, 307 or 308 (the default).
+fn redirect_status(s: &mut Section<'_>, sink: &mut Sink<'_>) -> u16 {
+    let Some(at) = s.int(sink, "redirect_to_https_status", 0, U16) else {
+        return 308;
+    };
+    match at.value {
+        301 | 302 | 307 | 308 => at.value as u16,
+        v => {
+            error(
+                sink,
+                &at,
+                format!("{v} is not a redirect status rampart sends"),
+                "use `redirect_to_https_status = 301` (or 302, 307, 308)",
+            );
+            308
+        }
+    }
 }

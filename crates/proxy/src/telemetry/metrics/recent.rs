@@ -76,7 +76,8 @@ impl Metrics {
         q.push_back((host.into(), path.into()));
     }
 
-    /// The most frequent hosts and paths among the requests kept while watching.
+    /// The most frequent hosts and paths among the requests kept while watching, the hosts as
+    /// the cache keys them (without `:port`, so `example.com` and `example.com:8080` are one).
     pub fn top(&self, n: usize) -> (Ranking, Ranking) {
         let mut hosts: HashMap<&str, u64> = HashMap::new();
         let mut paths: HashMap<String, u64> = HashMap::new();
@@ -87,6 +88,7 @@ impl Metrics {
             .collect();
         for q in &guards {
             for (h, p) in q.iter() {
+                let h = without_port(h);
                 *hosts.entry(h).or_default() += 1;
                 *paths.entry(format!("{h}{p}")).or_default() += 1;
             }
@@ -104,6 +106,18 @@ impl Metrics {
     }
 }
 
+/// `host[:port]` without the port: `[::1]:8080` → `[::1]`, `a.test:80` → `a.test`; a bare
+/// IPv6 address (more than one `:`) is left as it is.
+fn without_port(host: &str) -> &str {
+    if host.starts_with('[') {
+        return host.find(']').map_or(host, |end| &host[..=end]);
+    }
+    match host.split_once(':') {
+        Some((name, port)) if !port.contains(':') => name,
+        _ => host,
+    }
+}
+
 /// Names with their counts, most frequent first.
 pub type Ranking = Vec<(String, u64)>;
 
@@ -118,5 +132,19 @@ impl Drop for Watching {
                 w.0.seen.lock().unwrap_or_else(|p| p.into_inner()).clear();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod host_tests {
+    use super::without_port;
+
+    #[test]
+    fn dashboard_hosts_are_shown_without_their_port() {
+        assert_eq!(without_port("example.com:8080"), "example.com");
+        assert_eq!(without_port("example.com"), "example.com");
+        assert_eq!(without_port("127.0.0.1:41234"), "127.0.0.1");
+        assert_eq!(without_port("[::1]:8443"), "[::1]");
+        assert_eq!(without_port("::1"), "::1");
     }
 }
