@@ -545,6 +545,7 @@ pub(crate) const KEYS: &[(&str, &str, Owner, Fallback)] = &[
     ),
     ("proxy_rules.path_rules", "max_age_seconds", Arc2, Inherited),
     ("proxy_rules.path_rules", "expires", Rampart, Inherited),
+    ("proxy_rules.path_rules", "deny", Rampart, Value("false")),
     (
         "proxy_rules.path_rules",
         "ignore_case",

@@ -364,6 +364,8 @@ pub struct PathRuleConfig {
     pub response_headers: HeaderRules,
     /// `expires` here: `None` keeps the rule's, `Some(None)` (`"off"`) turns it off.
     pub expires: Option<Option<u64>>,
+    /// `deny = true`: matching requests are refused (403), whatever `strict_path_rules` says.
+    pub deny: bool,
 }
 
 impl PathRuleConfig {

@@ -2581,3 +2581,47 @@ fn redirect_to_https_status_values() {
         v.diagnostics
     );
 }
+
+#[test]
+fn a_deny_path_rule_needs_no_caching_keys_and_shadowed_path_rules_are_warned() {
+    let v = with(
+        "",
+        "[[proxy_rules.path_rules]]\npath = \"/admin\"\nmatch_type = \"StartsWith\"\ndeny = true\n",
+    );
+    let c = v.config.as_ref().expect("valid");
+    assert!(c.rules[0].path_rules[0].deny);
+    assert!(
+        !v.diagnostics
+            .iter()
+            .any(|d| d.key.contains("path_rules") || d.message.contains("path_rules")),
+        "{:?}",
+        v.diagnostics
+    );
+    // Headers at lines 21, 26, 30, 35 and 40: the first that matches decides, so /static/img and
+    // /ADMIN/x never
+    // apply; /api ignoring case is not covered by anything case-sensitive.
+    let v = with(
+        "",
+        "[[proxy_rules.path_rules]]\npath = \"/static\"\nmatch_type = \"StartsWith\"\nrule_type = \"Whitelist\"\nmax_age_seconds = 60\n\
+         [[proxy_rules.path_rules]]\npath = \"/static/img\"\nmatch_type = \"StartsWith\"\ndeny = true\n\
+         [[proxy_rules.path_rules]]\npath = \"/admin\"\nmatch_type = \"StartsWith\"\nignore_case = true\ndeny = true\n\
+         [[proxy_rules.path_rules]]\npath = \"/ADMIN/x\"\nmatch_type = \"Equals\"\nrule_type = \"Whitelist\"\nmax_age_seconds = 60\n\
+         [[proxy_rules.path_rules]]\npath = \"/api\"\nmatch_type = \"StartsWith\"\nignore_case = true\nrule_type = \"Whitelist\"\nmax_age_seconds = 60\n",
+    );
+    assert!(v.config.is_some(), "{:?}", v.diagnostics);
+    let w: Vec<_> = v
+        .diagnostics
+        .iter()
+        .filter(|d| d.message.contains("never applies"))
+        .collect();
+    assert_eq!(w.len(), 2, "{w:?}");
+    assert_eq!(w[0].line, 26, "{w:?}");
+    assert!(w[0].message.contains("line 21 (`/static`)"), "{w:?}");
+    assert!(w[0].message.contains("it caches; this one denies"), "{w:?}");
+    assert_eq!(
+        w[0].hint,
+        "move this path rule above the one at line 21, or remove it"
+    );
+    assert_eq!(w[1].line, 35, "{w:?}");
+    assert!(w[1].message.contains("line 30 (`/admin`)"), "{w:?}");
+}

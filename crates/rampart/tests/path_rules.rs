@@ -123,3 +123,38 @@ async fn case_insensitive_and_regex_path_rules_hold_for_every_spelling() {
         "nothing refused reached the origin"
     );
 }
+
+/// A deny for one path (NGINX's `location /admin { deny all; }`): only `strict_path_rules`
+/// refused, and it applied to the whole rule, turning a "never cache" Blacklist into a 403 too.
+/// `deny = true` refuses its paths, other spellings included, and nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deny_path_rule_refuses_its_paths_and_leaves_a_blacklist_proxied() {
+    let origin = Origin::new().route("*", Reply::text("ok")).start().await;
+    let cfg = config_for(
+        "site",
+        &origin,
+        "",
+        "[[proxy_rules.path_rules]]\npath = \"/admin\"\nmatch_type = \"StartsWith\"\ndeny = true\n\
+         [[proxy_rules.path_rules]]\npath = \"/account\"\nmatch_type = \"StartsWith\"\n\
+         rule_type = \"Blacklist\"\nmax_age_seconds = 0\n",
+    );
+    let proxy = Proxy::start(&cfg);
+    assert_eq!(status_of(&proxy, "/account/orders", "curl/8"), 200);
+    for target in [
+        "/admin",
+        "/admin/users",
+        "//admin/",
+        "/x/../admin",
+        "/%61dmin",
+    ] {
+        assert_eq!(status_of(&proxy, target, "curl/8"), 403, "{target}");
+    }
+    assert_eq!(status_of(&proxy, "/public", "curl/8"), 200);
+    assert!(
+        origin
+            .seen()
+            .iter()
+            .all(|s| !s.uri.path().contains("admin")),
+        "nothing under /admin reached the origin"
+    );
+}

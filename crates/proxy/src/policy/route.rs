@@ -252,6 +252,7 @@ impl Rule {
         let c = &self.config;
         let path_rule = c.path_rules.iter().position(|pr| pr.matches(path));
         let (rule_type, matched, max_age) = match path_rule.map(|i| &c.path_rules[i]) {
+            Some(pr) if pr.deny => return (PathDecision::Block, path_rule),
             Some(pr) => (pr.rule_type, true, pr.max_age_seconds),
             None => (
                 c.rule_type,

@@ -45,8 +45,11 @@ pub(super) fn read_path_rules(
 ) -> Option<Vec<PathRuleConfig>> {
     let mut ok = true;
     let mut path_rules = Vec::new();
+    // Where each path rule is (its key path and header), for the shadowing warning.
+    let mut places = Vec::new();
     if let Some(sections) = s.tables(sink, "path_rules") {
         for mut pr in sections {
+            let place = (pr.path().to_owned(), pr.span());
             let path = pr.string(sink, "path");
             if path.is_none() && !pr.has("path") {
                 pr.missing(
@@ -88,6 +91,8 @@ pub(super) fn read_path_rules(
                     None
                 }
             };
+            // NGINX's `location /admin { deny all; }`: refused whatever `strict_path_rules` says.
+            let deny = pr.bool(sink, "deny").is_some_and(|b| b.value);
             let rt = match pr.string(sink, "rule_type") {
                 Some(v) => {
                     let t = parse_rule_type(sink, &v);
@@ -97,7 +102,9 @@ pub(super) fn read_path_rules(
                     t
                 }
                 None => {
-                    if !pr.has("rule_type") {
+                    if deny && !pr.has("rule_type") {
+                        Some(RuleType::Whitelist)
+                    } else if !pr.has("rule_type") {
                         lenient(&pr, sink, "rule_type", "\"Whitelist\"");
                         Some(RuleType::Whitelist)
                     } else {
@@ -107,6 +114,7 @@ pub(super) fn read_path_rules(
             };
             let age = match pr.int(sink, "max_age_seconds", 0, I64) {
                 Some(v) => Some(v.value as u64),
+                None if deny && !pr.has("max_age_seconds") => Some(0),
                 None if !pr.has("max_age_seconds") => {
                     lenient(
                         &pr,
@@ -134,10 +142,92 @@ pub(super) fn read_path_rules(
                         request_headers,
                         response_headers,
                         expires,
+                        deny,
                     }),
                 _ => ok = false,
             }
+            places.push(place);
         }
     }
+    if ok {
+        shadowed(sink, &path_rules, &places);
+    }
     ok.then_some(path_rules)
+}
+
+/// Warns about each path rule that can never apply: an earlier one matches every path it
+/// does, and the first path rule that matches decides (NGINX users expect the longest
+/// prefix to win; rampart, like ARC2, goes by file order).
+fn shadowed(
+    sink: &mut Sink<'_>,
+    rules: &[PathRuleConfig],
+    places: &[(String, Option<std::ops::Range<usize>>)],
+) {
+    for (j, later) in rules.iter().enumerate() {
+        let Some(i) = rules[..j].iter().position(|earlier| covers(earlier, later)) else {
+            continue;
+        };
+        let (key, span) = &places[j];
+        let first = sink.line_of(places[i].1.as_ref());
+        let what = |d: &PathRuleConfig| match (d.deny, d.rule_type) {
+            (true, _) => "denies",
+            (false, RuleType::Whitelist) => "caches",
+            (false, RuleType::Blacklist) => "passes",
+        };
+        let differ = if what(&rules[i]) == what(later) {
+            String::new()
+        } else {
+            format!(" (it {}; this one {})", what(&rules[i]), what(later))
+        };
+        sink.push(
+            Severity::Warning,
+            key,
+            span.clone(),
+            format!(
+                "this path rule never applies: the path rule at line {first} (`{}`) matches every path it does and comes first, and the first path rule that matches decides{differ}",
+                rules[i].path
+            ),
+            format!("move this path rule above the one at line {first}, or remove it"),
+        );
+    }
+}
+
+/// Whether every path `b` matches is matched by `a` too (text comparisons; a regular expression
+/// covers only one written the same).
+fn covers(a: &PathRuleConfig, b: &PathRuleConfig) -> bool {
+    use crate::model::MatchType as M;
+    match (&a.matcher, &b.matcher) {
+        (
+            PathMatch::Text {
+                kind: ka,
+                ignore_case: ia,
+            },
+            PathMatch::Text {
+                kind: kb,
+                ignore_case: ib,
+            },
+        ) => {
+            // A case-sensitive rule does not cover one that ignores case.
+            if *ib && !*ia {
+                return false;
+            }
+            let (pa, pb) = if *ia {
+                (a.path.to_ascii_lowercase(), b.path.to_ascii_lowercase())
+            } else {
+                (a.path.clone(), b.path.clone())
+            };
+            match ka {
+                M::Equals => *kb == M::Equals && pa == pb,
+                M::StartsWith => matches!(kb, M::Equals | M::StartsWith) && pb.starts_with(&pa),
+                M::EndsWith => matches!(kb, M::Equals | M::EndsWith) && pb.ends_with(&pa),
+                M::Contains => {
+                    matches!(kb, M::Equals | M::StartsWith | M::EndsWith | M::Contains)
+                        && pb.contains(&pa)
+                }
+                M::DoesNotEqual | M::DoesNotContain => false,
+            }
+        }
+        (PathMatch::Regex(_), PathMatch::Regex(_)) => a.path == b.path && a.matcher == b.matcher,
+        _ => false,
+    }
 }
