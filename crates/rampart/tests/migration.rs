@@ -90,7 +90,10 @@ fn every_example_passes_check_strict() {
             String::from_utf8_lossy(&out.stdout)
         );
         assert!(out.status.success(), "{file}:\n{text}");
-        assert!(!text.contains("warning"), "{file}:\n{text}");
+        assert!(
+            !text.contains("warning:") && text.contains(" 0 warning(s)"),
+            "{file}:\n{text}"
+        );
     }
 }
 
