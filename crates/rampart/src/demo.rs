@@ -2,6 +2,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -126,11 +127,30 @@ pub async fn serve_origin(listener: TcpListener, mut shutdown: watch::Receiver<b
     }
 }
 
+/// The state directory of a demo run as root: `$HOME/.local/share/rampart-demo`, else
+/// `./rampart-demo-state`. `None` for other users, whose default state directory is their own.
+///
+/// As root, rampart's default `state_dir` is `/var/lib/rampart`, the service's: a demo there
+/// would create (or reuse) the local CA that the service's `tls = "internal"` certificates
+/// chain to. The demo keeps its CA apart, in root's home, where it survives restarts (a root
+/// trusted once stays trusted) and cannot be planted by another user as a file in /tmp could.
+pub fn root_state_dir() -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt as _;
+    if !std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0) {
+        return None;
+    }
+    Some(match std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+        Some(h) => PathBuf::from(h).join(".local/share/rampart-demo"),
+        None => PathBuf::from("rampart-demo-state"),
+    })
+}
+
 /// What `rampart demo` prints once both servers are up.
 pub fn instructions(
     proxy: SocketAddr,
     https: Option<SocketAddr>,
-    root: &std::path::Path,
+    state_dir: &Path,
+    root: &Path,
     origin: SocketAddr,
 ) -> String {
     let base = format!("http://{proxy}");
@@ -144,7 +164,8 @@ pub fn instructions(
     };
     format!(
         "rampart demo is running.\n\
-         \n  sample origin : http://{origin}\n  rampart       : {base}  (in front of the origin)\n\
+         \n  sample origin : http://{origin}\n  rampart       : {base}  (in front of the origin)\
+         \n  state         : {}  (the local CA; delete it to start afresh)\n\
          \nTry:\n\
          \n  curl -i {base}/                  # \"Hello World!\" from the origin: X-Arc2-Cache: Miss\
          \n  curl -i {base}/                  # again, from the cache: X-Arc2-Cache: Hit, Age\
@@ -155,6 +176,7 @@ pub fn instructions(
          \n  curl -i --http2-prior-knowledge {base}/        # HTTP/2 over cleartext\
          \n  curl -i \"{base}/search?q=1%27%20OR%20%271%27%3D%271\"   # SQL injection: 403, X-Arc2-Cache: Block\
          {tls}\
-         \n\nPress Ctrl-C to stop.\n"
+         \n\nPress Ctrl-C to stop.\n",
+        state_dir.display()
     )
 }

@@ -435,13 +435,19 @@ fn cmd_demo(listen: SocketAddr) -> anyhow::Result<()> {
             listen.port().saturating_add(363)
         },
     );
-    let src = demo::DEMO_CONFIG
+    let mut src = demo::DEMO_CONFIG
         .replace("{LISTEN}", &listen.to_string())
         .replace("{LISTEN_HTTPS}", &https.to_string())
         .replace("{ORIGIN_PORT}", &origin.port().to_string());
+    if let Some(dir) = demo::root_state_dir() {
+        // As root the default is the service's /var/lib/rampart: the demo keeps out of it.
+        let dir = serde_json::to_string(&dir.to_string_lossy())?;
+        src = format!("state_dir = {dir}\n{src}");
+    }
     let config = generated_config("rampart demo", rampart_config::validate(&src, cpus()))?;
     let logging = Logging::init(&config);
-    let root = config.tls.state_dir.join("ca").join("root.pem");
+    let state_dir = config.tls.state_dir.clone();
+    let root = state_dir.join("ca").join("root.pem");
     let result = serve(
         config,
         Source::Embedded("rampart demo"),
@@ -450,7 +456,7 @@ fn cmd_demo(listen: SocketAddr) -> anyhow::Result<()> {
             if let Some(a) = addrs.first() {
                 println!(
                     "\n{}",
-                    demo::instructions(*a, https.first().copied(), &root, origin)
+                    demo::instructions(*a, https.first().copied(), &state_dir, &root, origin)
                 );
             }
         },

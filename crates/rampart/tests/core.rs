@@ -994,6 +994,58 @@ async fn demo_serves_its_pages_and_stops_on_ctrl_c() {
     assert_eq!(code, Some(0));
 }
 
+/// `rampart demo` run as root used to make its local CA in `/var/lib/rampart`, the service's
+/// state directory, without saying so. It now says where its state is, and as root keeps it in
+/// root's home.
+#[test]
+fn demo_says_where_it_keeps_its_state_and_keeps_out_of_the_services() {
+    let home = scratch("demo-home");
+    let _ = std::fs::remove_dir_all(&home);
+    std::fs::create_dir_all(&home).unwrap();
+    let root = std::fs::metadata("/proc/self").is_ok_and(|m| {
+        use std::os::unix::fs::MetadataExt as _;
+        m.uid() == 0
+    });
+    let expected = home.join(if root {
+        ".local/share/rampart-demo"
+    } else {
+        ".local/share/rampart"
+    });
+    let mut demo = Proxy::spawn_env(
+        &["demo", "--listen", "127.0.0.1:0"],
+        &[
+            ("HOME", home.to_str().unwrap()),
+            ("XDG_DATA_HOME", ""),
+            ("STATE_DIRECTORY", ""),
+        ],
+    );
+    assert!(
+        demo.wait_for_output("Press Ctrl-C", Duration::from_secs(10)),
+        "{}",
+        demo.output()
+    );
+    let out = demo.stdout.lock().unwrap().clone();
+    assert!(
+        out.contains(&format!("state         : {}", expected.display())),
+        "the demo names its state directory {}:\n{out}",
+        expected.display()
+    );
+    assert!(
+        expected.join("ca/root.pem").is_file(),
+        "the local CA is in the directory the demo names"
+    );
+    assert!(
+        out.contains(&format!(
+            "--cacert {}",
+            expected.join("ca/root.pem").display()
+        )),
+        "{out}"
+    );
+    demo.signal(SIGINT);
+    assert_eq!(demo.wait_exit(Duration::from_secs(10)), Some(0));
+    let _ = std::fs::remove_dir_all(&home);
+}
+
 #[tokio::test]
 async fn one_line_proxy_command() {
     let origin = Origin::new()

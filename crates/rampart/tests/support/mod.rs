@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -514,7 +514,13 @@ impl Proxy {
 
     /// [`Proxy::spawn`] with extra environment variables.
     pub fn spawn_env(args: &[&str], env: &[(&str, &str)]) -> Proxy {
+        Proxy::spawn_in(&std::env::current_dir().unwrap(), args, env)
+    }
+
+    /// [`Proxy::spawn_env`] in the working directory `dir` (where relative paths start).
+    pub fn spawn_in(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Proxy {
         let mut child = Command::new(rampart_bin())
+            .current_dir(dir)
             .args(args)
             .envs(env.iter().copied())
             .stdin(Stdio::null())
