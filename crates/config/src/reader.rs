@@ -14,7 +14,6 @@ use toml_edit::{Item, TableLike, Value};
 
 use crate::diag::{Diagnostic, LineIndex, Severity};
 use crate::matching::Pattern;
-use crate::validate::toml_string;
 
 /// Collects diagnostics and turns spans into positions.
 pub(crate) struct Sink<'s> {
@@ -1162,6 +1161,22 @@ fn edits(a: &str, b: &str, limit: usize) -> usize {
         std::mem::swap(&mut prev, &mut row);
     }
     prev[b.len()]
+}
+
+/// `text` as a TOML basic string, quotes included (for a fix the reader can paste).
+pub(crate) fn toml_string(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 #[cfg(test)]

@@ -30,6 +30,7 @@ use std::time::Duration;
 
 use crate::diag::{Diagnostic, Severity};
 use crate::model::*;
+pub(crate) use crate::reader::toml_string;
 use crate::reader::{At, Kind, Section, Sink};
 
 pub use screening::DEFAULT_BODY_LIMIT;
@@ -166,22 +167,6 @@ fn error(
     hint: impl Into<String>,
 ) {
     sink.push(Severity::Error, &at.key, at.span.clone(), message, hint);
-}
-
-/// `text` as a TOML basic string, quotes included (for a fix the reader can paste).
-pub(crate) fn toml_string(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 2);
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if c.is_control() => out.push_str(&format!("\\u{:04X}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
 
 /// A byte size: an integer, or a string such as "512MiB", "64M", "1GB" (K/M/G are binary
