@@ -994,9 +994,8 @@ async fn demo_serves_its_pages_and_stops_on_ctrl_c() {
     assert_eq!(code, Some(0));
 }
 
-/// `rampart demo` run as root used to make its local CA in `/var/lib/rampart`, the service's
-/// state directory, without saying so. It now says where its state is, and as root keeps it in
-/// root's home.
+/// `rampart demo` says where its state (its local CA) is, and as root keeps it in root's home,
+/// never in the service's state directory `/var/lib/rampart`.
 #[test]
 fn demo_says_where_it_keeps_its_state_and_keeps_out_of_the_services() {
     let home = scratch("demo-home");
