@@ -33,7 +33,7 @@ impl std::fmt::Display for Chain<'_> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Side {
     Downstream,
-    Upstream,
+    OriginClient,
     Internal,
 }
 
@@ -41,7 +41,7 @@ impl Side {
     pub fn as_str(self) -> &'static str {
         match self {
             Side::Downstream => "downstream",
-            Side::Upstream => "upstream",
+            Side::OriginClient => "upstream",
             Side::Internal => "internal",
         }
     }
@@ -197,7 +197,7 @@ impl ProxyError {
             | ProxyError::UpstreamConnectTimeout(_)
             | ProxyError::UpstreamTimeout
             | ProxyError::UpstreamProtocol(_)
-            | ProxyError::UpstreamTls(_) => Side::Upstream,
+            | ProxyError::UpstreamTls(_) => Side::OriginClient,
             ProxyError::Busy => Side::Internal,
         }
     }

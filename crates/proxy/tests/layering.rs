@@ -212,11 +212,47 @@ fn no_import_circle_in_any_crate() {
 fn the_dispatcher_names_every_stage() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/pipeline");
     let pipeline = std::fs::read_to_string(dir.join("mod.rs")).unwrap();
-    for stage in ["recv", "lookup", "hit", "miss", "fetch", "deliver", "synth"] {
+    let dispatcher = pipeline.split("#[cfg(test)]").next().unwrap();
+    for stage in [
+        "recv",
+        "lookup",
+        "hit",
+        "miss",
+        "fetch",
+        "store",
+        "deliver",
+        "websocket",
+        "refresh",
+        "respond",
+    ] {
         assert!(dir.join(format!("{stage}.rs")).exists(), "{stage}.rs");
         assert!(
-            pipeline.contains(&format!("{stage}::")),
-            "pipeline calls {stage}"
+            dispatcher.contains(&format!("{stage}::")),
+            "the dispatcher calls {stage}"
+        );
+    }
+    let respond = std::fs::read_to_string(dir.join("respond.rs")).unwrap();
+    assert!(
+        respond.contains("synth::error"),
+        "respond makes errors responses"
+    );
+    // Every transition is decided in the dispatcher: no other file matches on a `Step`.
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_none_or(|x| x != "rs") || p.ends_with("mod.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&p).unwrap();
+        let code = text.split("#[cfg(test)]").next().unwrap();
+        let arm = code.lines().find(|l| {
+            let l = l.trim_start();
+            l.starts_with("Step::") && l.contains("=>")
+        });
+        assert!(
+            arm.is_none(),
+            "{} matches on a Step ({}): transitions belong in the dispatcher",
+            p.display(),
+            arm.unwrap_or_default()
         );
     }
 }

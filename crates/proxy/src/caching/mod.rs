@@ -26,9 +26,10 @@ use rampart_redis::Shared;
 use crate::caching::coalesce::Coalescer;
 use crate::caching::transform::Transforms;
 
-/// A request the cache may answer or store: computed once in lookup, used again in store.
+/// What lookup found for a request the store could not answer: computed once in lookup, used
+/// again when the response is stored or revalidates the stale entry.
 #[derive(Debug)]
-pub struct Lookup {
+pub struct Missed {
     pub key: CacheKey,
     pub directives: RequestDirectives,
     pub policy: RulePolicy,
@@ -45,7 +46,7 @@ pub enum Found {
     Hit(Arc<Object>),
     /// A hit read from the disk tier (and now in memory too).
     DiskHit(Arc<Object>),
-    Miss(Lookup),
+    Miss(Missed),
 }
 
 /// The shared cache: store plus policy.
@@ -309,7 +310,7 @@ impl Cache {
                 Usable::NotShareable => {}
             }
         }
-        Found::Miss(Lookup {
+        Found::Miss(Missed {
             key: key.to_key(),
             directives,
             policy,

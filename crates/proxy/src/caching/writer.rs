@@ -28,7 +28,7 @@ use rampart_cache::vary::Vary;
 
 use crate::caching::coalesce::{Feed, InflightBody, Leader, SharedHead};
 use crate::caching::transform::Transforms;
-use crate::caching::{Cache, Lookup, TierLock};
+use crate::caching::{Cache, Missed, TierLock};
 use crate::outcome::{CacheLabel, CACHE_STATUS, X_ARC2_CACHE};
 
 /// When the request that brought a response was sent and its response received (the
@@ -43,7 +43,7 @@ pub struct Timing {
 /// body tee needs, or why not.
 pub fn prepare(
     cache: &Arc<Cache>,
-    lookup: &Lookup,
+    missed: &Missed,
     method: &Method,
     req_headers: &HeaderMap,
     res: &http::response::Parts,
@@ -57,15 +57,15 @@ pub fn prepare(
     let exchange = policy::Exchange {
         method,
         req_headers,
-        req: &lookup.directives,
+        req: &missed.directives,
         status,
         res_headers,
         res: &directives,
         vary: &vary,
         response_time,
     };
-    let lifetime = policy::storable(&exchange, &lookup.policy)?;
-    let directives = policy::with_stale_defaults(directives, &lookup.policy);
+    let lifetime = policy::storable(&exchange, &missed.policy)?;
+    let directives = policy::with_stale_defaults(directives, &missed.policy);
     let length = crate::headers::content_length(res_headers);
     let too_big = length.is_some_and(|n| n > cache.store().max_object() as u64);
     let variant = match &vary {
@@ -82,7 +82,7 @@ pub fn prepare(
     let ticket = |reservation: Option<Reservation>, large: Option<LargeWrite>| {
         Box::new(StoreTicket {
             cache: cache.clone(),
-            key: lookup.key.clone(),
+            key: missed.key.clone(),
             variant: variant.clone(),
             status,
             initial_age: freshness::initial_age(res_headers, request_time, response_time),
@@ -108,7 +108,7 @@ pub fn prepare(
     };
     if too_big {
         // Larger than memory may hold: to the disk tier only, as it arrives.
-        return match large_write(cache, &lookup.key, length, &transforms) {
+        return match large_write(cache, &missed.key, length, &transforms) {
             Some(w) => Ok(ticket(None, Some(w))),
             None => Err(NotStored::TooLarge),
         };
@@ -117,12 +117,12 @@ pub fn prepare(
     // it when its length is known, else as it arrives).
     match cache
         .store()
-        .reserve(&lookup.key, body_charge(length.unwrap_or(0) as usize))
+        .reserve(&missed.key, body_charge(length.unwrap_or(0) as usize))
     {
         Some(reservation) => Ok(ticket(Some(reservation), None)),
         // No room in memory now (many bodies being collected at once): the disk tier may
         // still take it, straight from the origin.
-        None => match large_write(cache, &lookup.key, length, &transforms) {
+        None => match large_write(cache, &missed.key, length, &transforms) {
             Some(w) => Ok(ticket(None, Some(w))),
             None => Err(NotStored::NoRoom),
         },
@@ -147,7 +147,7 @@ fn large_write(
 /// the object to answer with (its old body, its new headers and freshness).
 pub fn freshen(
     cache: &Cache,
-    lookup: &Lookup,
+    missed: &Missed,
     stale: &Object,
     req_headers: &HeaderMap,
     not_modified: &HeaderMap,
@@ -174,15 +174,15 @@ pub fn freshen(
     let exchange = policy::Exchange {
         method: &Method::GET,
         req_headers,
-        req: &lookup.directives,
+        req: &missed.directives,
         status: stale.status,
         res_headers: &headers,
         res: &directives,
         vary: &stale.vary,
         response_time,
     };
-    let lifetime = policy::storable(&exchange, &lookup.policy).unwrap_or(Duration::ZERO);
-    let directives = policy::with_stale_defaults(directives, &lookup.policy);
+    let lifetime = policy::storable(&exchange, &missed.policy).unwrap_or(Duration::ZERO);
+    let directives = policy::with_stale_defaults(directives, &missed.policy);
     let mut headers = hit_headers(&headers);
     let initial_age = freshness::initial_age(not_modified, request_time, response_time);
     let make = |headers: HeaderMap, body: bytes::Bytes| {
@@ -231,18 +231,18 @@ pub fn freshen(
         ..make(headers, stale.body.clone())
     });
     if lifetime.is_zero() {
-        cache.store().invalidate(&lookup.key);
+        cache.store().invalidate(&missed.key);
     } else {
         let variant = match &obj.vary {
             Vary::None => None,
             v => v.variant_key(req_headers),
         };
-        share(cache, &lookup.key, variant.as_deref(), &obj, None);
+        share(cache, &missed.key, variant.as_deref(), &obj, None);
         let stored = cache
             .store()
-            .insert(lookup.key.clone(), variant.as_deref(), obj.clone());
+            .insert(missed.key.clone(), variant.as_deref(), obj.clone());
         if stored {
-            cache.refreshed(&lookup.key, variant.as_deref(), stale, &obj);
+            cache.refreshed(&missed.key, variant.as_deref(), stale, &obj);
         }
     }
     obj

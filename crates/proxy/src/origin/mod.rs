@@ -1,8 +1,13 @@
-//! The origins: a rule's upstreams with their balancing and passive health, the per-worker
-//! pool of keep-alive connections, the connector (TCP, TLS, PROXY header) and HTTP/2 to origins.
+//! The origins: a rule's origins with their balancing and shared health (`balance.rs`), the
+//! order a request tries them in with failover, health marking and the latency average
+//! (`failover.rs`), a worker's client to them (`client.rs`: HTTP/1.1 in `h1/`, HTTP/2 in
+//! `h2.rs`), the connector (TCP, TLS, PROXY header: `connect.rs`), and the request as it goes
+//! out (`fields.rs`).
 
+pub mod balance;
+pub mod client;
 pub mod connect;
+pub mod failover;
 pub mod fields;
 pub mod h1;
 pub mod h2;
-pub mod pool;

@@ -1,28 +1,25 @@
 //! fetch: the request made ready for the origin (hop-by-hop fields out, `Host`, forwarding
-//! fields (`X-Forwarded-*`, `Forwarded`) and `Via` in, rampart's validators when it revalidates a stale entry), sent to the
-//! rule's upstreams in order, failing over to the next when one cannot be reached and the
-//! request has no body (so it can be sent again).
+//! fields (`X-Forwarded-*`, `Forwarded`) and `Via` in, rampart's validators when it revalidates
+//! a stale entry, the rule's request field rules), then sent to the rule's origins
+//! (`origin/failover.rs`: their order, failover, health marking, the latency average).
 
-use std::borrow::Cow;
 use std::future::Future;
-use std::time::{Instant, SystemTime};
+use std::time::SystemTime;
 
 use http::header::{HeaderValue, FORWARDED, HOST, IF_MODIFIED_SINCE, IF_NONE_MATCH, TE};
 use http::request::Parts;
-use http::uri::Authority;
 use http::{HeaderMap, Method, Request, Response, Version};
 use rampart_cache::conditional;
-use rampart_config::{OriginProtocol, RoutingMethod};
 
 use crate::body::origin::OriginBody;
 use crate::body::RequestBody;
-use crate::error::{Chain, ProxyError};
+use crate::error::ProxyError;
 use crate::headers::{
     forwarded, forwarded_element, forwarded_for, via_value, wants_trailers, X_FORWARDED_FOR,
     X_FORWARDED_HOST, X_FORWARDED_PORT, X_FORWARDED_PROTO,
 };
-use crate::origin::fields::{OriginFields, Outgoing};
-use crate::origin::pool::{UpstreamSet, UpstreamState, ERROR_PENALTY};
+use crate::origin::failover::{self, Attempt};
+use crate::origin::fields::OriginFields;
 use crate::pipeline::conn_info::{ConnInfo, Scheme};
 use crate::pipeline::txn::{target, Mode, Txn};
 use crate::pipeline::worker_state::Worker;
@@ -74,7 +71,7 @@ pub fn fetch<'a>(
     let unsafe_target =
         (w.cache.is_some() && !req.method().is_safe()).then(|| target(&req).to_owned());
     let client_conditionals = conditional::client_has_conditionals(req.headers());
-    let stale = txn.miss.as_ref().and_then(|l| l.stale.as_ref());
+    let stale = txn.missed().and_then(|l| l.stale.as_ref());
     let validators = stale
         .filter(|_| !client_conditionals)
         .map(|s| conditional::validators(&s.headers));
@@ -100,10 +97,7 @@ pub fn send<'a>(
 ) -> impl Future<Output = Result<Fetched, ProxyError>> + 'a {
     let (head, body) = req.into_parts();
     let downstream_version = head.version;
-    // invariant: the dispatcher fetches only after recv found a route.
-    let Some(route) = &txn.route else {
-        unreachable!("fetch before recv")
-    };
+    let route = txn.route();
     // The client's fields stay as the client sent them (before rampart's own validators):
     // lookup computes Vary variants from them, so storing must too, and a revalidated entry
     // answers the client's own request. fetch's changes go beside them.
@@ -165,111 +159,36 @@ pub fn send<'a>(
         revalidating,
     };
 
+    let https = txn.scheme() == Scheme::Https;
+    let client_request = txn.mode == Mode::Client;
+    let (route, log, conn) = txn.routed();
+    // A rule that sends PROXY headers: the one for this client.
+    let proxy_header = route
+        .rule
+        .config
+        .send_proxy_protocol
+        .map(|v| crate::net::proxy_protocol::encode(v, Some((conn.peer, conn.local))));
+    // 1xx answers go to the client whose request this is: never from a background refresh
+    // (the connection is serving another request by then).
+    let interim = conn.interim.as_deref().filter(|_| client_request);
+    let attempt = Attempt {
+        https,
+        proxy_header,
+        interim,
+        http1_only,
+        log,
+    };
     // Returned as it is: wrapped in another `async` block, it would be moved once more per
     // request (~500 instructions of copying a pass).
-    try_origins(w, txn, head, fields, body, http1_only, done)
-}
-
-/// Sends the request to the rule's origins in order until one answers (then `done` makes
-/// what fetch brings back), failing over on a failed connection when the request has no body
-/// (it is then sent again from the same head).
-async fn try_origins(
-    w: &Worker,
-    txn: &mut Txn,
-    head: Parts,
-    fields: OriginFields,
-    body: RequestBody,
-    http1_only: bool,
-    done: impl FnOnce(Response<OriginBody>, Parts) -> Fetched,
-) -> Result<Fetched, ProxyError> {
-    let https = txn.scheme() == Scheme::Https;
-    // Fields of `txn`, not `txn.route()`: the log record is written to while the route
-    // is read.
-    let Some(route) = &txn.route else {
-        unreachable!("fetch before recv")
-    };
-    let upstreams = &route.rule.upstreams;
-    // Sent again after a failed connection: body-less requests to a rule with more than one
-    // origin (with one, `order` may offer it again when it is down: fail open).
-    let resendable = matches!(body, RequestBody::Empty) && upstreams.len() > 1;
-    let mut body = Some(body);
-    // The last failure, for the client when no origin answers.
-    let mut last_err = None;
-    // A rule that sends PROXY headers: the one for this client (its connections are its
-    // own; see `upstream::proxied_key`).
-    let header = route.rule.config.send_proxy_protocol.map(|v| {
-        let client = Some((txn.conn.peer, txn.conn.local));
-        crate::net::proxy_protocol::encode(v, client)
-    });
-    for member in upstreams.order() {
-        let (shown, sent) = match pool_key(member, https, header.as_deref()) {
-            Ok((shown, key, scheme)) => {
-                let tls = scheme.as_str() == "https";
-                let body = match body.take() {
-                    Some(b) => b,
-                    None if resendable => RequestBody::Empty,
-                    None => break,
-                };
-                if let Some(l) = txn.log.as_deref_mut() {
-                    l.upstream = Some(shown.clone());
-                }
-                tracing::debug!(upstream = %shown, "fetch");
-                let protocol = if http1_only {
-                    OriginProtocol::Http1
-                } else {
-                    member.target.protocol
-                };
-                // 1xx answers go to the client whose request this is: never from a
-                // background refresh (the connection is serving another request by then).
-                let interim = txn
-                    .conn
-                    .interim
-                    .as_deref()
-                    .filter(|_| txn.mode == Mode::Client);
-                // The response-head time: for the metrics, `Performance` and the access log.
-                // (The future is made in the await: held in a local first, this future would
-                // keep room for it twice.)
-                let sent_at = Instant::now();
-                let req = Outgoing {
-                    head: &head,
-                    fields: &fields,
-                    body,
-                };
-                let sent = w
-                    .upstream
-                    .send(req, &key, scheme, protocol, interim, http1_only)
-                    .await;
-                let took = sent_at.elapsed();
-                if let Some(l) = txn.log.as_deref_mut() {
-                    l.upstream_time = Some(took);
-                }
-                record(upstreams, member, tls, took, &sent);
-                (shown, sent)
-            }
-            Err(e) => (&member.target.authority, Err(e)),
-        };
-        match sent {
-            Ok(res) => {
-                upstreams.mark_up(member);
-                return Ok(done(res, head));
-            }
-            Err(e) if e.may_fail_over() => {
-                tracing::warn!(upstream = %shown, error = %Chain(&e), "origin failed before the request was sent; marking it down");
-                upstreams.mark_down(member);
-                last_err = Some(e);
-            }
-            // The connection failed before any of the answer came (an origin killed or
-            // restarted mid-request): a safe, body-less request goes to the next origin, as
-            // NGINX's `proxy_next_upstream error` does. The origin is not marked down: its
-            // next connection says whether it is.
-            Err(e @ ProxyError::UpstreamProtocol(_)) if resendable && head.method.is_safe() => {
-                tracing::warn!(upstream = %shown, error = %Chain(&e), "origin connection failed before the answer; trying the next origin");
-                last_err = Some(e);
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    Err(last_err.unwrap_or_else(|| ProxyError::UpstreamConnect("no upstream".into())))
+    failover::send(
+        &w.upstream,
+        &route.rule.upstreams,
+        attempt,
+        head,
+        fields,
+        body,
+        done,
+    )
 }
 
 /// Asks the origin to switch to WebSocket (`Connection: upgrade`, `Upgrade: websocket`, which
@@ -280,39 +199,6 @@ fn ask_for_websocket(f: &mut OriginFields) {
         HeaderValue::from_static("upgrade"),
     );
     f.set(http::header::UPGRADE, HeaderValue::from_static("websocket"));
-}
-
-/// `member`'s pool key for this request, with the name shown in logs and the scheme; a rule
-/// that sends PROXY headers (`header`) keys each client's connections apart.
-fn pool_key<'m>(
-    member: &'m UpstreamState,
-    https: bool,
-    header: Option<&[u8]>,
-) -> Result<(&'m Authority, Cow<'m, Authority>, http::uri::Scheme), ProxyError> {
-    match header {
-        None => UpstreamSet::route(member, https).map(|(s, k, sc)| (s, Cow::Borrowed(k), sc)),
-        Some(h) => {
-            UpstreamSet::route_proxied(member, https, h).map(|(s, k, sc)| (s, Cow::Owned(k), sc))
-        }
-    }
-}
-
-/// What one origin's answer (or failure) counts for: `Performance` routing's average and the
-/// origin's metrics.
-fn record(
-    upstreams: &UpstreamSet,
-    member: &UpstreamState,
-    tls: bool,
-    took: std::time::Duration,
-    sent: &Result<Response<OriginBody>, ProxyError>,
-) {
-    if upstreams.method() == RoutingMethod::Performance {
-        member.record(match sent {
-            Ok(res) if !res.status().is_server_error() => took,
-            _ => took.max(ERROR_PENALTY),
-        });
-    }
-    member.stats(tls).request(sent.as_ref().map(|_| took));
 }
 
 /// fetch's changes to the client's fields for the origin ([`OriginFields`]: the hop-by-hop

@@ -13,7 +13,7 @@ use rampart_cache::conditional::{self, RangeAnswer};
 use rampart_cache::store::Object;
 
 use crate::body::ProxyBody;
-use crate::caching::Lookup;
+use crate::caching::Missed;
 use crate::outcome::{CacheLabel, CacheOutcome, Served, X_ARC2_CACHE_AGE};
 use crate::pipeline::txn::Txn;
 
@@ -156,7 +156,7 @@ fn content_range(s: &str) -> HeaderValue {
 }
 
 /// RFC 5861 stale-while-revalidate: may this stale object be served while it is refreshed?
-pub fn stale_while_revalidate_allows(obj: &Object, lookup: &Lookup, now: SystemTime) -> bool {
+pub fn stale_while_revalidate_allows(obj: &Object, lookup: &Missed, now: SystemTime) -> bool {
     let d = &obj.directives;
     let Some(window) = d.stale_while_revalidate else {
         return false;
@@ -213,8 +213,9 @@ fn age_value(secs: u64) -> HeaderValue {
 pub struct Stored {
     pub obj: Arc<Object>,
     pub served: Served,
-    /// The request's fields the answer is made for, when the request itself has gone to the
-    /// origin (`None`: the request's own, or its widened range's).
+    /// The fields the answer is made for when they are not the request at hand's: the request
+    /// has gone to the origin (what was kept of it), or was widened (the client's own range and
+    /// preconditions). `None`: the request's own.
     pub client: Option<Box<HeaderMap>>,
 }
 
@@ -229,32 +230,19 @@ impl Stored {
     }
 }
 
-/// The hit stage, for the request at hand: the answer from a stored object (for the request's
-/// widened range, when it has one), labelled with how it was served.
+/// The hit stage, for the request at hand: the answer from a stored object (for the fields in
+/// `stored.client` when it has them: the client's widened range), labelled with how it was
+/// served.
 pub fn hit<B>(txn: &mut Txn, stored: &Stored, req: &Request<B>) -> Response<ProxyBody> {
     // Labelled first: the response is then built where it is returned, not moved.
     served(txn, stored.served);
-    let client = match (&stored.client, &txn.widened) {
-        (Some(h), _) => h,
-        (None, Some(w)) => &w.headers,
-        (None, None) => req.headers(),
-    };
+    let client = stored.client.as_deref().unwrap_or(req.headers());
     let head = stored.client.is_none() && req.method() == Method::HEAD;
     // Field rules and `expires` change the answer's fields: not the stored block as it is.
     if txn.route().has_answer_rules() || txn.route().expires().is_some() {
         return respond(&stored.obj, client, head, stored.served);
     }
     answer(&stored.obj, client, req.version(), head, stored.served)
-}
-
-/// The hit stage once the request has gone to the origin (a `304` freshened the entry, or a
-/// stale one stands in for a failing origin): the answer is made for the fields kept in
-/// `stored.client` (none when the request was not kept).
-pub fn hit_after_fetch(txn: &mut Txn, stored: &Stored) -> Response<ProxyBody> {
-    served(txn, stored.served);
-    let none = HeaderMap::new();
-    let client = stored.client.as_deref().unwrap_or(&none);
-    respond(&stored.obj, client, false, stored.served)
 }
 
 fn served(txn: &mut Txn, served: Served) {

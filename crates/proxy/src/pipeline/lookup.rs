@@ -1,7 +1,8 @@
 //! lookup: decides whether the cache takes part in a request and, for a GET or HEAD the path
 //! policy lets it store, looks the request up. The outcome is a hit, a stale hit that is
 //! refreshed in the background (stale-while-revalidate), a miss (a GET the store may answer
-//! later: it goes on to `miss`), or a pass (straight to `fetch`).
+//! later: it goes on to `miss` with the request's [`Miss`] state), or a pass (straight to
+//! `fetch`).
 
 use std::time::{Duration, SystemTime};
 
@@ -17,13 +18,13 @@ use crate::pipeline::conn_info::Scheme;
 use crate::pipeline::hit;
 use crate::pipeline::hit::Stored;
 use crate::pipeline::step::Step;
-use crate::pipeline::txn::{target, Mode, Txn};
+use crate::pipeline::txn::{target, Miss, Mode, Txn};
 use crate::pipeline::worker_state::Worker;
 use crate::policy::route::PathDecision;
 
 /// The lookup stage: a hit (a fresh object, or a stale one that answers while a background
 /// request refreshes it), a miss (`Txn::miss` is set), or a pass (the cache takes no part:
-/// method, path policy, caching off, a HEAD miss). Sets `txn.outcome` for a miss or a pass;
+/// method, path policy, caching off, a HEAD miss). Labels the request (`txn.outcome`);
 /// `only-if-cached` with nothing usable stored ends here (504).
 pub fn lookup<B>(w: &Worker, txn: &mut Txn, req: &Request<B>) -> Result<Step, ProxyError> {
     let decision = txn.route().decision;
@@ -79,7 +80,7 @@ pub fn lookup<B>(w: &Worker, txn: &mut Txn, req: &Request<B>) -> Result<Step, Pr
     if head {
         return Ok(Step::Pass);
     }
-    txn.miss = Some(l);
+    txn.miss = Some(Miss::new(l));
     Ok(Step::Miss)
 }
 

@@ -1,7 +1,8 @@
 //! miss: a GET the store may answer later. A range or `If-Match` / `If-Unmodified-Since` miss
-//! is widened to a whole-object fetch (`ranges.rs`); then the request joins the coalescer: the first miss on a resource leads (it
-//! fetches, and its response is shared), later ones wait for the leader's response head and
-//! stream its body, or fetch on their own when the leader's response cannot be shared.
+//! is widened to a whole-object fetch (`ranges.rs`); then the request joins the coalescer: the
+//! first miss on a resource leads (it asks the shared tier, then fetches, and its response is
+//! shared), later ones wait for the leader's response head and stream its body, or fetch on
+//! their own when the leader's response cannot be shared.
 
 use std::time::Duration;
 
@@ -12,52 +13,64 @@ use rampart_cache::vary::Vary;
 
 use crate::body::RequestBody;
 use crate::caching::coalesce::{Inflight, InflightBody, Role};
-use crate::caching::{Cache, Found, Lookup};
+use crate::caching::{Cache, Found};
 use crate::error::ProxyError;
 use crate::outcome::{CacheOutcome, Served};
 use crate::pipeline::hit::Stored;
 use crate::pipeline::lookup::slot_key;
 use crate::pipeline::ranges::{self, Widened};
+use crate::pipeline::redis_tier::{self, FromShared};
 use crate::pipeline::step::Step;
-use crate::pipeline::txn::{Mode, Txn};
+use crate::pipeline::txn::{Lead, Mode, Txn};
 use crate::pipeline::worker_state::Worker;
 
 /// The miss stage: [`Step::Stream`] when another client's fetch streams the answer,
 /// [`Step::Hit`] when an object stored meanwhile answers (by the leader a waiter waited for,
-/// or in the Redis tier), [`Step::Fetch`] when this request fetches: as the leader
-/// (`txn.leader`) or on its own.
+/// or in the shared tier), [`Step::Fetch`] when this request fetches: as the leader (the miss
+/// gets its [`Lead`]) or on its own.
 pub async fn join(
     w: &Worker,
     txn: &mut Txn,
     req: &mut Request<RequestBody>,
 ) -> Result<Step, ProxyError> {
-    let (Some(cache), Some(l)) = (&w.cache, &txn.miss) else {
+    let (Some(cache), Some(found)) = (&w.cache, txn.missed()) else {
         return Ok(Step::Fetch);
     };
     // A range or precondition miss becomes a shared whole-object fetch (see `ranges.rs`).
-    if txn.mode == Mode::Client {
-        txn.widened = Widened::new(req, cache, l);
-    }
+    let mut widened = match txn.mode {
+        Mode::Client => Widened::new(req, cache, found),
+        Mode::Refresh => None,
+    };
     // A client-forced refresh (no-cache) fetches for itself; so do requests for a range
     // or with preconditions that were not widened, which a shared full 200 would not answer.
     // An authorised request must not get a response fetched for somebody else.
     let shared_answer_fits = !req.headers().contains_key(RANGE)
         && !req.headers().contains_key(AUTHORIZATION)
         && !conditional::client_has_conditionals(req.headers());
-    if !l.forced && (shared_answer_fits || txn.mode == Mode::Refresh) {
-        match cache.coalescer().join(&l.key) {
-            Role::Leader(g) => {
+    if !found.forced && (shared_answer_fits || txn.mode == Mode::Refresh) {
+        match cache.coalescer().join(&found.key) {
+            Role::Leader(leader) => {
                 tracing::debug!("miss, leading the fetch");
-                txn.leader = Some(g);
+                let mut shared_lock = None;
                 if txn.mode == Mode::Client && cache.tier().is_some() {
                     let wait = w.upstream.timeout().unwrap_or(Duration::from_secs(45));
                     // Boxed: only with the shared tier, and it would grow every miss's future.
-                    if let Some(step) =
-                        boxed!(crate::pipeline::redis_tier::lookup(cache, txn, req, wait)).await
-                    {
-                        return Ok(step);
+                    match boxed!(redis_tier::lookup(cache, txn, req, wait)).await {
+                        // Stored here now: the local waiters find it when `leader` is dropped.
+                        FromShared::Hit(obj) => {
+                            return Ok(Step::Hit(for_client(obj, Served::Shared, widened)));
+                        }
+                        FromShared::Fetch(lock) => shared_lock = lock,
                     }
                 }
+                if let Some(miss) = txn.miss.as_mut() {
+                    miss.lead = Some(Lead {
+                        leader,
+                        widened,
+                        shared_lock,
+                    });
+                }
+                return Ok(Step::Fetch);
             }
             Role::Alone => {
                 tracing::debug!("miss, its last answer was not shareable: fetching at once")
@@ -67,20 +80,34 @@ pub async fn join(
             Role::Waiter(inflight) => {
                 tracing::debug!("miss, waiting for the fetch in flight");
                 let wait = w.upstream.timeout().unwrap_or(Duration::from_secs(45));
-                if let Some(step) = wait_for_leader(cache, txn, req, &inflight, wait).await {
+                let waited = wait_for_leader(cache, txn, req, &inflight, wait, &mut widened).await;
+                if let Some(step) = waited {
                     return Ok(step);
                 }
                 // Released (or another variant): fetch on our own.
             }
         }
     }
-    // Only a leader's fetch can go on for the store after the client's range is sent.
-    if txn.leader.is_none() {
-        if let Some(w) = txn.widened.take() {
-            w.restore(req);
-        }
+    // Only a leader's fetch can go on for the store after the client's range is sent: the
+    // request goes on as the client sent it.
+    if let Some(w) = widened {
+        w.restore(req);
     }
     Ok(Step::Fetch)
+}
+
+/// A stored object that answers a miss: for the client's own fields when the request was
+/// widened (its range and preconditions), else for the request at hand.
+fn for_client(
+    obj: std::sync::Arc<rampart_cache::store::Object>,
+    served: Served,
+    widened: Option<Box<Widened>>,
+) -> Stored {
+    Stored {
+        obj,
+        served,
+        client: widened.map(|w| Box::new(w.headers)),
+    }
 }
 
 /// A waiter's answer: the leader's response when it is shared and of this request's variant,
@@ -91,18 +118,21 @@ async fn wait_for_leader(
     req: &Request<RequestBody>,
     inflight: &std::sync::Arc<Inflight>,
     wait: Duration,
+    widened: &mut Option<Box<Widened>>,
 ) -> Option<Step> {
     let Some(head) = inflight.wait_head(wait).await else {
         // Released: the leader may have refreshed the entry (304) — look again.
-        let l: &Lookup = txn.miss.as_ref()?;
+        let found = txn.missed()?;
         let rule = &txn.route().rule;
         let key = slot_key(txn, req);
         let disk = rule.config.cache_disk.then_some(|| rule.transforms());
-        return match cache.lookup(key, req.headers(), l.policy.clone(), false, disk) {
-            Found::Hit(obj) => Some(Step::Hit(Stored::new(obj, Served::Fresh))),
-            Found::DiskHit(obj) => Some(Step::Hit(Stored::new(obj, Served::Disk))),
-            Found::Miss(_) => None,
-        };
+        let (obj, served) =
+            match cache.lookup(key, req.headers(), found.policy.clone(), false, disk) {
+                Found::Hit(obj) => (obj, Served::Fresh),
+                Found::DiskHit(obj) => (obj, Served::Disk),
+                Found::Miss(_) => return None,
+            };
+        return Some(Step::Hit(for_client(obj, served, widened.take())));
     };
     let same_variant = match &head.vary {
         Vary::None => true,
@@ -115,7 +145,7 @@ async fn wait_for_leader(
     }
     let mut headers = head.headers.clone();
     let (status, body) = ranges::cut_range(
-        txn.widened.as_ref().map(|w| &w.headers),
+        widened.as_ref().map(|w| &w.headers),
         head.status,
         &mut headers,
         InflightBody::new(inflight.clone(), head.length),

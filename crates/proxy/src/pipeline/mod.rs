@@ -1,9 +1,10 @@
-//! The dispatcher: recv → [upgrade] → lookup → hit | miss | pass → fetch → deliver | synth.
+//! The dispatcher: recv → lookup → hit | miss | pass → fetch → store → deliver, then respond
+//! (`LIFECYCLE.md` has every state and transition).
 //!
 //! [`Pipeline::handle`] runs the stages over one [`Txn`]. Each stage is a function in the module
-//! of its name and returns `Result<_, ProxyError>`; [`Pipeline::finish`] is the one place an
-//! error becomes a response (through `synth`) and the one place the access-log record is
-//! attached.
+//! of its name and returns the next [`Step`] (or `Err(ProxyError)`); `Pipeline::stages` is the
+//! one place that matches on it, and the respond stage (`respond.rs`) ends every request: the
+//! one place an error becomes a response and the access-log record is attached.
 
 pub mod conn_info;
 pub mod deliver;
@@ -14,30 +15,30 @@ pub mod miss;
 pub mod ranges;
 pub mod recv;
 pub mod redis_tier;
+pub mod refresh;
+pub mod respond;
 pub mod step;
+pub mod store;
 pub mod synth;
 pub mod txn;
 pub mod websocket;
 pub mod worker_state;
 
 use std::future::Future;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use http::header::{ALT_SVC, STRICT_TRANSPORT_SECURITY};
 use http::{Method, Request, Response};
-use http_body_util::BodyExt as _;
 use tracing::Instrument as _;
 
 use crate::body::{ClientBody, ProxyBody, RequestBody};
 use crate::error::ProxyError;
 use crate::outcome::Served;
-use crate::policy::rewrite;
 use crate::telemetry::metrics;
-use conn_info::{ConnInfo, Scheme};
-use deliver::Delivered;
+use conn_info::ConnInfo;
+use respond::Reply;
 use step::Step;
 use txn::{Mode, Txn};
+use websocket::Switched;
 use worker_state::Worker;
 
 /// One worker's pipeline: the stages over its [`Worker`] state.
@@ -76,6 +77,7 @@ impl Pipeline {
         let span = tracing::debug_span!("request", method = %req.method(), uri = %req.uri(), ?mode);
         let mut txn = Txn::new(conn, mode);
         txn.protocol = metrics::Protocol::of(req.version());
+        txn.head = req.method() == Method::HEAD;
         // Without a subscriber for debug, no wrapper: `Instrumented` would move the stages'
         // future once more per request (~130 instructions of memcpy, callgrind).
         let res = if span.is_disabled() {
@@ -84,214 +86,81 @@ impl Pipeline {
             self.stages(&mut txn, req).instrument(span.clone()).await
         };
         let _in = span.enter();
-        self.finish(&mut txn, res)
+        respond::respond(&self.w, &mut txn, res)
     }
 
-    /// recv → lookup → hit | miss | pass → fetch → deliver: each stage names the next
-    /// ([`Step`]). An `Err` ends the request in synth.
+    /// Every transition a request takes: each stage names the next ([`Step`]) and this loop
+    /// runs it, until a stage has the answer. The respond stage ends every request; an `Err`
+    /// becomes its response there (through synth).
     async fn stages(
         self: &Arc<Self>,
         txn: &mut Txn,
         mut req: Request<RequestBody>,
-    ) -> Result<Response<ProxyBody>, ProxyError> {
-        let mut step = recv::recv(&self.w, txn, &mut req).await?;
+    ) -> Result<Reply, ProxyError> {
+        let w = &self.w;
+        let mut step = recv::recv(w, txn, &mut req).await?;
         loop {
             step = match step {
-                Step::Lookup => lookup::lookup(&self.w, txn, &req)?,
+                Step::Lookup => lookup::lookup(w, txn, &req)?,
                 Step::Hit(stored) => {
-                    if stored.served == Served::StaleWhileRevalidate
-                        && !stored.obj.refreshing.swap(true, Ordering::Relaxed)
-                    {
-                        self.refresh_in_background(&txn.conn, &req, stored.obj.clone());
+                    if stored.served == Served::StaleWhileRevalidate {
+                        refresh::start(self, &txn.conn, &req, &stored.obj);
                     }
-                    return Ok(hit::hit(txn, &stored, &req));
+                    return Ok(Reply::Ready(hit::hit(txn, &stored, &req)));
                 }
                 // Boxed: the waits of a miss (another client's fetch, the Redis tier) and the
                 // origin's stages hold kilobytes of state across their awaits; a request
                 // answered from the store should not carry (and move) them.
-                Step::Miss => boxed!(miss::join(&self.w, txn, &mut req)).await?,
+                Step::Miss => boxed!(miss::join(w, txn, &mut req)).await?,
+                // The cache takes no part; the request is fetched all the same.
                 Step::Pass => {
                     tracing::debug!("pass");
-                    return boxed!(self.forward(txn, req)).await;
+                    Step::Fetch
                 }
-                Step::Fetch => return boxed!(self.forward(txn, req)).await,
-                Step::WebSocket(kind) => {
-                    return boxed!(websocket::upgrade(&self.w, txn, req, kind)).await;
-                }
-                Step::Stream(res) => {
-                    let (compress, coding) = deliver::negotiate(txn, req.headers());
-                    let head = is_head(&req);
-                    return Ok(deliver::compress(compress.as_deref(), coding, head, *res));
-                }
-                Step::Done(res) => return Ok(*res),
-            };
-        }
-    }
-
-    /// fetch → deliver, or the hit stage when a stored object answers instead, or fetch
-    /// again for a range whose whole representation cannot be shared.
-    async fn forward(
-        &self,
-        txn: &mut Txn,
-        req: Request<RequestBody>,
-    ) -> Result<Response<ProxyBody>, ProxyError> {
-        let head = is_head(&req);
-        let (compress, coding) = deliver::negotiate(txn, req.headers());
-        let delivered = match fetch::fetch(&self.w, txn, req).await {
-            Ok(fetched) => deliver::deliver(&self.w, txn, fetched)?,
-            Err(e) => deliver::fetch_failed(&self.w, txn, e)?,
-        };
-        let res = match delivered {
-            Delivered::Response(res) => res,
-            // Never compressed here: a stored object carries the copies made when it was
-            // stored.
-            Delivered::Hit(stored) => return Ok(hit::hit_after_fetch(txn, &stored)),
-            Delivered::Again(range) => {
-                // Boxed: rare, and it would double the size of every delivery's future.
-                let plan = fetch::Plan::default();
-                let again = boxed!(fetch::send(&self.w, txn, range, plan)).await;
-                deliver::deliver_unstored(&self.w, txn, again)?
-            }
-        };
-        // Compressed as it streams, when the rule compresses.
-        Ok(deliver::compress(compress.as_deref(), coding, head, res))
-    }
-
-    /// The end of every request: an error becomes its synthetic response (the only place),
-    /// the request is counted for the metrics (once, here), HSTS is added over HTTPS, and the
-    /// access-log record is attached to the body (written when the body has been sent).
-    fn finish(
-        &self,
-        txn: &mut Txn,
-        res: Result<Response<ProxyBody>, ProxyError>,
-    ) -> Response<ProxyBody> {
-        // Clients' requests are counted; background refreshes are not.
-        let client = txn.mode == Mode::Client;
-        let pages = txn.route.as_ref().map(|r| &r.rule.config.error_pages);
-        // From the origin or the cache (rampart's own answers are errors or unlabelled).
-        let relayed = res.is_ok() && txn.outcome.is_some();
-        let mut res = match res {
-            Ok(res) => match pages {
-                // `origin_errors`: the origin's 5xx gets the page of its status too.
-                Some(p) if p.origin_errors && res.status().is_server_error() => {
-                    match p.get(res.status().as_u16()) {
-                        Some(page) => rewrite::with_page(res, page),
-                        None => res,
+                Step::Fetch => {
+                    respond::negotiate(txn, req.headers());
+                    let sent = boxed!(fetch::fetch(w, txn, sent_on(&mut req))).await;
+                    match sent {
+                        Ok(fetched) => store::store(w, txn, fetched)?,
+                        Err(e) => store::fetch_failed(w, txn, e)?,
                     }
                 }
-                _ => res,
-            },
-            Err(e) => {
-                if client {
-                    metrics::get().refused(&e);
+                Step::Refetch(again) => {
+                    // Boxed: rare, and it would double the size of every delivery's future.
+                    let plan = fetch::Plan::default();
+                    match boxed!(fetch::send(w, txn, *again, plan)).await {
+                        Ok(fetched) => store::store(w, txn, fetched)?,
+                        Err(e) => store::fetch_failed(w, txn, e)?,
+                    }
                 }
-                let res = synth::error(&e, txn);
-                match pages.and_then(|p| p.get(res.status().as_u16())) {
-                    Some(page) if !e.is_api() => rewrite::with_page(res, page),
-                    _ => res,
+                Step::Deliver(d) => return Ok(Reply::Origin(deliver::deliver(w, txn, *d))),
+                Step::Stream(res) => {
+                    respond::negotiate(txn, req.headers());
+                    return Ok(Reply::Origin(*res));
                 }
-            }
-        };
-        if let Some(route) = &txn.route {
-            if let Some(v) = route.answer_vars() {
-                let host = crate::headers::origin_host(&route.host);
-                let vars = rewrite::Vars {
-                    client_ip: Some(txn.client),
-                    scheme: txn.conn.scheme.as_str(),
-                    host: host.to_str().unwrap_or(""),
-                    request_id: v.request_id.as_ref(),
-                    path: &v.path,
-                    query: &v.query,
-                };
-                let rules = rewrite::rules(&route.rule.config, route.path_rule(), true);
-                let kept = relayed && rewrite::keeps_fields(res.status());
-                rewrite::to_client(rules, res.headers_mut(), &vars, kept);
-            }
-            if let Some(secs) = route.expires() {
-                if relayed && rewrite::keeps_fields(res.status()) {
-                    rewrite::expires(res.headers_mut(), secs);
+                Step::WebSocket(kind) => {
+                    Step::Upgrade(Box::new(websocket::handshake(txn, &mut req, kind)?))
                 }
-            }
-        }
-        if client {
-            let stats = match &txn.route {
-                Some(r) => &*r.rule.stats,
-                None => metrics::get().unrouted(),
+                Step::Upgrade(up) => {
+                    let plan = websocket::plan();
+                    let sent = boxed!(fetch::send(w, txn, sent_on(&mut req), plan)).await?;
+                    match websocket::switch(w, txn, *up, sent)? {
+                        Switched::Tunnel(res) => return Ok(Reply::Ready(res)),
+                        Switched::Refused(fetched) => store::store(w, txn, fetched)?,
+                    }
+                }
+                Step::Done(res) => return Ok(Reply::Ready(*res)),
             };
-            stats.record(
-                res.status().as_u16(),
-                metrics::CacheMetric::of(txn.outcome),
-                txn.protocol,
-                txn.start.elapsed(),
-            );
         }
-        if txn.scheme() == Scheme::Https {
-            if let Some(v) = txn.route.as_ref().and_then(|r| r.rule.hsts.clone()) {
-                res.headers_mut().insert(STRICT_TRANSPORT_SECURITY, v);
-            }
-            // HTTP/3 is announced on the HTTPS (TCP) port it is served beside.
-            if !self.w.alt_svc.is_empty() && txn.protocol != metrics::Protocol::Http3 {
-                let port = txn.conn.local.port();
-                if let Some((_, v)) = self.w.alt_svc.iter().find(|(p, _)| *p == port) {
-                    res.headers_mut().insert(ALT_SVC, v.clone());
-                }
-            }
-        }
-        if let Some(mut log) = txn.log.take() {
-            log.status = res.status().as_u16();
-            if let Some(o) = txn.outcome {
-                log.cache = o.label().as_str();
-            }
-            res.body_mut().set_log(log);
-        }
-        res
-    }
-
-    /// stale-while-revalidate: refreshes `stale` with a background request built from this one
-    /// (same host, target and headers, no body); the response is stored, not sent anywhere.
-    fn refresh_in_background(
-        self: &Arc<Self>,
-        conn: &Arc<ConnInfo>,
-        req: &Request<RequestBody>,
-        stale: Arc<rampart_cache::store::Object>,
-    ) {
-        let mut bg = Request::new(RequestBody::Empty);
-        *bg.method_mut() = Method::GET;
-        *bg.uri_mut() = req.uri().clone();
-        *bg.version_mut() = req.version();
-        let mut headers = req.headers().clone();
-        // The refresh wants the whole representation: none of the client's preconditions/ranges.
-        for name in [
-            http::header::IF_NONE_MATCH,
-            http::header::IF_MODIFIED_SINCE,
-            http::header::IF_MATCH,
-            http::header::IF_UNMODIFIED_SINCE,
-            http::header::IF_RANGE,
-            http::header::RANGE,
-        ] {
-            headers.remove(name);
-        }
-        *bg.headers_mut() = headers;
-        let (me, conn) = (self.clone(), conn.clone());
-        tokio::spawn(async move {
-            // Boxed: `run` spawning `run` would otherwise be an infinitely sized future.
-            let fut: std::pin::Pin<
-                Box<dyn std::future::Future<Output = Response<ProxyBody>> + Send>,
-            > = Box::pin(async move { me.run(&conn, bg, Mode::Refresh).await });
-            let mut body = fut.await.into_body();
-            // Drain it so a teed body reaches the store.
-            while let Some(frame) = body.frame().await {
-                if frame.is_err() {
-                    break;
-                }
-            }
-            stale.refreshing.store(false, Ordering::Relaxed);
-        });
     }
 }
 
-fn is_head<B>(req: &Request<B>) -> bool {
-    req.method() == Method::HEAD
+/// The request as it leaves for the origin; what stays behind is an empty request of the
+/// same version (a stage after fetch answers for the fields fetch kept, never from it).
+fn sent_on(req: &mut Request<RequestBody>) -> Request<RequestBody> {
+    let mut empty = Request::new(RequestBody::Empty);
+    *empty.version_mut() = req.version();
+    std::mem::replace(req, empty)
 }
 
 #[cfg(test)]
@@ -299,9 +168,9 @@ mod tests {
     use std::net::Ipv4Addr;
 
     use super::*;
-    use crate::body::ClientBody;
     use crate::caching::Cache;
-    use crate::origin::pool::Upstream;
+    use crate::origin::client::OriginClient;
+    use crate::pipeline::conn_info::Scheme;
     use crate::policy::route::Router;
     use crate::policy::screening::Screen;
 
@@ -315,7 +184,7 @@ mod tests {
             &config,
             crate::pipeline::worker_state::Parts {
                 router: Arc::new(Router::new(&config)),
-                upstream: Upstream::new(&config.upstream, origin_tls),
+                upstream: OriginClient::new(&config.upstream, origin_tls),
                 cache: Some(Arc::new(Cache::new(1 << 20, 1 << 16))),
                 screen: Arc::new(Screen::new(&config, None)),
                 shared: None,
@@ -350,12 +219,18 @@ mod tests {
         ));
         let handle = p.handle(&conn, Request::new(ClientBody::Empty));
         let mut txn = Txn::new(&conn, Mode::Client);
-        let forward = p.forward(&mut txn, Request::new(RequestBody::Empty));
-        let (handle, forward) = (
-            std::mem::size_of_val(&handle),
-            std::mem::size_of_val(&forward),
+        let mut req = Request::get("http://a.example/")
+            .body(RequestBody::Empty)
+            .unwrap_or_else(|e| panic!("{e}"));
+        txn.route = Some(
+            recv::route(&p.w.router, &mut req, Scheme::Http).unwrap_or_else(|e| panic!("{e}")),
         );
-        eprintln!("handle {handle} bytes, forward {forward} bytes");
+        let fetch = fetch::fetch(&p.w, &mut txn, req);
+        let (handle, fetch) = (
+            std::mem::size_of_val(&handle),
+            std::mem::size_of_val(&fetch),
+        );
+        eprintln!("handle {handle} bytes, fetch {fetch} bytes");
         // Debug-build sizes (tests) were about 2.3 and 2.5 KiB; the shared rate limit's Redis
         // round trip is boxed (inline it made `handle` over 3 KiB), and the origin's stages
         // inline made the first ~4 KiB (~17 KiB in release).
@@ -364,8 +239,8 @@ mod tests {
             "the future of every request is {handle} bytes"
         );
         assert!(
-            forward > 1024,
-            "forward is {forward} bytes: is boxing it still worth it?"
+            fetch > 1024,
+            "fetch is {fetch} bytes: is boxing it still worth it?"
         );
     }
 }

@@ -20,7 +20,7 @@ use rampart_cache::conditional::{self, RangeAnswer};
 
 use crate::body::{ProxyBody, RequestBody};
 use crate::caching::coalesce::InflightBody;
-use crate::caching::{Cache, Lookup};
+use crate::caching::{Cache, Missed};
 
 /// A widened request: the client's own request, to answer it and to send it again.
 #[derive(Debug)]
@@ -38,7 +38,7 @@ impl Widened {
     pub fn new(
         req: &mut Request<RequestBody>,
         cache: &Cache,
-        miss: &Lookup,
+        miss: &Missed,
     ) -> Option<Box<Widened>> {
         let h = req.headers();
         let fits = !miss.forced

@@ -21,28 +21,37 @@ use rampart_cache::vary::Vary;
 use rampart_redis::cache_tier::{Found, LOCK_FOR};
 use rampart_redis::{Feature, STATS};
 
+use rampart_cache::store::Object;
+
 use crate::body::RequestBody;
 use crate::caching::{Cache, TierLock};
-use crate::outcome::Served;
-use crate::pipeline::hit::Stored;
-use crate::pipeline::step::Step;
 use crate::pipeline::txn::Txn;
 
 /// First pause between looks while another instance fetches; it doubles up to [`POLL_MAX`].
 const POLL_FIRST: Duration = Duration::from_millis(5);
 const POLL_MAX: Duration = Duration::from_millis(50);
 
-/// Asks the shared tier for the request's resource (see the module notes). `Some` is the hit
-/// that answers the request; `None` fetches it (holding `txn.tier_lock` when this instance
-/// fetches for all).
+/// What the shared tier brings a request that leads the local fetch of its resource.
+#[derive(Debug)]
+pub enum FromShared {
+    /// An object stored there answers the request (and is stored here now).
+    Hit(Arc<Object>),
+    /// The request fetches from the origin: for every instance when it holds the tier's
+    /// fetch lock.
+    Fetch(Option<Box<TierLock>>),
+}
+
+/// Asks the shared tier for the request's resource (see the module notes).
 pub async fn lookup(
     cache: &Arc<Cache>,
     txn: &mut Txn,
     req: &Request<RequestBody>,
     wait: Duration,
-) -> Option<Step> {
-    let shared = cache.tier()?;
-    let key = txn.miss.as_ref()?.key.clone();
+) -> FromShared {
+    let (Some(shared), Some(found)) = (cache.tier(), txn.missed()) else {
+        return FromShared::Fetch(None);
+    };
+    let key = found.key.clone();
     let mut variant: Option<bytes::Bytes> = None;
     let mut vary_asked = false;
     let (mut pause, mut waited, mut counted) = (POLL_FIRST, Duration::ZERO, false);
@@ -53,19 +62,30 @@ pub async fn lookup(
             Err(e) => {
                 tracing::debug!(error = %e, "shared cache tier not asked");
                 STATS.fallback(Feature::Cache);
-                return None;
+                return FromShared::Fetch(None);
             }
         };
         STATS.used(Feature::Cache);
         match found {
-            Found::Object(bytes) => return use_object(cache, txn, req, &bytes),
+            Found::Object(bytes) => {
+                return match use_object(cache, txn, req, &bytes) {
+                    Some(obj) => FromShared::Hit(obj),
+                    None => FromShared::Fetch(None),
+                };
+            }
             Found::Vary(names) if !vary_asked => {
                 vary_asked = true;
                 let mut h = HeaderMap::new();
-                h.insert(http::header::VARY, HeaderValue::from_str(&names).ok()?);
-                variant = Some(Vary::parse(&h).variant_key(req.headers())?);
+                let Ok(names) = HeaderValue::from_str(&names) else {
+                    return FromShared::Fetch(None);
+                };
+                h.insert(http::header::VARY, names);
+                match Vary::parse(&h).variant_key(req.headers()) {
+                    Some(v) => variant = Some(v),
+                    None => return FromShared::Fetch(None),
+                }
             }
-            Found::Vary(_) => return None,
+            Found::Vary(_) => return FromShared::Fetch(None),
             Found::Locked if waited < wait => {
                 if !counted {
                     counted = true;
@@ -79,10 +99,9 @@ pub async fn lookup(
                 pause = (pause * 2).min(POLL_MAX);
             }
             Found::Lead => {
-                txn.tier_lock = Some(Box::new(TierLock::new(shared, key)));
-                return None;
+                return FromShared::Fetch(Some(Box::new(TierLock::new(shared, key))));
             }
-            Found::Locked | Found::Nothing => return None,
+            Found::Locked | Found::Nothing => return FromShared::Fetch(None),
         }
     }
 }
@@ -94,7 +113,7 @@ fn use_object(
     txn: &mut Txn,
     req: &Request<RequestBody>,
     bytes: &[u8],
-) -> Option<Step> {
+) -> Option<Arc<Object>> {
     // Its body charged to the budget for as long as it lives, as a fetched one is.
     let Some(obj) =
         rampart_cache::wire::decode_with(bytes, |b| cache.store().charged_body(b.to_vec()))
@@ -102,7 +121,8 @@ fn use_object(
         tracing::warn!("the shared cache tier holds an object this version cannot read");
         return None;
     };
-    let l = txn.miss.as_mut()?;
+    let transforms = txn.route().rule.transforms();
+    let l = &mut txn.miss.as_mut()?.found;
     let variant = match &obj.vary {
         Vary::None => None,
         v => Some(v.variant_key(req.headers())?),
@@ -122,19 +142,14 @@ fn use_object(
         .cache_hits
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let key = l.key.clone();
-    if cache
+    let stored = cache
         .store()
-        .insert(key.clone(), variant.as_deref(), obj.clone())
-    {
-        let transforms = txn.route().rule.transforms();
-        if transforms.any() {
-            let cache = cache.clone();
-            crate::caching::transform::transform_stored(transforms, &obj, move |old, new| {
-                cache.store().replace(&key, variant.as_deref(), old, new);
-            });
-        }
+        .insert(key.clone(), variant.as_deref(), obj.clone());
+    if stored && transforms.any() {
+        let cache = cache.clone();
+        crate::caching::transform::transform_stored(transforms, &obj, move |old, new| {
+            cache.store().replace(&key, variant.as_deref(), old, new);
+        });
     }
-    // The local waiters find it stored now.
-    txn.leader = None;
-    Some(Step::Hit(Stored::new(obj, Served::Shared)))
+    Some(obj)
 }

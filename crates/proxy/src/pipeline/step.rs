@@ -1,22 +1,27 @@
 //! Where a request is in the pipeline. Each stage returns the next [`Step`]; the dispatcher
 //! (`Pipeline::stages`) matches on it and runs that stage, so the order of the stages is
-//! decided by the stages and read in one place (as Varnish's `req_step`).
+//! decided by the stages and read in one place (as Varnish's `req_step`). See `LIFECYCLE.md`.
 
-use http::Response;
+use http::{Request, Response};
 
-use crate::body::ProxyBody;
+use crate::body::{ProxyBody, RequestBody};
+use crate::pipeline::deliver::Delivery;
 use crate::pipeline::hit::Stored;
 use crate::pipeline::websocket;
 
 /// The next stage of a request.
 ///
-/// Small (a few words), so that passing it from stage to dispatcher copies no memory block.
+/// Small (a few words), so that passing it from stage to dispatcher copies no memory block:
+/// what is large is boxed.
 #[derive(Debug)]
 pub enum Step {
     /// After recv: the cache is asked.
     Lookup,
-    /// After recv: a WebSocket handshake, which passes to the origin and may become a tunnel.
+    /// After recv: a WebSocket handshake, which is checked, then passes to the origin and may
+    /// become a tunnel.
     WebSocket(websocket::Kind),
+    /// After the handshake is checked: sent to the origin as an HTTP/1.1 upgrade.
+    Upgrade(Box<websocket::Upgrade>),
     /// A stored object answers (see [`Stored`] for who found it).
     Hit(Stored),
     /// After lookup: not usable from the store, and the response may be stored: the request
@@ -26,11 +31,14 @@ pub enum Step {
     Pass,
     /// After miss: this request fetches, as the leader of the coalesced fetch or on its own.
     Fetch,
+    /// After store: a widened range request whose whole representation cannot be shared is
+    /// sent again as the client asked (never stored).
+    Refetch(Box<Request<RequestBody>>),
+    /// After store: the origin's response goes to the client, as the store decided.
+    Deliver(Box<Delivery>),
     /// After miss: the origin's response as another client's fetch streams it (a coalesced
-    /// waiter's answer), on its way to the client as the leader's is: compressed as it streams
-    /// when the rule compresses. Boxed, as `Done` is.
+    /// waiter's answer), on its way to the client as the leader's is.
     Stream(Box<Response<ProxyBody>>),
-    /// The response is ready without another stage: a local answer (recv). Boxed: a response
-    /// is large, and every request's step would be moved at its size.
+    /// The response is ready without another stage: a local answer (recv), a tunnel.
     Done(Box<Response<ProxyBody>>),
 }

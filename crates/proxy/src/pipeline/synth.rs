@@ -1,5 +1,5 @@
 //! synth: every response rampart generates itself. An error becomes its response here
-//! ([`error`], called only by `Pipeline::finish`), with the status from the one map in
+//! ([`error`], called only by the respond stage, `respond.rs`), with the status from the one map in
 //! `error.rs`; plain-text bodies for the pipeline, JSON for the management API and `PURGE`.
 
 use bytes::Bytes;
@@ -59,7 +59,7 @@ impl ProxyError {
 }
 
 /// The response that ends a request with `e`, labelled with what the cache did. The pipeline's
-/// only error → response point (`Pipeline::finish`); body refusals and requests refused before
+/// only error → response point (the respond stage); body refusals and requests refused before
 /// routing are logged here, other errors where they were decided.
 pub fn error(e: &ProxyError, txn: &Txn) -> Response<ProxyBody> {
     if let ProxyError::ClientBody(_) = e {
@@ -121,7 +121,7 @@ mod tests {
         assert_eq!(ProxyError::NoRoute("x".into()).status(), 404);
         assert_eq!(ProxyError::UpstreamConnect("refused".into()).status(), 502);
         assert_eq!(ProxyError::UpstreamTimeout.status(), 504);
-        assert_eq!(ProxyError::UpstreamTimeout.side(), Side::Upstream);
+        assert_eq!(ProxyError::UpstreamTimeout.side(), Side::OriginClient);
         assert_eq!(ProxyError::BlockedByPathRule.status(), 403);
         assert_eq!(ProxyError::ClientBody(BodyFault::TooLarge).status(), 413);
         assert_eq!(ProxyError::ClientBody(BodyFault::Timeout).status(), 408);

@@ -1,6 +1,7 @@
 //! The per-request context every stage reads and fills in: the connection's facts
 //! ([`ConnInfo`]), [`Route`] (what recv decided), the access-log record, the [`CacheOutcome`]
-//! and the miss state.
+//! (the label), and the cache state of a miss ([`Miss`], with its [`Lead`] when the request
+//! fetches for others).
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -9,8 +10,11 @@ use std::time::Instant;
 use http::header::HeaderValue;
 use http::Request;
 
+use rampart_cache::encoding::Coding;
+
 use crate::caching::coalesce::Leader;
-use crate::caching::Lookup;
+use crate::caching::transform::Compress;
+use crate::caching::{Missed, TierLock};
 use crate::outcome::CacheOutcome;
 use crate::pipeline::conn_info::{ConnInfo, Scheme};
 use crate::pipeline::ranges::Widened;
@@ -102,19 +106,48 @@ pub struct Txn {
     pub route: Option<Route>,
     /// The access-log record, when logging is on for the rule; written when the body ends.
     pub log: Option<Box<AccessRecord>>,
-    /// What the cache did; `None` leaves a response unlabelled (answers before routing,
-    /// `PURGE`, redirects).
+    /// What the cache did, as `Cache-Status`, the log and the metrics say it; `None` leaves a
+    /// response unlabelled (answers before routing, `PURGE`, redirects).
     pub outcome: Option<CacheOutcome>,
-    /// The miss lookup found (GET only): what store and revalidation need.
-    pub miss: Option<Lookup>,
-    /// This request fetches for every coalesced waiter of its resource.
-    pub leader: Option<Leader>,
-    /// This request fetches for every instance (the shared tier's fetch lock).
-    pub tier_lock: Option<Box<crate::caching::TierLock>>,
-    /// A range miss fetched as the whole representation (see `ranges.rs`).
-    pub widened: Option<Box<Widened>>,
+    /// The cache's state for a GET miss the store may answer later (set by lookup); `None`
+    /// for every other request. Boxed: most requests are hits or passes.
+    pub miss: Option<Box<Miss>>,
     /// The request's HTTP version.
     pub protocol: Protocol,
+    /// The request is a HEAD (its answer has no body).
+    pub head: bool,
+    /// The rule's compression and the coding the client accepts, for a response from the
+    /// origin: negotiated when the request leaves for the origin or joins another client's
+    /// fetch, applied by the respond stage (a hit picks a stored copy instead).
+    pub compress: Option<(Arc<Compress>, Option<Coding>)>,
+}
+
+/// A GET miss: what lookup found, and this request's part in the fetch of its resource.
+#[derive(Debug)]
+pub struct Miss {
+    /// The key, the client's directives, the rule's policy, the stale entry.
+    pub found: Missed,
+    /// This request leads the coalesced fetch of its resource (`None`: it fetches for itself,
+    /// or has handed its lead over to the store).
+    pub lead: Option<Lead>,
+}
+
+/// What a request that fetches for others holds until its response is stored or refused.
+#[derive(Debug)]
+pub struct Lead {
+    /// The coalescer's guard: waiters are released when it is dropped.
+    pub leader: Leader,
+    /// The client's own range and preconditions, while the whole representation is fetched
+    /// for the store (see `ranges.rs`).
+    pub widened: Option<Box<Widened>>,
+    /// This instance fetches for every instance (the shared tier's fetch lock).
+    pub shared_lock: Option<Box<TierLock>>,
+}
+
+impl Miss {
+    pub fn new(found: Missed) -> Box<Miss> {
+        Box::new(Miss { found, lead: None })
+    }
 }
 
 impl Txn {
@@ -128,10 +161,9 @@ impl Txn {
             log: None,
             outcome: None,
             miss: None,
-            leader: None,
-            tier_lock: None,
-            widened: None,
             protocol: Protocol::Http1,
+            head: false,
+            compress: None,
         }
     }
 
@@ -144,6 +176,16 @@ impl Txn {
         }
     }
 
+    /// The route with the parts of the request fetch writes to while it reads the route: the
+    /// access-log record, and the connection's facts.
+    pub fn routed(&mut self) -> (&Route, Option<&mut AccessRecord>, &ConnInfo) {
+        match &self.route {
+            Some(r) => (r, self.log.as_deref_mut(), &self.conn),
+            // invariant: the dispatcher runs no stage after recv without a route.
+            None => unreachable!("stage ran before recv"),
+        }
+    }
+
     /// The routed host (recv checked it is visible ASCII).
     pub fn host(&self) -> &str {
         self.route().host.to_str().unwrap_or_default()
@@ -151,6 +193,16 @@ impl Txn {
 
     pub fn scheme(&self) -> Scheme {
         self.conn.scheme
+    }
+
+    /// What lookup found for a miss.
+    pub fn missed(&self) -> Option<&Missed> {
+        self.miss.as_ref().map(|m| &m.found)
+    }
+
+    /// The lead of a coalesced fetch, taken out of the miss (the store's decision is made).
+    pub fn take_lead(&mut self) -> Option<Lead> {
+        self.miss.as_mut().and_then(|m| m.lead.take())
     }
 
     /// The domain text of the rule, for diagnostics.

@@ -1,13 +1,14 @@
 //! upgrade: a request to switch to WebSocket — HTTP/1.1 `Connection: upgrade` + `Upgrade:
 //! websocket` (RFC 6455), or HTTP/2 extended CONNECT with `:protocol = websocket` (RFC 8441)
-//! — passes (never cached) to the origin as an HTTP/1.1 upgrade. A `101` from the origin
+//! — is checked ([`handshake`]) and passes (never cached) to the origin as an HTTP/1.1 upgrade;
+//! [`switch`] reads the answer. A `101` from the origin
 //! becomes a tunnel: over HTTP/1.1 the server writes the `101` and splices the connection
 //! (`h1::serve`, [`Tunnel`] in the response), over HTTP/2 the stream is answered `200` and
 //! spliced here. Any other answer goes to the client as usual.
 //!
 //! Screening (allow/deny, user agent, rate limits, SQL injection on the handshake's target and
 //! headers) has run before, in recv. Only `websocket` is tunnelled: other `Upgrade` tokens
-//! (`h2c`, TLS) are hop-by-hop fields the request loses, as before.
+//! (`h2c`, TLS) are hop-by-hop fields the request loses.
 
 use http::header::{HeaderName, HeaderValue, CONNECTION, UPGRADE};
 use http::{Method, Request, Response, StatusCode, Version};
@@ -16,8 +17,7 @@ use crate::body::{ProxyBody, RequestBody};
 use crate::error::ProxyError;
 use crate::net::tunnel::{self, OriginSide, Tunnel};
 use crate::outcome::{CacheLabel, CacheOutcome};
-use crate::pipeline::deliver;
-use crate::pipeline::fetch::{self, Plan};
+use crate::pipeline::fetch::{Fetched, Plan};
 use crate::pipeline::txn::Txn;
 use crate::pipeline::worker_state::Worker;
 
@@ -68,76 +68,99 @@ pub fn wants<B>(req: &Request<B>) -> Option<Kind> {
     (connection && has(upgrade, "websocket")).then_some(Kind::H1)
 }
 
-/// The upgrade stage: the handshake checked, sent to the origin, its `101` made a tunnel.
-pub async fn upgrade(
-    w: &Worker,
-    txn: &mut Txn,
-    req: Request<RequestBody>,
+/// A checked handshake on its way to the origin (`Step::Upgrade`).
+#[derive(Debug)]
+pub struct Upgrade {
     kind: Kind,
-) -> Result<Response<ProxyBody>, ProxyError> {
-    let rule = &txn.route().rule.config;
-    if !rule.allow_upgrades {
+    /// HTTP/2: the client's stream, once the response is sent.
+    client_side: Option<hyper::upgrade::OnUpgrade>,
+}
+
+/// The origin's answer to the handshake.
+#[derive(Debug)]
+pub enum Switched {
+    /// A `101`: the answer that makes the connection (or HTTP/2 stream) a tunnel.
+    Tunnel(Response<ProxyBody>),
+    /// Refused by the origin (or not a WebSocket endpoint): its answer, passed on as any
+    /// response is (never stored).
+    Refused(Fetched),
+}
+
+/// The handshake stage: checked (RFC 6455 §4.1 over HTTP/1.1, RFC 8441 §5 over HTTP/2) and
+/// made the HTTP/1.1 handshake the origin expects; next `Step::Upgrade` with it.
+pub fn handshake(
+    txn: &mut Txn,
+    req: &mut Request<RequestBody>,
+    kind: Kind,
+) -> Result<Upgrade, ProxyError> {
+    if !txn.route().rule.config.allow_upgrades {
         return Err(ProxyError::UpgradeRefused);
     }
-    let idle = rule.upgrade_idle_timeout.unwrap_or(w.upgrade_idle);
     txn.outcome = Some(CacheOutcome::fetched(CacheLabel::Bypass, false));
-    let (mut parts, body) = req.into_parts();
-    if !matches!(body, RequestBody::Empty) {
+    if !matches!(req.body(), RequestBody::Empty) {
         return Err(ProxyError::BadRequest("a WebSocket handshake has no body"));
     }
-    // HTTP/2: the client's stream, once the response is sent.
     let client_side = match kind {
-        Kind::H2 => parts.extensions.remove::<hyper::upgrade::OnUpgrade>(),
+        Kind::H2 => req.extensions_mut().remove::<hyper::upgrade::OnUpgrade>(),
         Kind::H1 => None,
     };
     match kind {
         Kind::H1 => {
             // RFC 6455 §4.1: a GET with the key and the version.
-            let key_ok = parts
-                .headers
-                .get(&SEC_WEBSOCKET_KEY)
-                .is_some_and(|k| k.len() == 24);
-            if parts.method != Method::GET
-                || !key_ok
-                || !parts.headers.contains_key(&SEC_WEBSOCKET_VERSION)
-            {
+            let h = req.headers();
+            let key_ok = h.get(&SEC_WEBSOCKET_KEY).is_some_and(|k| k.len() == 24);
+            if req.method() != Method::GET || !key_ok || !h.contains_key(&SEC_WEBSOCKET_VERSION) {
                 return Err(ProxyError::BadRequest("WebSocket handshake"));
             }
         }
         Kind::H2 => {
             // RFC 8441 §5: the HTTP/1.1 handshake the origin expects, with a key of our own
             // (HTTP/2 has none) and the version the client named (13 when it named none).
-            parts.method = Method::GET;
-            parts.extensions.remove::<hyper::ext::Protocol>();
-            parts.headers.insert(SEC_WEBSOCKET_KEY.clone(), new_key());
-            parts
-                .headers
-                .entry(SEC_WEBSOCKET_VERSION.clone())
+            *req.method_mut() = Method::GET;
+            req.extensions_mut().remove::<hyper::ext::Protocol>();
+            let h = req.headers_mut();
+            h.insert(SEC_WEBSOCKET_KEY.clone(), new_key());
+            h.entry(SEC_WEBSOCKET_VERSION.clone())
                 .or_insert(HeaderValue::from_static("13"));
         }
     }
-    let plan = Plan {
+    Ok(Upgrade { kind, client_side })
+}
+
+/// What fetch asks of the origin for a handshake: `Connection: upgrade`, `Upgrade:
+/// websocket`, over HTTP/1.1 whatever the origin's protocol.
+pub fn plan() -> Plan {
+    Plan {
         upgrade: true,
         ..Plan::default()
-    };
-    let fetched = fetch::send(w, txn, Request::from_parts(parts, body), plan).await?;
-    if fetched.res.status() != StatusCode::SWITCHING_PROTOCOLS {
-        // Refused by the origin (or not a WebSocket endpoint): its answer, passed on.
-        return deliver::deliver_unstored(w, txn, Ok(fetched));
     }
-    let mut res = fetched.res;
+}
+
+/// The switch stage: the origin's `101` becomes a tunnel (see the module notes); any other
+/// answer is [`Switched::Refused`].
+pub fn switch(
+    w: &Worker,
+    txn: &Txn,
+    up: Upgrade,
+    mut fetched: Fetched,
+) -> Result<Switched, ProxyError> {
+    if fetched.res.status() != StatusCode::SWITCHING_PROTOCOLS {
+        return Ok(Switched::Refused(fetched));
+    }
+    let rule = &txn.route().rule.config;
+    let idle = rule.upgrade_idle_timeout.unwrap_or(w.upgrade_idle);
     // invariant: the origin client puts the connection in every 101 it returns.
-    let Some(origin) = res.extensions_mut().remove::<OriginSide>() else {
+    let Some(origin) = fetched.res.extensions_mut().remove::<OriginSide>() else {
         return Err(ProxyError::UpstreamProtocol(
             "a 101 without its connection".into(),
         ));
     };
-    let (mut head, _) = res.into_parts();
+    let (mut head, _) = fetched.res.into_parts();
     crate::headers::strip_hop_by_hop(&mut head.headers);
     let mut out = Response::new(ProxyBody::full(bytes::Bytes::new()));
     *out.headers_mut() = head.headers;
     let tunnel = Tunnel { origin, idle };
-    match (kind, client_side) {
+    match (up.kind, up.client_side) {
         (Kind::H2, Some(client)) => {
             // RFC 8441 §5: the stream is accepted with 200; the key's answer is ours alone.
             out.headers_mut().remove(&SEC_WEBSOCKET_ACCEPT);
@@ -162,7 +185,7 @@ pub async fn upgrade(
             out.extensions_mut().insert(tunnel);
         }
     }
-    Ok(out)
+    Ok(Switched::Tunnel(out))
 }
 
 /// A `Sec-WebSocket-Key`: 16 random bytes in base64 (RFC 6455 §4.1), from the standard

@@ -10,7 +10,7 @@ use rampart_tls::cert_store::CertStore;
 use crate::admin::commands::Control;
 use crate::body::BodyLimits;
 use crate::caching::Cache;
-use crate::origin::pool::Upstream;
+use crate::origin::client::OriginClient;
 use crate::policy::route::Router;
 use crate::policy::screening::Screen;
 use crate::telemetry::access_log::AccessLog;
@@ -19,7 +19,7 @@ use crate::telemetry::access_log::AccessLog;
 #[derive(Debug)]
 pub struct Worker {
     pub router: Arc<Router>,
-    pub upstream: Upstream,
+    pub upstream: OriginClient,
     pub cache: Option<Arc<Cache>>,
     /// `add_logging`: the access log is on (each rule has its own `enable_logging` too).
     pub access_log: bool,
@@ -57,7 +57,7 @@ pub struct Worker {
 #[derive(Debug)]
 pub struct Parts {
     pub router: Arc<Router>,
-    pub upstream: Upstream,
+    pub upstream: OriginClient,
     pub cache: Option<Arc<Cache>>,
     pub screen: Arc<Screen>,
     pub shared: Option<rampart_redis::Shared>,

@@ -20,13 +20,13 @@ use rampart_screen::ratelimit::Limiter;
 use rampart_transform::minify::Languages;
 
 use crate::caching::transform::{Compress, Transforms};
-use crate::origin::pool::UpstreamSet;
+use crate::origin::balance::OriginSet;
 
 /// A validated rule plus its runtime state.
 #[derive(Debug)]
 pub struct Rule {
     pub config: RuleConfig,
-    pub upstreams: UpstreamSet,
+    pub upstreams: OriginSet,
     /// This rule's own per-client limiter (`rate_limit_per_second` in the rule); kept across
     /// reloads that leave the rule's rate alone.
     pub limiter: Option<Arc<Limiter>>,
@@ -147,7 +147,7 @@ impl Router {
                     .find(|r| r.config.domain == rc.domain)
                     .map(|r| (&**r, p.max_clients))
             });
-            let upstreams = UpstreamSet::new(rc);
+            let upstreams = OriginSet::new(rc);
             if let Some((old, _)) = before {
                 upstreams.adopt(&old.upstreams);
             }

@@ -3,7 +3,7 @@
 //! name, from one background thread. An answer of 2xx or 3xx within the probe timeout is a
 //! success. [`DOWN_AFTER`] failures in a row take the origin out of rotation, [`UP_AFTER`]
 //! successes in a row bring it back; every change is logged, and `/_rampart/status` shows the
-//! verdicts. Routing (`origin/pool.rs`) skips origins that are down unless all are (fail open).
+//! verdicts. Routing (`origin/balance.rs`) skips origins that are down unless all are (fail open).
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -16,8 +16,9 @@ use tokio::sync::watch;
 
 use crate::body::RequestBody;
 use crate::error::{Chain, ProxyError};
+use crate::origin::balance::{OriginMember, OriginSet};
+use crate::origin::client::OriginClient;
 use crate::origin::fields::{OriginFields, Outgoing};
-use crate::origin::pool::{Upstream, UpstreamSet, UpstreamState};
 use crate::policy::route::{Router, Rule};
 
 /// Failed probes in a row that take an origin out of rotation.
@@ -32,7 +33,7 @@ const MAX_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 /// true.
 pub fn start(
     router: &Arc<Router>,
-    upstream: Upstream,
+    upstream: OriginClient,
     shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<Option<JoinHandle<()>>> {
     if !router
@@ -58,7 +59,7 @@ pub fn start(
     Ok(Some(thread))
 }
 
-async fn run(router: Arc<Router>, upstream: Upstream, shutdown: watch::Receiver<bool>) {
+async fn run(router: Arc<Router>, upstream: OriginClient, shutdown: watch::Receiver<bool>) {
     let upstream = Arc::new(upstream);
     let mut probes = Vec::new();
     for rule in router.rules() {
@@ -81,7 +82,7 @@ async fn run(router: Arc<Router>, upstream: Upstream, shutdown: watch::Receiver<
 }
 
 /// The `Host` a probe sends: the rule's domain, or for a wildcard rule the origin's own name.
-fn probe_host(rule: &Rule, member: &UpstreamState) -> HeaderValue {
+fn probe_host(rule: &Rule, member: &OriginMember) -> HeaderValue {
     let name = match &rule.config.domain {
         DomainPattern::Exact(d) => d.as_str(),
         _ => member.target.tls_name.as_str(),
@@ -93,7 +94,7 @@ async fn probe_loop(
     rule: Arc<Rule>,
     index: usize,
     check: HealthCheck,
-    upstream: Arc<Upstream>,
+    upstream: Arc<OriginClient>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let member = &rule.upstreams.members()[index];
@@ -157,8 +158,8 @@ enum ProbeFailure {
 
 /// One probe: `Ok(status)` for 2xx/3xx, else why it failed.
 async fn probe(
-    upstream: &Upstream,
-    member: &UpstreamState,
+    upstream: &OriginClient,
+    member: &OriginMember,
     path: &str,
     host: &HeaderValue,
     timeout: Duration,
@@ -168,12 +169,12 @@ async fn probe(
     // (v1), a connection of rampart's own.
     let (key, scheme) = match proxy {
         None => {
-            let (_, key, scheme) = UpstreamSet::route(member, false)?;
+            let (_, key, scheme) = OriginSet::route(member, false)?;
             (key.clone(), scheme)
         }
         Some(v) => {
             let header = crate::net::proxy_protocol::encode(v, None);
-            let (_, key, scheme) = UpstreamSet::route_proxied(member, false, &header)?;
+            let (_, key, scheme) = OriginSet::route_proxied(member, false, &header)?;
             (key, scheme)
         }
     };

@@ -27,7 +27,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::admin::commands::Control;
 use crate::caching::Cache;
-use crate::origin::pool::Upstream;
+use crate::origin::client::OriginClient;
 use crate::pipeline::worker_state::{Parts, Worker};
 use crate::pipeline::Pipeline;
 use crate::policy::route::Router;
@@ -110,7 +110,7 @@ pub struct Live {
     tls: Option<Tls>,
     origin_tls: Arc<rustls::ClientConfig>,
     /// One connection pool per worker.
-    upstreams: Vec<Upstream>,
+    upstreams: Vec<OriginClient>,
     per_ip: Option<Arc<PerIp>>,
     limit: Arc<ConnLimit>,
     cache: Option<Arc<Cache>>,
@@ -205,7 +205,7 @@ impl Live {
         }
         let router = Arc::new(Router::new(&config));
         let upstreams = (0..groups)
-            .map(|_| Upstream::new(&config.upstream, origin_tls.clone()))
+            .map(|_| OriginClient::new(&config.upstream, origin_tls.clone()))
             .collect();
         let listening: Vec<Listening> = bound.iter().map(Listening::of).collect();
         let access = Arc::new(AccessLog::open(&config.access_log)?);
@@ -360,7 +360,7 @@ impl Live {
         }
         if let Some(origin_tls) = p.origin_tls {
             self.upstreams = (0..self.groups)
-                .map(|_| Upstream::new(&config.upstream, origin_tls.clone()))
+                .map(|_| OriginClient::new(&config.upstream, origin_tls.clone()))
                 .collect();
             self.origin_tls = origin_tls;
         }
@@ -472,7 +472,7 @@ impl Live {
 
     fn start_health(&self) -> std::io::Result<Option<(watch::Sender<bool>, JoinHandle<()>)>> {
         let (stop, stopped) = watch::channel(false);
-        let prober = Upstream::new(&self.config.upstream, self.origin_tls.clone());
+        let prober = OriginClient::new(&self.config.upstream, self.origin_tls.clone());
         Ok(crate::server::probes::start(&self.router, prober, stopped)?.map(|t| (stop, t)))
     }
 

@@ -1,11 +1,11 @@
-//! The upstream pool used by fetch: a rule's origins in preference order with their shared
-//! health ([`UpstreamSet`]), and a worker's connections to them with their timeouts
-//! ([`Upstream`]: rampart's own HTTP/1.1 client and its idle pool, HTTP/2 through hyper).
+//! A rule's origins in preference order with their shared health and balancing
+//! ([`OriginSet`], one [`OriginMember`] per origin). The connections themselves are the
+//! worker's [`crate::origin::client::OriginClient`]; the order a request tries them in, with
+//! failover, is `failover.rs`.
 //!
-//! Each worker owns one [`Upstream`] (connection pool), so pooled connections never cross
-//! threads. Upstream health is shared: an origin that refused a connection is skipped by every
-//! worker for [`DOWN_FOR`] (passive health checking), and one that failed its active health
-//! checks (`server/probes.rs`) until it passes them again, unless no origin is left: then the
+//! Health is shared by every worker: an origin that refused a connection is skipped for
+//! [`DOWN_FOR`] (passive health checking), and one that failed its active health checks
+//! (`server/probes.rs`) until it passes them again, unless no origin is left: then the
 //! best-ranked one is used (fail open).
 //!
 //! `Performance` routing sends each request to the healthy origin with the lowest average
@@ -17,20 +17,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use http::uri::{Authority, Scheme};
-use http::{Request, Response};
-use rampart_config::{OriginProtocol, RoutingMethod, RuleConfig, UpstreamConfig, UpstreamTarget};
+use rampart_config::{RoutingMethod, RuleConfig, UpstreamTarget};
 
-use crate::body::origin::OriginBody;
-use crate::body::RequestBodyError;
-use crate::error::{BoxError, ProxyError};
-use crate::interim::Interim;
-use crate::net::idle::{IdlePool, PoolKey};
-use crate::origin::connect::{
-    absolute_uri, proxied_key, OriginConnectTimeout, OriginConnector, OriginTlsError,
-};
-use crate::origin::fields::Outgoing;
-use crate::origin::h1::client::{H1Client, H1Failure};
-use crate::origin::h2::{H2Failure, H2Pool};
+use crate::error::ProxyError;
+use crate::origin::connect::proxied_key;
 
 /// How long an origin that refused a connection is skipped.
 const DOWN_FOR: Duration = Duration::from_secs(5);
@@ -47,7 +37,7 @@ const EWMA_SHIFT: u32 = 2;
 
 /// One origin and its shared health state.
 #[derive(Debug)]
-pub struct UpstreamState {
+pub struct OriginMember {
     pub target: UpstreamTarget,
     /// The pool authority for TLS: `name@host:port` (see `connect.rs`); `None` without TLS.
     tls_key: Option<Authority>,
@@ -65,7 +55,7 @@ pub struct UpstreamState {
     tls_stats: Option<std::sync::Arc<crate::telemetry::metrics::OriginStats>>,
 }
 
-impl UpstreamState {
+impl OriginMember {
     /// The active health checks' verdict.
     pub fn healthy(&self) -> bool {
         self.healthy.load(Ordering::Relaxed)
@@ -108,8 +98,8 @@ impl UpstreamState {
 
 /// A rule's origins in preference order, with the selection state for its routing method.
 #[derive(Debug)]
-pub struct UpstreamSet {
-    members: Vec<UpstreamState>,
+pub struct OriginSet {
+    members: Vec<OriginMember>,
     method: RoutingMethod,
     /// For `Weighted`: indices into `members`, each repeated by weight.
     schedule: Vec<usize>,
@@ -117,12 +107,12 @@ pub struct UpstreamSet {
     epoch: Instant,
 }
 
-impl UpstreamSet {
+impl OriginSet {
     pub fn new(rule: &RuleConfig) -> Self {
         let members: Vec<_> =
             rule.upstreams
                 .iter()
-                .map(|t| UpstreamState {
+                .map(|t| OriginMember {
                     tls_key: t.tls.as_ref().and_then(|a| {
                         std::str::FromStr::from_str(&format!("{}@{a}", t.tls_name)).ok()
                     }),
@@ -158,7 +148,7 @@ impl UpstreamSet {
                 }
             }
         }
-        UpstreamSet {
+        OriginSet {
             members,
             method: rule.routing_method,
             schedule,
@@ -173,7 +163,7 @@ impl UpstreamSet {
 
     /// Takes over, from the same rule before a reload, the health verdict and response-time
     /// average of each origin that is still listed.
-    pub fn adopt(&self, old: &UpstreamSet) {
+    pub fn adopt(&self, old: &OriginSet) {
         for m in &self.members {
             if let Some(o) = old.members.iter().find(|o| o.target == m.target) {
                 m.healthy.store(o.healthy(), Ordering::Relaxed);
@@ -184,7 +174,7 @@ impl UpstreamSet {
     }
 
     /// The origins in rank order.
-    pub fn members(&self) -> &[UpstreamState] {
+    pub fn members(&self) -> &[OriginMember] {
         &self.members
     }
 
@@ -204,10 +194,10 @@ impl UpstreamSet {
     /// The order in which to try the origins for one request: the first healthy one by the
     /// routing method, then the others in rank order from there; origins that are down
     /// (refused a connection lately, or failed their health checks) go last, best-ranked first.
-    pub fn order(&self) -> impl Iterator<Item = &UpstreamState> + '_ {
+    pub fn order(&self) -> impl Iterator<Item = &OriginMember> + '_ {
         let n = self.members.len();
         let now = self.now_ms();
-        let up = move |m: &UpstreamState| {
+        let up = move |m: &OriginMember| {
             m.down_until_ms.load(Ordering::Relaxed) <= now && m.healthy.load(Ordering::Relaxed)
         };
         let start = match self.method {
@@ -227,7 +217,7 @@ impl UpstreamSet {
 
     /// `Performance`: the up origin not chosen for [`RETRY_AFTER`] (a retry), else the one
     /// with the lowest average (no sample yet counts as fastest). Rank order breaks ties.
-    fn fastest(&self, now: u64, up: impl Fn(&UpstreamState) -> bool) -> usize {
+    fn fastest(&self, now: u64, up: impl Fn(&OriginMember) -> bool) -> usize {
         let retry_ms = RETRY_AFTER.as_millis() as u64;
         let mut best: Option<(usize, u64)> = None;
         for (i, m) in self.members.iter().enumerate() {
@@ -257,7 +247,7 @@ impl UpstreamSet {
     /// has a `forward_port_https`. Fails closed: a TLS origin whose pool key cannot be built
     /// (a name the configuration check should have refused) is an error, never plain HTTP.
     pub fn route(
-        member: &UpstreamState,
+        member: &OriginMember,
         https: bool,
     ) -> Result<(&Authority, &Authority, Scheme), ProxyError> {
         match (&member.target.tls, &member.tls_key) {
@@ -279,14 +269,14 @@ impl UpstreamSet {
         }
     }
 
-    /// [`UpstreamSet::route`] for a rule that sends a PROXY header (`header`) first: the pool
+    /// [`OriginSet::route`] for a rule that sends a PROXY header (`header`) first: the pool
     /// key carries the header (see [`proxied_key`]), so each client's connections are its own.
     pub fn route_proxied<'m>(
-        member: &'m UpstreamState,
+        member: &'m OriginMember,
         https: bool,
         header: &[u8],
     ) -> Result<(&'m Authority, Authority, Scheme), ProxyError> {
-        let (shown, key, scheme) = UpstreamSet::route(member, https)?;
+        let (shown, key, scheme) = OriginSet::route(member, https)?;
         let key = proxied_key(key, header).ok_or_else(|| {
             ProxyError::UpstreamConnect(format!("cannot make a pool key for {key}").into())
         })?;
@@ -295,177 +285,37 @@ impl UpstreamSet {
 
     /// Whether `member` is in rotation: passing its active checks and not refusing
     /// connections lately (what the metrics and the dashboard call up).
-    pub fn in_rotation(&self, member: &UpstreamState) -> bool {
+    pub fn in_rotation(&self, member: &OriginMember) -> bool {
         member.healthy() && !self.refused_lately(member)
     }
 
     /// Whether `member` refused a connection lately (passive health checking).
-    pub fn refused_lately(&self, member: &UpstreamState) -> bool {
+    pub fn refused_lately(&self, member: &OriginMember) -> bool {
         member.down_until_ms.load(Ordering::Relaxed) > self.now_ms()
     }
 
-    pub fn mark_down(&self, member: &UpstreamState) {
+    pub fn mark_down(&self, member: &OriginMember) {
         member.down_until_ms.store(
             self.now_ms() + DOWN_FOR.as_millis() as u64,
             Ordering::Relaxed,
         );
     }
 
-    pub fn mark_up(&self, member: &UpstreamState) {
+    pub fn mark_up(&self, member: &OriginMember) {
         if member.down_until_ms.load(Ordering::Relaxed) != 0 {
             member.down_until_ms.store(0, Ordering::Relaxed);
         }
     }
 }
 
-/// A worker's connections to all origins: its own HTTP/1.1 client with the idle pool, and
-/// its HTTP/2 connections.
-#[derive(Debug, Clone)]
-pub struct Upstream {
-    h1: H1Client,
-    /// Origins spoken to over HTTP/2 (`origin_protocol = "h2" | "h2c"`).
-    h2: H2Pool,
-    timeout: Option<Duration>,
-    connect_timeout: Duration,
-}
-
-impl Upstream {
-    pub fn new(config: &UpstreamConfig, tls: std::sync::Arc<rustls::ClientConfig>) -> Self {
-        let connector = OriginConnector::new(config.nodelay, tls.clone(), config.connect_timeout);
-        let h2 = H2Pool::new(connector.for_h2(&tls), config.keepalive);
-        let pool = IdlePool::new(config.keepalive, config.max_idle_per_origin);
-        Upstream {
-            h1: H1Client::new(pool, connector),
-            h2,
-            timeout: config.timeout,
-            connect_timeout: config.connect_timeout,
-        }
-    }
-
-    /// The `proxy_timeout` in force (`None` = no limit).
-    pub fn timeout(&self) -> Option<Duration> {
-        self.timeout
-    }
-
-    /// Sends `req` (origin-form URI, the client's fields with fetch's changes beside them) to
-    /// `authority` over `scheme` in `protocol`; waits at most `proxy_timeout` for the response
-    /// head. `interim`: where
-    /// the client's connection takes 1xx answers (HTTP/1.1 origins); `upgrade`: a WebSocket
-    /// handshake (always HTTP/1.1).
-    pub async fn send(
-        &self,
-        req: Outgoing<'_>,
-        authority: &Authority,
-        scheme: Scheme,
-        protocol: OriginProtocol,
-        interim: Option<&Interim>,
-        upgrade: bool,
-    ) -> Result<Response<OriginBody>, ProxyError> {
-        // The client's body fault wins over whatever the exchange reports.
-        let fault = req.body.fault();
-        let body_fault = move || {
-            fault
-                .as_ref()
-                .and_then(|f| f.get().copied())
-                .map(ProxyError::ClientBody)
-        };
-        if protocol == OriginProtocol::Http1 || upgrade {
-            let key = PoolKey {
-                tls: scheme == Scheme::HTTPS,
-                authority: authority.clone(),
-            };
-            // Each exchange under `proxy_timeout` as it is made: an `async fn` wrapping the
-            // timeout would hold the exchange's future twice (its argument and the timeout's).
-            let sent = match self.timeout {
-                Some(t) => tokio::time::timeout(t, self.h1.send(req, key, interim, upgrade))
-                    .await
-                    .map_err(|_| ProxyError::UpstreamTimeout)?,
-                None => self.h1.send(req, key, interim, upgrade).await,
-            };
-            return sent.map_err(|e| {
-                body_fault().unwrap_or_else(|| match e {
-                    H1Failure::Connect(e) => self.classify(e, true),
-                    H1Failure::Protocol(e) => self.classify(e, false),
-                    H1Failure::Body(RequestBodyError(fault)) => ProxyError::ClientBody(fault),
-                })
-            });
-        }
-        // The target as HTTP/2 sends it: scheme and pool key (`:authority` comes from
-        // `Host`, see h2.rs). Boxed: HTTP/2's future is large, and the HTTP/1.1 path (every
-        // request of most configurations) would otherwise carry its space.
-        let Some(uri) = absolute_uri(&req.head.uri, scheme, authority.clone()) else {
-            return Err(ProxyError::BadRequest("request target"));
-        };
-        let mut h2_req = Request::new(req.body);
-        *h2_req.method_mut() = req.head.method.clone();
-        *h2_req.uri_mut() = uri;
-        *h2_req.headers_mut() = req.fields.apply(&req.head.headers);
-        let h2 = Box::pin(self.h2.send(h2_req, authority.clone()));
-        let sent = match self.timeout {
-            Some(t) => tokio::time::timeout(t, h2)
-                .await
-                .map_err(|_| ProxyError::UpstreamTimeout)?,
-            None => h2.await,
-        };
-        sent.map(|res| res.map(OriginBody::H2)).map_err(|e| {
-            body_fault().unwrap_or_else(|| match e {
-                H2Failure::Connect(e) => self.classify(e, true),
-                H2Failure::Request(e) => self.classify(Box::new(e), false),
-                H2Failure::Answer(why) => ProxyError::UpstreamProtocol(why.into()),
-            })
-        })
-    }
-
-    /// What a failed exchange means for the client; `connect`: no connection was made. The
-    /// error is kept whole as the cause.
-    fn classify(&self, e: BoxError, connect: bool) -> ProxyError {
-        // The client's own request body failed (too large, too slow, broken): its fault.
-        let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(&*e);
-        let mut tls = false;
-        while let Some(c) = cur {
-            if let Some(RequestBodyError(fault)) = c.downcast_ref::<RequestBodyError>() {
-                return ProxyError::ClientBody(*fault);
-            }
-            tls |= c.is::<OriginTlsError>();
-            cur = c.source();
-        }
-        if tls {
-            ProxyError::UpstreamTls(e)
-        } else if connect && is_timeout(&*e) {
-            ProxyError::UpstreamConnectTimeout(self.connect_timeout)
-        } else if connect {
-            ProxyError::UpstreamConnect(e)
-        } else {
-            ProxyError::UpstreamProtocol(e)
-        }
-    }
-}
-
-/// A connect timeout: rampart's own ([`OriginConnectTimeout`]) or the kernel's (ETIMEDOUT).
-fn is_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cur = Some(e);
-    while let Some(c) = cur {
-        if c.is::<OriginConnectTimeout>() {
-            return true;
-        }
-        if let Some(io) = c.downcast_ref::<std::io::Error>() {
-            if io.kind() == std::io::ErrorKind::TimedOut {
-                return true;
-            }
-        }
-        cur = c.source();
-    }
-    false
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn set(src: &str) -> UpstreamSet {
+    fn set(src: &str) -> OriginSet {
         let v = rampart_config::validate(src, 1);
         let c = v.config.unwrap_or_else(|| panic!("{:?}", v.diagnostics));
-        UpstreamSet::new(&c.rules[0])
+        OriginSet::new(&c.rules[0])
     }
 
     const LB: &str = r#"
@@ -486,7 +336,7 @@ forward_ipv4 = "127.0.0.1"
 forward_port_http = 2
 "#;
 
-    fn first_port(s: &UpstreamSet) -> u16 {
+    fn first_port(s: &OriginSet) -> u16 {
         s.order()
             .next()
             .and_then(|m| m.target.authority.port_u16())
@@ -539,7 +389,7 @@ forward_port_http = 2
              upstreams = [\"https://[::1]:8443\", \"https://127.0.0.1:8443\", \"https://origin.test:443\"]\n");
         let keys: Vec<String> = s
             .order()
-            .map(|m| match UpstreamSet::route(m, false) {
+            .map(|m| match OriginSet::route(m, false) {
                 Ok((_, key, scheme)) => format!("{scheme}://{key}"),
                 Err(e) => panic!("{e}"),
             })
