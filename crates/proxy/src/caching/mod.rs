@@ -9,6 +9,7 @@
 //! `pipeline/hit.rs`.
 
 pub mod coalesce;
+pub mod shared_tier;
 pub mod transform;
 pub mod writer;
 
@@ -225,8 +226,9 @@ impl Cache {
         }
     }
 
-    /// The shared cache tier (`redis_cache`), when there is one.
-    pub fn tier(&self) -> Option<Arc<Shared>> {
+    /// The shared cache tier (`redis_cache`), when there is one (looked up through
+    /// [`Cache::lookup_shared`], `shared_tier.rs`).
+    pub fn shared_tier(&self) -> Option<Arc<Shared>> {
         self.shared.load_full().filter(|s| s.caches())
     }
 
@@ -383,38 +385,5 @@ impl Cache {
             shared.publish_purge(&PurgeScope::Exact(key), false);
         }
         removed
-    }
-}
-
-/// This instance fetches `key` for every instance (it holds the shared tier's fetch lock):
-/// storing the response lifts the lock ([`TierLock::stored`]); anything else, dropping this
-/// included, turns it into a pass marker so the others stop waiting and fetch on their own.
-#[derive(Debug)]
-pub struct TierLock {
-    shared: Arc<Shared>,
-    key: CacheKey,
-    held: bool,
-}
-
-impl TierLock {
-    pub fn new(shared: Arc<Shared>, key: CacheKey) -> TierLock {
-        TierLock {
-            shared,
-            key,
-            held: true,
-        }
-    }
-
-    /// The object went to the shared tier, whose write lifted the lock.
-    pub fn stored(mut self) {
-        self.held = false;
-    }
-}
-
-impl Drop for TierLock {
-    fn drop(&mut self) {
-        if self.held {
-            self.shared.cache_unlock(&self.key);
-        }
     }
 }

@@ -27,8 +27,9 @@ use rampart_cache::targeted::CDN_CACHE_CONTROL;
 use rampart_cache::vary::Vary;
 
 use crate::caching::coalesce::{Feed, InflightBody, Leader, SharedHead};
+use crate::caching::shared_tier::SharedLock;
 use crate::caching::transform::Transforms;
-use crate::caching::{Cache, Missed, TierLock};
+use crate::caching::{Cache, Missed};
 use crate::outcome::{CacheLabel, CACHE_STATUS, X_ARC2_CACHE};
 
 /// When the request that brought a response was sent and its response received (the
@@ -100,7 +101,7 @@ pub fn prepare(
             expected: length.map(|n| n as usize),
             reservation,
             transforms: transforms.clone(),
-            tier_lock: None,
+            shared_lock: None,
             large,
             webp,
             tags: Box::default(),
@@ -273,7 +274,7 @@ pub struct StoreTicket {
     /// The rule minifies or compresses: done once the object is stored.
     transforms: Transforms,
     /// This request fetches for every instance: storing the object lifts the lock.
-    tier_lock: Option<Box<TierLock>>,
+    shared_lock: Option<Box<SharedLock>>,
     /// Larger than memory may hold: the body goes to the disk tier as it passes, not to
     /// `body`.
     large: Option<LargeWrite>,
@@ -302,8 +303,8 @@ impl StoreTicket {
     }
 
     /// Takes over the shared tier's fetch lock this request holds (lifted once stored).
-    pub fn hold_tier_lock(&mut self, lock: Option<Box<TierLock>>) {
-        self.tier_lock = lock;
+    pub fn hold_shared_lock(&mut self, lock: Option<Box<SharedLock>>) {
+        self.shared_lock = lock;
     }
 
     pub fn variant(&self) -> Option<&bytes::Bytes> {
@@ -410,7 +411,7 @@ impl StoreTicket {
             &self.key,
             variant.as_deref(),
             &obj,
-            self.tier_lock.take().map(|l| *l),
+            self.shared_lock.take().map(|l| *l),
         );
         let stored = self
             .cache
@@ -648,9 +649,9 @@ fn share(
     key: &CacheKey,
     variant: Option<&[u8]>,
     obj: &Object,
-    lock: Option<TierLock>,
+    lock: Option<SharedLock>,
 ) {
-    let Some(shared) = cache.tier() else {
+    let Some(shared) = cache.shared_tier() else {
         return;
     };
     if obj.body.len() > shared.cache_max_object() {

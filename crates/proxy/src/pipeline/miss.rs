@@ -13,13 +13,13 @@ use rampart_cache::vary::Vary;
 
 use crate::body::RequestBody;
 use crate::caching::coalesce::{Inflight, InflightBody, Role};
+use crate::caching::shared_tier::FromShared;
 use crate::caching::{Cache, Found};
 use crate::error::ProxyError;
 use crate::outcome::{CacheOutcome, Served};
 use crate::pipeline::hit::Stored;
 use crate::pipeline::lookup::slot_key;
 use crate::pipeline::ranges::{self, Widened};
-use crate::pipeline::redis_tier::{self, FromShared};
 use crate::pipeline::step::Step;
 use crate::pipeline::txn::{Lead, Mode, Txn};
 use crate::pipeline::worker_state::Worker;
@@ -52,10 +52,16 @@ pub async fn join(
             Role::Leader(leader) => {
                 tracing::debug!("miss, leading the fetch");
                 let mut shared_lock = None;
-                if txn.mode == Mode::Client && cache.tier().is_some() {
+                if txn.mode == Mode::Client && cache.shared_tier().is_some() {
                     let wait = w.upstream.timeout().unwrap_or(Duration::from_secs(45));
+                    let transforms = txn.route().rule.transforms();
+                    let Some(miss) = txn.miss.as_mut() else {
+                        return Ok(Step::Fetch);
+                    };
+                    let found = &mut miss.found;
                     // Boxed: only with the shared tier, and it would grow every miss's future.
-                    match boxed!(redis_tier::lookup(cache, txn, req, wait)).await {
+                    let shared = cache.lookup_shared(found, req.headers(), transforms, wait);
+                    match boxed!(shared).await {
                         // Stored here now: the local waiters find it when `leader` is dropped.
                         FromShared::Hit(obj) => {
                             return Ok(Step::Hit(for_client(obj, Served::Shared, widened)));

@@ -14,7 +14,6 @@ pub mod lookup;
 pub mod miss;
 pub mod ranges;
 pub mod recv;
-pub mod redis_tier;
 pub mod refresh;
 pub mod respond;
 pub mod step;

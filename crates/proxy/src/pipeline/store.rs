@@ -84,7 +84,7 @@ pub fn store(w: &Worker, txn: &mut Txn, mut fetched: Fetched) -> Result<Step, Pr
             transforms,
         ) {
             Ok(mut t) => {
-                t.hold_tier_lock(shared_lock);
+                t.hold_shared_lock(shared_lock);
                 t.set_tags(tags);
                 Some(t)
             }

@@ -13,8 +13,9 @@ use http::Request;
 use rampart_cache::encoding::Coding;
 
 use crate::caching::coalesce::Leader;
+use crate::caching::shared_tier::SharedLock;
 use crate::caching::transform::Compress;
-use crate::caching::{Missed, TierLock};
+use crate::caching::Missed;
 use crate::outcome::CacheOutcome;
 use crate::pipeline::conn_info::{ConnInfo, Scheme};
 use crate::pipeline::ranges::Widened;
@@ -141,7 +142,7 @@ pub struct Lead {
     /// for the store (see `ranges.rs`).
     pub widened: Option<Box<Widened>>,
     /// This instance fetches for every instance (the shared tier's fetch lock).
-    pub shared_lock: Option<Box<TierLock>>,
+    pub shared_lock: Option<Box<SharedLock>>,
 }
 
 impl Miss {
