@@ -6,8 +6,8 @@
 
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
-use rampart_proxy::body::h1::Decoder;
-use rampart_proxy::transport::h1::head;
+use rampart_proxy::http1::body::Decoder;
+use rampart_proxy::http1::server::head;
 use rampart_screen::h1::Framing;
 
 #[derive(Debug, PartialEq)]

@@ -1,5 +1,5 @@
 //! The whole HTTP/1.1 connection as rampart serves it: arbitrary bytes from a client into
-//! `rampart_proxy::transport::h1::serve` with a handler that reads the request body as the pipeline would.
+//! `rampart_proxy::http1::server::serve` with a handler that reads the request body as the pipeline would.
 //! Must never panic or hang; a refused stream ends with a response or a close.
 #![no_main]
 
@@ -9,7 +9,7 @@ use bytes::{Bytes, BytesMut};
 use http_body_util::BodyExt as _;
 use libfuzzer_sys::fuzz_target;
 use rampart_proxy::body::ProxyBody;
-use rampart_proxy::transport::h1;
+use rampart_proxy::http1::server as h1;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fuzz_target!(|data: &[u8]| {

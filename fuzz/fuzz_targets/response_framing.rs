@@ -2,15 +2,15 @@
 //! arbitrary bytes: never panics, and every framing it accepts is the one the head's fields
 //! state without ambiguity (one `Content-Length` of plain digits, or one `chunked` and nothing
 //! else; no body for `HEAD`, 1xx, 204 and 304). rampart's response-head parser
-//! (`origin::h1::head::parse`) agrees with it, and reads the same head however the bytes are
+//! (`http1::client::head::parse`) agrees with it, and reads the same head however the bytes are
 //! split into reads, and the body after it (length or chunked, with its trailer section) the
 //! same way too. The first byte says whether the request was `HEAD` and how to split.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use bytes::BytesMut;
-use rampart_proxy::body::h1::Decoder;
-use rampart_proxy::origin::h1::head::{parse, ResponseHead};
+use rampart_proxy::http1::body::Decoder;
+use rampart_proxy::http1::client::head::{parse, ResponseHead};
 use rampart_screen::h1::{response_framing, ResponseFraming};
 
 /// What a parse saw: the head's status, framing, reuse and field count, or a refusal.

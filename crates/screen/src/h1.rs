@@ -15,8 +15,10 @@
 //! - request targets a reverse proxy does not serve: `CONNECT` (authority-form), `*` for
 //!   anything but `OPTIONS`, absolute-form with a scheme other than http/https.
 //!
-//! rampart's HTTP/1.1 server (`rampart_proxy::transport::h1`) parses each head once and applies these
-//! checks to it; its body decoder enforces strict chunk framing (`HEXDIG+ [; extension] CRLF …
+//! rampart's HTTP/1.1 server (`rampart_proxy::http1::server`) parses each head once and applies
+//! these checks to it, as its client to origins does with [`response_framing`]. They live here,
+//! not in `rampart_proxy::http1` with the rest of HTTP/1.1, so the fuzz targets and this crate's
+//! tests run them without building the proxy; its body decoder enforces strict chunk framing (`HEXDIG+ [; extension] CRLF …
 //! CRLF`, no overflow, no control bytes in extensions or trailers).
 
 /// How a request's body is delimited (RFC 9112 §6.3), once its head passed [`framing`].

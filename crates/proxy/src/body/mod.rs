@@ -3,12 +3,10 @@
 //! carries the real byte count and duration. With logging off the record is `None` and costs a
 //! branch.
 
-pub mod h1;
 pub mod h3;
 pub mod local;
 pub mod origin;
 pub mod request;
-pub mod upload;
 
 pub use request::{BodyLimits, ClientBody, Limited, RequestBody, RequestBodyError};
 

@@ -13,9 +13,9 @@ use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use http_body::{Body, Frame, SizeHint};
 
-use crate::body::h1::Decoder;
-use crate::body::upload::Upload;
 use crate::error::BoxError;
+use crate::http1::body::Decoder;
+use crate::http1::upload::Upload;
 use crate::net::idle::{IdlePool, PoolKey};
 use crate::net::origin_stream::OriginStream;
 use crate::net::read::poll_read_into;

@@ -38,7 +38,7 @@ pub struct BodyLimits {
 #[derive(Debug)]
 pub enum ClientBody {
     Empty,
-    H1(crate::body::h1::Incoming),
+    H1(crate::http1::body::Incoming),
     H2(Incoming),
     H3(Box<crate::body::h3::H3Body>),
 }

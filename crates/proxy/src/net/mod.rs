@@ -7,4 +7,3 @@ pub mod origin_stream;
 pub mod proxy_protocol;
 pub mod read;
 pub mod tunnel;
-pub mod wire;

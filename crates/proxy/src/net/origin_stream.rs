@@ -1,5 +1,5 @@
 //! A connection to an origin as bytes: plain TCP or TCP + TLS, its bytes counted for the
-//! metrics. The HTTP/1.1 client (`origin/h1`) reads and writes it directly; the HTTP/2 client
+//! metrics. The HTTP/1.1 client (`http1/client/`) reads and writes it directly; the HTTP/2 client
 //! gets it wrapped for hyper.
 
 use std::io;

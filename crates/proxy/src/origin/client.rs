@@ -11,11 +11,11 @@ use rampart_config::{OriginProtocol, UpstreamConfig};
 use crate::body::origin::OriginBody;
 use crate::body::RequestBodyError;
 use crate::error::{BoxError, ProxyError};
+use crate::http1::client::exchange::{H1Client, H1Failure};
 use crate::interim::Interim;
 use crate::net::idle::{IdlePool, PoolKey};
 use crate::origin::connect::{absolute_uri, OriginConnectTimeout, OriginConnector, OriginTlsError};
 use crate::origin::fields::Outgoing;
-use crate::origin::h1::client::{H1Client, H1Failure};
 use crate::origin::h2::{H2Failure, H2Pool};
 
 /// A worker's connections to all origins: its own HTTP/1.1 client with the idle pool, and

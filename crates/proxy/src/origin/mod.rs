@@ -9,5 +9,4 @@ pub mod client;
 pub mod connect;
 pub mod failover;
 pub mod fields;
-pub mod h1;
 pub mod h2;

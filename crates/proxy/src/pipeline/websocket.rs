@@ -3,7 +3,7 @@
 //! — is checked ([`handshake`]) and passes (never cached) to the origin as an HTTP/1.1 upgrade;
 //! [`switch`] reads the answer. A `101` from the origin
 //! becomes a tunnel: over HTTP/1.1 the server writes the `101` and splices the connection
-//! (`h1::serve`, [`Tunnel`] in the response), over HTTP/2 the stream is answered `200` and
+//! (`http1::server::serve`, [`Tunnel`] in the response), over HTTP/2 the stream is answered `200` and
 //! spliced here. Any other answer goes to the client as usual.
 //!
 //! Screening (allow/deny, user agent, rate limits, SQL injection on the handshake's target and

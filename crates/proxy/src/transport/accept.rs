@@ -17,10 +17,10 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::watch;
 
 use crate::body::ClientBody;
+use crate::http1::server as h1;
 use crate::interim::Interim;
 use crate::pipeline::conn_info::ConnInfo;
 use crate::telemetry::metrics::Counted;
-use crate::transport::h1;
 use crate::transport::h2_streams::{StreamExec, Streams};
 use crate::transport::send_timeout::Watched;
 use crate::transport::settings::Slot;

@@ -10,8 +10,8 @@ use rampart_config::Config;
 use rampart_tls::Tls;
 use socket2::TcpKeepalive;
 
+use crate::http1::server as h1;
 use crate::pipeline::Pipeline;
-use crate::transport::h1;
 use crate::transport::h2_streams::StreamExec;
 use crate::transport::limits::PerIp;
 

@@ -226,7 +226,7 @@ struct Conn {
     slot: Arc<Slot>,
     /// The socket's address.
     local: SocketAddr,
-    limits: crate::transport::h1::Limits,
+    limits: crate::http1::server::Limits,
     max_field_section: u64,
 }
 

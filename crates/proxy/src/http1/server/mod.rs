@@ -24,9 +24,9 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::body::h1::Decoder;
 use crate::body::{ClientBody, ProxyBody};
 use crate::error::ProxyError;
+use crate::http1::body::Decoder;
 use crate::interim::Interim;
 use crate::net::read::read_some;
 use feed::Feed;
@@ -335,7 +335,7 @@ fn request(head: head::Head) -> (Request<ClientBody>, Option<Feed>) {
     let (body, feed) = match decoder {
         None => (ClientBody::Empty, None),
         Some(d) => {
-            let (feeder, incoming) = crate::body::h1::channel(length);
+            let (feeder, incoming) = crate::http1::body::channel(length);
             let feed = Feed::new(feeder, d, head.expects_continue);
             (ClientBody::H1(incoming), Some(feed))
         }

@@ -14,7 +14,7 @@ use http::{HeaderMap, HeaderName, StatusCode, Version};
 use http_body::Body;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
-use crate::net::wire::{chunk_line, itoa};
+use crate::http1::numbers::{chunk_line, itoa};
 
 /// Bodies up to this size are copied behind the head and sent in one write.
 pub const COALESCE: usize = 8 * 1024;

@@ -202,7 +202,7 @@ impl Upload {
             UploadFraming::Chunked => {
                 self.taken += data.len() as u64;
                 let mut line = [0u8; 18];
-                let line = crate::net::wire::chunk_line(data.len(), &mut line);
+                let line = crate::http1::numbers::chunk_line(data.len(), &mut line);
                 self.queue.push_back(Bytes::copy_from_slice(line));
                 self.queue.push_back(data);
                 self.queue.push_back(Bytes::from_static(b"\r\n"));

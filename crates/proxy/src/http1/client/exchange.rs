@@ -23,11 +23,12 @@ use http::request::Parts;
 use http::{Method, Response, StatusCode};
 use rampart_screen::h1::ResponseFraming;
 
-use crate::body::h1::Decoder;
 use crate::body::origin::{settle, Delimit, H1Body, Home, OriginBody};
-use crate::body::upload::{framing_of, Upload, UploadError, UploadFraming};
 use crate::body::RequestBodyError;
 use crate::error::BoxError;
+use crate::http1::body::Decoder;
+use crate::http1::client::head::{self, HeadError, ResponseHead};
+use crate::http1::upload::{framing_of, Upload, UploadError, UploadFraming};
 use crate::interim::Interim;
 use crate::net::idle::{IdlePool, PoolKey};
 use crate::net::origin_stream::{OriginStream, Prefixed};
@@ -35,7 +36,6 @@ use crate::net::read::poll_read_into;
 use crate::net::tunnel::OriginSide;
 use crate::origin::connect::{OriginConnector, ORIGIN_READ_BUFFER};
 use crate::origin::fields::{OriginFields, Outgoing};
-use crate::origin::h1::head::{self, HeadError, ResponseHead};
 
 /// The most fields a response head may have (hyper's limit, which rampart had before).
 const MAX_FIELDS: usize = 100;
@@ -229,7 +229,7 @@ fn request_head(
     match framing {
         UploadFraming::Length(n) => {
             out.extend_from_slice(b"content-length: ");
-            out.extend_from_slice(crate::net::wire::itoa(n, &mut [0u8; 20]));
+            out.extend_from_slice(crate::http1::numbers::itoa(n, &mut [0u8; 20]));
             out.extend_from_slice(b"\r\n");
         }
         UploadFraming::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),

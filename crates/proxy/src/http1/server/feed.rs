@@ -1,6 +1,6 @@
 //! A request body on an HTTP/1.1 connection, fed to the pipeline from what the connection
 //! already read (`carry`) and from the socket, a piece each time the pipeline asks for one
-//! (see `body/h1.rs` for the hand-over): `100 Continue` the first time when the client waits for
+//! (see `http1/body.rs` for the hand-over): `100 Continue` the first time when the client waits for
 //! it, the rest of the body while the response is written when the origin answered early, and
 //! what is left skipped (up to a limit) to keep the connection.
 
@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
-use crate::body::h1::{Decoder, Feeder, Piece};
+use crate::http1::body::{Decoder, Feeder, Piece};
 use crate::net::read::read_some;
 
 /// Feeds one request body from `carry` and the socket to the pipeline.
