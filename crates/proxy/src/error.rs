@@ -93,17 +93,17 @@ pub enum ProxyError {
     BlockedByPathRule,
     /// No connection to the origin (nothing was sent); the cause is the `source`.
     #[error("could not connect to origin")]
-    UpstreamConnect(#[source] BoxError),
+    OriginConnect(#[source] BoxError),
     #[error("origin connect timed out after {0:?}")]
-    UpstreamConnectTimeout(Duration),
+    OriginConnectTimeout(Duration),
     #[error("origin did not answer within proxy_timeout")]
-    UpstreamTimeout,
+    OriginTimeout,
     /// The exchange failed on a connection, or the origin's answer broke HTTP's rules.
     #[error("origin connection failed")]
-    UpstreamProtocol(#[source] BoxError),
+    OriginProtocol(#[source] BoxError),
     /// TLS to the origin failed (its certificate, its name, the handshake).
     #[error("TLS to the origin failed")]
-    UpstreamTls(#[source] BoxError),
+    OriginTls(#[source] BoxError),
     #[error("only-if-cached and nothing usable is stored")]
     NotCached,
     #[error("blocked: {}", .0.message())]
@@ -162,12 +162,12 @@ impl ProxyError {
             ProxyError::ClientBody(BodyFault::Timeout) => StatusCode::REQUEST_TIMEOUT,
             ProxyError::ClientBody(BodyFault::Broken) => StatusCode::BAD_REQUEST,
             ProxyError::Busy => StatusCode::SERVICE_UNAVAILABLE,
-            ProxyError::UpstreamConnect(_)
-            | ProxyError::UpstreamProtocol(_)
-            | ProxyError::UpstreamTls(_) => StatusCode::BAD_GATEWAY,
+            ProxyError::OriginConnect(_)
+            | ProxyError::OriginProtocol(_)
+            | ProxyError::OriginTls(_) => StatusCode::BAD_GATEWAY,
             // RFC 9111 §5.2.1.7: only-if-cached with nothing stored → 504.
-            ProxyError::UpstreamConnectTimeout(_)
-            | ProxyError::UpstreamTimeout
+            ProxyError::OriginConnectTimeout(_)
+            | ProxyError::OriginTimeout
             | ProxyError::NotCached => StatusCode::GATEWAY_TIMEOUT,
         }
     }
@@ -193,11 +193,11 @@ impl ProxyError {
             | ProxyError::ApiMethod(_)
             | ProxyError::ApiBadRequest(_)
             | ProxyError::ApiNoSuchEndpoint => Side::Downstream,
-            ProxyError::UpstreamConnect(_)
-            | ProxyError::UpstreamConnectTimeout(_)
-            | ProxyError::UpstreamTimeout
-            | ProxyError::UpstreamProtocol(_)
-            | ProxyError::UpstreamTls(_) => Side::OriginClient,
+            ProxyError::OriginConnect(_)
+            | ProxyError::OriginConnectTimeout(_)
+            | ProxyError::OriginTimeout
+            | ProxyError::OriginProtocol(_)
+            | ProxyError::OriginTls(_) => Side::OriginClient,
             ProxyError::Busy => Side::Internal,
         }
     }
@@ -206,9 +206,9 @@ impl ProxyError {
     pub fn may_fail_over(&self) -> bool {
         matches!(
             self,
-            ProxyError::UpstreamConnect(_)
-                | ProxyError::UpstreamConnectTimeout(_)
-                | ProxyError::UpstreamTls(_)
+            ProxyError::OriginConnect(_)
+                | ProxyError::OriginConnectTimeout(_)
+                | ProxyError::OriginTls(_)
         )
     }
 

@@ -188,7 +188,7 @@ pub fn snapshot(
     let mut heads = std::collections::HashMap::new();
     if let Some(scene) = &scene {
         for rule in scene.router.rules() {
-            for member in rule.upstreams.members() {
+            for member in rule.origins.members() {
                 let (c, s) = member.stats(false).heads();
                 let (ct, st) = member.stats(true).heads();
                 let both = if std::ptr::eq(member.stats(false), member.stats(true)) {
@@ -208,7 +208,7 @@ pub fn snapshot(
     let mut upstreams = Vec::new();
     if let Some(scene) = &scene {
         for rule in scene.router.rules() {
-            let set = &rule.upstreams;
+            let set = &rule.origins;
             for member in set.members() {
                 let key = (
                     rule.config.domain_text.clone(),

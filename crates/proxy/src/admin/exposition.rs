@@ -495,7 +495,7 @@ fn origin_health(view: &Api<'_>, f: &mut Families) {
         None,
     );
     for rule in view.router.rules() {
-        let set = &rule.upstreams;
+        let set = &rule.origins;
         for member in set.members() {
             let ok = set.in_rotation(member);
             up.gauge(

@@ -458,7 +458,7 @@ fn status(cache: Option<&Cache>, router: &Router) -> Response<ProxyBody> {
     });
     let mut upstreams = Vec::new();
     for rule in router.rules() {
-        let set = &rule.upstreams;
+        let set = &rule.origins;
         for m in set.members() {
             upstreams.push(OriginHealth {
                 domain: &rule.config.domain_text,

@@ -253,7 +253,7 @@ impl OriginSet {
         match (&member.target.tls, &member.tls_key) {
             (Some(shown), key) if member.target.https_only || https => match key {
                 Some(key) => Ok((shown, key, Scheme::HTTPS)),
-                None => Err(ProxyError::UpstreamTls(
+                None => Err(ProxyError::OriginTls(
                     format!(
                         "cannot use {:?} as the origin's TLS name",
                         member.target.tls_name
@@ -278,7 +278,7 @@ impl OriginSet {
     ) -> Result<(&'m Authority, Authority, Scheme), ProxyError> {
         let (shown, key, scheme) = OriginSet::route(member, https)?;
         let key = proxied_key(key, header).ok_or_else(|| {
-            ProxyError::UpstreamConnect(format!("cannot make a pool key for {key}").into())
+            ProxyError::OriginConnect(format!("cannot make a pool key for {key}").into())
         })?;
         Ok((shown, key, scheme))
     }

@@ -79,7 +79,7 @@ impl OriginClient {
             let sent = match self.timeout {
                 Some(t) => tokio::time::timeout(t, self.h1.send(req, key, interim, upgrade))
                     .await
-                    .map_err(|_| ProxyError::UpstreamTimeout)?,
+                    .map_err(|_| ProxyError::OriginTimeout)?,
                 None => self.h1.send(req, key, interim, upgrade).await,
             };
             return sent.map_err(|e| {
@@ -104,14 +104,14 @@ impl OriginClient {
         let sent = match self.timeout {
             Some(t) => tokio::time::timeout(t, h2)
                 .await
-                .map_err(|_| ProxyError::UpstreamTimeout)?,
+                .map_err(|_| ProxyError::OriginTimeout)?,
             None => h2.await,
         };
         sent.map(|res| res.map(OriginBody::H2)).map_err(|e| {
             body_fault().unwrap_or_else(|| match e {
                 H2Failure::Connect(e) => self.classify(e, true),
                 H2Failure::Request(e) => self.classify(Box::new(e), false),
-                H2Failure::Answer(why) => ProxyError::UpstreamProtocol(why.into()),
+                H2Failure::Answer(why) => ProxyError::OriginProtocol(why.into()),
             })
         })
     }
@@ -130,13 +130,13 @@ impl OriginClient {
             cur = c.source();
         }
         if tls {
-            ProxyError::UpstreamTls(e)
+            ProxyError::OriginTls(e)
         } else if connect && is_timeout(&*e) {
-            ProxyError::UpstreamConnectTimeout(self.connect_timeout)
+            ProxyError::OriginConnectTimeout(self.connect_timeout)
         } else if connect {
-            ProxyError::UpstreamConnect(e)
+            ProxyError::OriginConnect(e)
         } else {
-            ProxyError::UpstreamProtocol(e)
+            ProxyError::OriginProtocol(e)
         }
     }
 }

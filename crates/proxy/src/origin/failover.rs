@@ -107,14 +107,14 @@ pub async fn send<T>(
             // restarted mid-request): a safe, body-less request goes to the next origin, as
             // NGINX's `proxy_next_upstream error` does. The origin is not marked down: its
             // next connection says whether it is.
-            Err(e @ ProxyError::UpstreamProtocol(_)) if resendable && head.method.is_safe() => {
+            Err(e @ ProxyError::OriginProtocol(_)) if resendable && head.method.is_safe() => {
                 tracing::warn!(upstream = %shown, error = %Chain(&e), "origin connection failed before the answer; trying the next origin");
                 last_err = Some(e);
             }
             Err(e) => return Err(e),
         }
     }
-    Err(last_err.unwrap_or_else(|| ProxyError::UpstreamConnect("no upstream".into())))
+    Err(last_err.unwrap_or_else(|| ProxyError::OriginConnect("no upstream".into())))
 }
 
 /// `member`'s pool key for this request, with the name shown in logs and the scheme; a rule

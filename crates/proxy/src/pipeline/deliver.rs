@@ -64,7 +64,7 @@ pub fn deliver(w: &Worker, txn: &mut Txn, d: Delivery) -> Response<ProxyBody> {
                 variant: t.variant().cloned(),
                 length,
             };
-            let reader = writer::publish(leader, head, body, t, room, w.upstream.timeout());
+            let reader = writer::publish(leader, head, body, t, room, w.origin_client.timeout());
             let (status, body) = ranges::cut_range(
                 widened.as_ref().map(|w| &w.headers),
                 parts.status,

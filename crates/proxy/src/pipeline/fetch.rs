@@ -181,8 +181,8 @@ pub fn send<'a>(
     // Returned as it is: wrapped in another `async` block, it would be moved once more per
     // request (~500 instructions of copying a pass).
     failover::send(
-        &w.upstream,
-        &route.rule.upstreams,
+        &w.origin_client,
+        &route.rule.origins,
         attempt,
         head,
         fields,

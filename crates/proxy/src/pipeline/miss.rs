@@ -53,7 +53,7 @@ pub async fn join(
                 tracing::debug!("miss, leading the fetch");
                 let mut shared_lock = None;
                 if txn.mode == Mode::Client && cache.shared_tier().is_some() {
-                    let wait = w.upstream.timeout().unwrap_or(Duration::from_secs(45));
+                    let wait = w.origin_client.timeout().unwrap_or(Duration::from_secs(45));
                     let transforms = txn.route().rule.transforms();
                     let Some(miss) = txn.miss.as_mut() else {
                         return Ok(Step::Fetch);
@@ -85,7 +85,7 @@ pub async fn join(
             Role::Waiter(_) if txn.mode == Mode::Refresh => return Err(ProxyError::NotCached),
             Role::Waiter(inflight) => {
                 tracing::debug!("miss, waiting for the fetch in flight");
-                let wait = w.upstream.timeout().unwrap_or(Duration::from_secs(45));
+                let wait = w.origin_client.timeout().unwrap_or(Duration::from_secs(45));
                 let waited = wait_for_leader(cache, txn, req, &inflight, wait, &mut widened).await;
                 if let Some(step) = waited {
                     return Ok(step);

@@ -183,7 +183,7 @@ mod tests {
             &config,
             crate::pipeline::worker_state::Parts {
                 router: Arc::new(Router::new(&config)),
-                upstream: OriginClient::new(&config.upstream, origin_tls),
+                origin_client: OriginClient::new(&config.upstream, origin_tls),
                 cache: Some(Arc::new(Cache::new(1 << 20, 1 << 16))),
                 screen: Arc::new(Screen::new(&config, None)),
                 shared: None,

@@ -441,7 +441,7 @@ async fn screen_request(
     // header alone must not lift an upload's limits.
     if crate::headers::is_grpc(req.headers())
         && rule
-            .upstreams
+            .origins
             .members()
             .iter()
             .any(|m| m.target.protocol != rampart_config::OriginProtocol::Http1)

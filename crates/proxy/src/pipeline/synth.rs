@@ -119,9 +119,9 @@ mod tests {
     #[test]
     fn status_map() {
         assert_eq!(ProxyError::NoRoute("x".into()).status(), 404);
-        assert_eq!(ProxyError::UpstreamConnect("refused".into()).status(), 502);
-        assert_eq!(ProxyError::UpstreamTimeout.status(), 504);
-        assert_eq!(ProxyError::UpstreamTimeout.side(), Side::OriginClient);
+        assert_eq!(ProxyError::OriginConnect("refused".into()).status(), 502);
+        assert_eq!(ProxyError::OriginTimeout.status(), 504);
+        assert_eq!(ProxyError::OriginTimeout.side(), Side::OriginClient);
         assert_eq!(ProxyError::BlockedByPathRule.status(), 403);
         assert_eq!(ProxyError::ClientBody(BodyFault::TooLarge).status(), 413);
         assert_eq!(ProxyError::ClientBody(BodyFault::Timeout).status(), 408);

@@ -151,7 +151,7 @@ pub fn switch(
     let idle = rule.upgrade_idle_timeout.unwrap_or(w.upgrade_idle);
     // invariant: the origin client puts the connection in every 101 it returns.
     let Some(origin) = fetched.res.extensions_mut().remove::<OriginSide>() else {
-        return Err(ProxyError::UpstreamProtocol(
+        return Err(ProxyError::OriginProtocol(
             "a 101 without its connection".into(),
         ));
     };

@@ -19,7 +19,7 @@ use crate::telemetry::access_log::AccessLog;
 #[derive(Debug)]
 pub struct Worker {
     pub router: Arc<Router>,
-    pub upstream: OriginClient,
+    pub origin_client: OriginClient,
     pub cache: Option<Arc<Cache>>,
     /// `add_logging`: the access log is on (each rule has its own `enable_logging` too).
     pub access_log: bool,
@@ -57,7 +57,7 @@ pub struct Worker {
 #[derive(Debug)]
 pub struct Parts {
     pub router: Arc<Router>,
-    pub upstream: OriginClient,
+    pub origin_client: OriginClient,
     pub cache: Option<Arc<Cache>>,
     pub screen: Arc<Screen>,
     pub shared: Option<rampart_redis::Shared>,
@@ -85,7 +85,7 @@ impl Worker {
     pub fn new(config: &rampart_config::Config, parts: Parts) -> Self {
         let Parts {
             router,
-            upstream,
+            origin_client,
             cache,
             screen,
             shared,
@@ -99,7 +99,7 @@ impl Worker {
             access,
             control,
             router,
-            upstream,
+            origin_client,
             cache,
             access_log: config.add_logging,
             grace: config.cache.grace,

@@ -26,7 +26,7 @@ use crate::origin::balance::OriginSet;
 #[derive(Debug)]
 pub struct Rule {
     pub config: RuleConfig,
-    pub upstreams: OriginSet,
+    pub origins: OriginSet,
     /// This rule's own per-client limiter (`rate_limit_per_second` in the rule); kept across
     /// reloads that leave the rule's rate alone.
     pub limiter: Option<Arc<Limiter>>,
@@ -147,9 +147,9 @@ impl Router {
                     .find(|r| r.config.domain == rc.domain)
                     .map(|r| (&**r, p.max_clients))
             });
-            let upstreams = OriginSet::new(rc);
+            let origins = OriginSet::new(rc);
             if let Some((old, _)) = before {
-                upstreams.adopt(&old.upstreams);
+                origins.adopt(&old.origins);
             }
             let limiter = match before {
                 Some((old, old_max))
@@ -163,7 +163,7 @@ impl Router {
             };
             rules.push(Arc::new(Rule {
                 config: rc.clone(),
-                upstreams,
+                origins,
                 limiter,
                 hsts: rc
                     .hsts

@@ -66,7 +66,7 @@ async fn run(router: Arc<Router>, upstream: OriginClient, shutdown: watch::Recei
         let Some(check) = &rule.config.health_check else {
             continue;
         };
-        for i in 0..rule.upstreams.len() {
+        for i in 0..rule.origins.len() {
             probes.push(tokio::spawn(probe_loop(
                 rule.clone(),
                 i,
@@ -97,7 +97,7 @@ async fn probe_loop(
     upstream: Arc<OriginClient>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let member = &rule.upstreams.members()[index];
+    let member = &rule.origins.members()[index];
     let host = probe_host(&rule, member);
     let timeout = check
         .interval

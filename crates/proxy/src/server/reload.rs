@@ -110,7 +110,7 @@ pub struct Live {
     tls: Option<Tls>,
     origin_tls: Arc<rustls::ClientConfig>,
     /// One connection pool per worker.
-    upstreams: Vec<OriginClient>,
+    origin_clients: Vec<OriginClient>,
     per_ip: Option<Arc<PerIp>>,
     limit: Arc<ConnLimit>,
     cache: Option<Arc<Cache>>,
@@ -204,7 +204,7 @@ impl Live {
             share(c, s);
         }
         let router = Arc::new(Router::new(&config));
-        let upstreams = (0..groups)
+        let origin_clients = (0..groups)
             .map(|_| OriginClient::new(&config.upstream, origin_tls.clone()))
             .collect();
         let listening: Vec<Listening> = bound.iter().map(Listening::of).collect();
@@ -222,7 +222,7 @@ impl Live {
             router,
             tls,
             origin_tls,
-            upstreams,
+            origin_clients,
             cache,
             control,
             health: None,
@@ -359,7 +359,7 @@ impl Live {
             self.access = access;
         }
         if let Some(origin_tls) = p.origin_tls {
-            self.upstreams = (0..self.groups)
+            self.origin_clients = (0..self.groups)
                 .map(|_| OriginClient::new(&config.upstream, origin_tls.clone()))
                 .collect();
             self.origin_tls = origin_tls;
@@ -525,7 +525,7 @@ impl Live {
             config,
             Parts {
                 router: self.router.clone(),
-                upstream: self.upstreams[i].clone(),
+                origin_client: self.origin_clients[i].clone(),
                 cache: self.cache.clone(),
                 screen: self.screen.clone(),
                 shared: self.shared.clone(),

@@ -517,9 +517,9 @@ mod tests {
         let blocked = ProxyError::Blocked(Screened::UserAgent);
         assert_eq!(reason(&blocked), Some("user_agent"));
         assert_eq!(reason(&ProxyError::BlockedByPathRule), Some("path_rule"));
-        assert_eq!(reason(&ProxyError::UpstreamTimeout), None);
+        assert_eq!(reason(&ProxyError::OriginTimeout), None);
         assert_eq!(
-            OriginErrorKind::of(&ProxyError::UpstreamTimeout).map(OriginErrorKind::label),
+            OriginErrorKind::of(&ProxyError::OriginTimeout).map(OriginErrorKind::label),
             Some("timeout")
         );
     }

@@ -131,11 +131,11 @@ impl OriginErrorKind {
     /// `None` for an error that is not the origin's.
     pub fn of(e: &ProxyError) -> Option<OriginErrorKind> {
         Some(match e {
-            ProxyError::UpstreamConnect(_) => OriginErrorKind::Connect,
-            ProxyError::UpstreamConnectTimeout(_) => OriginErrorKind::ConnectTimeout,
-            ProxyError::UpstreamTimeout => OriginErrorKind::Timeout,
-            ProxyError::UpstreamTls(_) => OriginErrorKind::Tls,
-            ProxyError::UpstreamProtocol(_) => OriginErrorKind::Protocol,
+            ProxyError::OriginConnect(_) => OriginErrorKind::Connect,
+            ProxyError::OriginConnectTimeout(_) => OriginErrorKind::ConnectTimeout,
+            ProxyError::OriginTimeout => OriginErrorKind::Timeout,
+            ProxyError::OriginTls(_) => OriginErrorKind::Tls,
+            ProxyError::OriginProtocol(_) => OriginErrorKind::Protocol,
             _ => return None,
         })
     }
