@@ -163,42 +163,15 @@ fn sent_on(req: &mut Request<RequestBody>) -> Request<RequestBody> {
 }
 
 #[cfg(test)]
+mod stage_tests;
+
+#[cfg(test)]
 mod tests {
     use std::net::Ipv4Addr;
 
     use super::*;
-    use crate::caching::Cache;
-    use crate::origin::client::OriginClient;
     use crate::pipeline::conn_info::Scheme;
-    use crate::policy::route::Router;
-    use crate::policy::screening::Screen;
-
-    fn pipeline() -> Arc<Pipeline> {
-        let src = "[[proxy_rules]]\ndomain = \"*\"\nforward_ipv4 = \"127.0.0.1\"\n";
-        let v = rampart_config::validate(src, 1);
-        let config = v.config.unwrap_or_else(|| panic!("{:?}", v.diagnostics));
-        let origin_tls =
-            rampart_tls::origin::client_config(&config.upstream).unwrap_or_else(|e| panic!("{e}"));
-        let w = Worker::new(
-            &config,
-            crate::pipeline::worker_state::Parts {
-                router: Arc::new(Router::new(&config)),
-                origin_client: OriginClient::new(&config.upstream, origin_tls),
-                cache: Some(Arc::new(Cache::new(1 << 20, 1 << 16))),
-                screen: Arc::new(Screen::new(&config, None)),
-                shared: None,
-                acme: None,
-                https_port: None,
-                control: None,
-                alt_svc: Vec::new(),
-                access: Arc::new(
-                    crate::telemetry::access_log::AccessLog::open(&config.access_log)
-                        .unwrap_or_else(|e| panic!("{e}")),
-                ),
-            },
-        );
-        Arc::new(Pipeline::new(w))
-    }
+    use crate::pipeline::stage_tests::pipeline;
 
     /// Not a timing test: a future's size is fixed when it is compiled, and every request moves
     /// its future (into the connection's box, through hyper). With the origin's stages inline
