@@ -36,7 +36,7 @@ use crate::telemetry::metrics::Counted;
 use crate::transport::accept::{Accepted, Conn};
 use crate::transport::limits::ConnLimit;
 use crate::transport::listen::{self, Bound, Kind};
-use crate::transport::settings::Slot;
+use crate::transport::in_force::Slot;
 
 /// Bound sockets, ready to serve.
 #[derive(Debug)]

@@ -35,7 +35,7 @@ use crate::policy::screening::Screen;
 use crate::telemetry::access_log::AccessLog;
 use crate::transport::limits::{ConnLimit, PerIp};
 use crate::transport::listen::{self, Bound, Kind};
-use crate::transport::settings::{ConnSettings, Current, Slot};
+use crate::transport::in_force::{ConnSettings, Current, Slot};
 
 /// Listener changes sent to a worker.
 #[derive(Debug)]

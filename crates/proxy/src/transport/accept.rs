@@ -23,7 +23,7 @@ use crate::pipeline::conn_info::ConnInfo;
 use crate::telemetry::metrics::Counted;
 use crate::transport::h2_streams::{StreamExec, Streams};
 use crate::transport::send_timeout::Watched;
-use crate::transport::settings::Slot;
+use crate::transport::in_force::Slot;
 
 /// A connection as accept leaves it to its task.
 pub(crate) struct Accepted {

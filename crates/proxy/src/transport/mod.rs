@@ -11,4 +11,4 @@ pub mod listen;
 pub mod malformed;
 pub mod park;
 pub mod send_timeout;
-pub mod settings;
+pub mod in_force;

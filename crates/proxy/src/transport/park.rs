@@ -50,7 +50,7 @@ struct Parked {
     stats: ConnStats,
     peer: std::net::SocketAddr,
     local: std::net::SocketAddr,
-    slot: Arc<crate::transport::settings::Slot>,
+    slot: Arc<crate::transport::in_force::Slot>,
     keepalive_until: Instant,
     held: Held,
 }
@@ -373,7 +373,7 @@ async fn serve_again(
     stats: ConnStats,
     peer: std::net::SocketAddr,
     local: std::net::SocketAddr,
-    slot: Arc<crate::transport::settings::Slot>,
+    slot: Arc<crate::transport::in_force::Slot>,
     held: Held,
     mut stop: watch::Receiver<bool>,
 ) {

@@ -43,7 +43,7 @@ use crate::body::{ClientBody, ProxyBody};
 use crate::pipeline::conn_info::{ConnInfo, Scheme};
 use crate::telemetry::metrics::ConnStats;
 use crate::transport::limits::{ConnLimit, ConnPermit, PerIpSlot};
-use crate::transport::settings::{ConnSettings, Slot};
+use crate::transport::in_force::{ConnSettings, Slot};
 
 /// While this many handshakes are in progress on one socket, a client whose address is not
 /// yet validated is sent a Retry first (RFC 9000 §8.1.2): spoofed Initial packets then cost
