@@ -9,6 +9,8 @@
 //! `pipeline/hit.rs`.
 
 pub mod coalesce;
+pub mod coding;
+pub mod freshen;
 pub mod shared_tier;
 pub mod transform;
 pub mod writer;

@@ -16,7 +16,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use http::{HeaderMap, HeaderValue};
+use http::{HeaderMap, HeaderName, HeaderValue};
 use rampart_cache::policy::{self, Usable};
 use rampart_cache::vary::Vary;
 use rampart_redis::cache_tier::{Found, LOCK_FOR};
@@ -159,6 +159,47 @@ fn use_object(
         });
     }
     Some(obj)
+}
+
+/// Writes an object just stored here to the cache tier the instances share, when there is
+/// one and the object is within `redis_cache_max_object` and of use for a while yet; the
+/// write lifts `lock`. In the background: the request never waits for it.
+pub fn share(
+    cache: &Cache,
+    key: &CacheKey,
+    variant: Option<&[u8]>,
+    obj: &Object,
+    lock: Option<SharedLock>,
+) {
+    let Some(shared) = cache.shared_tier() else {
+        return;
+    };
+    if obj.body.len() > shared.cache_max_object() {
+        return;
+    }
+    let ttl = rampart_cache::wire::shared_ttl(obj, SystemTime::now());
+    if ttl.is_zero() {
+        return;
+    }
+    let vary = match &obj.vary {
+        Vary::Fields(f) => f
+            .iter()
+            .map(HeaderName::as_str)
+            .collect::<Vec<_>>()
+            .join(","),
+        _ => String::new(),
+    };
+    shared.cache_store(
+        key,
+        vary,
+        variant,
+        rampart_cache::wire::encode(obj),
+        ttl,
+        &obj.tags,
+    );
+    if let Some(lock) = lock {
+        lock.stored();
+    }
 }
 
 /// This instance fetches `key` for every instance (it holds the shared tier's fetch lock):

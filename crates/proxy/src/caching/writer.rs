@@ -1,7 +1,8 @@
 //! store: everything that writes to the cache. A miss's response head decides whether its body
 //! is stored ([`prepare`] gives a [`StoreTicket`]); the body is then copied into the ticket as it
 //! streams, teed to one client ([`Tee`]) or pumped for every coalesced reader ([`publish`]), and
-//! stored when it ends. [`freshen`] updates a stored response with a 304.
+//! stored when it ends. A 304 updates a stored response in `freshen.rs`; an object stored here
+//! goes to the shared tier through `shared_tier.rs`.
 //!
 //! Imports: `cache` and `coalesce` below it; `body` and the stages above it import this module,
 //! never the other way round.
@@ -12,11 +13,10 @@ use std::task::{ready, Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use http::header::{HeaderName, HeaderValue, AGE, ETAG};
+use http::header::{HeaderName, HeaderValue, AGE};
 use http::{HeaderMap, Method, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use rampart_cache::cache_control::ResponseDirectives;
-use rampart_cache::conditional;
 use rampart_cache::disk::large::LargeWrite;
 use rampart_cache::freshness;
 use rampart_cache::key::CacheKey;
@@ -27,7 +27,7 @@ use rampart_cache::targeted::CDN_CACHE_CONTROL;
 use rampart_cache::vary::Vary;
 
 use crate::caching::coalesce::{Feed, InflightBody, Leader, SharedHead};
-use crate::caching::shared_tier::SharedLock;
+use crate::caching::shared_tier::{share, SharedLock};
 use crate::caching::transform::Transforms;
 use crate::caching::{Cache, Missed};
 use crate::outcome::{CacheLabel, CACHE_STATUS, X_ARC2_CACHE};
@@ -78,7 +78,7 @@ pub fn prepare(
     // only once the copy exists (the key keeps the origin's own Vary).
     let webp = crate::caching::transform::gets_webp(&transforms, lifetime, status, res_headers);
     if webp {
-        crate::caching::transform::vary_on(&mut headers, "Accept");
+        crate::caching::coding::vary_on(&mut headers, "Accept");
     }
     let ticket = |reservation: Option<Reservation>, large: Option<LargeWrite>| {
         Box::new(StoreTicket {
@@ -142,111 +142,6 @@ fn large_write(
         return None;
     }
     cache.disk()?.begin_large(key, length)
-}
-
-/// Updates a stored response with a 304 (RFC 9111 §4.3.4) and stores the result; returns
-/// the object to answer with (its old body, its new headers and freshness).
-pub fn freshen(
-    cache: &Cache,
-    missed: &Missed,
-    stale: &Object,
-    req_headers: &HeaderMap,
-    not_modified: &HeaderMap,
-    timing: Timing,
-) -> Arc<Object> {
-    let (request_time, response_time) = (timing.request, timing.response);
-    let mut merged = conditional::freshen(&stale.headers, not_modified);
-    // A stored body rampart rewrote (minified) carries the origin's validator made weak; the
-    // origin's 304 names the strong one again, which must not come back for these bytes.
-    if let (Some(old), Some(new)) = (stale.headers.get(ETAG), merged.get(ETAG)) {
-        if old.as_bytes().strip_prefix(b"W/") == Some(new.as_bytes()) {
-            merged.insert(ETAG, old.clone());
-        }
-    }
-    // The stored copy has no CDN-Cache-Control any more: unless the 304 brings one, the
-    // directives it was stored under still hold.
-    let directives = if stale.directives.targeted && !not_modified.contains_key(&CDN_CACHE_CONTROL)
-    {
-        stale.directives.clone()
-    } else {
-        ResponseDirectives::parse(&merged)
-    };
-    let headers = stored_headers(&merged, &directives);
-    let exchange = policy::Exchange {
-        method: &Method::GET,
-        req_headers,
-        req: &missed.directives,
-        status: stale.status,
-        res_headers: &headers,
-        res: &directives,
-        vary: &stale.vary,
-        response_time,
-    };
-    let lifetime = policy::storable(&exchange, &missed.policy).unwrap_or(Duration::ZERO);
-    let directives = policy::with_stale_defaults(directives, &missed.policy);
-    let mut headers = hit_headers(&headers);
-    let initial_age = freshness::initial_age(not_modified, request_time, response_time);
-    let make = |headers: HeaderMap, body: bytes::Bytes| {
-        let f = fields(&headers, &[]);
-        Object {
-            status: stale.status,
-            headers_charge: f.charge,
-            wire: f.wire,
-            initial_age,
-            headers: f.headers,
-            body,
-            request_time,
-            response_time,
-            lifetime,
-            directives: directives.clone(),
-            vary: stale.vary.clone(),
-            invalidated: Default::default(),
-            refreshing: Default::default(),
-            encoded: Box::default(),
-            webp: None,
-            residency: None,
-            disk: Default::default(),
-            extent: None,
-            tags: stale.tags.clone(),
-        }
-    };
-    // The encoded and WebP copies keep their bodies and take the refreshed fields.
-    if !stale.encoded.is_empty() {
-        crate::caching::transform::vary_on_accept_encoding(&mut headers);
-    }
-    if stale.webp.is_some() {
-        crate::caching::transform::vary_on(&mut headers, "Accept");
-    }
-    let encoded = crate::caching::transform::reheaded_copies(stale, &headers, make);
-    let webp = crate::caching::transform::reheaded_webp(stale, &headers, make);
-    // The same body, charged where the stale object's was (see `Residency`).
-    let obj = Arc::new(Object {
-        encoded,
-        webp,
-        residency: stale.residency.clone(),
-        disk: if stale.disk.allowed() {
-            DiskMark::default()
-        } else {
-            DiskMark::never()
-        },
-        ..make(headers, stale.body.clone())
-    });
-    if lifetime.is_zero() {
-        cache.store().invalidate(&missed.key);
-    } else {
-        let variant = match &obj.vary {
-            Vary::None => None,
-            v => v.variant_key(req_headers),
-        };
-        share(cache, &missed.key, variant.as_deref(), &obj, None);
-        let stored = cache
-            .store()
-            .insert(missed.key.clone(), variant.as_deref(), obj.clone());
-        if stored {
-            cache.refreshed(&missed.key, variant.as_deref(), stale, &obj);
-        }
-    }
-    obj
 }
 
 /// Everything needed to store a response, and its body as it is collected. The body is
@@ -641,51 +536,13 @@ where
     }
 }
 
-/// Writes an object just stored here to the cache tier the instances share, when there is
-/// one and the object is within `redis_cache_max_object` and of use for a while yet; the
-/// write lifts `lock`. In the background: the request never waits for it.
-fn share(
-    cache: &Cache,
-    key: &CacheKey,
-    variant: Option<&[u8]>,
-    obj: &Object,
-    lock: Option<SharedLock>,
-) {
-    let Some(shared) = cache.shared_tier() else {
-        return;
-    };
-    if obj.body.len() > shared.cache_max_object() {
-        return;
-    }
-    let ttl = rampart_cache::wire::shared_ttl(obj, SystemTime::now());
-    if ttl.is_zero() {
-        return;
-    }
-    let vary = match &obj.vary {
-        Vary::Fields(f) => f
-            .iter()
-            .map(HeaderName::as_str)
-            .collect::<Vec<_>>()
-            .join(","),
-        _ => String::new(),
-    };
-    shared.cache_store(
-        key,
-        vary,
-        variant,
-        rampart_cache::wire::encode(obj),
-        ttl,
-        &obj.tags,
-    );
-    if let Some(lock) = lock {
-        lock.stored();
-    }
-}
-
 /// The fields a stored copy keeps: not `Age` (recomputed per answer), not `CDN-Cache-Control`
 /// (rampart is its target; it is not forwarded), and none that a qualified `private="…"` /
 /// `no-cache="…"` withholds from shared reuse.
-fn stored_headers(res_headers: &HeaderMap, directives: &ResponseDirectives) -> HeaderMap {
+pub(super) fn stored_headers(
+    res_headers: &HeaderMap,
+    directives: &ResponseDirectives,
+) -> HeaderMap {
     let mut stored = res_headers.clone();
     for name in directives.withheld() {
         stored.remove(name);
@@ -698,7 +555,7 @@ fn stored_headers(res_headers: &HeaderMap, directives: &ResponseDirectives) -> H
 /// The header block of a fresh full hit, minus `Age`/`X-Arc2-Cache-Age`: the stored fields
 /// with the hit labels. The object built from it owns them in one buffer (see
 /// [`rampart_cache::store::fields`]).
-fn hit_headers(stored: &HeaderMap) -> HeaderMap {
+pub(super) fn hit_headers(stored: &HeaderMap) -> HeaderMap {
     static HIT: HeaderValue = HeaderValue::from_static("rampart; hit");
     let mut h = stored.clone();
     h.insert(X_ARC2_CACHE.clone(), CacheLabel::Hit.header());

@@ -10,7 +10,7 @@ use http::{HeaderMap, Response};
 use rampart_transform::compress::StreamEncoder;
 
 use crate::body::ProxyBody;
-use crate::caching::transform;
+use crate::caching::coding::{compressible, encoded_headers, vary_on_accept_encoding};
 use crate::error::ProxyError;
 use crate::pipeline::conn_info::Scheme;
 use crate::pipeline::synth;
@@ -135,10 +135,10 @@ fn compress(txn: &mut Txn, mut res: Response<ProxyBody>) -> Response<ProxyBody> 
         return res;
     };
     let head = txn.head;
-    if !transform::compressible(res.status(), res.headers(), &c) {
+    if !compressible(res.status(), res.headers(), &c) {
         return res;
     }
-    transform::vary_on_accept_encoding(res.headers_mut());
+    vary_on_accept_encoding(res.headers_mut());
     let Some(coding) = coding.filter(|_| !head) else {
         return res;
     };
@@ -150,6 +150,6 @@ fn compress(txn: &mut Txn, mut res: Response<ProxyBody>) -> Response<ProxyBody> 
         }
     };
     let (mut parts, body) = res.into_parts();
-    transform::encoded_headers(&mut parts.headers, coding, None);
+    encoded_headers(&mut parts.headers, coding, None);
     Response::from_parts(parts, ProxyBody::encoded(body, encoder))
 }

@@ -14,9 +14,9 @@ use rampart_cache::policy::NotStored;
 use rampart_cache::targeted::CDN_CACHE_CONTROL;
 
 use crate::caching::coalesce::UNCACHEABLE_FOR;
-use crate::caching::transform;
 use crate::caching::writer::{self, Timing};
 use crate::caching::Cache;
+use crate::caching::{coding, freshen};
 use crate::error::{Chain, ProxyError};
 use crate::headers::content_length;
 use crate::outcome::{CacheLabel, CacheOutcome, Served};
@@ -96,7 +96,7 @@ pub fn store(w: &Worker, txn: &mut Txn, mut fetched: Fetched) -> Result<Step, Pr
         };
         if d.ticket.as_ref().is_some_and(|t| t.varies_on_accept()) {
             // The same Vary as every later response of it, WebP copy or not yet.
-            transform::vary_on(&mut d.parts.headers, "Accept");
+            coding::vary_on(&mut d.parts.headers, "Accept");
         }
         d.leader = match (&d.ticket, leader) {
             // Not shareable for a reason that lasts: the waiters go at once, and so do the next
@@ -204,7 +204,7 @@ fn from_stale_entry(
             request: fetched.request_time,
             response: response_time,
         };
-        let obj = writer::freshen(cache, l, stale, req_headers, fetched.res.headers(), timing);
+        let obj = freshen::freshen(cache, l, stale, req_headers, fetched.res.headers(), timing);
         (obj, Served::Revalidated)
     } else if matches!(status.as_u16(), 500 | 502 | 503 | 504)
         && hit::stale_if_error_allows(stale, response_time, w.grace)

@@ -13,8 +13,8 @@ use http::Request;
 use rampart_cache::encoding::Coding;
 
 use crate::caching::coalesce::Leader;
+use crate::caching::coding::Compress;
 use crate::caching::shared_tier::SharedLock;
-use crate::caching::transform::Compress;
 use crate::caching::Missed;
 use crate::outcome::CacheOutcome;
 use crate::pipeline::conn_info::{ConnInfo, Scheme};

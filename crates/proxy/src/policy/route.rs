@@ -19,7 +19,8 @@ use rampart_screen::ratelimit::Limiter;
 
 use rampart_transform::minify::Languages;
 
-use crate::caching::transform::{Compress, Transforms};
+use crate::caching::coding::Compress;
+use crate::caching::transform::Transforms;
 use crate::origin::balance::OriginSet;
 
 /// A validated rule plus its runtime state.

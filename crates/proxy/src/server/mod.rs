@@ -34,9 +34,9 @@ use crate::pipeline::conn_info::{ConnInfo, Scheme};
 use crate::server::reload::{ListenerCmd, Live, ReloadError, Reloaded, WorkerStart};
 use crate::telemetry::metrics::Counted;
 use crate::transport::accept::{Accepted, Conn};
+use crate::transport::in_force::Slot;
 use crate::transport::limits::ConnLimit;
 use crate::transport::listen::{self, Bound, Kind};
-use crate::transport::in_force::Slot;
 
 /// Bound sockets, ready to serve.
 #[derive(Debug)]

@@ -33,9 +33,9 @@ use crate::pipeline::Pipeline;
 use crate::policy::route::Router;
 use crate::policy::screening::Screen;
 use crate::telemetry::access_log::AccessLog;
+use crate::transport::in_force::{ConnSettings, Current, Slot};
 use crate::transport::limits::{ConnLimit, PerIp};
 use crate::transport::listen::{self, Bound, Kind};
-use crate::transport::in_force::{ConnSettings, Current, Slot};
 
 /// Listener changes sent to a worker.
 #[derive(Debug)]

@@ -22,8 +22,8 @@ use crate::interim::Interim;
 use crate::pipeline::conn_info::ConnInfo;
 use crate::telemetry::metrics::Counted;
 use crate::transport::h2_streams::{StreamExec, Streams};
-use crate::transport::send_timeout::Watched;
 use crate::transport::in_force::Slot;
+use crate::transport::send_timeout::Watched;
 
 /// A connection as accept leaves it to its task.
 pub(crate) struct Accepted {

@@ -5,10 +5,10 @@
 pub mod accept;
 pub mod h2_streams;
 pub mod h3;
+pub mod in_force;
 pub mod limits;
 pub mod linger;
 pub mod listen;
 pub mod malformed;
 pub mod park;
 pub mod send_timeout;
-pub mod in_force;

@@ -42,8 +42,8 @@ use crate::body::h3::H3Body;
 use crate::body::{ClientBody, ProxyBody};
 use crate::pipeline::conn_info::{ConnInfo, Scheme};
 use crate::telemetry::metrics::ConnStats;
-use crate::transport::limits::{ConnLimit, ConnPermit, PerIpSlot};
 use crate::transport::in_force::{ConnSettings, Slot};
+use crate::transport::limits::{ConnLimit, ConnPermit, PerIpSlot};
 
 /// While this many handshakes are in progress on one socket, a client whose address is not
 /// yet validated is sent a Retry first (RFC 9000 §8.1.2): spoofed Initial packets then cost
