@@ -183,51 +183,7 @@ pub fn snapshot(
             "disk": c.disk().map(crate::admin::figures::disk),
         })
     });
-    // Each origin's response time comes from the requests sent to it (plain and TLS), not
-    // only from health probes or `Performance` routing's average.
-    let mut heads = std::collections::HashMap::new();
-    if let Some(scene) = &scene {
-        for rule in scene.router.rules() {
-            for member in rule.origins.members() {
-                let (c, s) = member.stats(false).heads();
-                let (ct, st) = member.stats(true).heads();
-                let both = if std::ptr::eq(member.stats(false), member.stats(true)) {
-                    (c, s)
-                } else {
-                    (c + ct, s + st)
-                };
-                let key = (
-                    rule.config.domain_text.clone(),
-                    member.target.authority.as_str().to_owned(),
-                );
-                heads.insert(key, both);
-            }
-        }
-    }
-    let recent = origins.observe(heads);
-    let mut upstreams = Vec::new();
-    if let Some(scene) = &scene {
-        for rule in scene.router.rules() {
-            let set = &rule.origins;
-            for member in set.members() {
-                let key = (
-                    rule.config.domain_text.clone(),
-                    member.target.authority.as_str().to_owned(),
-                );
-                let (mean, rate) = recent(&key);
-                let average = member
-                    .latency()
-                    .map(|d| (d.as_secs_f64() * 1e6).round() / 1e3);
-                upstreams.push(json!({
-                    "rule": rule.config.domain_text,
-                    "origin": member.target.authority.as_str(),
-                    "up": set.in_rotation(member),
-                    "latency_ms": mean.or(average),
-                    "requests_per_second": (rate * 10.0).round() / 10.0,
-                }));
-            }
-        }
-    }
+    let upstreams = origin_rows(scene.as_ref(), origins);
     let (hosts, paths) = m.top(10);
     let refusals: Vec<Value> = m
         .refusals(20)
@@ -283,4 +239,55 @@ pub fn snapshot(
         "top_paths": paths,
         "recent_blocked": refusals,
     })
+}
+
+/// One row per origin of every rule: whether it is in rotation, its recent response time (from
+/// the requests sent to it, plain and TLS, else `Performance` routing's average) and rate.
+fn origin_rows(scene: Option<&Arc<Scene>>, origins: &mut OriginWindows) -> Vec<Value> {
+    // Each origin's response time comes from the requests sent to it (plain and TLS), not
+    // only from health probes or `Performance` routing's average.
+    let mut heads = std::collections::HashMap::new();
+    if let Some(scene) = scene {
+        for rule in scene.router.rules() {
+            for member in rule.origins.members() {
+                let (c, s) = member.stats(false).heads();
+                let (ct, st) = member.stats(true).heads();
+                let both = if std::ptr::eq(member.stats(false), member.stats(true)) {
+                    (c, s)
+                } else {
+                    (c + ct, s + st)
+                };
+                let key = (
+                    rule.config.domain_text.clone(),
+                    member.target.authority.as_str().to_owned(),
+                );
+                heads.insert(key, both);
+            }
+        }
+    }
+    let recent = origins.observe(heads);
+    let mut upstreams = Vec::new();
+    if let Some(scene) = scene {
+        for rule in scene.router.rules() {
+            let set = &rule.origins;
+            for member in set.members() {
+                let key = (
+                    rule.config.domain_text.clone(),
+                    member.target.authority.as_str().to_owned(),
+                );
+                let (mean, rate) = recent(&key);
+                let average = member
+                    .latency()
+                    .map(|d| (d.as_secs_f64() * 1e6).round() / 1e3);
+                upstreams.push(json!({
+                    "rule": rule.config.domain_text,
+                    "origin": member.target.authority.as_str(),
+                    "up": set.in_rotation(member),
+                    "latency_ms": mean.or(average),
+                    "requests_per_second": (rate * 10.0).round() / 10.0,
+                }));
+            }
+        }
+    }
+    upstreams
 }

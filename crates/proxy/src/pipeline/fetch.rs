@@ -21,7 +21,7 @@ use crate::headers::{
 use crate::origin::failover::{self, Attempt};
 use crate::origin::fields::OriginFields;
 use crate::pipeline::conn_info::{ConnInfo, Scheme};
-use crate::pipeline::txn::{target, Mode, Txn};
+use crate::pipeline::txn::{target, Mode, Route, Txn};
 use crate::pipeline::worker_state::Worker;
 use crate::policy::rewrite;
 use crate::telemetry::access_log;
@@ -115,34 +115,8 @@ pub fn send<'a>(
         ask_for_websocket(&mut fields);
     }
     // The rule's request field rules (and its path rule's), after rampart's own: they win.
-    let rule = &route.rule.config;
-    if route.rule.extras.request_rules
-        && rewrite::rules(rule, route.path_rule(), false)
-            .next()
-            .is_some()
-    {
-        let id = fields
-            .get(&access_log::X_REQUEST_ID)
-            .or_else(|| access_log::usable_request_id(&head.headers))
-            .cloned();
-        // The name `for_origin` put in `Host`.
-        let host = fields
-            .get(&HOST)
-            .cloned()
-            .unwrap_or_else(|| crate::headers::origin_host(&route.host));
-        let vars = rewrite::Vars {
-            client_ip: Some(txn.client),
-            scheme: txn.conn.scheme.as_str(),
-            host: host.to_str().unwrap_or(""),
-            request_id: id.as_ref(),
-            path: head.uri.path(),
-            query: head.uri.query().unwrap_or(""),
-        };
-        rewrite::to_origin(
-            rewrite::rules(rule, route.path_rule(), false),
-            &mut fields,
-            &vars,
-        );
+    if route.rule.extras.request_rules {
+        field_rules(route, txn.client, txn.conn.scheme, &head, &mut fields);
     }
     let keep_headers = plan.keep_headers;
     let revalidating = plan.validators.is_some();
@@ -189,6 +163,46 @@ pub fn send<'a>(
         body,
         done,
     )
+}
+
+/// The rule's request field rules (and its path rule's) on the request for the origin, with
+/// the request's facts they may name.
+fn field_rules(
+    route: &Route,
+    client: std::net::IpAddr,
+    scheme: Scheme,
+    head: &Parts,
+    fields: &mut OriginFields,
+) {
+    let rule = &route.rule.config;
+    if rewrite::rules(rule, route.path_rule(), false)
+        .next()
+        .is_none()
+    {
+        return;
+    }
+    let id = fields
+        .get(&access_log::X_REQUEST_ID)
+        .or_else(|| access_log::usable_request_id(&head.headers))
+        .cloned();
+    // The name `for_origin` put in `Host`.
+    let host = fields
+        .get(&HOST)
+        .cloned()
+        .unwrap_or_else(|| crate::headers::origin_host(&route.host));
+    let vars = rewrite::Vars {
+        client_ip: Some(client),
+        scheme: scheme.as_str(),
+        host: host.to_str().unwrap_or(""),
+        request_id: id.as_ref(),
+        path: head.uri.path(),
+        query: head.uri.query().unwrap_or(""),
+    };
+    rewrite::to_origin(
+        rewrite::rules(rule, route.path_rule(), false),
+        fields,
+        &vars,
+    );
 }
 
 /// Asks the origin to switch to WebSocket (`Connection: upgrade`, `Upgrade: websocket`, which

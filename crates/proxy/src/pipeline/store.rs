@@ -8,7 +8,9 @@
 
 use std::time::SystemTime;
 
-use http::{HeaderMap, StatusCode, Uri};
+use http::{HeaderMap, Request, StatusCode, Uri};
+
+use crate::body::RequestBody;
 use rampart_cache::key::host_name;
 use rampart_cache::policy::NotStored;
 use rampart_cache::targeted::CDN_CACHE_CONTROL;
@@ -24,7 +26,7 @@ use crate::pipeline::deliver::{self, Delivery};
 use crate::pipeline::fetch::Fetched;
 use crate::pipeline::hit::{self, Stored};
 use crate::pipeline::step::Step;
-use crate::pipeline::txn::Txn;
+use crate::pipeline::txn::{Lead, Txn};
 use crate::pipeline::worker_state::Worker;
 
 /// The store stage for a response from the origin: [`Step::Hit`] when the stale entry answers,
@@ -62,77 +64,18 @@ pub fn store(w: &Worker, txn: &mut Txn, mut fetched: Fetched) -> Result<Step, Pr
         length,
     };
     let lead = txn.take_lead();
-    if let (Some(cache), Some(miss), Some(req_headers)) = (&w.cache, &txn.miss, &req_headers) {
-        let (leader, widened, shared_lock) = match lead {
-            Some(l) => (Some(l.leader), l.widened, l.shared_lock),
-            None => (None, None, None),
-        };
+    if let (Some(cache), Some(req_headers)) = (&w.cache, &req_headers) {
         let timing = Timing {
             request: request_time,
             response: response_time,
         };
-        let transforms = txn.route().rule.transforms();
-        let found = &miss.found;
-        let mut lasting = false;
-        d.ticket = match writer::prepare(
-            cache,
-            found,
-            &method,
-            req_headers,
-            &d.parts,
+        let asked = Asked {
+            method: &method,
+            headers: req_headers,
             timing,
-            transforms,
-        ) {
-            Ok(mut t) => {
-                t.hold_shared_lock(shared_lock);
-                t.set_tags(tags);
-                Some(t)
-            }
-            Err(why) => {
-                tracing::debug!(reason = why.as_str(), "response not stored");
-                lasting = !matches!(why, NotStored::NoRoom | NotStored::Method);
-                None
-            }
         };
-        if d.ticket.as_ref().is_some_and(|t| t.varies_on_accept()) {
-            // The same Vary as every later response of it, WebP copy or not yet.
-            coding::vary_on(&mut d.parts.headers, "Accept");
-        }
-        d.leader = match (&d.ticket, leader) {
-            // Not shareable for a reason that lasts: the waiters go at once, and so do the next
-            // misses for a while (an origin error or a full store is not remembered: the next
-            // answer may be storable).
-            (None, Some(leader)) if lasting && !d.parts.status.is_server_error() => {
-                leader.uncacheable(UNCACHEABLE_FOR);
-                None
-            }
-            (Some(_), None) => {
-                cache.coalescer().forget_uncacheable(&found.key);
-                None
-            }
-            (_, leader) => leader,
-        };
-        let o = txn
-            .outcome
-            .unwrap_or(CacheOutcome::fetched(CacheLabel::Dynamic, false));
-        txn.outcome = Some(if d.ticket.is_some() {
-            o.stored()
-        } else {
-            o.not_stored()
-        });
-        // The client's range is cut from the shared fetch only when the whole representation
-        // is stored and shared with a known length; otherwise a widened request is asked again
-        // as the client sent it (its range, its preconditions), and nothing is stored.
-        let shared = d.ticket.is_some() && d.leader.is_some() && length.is_some();
-        match widened {
-            Some(wide) if !shared && d.parts.status.is_success() => {
-                cache.refuse_widening(&found.key);
-                txn.miss = None;
-                txn.outcome = txn.outcome.map(CacheOutcome::not_stored);
-                return Ok(Step::Refetch(Box::new(wide.request())));
-            }
-            widened if shared => d.widened = widened,
-            _ => {}
+        if let Some(again) = admit(cache, txn, &mut d, lead, asked, tags) {
+            return Ok(Step::Refetch(again));
         }
     }
     // rampart is the CDN cache `CDN-Cache-Control` targets (RFC 9213): it stops here (the
@@ -141,6 +84,90 @@ pub fn store(w: &Worker, txn: &mut Txn, mut fetched: Fetched) -> Result<Step, Pr
         d.parts.headers.remove(&CDN_CACHE_CONTROL);
     }
     Ok(Step::Deliver(Box::new(d)))
+}
+
+/// The request a response answers, as the store needs it.
+struct Asked<'a> {
+    method: &'a http::Method,
+    headers: &'a HeaderMap,
+    timing: Timing,
+}
+
+/// The store's part for a GET miss: whether it keeps the response (`d.ticket`), whether the
+/// coalesced waiters share it (`d.leader`), the label; `Some` is the client's own request to
+/// send again (a widened range whose whole representation cannot be shared).
+fn admit(
+    cache: &std::sync::Arc<Cache>,
+    txn: &mut Txn,
+    d: &mut Delivery,
+    lead: Option<Lead>,
+    a: Asked<'_>,
+    tags: Box<[u64]>,
+) -> Option<Box<Request<RequestBody>>> {
+    let miss = txn.miss.as_ref()?;
+    let (leader, widened, shared_lock) = match lead {
+        Some(l) => (Some(l.leader), l.widened, l.shared_lock),
+        None => (None, None, None),
+    };
+    let transforms = txn.route().rule.transforms();
+    let found = &miss.found;
+    let mut lasting = false;
+    let prepared = writer::prepare(
+        cache, found, a.method, a.headers, &d.parts, a.timing, transforms,
+    );
+    d.ticket = match prepared {
+        Ok(mut t) => {
+            t.hold_shared_lock(shared_lock);
+            t.set_tags(tags);
+            Some(t)
+        }
+        Err(why) => {
+            tracing::debug!(reason = why.as_str(), "response not stored");
+            lasting = !matches!(why, NotStored::NoRoom | NotStored::Method);
+            None
+        }
+    };
+    if d.ticket.as_ref().is_some_and(|t| t.varies_on_accept()) {
+        // The same Vary as every later response of it, WebP copy or not yet.
+        coding::vary_on(&mut d.parts.headers, "Accept");
+    }
+    d.leader = match (&d.ticket, leader) {
+        // Not shareable for a reason that lasts: the waiters go at once, and so do the next
+        // misses for a while (an origin error or a full store is not remembered: the next
+        // answer may be storable).
+        (None, Some(leader)) if lasting && !d.parts.status.is_server_error() => {
+            leader.uncacheable(UNCACHEABLE_FOR);
+            None
+        }
+        (Some(_), None) => {
+            cache.coalescer().forget_uncacheable(&found.key);
+            None
+        }
+        (_, leader) => leader,
+    };
+    let o = txn
+        .outcome
+        .unwrap_or(CacheOutcome::fetched(CacheLabel::Dynamic, false));
+    txn.outcome = Some(if d.ticket.is_some() {
+        o.stored()
+    } else {
+        o.not_stored()
+    });
+    // The client's range is cut from the shared fetch only when the whole representation
+    // is stored and shared with a known length; otherwise a widened request is asked again
+    // as the client sent it (its range, its preconditions), and nothing is stored.
+    let shared = d.ticket.is_some() && d.leader.is_some() && d.length.is_some();
+    match widened {
+        Some(wide) if !shared && d.parts.status.is_success() => {
+            cache.refuse_widening(&found.key);
+            txn.miss = None;
+            txn.outcome = txn.outcome.map(CacheOutcome::not_stored);
+            return Some(Box::new(wide.request()));
+        }
+        widened if shared => d.widened = widened,
+        _ => {}
+    }
+    None
 }
 
 /// When fetch failed: a body that broke while it streamed to the origin (too large, too slow,

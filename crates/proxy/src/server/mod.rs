@@ -16,6 +16,7 @@
 
 pub mod probes;
 pub mod reload;
+pub mod restart;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -379,38 +380,8 @@ async fn accept_loop(
         // The configuration in force when the connection arrives sets its limits.
         let current = slot.load_full();
         let settings = &current.conn;
-        if let Some(ka) = &settings.keepalive {
-            if let Err(e) = SockRef::from(&stream).set_tcp_keepalive(ka) {
-                tracing::debug!(error = %e, "cannot set TCP keep-alive");
-            }
-        }
-        // A listener that reads PROXY headers takes them from `proxy_protocol_from` only:
-        // anyone else could claim any client address.
-        let proxied = settings.proxy_protocol.expects(configured, tls);
-        if proxied && !settings.proxy_protocol.trusts(peer.ip()) {
-            let untrusted = crate::telemetry::metrics::PpRefusal::Untrusted;
-            crate::telemetry::metrics::get().proxy_protocol_refused(untrusted);
-            tracing::debug!(%peer, "PROXY protocol listener: peer not in proxy_protocol_from; connection closed");
+        let Some(admitted) = admit(settings, &stream, peer, kind) else {
             continue;
-        }
-        // Behind a balancer every connection comes from its address: the per-address limit
-        // counts the client its PROXY header names instead (in the connection's task).
-        let per_ip = match (&settings.per_ip, proxied) {
-            (Some(table), false) => match table.acquire(peer.ip().to_canonical()) {
-                Some(slot) => Some(slot),
-                None => {
-                    crate::telemetry::metrics::get().refused_per_ip();
-                    tracing::debug!(%peer, "per-address connection limit reached; connection closed");
-                    continue;
-                }
-            },
-            _ => None,
-        };
-        let acceptor = match (tls, &settings.tls) {
-            (false, _) => None,
-            (true, Some(t)) => Some(tokio_rustls::TlsAcceptor::from(t.clone())),
-            // A reload turned HTTPS off; this listener is being closed.
-            (true, None) => continue,
         };
         let local = match bound {
             Some(a) => a,
@@ -424,10 +395,10 @@ async fn accept_loop(
                 limits: settings.limits,
                 peer,
             },
-            acceptor,
+            acceptor: admitted.acceptor,
             shared_alpn: settings.shared_alpn.clone().filter(|_| tls),
-            proxy_header: proxied,
-            per_ip: settings.per_ip.clone().filter(|_| proxied),
+            proxy_header: admitted.proxied,
+            per_ip: settings.per_ip.clone().filter(|_| admitted.proxied),
         };
         drop(current);
         // Counts the connection, its bytes and its end.
@@ -439,7 +410,7 @@ async fn accept_loop(
             let (per_ip_behind, parked) = boxed!(accepted.serve(stream, &mut stop)).await;
             let held = crate::transport::park::Held {
                 permit,
-                per_ip,
+                per_ip: admitted.per_ip,
                 per_ip_behind,
                 open,
             };
@@ -451,6 +422,64 @@ async fn accept_loop(
         };
         tokio::spawn(task.instrument(span));
     }
+}
+
+/// How a connection the listener accepted is let in under the settings in force.
+struct Admitted {
+    /// It starts with a PROXY header.
+    proxied: bool,
+    /// Its place in the per-address table (not for a proxied one: its client is known later).
+    per_ip: Option<crate::transport::limits::PerIpSlot>,
+    /// The TLS handshake to run first (HTTPS listeners).
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+}
+
+/// Lets a connection in, or `None` to close it: a PROXY listener's untrusted peer, the
+/// per-address limit reached, or an HTTPS listener a reload is closing. Sets TCP keep-alive.
+fn admit(
+    settings: &crate::transport::in_force::ConnSettings,
+    stream: &tokio::net::TcpStream,
+    peer: SocketAddr,
+    (tls, configured): (bool, SocketAddr),
+) -> Option<Admitted> {
+    if let Some(ka) = &settings.keepalive {
+        if let Err(e) = SockRef::from(&stream).set_tcp_keepalive(ka) {
+            tracing::debug!(error = %e, "cannot set TCP keep-alive");
+        }
+    }
+    // A listener that reads PROXY headers takes them from `proxy_protocol_from` only:
+    // anyone else could claim any client address.
+    let proxied = settings.proxy_protocol.expects(configured, tls);
+    if proxied && !settings.proxy_protocol.trusts(peer.ip()) {
+        let untrusted = crate::telemetry::metrics::PpRefusal::Untrusted;
+        crate::telemetry::metrics::get().proxy_protocol_refused(untrusted);
+        tracing::debug!(%peer, "PROXY protocol listener: peer not in proxy_protocol_from; connection closed");
+        return None;
+    }
+    // Behind a balancer every connection comes from its address: the per-address limit
+    // counts the client its PROXY header names instead (in the connection's task).
+    let per_ip = match (&settings.per_ip, proxied) {
+        (Some(table), false) => match table.acquire(peer.ip().to_canonical()) {
+            Some(slot) => Some(slot),
+            None => {
+                crate::telemetry::metrics::get().refused_per_ip();
+                tracing::debug!(%peer, "per-address connection limit reached; connection closed");
+                return None;
+            }
+        },
+        _ => None,
+    };
+    let acceptor = match (tls, &settings.tls) {
+        (false, _) => None,
+        (true, Some(t)) => Some(tokio_rustls::TlsAcceptor::from(t.clone())),
+        // A reload turned HTTPS off; this listener is being closed.
+        (true, None) => return None,
+    };
+    Some(Admitted {
+        proxied,
+        per_ip,
+        acceptor,
+    })
 }
 
 /// Raises the open-files soft limit to the hard limit, as a busy proxy needs (like NGINX's

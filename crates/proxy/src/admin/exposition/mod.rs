@@ -12,10 +12,14 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
+mod origins;
+mod process;
+
+pub use process::process_memory;
+
 use crate::admin::state::Api;
 use crate::telemetry::metrics::{
-    self as m, hit_ratio, BlockReason, CacheMetric, HistSnap, Metrics, OriginErrorKind, PpRefusal,
-    Protocol,
+    self as m, hit_ratio, BlockReason, CacheMetric, HistSnap, Metrics, PpRefusal, Protocol,
 };
 
 /// The `Content-Type` of each format.
@@ -156,7 +160,7 @@ fn gather(m: &Metrics, view: &Api<'_>) -> Families {
     requests(m, &mut f);
     cache(m, view, &mut f);
     connections(m, view, &mut f);
-    origins(m, view, &mut f);
+    origins::origins(m, view, &mut f);
     let blocked = f.add(
         "rampart_blocked_requests",
         "Requests refused before reaching an origin, by reason (screening, path rules, limits, malformed requests).",
@@ -189,7 +193,7 @@ fn gather(m: &Metrics, view: &Api<'_>) -> Families {
     if let Some(r) = view.redis {
         redis(r, &mut f);
     }
-    process(m, &mut f);
+    process::process(m, &mut f);
     f
 }
 
@@ -480,174 +484,6 @@ fn tls(m: &Metrics, certs: &rampart_tls::cert_store::CertStore, f: &mut Families
             fam.gauge(vec![("name", name)], t);
         }
     }
-}
-
-fn origins(m: &Metrics, view: &Api<'_>, f: &mut Families) {
-    origin_health(view, f);
-    origin_traffic(m, f);
-}
-
-/// Whether each rule's origins are in rotation.
-fn origin_health(view: &Api<'_>, f: &mut Families) {
-    let up = f.add(
-        "rampart_origin_up",
-        "1 when the origin is in rotation for the rule: passing its health checks (if any) and not refusing connections lately.",
-        None,
-    );
-    for rule in view.router.rules() {
-        let set = &rule.origins;
-        for member in set.members() {
-            let ok = set.in_rotation(member);
-            up.gauge(
-                vec![
-                    ("rule", rule.config.domain_text.clone()),
-                    ("origin", member.target.authority.as_str().to_owned()),
-                ],
-                if ok { 1.0 } else { 0.0 },
-            );
-        }
-    }
-}
-
-/// Requests, errors, connections, bytes and response times per origin address.
-fn origin_traffic(m: &Metrics, f: &mut Families) {
-    let origins: Vec<(String, Arc<m::OriginStats>)> = {
-        let o = m.origins.lock().unwrap_or_else(|p| p.into_inner());
-        let mut v: Vec<_> = o.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        v.sort_by(|a, b| a.0.cmp(&b.0));
-        v
-    };
-    let label = |name: &str| vec![("origin", name.to_owned())];
-    type Sum = fn(&m::OriginShard) -> &std::sync::atomic::AtomicU64;
-    let counters: [(&'static str, &'static str, Option<Unit>, Sum); 5] = [
-        (
-            "rampart_origin_requests",
-            "Requests sent to each origin (a failover counts once per origin tried).",
-            None,
-            |s| &s.requests,
-        ),
-        (
-            "rampart_origin_connections_opened",
-            "Connections opened to each origin (the pool's misses).",
-            None,
-            |s| &s.opened,
-        ),
-        (
-            "rampart_origin_connections_closed",
-            "Connections to each origin that ended.",
-            None,
-            |s| &s.closed,
-        ),
-        (
-            "rampart_origin_received",
-            "Bytes read from each origin.",
-            Some(Unit::Bytes),
-            |s| &s.received,
-        ),
-        (
-            "rampart_origin_sent",
-            "Bytes written to each origin.",
-            Some(Unit::Bytes),
-            |s| &s.sent,
-        ),
-    ];
-    for (name, help, unit, sum) in counters {
-        let fam = f.add(name, help, unit);
-        for (o, s) in &origins {
-            fam.counter(label(o), s.sum(sum));
-        }
-    }
-    let fam = f.add(
-        "rampart_origin_connections_open",
-        "Connections to each origin open now, pooled or busy.",
-        None,
-    );
-    for (o, s) in &origins {
-        let open = s.sum(|s| &s.opened).saturating_sub(s.sum(|s| &s.closed));
-        fam.gauge(label(o), open as f64);
-    }
-    let fam = f.add(
-        "rampart_origin_errors",
-        "Requests to each origin that failed, by kind: connect (refused, unreachable), connect_timeout, timeout (no response head within proxy_timeout), tls, protocol.",
-        None,
-    );
-    for (o, s) in &origins {
-        for (i, kind) in OriginErrorKind::LABELS.iter().enumerate() {
-            fam.counter(
-                vec![("origin", o.clone()), ("kind", (*kind).to_owned())],
-                s.shards.iter().map(|sh| sh.0.errors[i].load(Relaxed)).sum(),
-            );
-        }
-    }
-    let fam = f.add(
-        "rampart_origin_response_duration",
-        "Time from sending a request to an origin to its response head.",
-        Some(Unit::Seconds),
-    );
-    for (o, s) in &origins {
-        let mut h = HistSnap::default();
-        for sh in s.shards.iter() {
-            sh.0.head.add_to(&mut h);
-        }
-        fam.histogram(label(o), h);
-    }
-}
-
-/// The standard `process_*` figures (Linux).
-fn process(m: &Metrics, f: &mut Families) {
-    if let Some((rss, _)) = process_memory() {
-        f.add(
-            "process_resident_memory",
-            "Resident memory size.",
-            Some(Unit::Bytes),
-        )
-        .gauge(vec![], rss as f64);
-    }
-    if let Some(cpu) = cpu_seconds() {
-        f.add(
-            "process_cpu",
-            "User and system CPU time spent.",
-            Some(Unit::Seconds),
-        )
-        .samples
-        .push((vec![], Value::FloatCounter(cpu)));
-    }
-    if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
-        f.add("process_open_fds", "Open file descriptors.", None)
-            .gauge(vec![], fds.count() as f64);
-    }
-    f.add(
-        "process_start_time",
-        "Start time of the process (Unix time).",
-        Some(Unit::Seconds),
-    )
-    .gauge(vec![], unix(m.started).floor());
-}
-
-/// Resident and peak resident memory of this process, in bytes (Linux `/proc`).
-pub fn process_memory() -> Option<(u64, u64)> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse::<u64>().ok())
-            .map(|kib| kib * 1024)
-    };
-    Some((field("VmRSS:")?, field("VmHWM:")?))
-}
-
-/// User plus system CPU time of the process.
-#[allow(unsafe_code)]
-fn cpu_seconds() -> Option<f64> {
-    // SAFETY: getrusage only writes the struct it is given.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
-        return None;
-    }
-    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
-    Some(t(u.ru_utime) + t(u.ru_stime))
 }
 
 #[cfg(test)]
