@@ -280,3 +280,75 @@ fn the_dispatcher_names_every_stage() {
         );
     }
 }
+
+/// The forms a file of the workspace may be named by in docs/architecture.md: its path from the
+/// repository (`crates/cache/src/disk/mod.rs`), from its crate (`src/disk/mod.rs`), or from
+/// its crate's `src` or `tests` folder (`disk/mod.rs`); a top-level file of `src` or `tests`
+/// only by the first two (`lib.rs` alone would name every crate's).
+fn names_of(file: &Path) -> (Vec<String>, String, String) {
+    let root = workspace();
+    let rel = file
+        .strip_prefix(&root)
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let parts: Vec<&str> = rel.split('/').collect();
+    // crates/<crate>/<src|tests>/...
+    let in_crate = parts[2..].join("/");
+    let in_dir = parts[3..].join("/");
+    let mut names = vec![rel.clone(), in_crate];
+    if parts.len() > 4 {
+        names.push(in_dir);
+    }
+    let folder = parts[..parts.len() - 1].join("/") + "/";
+    let name = (*parts.last().unwrap()).to_owned();
+    (names, folder, name)
+}
+
+/// Every source file under `crates/*/src` and every test file under `crates/*/tests` is named
+/// in docs/architecture.md: in backticks by one of [`names_of`]'s forms, or on a line of the
+/// file index that names its folder (`crates/x/src/dir/`) and then the file (`` `f.rs` ``).
+#[test]
+fn every_file_is_on_the_map() {
+    let map = std::fs::read_to_string(workspace().join("docs/architecture.md")).unwrap();
+    let mut files = vec![];
+    for e in std::fs::read_dir(workspace().join("crates")).unwrap() {
+        let krate = e.unwrap().path();
+        for sub in ["src", "tests"] {
+            let mut dirs = vec![krate.join(sub)];
+            while let Some(d) = dirs.pop() {
+                let Ok(rd) = std::fs::read_dir(&d) else {
+                    continue;
+                };
+                for e in rd {
+                    let p = e.unwrap().path();
+                    let name = p.file_name().unwrap().to_string_lossy().into_owned();
+                    if p.is_dir() && name != "node_modules" && name != "target" {
+                        dirs.push(p);
+                    } else if p.extension().is_some_and(|x| x == "rs") {
+                        files.push(p);
+                    }
+                }
+            }
+        }
+    }
+    assert!(files.len() > 200, "{} files", files.len());
+    let mut missing = vec![];
+    for f in &files {
+        let (names, folder, name) = names_of(f);
+        let named = names.iter().any(|n| map.contains(&format!("`{n}`")))
+            || map.lines().any(|l| {
+                l.find(&format!("`{folder}`"))
+                    .is_some_and(|i| l[i..].contains(&format!("`{name}`")))
+            });
+        if !named {
+            missing.push(names[0].clone());
+        }
+    }
+    missing.sort();
+    assert!(
+        missing.is_empty(),
+        "files docs/architecture.md does not name (describe each with its folder and run \
+         scripts/file-index.py for the index): {missing:#?}"
+    );
+}
