@@ -26,7 +26,7 @@ pub mod worker_state;
 use std::future::Future;
 use std::sync::Arc;
 
-use http::{Method, Request, Response};
+use http::{Request, Response};
 use tracing::Instrument as _;
 
 use crate::body::{ClientBody, ProxyBody, RequestBody};
@@ -76,7 +76,6 @@ impl Pipeline {
         let span = tracing::debug_span!("request", method = %req.method(), uri = %req.uri(), ?mode);
         let mut txn = Txn::new(conn, mode);
         txn.protocol = metrics::Protocol::of(req.version());
-        txn.head = req.method() == Method::HEAD;
         // Without a subscriber for debug, no wrapper: `Instrumented` would move the stages'
         // future once more per request (~130 instructions of memcpy, callgrind).
         let res = if span.is_disabled() {
@@ -117,7 +116,7 @@ impl Pipeline {
                     Step::Fetch
                 }
                 Step::Fetch => {
-                    respond::negotiate(txn, req.headers());
+                    respond::negotiate(txn, &req);
                     let sent = boxed!(fetch::fetch(w, txn, sent_on(&mut req))).await;
                     match sent {
                         Ok(fetched) => store::store(w, txn, fetched)?,
@@ -134,7 +133,7 @@ impl Pipeline {
                 }
                 Step::Deliver(d) => return Ok(Reply::Origin(deliver::deliver(w, txn, *d))),
                 Step::Stream(res) => {
-                    respond::negotiate(txn, req.headers());
+                    respond::negotiate(txn, &req);
                     return Ok(Reply::Origin(*res));
                 }
                 Step::WebSocket(kind) => {

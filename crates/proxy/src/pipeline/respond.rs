@@ -6,7 +6,7 @@
 //! record is attached to the body (written when the body has been sent).
 
 use http::header::{ALT_SVC, STRICT_TRANSPORT_SECURITY};
-use http::{HeaderMap, Response};
+use http::Response;
 use rampart_transform::compress::StreamEncoder;
 
 use crate::body::ProxyBody;
@@ -32,9 +32,12 @@ pub enum Reply {
 /// The rule's compression for a response from the origin and the coding the client's
 /// `Accept-Encoding` picks, kept for [`respond`] in `Txn::compress`: negotiated only where a
 /// request leaves for the origin or joins another client's fetch (a hit picks its stored copy).
-pub fn negotiate(txn: &mut Txn, req_headers: &HeaderMap) {
+pub fn negotiate<B>(txn: &mut Txn, req: &http::Request<B>) {
     txn.compress = txn.route().rule.compress.clone().map(|c| {
-        let coding = c.negotiate(req_headers);
+        // A HEAD's answer has no body to encode (it still says `Vary: Accept-Encoding`).
+        let coding = (req.method() != http::Method::HEAD)
+            .then(|| c.negotiate(req.headers()))
+            .flatten();
         (c, coding)
     });
 }
@@ -134,12 +137,11 @@ fn compress(txn: &mut Txn, mut res: Response<ProxyBody>) -> Response<ProxyBody> 
     let Some((c, coding)) = txn.compress.take() else {
         return res;
     };
-    let head = txn.head;
     if !compressible(res.status(), res.headers(), &c) {
         return res;
     }
     vary_on_accept_encoding(res.headers_mut());
-    let Some(coding) = coding.filter(|_| !head) else {
+    let Some(coding) = coding else {
         return res;
     };
     let encoder = match StreamEncoder::new(coding, c.stream_levels()) {

@@ -424,7 +424,7 @@ fn respond_compresses_only_the_origins_answers() {
         };
         let gzip = [("accept-encoding", "gzip")];
         let (mut txn, req) = routed(&p, Method::GET, "/t", &gzip);
-        respond::negotiate(&mut txn, req.headers());
+        respond::negotiate(&mut txn, &req);
         assert!(
             txn.compress.as_ref().is_some_and(|(_, c)| c.is_some()),
             "{:?}",
@@ -439,7 +439,7 @@ fn respond_compresses_only_the_origins_answers() {
         );
         // The same response as a ready answer (a hit's) is sent as it is.
         let (mut txn, req) = routed(&p, Method::GET, "/t", &gzip);
-        respond::negotiate(&mut txn, req.headers());
+        respond::negotiate(&mut txn, &req);
         let res = respond::respond(&p.w, &mut txn, Ok(respond::Reply::Ready(text(4096))));
         assert!(!res.headers().contains_key(http::header::CONTENT_ENCODING));
         // An error becomes its response here.

@@ -115,11 +115,10 @@ pub struct Txn {
     pub miss: Option<Box<Miss>>,
     /// The request's HTTP version.
     pub protocol: Protocol,
-    /// The request is a HEAD (its answer has no body).
-    pub head: bool,
-    /// The rule's compression and the coding the client accepts, for a response from the
-    /// origin: negotiated when the request leaves for the origin or joins another client's
-    /// fetch, applied by the respond stage (a hit picks a stored copy instead).
+    /// The rule's compression and the coding the client accepts (none for a HEAD, whose answer
+    /// has no body), for a response from the origin: negotiated when the request leaves for the
+    /// origin or joins another client's fetch, applied by the respond stage (a hit picks a
+    /// stored copy instead).
     pub compress: Option<(Arc<Compress>, Option<Coding>)>,
 }
 
@@ -163,7 +162,6 @@ impl Txn {
             outcome: None,
             miss: None,
             protocol: Protocol::Http1,
-            head: false,
             compress: None,
         }
     }
