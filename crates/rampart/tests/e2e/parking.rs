@@ -1,0 +1,239 @@
+//! Idle HTTP/1.1 keep-alive connections leave their tasks after `client_idle_park_seconds`
+//! without a request (`transport/park.rs`; 1 s here, 5 by default). Each test holds real
+//! connections idle past that, reads the
+//! `rampart_connections_parked` gauge, and checks what a client sees: the connection is served
+//! again (many times, many connections), closed at its keep-alive time, let go when the client
+//! closes it, woken when the server stops, and never parked in the middle of a request.
+//! The client side is plain blocking sockets: the tests run on a multi-threaded runtime so
+//! that the origin (a task of it) answers while a test waits on a read.
+
+#![allow(clippy::unwrap_used)]
+
+use crate::support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use support::*;
+
+const API_KEY: &str = "k-parking-test";
+const HOST: &str = "park.test";
+
+async fn origin() -> OriginHandle {
+    Origin::new()
+        .route(
+            "*",
+            Reply::text("parked?").header("cache-control", "no-store"),
+        )
+        .start()
+        .await
+}
+
+fn proxy(origin: &OriginHandle, keepalive: u64) -> Proxy {
+    proxy_with(origin, keepalive, "client_idle_park_seconds = 1")
+}
+
+fn proxy_with(origin: &OriginHandle, keepalive: u64, park: &str) -> Proxy {
+    Proxy::start(&config_for(
+        HOST,
+        origin,
+        &format!(
+            "workers = 1\napi_key = \"{API_KEY}\"\nclient_keepalive_timeout_seconds = {keepalive}\n{park}"
+        ),
+        "",
+    ))
+}
+
+/// A metric's value (the first line that starts with `name`), 0 when absent.
+async fn metric(p: &Proxy, name: &str) -> f64 {
+    let text = fetch(
+        req(p, HOST, "/_rampart/metrics").header("authorization", format!("Bearer {API_KEY}")),
+    )
+    .await
+    .text();
+    text.lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+async fn parked(p: &Proxy) -> f64 {
+    metric(p, "rampart_connections_parked ").await
+}
+
+/// One request on `s` and its whole answer (Content-Length framed); the status line.
+fn get(s: &mut TcpStream) -> String {
+    s.write_all(format!("GET /x HTTP/1.1\r\nHost: {HOST}\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = s.read(&mut buf).unwrap();
+        assert!(
+            n > 0,
+            "closed mid-answer: {:?}",
+            String::from_utf8_lossy(&got)
+        );
+        got.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&got).into_owned();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let length: usize = text[..end]
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().to_owned())
+                })
+                .and_then(|v| v.parse().ok())
+                .unwrap();
+            if got.len() >= end + 4 + length {
+                assert_eq!(got.len(), end + 4 + length, "more than one answer");
+                return text.lines().next().unwrap().to_owned();
+            }
+        }
+    }
+}
+
+fn connect(p: &Proxy) -> TcpStream {
+    let s = TcpStream::connect(p.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s
+}
+
+const IDLE: Duration = Duration::from_millis(1800);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_connection_is_parked_and_served_again() {
+    let origin = origin().await;
+    let p = proxy(&origin, 60);
+    let mut s = connect(&p);
+    assert_eq!(get(&mut s), "HTTP/1.1 200 OK");
+    tokio::time::sleep(IDLE).await;
+    assert_eq!(parked(&p).await, 1.0);
+    // Served again on the same connection, which is a task again until it idles once more.
+    for _ in 0..3 {
+        assert_eq!(get(&mut s), "HTTP/1.1 200 OK");
+        assert_eq!(parked(&p).await, 0.0);
+        tokio::time::sleep(IDLE).await;
+        assert_eq!(parked(&p).await, 1.0);
+    }
+    assert_eq!(origin.requests(), 4);
+}
+
+/// By default a connection is parked after 5 s: one that asks about once a second (ARC2's
+/// benchmark, a polling client) stays in its task, where parking and waking it on every
+/// request cost more CPU than the memory it saves is worth. `0` never parks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_asking_every_second_is_not_parked_by_default() {
+    let origin = origin().await;
+    for park in ["", "client_idle_park_seconds = 0"] {
+        let p = proxy_with(&origin, 60, park);
+        let mut s = connect(&p);
+        for _ in 0..2 {
+            assert_eq!(get(&mut s), "HTTP/1.1 200 OK");
+            tokio::time::sleep(IDLE).await;
+            assert_eq!(parked(&p).await, 0.0, "{park:?}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_parked_connections_are_each_served_again() {
+    let origin = origin().await;
+    let p = proxy(&origin, 60);
+    let mut conns: Vec<TcpStream> = (0..200).map(|_| connect(&p)).collect();
+    for s in &mut conns {
+        assert_eq!(get(s), "HTTP/1.1 200 OK");
+    }
+    tokio::time::sleep(IDLE).await;
+    assert_eq!(parked(&p).await, 200.0);
+    // Woken in another order than they were parked; the table's slots are reused.
+    for s in conns.iter_mut().rev() {
+        assert_eq!(get(s), "HTTP/1.1 200 OK");
+    }
+    tokio::time::sleep(IDLE).await;
+    assert_eq!(parked(&p).await, 200.0);
+    for s in conns.iter_mut().step_by(7) {
+        assert_eq!(get(s), "HTTP/1.1 200 OK");
+    }
+    assert_eq!(origin.requests(), 200 + 200 + 29);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_connection_is_closed_at_its_keepalive_time() {
+    let origin = origin().await;
+    let p = proxy(&origin, 3);
+    let mut s = connect(&p);
+    assert_eq!(get(&mut s), "HTTP/1.1 200 OK");
+    let idle_from = Instant::now();
+    tokio::time::sleep(IDLE).await;
+    assert_eq!(parked(&p).await, 1.0);
+    let mut buf = [0u8; 64];
+    let r = s.read(&mut buf);
+    let after = idle_from.elapsed();
+    assert!(matches!(r, Ok(0)), "{r:?}");
+    // 3 s of keep-alive, and the once-a-second sweep.
+    assert!(
+        after >= Duration::from_millis(2900) && after < Duration::from_secs(6),
+        "{after:?}"
+    );
+    assert_eq!(parked(&p).await, 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_closes_a_parked_connection_lets_it_go() {
+    let origin = origin().await;
+    let p = proxy(&origin, 60);
+    let mut s = connect(&p);
+    assert_eq!(get(&mut s), "HTTP/1.1 200 OK");
+    tokio::time::sleep(IDLE).await;
+    assert_eq!(parked(&p).await, 1.0);
+    drop(s);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Woken by the close, served, found closed: nothing is held for it any more.
+    assert_eq!(parked(&p).await, 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_in_progress_is_never_parked() {
+    let origin = origin().await;
+    let p = proxy(&origin, 60);
+    let mut s = connect(&p);
+    assert_eq!(get(&mut s), "HTTP/1.1 200 OK");
+    // Half a head, then silence past the parking time: it is waiting for the rest (the
+    // header timeout applies), not parked.
+    s.write_all(format!("GET /y HTTP/1.1\r\nHost: {HOST}\r\n").as_bytes())
+        .unwrap();
+    tokio::time::sleep(IDLE).await;
+    assert_eq!(parked(&p).await, 0.0);
+    s.write_all(b"\r\n").unwrap();
+    let mut buf = [0u8; 4096];
+    let n = s.read(&mut buf).unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_server_lets_parked_connections_go_and_exits() {
+    let origin = origin().await;
+    let mut p = proxy(&origin, 60);
+    let mut conns: Vec<TcpStream> = (0..20).map(|_| connect(&p)).collect();
+    for s in &mut conns {
+        assert_eq!(get(s), "HTTP/1.1 200 OK");
+    }
+    tokio::time::sleep(IDLE).await;
+    assert_eq!(parked(&p).await, 20.0);
+    let asked = Instant::now();
+    p.signal(15);
+    assert_eq!(p.wait_exit(Duration::from_secs(10)), Some(0));
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        asked.elapsed()
+    );
+    for s in &mut conns {
+        let mut buf = [0u8; 64];
+        assert!(matches!(s.read(&mut buf), Ok(0) | Err(_)));
+    }
+}
