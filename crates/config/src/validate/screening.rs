@@ -7,7 +7,7 @@ use super::{
 use crate::model::{AdminConfig, Cidr, RateLimit, ScreenConfig};
 use crate::reader::{Section, Sink};
 
-/// ARC2-COMPAT §9.5: the default request body limit.
+/// The default request body limit, 2 MiB (docs/arc2.md, "Request body limit").
 pub const DEFAULT_BODY_LIMIT: u64 = 2 << 20;
 
 pub(super) fn read_screen(s: &mut Section<'_>, sink: &mut Sink<'_>) -> ScreenConfig {

@@ -1,4 +1,4 @@
-//! Response compression (ARC2-COMPAT §8.1): brotli, zstd or gzip by the client's
+//! Response compression (docs/arc2.md, "Compression"): brotli, zstd or gzip by the client's
 //! `Accept-Encoding`, for compressible types, never over an encoded body.
 //!
 //! - **Responses from the origin** are compressed as they stream (`deliver::compress`: the body is
