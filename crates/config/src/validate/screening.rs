@@ -11,7 +11,8 @@ use crate::reader::{Section, Sink};
 pub const DEFAULT_BODY_LIMIT: u64 = 2 << 20;
 
 pub(super) fn read_screen(s: &mut Section<'_>, sink: &mut Sink<'_>) -> ScreenConfig {
-    // ARC2 defaults rate limiting to on when the key is omitted (§2.1, production semantics).
+    // Rate limiting is on when the key is omitted, ARC2's production default (docs/arc2.md,
+    // "Defaults").
     let on = s.bool(sink, "add_rate_limiting").is_none_or(|b| b.value);
     let default = RateLimit {
         per_second: 100,
