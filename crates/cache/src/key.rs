@@ -1,15 +1,15 @@
 //! Cache keys.
 //!
 //! The primary key is the lower-cased host without its port, then the path, then `?query` unless
-//! the rule ignores the query string (ARC2-COMPAT §7.3). Host and URL are separated by a NUL byte,
-//! which cannot occur in either, so two hosts can never share an entry and purges can address an
-//! entry by host, by URL prefix or by substring. A stored response that varies (RFC 9111 §4.1)
-//! lives under the primary key plus a variant key computed from the request.
+//! the rule ignores the query string (docs/arc2.md, "Cache keys"). Host and URL are separated by a
+//! NUL byte, which cannot occur in either, so two hosts can never share an entry and purges can
+//! address an entry by host, by URL prefix or by substring. A stored response that varies (RFC 9111
+//! §4.1) lives under the primary key plus a variant key computed from the request.
 //!
-//! HTTP and HTTPS share entries (ARC2-COMPAT §7.3), except for rules that send the two schemes
-//! to different origins: their HTTPS requests use keys marked [`CacheKey::for_https`], which
-//! never equal the plain ones. Purges and invalidations address both (the marked key is the
-//! same resource: same host, same URL).
+//! A plain key is the same for HTTP and HTTPS. A rule that keeps the schemes apart
+//! (`cache_by_scheme`, or origins that differ by scheme; docs/arc2.md, "Cache keys") gives its
+//! HTTPS requests keys marked [`CacheKey::for_https`], which never equal the plain ones. Purges and
+//! invalidations address both (the marked key is the same resource: same host, same URL).
 
 use std::fmt;
 use std::hash::{Hash, Hasher};

@@ -407,7 +407,7 @@ mod tests {
         assert_eq!(lifetime(404, "max-age=100", &overriding), Ok(30));
         // Never stored whatever the table says.
         assert_eq!(lifetime(206, "max-age=100", &rule), Err(NotStored::Status));
-        // Unlisted, without `any`: as before.
+        // A status the table does not list, and no `any`: as without a table.
         let rule = policy(&[(404, 30)]);
         assert_eq!(lifetime(200, "", &rule), Ok(600));
         assert_eq!(lifetime(500, "max-age=100", &rule), Err(NotStored::Status));

@@ -9,8 +9,8 @@
 //! names), the header fields (u32 count, then u16 name length, name, u32 value length, value),
 //! and the body (the rest). Names lists are a u16 count, then u16 length and bytes each.
 //! An object with tags starts `RPO2` instead and has them after its fields: a u16 count, then
-//! a u64 each ([`crate::object::tag_hash`]); one without is written `RPO1`, as before tags
-//! existed, so earlier versions still read it.
+//! a u64 each ([`crate::object::tag_hash`]); one without is written `RPO1`, the format without
+//! tags, which rampart versions that do not know tags read too.
 //! [`decode`] checks everything and answers `None` for anything it did not write.
 
 use std::sync::Arc;

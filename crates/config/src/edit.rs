@@ -1,7 +1,7 @@
-//! Rule operations on the configuration file's text (ARC2-COMPAT §11.2, "rule updates"): list,
-//! add, replace or remove one `[[proxy_rules]]` entry. The rest of the file is kept as written
-//! (comments, order, formatting); the caller validates the result like any file before it is
-//! written back.
+//! Rule operations on the configuration file's text (ARC2's "rule updates"; docs/arc2.md,
+//! "Management API"): list, add, replace or remove one `[[proxy_rules]]` entry. The rest of the
+//! file is kept as written (comments, order, formatting); the caller validates the result like any
+//! file before it is written back.
 //!
 //! An entry is named by its `domain` as written (case-insensitive). A new entry comes as TOML
 //! (the keys of one `[[proxy_rules]]` entry; sub-tables as `[[path_rules]]`, `[routing_rules]`)

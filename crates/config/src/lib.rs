@@ -2,8 +2,8 @@
 //!
 //! Two layers: the raw, span-preserving TOML document (read through [`reader`]) and the typed
 //! [`Config`] that [`validate`] produces from it. Runtime code only ever sees [`Config`].
-//! ARC2 Proxy files are accepted unchanged (see `shared/ARC2-COMPAT.md`); rampart's own keys are
-//! documented in `docs/configuration.md`.
+//! ARC2 Proxy files are accepted unchanged (`docs/arc2.md` is the compatibility statement);
+//! rampart's own keys are documented in `docs/configuration.md`.
 
 mod diag;
 pub mod edit;

@@ -629,7 +629,7 @@ pub struct RuleConfig {
     pub store_set_cookie: bool,
     /// `cache_by_scheme` (the global one unless the rule sets its own): responses to HTTPS
     /// requests are stored apart from those to plain HTTP (NGINX's default key has the
-    /// scheme). Off, they share entries (ARC2-COMPAT §7.3) unless the origins differ.
+    /// scheme). Off, they share entries (docs/arc2.md, "Cache keys") unless the origins differ.
     pub cache_by_scheme: bool,
     /// `cache_disk` (rampart): whether this rule's responses may go to the disk tier (a rule
     /// turns it off with `cache_disk = false`).
@@ -686,15 +686,15 @@ pub struct RuleConfig {
 }
 
 impl RuleConfig {
-    /// Whether requests over HTTPS reach a different origin than plain ones (an origin with
-    /// `forward_port_https` and without `https_only`). Such a rule keeps the schemes' cache
-    /// entries apart (ARC2-COMPAT §7.3).
     /// Whether HTTPS requests use keys of their own: `cache_by_scheme`, or origins that differ
     /// by scheme.
     pub fn keys_by_scheme(&self) -> bool {
         self.cache_by_scheme || self.origins_differ_by_scheme()
     }
 
+    /// Whether requests over HTTPS reach a different origin than plain ones (an origin with
+    /// `forward_port_https` and without `https_only`). Such a rule keeps the schemes' cache
+    /// entries apart (docs/arc2.md, "Cache keys").
     pub fn origins_differ_by_scheme(&self) -> bool {
         self.upstreams
             .iter()

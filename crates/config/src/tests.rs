@@ -645,7 +645,8 @@ fn screening_defaults_follow_arc2() {
         2,
     );
     let c = v.config.expect("config");
-    // add_rate_limiting defaults to on (ARC2 §2.1), 100/s burst 200, loopback exempt.
+    // add_rate_limiting defaults to on (docs/arc2.md, "Defaults"), 100/s burst 200, loopback
+    // exempt.
     assert_eq!(
         c.screen.rate_limit,
         Some(RateLimit {
@@ -1025,7 +1026,7 @@ fn minification_and_webp_settings() {
         "enable_minification = true\nminification_flags = \"php\"",
     );
     assert_eq!(v.config.expect("config").rules[0].minify, None);
-    // No key of §6 or §8 is reported as inactive any more.
+    // No routing or transform key is reported as inactive.
     let v = with(
         "enable_compression = true\ncompression_flags = \"br\"",
         "enable_compression = true\nenable_minification = true\nminification_flags = \"html\"\n\
@@ -1235,7 +1236,8 @@ enable_webp_transformation = false
 
 #[test]
 fn a_bare_word_for_a_boolean_is_fixed_with_true_or_false() {
-    // Defect 1: the fix used to be `add_caching = "yes"`, itself a type error.
+    // The fix is `true` or `false`, never a quoted word (`add_caching = "yes"` is itself a type
+    // error).
     let v = validate(
         "add_caching = yes\nwatch_config = off\nlogging_level = warn\n",
         1,
@@ -1255,7 +1257,7 @@ fn a_bare_word_for_a_boolean_is_fixed_with_true_or_false() {
 
 #[test]
 fn a_domain_written_as_a_url_names_what_is_extra() {
-    // Defect 2: "it contains a port" for a scheme and a path.
+    // A scheme and a path are named as such, not as "it contains a port".
     for (written, what, fixed) in [
         (
             "https://www.shop.test/",
@@ -1290,7 +1292,7 @@ fn a_domain_written_as_a_url_names_what_is_extra() {
 
 #[test]
 fn fix_lines_are_valid_toml_headers() {
-    // Defect 3: `[[proxy_rules[0].path_rules]]` is not TOML.
+    // The header a fix names is TOML (`[[proxy_rules[0].path_rules]]` would not be).
     for (section, header) in [
         (
             "[proxy_rules.path_rules]\npath = \"/a\"\n",
@@ -1314,7 +1316,7 @@ fn fix_lines_are_valid_toml_headers() {
 
 #[test]
 fn global_keys_after_a_rule_are_errors_that_say_why() {
-    // Defect 4: read by TOML as keys of the last rule; used to be "unknown key" and exit 0.
+    // TOML reads them as keys of the last rule; check says so as an error, not as "unknown key".
     let src = format!(
         "[[proxy_rules]]\ndomain = \"a.test\"\n{RULE_KEYS}add_sql_injection_protection = true\napi_key = \"0123456789abcdef0123\"\n"
     );
@@ -1351,7 +1353,7 @@ fn global_keys_after_a_rule_are_errors_that_say_why() {
 
 #[test]
 fn a_key_set_twice_in_a_rule_names_the_first_and_why() {
-    // Defect 5: "duplicate key / fix the syntax at this position".
+    // Not just "duplicate key / fix the syntax at this position".
     let src =
         format!("[[proxy_rules]]\ndomain = \"a.test\"\n{RULE_KEYS}enable_compression = true\n");
     let v = validate(&src, 1);
@@ -1378,7 +1380,7 @@ fn a_key_set_twice_in_a_rule_names_the_first_and_why() {
 
 #[test]
 fn a_nested_section_before_its_rule_is_explained() {
-    // Defect 6: "duplicate key" at a later line with no explanation.
+    // Not just "duplicate key" at a later line with no explanation.
     let src = format!("[[proxy_rules.disallowed_user_agents]]\nuser_agent = \"x\"\nmatch_type = \"Contains\"\n[[proxy_rules]]\ndomain = \"a.test\"\n{RULE_KEYS}");
     let v = validate(&src, 1);
     let e: Vec<_> = v.errors().collect();
@@ -1404,7 +1406,7 @@ fn a_nested_section_before_its_rule_is_explained() {
 
 #[test]
 fn a_misspelt_protection_is_an_error_linked_with_what_is_missing() {
-    // Defect 7: the UA block list misspelt was a warning, exit 0.
+    // A misspelt user-agent block list is an error, not a warning with exit status 0.
     let src = format!("[[proxy_rules]]\ndomain = \"a.test\"\n{RULE_KEYS}[[proxy_rules.disalowed_user_agents]]\nuser_agent = \"x\"\nmatch_type = \"Contains\"\n");
     let v = validate(&src, 1);
     let e: Vec<_> = v.errors().collect();
@@ -1491,7 +1493,7 @@ fn a_bare_address_is_one_error_at_its_value() {
 
 #[test]
 fn an_unused_rule_is_said_once_and_first() {
-    // Defect 8: 7 "missing" warnings, then "never used".
+    // Only "never used", not seven "missing" warnings before it.
     let src = format!("[[proxy_rules]]\ndomain = \"a.test\"\n{RULE_KEYS}[[proxy_rules]]\ndomain = \"a.test\"\nforward_ipv4 = \"127.0.0.1\"\nforward_port_http = 9\nmisspeled = 1\n");
     let v = validate(&src, 1);
     let w: Vec<_> = v.diagnostics.iter().collect();
@@ -1501,7 +1503,7 @@ fn an_unused_rule_is_said_once_and_first() {
 
 #[test]
 fn syntax_errors_do_not_hide_the_rest() {
-    // Defect 9: two syntax errors shown, seven more after fixing them.
+    // Every problem at once, not two syntax errors first and the rest after fixing them.
     let src = "listening_port_http = \"80\"\nadd_caching = yes\nworkers = 0\n[[proxy_rules]\ndomain = \"a.test\"\nmax_age_seconds = -5\nforward_ipv4 = \"1.2.3\"\n";
     let v = validate(src, 1);
     let lines: Vec<_> = v.errors().map(|d| d.line).collect();
@@ -2250,7 +2252,7 @@ fn error_pages_are_read_only_from_error_pages_dir() {
         }
     }
 
-    // Device files are refused whatever the directory: /dev/urandom is read no more.
+    // Device files are refused whatever the directory: /dev/urandom is never read.
     let src = format!(
         "error_pages_dir = \"/dev\"\n{ARC2_BENCH}[proxy_rules.error_pages]\n502 = {{ file = \"urandom\", content_type = \"text/plain\" }}\n"
     );

@@ -1,6 +1,6 @@
 //! What the cache did for a request, in one type: [`CacheOutcome`] gives both labels a response
-//! carries, `X-Arc2-Cache` (ARC2-COMPAT §7.2, also the access log's `cache` field) and
-//! `Cache-Status` (RFC 9211).
+//! carries, `X-Arc2-Cache` (docs/arc2.md, "Cache status header"; also the access log's `cache`
+//! field) and `Cache-Status` (RFC 9211).
 
 use http::header::{HeaderName, HeaderValue};
 use http::HeaderMap;
@@ -9,7 +9,7 @@ pub static X_ARC2_CACHE: HeaderName = HeaderName::from_static("x-arc2-cache");
 pub static X_ARC2_CACHE_AGE: HeaderName = HeaderName::from_static("x-arc2-cache-age");
 pub static CACHE_STATUS: HeaderName = HeaderName::from_static("cache-status");
 
-/// The `X-Arc2-Cache` vocabulary (ARC2-COMPAT §7.2).
+/// The `X-Arc2-Cache` vocabulary (docs/arc2.md, "Cache status header").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CacheLabel {
     Miss,

@@ -1,5 +1,5 @@
-//! Where SQL-injection screening looks (ARC2-COMPAT §9.2, recommended reading): the decoded
-//! path (its segments and their `;` parameters), query parameter names and values (split at
+//! Where SQL-injection screening looks (rampart's reading, docs/arc2.md, "SQL injection"): the
+//! decoded path (its segments and their `;` parameters), query parameter names and values (split at
 //! `&`, and again at `&` and `;`), the `Cookie` header, and form-urlencoded, multipart and JSON
 //! request bodies. Arbitrary other headers are not inspected.
 //!

@@ -1,8 +1,8 @@
-//! Minification of HTML, CSS and JavaScript (ARC2-COMPAT §8.2), conservative by design: only
-//! comments and whitespace go, never a name, a quote or a semicolon the grammar needs, so the
-//! output means what the input meant. Strings, template literals, regular expressions,
-//! `url(...)`, `<pre>` and `<textarea>` are copied as they are. Every function works on bytes:
-//! non-ASCII text passes through untouched.
+//! Minification of HTML, CSS and JavaScript (docs/arc2.md, "Minification"), conservative by design:
+//! only comments and whitespace go, never a name, a quote or a semicolon the grammar needs, so the
+//! output means what the input meant. Strings, template literals, regular expressions, `url(...)`,
+//! `<pre>` and `<textarea>` are copied as they are. Every function works on bytes: non-ASCII text
+//! passes through untouched.
 //!
 //! - CSS: comments out (but `/*! … */`, kept for licences), runs of whitespace to one space, none
 //!   next to `{`, `}`, `;` or `,`, and the `;` before a `}`. Spaces around `+`, `-`, `>` and `:`

@@ -1,4 +1,4 @@
-//! PNG and JPEG to WebP (ARC2-COMPAT §8.3). Decoding is `image`'s (pure Rust) under hard
+//! PNG and JPEG to WebP (docs/arc2.md, "WebP"). Decoding is `image`'s (pure Rust) under hard
 //! limits, so a small file that claims a huge picture (a decompression bomb) is refused before
 //! any pixel memory is allocated; encoding is libwebp's. A JPEG (a photograph, already lossy)
 //! becomes a lossy WebP at quality [`JPEG_QUALITY`]; a PNG (exact pixels: graphics, text,

@@ -1,9 +1,9 @@
 //! `validate()`: the raw TOML document → typed [`Config`], with every problem collected.
 //!
-//! Compatibility target: `shared/ARC2-COMPAT.md`. Every ARC2 key is read here. Keys whose feature
-//! is not implemented yet are accepted and reported as [`Severity::Inactive`] when their value
-//! asks for the feature. Per-rule keys that ARC2 requires but older ARC2 files omit get the lenient
-//! default from ARC2-COMPAT §3 with a warning.
+//! Compatibility target: `docs/arc2.md`. Every ARC2 key is read here. Keys whose feature is not
+//! implemented yet are accepted and reported as [`Severity::Inactive`] when their value asks for
+//! the feature. Per-rule keys that ARC2 requires but a file leaves out get the lenient default of
+//! docs/arc2.md, "Keys a file leaves out", with a note.
 //!
 //! One module per part of the file: [`listeners`], [`process`], [`cache`], [`screening`],
 //! [`sockets`] (client and origin connections), [`tls`] (the HTTPS listener and
@@ -477,7 +477,8 @@ fn body_size(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Option<u64> {
     Some(DEFAULT_BODY_LIMIT)
 }
 
-/// A per-rule boolean ARC2 requires; missing → `false` with a warning (ARC2-COMPAT §3 leniency).
+/// A per-rule boolean ARC2 requires; missing → `false` with a note (docs/arc2.md, "Keys a file
+/// leaves out").
 fn flag(s: &mut Section<'_>, sink: &mut Sink<'_>, key: &'static str, required: bool) -> bool {
     match s.bool(sink, key) {
         Some(b) => b.value,

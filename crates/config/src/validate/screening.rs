@@ -7,11 +7,12 @@ use super::{
 use crate::model::{AdminConfig, Cidr, RateLimit, ScreenConfig};
 use crate::reader::{Section, Sink};
 
-/// ARC2-COMPAT §9.5: the default request body limit.
+/// The default request body limit, 2 MiB (docs/arc2.md, "Request body limit").
 pub const DEFAULT_BODY_LIMIT: u64 = 2 << 20;
 
 pub(super) fn read_screen(s: &mut Section<'_>, sink: &mut Sink<'_>) -> ScreenConfig {
-    // ARC2 defaults rate limiting to on when the key is omitted (§2.1, production semantics).
+    // Rate limiting is on when the key is omitted, ARC2's production default (docs/arc2.md,
+    // "Defaults").
     let on = s.bool(sink, "add_rate_limiting").is_none_or(|b| b.value);
     let default = RateLimit {
         per_second: 100,

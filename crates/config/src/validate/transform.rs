@@ -1,6 +1,6 @@
-//! Response transforms (ARC2-COMPAT §8): `enable_compression` and `compression_flags`, global
-//! and per rule. A rule compresses when both switches are on; its own `compression_flags`, when
-//! set, replace the global ones.
+//! Response transforms (docs/arc2.md, "Transforms"): `enable_compression` and `compression_flags`,
+//! global and per rule. A rule compresses when both switches are on; its own `compression_flags`,
+//! when set, replace the global ones.
 //!
 //! `compression_types` (NGINX's `gzip_types`; global, a rule's replaces it): media types
 //! (`"text/html"`), `"type/*"` wildcards and `"*"`; unset = the built-in list.

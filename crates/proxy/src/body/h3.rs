@@ -69,7 +69,7 @@ impl H3Body {
 // H3_NO_ERROR, so it still reads the response (§4.1). h3-quinn's own `stop_sending` panics
 // whenever a read of the stream is in flight, and h3 leaves one in flight even after a read
 // that returned data (it polls for more before handing out what it has buffered): calling it
-// took the connection's worker task down one upload cut in six under load.
+// would take the connection's worker task down in one upload cut in six under load.
 
 impl Body for H3Body {
     type Data = Bytes;

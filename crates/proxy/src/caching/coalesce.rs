@@ -91,7 +91,7 @@ impl std::fmt::Debug for Inflight {
 pub const UNCACHEABLE_FOR: Duration = Duration::from_secs(120);
 
 /// Keys whose last response could not be shared, remembered at most (more are not
-/// remembered: those misses coalesce, as before).
+/// remembered: those misses coalesce like any other).
 const MAX_UNCACHEABLE: usize = 16 * 1024;
 
 /// A key in the table.

@@ -1,4 +1,4 @@
-//! Stored copies: a stored response is minified (HTML, CSS, JS, when the rule says so),
+//! Stored copies (docs/arc2.md, "Transforms"): a stored response is minified (HTML, CSS, JS, when the rule says so),
 //! compressed once per coding and converted to WebP after it is stored ([`transform_stored`], on
 //! a bounded pool of blocking threads): the copies join the object, and hits pick one
 //! (`Object::for_client`) without compressing anything. Until the copies exist, hits get the

@@ -8,7 +8,7 @@
 //!
 //! Screening (allow/deny, user agent, rate limits, SQL injection on the handshake's target and
 //! headers) has run before, in recv. Only `websocket` is tunnelled: other `Upgrade` tokens
-//! (`h2c`, TLS) are hop-by-hop fields the request loses.
+//! (`h2c`, TLS) are hop-by-hop fields the request loses, as every request does.
 
 use http::header::{HeaderName, HeaderValue, CONNECTION, UPGRADE};
 use http::{Method, Request, Response, StatusCode, Version};

@@ -4,7 +4,7 @@
 //! case-insensitive, port stripped, trailing dot ignored; an exact domain wins over a wildcard;
 //! among wildcards the longest suffix wins; a `*` rule catches everything else.
 //!
-//! Path policy (ARC2-COMPAT §4.3, recommended reading):
+//! Path policy (rampart's reading, docs/arc2.md, "Path policy"):
 //! `path_rules` first in file order, first match wins; otherwise the rule-level `paths` (prefix
 //! match). Whitelist + match → cache-eligible; Whitelist + no match → proxied, not cached
 //! (`Dynamic`); Blacklist + match → proxied, not cached (`Bypass`); Blacklist + no match →

@@ -1,6 +1,7 @@
 //! recv's screening stage: who the client is, and whether its request may go on.
 //!
-//! Order (cheapest and most specific first; ARC2-COMPAT §9 names the layers, each independent):
+//! Order (cheapest and most specific first; docs/arc2.md, "Screening", names ARC2's layers, each
+//! independent):
 //! 1. client address allow/deny lists of the rule (`allow_ips`, `deny_ips`) → 403
 //! 2. `disallowed_user_agents` → 403
 //! 3. rate limits: the global per-client limiter, then the rule's → 429 (counted in Redis for

@@ -1,17 +1,16 @@
 //! HTTP/2 streams polled in their connection's task.
 //!
 //! hyper's HTTP/2 server hands each request stream to an executor. With tokio's, every stream
-//! was a task of its own: allocated, moved into the task's cell, scheduled through the
-//! runtime's queue, woken and torn down — about a tenth of the instructions of a cached hit
-//! over HTTP/2 (`rampart-bench instructions`, h2-hit). [`StreamExec`] instead gives each stream
-//! to the connection that received it: the connection's task polls the connection and, in the
-//! same task, the streams it started ([`Streams::poll_conn`]), each woken on its own. A connection's streams then
-//! share its worker thread, as every connection already does with the per-core runtime.
+//! is a task of its own: allocated, moved into the task's cell, scheduled through the runtime's
+//! queue, woken and torn down — about a tenth of the instructions of a cached hit over HTTP/2
+//! (`rampart-bench instructions`, h2-hit). [`StreamExec`] instead gives each stream to the
+//! connection that received it: the connection's task polls the connection and, in the same
+//! task, the streams it started ([`Streams::poll_conn`]), each woken on its own. A connection's
+//! streams then share its worker thread, as every connection does with the per-core runtime.
 //!
 //! The hand-over goes through a thread-local set only while [`Streams::poll_conn`] polls the
-//! connection,
-//! which is where hyper starts streams; a stream started anywhere else (no connection being
-//! polled on this thread) becomes a task as before.
+//! connection, which is where hyper starts streams; a stream started anywhere else (no
+//! connection being polled on this thread) becomes a task of its own on tokio.
 
 use std::cell::RefCell;
 use std::future::Future;

@@ -1,15 +1,15 @@
 //! Idle HTTP/1.1 connections parked outside any task.
 //!
-//! A keep-alive connection waiting for its next request used to be a task of its own: its
-//! futures, a timer and its tokio registration, 4.8 KB of resident memory each where NGINX
-//! spends 0.5 (`rampart-bench idle`, 10,000 connections). After `client_idle_park_seconds` without a
-//! request, a plaintext HTTP/1.1 connection now leaves its task. [`park`] keeps its socket and
-//! the few things its task held (its connection slot, per-address slots, the worker's drain
-//! count, its byte counters, its addresses, the end of its keep-alive time) in a table, and
-//! puts the socket in an epoll set of the worker's own, one-shot. When the socket becomes
-//! readable (a request, or the client closing), the connection gets a new task and its tokio
-//! registration back ([`crate::transport::accept::resume`]) and is served as before, with the
-//! configuration in force by then.
+//! A keep-alive connection that waits for its next request in a task of its own holds its futures,
+//! a timer and its tokio registration: 4.8 KB of resident memory each where NGINX spends 0.5
+//! (`rampart-bench idle`, 10,000 connections). After `client_idle_park_seconds` without a request,
+//! a plaintext HTTP/1.1 connection therefore leaves its task. [`park`] keeps its socket and the few
+//! things its task held (its connection slot, per-address slots, the worker's drain count, its byte
+//! counters, its addresses, the end of its keep-alive time) in a table, and puts the socket in an
+//! epoll set of the worker's own, one-shot. When the socket becomes readable (a request, or the
+//! client closing), the connection gets a new task and its tokio registration back
+//! ([`crate::transport::accept::resume`]) and is served like any connection, with the configuration
+//! in force by then.
 //!
 //! Parking costs two system calls (tokio's deregistration and the `epoll_ctl` here) and waking
 //! two more, paid once per idle period of a second or more: a busy keep-alive connection never

@@ -72,10 +72,10 @@ async fn memory_budget_holds_while_inserting_ten_times_the_budget() {
     );
 }
 
-/// Issue 11: 12-byte objects each kept a slice of the origin connection's read buffer alive, so
-/// a 64 MiB cache made the process 13× larger. 200,000 distinct tiny objects through a 16 MiB
-/// cache: the process's peak RSS stays near the budget (the goal is budget × 1.1 + 40 MiB; the
-/// bound here is generous for a debug build), and a purge and refill do not grow it.
+/// A tiny stored object must not keep a slice of the origin connection's read buffer alive (12-byte
+/// objects doing so make a 64 MiB cache a process 13× larger). 200,000 distinct tiny objects
+/// through a 16 MiB cache: the process's peak RSS stays near the budget (the goal is budget × 1.1 +
+/// 40 MiB; the bound here is generous for a debug build), and a purge and refill do not grow it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tiny_objects_do_not_keep_read_buffers_alive_past_the_budget() {
     let origin = Origin::new()

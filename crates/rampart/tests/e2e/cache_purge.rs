@@ -147,7 +147,7 @@ async fn purge_method_needs_an_allowed_address_or_the_key() {
         "{}",
         refused.text()
     );
-    // A wrong key is said to be wrong (it used to read "not allowed from this address").
+    // A wrong key is said to be wrong, not "not allowed from this address".
     let wrong = fetch(
         purge(&closed, "pg.example", "/b").header("authorization", "Bearer not-the-key-at-all"),
     )

@@ -89,8 +89,8 @@ async fn the_dashboard_works_in_a_real_browser() {
         "{r:#}"
     );
     assert_eq!(r["upstream"], "up", "{r:#}");
-    // The origin's response time, from the requests sent to it (it used to show "–" unless
-    // health probes or Performance routing fed it).
+    // The origin's response time, from the requests sent to it (also without health probes or
+    // Performance routing).
     let origin_time = r["originTime"].as_str().unwrap();
     assert!(
         origin_time.ends_with(" ms") || origin_time.ends_with(" µs"),

@@ -1,11 +1,10 @@
 //! An HTTP/3 upload without a declared length, cut at the body limit while it streams: the
 //! origin's side of the exchange fails too, and the client's fault must win over it (413, not
-//! 502). Run beside `http3.rs`, it made that file's early refusals (403, 413 before the body
-//! is read) fail one time in five: a read of the request stream was in flight when the refusal
-//! dropped the body, where h3-quinn's `stop_sending` panicked and took the worker's task (and
-//! the response) down. Guarding the call by the last read's result was not enough: h3 leaves a
-//! read in flight after returning buffered data, and under CPU load this test still failed one
-//! run in six. rampart no longer calls it (`body/h3.rs`); the loop here is the regression check.
+//! 502). Run beside `http3.rs`, it also exercises that file's early refusals (403, 413 before the
+//! body is read): a refusal may drop the body while a read of the request stream is in flight,
+//! where h3-quinn's `stop_sending` panics and would take the worker's task (and the response)
+//! down, and h3 leaves a read in flight even after returning buffered data. rampart therefore
+//! never calls `stop_sending` (`body/h3.rs`); the loop here repeats the race.
 #![allow(clippy::unwrap_used)]
 
 use crate::support;

@@ -235,7 +235,7 @@ async fn metrics_allow_opens_the_metrics_to_listed_addresses_only() {
         "{}",
         got.text()
     );
-    // Without an api_key, the rest of /_rampart/ is the site's, as before.
+    // Without an api_key, the rest of /_rampart/ is the site's: the origin answers it.
     assert_eq!(
         get(&open, "a.test", "/_rampart/status").await.text(),
         "origin"

@@ -253,9 +253,9 @@ async fn fails_over_to_the_next_upstream() {
     assert_eq!(live.requests(), 3);
 }
 
-/// Issue 30's soak: an origin killed while it held a GET made that GET a 502 although another
-/// origin was up. A safe, body-less request whose connection fails before any of the answer
-/// goes to the next origin; a POST does not (it may have been acted on).
+/// An origin killed while it holds a GET must not make that GET a 502 while another origin is
+/// up. A safe, body-less request whose connection fails before any of the answer goes to the
+/// next origin; a POST does not (it may have been acted on).
 #[tokio::test]
 async fn a_get_whose_origin_drops_the_connection_goes_to_the_next_origin() {
     use std::io::Read as _;

@@ -545,9 +545,9 @@ async fn a_reload_gives_no_client_a_fresh_rate_limit_burst() {
     assert_eq!(statuses(3).await, [200, 200, 200]);
 }
 
-/// Issue 30: a file truncated before its first `[[proxy_rules]]` (an editor or a deploy that
-/// wrote half of it) used to be put in service, answering every request 404. It is refused;
-/// `proxy_rules = []` empties the rules on purpose.
+/// A file truncated before its first `[[proxy_rules]]` (an editor or a deploy that wrote half of
+/// it) is refused rather than put in service to answer every request 404; `proxy_rules = []`
+/// empties the rules on purpose.
 #[tokio::test]
 async fn a_reload_that_would_drop_every_rule_is_refused_unless_said_on_purpose() {
     let origin = Origin::new()

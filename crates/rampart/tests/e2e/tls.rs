@@ -808,9 +808,9 @@ async fn the_local_ca_issues_certificates_that_survive_a_restart() {
     assert_eq!(std::fs::read_to_string(&root).unwrap(), first_root.unwrap());
 }
 
-/// Issue 30's soak: a TLS connection still in its handshake when the process stops (SIGTERM,
-/// or an upgrade's old process) was closed at once, and the client's request went unanswered.
-/// The handshake now completes and the request is answered, with `Connection: close`.
+/// A TLS connection still in its handshake when the process stops (SIGTERM, or an upgrade's old
+/// process) is not closed at once, leaving the client's request unanswered: the handshake
+/// completes and the request is answered, with `Connection: close`.
 #[tokio::test]
 async fn a_handshake_under_way_when_the_process_stops_is_completed_and_answered() {
     let origin = hello_origin().await;

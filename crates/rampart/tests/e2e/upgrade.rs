@@ -131,8 +131,8 @@ async fn a_new_process_that_cannot_start_leaves_the_old_one_serving() {
 /// HTTP/3 across an upgrade. While the old process drains, both processes read the same UDP
 /// sockets, and whichever reads a datagram first gets it: each must reach the process whose
 /// connection it belongs to (the old one's in-flight response goes on), and a new connection's
-/// handshake the new process (the old one no longer accepts). Before connection IDs named their
-/// process, half the new connections were refused and old ones stalled.
+/// handshake the new process (the old one no longer accepts). Connection IDs name their process
+/// for this; without that, half the new connections would be refused and old ones stall.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http3_survives_an_upgrade_old_connections_finish_and_new_ones_reach_the_new_process() {
     const SLOW_LEN: u64 = 4 << 20;

@@ -315,7 +315,7 @@ async fn read_head<I: AsyncRead + Unpin>(
                 return Recv::End;
             }
             // A stop starts the grace above; a dropped sender (no one can stop us any more)
-            // ends the connection as before.
+            // ends the connection at once.
             r = stop.changed(), if carry.is_empty() && !*stop.borrow() => {
                 if r.is_err() {
                     return Recv::End;
