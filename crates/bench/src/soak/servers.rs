@@ -86,7 +86,7 @@ impl Backends {
             Some(RedisProc::start(&scratch.join("redis.log"))?)
         };
         if redis.is_some() && s.schedule.redis_kill_every_s > 0 {
-            skipped.push("Redis Cluster: the soak runs one redis-server (killed and restarted); a Cluster master's death is tested in crates/rampart/tests/redis.rs".to_owned());
+            skipped.push("Redis Cluster: the soak runs one redis-server (killed and restarted); a Cluster master's death is tested in crates/rampart/tests/e2e/redis.rs".to_owned());
         }
         Ok(Backends {
             origin_a,
