@@ -152,7 +152,7 @@ fn read_rule_type(
             if deny && !pr.has("rule_type") {
                 Some(RuleType::Whitelist)
             } else if !pr.has("rule_type") {
-                lenient(&pr, sink, "rule_type", "\"Whitelist\"");
+                lenient(pr, sink, "rule_type", "\"Whitelist\"");
                 Some(RuleType::Whitelist)
             } else {
                 None
@@ -173,7 +173,7 @@ fn read_max_age(
         None if deny && !pr.has("max_age_seconds") => Some(0),
         None if !pr.has("max_age_seconds") => {
             lenient(
-                &pr,
+                pr,
                 sink,
                 "max_age_seconds",
                 &format!("{max_age_seconds} (the rule's)"),
