@@ -34,6 +34,8 @@ use Fallback::*;
 use Owner::*;
 
 /// Every key rampart reads: its section kind (`""` for the top level), name, owner and default.
+/// A data table, one line per key, so it is as long as the file format is wide (the file's length
+/// is this table; the code is the last 200 lines).
 pub(crate) const KEYS: &[(&str, &str, Owner, Fallback)] = &[
     // Listeners
     ("", "listening_address", Arc2, Value("\"0.0.0.0\"")),

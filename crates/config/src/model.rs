@@ -1,4 +1,7 @@
 //! The validated, typed configuration. Runtime code sees only these types.
+//!
+//! Long because it is declarations: every field carries the doc of the key it comes from, and
+//! the code here is a few small accessors.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

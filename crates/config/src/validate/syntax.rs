@@ -255,111 +255,120 @@ fn bare_word(line: &str) -> Option<(usize, String)> {
 /// A key or header TOML has seen before in the same table: where the first one is, and why
 /// TOML reads the two as one table.
 fn duplicate(earlier: &[&str], line_text: &str) -> (String, String, Repair) {
-    let numbered = |i: usize| i + 1;
     match classify(line_text) {
-        Line::Key(key) => {
-            // The section this line is in starts at the last header above it.
-            let header = earlier
-                .iter()
-                .rposition(|l| matches!(classify(l), Line::Header { .. }));
-            let from = header.map_or(0, |h| h + 1);
-            let first = earlier[from..]
-                .iter()
-                .position(|l| matches!(classify(l), Line::Key(k) if k == key))
-                .map(|i| from + i);
-            let Some(first) = first else {
-                return (
-                    format!("not valid TOML: `{key}` is already defined in this section"),
-                    "remove one of the two definitions".to_owned(),
-                    Repair::Blank,
-                );
-            };
-            let Some(h) = header else {
-                return (
-                    format!(
-                        "not valid TOML: `{key}` is set twice (first at line {})",
-                        numbered(first)
-                    ),
-                    "remove one of the two lines".to_owned(),
-                    Repair::Blank,
-                );
-            };
-            let header_text = earlier[h].trim();
-            let global = super::catalog()
-                .get("")
-                .is_some_and(|k| k.keys.contains(key.as_str()));
-            let first_rule = earlier
-                .iter()
-                .position(|l| matches!(classify(l), Line::Header { name, array: true } if name == "proxy_rules"));
-            let hint = match first_rule {
-                Some(r) if global => format!(
-                    "if this line is meant as the global `{key}`, move it above the first `[[proxy_rules]]` (line {}); otherwise remove one of the two lines",
-                    numbered(r)
-                ),
-                _ => "remove one of the two lines".to_owned(),
-            };
-            (
-                format!(
-                    "not valid TOML: `{key}` is set twice in one section (first at line {}): every key after the `{header_text}` header at line {} belongs to that section, so TOML reads this line as its second `{key}`",
-                    numbered(first),
-                    numbered(h)
-                ),
-                hint,
-                Repair::Blank,
-            )
-        }
-        Line::Header { name, array } => {
-            let written = if array {
-                format!("[[{name}]]")
-            } else {
-                format!("[{name}]")
-            };
-            // `[[proxy_rules.disallowed_user_agents]]` before any `[[proxy_rules]]` makes
-            // `proxy_rules` a plain table; the later `[[proxy_rules]]` then clashes with it.
-            let prefix = format!("{name}.");
-            let nested = earlier.iter().position(
-                |l| matches!(classify(l), Line::Header { name: n, .. } if n.starts_with(&prefix)),
-            );
-            let own = earlier.iter().position(
-                |l| matches!(classify(l), Line::Header { name: n, array: true } if n == name),
-            );
-            if let Some(n) = nested.filter(|n| own.is_none_or(|o| o > *n)) {
-                let inner = earlier[n].trim();
-                return (
-                    format!(
-                        "not valid TOML: `{written}` cannot come here, because `{inner}` at line {} comes before any `{written}`: TOML then made `{name}` a single table, and it cannot also be a list of `{written}` sections",
-                        numbered(n)
-                    ),
-                    format!(
-                        "a `{inner}` section belongs to the `{written}` above it: move the section at line {} (its header and its keys) below the last key of the `{written}` it belongs to, after that rule's own keys",
-                        numbered(n)
-                    ),
-                    Repair::Stop,
-                );
-            }
-            let same = earlier.iter().rposition(
-                |l| matches!(classify(l), Line::Header { name: n, array: false } if n == name),
-            );
-            match same {
-                Some(s) if !array => (
-                    format!(
-                        "not valid TOML: `{written}` is already defined at line {}, in the same section",
-                        numbered(s)
-                    ),
-                    "merge the two sections into one".to_owned(),
-                    Repair::Stop,
-                ),
-                _ => (
-                    format!("not valid TOML: `{name}` is already defined above, as a key or a table"),
-                    "rename one of the two, or merge them".to_owned(),
-                    Repair::Stop,
-                ),
-            }
-        }
+        Line::Key(key) => duplicate_key(earlier, &key),
+        Line::Header { name, array } => duplicate_header(earlier, &name, array),
         Line::Other => (
             "not valid TOML: duplicate key".to_owned(),
             "remove one of the two definitions".to_owned(),
             Repair::Blank,
+        ),
+    }
+}
+
+/// A key set twice in one section: where the first one is, and whether the second is a global
+/// key written after a section header.
+fn duplicate_key(earlier: &[&str], key: &str) -> (String, String, Repair) {
+    let numbered = |i: usize| i + 1;
+    // The section this line is in starts at the last header above it.
+    let header = earlier
+        .iter()
+        .rposition(|l| matches!(classify(l), Line::Header { .. }));
+    let from = header.map_or(0, |h| h + 1);
+    let first = earlier[from..]
+        .iter()
+        .position(|l| matches!(classify(l), Line::Key(k) if k == key))
+        .map(|i| from + i);
+    let Some(first) = first else {
+        return (
+            format!("not valid TOML: `{key}` is already defined in this section"),
+            "remove one of the two definitions".to_owned(),
+            Repair::Blank,
+        );
+    };
+    let Some(h) = header else {
+        return (
+            format!(
+                "not valid TOML: `{key}` is set twice (first at line {})",
+                numbered(first)
+            ),
+            "remove one of the two lines".to_owned(),
+            Repair::Blank,
+        );
+    };
+    let header_text = earlier[h].trim();
+    let global = super::catalog()
+        .get("")
+        .is_some_and(|k| k.keys.contains(key));
+    let first_rule = earlier.iter().position(
+        |l| matches!(classify(l), Line::Header { name, array: true } if name == "proxy_rules"),
+    );
+    let hint = match first_rule {
+        Some(r) if global => format!(
+            "if this line is meant as the global `{key}`, move it above the first `[[proxy_rules]]` (line {}); otherwise remove one of the two lines",
+            numbered(r)
+        ),
+        _ => "remove one of the two lines".to_owned(),
+    };
+    (
+        format!(
+            "not valid TOML: `{key}` is set twice in one section (first at line {}): every key after the `{header_text}` header at line {} belongs to that section, so TOML reads this line as its second `{key}`",
+            numbered(first),
+            numbered(h)
+        ),
+        hint,
+        Repair::Blank,
+    )
+}
+
+/// A section header written twice, or one TOML cannot take as a list of sections because a
+/// section nested in it came first.
+fn duplicate_header(earlier: &[&str], name: &str, array: bool) -> (String, String, Repair) {
+    let numbered = |i: usize| i + 1;
+    let written = if array {
+        format!("[[{name}]]")
+    } else {
+        format!("[{name}]")
+    };
+    // `[[proxy_rules.disallowed_user_agents]]` before any `[[proxy_rules]]` makes
+    // `proxy_rules` a plain table; the later `[[proxy_rules]]` then clashes with it.
+    let prefix = format!("{name}.");
+    let nested = earlier.iter().position(
+        |l| matches!(classify(l), Line::Header { name: n, .. } if n.starts_with(&prefix)),
+    );
+    let own = earlier
+        .iter()
+        .position(|l| matches!(classify(l), Line::Header { name: n, array: true } if n == name));
+    if let Some(n) = nested.filter(|n| own.is_none_or(|o| o > *n)) {
+        let inner = earlier[n].trim();
+        return (
+            format!(
+                "not valid TOML: `{written}` cannot come here, because `{inner}` at line {} comes before any `{written}`: TOML then made `{name}` a single table, and it cannot also be a list of `{written}` sections",
+                numbered(n)
+            ),
+            format!(
+                "a `{inner}` section belongs to the `{written}` above it: move the section at line {} (its header and its keys) below the last key of the `{written}` it belongs to, after that rule's own keys",
+                numbered(n)
+            ),
+            Repair::Stop,
+        );
+    }
+    let same = earlier
+        .iter()
+        .rposition(|l| matches!(classify(l), Line::Header { name: n, array: false } if n == name));
+    match same {
+        Some(s) if !array => (
+            format!(
+                "not valid TOML: `{written}` is already defined at line {}, in the same section",
+                numbered(s)
+            ),
+            "merge the two sections into one".to_owned(),
+            Repair::Stop,
+        ),
+        _ => (
+            format!("not valid TOML: `{name}` is already defined above, as a key or a table"),
+            "rename one of the two, or merge them".to_owned(),
+            Repair::Stop,
         ),
     }
 }

@@ -100,6 +100,21 @@ const EMPTY: Token = Token {
     start: 0,
 };
 
+/// Words that are functions when called, variables or names otherwise.
+const CALLED: [&[u8]; 11] = [
+    b"USER_ID",
+    b"USER_NAME",
+    b"DATABASE",
+    b"PASSWORD",
+    b"USER",
+    b"CURRENT_USER",
+    b"CURRENT_DATE",
+    b"CURRENT_TIME",
+    b"CURRENT_TIMESTAMP",
+    b"LOCALTIME",
+    b"LOCALTIMESTAMP",
+];
+
 impl Folder<'_> {
     fn run(mut self) -> Folded {
         loop {
@@ -211,30 +226,48 @@ impl Folder<'_> {
 
     /// The rules over the two tokens at `left`.
     fn two(&mut self) -> Step {
+        if let Some(step) = self.two_drops() {
+            return step;
+        }
+        let l = self.left;
+        if self.merge(l) {
+            self.pos -= 1;
+            self.left = l.saturating_sub(1);
+            return Step::Again;
+        }
+        self.two_kinds()
+    }
+
+    /// The rules over two tokens that drop one of them or back up (`None`: none applies).
+    fn two_drops(&mut self) -> Option<Step> {
         use Kind::*;
         let s = self.s;
         let l = self.left;
         let (a, b) = (self.v[l], self.v[l + 1]);
         match (a.kind, b.kind) {
             // `'a' 'b'` is one string to SQL; `;;` one semicolon.
-            (String, String) | (Semicolon, Semicolon) => return self.drop_last(false),
+            (String, String) | (Semicolon, Semicolon) => return Some(self.drop_last(false)),
             // `= -`, `AND +`, `= CHAR`: the operator alone.
             (Operator | Logic, _) if b.is_unary(s) || b.kind == SqlType => {
-                return self.drop_last(true)
+                return Some(self.drop_last(true))
             }
             // `( -`
             (LeftParen, _) if b.is_unary(s) => {
                 self.pos -= 1;
                 self.left = l.saturating_sub(1);
-                return Step::Again;
+                return Some(Step::Again);
             }
             _ => {}
         }
-        if self.merge(l) {
-            self.pos -= 1;
-            self.left = l.saturating_sub(1);
-            return Step::Again;
-        }
+        None
+    }
+
+    /// The rules over two tokens that change a kind or drop one of them.
+    fn two_kinds(&mut self) -> Step {
+        use Kind::*;
+        let s = self.s;
+        let l = self.left;
+        let (a, b) = (self.v[l], self.v[l + 1]);
         match (a.kind, b.kind) {
             // T-SQL's `; IF` is a statement, not the function.
             (Semicolon, Function)
@@ -246,23 +279,7 @@ impl Folder<'_> {
                 Step::Again
             }
             // Words that are functions when called, variables or names otherwise.
-            (Bareword | Variable, LeftParen)
-                if [
-                    &b"USER_ID"[..],
-                    b"USER_NAME",
-                    b"DATABASE",
-                    b"PASSWORD",
-                    b"USER",
-                    b"CURRENT_USER",
-                    b"CURRENT_DATE",
-                    b"CURRENT_TIME",
-                    b"CURRENT_TIMESTAMP",
-                    b"LOCALTIME",
-                    b"LOCALTIMESTAMP",
-                ]
-                .iter()
-                .any(|w| a.is(s, w)) =>
-            {
+            (Bareword | Variable, LeftParen) if CALLED.iter().any(|w| a.is(s, w)) => {
                 self.v[l].kind = Function;
                 Step::Again
             }

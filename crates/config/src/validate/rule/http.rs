@@ -168,22 +168,7 @@ pub(super) fn redirects(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Vec<Redirec
         let status = r.int(sink, "status", 300, 399);
         let keep_query = r.bool(sink, "keep_query").is_none_or(|b| b.value);
         // Only requests that arrived over this scheme (a `return 301 https://…` kept to port 80).
-        let mut scheme_ok = true;
-        let https = match r.string(sink, "scheme") {
-            None => None,
-            Some(v) if v.value == "http" => Some(false),
-            Some(v) if v.value == "https" => Some(true),
-            Some(v) => {
-                error(
-                    sink,
-                    &v,
-                    format!("{:?} is not a scheme a redirect can be kept to", v.value),
-                    "write it as `scheme = \"http\"` (or \"https\")",
-                );
-                scheme_ok = false;
-                None
-            }
-        };
+        let (https, scheme_ok) = read_scheme(&mut r, sink);
         if to.is_none() && !r.has("to") {
             r.missing(
                 sink,
@@ -193,67 +178,8 @@ pub(super) fn redirects(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Vec<Redirec
                 "add `to = \"https://example.com/$1\"` (a URL or a path; $1 is what `from` captured)",
             );
         }
-        let status = match status {
-            None => Some(301),
-            Some(v) if matches!(v.value, 301 | 302 | 303 | 307 | 308) => Some(v.value as u16),
-            Some(v) => {
-                error(
-                    sink,
-                    &v,
-                    format!("{} is not a redirect status", v.value),
-                    "use 301 or 308 (permanent), 302, 303 or 307 (temporary); 307 and 308 keep the method",
-                );
-                None
-            }
-        };
-        let to = to.and_then(|t| {
-            let v = t.value.trim();
-            // A field value holds visible ASCII: with anything else the answer would go out
-            // without its `Location`.
-            if let Some(c) = v.chars().find(|c| c.is_control() || !c.is_ascii()) {
-                let what = if c.is_control() {
-                    format!("a control character (U+{:04X})", c as u32)
-                } else {
-                    format!("a character outside ASCII ({c:?})")
-                };
-                error(
-                    sink,
-                    &t,
-                    format!("{what} cannot be in a `Location` field; the redirect would be answered without one"),
-                    format!("percent-encode it: `to = {}`", toml_string(&percent_encoded(v))),
-                );
-                return None;
-            }
-            let shaped =
-                v.starts_with('/') || v.starts_with('$') || v.starts_with('{') || v.contains("://");
-            if !shaped {
-                error(
-                    sink,
-                    &t,
-                    format!("{v:?} is neither a path nor a URL"),
-                    "write a path (\"/new/$1\") or a URL (\"https://example.com/$1\")",
-                );
-                return None;
-            }
-            let t2 = template(sink, &t, v, false)?;
-            let unknowable = [Variable::ClientIp, Variable::RequestId]
-                .into_iter()
-                .find(|x| t2.parts.contains(&TemplatePart::Var(*x)));
-            if let Some(x) = unknowable {
-                let name = Variable::ALL
-                    .iter()
-                    .find(|(_, v)| *v == x)
-                    .map_or("", |(n, _)| *n);
-                error(
-                    sink,
-                    &t,
-                    format!("{{{name}}} has no place in a redirect's target"),
-                    "use {scheme}, {host}, {path}, {query} and what `from` captured ($1, ${name})",
-                );
-                return None;
-            }
-            Some(t2)
-        });
+        let status = redirect_status(sink, status);
+        let to = to.and_then(|t| redirect_target(sink, &t));
         r.finish(sink);
         if let (Some(from), Some(to), Some(status), true) = (from, to, status, scheme_ok) {
             out.push(Redirect {
@@ -266,6 +192,95 @@ pub(super) fn redirects(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Vec<Redirec
         }
     }
     out
+}
+
+/// A redirect's `scheme`: the requests it is kept to (`Some(true)`: HTTPS only), and whether
+/// the value was valid.
+fn read_scheme(r: &mut Section<'_>, sink: &mut Sink<'_>) -> (Option<bool>, bool) {
+    let mut scheme_ok = true;
+    let https = match r.string(sink, "scheme") {
+        None => None,
+        Some(v) if v.value == "http" => Some(false),
+        Some(v) if v.value == "https" => Some(true),
+        Some(v) => {
+            error(
+                sink,
+                &v,
+                format!("{:?} is not a scheme a redirect can be kept to", v.value),
+                "write it as `scheme = \"http\"` (or \"https\")",
+            );
+            scheme_ok = false;
+            None
+        }
+    };
+    (https, scheme_ok)
+}
+
+/// A redirect's `status`: 301 when left out; `None` when it is not a redirect status.
+fn redirect_status(sink: &mut Sink<'_>, status: Option<At<i64>>) -> Option<u16> {
+    match status {
+        None => Some(301),
+        Some(v) if matches!(v.value, 301 | 302 | 303 | 307 | 308) => Some(v.value as u16),
+        Some(v) => {
+            error(
+                sink,
+                &v,
+                format!("{} is not a redirect status", v.value),
+                "use 301 or 308 (permanent), 302, 303 or 307 (temporary); 307 and 308 keep the method",
+            );
+            None
+        }
+    }
+}
+
+/// A redirect's `to`: a path or a URL, visible ASCII, with no variable a redirect cannot know.
+fn redirect_target(sink: &mut Sink<'_>, t: &At<String>) -> Option<Template> {
+    let v = t.value.trim();
+    // A field value holds visible ASCII: with anything else the answer would go out
+    // without its `Location`.
+    if let Some(c) = v.chars().find(|c| c.is_control() || !c.is_ascii()) {
+        let what = if c.is_control() {
+            format!("a control character (U+{:04X})", c as u32)
+        } else {
+            format!("a character outside ASCII ({c:?})")
+        };
+        error(
+            sink,
+            t,
+            format!("{what} cannot be in a `Location` field; the redirect would be answered without one"),
+            format!("percent-encode it: `to = {}`", toml_string(&percent_encoded(v))),
+        );
+        return None;
+    }
+    let shaped =
+        v.starts_with('/') || v.starts_with('$') || v.starts_with('{') || v.contains("://");
+    if !shaped {
+        error(
+            sink,
+            t,
+            format!("{v:?} is neither a path nor a URL"),
+            "write a path (\"/new/$1\") or a URL (\"https://example.com/$1\")",
+        );
+        return None;
+    }
+    let t2 = template(sink, t, v, false)?;
+    let unknowable = [Variable::ClientIp, Variable::RequestId]
+        .into_iter()
+        .find(|x| t2.parts.contains(&TemplatePart::Var(*x)));
+    if let Some(x) = unknowable {
+        let name = Variable::ALL
+            .iter()
+            .find(|(_, v)| *v == x)
+            .map_or("", |(n, _)| *n);
+        error(
+            sink,
+            t,
+            format!("{{{name}}} has no place in a redirect's target"),
+            "use {scheme}, {host}, {path}, {query} and what `from` captured ($1, ${name})",
+        );
+        return None;
+    }
+    Some(t2)
 }
 
 /// `text` with its control and non-ASCII characters percent-encoded (as UTF-8 bytes).

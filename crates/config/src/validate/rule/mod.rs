@@ -1,6 +1,7 @@
 //! `[[proxy_rules]]`: one rule per domain, with its paths and path rules ([`paths`]), its
 //! origins ([`origins`]) and its certificate ([`tls`]).
 
+mod domain;
 mod http;
 mod origins;
 mod paths;
@@ -9,10 +10,9 @@ mod tls;
 
 use crate::validate::{
     body_size, cache_heuristic, cache_statuses, cidrs, error, flag, lenient, rate_limit,
-    rate_limit_status, toml_string, transform, warn, I64,
+    rate_limit_status, transform, warn, I64,
 };
 use std::collections::HashSet;
-use std::net::Ipv6Addr;
 
 use crate::model::*;
 use crate::reader::{At, Section, Sink};
@@ -62,91 +62,57 @@ fn read_rule(
     globals: &Globals<'_>,
     domains: &mut HashSet<DomainPattern>,
 ) -> Option<RuleConfig> {
-    let Globals {
-        strict_default,
-        cache,
-        tls_default,
-        transforms,
-        pages,
-    } = *globals;
-    let mut ok = true;
     let first_diag = sink.diags.len();
-    let domain_at = s.string(sink, "domain");
-    let (domain, unused) = read_domain(&mut s, sink, domain_at.as_ref(), domains);
-    ok &= domain.is_some();
-    let max_age_seconds = read_max_age(&mut s, sink);
-    let max_age_by_status =
-        max_age_by_status(&mut s, sink).unwrap_or_else(|| std::sync::Arc::new([]));
-    let paths = paths::read_paths(&mut s, sink);
-    // `Blacklist` without a word on `strict_path_rules` is said to mean "not cached" each time.
-    let blacklist_note = strict_default.is_none() && !s.has("strict_path_rules");
-    let rule_type = read_rule_type(&mut s, sink, &mut ok, blacklist_note);
+    let head = Head::read(&mut s, sink, globals.strict_default, domains);
+    let mut ok = head.ok;
     let enable_logging = flag(&mut s, sink, "enable_logging", true);
     let ignore_query_string = flag(&mut s, sink, "ignore_query_string", true);
     let sql_injection = flag(&mut s, sink, "enable_sql_injection_protection", true);
-    let (compression, minify, webp) = transform::read_rule(&mut s, sink, transforms);
+    let (compression, minify, webp) = transform::read_rule(&mut s, sink, globals.transforms);
     let disallowed_user_agents = user_agents(&mut s, sink);
     ok &= disallowed_user_agents.is_some();
-    let strict_path_rules = s
-        .bool(sink, "strict_path_rules")
-        .map_or(strict_default.unwrap_or(false), |b| b.value);
-    let caching = CacheKeys::read(&mut s, sink, cache);
-    let allow_ips = cidrs(&mut s, sink, "allow_ips")
-        .map(|c| c.value)
-        .unwrap_or_default();
-    let deny_ips = cidrs(&mut s, sink, "deny_ips")
-        .map(|c| c.value)
-        .unwrap_or_default();
-    let rate_limit = rate_limit(&mut s, sink, None);
-    let rate_limit_status = rate_limit_status(&mut s, sink);
-    let body_limit = s.has("max_body_size").then(|| body_size(&mut s, sink));
-    let (cert, tls_ok) = tls::read_rule_tls(&mut s, sink, domain.as_ref(), tls_default);
+    let strict_path_rules = read_strict(&mut s, sink, globals.strict_default);
+    let caching = CacheKeys::read(&mut s, sink, globals.cache);
+    let (allow_ips, deny_ips, rate_limit, rate_limit_status, body_limit) =
+        read_access(&mut s, sink);
+    let (cert, tls_ok) =
+        tls::read_rule_tls(&mut s, sink, head.domain.as_ref(), globals.tls_default);
     ok &= tls_ok;
     let (redirect_to_https, redirect_to_https_status, hsts) =
         tls::read_https(&mut s, sink, cert.is_some());
-    let (names, names_ok) = origins::TlsNames::read(&mut s, sink, domain.as_ref());
+    let (names, names_ok) = origins::TlsNames::read(&mut s, sink, head.domain.as_ref());
     ok &= names_ok;
     let (send_proxy_protocol, allow_upgrades, upgrade_idle_timeout) = protocols::read(&mut s, sink);
-    let path_rules = paths::read_path_rules(&mut s, sink, max_age_seconds, blacklist_note);
+    let path_rules =
+        paths::read_path_rules(&mut s, sink, head.max_age_seconds, head.blacklist_note);
     let request_headers = http::header_rules(&mut s, sink, "request_headers");
     let response_headers = http::header_rules(&mut s, sink, "response_headers");
     let expires = s.seconds_or_off(sink, "expires").and_then(|e| e.value);
     let redirects = http::redirects(&mut s, sink);
     let rewrites = http::rewrites(&mut s, sink);
-    let error_pages = http::error_pages(&mut s, sink, pages);
+    let error_pages = http::error_pages(&mut s, sink, globals.pages);
     ok &= path_rules.is_some();
     let origins = origins::read(&mut s, sink, &names, ok);
     ok &= origins.is_some();
-    if unused {
-        // A rule that is never used: that it is unused is the one thing worth saying about it
-        // (its errors still count; its warnings would only lead the reader astray).
-        sink.mute(s.path());
-        let own = sink.diags.split_off(first_diag);
-        sink.diags.extend(own.into_iter().filter(|d| {
-            d.severity == Severity::Error || d.message.contains("this rule is never used")
-        }));
-    }
+    mute_if_unused(sink, s.path(), first_diag, head.unused);
     s.finish(sink);
-
-    let domain = domain?;
     let (
+        true,
+        Some(domain),
         Some(disallowed_user_agents),
         Some(path_rules),
         Some((upstreams, routing_method, health_check)),
-    ) = (disallowed_user_agents, path_rules, origins)
+    ) = (ok, head.domain, disallowed_user_agents, path_rules, origins)
     else {
         return None;
     };
-    if !ok {
-        return None;
-    }
     Some(RuleConfig {
-        domain_text: domain_at.map(|d| d.value).unwrap_or_default(),
+        domain_text: head.domain_at.map(|d| d.value).unwrap_or_default(),
         domain,
-        max_age_seconds,
-        max_age_by_status,
-        paths,
-        rule_type,
+        max_age_seconds: head.max_age_seconds,
+        max_age_by_status: head.max_age_by_status,
+        paths: head.paths,
+        rule_type: head.rule_type,
         path_rules,
         upstreams,
         routing_method,
@@ -186,6 +152,101 @@ fn read_rule(
         allow_upgrades,
         upgrade_idle_timeout,
     })
+}
+/// A rule's first keys: its domain, max age, paths and type.
+struct Head {
+    domain_at: Option<At<String>>,
+    domain: Option<DomainPattern>,
+    /// An earlier rule has the same domain: this one is never used.
+    unused: bool,
+    max_age_seconds: u64,
+    max_age_by_status: std::sync::Arc<[(u16, u64)]>,
+    paths: Vec<String>,
+    /// `Blacklist` without a word on `strict_path_rules` is said to mean "not cached" each time.
+    blacklist_note: bool,
+    rule_type: RuleType,
+    /// No error in these keys.
+    ok: bool,
+}
+
+impl Head {
+    fn read(
+        s: &mut Section<'_>,
+        sink: &mut Sink<'_>,
+        strict_default: Option<bool>,
+        domains: &mut HashSet<DomainPattern>,
+    ) -> Head {
+        let mut ok = true;
+        let domain_at = s.string(sink, "domain");
+        let (domain, unused) = domain::read_domain(s, sink, domain_at.as_ref(), domains);
+        ok &= domain.is_some();
+        let max_age_seconds = read_max_age(s, sink);
+        let max_age_by_status =
+            max_age_by_status(s, sink).unwrap_or_else(|| std::sync::Arc::new([]));
+        let paths = paths::read_paths(s, sink);
+        let blacklist_note = strict_default.is_none() && !s.has("strict_path_rules");
+        let rule_type = read_rule_type(s, sink, &mut ok, blacklist_note);
+        Head {
+            domain_at,
+            domain,
+            unused,
+            max_age_seconds,
+            max_age_by_status,
+            paths,
+            blacklist_note,
+            rule_type,
+            ok,
+        }
+    }
+}
+
+/// A rule's client access keys: addresses allowed and denied, its rate limit and body limit.
+#[allow(clippy::type_complexity)]
+fn read_access(
+    s: &mut Section<'_>,
+    sink: &mut Sink<'_>,
+) -> (
+    Vec<Cidr>,
+    Vec<Cidr>,
+    Option<RateLimit>,
+    Option<u16>,
+    Option<Option<u64>>,
+) {
+    let allow_ips = cidrs(s, sink, "allow_ips")
+        .map(|c| c.value)
+        .unwrap_or_default();
+    let deny_ips = cidrs(s, sink, "deny_ips")
+        .map(|c| c.value)
+        .unwrap_or_default();
+    let rate_limit = rate_limit(s, sink, None);
+    let rate_limit_status = rate_limit_status(s, sink);
+    let body_limit = s.has("max_body_size").then(|| body_size(s, sink));
+    (
+        allow_ips,
+        deny_ips,
+        rate_limit,
+        rate_limit_status,
+        body_limit,
+    )
+}
+
+/// `strict_path_rules`, the global one when the rule leaves it out (default `false`).
+fn read_strict(s: &mut Section<'_>, sink: &mut Sink<'_>, strict_default: Option<bool>) -> bool {
+    s.bool(sink, "strict_path_rules")
+        .map_or(strict_default.unwrap_or(false), |b| b.value)
+}
+
+/// When the rule at `path` is never used (`unused`), that it is unused is the one thing worth
+/// saying about it: its errors still count; its warnings would only lead the reader astray.
+fn mute_if_unused(sink: &mut Sink<'_>, path: &str, first_diag: usize, unused: bool) {
+    if !unused {
+        return;
+    }
+    sink.mute(path);
+    let own = sink.diags.split_off(first_diag);
+    sink.diags.extend(own.into_iter().filter(|d| {
+        d.severity == Severity::Error || d.message.contains("this rule is never used")
+    }));
 }
 
 /// At most this many statuses in `max_age_by_status` (a stored response's status is looked up
@@ -378,45 +439,6 @@ fn read_disk_switch(s: &mut Section<'_>, sink: &mut Sink<'_>, cache: &CacheConfi
     }
 }
 
-/// `domain`: required, and the first rule for a domain wins (a later one is warned about, and
-/// `true` returned with it).
-fn read_domain(
-    s: &mut Section<'_>,
-    sink: &mut Sink<'_>,
-    domain_at: Option<&At<String>>,
-    domains: &mut HashSet<DomainPattern>,
-) -> (Option<DomainPattern>, bool) {
-    let domain = match domain_at {
-        Some(d) => parse_domain(sink, d),
-        None => {
-            s.missing(
-                sink,
-                "domain",
-                Severity::Error,
-                "every [[proxy_rules]] needs a `domain`",
-                "add `domain = \"example.com\"`",
-            );
-            None
-        }
-    };
-    let mut unused = false;
-    if let (Some(d), Some(at)) = (&domain, domain_at) {
-        if !domains.insert(d.clone()) {
-            unused = true;
-            warn(
-                sink,
-                at,
-                format!(
-                    "domain {:?} already has an earlier rule; this rule is never used",
-                    at.value
-                ),
-                "merge the two rules or remove one",
-            );
-        }
-    }
-    (domain, unused)
-}
-
 /// `[[...disallowed_user_agents]]`; `None` when an entry is invalid (every one is reported).
 fn user_agents(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Option<Vec<(MatchType, String)>> {
     let mut ok = true;
@@ -459,132 +481,6 @@ fn user_agents(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Option<Vec<(MatchTyp
         }
     }
     ok.then_some(disallowed_user_agents)
-}
-
-fn parse_domain(sink: &mut Sink<'_>, d: &At<String>) -> Option<DomainPattern> {
-    let text = d.value.trim().to_ascii_lowercase();
-    let text = text.strip_suffix('.').unwrap_or(&text).to_owned();
-    let bad = |sink: &mut Sink<'_>, why: &str| {
-        error(
-            sink,
-            d,
-            format!("{:?} is not a valid domain: {why}", d.value),
-            "write a host name such as \"example.com\", a wildcard \"*.example.com\", or \"*\" for every host",
-        );
-        None
-    };
-    if text == "*" {
-        return Some(DomainPattern::Any);
-    }
-    if let Some(c) = text.chars().find(|c| c.is_control()) {
-        let clean: String = d.value.trim().chars().filter(|c| !c.is_control()).collect();
-        let hint = if clean.is_empty() {
-            "write a host name such as \"example.com\", a wildcard \"*.example.com\", or \"*\" for every host".to_owned()
-        } else {
-            format!("write it without: `domain = {}`", toml_string(&clean))
-        };
-        error(
-            sink,
-            d,
-            format!(
-                "{:?} is not a valid domain: it contains a control character (U+{:04X})",
-                d.value, c as u32
-            ),
-            hint,
-        );
-        return None;
-    }
-    if let Some((what, bare)) = url_parts(&text) {
-        error(
-            sink,
-            d,
-            format!(
-                "{:?} is not a valid domain: it contains {what}; a rule matches the host name alone",
-                d.value
-            ),
-            format!("write it as `domain = \"{bare}\"`"),
-        );
-        return None;
-    }
-    let (wild, host) = match text.strip_prefix("*.") {
-        Some(rest) => (true, rest),
-        None => (false, text.as_str()),
-    };
-    if host.is_empty() {
-        return bad(sink, "it is empty");
-    }
-    if host.contains('*') {
-        return bad(
-            sink,
-            "`*` is allowed only as the whole first label (`*.example.com`)",
-        );
-    }
-    if host.contains([' ', '?', '#', '@']) {
-        return bad(sink, "it contains characters a host name cannot have");
-    }
-    if !host.is_ascii() {
-        // Clients send the IDNA form (RFC 5891); a Unicode name would never match.
-        let ascii = super::punycode::to_ascii(host).unwrap_or_default();
-        let written = if wild { format!("*.{ascii}") } else { ascii };
-        error(
-            sink,
-            d,
-            format!(
-                "{:?} is written in Unicode, but clients send host names in their IDNA form, so it would never match",
-                d.value
-            ),
-            format!("write it as `domain = \"{written}\"`"),
-        );
-        return None;
-    }
-    Some(if wild {
-        DomainPattern::Wildcard(format!(".{host}"))
-    } else {
-        DomainPattern::Exact(host.to_owned())
-    })
-}
-
-/// What in a domain makes it a URL rather than a host name (a scheme, a path, a port), and
-/// the host name in it.
-fn url_parts(text: &str) -> Option<(String, String)> {
-    let mut what = Vec::new();
-    let mut rest = text;
-    if let Some((scheme, after)) = text.split_once("://") {
-        what.push(format!("a scheme (`{scheme}://`)"));
-        rest = after;
-    }
-    if let Some(i) = rest.find(['/', '?', '#']) {
-        what.push(format!("a path (`{}`)", &rest[i..]));
-        rest = &rest[..i];
-    }
-    if let Some(i) = rest.rfind('@') {
-        what.push("a user name".to_owned());
-        rest = &rest[i + 1..];
-    }
-    let bracketed = rest.starts_with('[');
-    let port_at = if bracketed {
-        rest.find("]:").map(|i| i + 1)
-    } else if rest.parse::<Ipv6Addr>().is_ok() {
-        None
-    } else {
-        rest.rfind(':')
-    };
-    if let Some(i) = port_at {
-        what.push(format!("a port (`{}`)", &rest[i..]));
-        rest = &rest[..i];
-    }
-    let host = rest.trim_start_matches('[').trim_end_matches(']');
-    if what.is_empty() || host.is_empty() {
-        return None;
-    }
-    let what = match what.len() {
-        1 => what.remove(0),
-        _ => {
-            let last = what.pop().unwrap_or_default();
-            format!("{} and {last}", what.join(", "))
-        }
-    };
-    Some((what, host.to_owned()))
 }
 
 /// `Blacklist` is read as "deny", but in ARC2 (and rampart's default) it means "proxied, not

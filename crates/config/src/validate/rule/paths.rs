@@ -3,7 +3,7 @@
 
 use super::{blacklist_bypasses, match_type, parse_rule_type};
 use crate::model::{PathMatch, PathRuleConfig, RuleType};
-use crate::reader::{Section, Sink};
+use crate::reader::{At, Section, Sink};
 use crate::validate::{error, lenient, warn, I64};
 use crate::Severity;
 
@@ -60,72 +60,11 @@ pub(super) fn read_path_rules(
                     "add `path = \"/static\"`",
                 );
             }
-            let ignore_case = pr.bool(sink, "ignore_case").is_some_and(|b| b.value);
-            let mt = match pr.string(sink, "match_type") {
-                Some(m) if m.value == "Regex" => match &path {
-                    Some(p) => match sink.pattern(&p.value, ignore_case) {
-                        Ok(re) => Some(PathMatch::Regex(re)),
-                        Err(why) => {
-                            error(
-                                sink,
-                                p,
-                                format!("{:?} is not a valid regular expression: {why}", p.value),
-                                "write a pattern in Rust's regex syntax, e.g. \"^/api/v[0-9]+/\" (no look-around or back-references)",
-                            );
-                            None
-                        }
-                    },
-                    None => None,
-                },
-                Some(m) => match_type(sink, &m).map(|kind| PathMatch::Text { kind, ignore_case }),
-                None => {
-                    if !pr.has("match_type") {
-                        pr.missing(
-                            sink,
-                            "match_type",
-                            Severity::Error,
-                            "missing `match_type`",
-                            "add `match_type = \"StartsWith\"`",
-                        );
-                    }
-                    None
-                }
-            };
+            let mt = read_matcher(&mut pr, sink, path.as_ref());
             // NGINX's `location /admin { deny all; }`: refused whatever `strict_path_rules` says.
             let deny = pr.bool(sink, "deny").is_some_and(|b| b.value);
-            let rt = match pr.string(sink, "rule_type") {
-                Some(v) => {
-                    let t = parse_rule_type(sink, &v);
-                    if blacklist_note && t == Some(RuleType::Blacklist) {
-                        blacklist_bypasses(sink, &v);
-                    }
-                    t
-                }
-                None => {
-                    if deny && !pr.has("rule_type") {
-                        Some(RuleType::Whitelist)
-                    } else if !pr.has("rule_type") {
-                        lenient(&pr, sink, "rule_type", "\"Whitelist\"");
-                        Some(RuleType::Whitelist)
-                    } else {
-                        None
-                    }
-                }
-            };
-            let age = match pr.int(sink, "max_age_seconds", 0, I64) {
-                Some(v) => Some(v.value as u64),
-                None if deny && !pr.has("max_age_seconds") => Some(0),
-                None if !pr.has("max_age_seconds") => {
-                    lenient(
-                        &pr,
-                        sink,
-                        "max_age_seconds",
-                        &format!("{max_age_seconds} (the rule's)"),
-                    );
-                    Some(max_age_seconds)
-                }
-                None => None,
-            };
+            let rt = read_rule_type(&mut pr, sink, deny, blacklist_note);
+            let age = read_max_age(&mut pr, sink, deny, max_age_seconds);
             let max_age_by_status = super::max_age_by_status(&mut pr, sink);
             let request_headers = super::http::header_rules(&mut pr, sink, "request_headers");
             let response_headers = super::http::header_rules(&mut pr, sink, "response_headers");
@@ -153,6 +92,96 @@ pub(super) fn read_path_rules(
         shadowed(sink, &path_rules, &places);
     }
     ok.then_some(path_rules)
+}
+
+/// A path rule's `ignore_case` and `match_type`: how its `path` matches.
+fn read_matcher(
+    pr: &mut Section<'_>,
+    sink: &mut Sink<'_>,
+    path: Option<&At<String>>,
+) -> Option<PathMatch> {
+    let ignore_case = pr.bool(sink, "ignore_case").is_some_and(|b| b.value);
+    match pr.string(sink, "match_type") {
+        Some(m) if m.value == "Regex" => match path {
+            Some(p) => match sink.pattern(&p.value, ignore_case) {
+                Ok(re) => Some(PathMatch::Regex(re)),
+                Err(why) => {
+                    error(
+                        sink,
+                        p,
+                        format!("{:?} is not a valid regular expression: {why}", p.value),
+                        "write a pattern in Rust's regex syntax, e.g. \"^/api/v[0-9]+/\" (no look-around or back-references)",
+                    );
+                    None
+                }
+            },
+            None => None,
+        },
+        Some(m) => match_type(sink, &m).map(|kind| PathMatch::Text { kind, ignore_case }),
+        None => {
+            if !pr.has("match_type") {
+                pr.missing(
+                    sink,
+                    "match_type",
+                    Severity::Error,
+                    "missing `match_type`",
+                    "add `match_type = \"StartsWith\"`",
+                );
+            }
+            None
+        }
+    }
+}
+
+/// A path rule's `rule_type`: `Whitelist` when left out.
+fn read_rule_type(
+    pr: &mut Section<'_>,
+    sink: &mut Sink<'_>,
+    deny: bool,
+    blacklist_note: bool,
+) -> Option<RuleType> {
+    match pr.string(sink, "rule_type") {
+        Some(v) => {
+            let t = parse_rule_type(sink, &v);
+            if blacklist_note && t == Some(RuleType::Blacklist) {
+                blacklist_bypasses(sink, &v);
+            }
+            t
+        }
+        None => {
+            if deny && !pr.has("rule_type") {
+                Some(RuleType::Whitelist)
+            } else if !pr.has("rule_type") {
+                lenient(pr, sink, "rule_type", "\"Whitelist\"");
+                Some(RuleType::Whitelist)
+            } else {
+                None
+            }
+        }
+    }
+}
+
+/// A path rule's `max_age_seconds`: the rule's when left out, 0 for a path rule that denies.
+fn read_max_age(
+    pr: &mut Section<'_>,
+    sink: &mut Sink<'_>,
+    deny: bool,
+    max_age_seconds: u64,
+) -> Option<u64> {
+    match pr.int(sink, "max_age_seconds", 0, I64) {
+        Some(v) => Some(v.value as u64),
+        None if deny && !pr.has("max_age_seconds") => Some(0),
+        None if !pr.has("max_age_seconds") => {
+            lenient(
+                pr,
+                sink,
+                "max_age_seconds",
+                &format!("{max_age_seconds} (the rule's)"),
+            );
+            Some(max_age_seconds)
+        }
+        None => None,
+    }
 }
 
 /// Warns about each path rule that can never apply: an earlier one matches every path it
