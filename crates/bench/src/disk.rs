@@ -1,4 +1,4 @@
-//! Issue 33's disk-tier figures: rampart's `cache_disk` against NGINX's `proxy_cache_path` on
+//! The disk tier's figures: rampart's `cache_disk` against NGINX's `proxy_cache_path` on
 //! the same disk (`sendfile on`), each with one worker pinned to the server CPU, the origin and
 //! this client on the load CPU.
 //!

@@ -1,4 +1,4 @@
-//! Issue 32's idle-connection goal: what one idle HTTP/1.1 keep-alive connection costs a server
+//! Idle connections: what one idle HTTP/1.1 keep-alive connection costs a server
 //! in resident memory, rampart against NGINX and HAProxy.
 //!
 //! Each server proxies to the suite's origin with one worker. After one warm-up connection,

@@ -71,26 +71,26 @@ enum Cmd {
     /// Compression ratio and CPU per MB of each codec and level on a corpus of HTML, CSS and
     /// JS files.
     Codecs(codecs::CodecsArgs),
-    /// Issue 16's WebSocket goals: RSS of many idle WebSockets through rampart, and the CPU of
+    /// WebSocket: RSS of many idle WebSockets through rampart, and the CPU of
     /// an echo round trip through rampart against a direct one.
     Websocket(websocket::WebsocketArgs),
-    /// Issue 16's HTTP/3 goals: CPU per cached hit over HTTP/3 against HTTPS/2, rampart and
+    /// HTTP/3: CPU per cached hit over HTTP/3 against HTTPS/2, rampart and
     /// Caddy side by side.
     H3(h3::H3Args),
-    /// Issue 32's idle-connection goal: resident memory per idle HTTP/1.1 keep-alive
+    /// Idle connections: resident memory per idle HTTP/1.1 keep-alive
     /// connection, rampart against NGINX and HAProxy (10,000 connections by default).
     Idle(idle::IdleArgs),
-    /// Issue 33's disk-tier figures: rampart's cache_disk against NGINX's proxy_cache_path
+    /// The disk tier: rampart's cache_disk against NGINX's proxy_cache_path
     /// (disk-hit with a working set 4× the memory tier, a 1 GiB object to 10 clients, restart
     /// warmth with a million objects); writes disk.md and disk.json.
     Disk(disk::DiskArgs),
-    /// Issue 34's tag-purge goal: the time to purge a tag on 100,000 objects, and the
+    /// Purge by tag: the time to purge a tag on 100,000 objects, and the
     /// latency of the hits served meanwhile against rounds without a purge.
     Tags(tags::TagsArgs),
-    /// Issue 17's cost figures: what Redis adds to a local hit, a shared (Redis) hit and a
+    /// Instances sharing through Redis: what Redis adds to a local hit, a shared (Redis) hit and a
     /// miss, and that hits from exempt or refused clients make no Redis round trip.
     Cluster(cluster::ClusterArgs),
-    /// Issue 30's chaos soak: mixed traffic through a real rampart with every answer checked
+    /// The chaos soak: mixed traffic through a real rampart with every answer checked
     /// against the origin's bytes, while it is reloaded, upgraded, its origins and Redis are
     /// killed, and slow clients hold connections; writes soak.md and soak.json.
     Soak(soak::SoakArgs),

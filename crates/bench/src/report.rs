@@ -8,7 +8,7 @@ use std::path::Path;
 use plotters::prelude::*;
 
 use crate::scenarios::Scenario;
-use crate::suite::{summarise, Results, Summary};
+use crate::suite::results::{summarise, Results, Summary};
 
 fn us(v: f64) -> String {
     if v <= 0.0 {

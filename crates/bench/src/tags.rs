@@ -1,4 +1,4 @@
-//! Issue 34's tag-purge goal: purging a tag on 100,000 tagged objects takes under 100 ms and
+//! Purge by tag: purging a tag on 100,000 tagged objects takes under 100 ms and
 //! does not stall the requests being served meanwhile.
 //!
 //! rampart (one worker on `--server-cpus`) stores `--objects` objects from the suite's origin,

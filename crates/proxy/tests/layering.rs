@@ -94,21 +94,34 @@ fn imports(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
                         continue;
                     }
                     let rest = &line[i + prefix.len()..];
-                    let path: Vec<String> = rest
-                        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
-                        .next()
-                        .unwrap_or("")
-                        .split("::")
-                        .filter(|s| !s.is_empty())
-                        .map(str::to_owned)
-                        .collect();
-                    let mut full = base.clone();
-                    full.extend(path);
-                    while !full.is_empty() && !is_module(src, &full) {
-                        full.pop();
-                    }
-                    if !full.is_empty() && full != me {
-                        deps.insert(full.join("::"));
+                    // `crate::{a, b::c}` names each member of the group.
+                    let members: Vec<&str> = match rest.strip_prefix('{') {
+                        Some(group) => group
+                            .split('}')
+                            .next()
+                            .unwrap_or("")
+                            .split(',')
+                            .map(str::trim)
+                            .collect(),
+                        None => vec![rest],
+                    };
+                    for member in members {
+                        let path: Vec<String> = member
+                            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+                            .next()
+                            .unwrap_or("")
+                            .split("::")
+                            .filter(|s| !s.is_empty())
+                            .map(str::to_owned)
+                            .collect();
+                        let mut full = base.clone();
+                        full.extend(path);
+                        while !full.is_empty() && !is_module(src, &full) {
+                            full.pop();
+                        }
+                        if !full.is_empty() && full != me {
+                            deps.insert(full.join("::"));
+                        }
                     }
                 }
             }

@@ -3,7 +3,7 @@
 //! every load in interleaved rounds ([`measure`]) and writes the report from the [`results`].
 
 mod measure;
-mod results;
+pub mod results;
 mod servers;
 
 use std::path::{Path, PathBuf};
@@ -16,7 +16,7 @@ use crate::peers::{self, Peer};
 use crate::scenarios::{self, Scenario};
 use crate::{procs, report, RunArgs};
 
-pub use results::{summarise, Results, Summary};
+use results::Results;
 
 use measure::Plan;
 use servers::{Candidate, Servers};
