@@ -489,7 +489,7 @@ fn report(args: &ClusterArgs, samples: &[Sample]) -> String {
             .iter()
             .filter(|x| x.case == s.case && x.instance == s.instance)
             .collect();
-        let m = |f: fn(&Sample) -> f64| crate::median_of(of.iter().map(|x| f(x)));
+        let m = |f: fn(&Sample) -> f64| crate::stats::median_of(of.iter().map(|x| f(x)));
         let expected: usize = of.iter().map(|x| x.expected).sum();
         let total: usize = of.iter().map(|x| x.requests).sum();
         out.push_str(&format!(

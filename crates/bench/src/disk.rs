@@ -620,20 +620,9 @@ async fn zipf_load(
     Ok(all)
 }
 
+/// The `q` quantile (0–1, nearest rank) of latencies in µs, in ms.
 fn quantile(sorted: &[u32], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let i = ((sorted.len() - 1) as f64 * q).round() as usize;
-    f64::from(sorted[i]) / 1000.0
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    f64::from(crate::stats::percentile(sorted, q * 100.0)) / 1000.0
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -715,7 +704,7 @@ fn disk_hit(ctx: &Ctx) -> anyhow::Result<(serde_json::Value, String)> {
     );
     let mut out = serde_json::Map::new();
     for (i, p) in peers.iter_mut().enumerate() {
-        let col = |k: &str| median(rows[i].iter().filter_map(|r| r[k].as_f64()).collect());
+        let col = |k: &str| crate::stats::median_of(rows[i].iter().filter_map(|r| r[k].as_f64()));
         md.push_str(&format!(
             "| {} | {:.1} | {:.0} | {:.4} | {} | {:.2} | {:.2} |\n",
             p.name,
@@ -857,7 +846,7 @@ fn large(ctx: &Ctx) -> anyhow::Result<(serde_json::Value, String)> {
     );
     let mut out = serde_json::Map::new();
     for (i, p) in peers.iter_mut().enumerate() {
-        let col = |k: &str| median(rows[i].iter().filter_map(|r| r[k].as_f64()).collect());
+        let col = |k: &str| crate::stats::median_of(rows[i].iter().filter_map(|r| r[k].as_f64()));
         md.push_str(&format!(
             "| {} | {:.3} | {:.2} | {:.1} | {:.0}/{} |\n",
             p.name,

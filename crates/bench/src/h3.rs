@@ -460,11 +460,11 @@ fn report(args: &H3Args, targets: &[Target], runs: &[Run]) -> String {
         if rs.is_empty() {
             return None;
         }
-        let rps = crate::median_of(
+        let rps = crate::stats::median_of(
             rs.iter()
                 .map(|r| r.counted.requests as f64 / r.counted.seconds),
         );
-        let cpu = crate::median_of(rs.iter().map(|r| r.cpu_us_per_request));
+        let cpu = crate::stats::median_of(rs.iter().map(|r| r.cpu_us_per_request));
         Some((rps, cpu, rs.iter().map(|r| r.counted.errors).sum()))
     };
     for t in targets {

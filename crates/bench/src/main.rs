@@ -24,6 +24,7 @@ mod procs;
 mod report;
 mod scenarios;
 mod soak;
+mod stats;
 mod suite;
 mod tags;
 mod vus;
@@ -201,20 +202,4 @@ fn save_report(out: Option<PathBuf>, name: &str, report: &str) -> anyhow::Result
 /// The time now in UTC, as report folders are named (`2024-05-01T12-00-00Z`).
 fn now_utc() -> String {
     sh("date -u +%Y-%m-%dT%H-%M-%SZ")
-}
-
-/// The median of `v` (the upper one of an even count; 0 when empty), sorting `v` in place.
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    if v.is_empty() {
-        0.0
-    } else {
-        v[v.len() / 2]
-    }
-}
-
-/// [`median`] of the values of an iterator.
-fn median_of(values: impl IntoIterator<Item = f64>) -> f64 {
-    let mut v: Vec<f64> = values.into_iter().collect();
-    median(&mut v)
 }

@@ -153,7 +153,7 @@ pub fn run(args: TagsArgs) -> anyhow::Result<()> {
 
 fn report(args: &TagsArgs, version: &str, rounds: &[Round]) -> String {
     let med = |purging: bool, f: &dyn Fn(&Round) -> f64| {
-        crate::median_of(
+        crate::stats::median_of(
             rounds
                 .iter()
                 .filter(|r| r.purge.is_some() == purging)

@@ -118,13 +118,7 @@ pub fn measure(args: &VusArgs) -> anyhow::Result<VusReport> {
 fn summarise(t: &mut Tally, users: u32, seconds: f64) -> VusReport {
     t.latencies_us.sort_unstable();
     let l = &t.latencies_us;
-    let pct = |p: f64| -> f64 {
-        if l.is_empty() {
-            return 0.0;
-        }
-        let i = ((p / 100.0) * l.len() as f64).ceil() as usize;
-        f64::from(l[i.clamp(1, l.len()) - 1])
-    };
+    let pct = |p: f64| f64::from(crate::stats::percentile(l, p));
     let n = l.len() as u64;
     VusReport {
         users,

@@ -404,7 +404,8 @@ fn report(args: &WebsocketArgs, idle: &Idle, runs: &[(String, Vec<EchoRun>)]) ->
         opening.as_secs_f64(),
         (args.idle / 100).max(1),
     );
-    let med = |runs: &[EchoRun], f: &dyn Fn(&EchoRun) -> f64| crate::median_of(runs.iter().map(f));
+    let med =
+        |runs: &[EchoRun], f: &dyn Fn(&EchoRun) -> f64| crate::stats::median_of(runs.iter().map(f));
     let direct: &[EchoRun] = runs.first().map_or(&[], |(_, r)| r.as_slice());
     let d_total = med(direct, &|r| r.total_us());
     let d_origin = med(direct, &|r| r.us(r.origin_s));

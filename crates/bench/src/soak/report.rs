@@ -204,12 +204,9 @@ struct Json<'a> {
     samples: &'a [Sample],
 }
 
+/// The nearest-rank `p`th percentile of latencies in µs, in ms.
 fn percentile(sorted: &[u32], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let i = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    f64::from(sorted[i.clamp(1, sorted.len()) - 1]) / 1000.0
+    f64::from(crate::stats::percentile(sorted, p)) / 1000.0
 }
 
 fn mib(b: u64) -> f64 {

@@ -4,8 +4,8 @@
 use serde::Serialize;
 
 use crate::load::LoadResult;
-use crate::median;
 use crate::scenarios::Scenario;
+use crate::stats::median;
 
 /// One measured run.
 #[derive(Debug, Clone, Serialize)]
