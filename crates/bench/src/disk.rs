@@ -426,36 +426,35 @@ impl Conn {
         self.s.write_all(req.as_bytes()).await?;
         self.buf.clear();
         let mut chunk = vec![0u8; 256 << 10];
-        let end = loop {
+        let head = loop {
             let n = self.s.read(&mut chunk).await?;
             if n == 0 {
                 bail!("closed before the answer's head");
             }
             self.buf.extend_from_slice(&chunk[..n]);
-            if let Some(e) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                break e;
+            if let Some(h) = crate::http1::head(&self.buf) {
+                break h;
             }
         };
-        let head = String::from_utf8_lossy(&self.buf[..end]).to_ascii_lowercase();
-        let status = head
-            .get(9..12)
-            .and_then(|s| s.parse().ok())
-            .context("no status")?;
-        let field = |name: &str| {
-            head.lines()
-                .find_map(|l| l.strip_prefix(name))
-                .map(|v| v.trim().to_owned())
+        let status = head.status;
+        let crate::http1::Framing::Length(len) = head.framing else {
+            bail!("no Content-Length");
         };
-        let len: u64 = field("content-length:")
-            .and_then(|v| v.parse().ok())
-            .context("no Content-Length")?;
-        let cs = field("cache-status:").unwrap_or_default();
-        let xs = field("x-cache-status:").unwrap_or_default();
+        let len = len as u64;
+        let cs = head
+            .field("cache-status")
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        let xs = head
+            .field("x-cache-status")
+            .unwrap_or_default()
+            .to_ascii_lowercase();
         let hit = cs.contains("; hit") || xs == "hit";
         let disk = cs.contains("detail=disk");
-        let mut got = (self.buf.len() - end - 4) as u64;
+        let end = head.end;
+        let mut got = (self.buf.len() - end) as u64;
         let mut body = if keep {
-            self.buf[end + 4..].to_vec()
+            self.buf[end..].to_vec()
         } else {
             Vec::new()
         };

@@ -183,20 +183,18 @@ pub(crate) async fn request(s: &mut TcpStream, req: &[u8]) -> anyhow::Result<Vec
             bail!("closed before the answer was complete");
         }
         buf.extend_from_slice(&chunk[..n]);
-        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+        let Some(head) = crate::http1::head(&buf) else {
             continue;
         };
-        let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-        if !head.starts_with("http/1.1 200") {
-            bail!("answer: {}", head.lines().next().unwrap_or(""));
+        if head.status != 200 {
+            bail!("answer: status {}", head.status);
         }
-        let length: usize = head
-            .lines()
-            .find_map(|l| l.strip_prefix("content-length:"))
-            .and_then(|v| v.trim().parse().ok())
-            .context("no Content-Length")?;
-        if buf.len() >= end + 4 + length {
-            return Ok(buf[end + 4..end + 4 + length].to_vec());
+        let crate::http1::Framing::Length(length) = head.framing else {
+            bail!("no Content-Length");
+        };
+        let end = head.end;
+        if buf.len() >= end + length {
+            return Ok(buf[end..end + length].to_vec());
         }
     }
 }

@@ -14,6 +14,7 @@ mod codecs;
 mod disk;
 mod floor;
 mod h3;
+mod http1;
 mod idle;
 mod instructions;
 mod load;

@@ -215,37 +215,21 @@ pub(crate) async fn exchange(
 ) -> anyhow::Result<Exchanged> {
     s.write_all(request).await?;
     buf.clear();
-    let head_end = loop {
-        if let Some(i) = find(buf, b"\r\n\r\n") {
-            break i + 4;
+    let head = loop {
+        if let Some(h) = crate::http1::head(buf) {
+            break h;
         }
         if buf.len() > 64 * 1024 {
             bail!("response head too long");
         }
         read_more(s, buf).await?;
     };
-    let head = std::str::from_utf8(&buf[..head_end]).context("response head is not text")?;
-    let status: u16 = head
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .context("no status code")?;
-    let mut length = None;
-    let mut chunked = false;
-    let mut close = head.starts_with("HTTP/1.0");
-    for line in head.split("\r\n").skip(1) {
-        let Some((k, v)) = line.split_once(':') else {
-            continue;
-        };
-        let v = v.trim();
-        if k.eq_ignore_ascii_case("content-length") {
-            length = v.parse::<usize>().ok();
-        } else if k.eq_ignore_ascii_case("transfer-encoding") {
-            chunked = v.eq_ignore_ascii_case("chunked");
-        } else if k.eq_ignore_ascii_case("connection") {
-            close = v.eq_ignore_ascii_case("close");
-        }
-    }
+    let (status, head_end, close) = (head.status, head.end, head.close);
+    let chunked = head.framing == crate::http1::Framing::Chunked;
+    let length = match head.framing {
+        crate::http1::Framing::Length(n) => Some(n),
+        _ => None,
+    };
     if chunked {
         // Enough for the suite's responses: read until the last chunk and the empty trailer.
         while !buf[head_end..].ends_with(b"0\r\n\r\n") {
@@ -274,10 +258,6 @@ async fn read_more(s: &mut TcpStream, buf: &mut Vec<u8>) -> anyhow::Result<()> {
         bail!("connection closed mid-response");
     }
     Ok(())
-}
-
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
 }
 
 fn parse_url(url: &str) -> anyhow::Result<(SocketAddr, String)> {

@@ -55,10 +55,9 @@ pub async fn slow_reader(ctx: Arc<Ctx>, n: u64, hold: Duration) {
                     Err(_) => {}
                 }
                 if body_at.is_none() {
-                    if let Some(i) = got.windows(4).position(|w| w == b"\r\n\r\n") {
-                        body_at = Some(i + 4);
-                        let head = String::from_utf8_lossy(&got[..i]).to_ascii_lowercase();
-                        chunked = head.contains("transfer-encoding: chunked");
+                    if let Some(head) = crate::http1::head(&got) {
+                        body_at = Some(head.end);
+                        chunked = head.framing == crate::http1::Framing::Chunked;
                     }
                 }
                 if let (Some(at), false) = (body_at, chunked) {

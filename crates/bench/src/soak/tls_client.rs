@@ -109,59 +109,21 @@ fn framed_complete(buf: &[u8]) -> bool {
 
 /// Parses a response with `Content-Length` or chunked framing (or none: up to the close).
 fn parse_h1(buf: &[u8]) -> Parsed {
-    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+    let Some(head) = crate::http1::head(buf) else {
         return Parsed::NoHead;
     };
-    let head = String::from_utf8_lossy(&buf[..end]);
-    let mut lines = head.split("\r\n");
-    let status: u16 = lines
-        .next()
-        .and_then(|l| l.split(' ').nth(1))
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
-        .collect();
-    let get = |n: &str| {
-        headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(n))
-            .map(|(_, v)| v.as_str())
-    };
-    let rest = &buf[end + 4..];
-    if get("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
-        let mut body = Vec::new();
-        let mut at = 0;
-        loop {
-            let Some(eol) = rest[at..].windows(2).position(|w| w == b"\r\n") else {
-                return Parsed::Cut(status, body.len());
-            };
-            let line = String::from_utf8_lossy(&rest[at..at + eol]);
-            let Ok(n) = usize::from_str_radix(line.split(';').next().unwrap_or("").trim(), 16)
-            else {
-                return Parsed::Cut(status, body.len());
-            };
-            at += eol + 2;
-            if n == 0 {
-                // The last chunk; no trailers are expected.
-                return if rest.len() >= at + 2 {
-                    Parsed::Complete(status, headers, body)
-                } else {
-                    Parsed::Cut(status, body.len())
-                };
-            }
-            if rest.len() < at + n + 2 {
-                return Parsed::Cut(status, body.len() + rest.len().saturating_sub(at));
-            }
-            body.extend_from_slice(&rest[at..at + n]);
-            at += n + 2;
+    let rest = &buf[head.end..];
+    let status = head.status;
+    match head.framing {
+        crate::http1::Framing::Chunked => match crate::http1::chunked(rest) {
+            crate::http1::Chunked::Complete(body) => Parsed::Complete(status, head.fields, body),
+            crate::http1::Chunked::Cut(n) => Parsed::Cut(status, n),
+        },
+        crate::http1::Framing::Length(n) if rest.len() >= n => {
+            Parsed::Complete(status, head.fields, rest[..n].to_vec())
         }
-    }
-    match get("content-length").and_then(|v| v.parse::<usize>().ok()) {
-        Some(n) if rest.len() >= n => Parsed::Complete(status, headers, rest[..n].to_vec()),
-        Some(_) => Parsed::Cut(status, rest.len()),
-        None => Parsed::Complete(status, headers, rest.to_vec()),
+        crate::http1::Framing::Length(_) => Parsed::Cut(status, rest.len()),
+        crate::http1::Framing::UntilClose => Parsed::Complete(status, head.fields, rest.to_vec()),
     }
 }
 
