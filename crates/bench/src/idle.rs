@@ -232,57 +232,8 @@ fn start(
             let version = crate::sh(&format!("{} --version", rampart.display()));
             return Ok(Some((server, addr, version)));
         }
-        "nginx" => {
-            let conf = d.join("nginx.conf");
-            std::fs::write(
-                &conf,
-                format!(
-                    "worker_processes 1;\ndaemon off;\nmaster_process on;\npid {p}/nginx.pid;\n\
-                     lock_file {p}/nginx.lock;\nerror_log {p}/error.log error;\n\
-                     worker_rlimit_nofile {};\nevents {{ worker_connections {max}; }}\nhttp {{\n  \
-                     access_log off;\n  keepalive_timeout 300s;\n  keepalive_requests 100000;\n  \
-                     client_body_temp_path {p}/cb;\n  proxy_temp_path {p}/pt;\n  \
-                     fastcgi_temp_path {p}/ft;\n  uwsgi_temp_path {p}/ut;\n  scgi_temp_path {p}/st;\n  \
-                     upstream o {{ server {origin}; keepalive 16; }}\n  server {{\n    \
-                     listen {addr};\n    location / {{\n      proxy_pass http://o;\n      \
-                     proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n    }}\n  }}\n}}\n",
-                    max * 2
-                ),
-            )?;
-            (
-                "nginx",
-                vec![
-                    "-c".to_owned(),
-                    conf.to_string_lossy().into_owned(),
-                    "-p".to_owned(),
-                    p.clone(),
-                    "-e".to_owned(),
-                    "stderr".to_owned(),
-                ],
-            )
-        }
-        "haproxy" => {
-            let cfg = d.join("haproxy.cfg");
-            std::fs::write(
-                &cfg,
-                format!(
-                    "global\n    nbthread 1\n    maxconn {max}\n    ulimit-n {}\n\n\
-                     defaults\n    mode http\n    maxconn {max}\n    timeout connect 5s\n    timeout client 300s\n    \
-                     timeout server 60s\n    timeout http-keep-alive 300s\n    http-reuse always\n\n\
-                     frontend fe\n    bind {addr}\n    default_backend be\n\n\
-                     backend be\n    server o {origin}\n",
-                    limit_fds()
-                ),
-            )?;
-            (
-                "haproxy",
-                vec![
-                    "-db".to_owned(),
-                    "-f".to_owned(),
-                    cfg.to_string_lossy().into_owned(),
-                ],
-            )
-        }
+        "nginx" => nginx(&d, &p, max, origin, addr)?,
+        "haproxy" => haproxy(&d, max, origin, addr)?,
         other => bail!("unknown peer {other} (known: rampart, nginx, haproxy)"),
     };
     let path = ["/usr/sbin", "/usr/bin"]
@@ -306,6 +257,73 @@ fn start(
         _ => crate::sh(&format!("{path} -v 2>&1 | head -1")),
     };
     Ok(Some((server, addr, version)))
+}
+
+/// NGINX's configuration for the idle test, written in `d` (`p`: the same, as text): the
+/// program and its arguments.
+fn nginx(
+    d: &std::path::Path,
+    p: &str,
+    max: usize,
+    origin: SocketAddr,
+    addr: SocketAddr,
+) -> anyhow::Result<(&'static str, Vec<String>)> {
+    let conf = d.join("nginx.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "worker_processes 1;\ndaemon off;\nmaster_process on;\npid {p}/nginx.pid;\n\
+             lock_file {p}/nginx.lock;\nerror_log {p}/error.log error;\n\
+             worker_rlimit_nofile {};\nevents {{ worker_connections {max}; }}\nhttp {{\n  \
+             access_log off;\n  keepalive_timeout 300s;\n  keepalive_requests 100000;\n  \
+             client_body_temp_path {p}/cb;\n  proxy_temp_path {p}/pt;\n  \
+             fastcgi_temp_path {p}/ft;\n  uwsgi_temp_path {p}/ut;\n  scgi_temp_path {p}/st;\n  \
+             upstream o {{ server {origin}; keepalive 16; }}\n  server {{\n    \
+             listen {addr};\n    location / {{\n      proxy_pass http://o;\n      \
+             proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n    }}\n  }}\n}}\n",
+            max * 2
+        ),
+    )?;
+    Ok((
+        "nginx",
+        vec![
+            "-c".to_owned(),
+            conf.to_string_lossy().into_owned(),
+            "-p".to_owned(),
+            p.to_owned(),
+            "-e".to_owned(),
+            "stderr".to_owned(),
+        ],
+    ))
+}
+
+/// HAProxy's configuration for the idle test, written in `d`: the program and its arguments.
+fn haproxy(
+    d: &std::path::Path,
+    max: usize,
+    origin: SocketAddr,
+    addr: SocketAddr,
+) -> anyhow::Result<(&'static str, Vec<String>)> {
+    let cfg = d.join("haproxy.cfg");
+    std::fs::write(
+        &cfg,
+        format!(
+            "global\n    nbthread 1\n    maxconn {max}\n    ulimit-n {}\n\n\
+             defaults\n    mode http\n    maxconn {max}\n    timeout connect 5s\n    timeout client 300s\n    \
+             timeout server 60s\n    timeout http-keep-alive 300s\n    http-reuse always\n\n\
+             frontend fe\n    bind {addr}\n    default_backend be\n\n\
+             backend be\n    server o {origin}\n",
+            limit_fds()
+        ),
+    )?;
+    Ok((
+        "haproxy",
+        vec![
+            "-db".to_owned(),
+            "-f".to_owned(),
+            cfg.to_string_lossy().into_owned(),
+        ],
+    ))
 }
 
 /// This process's open-file limit, which the servers inherit (HAProxy is told it: by default it

@@ -160,50 +160,10 @@ async fn serve(
         c.total.fetch_add(1, Ordering::Relaxed);
     }
     if path == "/obj" {
-        let param = |name: &str| {
-            req.uri()
-                .query()
-                .and_then(|q| q.split('&').find_map(|p| p.strip_prefix(name)))
-                .and_then(|v| v.parse::<u64>().ok())
-        };
-        let k = param("k=").unwrap_or(0);
-        let size = param("size=").unwrap_or(1000).min(BLOB_MAX as u64) as usize;
-        let mut r = Response::new(http_body_util::Either::Left(Full::new(Bytes::from(
-            obj_body(k, size),
-        ))));
-        r.headers_mut().insert(
-            http::header::CACHE_CONTROL,
-            http::HeaderValue::from_static("max-age=3600"),
-        );
-        // `tag=T`: tagged `bulk` and T, for purges by tag (`rampart-bench tags`).
-        let tag = req
-            .uri()
-            .query()
-            .and_then(|q| q.split('&').find_map(|p| p.strip_prefix("tag=")));
-        if let Some(v) = tag.and_then(|t| http::HeaderValue::from_str(&format!("bulk {t}")).ok()) {
-            r.headers_mut().insert("surrogate-key", v);
-        }
-        return Ok(r);
+        return Ok(object(&req));
     }
     if path == "/large" {
-        let size = req
-            .uri()
-            .query()
-            .and_then(|q| q.split('&').find_map(|p| p.strip_prefix("size=")))
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(1 << 30);
-        let mut r = Response::new(http_body_util::Either::Right(Big { left: size }));
-        let h = r.headers_mut();
-        h.insert(
-            http::header::CONTENT_TYPE,
-            http::HeaderValue::from_static("application/octet-stream"),
-        );
-        h.insert(
-            http::header::CACHE_CONTROL,
-            http::HeaderValue::from_static("max-age=3600"),
-        );
-        h.insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(size));
-        return Ok(r);
+        return Ok(large(&req));
     }
     let idx = PATHS.iter().position(|p| *p == path);
     let n = idx.map_or(0, |i| c.hits[i].fetch_add(1, Ordering::Relaxed) + 1);
@@ -277,6 +237,57 @@ async fn serve(
         http::HeaderValue::from_static(cc),
     );
     Ok(r)
+}
+
+/// `/obj?k=K&size=N`: object K of N bytes (its bytes differ by K), cacheable for an hour;
+/// `tag=T` tags it `bulk` and T (for purges by tag, `rampart-bench tags`).
+fn object(req: &Request<Incoming>) -> Response<OriginBody> {
+    let param = |name: &str| {
+        req.uri()
+            .query()
+            .and_then(|q| q.split('&').find_map(|p| p.strip_prefix(name)))
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    let k = param("k=").unwrap_or(0);
+    let size = param("size=").unwrap_or(1000).min(BLOB_MAX as u64) as usize;
+    let mut r = Response::new(http_body_util::Either::Left(Full::new(Bytes::from(
+        obj_body(k, size),
+    ))));
+    r.headers_mut().insert(
+        http::header::CACHE_CONTROL,
+        http::HeaderValue::from_static("max-age=3600"),
+    );
+    // `tag=T`: tagged `bulk` and T, for purges by tag (`rampart-bench tags`).
+    let tag = req
+        .uri()
+        .query()
+        .and_then(|q| q.split('&').find_map(|p| p.strip_prefix("tag=")));
+    if let Some(v) = tag.and_then(|t| http::HeaderValue::from_str(&format!("bulk {t}")).ok()) {
+        r.headers_mut().insert("surrogate-key", v);
+    }
+    r
+}
+
+/// `/large?size=N`: N bytes (1 GiB by default) made as they are sent, cacheable for an hour.
+fn large(req: &Request<Incoming>) -> Response<OriginBody> {
+    let size = req
+        .uri()
+        .query()
+        .and_then(|q| q.split('&').find_map(|p| p.strip_prefix("size=")))
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(1 << 30);
+    let mut r = Response::new(http_body_util::Either::Right(Big { left: size }));
+    let h = r.headers_mut();
+    h.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/octet-stream"),
+    );
+    h.insert(
+        http::header::CACHE_CONTROL,
+        http::HeaderValue::from_static("max-age=3600"),
+    );
+    h.insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(size));
+    r
 }
 
 /// Runs the origin on `listen` until the process is killed.
