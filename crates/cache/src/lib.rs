@@ -25,6 +25,7 @@ pub mod index;
 pub mod key;
 pub mod object;
 pub mod policy;
+pub mod purge;
 pub mod store;
 mod tags;
 pub mod targeted;

@@ -22,6 +22,7 @@
 //! The store is shared by all workers; values are `Arc`s, so a hit clones a pointer, never a
 //! body.
 
+pub use crate::purge::PurgeScope;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -63,104 +64,6 @@ fn variant_slot(generation: u64, variant: &[u8]) -> Bytes {
     b.extend_from_slice(&generation.to_be_bytes());
     b.extend_from_slice(variant);
     Bytes::from(b)
-}
-
-/// Which entries a purge addresses (the four ARC2 scopes, and tags).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PurgeScope {
-    /// Every object whose origin tagged it so (its [`crate::object::tag_hash`]), on any host,
-    /// every variant.
-    Tag(u64),
-    /// One URL on one host (all its variants).
-    Exact(CacheKey),
-    /// Every URL on `host` that starts with `prefix`.
-    Prefix { host: Vec<u8>, prefix: Vec<u8> },
-    /// Every URL on `host` that contains `needle`.
-    Contains { host: Vec<u8>, needle: Vec<u8> },
-    /// Everything stored for `host`.
-    Domain(Vec<u8>),
-    /// Everything (an instance that may have missed purges from the others drops it all).
-    Everything,
-}
-
-impl PurgeScope {
-    /// The scope as bytes, for other instances: a kind byte, then the host and the argument
-    /// separated by NUL (which neither can contain).
-    pub fn encode(&self) -> Vec<u8> {
-        let (kind, host, arg): (u8, &[u8], &[u8]) = match self {
-            PurgeScope::Exact(k) => (b'e', k.host(), k.url()),
-            PurgeScope::Prefix { host, prefix } => (b'p', host, prefix),
-            PurgeScope::Contains { host, needle } => (b'c', host, needle),
-            PurgeScope::Domain(host) => (b'd', host, b""),
-            PurgeScope::Everything => return vec![b'*'],
-            PurgeScope::Tag(t) => {
-                let mut out = vec![b't'];
-                out.extend_from_slice(&t.to_be_bytes());
-                return out;
-            }
-        };
-        let mut out = Vec::with_capacity(2 + host.len() + arg.len());
-        out.push(kind);
-        out.extend_from_slice(host);
-        out.push(0);
-        out.extend_from_slice(arg);
-        out
-    }
-
-    /// The scope [`PurgeScope::encode`] wrote; `None` for anything else.
-    pub fn decode(bytes: &[u8]) -> Option<PurgeScope> {
-        let (&kind, rest) = bytes.split_first()?;
-        if kind == b'*' {
-            return rest.is_empty().then_some(PurgeScope::Everything);
-        }
-        if kind == b't' {
-            return Some(PurgeScope::Tag(u64::from_be_bytes(rest.try_into().ok()?)));
-        }
-        let nul = rest.iter().position(|&b| b == 0)?;
-        let (host, arg) = (&rest[..nul], &rest[nul + 1..]);
-        Some(match kind {
-            b'e' => PurgeScope::Exact(CacheKey::from_parts(host, arg)?),
-            b'p' => PurgeScope::Prefix {
-                host: host.to_vec(),
-                prefix: arg.to_vec(),
-            },
-            b'c' => PurgeScope::Contains {
-                host: host.to_vec(),
-                needle: arg.to_vec(),
-            },
-            b'd' if arg.is_empty() => PurgeScope::Domain(host.to_vec()),
-            _ => return None,
-        })
-    }
-
-    pub(crate) fn matches(&self, key: &CacheKey) -> bool {
-        match self {
-            PurgeScope::Exact(k) => k.same_resource(key),
-            PurgeScope::Prefix { host, prefix } => {
-                key.host() == host.as_slice() && key.url().starts_with(prefix)
-            }
-            PurgeScope::Contains { host, needle } => {
-                key.host() == host.as_slice()
-                    && (needle.is_empty()
-                        || key
-                            .url()
-                            .windows(needle.len())
-                            .any(|w| w == needle.as_slice()))
-            }
-            PurgeScope::Domain(host) => key.host() == host.as_slice(),
-            PurgeScope::Everything => true,
-            // Decided by the object (see `matches_object`).
-            PurgeScope::Tag(_) => false,
-        }
-    }
-
-    /// Whether the scope takes `obj`, stored under `key`: by its key, or by its tags.
-    pub fn matches_object(&self, key: &CacheKey, obj: &Object) -> bool {
-        match self {
-            PurgeScope::Tag(t) => obj.tags.contains(t),
-            _ => self.matches(key),
-        }
-    }
 }
 
 fn slot_weight(key: &SlotKey, val: &Slot) -> u64 {
