@@ -63,7 +63,7 @@ use std::io::ErrorKind;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::mpsc::{SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -76,10 +76,9 @@ use crate::store::PurgeScope;
 use crate::vary::Vary;
 use dir::CacheDir;
 use large::{Extent, LargeWrite};
-use purges::*;
-use record::{Kind, SummaryEntry};
-use warm::*;
-use writer::*;
+use purges::{Ban, Bans, Verdict};
+use record::Kind;
+use writer::{take_lock, writer_main, Writer};
 
 /// How long writing pauses after a write error.
 pub const PAUSE: Duration = Duration::from_secs(10);

@@ -3,7 +3,16 @@
 //! by the writer thread, flushed, acknowledged by ticket ([`DiskStore::purge_logged`]), and
 //! tried again until it goes through.
 
-use super::*;
+use std::fs::File;
+use std::io::ErrorKind;
+use std::os::unix::fs::FileExt as _;
+use std::sync::atomic::Ordering;
+
+use crate::key::CacheKey;
+use crate::store::PurgeScope;
+
+use super::writer::{sub_used, Writer};
+use super::{lock, record, resource_hash, Inner, Map, PURGES};
 
 /// A purge, as reads apply it.
 #[derive(Debug, Clone)]

@@ -1,7 +1,16 @@
 //! The warm-up: the index filled from the segments there were at start, newest first, from
 //! their summaries, or record by record for a segment without one.
 
-use super::*;
+use std::collections::HashSet;
+use std::os::unix::fs::FileExt as _;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::record::SummaryEntry;
+use super::writer::{sub_used, write_summary};
+use super::{large, record, segment_name, Entry, Inner, State, LARGE, SUMMARY_CAP};
+
 /// Fills the index from the segments there were at start, newest first (see the module
 /// notes).
 pub(super) fn warm(inner: Arc<Inner>, ids: Vec<(u32, bool)>) {

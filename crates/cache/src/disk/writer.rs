@@ -2,7 +2,29 @@
 //! starts the warm-up, then writes: records into segments, large objects into files of their
 //! own, purges into the purge log; and reclaims space oldest first.
 
-use super::*;
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::io::ErrorKind;
+use std::os::unix::fs::FileExt as _;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use crate::key::CacheKey;
+use crate::object::Object;
+use crate::vary::Vary;
+
+use super::dir::CacheDir;
+use super::purges::{load_bans, Verdict};
+use super::record::{Kind, SummaryEntry};
+use super::{
+    large, list_segments, micros, now_micros, record, segment_name, warm, Entry, Inner, Job,
+    Segment, State, LARGE, LOCK, PAUSE, SUMMARY_CAP, SYNC_EVERY,
+};
+
 /// The thread behind the tier: takes the lock, takes stock of the directory, starts the
 /// warm-up, then writes.
 pub(super) fn writer_main(inner: Arc<Inner>, rx: Receiver<Job>, started: Option<(File, Writer)>) {
@@ -184,7 +206,7 @@ impl Writer {
             .spawn({
                 let inner = inner.clone();
                 let ids = ids.clone();
-                move || warm(inner, ids)
+                move || warm::warm(inner, ids)
             })?;
         Ok(Writer {
             // Past every name taken, skipped ones too.
