@@ -1,9 +1,15 @@
+use super::state::*;
 use super::*;
 use crate::cache_control::ResponseDirectives;
 use crate::object::fields;
+use crate::vary::Vary;
+use http::HeaderValue;
 use http::StatusCode;
+use std::os::unix::fs::FileExt as _;
 use std::path::Path;
+use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 struct Dir(PathBuf);
 

@@ -8,8 +8,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::record::SummaryEntry;
-use super::writer::{sub_used, write_summary};
-use super::{large, record, segment_name, Entry, Inner, State, LARGE, SUMMARY_CAP};
+use super::state::{
+    segment_name, sub_used, write_summary, Entry, Inner, State, LARGE, SUMMARY_CAP,
+};
+use super::{large, record};
 
 /// Fills the index from the segments there were at start, newest first (see the module
 /// notes).

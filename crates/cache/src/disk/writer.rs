@@ -18,12 +18,13 @@ use crate::object::Object;
 use crate::vary::Vary;
 
 use super::dir::CacheDir;
-use super::purges::{load_bans, Verdict};
+use super::purges::{load_bans, rewrite_purges};
 use super::record::{Kind, SummaryEntry};
-use super::{
-    large, list_segments, micros, now_micros, record, segment_name, warm, Entry, Inner, Job,
-    Segment, State, LARGE, LOCK, PAUSE, SUMMARY_CAP, SYNC_EVERY,
+use super::state::{
+    list_segments, lock, micros, now_micros, segment_name, sub_used, Entry, Inner, Job, Segment,
+    State, Verdict, LOCK, PAUSE, SYNC_EVERY,
 };
+use super::{record, warm};
 
 /// The thread behind the tier: takes the lock, takes stock of the directory, starts the
 /// warm-up, then writes.
@@ -125,48 +126,48 @@ pub(super) fn take_lock(dir: &CacheDir) -> std::io::Result<File> {
 
 /// The segment being written.
 pub(super) struct Active {
-    id: u32,
-    file: Arc<File>,
-    len: u64,
-    entries: Vec<SummaryEntry>,
-    oldest: u64,
+    pub(super) id: u32,
+    pub(super) file: Arc<File>,
+    pub(super) len: u64,
+    pub(super) entries: Vec<SummaryEntry>,
+    pub(super) oldest: u64,
 }
 
 pub(super) struct Writer {
     pub(super) inner: Arc<Inner>,
-    active: Option<Active>,
-    next_id: u32,
+    pub(super) active: Option<Active>,
+    pub(super) next_id: u32,
     pub(super) purges: Option<File>,
     /// Bytes of the purge log.
     pub(super) purge_bytes: u64,
-    dirty: bool,
-    last_sync: Instant,
-    warmup: Option<std::thread::JoinHandle<()>>,
+    pub(super) dirty: bool,
+    pub(super) last_sync: Instant,
+    pub(super) warmup: Option<std::thread::JoinHandle<()>>,
     /// Marker generations handed out (kept above the clock, so they never repeat).
-    generation: u64,
+    pub(super) generation: u64,
     /// Large objects being written, by token.
-    large: HashMap<u64, OpenLarge>,
+    pub(super) large: HashMap<u64, OpenLarge>,
     /// Large writes given up (their later chunks are ignored).
-    failed: HashSet<u64>,
+    pub(super) failed: HashSet<u64>,
 }
 
 /// What a record is written under (see [`Writer::name`]).
 pub(super) struct Named {
-    kb: Vec<u8>,
-    vb: Vec<u8>,
-    meta: Vec<u8>,
-    hash: u64,
-    time: u64,
+    pub(super) kb: Vec<u8>,
+    pub(super) vb: Vec<u8>,
+    pub(super) meta: Vec<u8>,
+    pub(super) hash: u64,
+    pub(super) time: u64,
 }
 
 /// A large object's file being written.
 pub(super) struct OpenLarge {
-    id: u32,
-    file: File,
-    len: u64,
-    crcs: Vec<u32>,
-    crc: crc32fast::Hasher,
-    last: Instant,
+    pub(super) id: u32,
+    pub(super) file: File,
+    pub(super) len: u64,
+    pub(super) crcs: Vec<u32>,
+    pub(super) crc: crc32fast::Hasher,
+    pub(super) last: Instant,
 }
 
 impl Writer {
@@ -226,7 +227,7 @@ impl Writer {
 
     /// What can wait until reads are let in: the purge log rewritten from what is in force
     /// (one line per URL, no torn tail), then opened for the purges to come.
-    fn finish_start(&mut self) {
+    pub(super) fn finish_start(&mut self) {
         // `cache_disk_size` lowered since the last run: back under it at once.
         while self.inner.stats.used.load(Ordering::Relaxed) > self.inner.options.size {
             if !self.reclaim_oldest() {
@@ -240,57 +241,24 @@ impl Writer {
         self.sync();
     }
 
-    fn join_warmup(&mut self) {
+    pub(super) fn join_warmup(&mut self) {
         if let Some(t) = self.warmup.take() {
             let _ = t.join();
         }
     }
 
-    /// Frees room on a full disk: the oldest segment, or else the one being written; false
-    /// when there is nothing left to free.
-    pub(super) fn make_room(&mut self) -> bool {
-        self.reclaim_oldest() || self.drop_active()
-    }
-
-    /// Drops the segment being written, its records with it.
-    fn drop_active(&mut self) -> bool {
-        let Some(a) = self.active.take() else {
-            return false;
-        };
-        let inner = self.inner.clone();
-        for e in &a.entries {
-            let mut shard = inner.shard(e.hash);
-            if shard.get(&e.hash).is_some_and(|x| x.segment == a.id) {
-                shard.remove(&e.hash);
-            }
-        }
-        let seg = inner
-            .segments
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&a.id);
-        drop(a.file);
-        let _ = inner.dir.remove(&segment_name(a.id, "seg"));
-        if let Some(seg) = seg {
-            sub_used(&inner, seg.bytes);
-        }
-        inner.stats.reclaimed.fetch_add(1, Ordering::Relaxed);
-        self.dirty = false;
-        true
-    }
-
-    fn paused(&self) -> bool {
+    pub(super) fn paused(&self) -> bool {
         self.inner.paused_until.load(Ordering::Relaxed) > now_micros()
     }
 
-    fn pause(&self, what: &'static str, e: &std::io::Error) {
+    pub(super) fn pause(&self, what: &'static str, e: &std::io::Error) {
         self.inner.fault(what, e);
         self.inner
             .paused_until
             .store(now_micros() + PAUSE.as_micros() as u64, Ordering::Relaxed);
     }
 
-    fn write(&mut self, key: &CacheKey, variant: Option<&[u8]>, object: &Arc<Object>) {
+    pub(super) fn write(&mut self, key: &CacheKey, variant: Option<&[u8]>, object: &Arc<Object>) {
         let inner = self.inner.clone();
         if self.paused() {
             object.disk.give_back();
@@ -318,231 +286,15 @@ impl Writer {
         self.append(Kind::Object, hash, &kb, &vb, &meta, &object.body, time);
     }
 
-    /// Writes the next piece of a large object's body (its file made at the first).
-    fn large_chunk(&mut self, token: u64, data: &[u8]) {
-        if self.failed.contains(&token) {
-            return;
-        }
-        let inner = self.inner.clone();
-        let n = data.len() as u64;
-        while inner.stats.used.load(Ordering::Relaxed) + n > inner.options.size {
-            if !self.reclaim_oldest() {
-                inner.stats.dropped.fetch_add(1, Ordering::Relaxed);
-                self.large_abort(token);
-                self.failed.insert(token);
-                return;
-            }
-        }
-        if !self.large.contains_key(&token) {
-            if self.paused() {
-                inner.stats.dropped.fetch_add(1, Ordering::Relaxed);
-                self.failed.insert(token);
-                return;
-            }
-            let id = self.next_id;
-            let created = inner.dir.create_fresh(&segment_name(id, "big.tmp"));
-            match created {
-                Ok(file) => {
-                    self.next_id = id.wrapping_add(1);
-                    self.large.insert(
-                        token,
-                        OpenLarge {
-                            id,
-                            file,
-                            len: 0,
-                            crcs: Vec::new(),
-                            crc: crc32fast::Hasher::new(),
-                            last: Instant::now(),
-                        },
-                    );
-                }
-                Err(e) => {
-                    self.pause("a large object's file could not be created", &e);
-                    self.failed.insert(token);
-                    return;
-                }
-            }
-        }
-        let Some(open) = self.large.get_mut(&token) else {
-            return;
-        };
-        if let Err(e) = open.file.write_all_at(data, open.len) {
-            let what = if e.kind() == ErrorKind::StorageFull {
-                "the disk is full"
-            } else {
-                "a large object could not be written"
-            };
-            self.pause(what, &e);
-            self.large_abort(token);
-            self.failed.insert(token);
-            return;
-        }
-        // The chunk table: a CRC-32 per CHUNK of the body.
-        let mut rest = data;
-        while !rest.is_empty() {
-            let in_chunk = open.len % large::CHUNK;
-            let take = ((large::CHUNK - in_chunk) as usize).min(rest.len());
-            open.crc.update(&rest[..take]);
-            open.len += take as u64;
-            rest = &rest[take..];
-            if open.len % large::CHUNK == 0 {
-                let done = std::mem::replace(&mut open.crc, crc32fast::Hasher::new());
-                open.crcs.push(done.finalize());
-            }
-        }
-        open.last = Instant::now();
-        inner.stats.used.fetch_add(n, Ordering::Relaxed);
-    }
-
-    /// A large object's body is complete: its file finished and put in the index, unless it
-    /// was given up or is not `len` bytes.
-    fn large_end(
-        &mut self,
-        token: u64,
-        len: u64,
-        key: &CacheKey,
-        variant: Option<&[u8]>,
-        object: &Arc<Object>,
-    ) {
-        if self.failed.remove(&token) {
-            return;
-        }
-        let Some(Named {
-            kb,
-            vb,
-            meta,
-            hash,
-            time,
-        }) = self.name(key, variant, object)
-        else {
-            self.large_abort(token);
-            return;
-        };
-        self.large_finish(token, len, hash, &kb, &vb, &meta, time);
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn large_finish(
-        &mut self,
-        token: u64,
-        len: u64,
-        hash: u64,
-        kb: &[u8],
-        vb: &[u8],
-        meta: &[u8],
-        time: u64,
-    ) {
-        let inner = self.inner.clone();
-        self.failed.remove(&token);
-        let Some(mut open) = self.large.remove(&token) else {
-            return;
-        };
-        if open.len != len || len == 0 {
-            self.large.insert(token, open);
-            self.large_abort(token);
-            return;
-        }
-        let dir = &inner.dir;
-        let tmp = segment_name(open.id, "big.tmp");
-        let record = (record::HEADER + kb.len() + vb.len() + meta.len()) as u64 + len;
-        if record <= inner.options.max_record() {
-            // Small after all (written this way because memory had no room for it): a record
-            // in the segment, not a file of its own.
-            let mut body = vec![0; len as usize];
-            let read = open.file.read_exact_at(&mut body, 0);
-            drop(open.file);
-            let _ = dir.remove(&tmp);
-            sub_used(&inner, len);
-            if read.is_ok() {
-                self.append(Kind::Object, hash, kb, vb, meta, &body, time);
-            }
-            return;
-        }
-        if open.len % large::CHUNK != 0 {
-            let last = std::mem::replace(&mut open.crc, crc32fast::Hasher::new());
-            open.crcs.push(last.finalize());
-        }
-        let table = large::encode_table(&open.crcs);
-        let head = record::encode_head(Kind::Object, kb, vb, meta, &table, time);
-        let trailer = large::encode_trailer(table.len() as u32, head.len() as u32, len);
-        let mut tail = table;
-        tail.extend_from_slice(&head);
-        tail.extend_from_slice(&trailer);
-        let done = segment_name(open.id, "big");
-        let res = open
-            .file
-            .write_all_at(&tail, open.len)
-            .and_then(|()| open.file.sync_data())
-            .and_then(|()| dir.rename(&tmp, &done))
-            .and_then(|()| dir.sync());
-        if let Err(e) = res {
-            self.pause("a large object could not be finished", &e);
-            let _ = dir.remove(&tmp);
-            sub_used(&inner, open.len);
-            return;
-        }
-        let n = tail.len() as u64;
-        inner.stats.used.fetch_add(n, Ordering::Relaxed);
-        inner
-            .stats
-            .write_bytes
-            .fetch_add(open.len + n, Ordering::Relaxed);
-        inner.stats.writes.fetch_add(1, Ordering::Relaxed);
-        // The handle it was written through is the file now named `done`.
-        let file = Arc::new(open.file);
-        inner
-            .segments
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(
-                open.id,
-                Segment {
-                    file,
-                    bytes: open.len + n,
-                    oldest: time,
-                    large: Some(hash),
-                },
-            );
-        inner.shard(hash).insert(
-            hash,
-            Entry {
-                segment: open.id,
-                offset: LARGE,
-                head: head.len() as u32,
-                body: (tail.len() - head.len() - large::TRAILER) as u32,
-                reused: false,
-            },
-        );
-    }
-
-    /// Gives up a large object being written: its file removed, its bytes no longer counted.
-    fn large_abort(&mut self, token: u64) {
-        if let Some(open) = self.large.remove(&token) {
-            let _ = self.inner.dir.remove(&segment_name(open.id, "big.tmp"));
-            sub_used(&self.inner, open.len);
-        }
-    }
-
-    /// Large writes that heard nothing for a minute (their end was lost: the queue was full).
-    fn abandon_stale_large(&mut self) {
-        let stale: Vec<u64> = self
-            .large
-            .iter()
-            .filter(|(_, o)| o.last.elapsed() > Duration::from_secs(60))
-            .map(|(t, _)| *t)
-            .collect();
-        for t in stale {
-            self.large_abort(t);
-        }
-        if self.failed.len() > 1024 {
-            self.failed.clear();
-        }
-    }
-
     /// What a record of `object` is written under: its key and variant bytes (the variant's
     /// marker written first when needed), its stored head, its key hash and receive time.
     /// `None` when it must not be written: purged since it was received, or soft-purged.
-    fn name(&mut self, key: &CacheKey, variant: Option<&[u8]>, object: &Object) -> Option<Named> {
+    pub(super) fn name(
+        &mut self,
+        key: &CacheKey,
+        variant: Option<&[u8]>,
+        object: &Object,
+    ) -> Option<Named> {
         let time = micros(object.response_time);
         let gone = self
             .inner
@@ -580,7 +332,7 @@ impl Writer {
 
     /// The generation of the resource's marker on disk when it varies the same way, else of
     /// a new marker written now.
-    fn marker_for(&mut self, kb: &[u8], vary: &Vary) -> Option<u64> {
+    pub(super) fn marker_for(&mut self, kb: &[u8], vary: &Vary) -> Option<u64> {
         let hash = record::hash(&[kb]);
         if let Some((_, head)) = self.inner.read_head(hash) {
             if let Some(h) = record::parse_head(&head) {
@@ -608,7 +360,7 @@ impl Writer {
 
     /// Appends one record and points the index at it; false if it could not be written.
     #[allow(clippy::too_many_arguments)]
-    fn append(
+    pub(super) fn append(
         &mut self,
         kind: Kind,
         hash: u64,
@@ -693,148 +445,6 @@ impl Writer {
         self.dirty = true;
         true
     }
-
-    fn open_segment(&mut self) -> bool {
-        let inner = self.inner.clone();
-        let id = self.next_id;
-        let file = match inner.dir.create_new(&segment_name(id, "seg")) {
-            Ok(f) => Arc::new(f),
-            Err(e) => {
-                self.pause("a segment could not be created", &e);
-                return false;
-            }
-        };
-        self.next_id = id.wrapping_add(1);
-        inner
-            .segments
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(
-                id,
-                Segment {
-                    file: file.clone(),
-                    bytes: 0,
-                    oldest: u64::MAX,
-                    large: None,
-                },
-            );
-        self.active = Some(Active {
-            id,
-            file,
-            len: 0,
-            entries: Vec::new(),
-            oldest: u64::MAX,
-        });
-        true
-    }
-
-    /// Seals the active segment: its records on the device, then its summary.
-    fn seal(&mut self) {
-        let Some(a) = self.active.take() else {
-            return;
-        };
-        if let Err(e) = a.file.sync_data() {
-            self.pause("a segment could not be flushed", &e);
-            return;
-        }
-        let summary = record::encode_summary(a.id, a.oldest, &a.entries);
-        match write_summary(&self.inner.dir, a.id, &summary) {
-            Ok(()) => {
-                let n = summary.len() as u64;
-                self.inner.stats.used.fetch_add(n, Ordering::Relaxed);
-                if let Some(s) = self
-                    .inner
-                    .segments
-                    .write()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .get_mut(&a.id)
-                {
-                    s.bytes += n;
-                }
-            }
-            // Without it, the next start reads the segment's records instead.
-            Err(e) => self
-                .inner
-                .fault("a segment summary could not be written", &e),
-        }
-        self.dirty = false;
-    }
-
-    /// Reclaims the oldest segment but the one being written; false if there is none.
-    fn reclaim_oldest(&mut self) -> bool {
-        let inner = self.inner.clone();
-        let active = self.active.as_ref().map(|a| a.id);
-        let (id, seg) = {
-            let mut segs = inner.segments.write().unwrap_or_else(|p| p.into_inner());
-            let Some(id) = segs.keys().copied().find(|&id| Some(id) != active) else {
-                return false;
-            };
-            let Some(seg) = segs.remove(&id) else {
-                return false;
-            };
-            (id, seg)
-        };
-        let dir = &inner.dir;
-        if let Some(hash) = seg.large {
-            let mut shard = inner.shard(hash);
-            if shard.get(&hash).is_some_and(|x| x.segment == id) {
-                shard.remove(&hash);
-            }
-            drop(shard);
-            let _ = dir.remove(&segment_name(id, "big"));
-        } else if let Ok(bytes) = dir.read(&segment_name(id, "idx"), SUMMARY_CAP) {
-            if let Some((_, entries)) = record::decode_summary(&bytes, id) {
-                for e in entries {
-                    let mut shard = inner.shard(e.hash);
-                    if shard.get(&e.hash).is_some_and(|x| x.segment == id) {
-                        shard.remove(&e.hash);
-                    }
-                }
-            }
-        }
-        let _ = dir.remove(&segment_name(id, "seg"));
-        let _ = dir.remove(&segment_name(id, "idx"));
-        sub_used(&inner, seg.bytes);
-        inner.stats.reclaimed.fetch_add(1, Ordering::Relaxed);
-        // Purges older than every record left are of no use any more.
-        let oldest = inner
-            .segments
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .map(|s| s.oldest)
-            .min()
-            .unwrap_or(u64::MAX)
-            .min(self.active.as_ref().map_or(u64::MAX, |a| a.oldest));
-        let trimmed = oldest != u64::MAX
-            && inner
-                .bans
-                .write()
-                .unwrap_or_else(|p| p.into_inner())
-                .trim(oldest);
-        if trimmed {
-            // What waits for the log is in force, so in the rewrite too (and taken off the
-            // queue by it); if the rewrite fails, the next tick tries again (`purges` is then
-            // `None`).
-            if let Err(e) = self.rewrite_purges() {
-                self.purges = None;
-                inner.fault("the purge log could not be rewritten", &e);
-            }
-        }
-        true
-    }
-
-    fn sync(&mut self) {
-        if self.dirty {
-            if let Some(a) = &self.active {
-                if let Err(e) = a.file.sync_data() {
-                    self.inner.fault("a segment could not be flushed", &e);
-                }
-            }
-            self.dirty = false;
-        }
-        self.last_sync = Instant::now();
-    }
 }
 
 /// The segments and large objects' files among `all` (the ids named like them), opened and
@@ -882,26 +492,79 @@ impl Drop for Writer {
     }
 }
 
-pub(super) fn sub_used(inner: &Inner, n: u64) {
-    let _ = inner
-        .stats
-        .used
-        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
-            Some(u.saturating_sub(n))
-        });
-}
-
-/// Writes a summary so that it is whole or absent: a temporary file, flushed, renamed.
-pub(super) fn write_summary(dir: &CacheDir, id: u32, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = segment_name(id, "idx.tmp");
-    let f = dir.create_fresh(&tmp)?;
-    let res = f
-        .write_all_at(bytes, 0)
-        .and_then(|()| f.sync_data())
-        .and_then(|()| dir.rename(&tmp, &segment_name(id, "idx")))
-        .and_then(|()| dir.sync());
-    if res.is_err() {
-        let _ = dir.remove(&tmp);
+impl Writer {
+    /// Writes the purge log anew from every purge in force (see [`rewrite_purges`]): the
+    /// purges waiting for it are in it then, and acknowledged.
+    pub(super) fn rewrite_purges(&mut self) -> std::io::Result<()> {
+        let inner = self.inner.clone();
+        // Every purge with a ticket up to this one is a ban already (bans first, then the
+        // ticket), so in the rewrite.
+        let upto = inner.purge_tickets.load(Ordering::Acquire);
+        let (f, n) = rewrite_purges(&inner)?;
+        sub_used(&inner, self.purge_bytes);
+        inner.stats.used.fetch_add(n, Ordering::Relaxed);
+        self.purges = Some(f);
+        self.purge_bytes = n;
+        lock(&inner.purge_log).retain(|(ticket, _)| *ticket > upto);
+        inner.purges_logged.fetch_max(upto, Ordering::AcqRel);
+        Ok(())
     }
-    res
+
+    /// Writes the purges waiting for the log, and flushes it: a purge survives a power cut
+    /// once this returns, and its ticket says so ([`DiskStore::purge_logged`]).
+    ///
+    /// A write that fails is cut off and tried again: when the disk is full, after room is
+    /// made by reclaiming the oldest segments (a purge outranks cached objects), and in any
+    /// case at the writer's next tick. Until then the purges are kept waiting, in force for
+    /// every read, and unacknowledged.
+    pub(super) fn log_purges(&mut self) {
+        let inner = self.inner.clone();
+        let pending = std::mem::take(&mut *lock(&inner.purge_log));
+        let Some(upto) = pending.iter().map(|(t, _)| *t).max() else {
+            return;
+        };
+        let mut bytes = Vec::new();
+        for (_, b) in &pending {
+            bytes.extend(record::encode_purge(b.time, b.soft, &b.scope.encode()));
+        }
+        loop {
+            let res = match &self.purges {
+                Some(f) => f
+                    .write_all_at(&bytes, self.purge_bytes)
+                    .and_then(|()| f.sync_data()),
+                // Not open (its rewrite failed): the rewrite holds every purge in force.
+                None => self.rewrite_purges(),
+            };
+            let e = match res {
+                Ok(()) => {
+                    if self.purges.is_some() && !bytes.is_empty() {
+                        self.purge_bytes += bytes.len() as u64;
+                        inner
+                            .stats
+                            .used
+                            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                    }
+                    inner.purges_logged.fetch_max(upto, Ordering::AcqRel);
+                    return;
+                }
+                Err(e) => e,
+            };
+            if let Some(f) = &self.purges {
+                // Whatever was written of it is cut off: the log stays whole records.
+                let _ = f.set_len(self.purge_bytes);
+            }
+            inner.fault("the purge log could not be written (tried again)", &e);
+            let full = matches!(
+                e.kind(),
+                ErrorKind::StorageFull | ErrorKind::QuotaExceeded | ErrorKind::FileTooLarge
+            );
+            if !(full && self.make_room()) {
+                // Kept waiting, ahead of later purges, for the next tick.
+                let mut q = lock(&inner.purge_log);
+                let later = std::mem::replace(&mut *q, pending);
+                q.extend(later);
+                return;
+            }
+        }
+    }
 }
