@@ -13,9 +13,9 @@ fuzz_target!(|data: &[u8]| {
         // A head believed whole: its parts add up, and the object in it decodes or not.
         assert_eq!(h.header.head_len(), data.len());
         let _ = record::parse_key(h.key);
-        if let Some(obj) = rampart_cache::wire::decode_parts(h.meta, Bytes::new(), None) {
-            let again = rampart_cache::wire::encode_head(&obj);
-            assert!(rampart_cache::wire::decode_parts(&again, Bytes::new(), None).is_some());
+        if let Some(obj) = rampart_cache::portable::decode_parts(h.meta, Bytes::new(), None) {
+            let again = rampart_cache::portable::encode_head(&obj);
+            assert!(rampart_cache::portable::decode_parts(&again, Bytes::new(), None).is_some());
         }
         let _ = record::body_ok(&h.header, data);
     }
@@ -40,5 +40,5 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     let _ = large::decode_table(data);
-    let _ = rampart_cache::wire::decode(data);
+    let _ = rampart_cache::portable::decode(data);
 });

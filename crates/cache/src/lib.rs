@@ -7,11 +7,12 @@
 //! - [`freshness`]: freshness lifetime and age;
 //! - [`vary`]: Vary and variant keys;
 //! - [`key`]: cache keys (host + URL, never shared between hosts);
-//! - [`policy`]: what may be stored, and when a stored response may be used;
+//! - [`storable`]: what may be stored, and when a stored response may be used;
 //! - [`object`]: stored objects, their encoded and WebP copies, and what they are charged;
 //! - [`store`]: the in-memory store with a hard byte budget;
 //! - [`index`]: the sharded index under the store, with its admission and eviction policy;
-//! - [`wire`]: stored objects as bytes, for the tier instances share through Redis;
+//! - [`portable`]: stored objects as bytes, for the tier instances share through Redis and the
+//!   disk tier's records;
 //! - [`disk`]: the second tier, on disk: larger than memory, kept across restarts;
 //! - [`extent`]: a body kept on disk, read a chunk at a time.
 
@@ -24,13 +25,13 @@ pub mod freshness;
 pub mod index;
 pub mod key;
 pub mod object;
-pub mod policy;
+pub mod portable;
 pub mod purge;
+pub mod storable;
 pub mod store;
 mod tags;
 pub mod targeted;
 pub mod vary;
-pub mod wire;
 
 #[cfg(test)]
 mod testutil;

@@ -5,7 +5,7 @@
 //! is one Redis hash, `PREFIX c:h:HOST URL` (`c:s:` for the HTTPS side), so that everything
 //! about it lives in one Cluster slot and every step is one atomic script:
 //! - `m`: the `Vary` field names the variants are keyed by (empty without `Vary`);
-//! - `o` (no `Vary`) or `o:VARIANT`: the object, as `rampart_cache::wire` writes it;
+//! - `o` (no `Vary`) or `o:VARIANT`: the object, as `rampart_cache::portable` writes it;
 //! - `l`: `EXPIRES_MS WHO`, the fetch lock: the instance fetching it from the origin, or `-`
 //!   when a fetch found it could not be stored (then every instance fetches on its own until
 //!   it expires: nobody waits for a response that will not come).
@@ -126,8 +126,8 @@ fn tag_key(prefix: &str, tag: u64) -> String {
 
 /// What the shared tier holds for a request.
 #[derive(Debug)]
-pub enum Found {
-    /// An object (`rampart_cache::wire`); whether it may be used is the caller's decision.
+pub enum SharedAnswer {
+    /// An object (`rampart_cache::portable`); whether it may be used is the caller's decision.
     Object(Vec<u8>),
     /// The resource varies on these request fields (comma-separated): ask again with the
     /// request's variant.
@@ -184,7 +184,7 @@ impl Shared {
         key: &CacheKey,
         variant: Option<&[u8]>,
         lock: bool,
-    ) -> Result<Found, SharedError> {
+    ) -> Result<SharedAnswer, SharedError> {
         let rkey = resource_key(&self.config().key_prefix, key);
         let field = object_field(variant);
         let lock_ms = if lock { LOCK_FOR.as_millis() as u64 } else { 0 };
@@ -215,16 +215,16 @@ impl Shared {
             _ => None,
         };
         Ok(match (code, payload) {
-            (1, Some(o)) => Found::Object(o),
-            (2, Some(m)) => Found::Vary(String::from_utf8_lossy(&m).into_owned()),
-            (3, _) => Found::Locked,
-            (4, _) => Found::Lead,
-            (0 | 5, _) => Found::Nothing,
+            (1, Some(o)) => SharedAnswer::Object(o),
+            (2, Some(m)) => SharedAnswer::Vary(String::from_utf8_lossy(&m).into_owned()),
+            (3, _) => SharedAnswer::Locked,
+            (4, _) => SharedAnswer::Lead,
+            (0 | 5, _) => SharedAnswer::Nothing,
             _ => return Err(SharedError::Unexpected("an unknown shared cache answer")),
         })
     }
 
-    /// Writes an object (`rampart_cache::wire`) for `key` and lifts this instance's fetch lock,
+    /// Writes an object (`rampart_cache::portable`) for `key` and lifts this instance's fetch lock,
     /// in the background (the request path never waits for it). `vary` is the comma-separated
     /// `Vary` names (empty without `Vary`), `variant` the object's variant key.
     pub fn cache_store(

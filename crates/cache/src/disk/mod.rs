@@ -94,7 +94,7 @@ use writer::{take_lock, writer_main, Writer};
 /// What a disk lookup found: the object, and its variant key when it varies (for the memory
 /// store).
 #[derive(Debug)]
-pub struct Found {
+pub struct DiskHit {
     pub object: Object,
     pub variant: Option<Bytes>,
     /// The record was used before (read from disk, or its object hit in memory, since it was
@@ -189,7 +189,7 @@ impl DiskStore {
         key: &CacheKey,
         request: &HeaderMap,
         body: impl FnOnce(Vec<u8>) -> (Bytes, Option<Arc<Residency>>),
-    ) -> Option<Found> {
+    ) -> Option<DiskHit> {
         let found = self.find(key, request, body);
         let c = if found.is_some() {
             &self.inner.stats.hits
@@ -205,7 +205,7 @@ impl DiskStore {
         key: &CacheKey,
         request: &HeaderMap,
         body: impl FnOnce(Vec<u8>) -> (Bytes, Option<Arc<Residency>>),
-    ) -> Option<Found> {
+    ) -> Option<DiskHit> {
         let inner = &*self.inner;
         if !matches!(inner.state(), State::Warming | State::Ready) {
             return None;
@@ -261,7 +261,7 @@ impl DiskStore {
             let (body, residency) = body(bytes);
             (body, residency, None)
         };
-        let Some(mut object) = crate::wire::decode_parts(parsed.meta, body, residency) else {
+        let Some(mut object) = crate::portable::decode_parts(parsed.meta, body, residency) else {
             inner.fault(
                 "a record holds an object this version cannot read",
                 &"skipped",
@@ -287,7 +287,7 @@ impl DiskStore {
         if verdict == Verdict::Stale {
             object.invalidate();
         }
-        Some(Found {
+        Some(DiskHit {
             object,
             variant,
             promote,

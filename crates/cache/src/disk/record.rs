@@ -10,7 +10,7 @@
 //! | 4      | kind: 1 an object, 2 a `Vary` marker                               |
 //! | 8..12  | key length                                                         |
 //! | 12..16 | variant length (a variant's marker generation, then its key)       |
-//! | 16..20 | meta length (the object's [`crate::wire::encode_head`], or the marker's) |
+//! | 16..20 | meta length (the object's [`crate::portable::encode_head`], or the marker's) |
 //! | 20..24 | body length                                                        |
 //! | 24..32 | the response's receive time, µs since the epoch (purges compare it) |
 //! | 32..36 | CRC-32 of the body                                                 |
@@ -361,7 +361,7 @@ mod tests {
         let read = |n: &str| std::fs::read(dir.join(n)).expect("seed");
         let head = read("record_head");
         let h = parse_head(&head).expect("a record head");
-        assert!(crate::wire::decode_parts(h.meta, bytes::Bytes::new(), None).is_some());
+        assert!(crate::portable::decode_parts(h.meta, bytes::Bytes::new(), None).is_some());
         assert!(parse_key(h.key).is_some());
         assert!(decode_summary(&read("summary"), 1).is_some());
         assert_eq!(decode_purges(&read("purges")).len(), 3);

@@ -322,7 +322,7 @@ impl Writer {
             record::hash(&[&kb, &vb])
         };
         Some(Named {
-            meta: crate::wire::encode_head(object),
+            meta: crate::portable::encode_head(object),
             kb,
             vb,
             hash,

@@ -11,7 +11,7 @@ use rampart_cache::cache_control::ResponseDirectives;
 use rampart_cache::conditional;
 use rampart_cache::freshness;
 use rampart_cache::object::DiskMark;
-use rampart_cache::policy;
+use rampart_cache::storable;
 use rampart_cache::store::{fields, Object};
 use rampart_cache::targeted::CDN_CACHE_CONTROL;
 use rampart_cache::vary::Vary;
@@ -32,7 +32,7 @@ pub fn freshen(
 ) -> Arc<Object> {
     let (request_time, response_time) = (timing.request, timing.response);
     let (headers, directives) = merged(stale, not_modified);
-    let exchange = policy::Exchange {
+    let exchange = storable::Exchange {
         method: &Method::GET,
         req_headers,
         req: &missed.directives,
@@ -42,8 +42,8 @@ pub fn freshen(
         vary: &stale.vary,
         response_time,
     };
-    let lifetime = policy::storable(&exchange, &missed.policy).unwrap_or(Duration::ZERO);
-    let directives = policy::with_stale_defaults(directives, &missed.policy);
+    let lifetime = storable::storable(&exchange, &missed.policy).unwrap_or(Duration::ZERO);
+    let directives = storable::with_stale_defaults(directives, &missed.policy);
     let mut headers = hit_headers(&headers);
     let initial_age = freshness::initial_age(not_modified, request_time, response_time);
     let make = |headers: HeaderMap, body: bytes::Bytes| {

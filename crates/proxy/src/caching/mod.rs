@@ -22,7 +22,7 @@ use http::HeaderMap;
 use rampart_cache::cache_control::RequestDirectives;
 use rampart_cache::disk::DiskStore;
 use rampart_cache::key::{CacheKey, SlotKeyRef};
-use rampart_cache::policy::{self, RulePolicy, Usable};
+use rampart_cache::storable::{self, RulePolicy, Usable};
 use rampart_cache::store::{MemoryStore, Object, PurgeScope};
 use rampart_redis::Shared;
 
@@ -297,7 +297,7 @@ impl Cache {
             (None, None) => (None, false),
         };
         if let Some(obj) = found {
-            match policy::usable(&obj, headers, &directives, SystemTime::now()) {
+            match storable::usable(&obj, headers, &directives, SystemTime::now()) {
                 Usable::Yes if !refresh => {
                     if from_disk {
                         return Found::DiskHit(obj);

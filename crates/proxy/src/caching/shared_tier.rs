@@ -17,9 +17,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, HeaderName, HeaderValue};
-use rampart_cache::policy::{self, Usable};
+use rampart_cache::storable::{self, Usable};
 use rampart_cache::vary::Vary;
-use rampart_redis::cache_tier::{Found, LOCK_FOR};
+use rampart_redis::cache_tier::{SharedAnswer, LOCK_FOR};
 use rampart_redis::{Feature, STATS};
 
 use rampart_cache::store::Object;
@@ -74,13 +74,13 @@ impl Cache {
             };
             STATS.used(Feature::Cache);
             match found {
-                Found::Object(bytes) => {
+                SharedAnswer::Object(bytes) => {
                     return match use_object(self, missed, req_headers, transforms, &bytes) {
                         Some(obj) => FromShared::Hit(obj),
                         None => FromShared::Fetch(None),
                     };
                 }
-                Found::Vary(names) if !vary_asked => {
+                SharedAnswer::Vary(names) if !vary_asked => {
                     vary_asked = true;
                     let mut h = HeaderMap::new();
                     let Ok(names) = HeaderValue::from_str(&names) else {
@@ -92,8 +92,8 @@ impl Cache {
                         None => return FromShared::Fetch(None),
                     }
                 }
-                Found::Vary(_) => return FromShared::Fetch(None),
-                Found::Locked if waited < wait => {
+                SharedAnswer::Vary(_) => return FromShared::Fetch(None),
+                SharedAnswer::Locked if waited < wait => {
                     if !counted {
                         counted = true;
                         STATS
@@ -105,10 +105,10 @@ impl Cache {
                     waited += pause;
                     pause = (pause * 2).min(POLL_MAX);
                 }
-                Found::Lead => {
+                SharedAnswer::Lead => {
                     return FromShared::Fetch(Some(Box::new(SharedLock::new(shared, key))));
                 }
-                Found::Locked | Found::Nothing => return FromShared::Fetch(None),
+                SharedAnswer::Locked | SharedAnswer::Nothing => return FromShared::Fetch(None),
             }
         }
     }
@@ -125,7 +125,7 @@ fn use_object(
 ) -> Option<Arc<Object>> {
     // Its body charged to the budget for as long as it lives, as a fetched one is.
     let Some(obj) =
-        rampart_cache::wire::decode_with(bytes, |b| cache.store().charged_body(b.to_vec()))
+        rampart_cache::portable::decode_with(bytes, |b| cache.store().charged_body(b.to_vec()))
     else {
         tracing::warn!("the shared cache tier holds an object this version cannot read");
         return None;
@@ -135,7 +135,7 @@ fn use_object(
         v => Some(v.variant_key(req_headers)?),
     };
     let obj = Arc::new(obj);
-    match policy::usable(&obj, req_headers, &l.directives, SystemTime::now()) {
+    match storable::usable(&obj, req_headers, &l.directives, SystemTime::now()) {
         Usable::Yes => {}
         Usable::No => {
             if l.stale.is_none() {
@@ -177,7 +177,7 @@ pub fn share(
     if obj.body.len() > shared.cache_max_object() {
         return;
     }
-    let ttl = rampart_cache::wire::shared_ttl(obj, SystemTime::now());
+    let ttl = rampart_cache::portable::shared_ttl(obj, SystemTime::now());
     if ttl.is_zero() {
         return;
     }
@@ -193,7 +193,7 @@ pub fn share(
         key,
         vary,
         variant,
-        rampart_cache::wire::encode(obj),
+        rampart_cache::portable::encode(obj),
         ttl,
         &obj.tags,
     );

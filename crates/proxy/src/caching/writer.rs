@@ -21,7 +21,7 @@ use rampart_cache::disk::large::LargeWrite;
 use rampart_cache::freshness;
 use rampart_cache::key::CacheKey;
 use rampart_cache::object::DiskMark;
-use rampart_cache::policy::{self, NotStored};
+use rampart_cache::storable::{self, NotStored};
 use rampart_cache::store::{body_charge, fields, Object, Reservation, Residency};
 use rampart_cache::targeted::CDN_CACHE_CONTROL;
 use rampart_cache::vary::Vary;
@@ -55,7 +55,7 @@ pub fn prepare(
     let (request_time, response_time) = (timing.request, timing.response);
     let directives = ResponseDirectives::parse(res_headers);
     let vary = Vary::parse(res_headers);
-    let exchange = policy::Exchange {
+    let exchange = storable::Exchange {
         method,
         req_headers,
         req: &missed.directives,
@@ -65,8 +65,8 @@ pub fn prepare(
         vary: &vary,
         response_time,
     };
-    let lifetime = policy::storable(&exchange, &missed.policy)?;
-    let directives = policy::with_stale_defaults(directives, &missed.policy);
+    let lifetime = storable::storable(&exchange, &missed.policy)?;
+    let directives = storable::with_stale_defaults(directives, &missed.policy);
     let length = crate::headers::content_length(res_headers);
     let too_big = length.is_some_and(|n| n > cache.store().max_object() as u64);
     let variant = match &vary {

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use http::{Method, Request};
 use rampart_cache::key::SlotKeyRef;
-use rampart_cache::policy::{ByStatus, Heuristic, RulePolicy, Statuses};
+use rampart_cache::storable::{ByStatus, Heuristic, RulePolicy, Statuses};
 use rampart_config::{CacheHeuristic, CacheStatuses, RuleConfig};
 
 use crate::caching::Found;

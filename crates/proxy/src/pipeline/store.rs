@@ -12,7 +12,7 @@ use http::{HeaderMap, Request, StatusCode, Uri};
 
 use crate::body::RequestBody;
 use rampart_cache::key::host_name;
-use rampart_cache::policy::NotStored;
+use rampart_cache::storable::NotStored;
 use rampart_cache::targeted::CDN_CACHE_CONTROL;
 
 use crate::caching::coalesce::UNCACHEABLE_FOR;
