@@ -528,16 +528,18 @@ impl Writer {
             bytes.extend(record::encode_purge(b.time, b.soft, &b.scope.encode()));
         }
         loop {
+            // Appended to the open log, or (not open: its rewrite failed) in a rewrite that
+            // holds every purge in force and counts its own bytes.
+            let appended = self.purges.is_some();
             let res = match &self.purges {
                 Some(f) => f
                     .write_all_at(&bytes, self.purge_bytes)
                     .and_then(|()| f.sync_data()),
-                // Not open (its rewrite failed): the rewrite holds every purge in force.
                 None => self.rewrite_purges(),
             };
             let e = match res {
                 Ok(()) => {
-                    if self.purges.is_some() && !bytes.is_empty() {
+                    if appended && !bytes.is_empty() {
                         self.purge_bytes += bytes.len() as u64;
                         inner
                             .stats
