@@ -490,6 +490,12 @@ pub struct WireFields {
     pub block: Bytes,
     /// The block holds a `Date` field.
     pub has_date: bool,
+    /// The same fields as an HPACK block that uses no dynamic table (valid on every HTTP/2
+    /// connection), made by the proxy's HTTP/2 writer on the object's first HTTP/2 hit. Its
+    /// memory is charged with the object: an HPACK block is never longer than the wire block
+    /// (one prefix byte and a length where the wire block has `: ` and CRLF), and
+    /// [`fields`] charges the wire block's length once more for it.
+    pub h2: std::sync::OnceLock<Bytes>,
 }
 
 /// A stored object's header fields: the map, the same fields as they go on the wire, and what
@@ -565,11 +571,13 @@ pub fn fields(h: &HeaderMap, set: &[(&HeaderName, &HeaderValue)]) -> Fields {
         out.append(name.clone(), owned);
     }
     let headers = out.clone();
-    let charge = map_charge(&headers) + alloc_size(buf_len) + SHARED_BYTES;
+    // The HTTP/2 block made on the first HTTP/2 hit is charged now (see `WireFields::h2`).
+    let charge = map_charge(&headers) + alloc_size(buf_len) + alloc_size(block_len) + SHARED_BYTES;
     Fields {
         wire: WireFields {
             block: buf.slice(..block_len),
             has_date: headers.contains_key(http::header::DATE),
+            h2: std::sync::OnceLock::new(),
         },
         headers,
         charge,

@@ -57,6 +57,7 @@ pub mod caching;
 pub mod error;
 pub mod headers;
 pub mod http1;
+pub mod http2;
 pub mod interim;
 pub mod net;
 pub mod origin;

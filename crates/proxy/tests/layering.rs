@@ -26,13 +26,16 @@ const LEAVES: [&str; 4] = ["error", "outcome", "headers", "interim"];
 
 /// A protocol's home: one folder whose parts each sit in the layer of what they do (a part not
 /// listed, and the folder's own `mod.rs`, sit in the last one named here for it).
-const PLACED: [(&str, &str); 6] = [
+const PLACED: [(&str, &str); 9] = [
     ("http1::server", "transport"),
     ("http1::client", "origin"),
     ("http1::body", "body"),
     ("http1::upload", "body"),
     ("http1::numbers", "net"),
     ("http1", "net"),
+    ("http2::server::stream", "body"),
+    ("http2::server", "transport"),
+    ("http2", "net"),
 ];
 
 fn workspace() -> PathBuf {

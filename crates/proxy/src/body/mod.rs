@@ -107,8 +107,8 @@ pub struct StoredHead<'a> {
 pub struct ProxyBody {
     kind: Kind,
     log: Option<Box<AccessRecord>>,
-    /// A fresh hit on HTTP/1.x: the stored object, whose header block the h1 writer sends
-    /// as the store made it ([`rampart_cache::store::WireFields`]), and its age in seconds,
+    /// A fresh hit on HTTP/1.x or HTTP/2: the stored object, whose header block the writer
+    /// sends as the store made it ([`rampart_cache::store::WireFields`]), and its age in seconds,
     /// which the writer sends as `Age` and `X-Arc2-Cache-Age`. The response's own map holds
     /// only what is added per response (HSTS, `Alt-Svc`, `Connection: close`), and is
     /// usually empty: nothing is copied or hashed per hit.
@@ -131,8 +131,8 @@ impl ProxyBody {
     }
 
     /// A fresh hit's body, carrying the object's header block and its age (see
-    /// [`ProxyBody::stored_head`]). Only for writers that send that block: rampart's HTTP/1
-    /// writer.
+    /// [`ProxyBody::stored_head`]). Only for writers that send that block: rampart's HTTP/1.1
+    /// and HTTP/2 writers.
     pub fn hit(obj: Arc<Object>, age: u64) -> Self {
         let mut b = ProxyBody::full(obj.body.clone());
         b.stored = Some((obj, age));

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use hyper::body::Incoming;
 use tokio::time::{Instant, Sleep};
 
 use crate::error::BodyFault;
@@ -34,12 +33,12 @@ pub struct BodyLimits {
 }
 
 /// A client's request body as its connection delivers it: from rampart's HTTP/1.1 server,
-/// from hyper's HTTP/2 server, or from an HTTP/3 request stream.
+/// from its HTTP/2 server, or from an HTTP/3 request stream.
 #[derive(Debug)]
 pub enum ClientBody {
     Empty,
     H1(crate::http1::body::Incoming),
-    H2(Incoming),
+    H2(crate::http2::server::stream::H2Body),
     H3(Box<crate::body::h3::H3Body>),
 }
 

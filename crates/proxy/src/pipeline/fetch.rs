@@ -135,7 +135,7 @@ pub fn send<'a>(
 
     let https = txn.scheme() == Scheme::Https;
     let client_request = txn.mode == Mode::Client;
-    let (route, log, conn) = txn.routed();
+    let (route, log, conn, interim) = txn.routed();
     // A rule that sends PROXY headers: the one for this client.
     let proxy_header = route
         .rule
@@ -144,7 +144,7 @@ pub fn send<'a>(
         .map(|v| crate::net::proxy_protocol::encode(v, Some((conn.peer, conn.local))));
     // 1xx answers go to the client whose request this is: never from a background refresh
     // (the connection is serving another request by then).
-    let interim = conn.interim.as_deref().filter(|_| client_request);
+    let interim = interim.filter(|_| client_request);
     let attempt = Attempt {
         https,
         proxy_header,

@@ -27,11 +27,12 @@ fn plain_hit(obj: &Object, req_headers: &HeaderMap, head: bool, served: Served) 
         && !req_headers.contains_key(http::header::RANGE)
 }
 
-/// [`respond`] for a response rampart's HTTP/1 writer sends: a plain hit does not copy the
-/// stored header block, the body carries the object and its age, and the writer sends the
-/// fields as the store serialised them, then `Age` and `X-Arc2-Cache-Age`
-/// ([`ProxyBody::hit`]); the response's own map stays empty.
-pub fn respond_h1(
+/// [`respond`] for a response rampart's own writers send (HTTP/1.1 and HTTP/2): a plain hit
+/// does not copy the stored header block, the body carries the object and its age, and the
+/// writer sends the fields as the store prepared them (HTTP/1.1's lines, or the HPACK block
+/// made from them once), then `Age` and `X-Arc2-Cache-Age` ([`ProxyBody::hit`]); the
+/// response's own map stays empty.
+pub fn respond_prepared(
     obj: &Arc<Object>,
     req_headers: &HeaderMap,
     head: bool,
@@ -251,8 +252,8 @@ fn served(txn: &mut Txn, served: Served) {
     tracing::debug!(cache = outcome.label().as_str(), "hit");
 }
 
-/// The answer to a request from `obj`. Over HTTP/1 a plain fresh hit sends the stored header
-/// block as it is ([`respond_h1`]); HTTP/2 and HTTP/3 get a response of their own.
+/// The answer to a request from `obj`. Over HTTP/1 and HTTP/2 a plain fresh hit sends the
+/// stored header block as it is ([`respond_prepared`]); HTTP/3 gets a response of its own.
 pub fn answer(
     obj: &Arc<Object>,
     req_headers: &HeaderMap,
@@ -260,10 +261,10 @@ pub fn answer(
     head: bool,
     served: Served,
 ) -> Response<ProxyBody> {
-    if version >= http::Version::HTTP_2 {
+    if version == http::Version::HTTP_3 {
         respond(obj, req_headers, head, served)
     } else {
-        respond_h1(obj, req_headers, head, served)
+        respond_prepared(obj, req_headers, head, served)
     }
 }
 
@@ -311,7 +312,7 @@ mod tests {
     }
 
     #[test]
-    fn plain_hit_over_h1_carries_the_object_its_wire_block_and_its_age() {
+    fn plain_hit_over_h1_and_h2_carries_the_object_its_wire_block_and_its_age() {
         let obj = object("hello", 60);
         let res = answer(
             &obj,
@@ -328,11 +329,20 @@ mod tests {
         assert_eq!(stored.age, 0);
         assert!(stored.wire.block.starts_with(b"etag: \"v1\"\r\n"));
         assert!(res.headers().is_empty());
-        // HTTP/2 gets a header block of its own.
+        // So does HTTP/2 (its writer encodes the block once per object); HTTP/3 gets a header
+        // block of its own.
         let res = answer(
             &obj,
             &HeaderMap::new(),
             http::Version::HTTP_2,
+            false,
+            Served::Fresh,
+        );
+        assert!(res.body().stored_head().is_some());
+        let res = answer(
+            &obj,
+            &HeaderMap::new(),
+            http::Version::HTTP_3,
             false,
             Served::Fresh,
         );

@@ -64,6 +64,24 @@ impl Pipeline {
             conn,
             req.map(|b| RequestBody::from_client(b, limits)),
             Mode::Client,
+            None,
+        )
+    }
+
+    /// [`Pipeline::handle`] for a request on an HTTP/2 stream: the origin's interim answers
+    /// go to `interim`, the stream's own.
+    pub fn handle_stream<'a>(
+        self: &'a Arc<Self>,
+        conn: &'a Arc<ConnInfo>,
+        req: Request<ClientBody>,
+        interim: Arc<crate::interim::Interim>,
+    ) -> impl Future<Output = Response<ProxyBody>> + 'a {
+        let limits = self.w.body_limits;
+        self.run(
+            conn,
+            req.map(|b| RequestBody::from_client(b, limits)),
+            Mode::Client,
+            Some(interim),
         )
     }
 
@@ -72,9 +90,11 @@ impl Pipeline {
         conn: &Arc<ConnInfo>,
         req: Request<RequestBody>,
         mode: Mode,
+        interim: Option<Arc<crate::interim::Interim>>,
     ) -> Response<ProxyBody> {
         let span = tracing::debug_span!("request", method = %req.method(), uri = %req.uri(), ?mode);
         let mut txn = Txn::new(conn, mode);
+        txn.interim = interim;
         txn.protocol = metrics::Protocol::of(req.version());
         // Without a subscriber for debug, no wrapper: `Instrumented` would move the stages'
         // future once more per request (~130 instructions of memcpy, callgrind).

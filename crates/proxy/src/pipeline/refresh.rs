@@ -46,7 +46,7 @@ pub fn start(
     tokio::spawn(async move {
         // Boxed: `run` spawning `run` would otherwise be an infinitely sized future.
         let fut: std::pin::Pin<Box<dyn std::future::Future<Output = Response<ProxyBody>> + Send>> =
-            Box::pin(async move { p.run(&conn, bg, Mode::Refresh).await });
+            Box::pin(async move { p.run(&conn, bg, Mode::Refresh, None).await });
         let mut body = fut.await.into_body();
         // Drain it so a teed body reaches the store.
         while let Some(frame) = body.frame().await {

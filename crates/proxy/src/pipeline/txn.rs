@@ -16,6 +16,7 @@ use crate::caching::coalesce::Leader;
 use crate::caching::coding::Compress;
 use crate::caching::shared_tier::SharedLock;
 use crate::caching::Missed;
+use crate::interim::Interim;
 use crate::outcome::CacheOutcome;
 use crate::pipeline::conn_info::{ConnInfo, Scheme};
 use crate::pipeline::ranges::Widened;
@@ -120,6 +121,9 @@ pub struct Txn {
     /// origin or joins another client's fetch, applied by the respond stage (a hit picks a
     /// stored copy instead).
     pub compress: Option<(Arc<Compress>, Option<Coding>)>,
+    /// Where the origin's interim (1xx) answers go when the request came on an HTTP/2
+    /// stream (each stream has its own); HTTP/1.1 keeps its connection's in `conn`.
+    pub interim: Option<Arc<Interim>>,
 }
 
 /// A GET miss: what lookup found, and this request's part in the fetch of its resource.
@@ -163,6 +167,7 @@ impl Txn {
             miss: None,
             protocol: Protocol::Http1,
             compress: None,
+            interim: None,
         }
     }
 
@@ -176,10 +181,21 @@ impl Txn {
     }
 
     /// The route with the parts of the request fetch writes to while it reads the route: the
-    /// access-log record, and the connection's facts.
-    pub fn routed(&mut self) -> (&Route, Option<&mut AccessRecord>, &ConnInfo) {
+    /// access-log record, the connection's facts, and where the origin's interim answers go
+    /// (an HTTP/2 stream's own place, else the connection's).
+    pub fn routed(
+        &mut self,
+    ) -> (
+        &Route,
+        Option<&mut AccessRecord>,
+        &ConnInfo,
+        Option<&Interim>,
+    ) {
         match &self.route {
-            Some(r) => (r, self.log.as_deref_mut(), &self.conn),
+            Some(r) => {
+                let interim = self.interim.as_deref().or(self.conn.interim.as_deref());
+                (r, self.log.as_deref_mut(), &self.conn, interim)
+            }
             // invariant: the dispatcher runs no stage after recv without a route.
             None => unreachable!("stage ran before recv"),
         }

@@ -3,8 +3,9 @@
 //! — is checked ([`handshake`]) and passes (never cached) to the origin as an HTTP/1.1 upgrade;
 //! [`switch`] reads the answer. A `101` from the origin
 //! becomes a tunnel: over HTTP/1.1 the server writes the `101` and splices the connection
-//! (`http1::server::serve`, [`Tunnel`] in the response), over HTTP/2 the stream is answered `200` and
-//! spliced here. Any other answer goes to the client as usual.
+//! (`http1::server::serve`, [`Tunnel`] in the response); over HTTP/2 the stream is answered
+//! `200` and the HTTP/2 server splices the stream (`http2::server`, the same [`Tunnel`]). Any
+//! other answer goes to the client as usual.
 //!
 //! Screening (allow/deny, user agent, rate limits, SQL injection on the handshake's target and
 //! headers) has run before, in recv. Only `websocket` is tunnelled: other `Upgrade` tokens
@@ -15,7 +16,7 @@ use http::{Method, Request, Response, StatusCode, Version};
 
 use crate::body::{ProxyBody, RequestBody};
 use crate::error::ProxyError;
-use crate::net::tunnel::{self, OriginSide, Tunnel};
+use crate::net::tunnel::{OriginSide, Tunnel};
 use crate::outcome::{CacheLabel, CacheOutcome};
 use crate::pipeline::fetch::{Fetched, Plan};
 use crate::pipeline::txn::Txn;
@@ -72,8 +73,6 @@ pub fn wants<B>(req: &Request<B>) -> Option<Kind> {
 #[derive(Debug)]
 pub struct Upgrade {
     kind: Kind,
-    /// HTTP/2: the client's stream, once the response is sent.
-    client_side: Option<hyper::upgrade::OnUpgrade>,
 }
 
 /// The origin's answer to the handshake.
@@ -100,10 +99,6 @@ pub fn handshake(
     if !matches!(req.body(), RequestBody::Empty) {
         return Err(ProxyError::BadRequest("a WebSocket handshake has no body"));
     }
-    let client_side = match kind {
-        Kind::H2 => req.extensions_mut().remove::<hyper::upgrade::OnUpgrade>(),
-        Kind::H1 => None,
-    };
     match kind {
         Kind::H1 => {
             // RFC 6455 §4.1: a GET with the key and the version.
@@ -124,7 +119,7 @@ pub fn handshake(
                 .or_insert(HeaderValue::from_static("13"));
         }
     }
-    Ok(Upgrade { kind, client_side })
+    Ok(Upgrade { kind })
 }
 
 /// What fetch asks of the origin for a handshake: `Connection: upgrade`, `Upgrade:
@@ -160,25 +155,14 @@ pub fn switch(
     let mut out = Response::new(ProxyBody::full(bytes::Bytes::new()));
     *out.headers_mut() = head.headers;
     let tunnel = Tunnel { origin, idle };
-    match (up.kind, up.client_side) {
-        (Kind::H2, Some(client)) => {
+    match up.kind {
+        Kind::H2 => {
             // RFC 8441 §5: the stream is accepted with 200; the key's answer is ours alone.
+            // The HTTP/2 server splices the stream with the tunnel it finds in the answer.
             out.headers_mut().remove(&SEC_WEBSOCKET_ACCEPT);
-            tokio::spawn(async move {
-                let open = crate::telemetry::metrics::get().tunnel_opened();
-                let client = match client.await {
-                    Ok(c) => hyper_util::rt::TokioIo::new(c),
-                    Err(e) => {
-                        tracing::debug!(error = %e, "the client's HTTP/2 stream did not switch");
-                        return;
-                    }
-                };
-                let (ended, moved) = tunnel::run(client, bytes::Bytes::new(), tunnel).await;
-                tracing::debug!(?ended, ?moved, "WebSocket over HTTP/2 ended");
-                drop(open);
-            });
+            out.extensions_mut().insert(tunnel);
         }
-        _ => {
+        Kind::H1 => {
             *out.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
             out.headers_mut()
                 .insert(UPGRADE, HeaderValue::from_static("websocket"));

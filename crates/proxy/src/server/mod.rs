@@ -391,7 +391,7 @@ async fn accept_loop(
             conn: Conn {
                 slot: slot.clone(),
                 info: Arc::new(ConnInfo::new(peer, local, scheme)),
-                h2: settings.h2.clone(),
+                h2: settings.h2,
                 limits: settings.limits,
                 peer,
             },

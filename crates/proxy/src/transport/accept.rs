@@ -1,29 +1,21 @@
 //! One client connection, from accept to its last byte: [PROXY header] → [TLS] → HTTP/1.1 |
 //! HTTP/2, chosen by ALPN or by the first bytes (the HTTP/2 preface, strictly after ALPN `h2`).
 
-use std::convert::Infallible;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::watch;
 
-use crate::body::ClientBody;
 use crate::http1::server as h1;
 use crate::interim::Interim;
 use crate::pipeline::conn_info::ConnInfo;
 use crate::telemetry::metrics::Counted;
-use crate::transport::h2_streams::{StreamExec, Streams};
 use crate::transport::in_force::Slot;
-use crate::transport::send_timeout::Watched;
 
 /// A connection as accept leaves it to its task.
 pub(crate) struct Accepted {
@@ -140,7 +132,7 @@ pub(crate) async fn resume(
             local,
             crate::pipeline::conn_info::Scheme::Http,
         )),
-        h2: current.conn.h2.clone(),
+        h2: current.conn.h2,
         limits: current.conn.limits,
         peer,
     };
@@ -171,7 +163,7 @@ pub(crate) struct Conn {
     /// Where each request finds the configuration in force.
     pub(crate) slot: Arc<Slot>,
     pub(crate) info: Arc<ConnInfo>,
-    pub(crate) h2: Arc<hyper::server::conn::http2::Builder<StreamExec>>,
+    pub(crate) h2: crate::http2::server::Limits,
     pub(crate) limits: h1::Limits,
     pub(crate) peer: SocketAddr,
 }
@@ -334,86 +326,19 @@ impl Conn {
         serving.await
     }
 
-    /// Serves HTTP/2 with hyper until the connection ends, the worker drains, or no request
-    /// starts for a whole keep-alive period.
+    /// Serves HTTP/2 with rampart's own server (`http2::server`) until the connection ends,
+    /// the worker drains, or no request starts for a whole keep-alive period.
     async fn serve_h2<I>(self, io: I, stop: &mut watch::Receiver<bool>)
     where
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
-        let started = Arc::new(AtomicU64::new(0));
-        // How the responses move: a client that takes none of them for the send timeout is
-        // cut off (see `send_timeout.rs`).
-        let progress = Arc::new(crate::transport::send_timeout::Progress::default());
-        let svc = {
-            let (started, slot, info, progress) =
-                (started.clone(), self.slot, self.info, progress.clone());
-            service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                started.fetch_add(1, Ordering::Relaxed);
-                let (pipeline, info, progress) =
-                    (slot.load().pipeline.clone(), info.clone(), progress.clone());
-                async move {
-                    let res = match crate::transport::malformed::malformed(&req) {
-                        // RFC 9113 §8.1.1: a malformed request may be answered before its
-                        // stream is closed.
-                        Some(why) => {
-                            tracing::debug!(why, "malformed HTTP/2 request");
-                            crate::telemetry::metrics::get().malformed(400);
-                            crate::error::ProxyError::BadRequest(why).to_response()
-                        }
-                        None => pipeline.handle(&info, req.map(ClientBody::H2)).await,
-                    };
-                    Ok::<_, Infallible>(res.map(|b| Watched::new(b, &progress)))
-                }
-            })
+        let (slot, info) = (self.slot, self.info);
+        let handler = move |req, interim| {
+            let (pipeline, info) = (slot.load().pipeline.clone(), info.clone());
+            Box::pin(async move { pipeline.handle_stream(&info, req, interim).await })
+                as crate::http2::server::StreamFuture
         };
-        let conn = self.h2.serve_connection(TokioIo::new(io), svc);
-        tokio::pin!(conn);
-        // The requests' streams run in this task (`h2_streams.rs`).
-        let mut streams = Streams::default();
-        // Idle timeout: a connection that started no request for a whole period is shut down
-        // gracefully. In-flight requests still complete, and a client trickling a header block
-        // (which never becomes a request) cannot keep the connection open.
-        let keepalive_timeout = self.limits.keepalive_timeout;
-        let mut tick = tokio::time::interval_at(
-            tokio::time::Instant::now() + keepalive_timeout,
-            keepalive_timeout,
-        );
-        let (mut seen, mut closing) = (0, false);
-        let peer = self.peer;
-        let send_timeout = self.limits.send_timeout;
-        let mut watch = tokio::time::interval((send_timeout / 4).max(Duration::from_millis(250)));
-        loop {
-            tokio::select! {
-                biased;
-                r = std::future::poll_fn(|cx| streams.poll_conn(&mut conn.as_mut(), cx)) => {
-                    if let Err(e) = r {
-                        tracing::debug!(%peer, error = %e, "connection ended with an error");
-                    }
-                    break;
-                }
-                _ = stop.changed(), if !closing => {
-                    conn.as_mut().graceful_shutdown();
-                    closing = true;
-                }
-                _ = watch.tick() => {
-                    if progress.stalled(send_timeout) {
-                        tracing::info!(%peer, ?send_timeout, "HTTP/2 client took nothing of its responses for client_send_timeout_seconds; closing the connection");
-                        crate::telemetry::metrics::get().send_timeout();
-                        break;
-                    }
-                }
-                _ = tick.tick() => {
-                    let now = started.load(Ordering::Relaxed);
-                    if now == seen && !closing {
-                        tracing::debug!(%peer, "idle connection closed");
-                        conn.as_mut().graceful_shutdown();
-                        closing = true;
-                    }
-                    seen = now;
-                }
-            }
-        }
-        streams.detach();
+        crate::http2::server::serve(io, self.h2, handler, stop).await;
     }
 }
 

@@ -5,21 +5,20 @@
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use hyper_util::rt::TokioTimer;
 use rampart_config::Config;
 use rampart_tls::Tls;
 use socket2::TcpKeepalive;
 
 use crate::http1::server as h1;
 use crate::pipeline::Pipeline;
-use crate::transport::h2_streams::StreamExec;
 use crate::transport::limits::PerIp;
 
 /// What a new connection reads from the configuration in force when it is accepted.
 #[derive(Debug)]
 pub struct ConnSettings {
     pub limits: h1::Limits,
-    pub h2: Arc<hyper::server::conn::http2::Builder<StreamExec>>,
+    /// HTTP/2's limits (rampart's own server, `http2::server`).
+    pub h2: crate::http2::server::Limits,
     /// `None` when no rule is served over HTTPS (HTTPS listeners are closed then).
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// Other instances' TLS-ALPN-01 answers, taken from Redis during a validation handshake.
@@ -49,19 +48,15 @@ impl ConnSettings {
     /// The settings `config` gives new connections (HTTPS ones with `tls`).
     pub fn new(config: &Config, tls: Option<&Tls>, per_ip: Option<Arc<PerIp>>) -> ConnSettings {
         let d = &config.downstream;
-        // HTTP/1.1 is rampart's own server (h1/); HTTP/2 is hyper's.
-        // HTTP/2 flood limits (RFC 9113 §10.5): streams, header list size (also bounds
-        // CONTINUATION sequences), and the reset budgets behind the rapid-reset defence
-        // (CVE-2023-44487): a client that resets more streams than this is sent GOAWAY.
-        // Each stream runs in its connection's task (`h2_streams.rs`).
-        let mut h2 = hyper::server::conn::http2::Builder::new(StreamExec);
-        h2.timer(TokioTimer::new())
-            .max_concurrent_streams(d.h2_max_concurrent_streams)
-            .max_header_list_size(d.h2_max_header_list_bytes)
-            .max_pending_accept_reset_streams(Some(50))
-            .max_local_error_reset_streams(Some(256))
-            // RFC 8441: WebSocket over HTTP/2 (extended CONNECT), see pipeline/websocket.rs.
-            .enable_connect_protocol();
+        // HTTP/2 flood limits (RFC 9113 §10.5): streams and the header list size (which also
+        // bounds a header block's CONTINUATION frames); the reset and idle-frame budgets are
+        // the server's own (`http2/server/conn.rs`).
+        let h2 = crate::http2::server::Limits {
+            max_streams: d.h2_max_concurrent_streams,
+            max_header_list: d.h2_max_header_list_bytes,
+            keepalive_timeout: d.keepalive_timeout,
+            send_timeout: d.send_timeout,
+        };
         ConnSettings {
             limits: h1::Limits {
                 max_head: d.max_head_bytes,
@@ -78,7 +73,7 @@ impl ConnSettings {
                     .park_after
                     .filter(|_| config.runtime == rampart_config::RuntimeMode::PerCore),
             },
-            h2: Arc::new(h2),
+            h2,
             tls: tls.map(|t| t.server.clone()),
             shared_alpn: tls.and_then(|t| t.shared_alpn.clone()),
             quic: tls.and_then(|t| crate::transport::h3::config::server_config(config, t)),

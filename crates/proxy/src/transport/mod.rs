@@ -3,7 +3,6 @@
 //! requests for the pipeline and its responses back into bytes.
 
 pub mod accept;
-pub mod h2_streams;
 pub mod h3;
 pub mod in_force;
 pub mod limits;

@@ -178,7 +178,8 @@ thread_local! {
     static DATE_NOW: RefCell<(u64, [u8; 29])> = const { RefCell::new((0, [0u8; 29])) };
 }
 
-fn date(out: &mut Vec<u8>) {
+/// The current `Date` value (cached for the second).
+pub fn date(out: &mut Vec<u8>) {
     let now = SystemTime::now();
     let secs = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     DATE_NOW.with(|d| {
