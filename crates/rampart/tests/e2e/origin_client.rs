@@ -843,3 +843,59 @@ async fn an_origin_that_answers_early_and_stops_reading_is_let_go() {
     }
     writer.abort();
 }
+
+/// `nghttp -nv` (nghttp2's client, installed by `.ci/run`) against `path` over h2c: what it
+/// printed, frame by frame.
+async fn nghttp(proxy: &Proxy, path: &str) -> String {
+    let url = format!("http://127.0.0.1:{}{path}", proxy.addr.port());
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("nghttp")
+            .args(["-nv", "--timeout=5", &url])
+            .output()
+            .expect("nghttp (nghttp2-client) runs")
+    })
+    .await
+    .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test]
+async fn early_hints_reach_http2_clients_before_the_answer_and_are_never_stored() {
+    // RFC 8297 over HTTP/2 (RFC 9113 §8.1: interim HEADERS before the final ones): the origin
+    // sends its 103 with `Link`, waits, then answers 200 (cacheable).
+    let origin = RawOrigin::start(|_| {
+        let hints =
+            b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload; as=style\r\n\r\n"
+                .to_vec();
+        Act::Trickle(
+            vec![hints, ok("page", "Cache-Control: max-age=60\r\n")],
+            Duration::from_millis(300),
+        )
+    })
+    .await;
+    let proxy = proxy_for(&origin, "");
+    let out = nghttp(&proxy, "/page").await;
+    let hint = out
+        .find(":status: 103")
+        .unwrap_or_else(|| panic!("no 103:\n{out}"));
+    let fin = out
+        .find(":status: 200")
+        .unwrap_or_else(|| panic!("no 200:\n{out}"));
+    assert!(hint < fin, "the 103 came after the answer:\n{out}");
+    let link = out
+        .find("link: </style.css>; rel=preload; as=style")
+        .unwrap_or(usize::MAX);
+    assert!(
+        hint < link && link < fin,
+        "the 103 lost its Link field:\n{out}"
+    );
+    // The stored answer is served without the hints, and the origin asked once.
+    let again = nghttp(&proxy, "/page").await;
+    assert!(again.contains(":status: 200"), "{again}");
+    assert!(
+        !again.contains(":status: 103"),
+        "a hit repeated the hints:\n{again}"
+    );
+    assert!(!again.contains("style.css"), "{again}");
+    assert_eq!(origin.requests(), 1);
+}

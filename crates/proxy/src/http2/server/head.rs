@@ -8,7 +8,7 @@
 //! which the connection runs on every head it makes here.
 
 use bytes::{Bytes, BytesMut};
-use http::header::{HeaderName, HeaderValue, CONTENT_LENGTH, COOKIE, HOST};
+use http::header::{HeaderName, HeaderValue, CONTENT_LENGTH, COOKIE};
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{HeaderMap, Method, Request, Uri, Version};
 
@@ -170,10 +170,9 @@ pub fn request(
         parts.path_and_query =
             Some(PathAndQuery::from_maybe_shared(path).map_err(|_| malformed("an invalid :path"))?);
         if let Some(a) = p.authority {
-            // RFC 9113 §8.3.1: a `host` field that differs from `:authority` is malformed.
-            if headers.get(HOST).is_some_and(|h| h.as_bytes() != &a[..]) {
-                return Err(malformed("host differs from :authority"));
-            }
+            // RFC 9113 §8.3.1 lets a server refuse a `host` that differs from `:authority`
+            // (a SHOULD); rampart routes by `:authority` (recv), as an absolute-form target
+            // wins over `Host` in HTTP/1.1, and the origin gets the routed host.
             parts.authority = Some(
                 Authority::from_maybe_shared(a).map_err(|_| malformed("an invalid :authority"))?,
             );
