@@ -24,11 +24,11 @@ const LAYERS: [&str; 10] = [
 ];
 const LEAVES: [&str; 4] = ["error", "outcome", "headers", "interim"];
 
-/// A protocol's home: one folder whose parts each sit in the layer of what they do (a part not
-/// listed, and the folder's own `mod.rs`, sit in the last one named here for it).
 /// The protocols' homes: folders whose parts sit in different layers ([`PLACED`]).
 const PROTOCOLS: [&str; 2] = ["http1", "http2"];
 
+/// A protocol's home: one folder whose parts each sit in the layer of what they do (a part not
+/// listed, and the folder's own `mod.rs`, sit in the last one named here for it).
 const PLACED: [(&str, &str); 9] = [
     ("http1::server", "transport"),
     ("http1::client", "origin"),

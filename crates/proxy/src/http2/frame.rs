@@ -317,11 +317,16 @@ impl<'a> Frame<'a> {
 
 // --- Writers --------------------------------------------------------------------------------
 
+/// A frame header.
+pub fn head_bytes(len: usize, kind: u8, flags: u8, stream: u32) -> [u8; HEAD_LEN] {
+    let l = (len as u32).to_be_bytes();
+    let s = (stream & MAX_WINDOW).to_be_bytes();
+    [l[1], l[2], l[3], kind, flags, s[0], s[1], s[2], s[3]]
+}
+
 /// A frame header into `out`.
 pub fn head(out: &mut Vec<u8>, len: usize, kind: u8, flags: u8, stream: u32) {
-    let l = len as u32;
-    out.extend_from_slice(&[(l >> 16) as u8, (l >> 8) as u8, l as u8, kind, flags]);
-    out.extend_from_slice(&(stream & MAX_WINDOW).to_be_bytes());
+    out.extend_from_slice(&head_bytes(len, kind, flags, stream));
 }
 
 /// SETTINGS with `pairs` (identifier, value).

@@ -299,8 +299,21 @@ pub fn encode_int(value: usize, prefix_bits: u8, first: u8, out: &mut Vec<u8>) {
     out.push(rest as u8);
 }
 
+/// Strings shorter than this are sent as they are: Huffman coding saves a byte at most.
+const HUFFMAN_FROM: usize = 8;
+
+/// Appends a field value as a string literal (§5.2), after a field's name.
+pub fn encode_value(value: &[u8], out: &mut Vec<u8>) {
+    encode_string(value, out);
+}
+
 /// Appends a string literal (§5.2), Huffman-coded when that is shorter.
 fn encode_string(s: &[u8], out: &mut Vec<u8>) {
+    if s.len() < HUFFMAN_FROM {
+        encode_int(s.len(), 7, 0, out);
+        out.extend_from_slice(s);
+        return;
+    }
     let coded = huffman::encoded_len(s);
     if coded < s.len() {
         encode_int(coded, 7, 0x80, out);

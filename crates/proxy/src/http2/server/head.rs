@@ -7,7 +7,9 @@
 //! starting with `/`, connection-specific fields, a second `host`) is `transport/malformed.rs`,
 //! which the connection runs on every head it makes here.
 
-use bytes::{Bytes, BytesMut};
+use std::ops::Range;
+
+use bytes::BytesMut;
 use http::header::{HeaderName, HeaderValue, CONTENT_LENGTH, COOKIE};
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{HeaderMap, Method, Request, Uri, Version};
@@ -35,20 +37,23 @@ pub struct Head {
     pub websocket: bool,
 }
 
+/// Where each pseudo-header field's value lies in the head's buffer.
 #[derive(Default)]
 struct Pseudo {
-    method: Option<Bytes>,
-    scheme: Option<Bytes>,
-    authority: Option<Bytes>,
-    path: Option<Bytes>,
-    protocol: Option<Bytes>,
+    method: Option<Range<usize>>,
+    scheme: Option<Range<usize>>,
+    authority: Option<Range<usize>>,
+    path: Option<Range<usize>>,
+    protocol: Option<Range<usize>>,
 }
 
-/// What the fields of a block add up to while it is decoded.
+/// What the fields of a block add up to while it is decoded: every value copied once into
+/// one buffer, whose slices the head's values become.
 struct Collect {
+    buf: BytesMut,
     pseudo: Pseudo,
-    headers: HeaderMap,
-    cookies: Option<BytesMut>,
+    fields: Vec<(HeaderName, Range<usize>)>,
+    cookies: Vec<Range<usize>>,
     regular: bool,
     error: Option<&'static str>,
 }
@@ -63,6 +68,12 @@ impl Collect {
         }
     }
 
+    fn keep(&mut self, value: &[u8]) -> Range<usize> {
+        let start = self.buf.len();
+        self.buf.extend_from_slice(value);
+        start..self.buf.len()
+    }
+
     fn add(&mut self, name: &[u8], value: &[u8]) -> Result<(), &'static str> {
         if value.iter().any(|&b| b == 0 || b == b'\r' || b == b'\n') {
             return Err("NUL, CR or LF in a field value");
@@ -71,18 +82,25 @@ impl Collect {
             if self.regular {
                 return Err("a pseudo-header field after a regular field");
             }
-            let slot = match pseudo {
-                b"method" => &mut self.pseudo.method,
-                b"scheme" => &mut self.pseudo.scheme,
-                b"authority" => &mut self.pseudo.authority,
-                b"path" => &mut self.pseudo.path,
-                b"protocol" => &mut self.pseudo.protocol,
+            let taken = match pseudo {
+                b"method" => self.pseudo.method.is_some(),
+                b"scheme" => self.pseudo.scheme.is_some(),
+                b"authority" => self.pseudo.authority.is_some(),
+                b"path" => self.pseudo.path.is_some(),
+                b"protocol" => self.pseudo.protocol.is_some(),
                 _ => return Err("an unknown or response pseudo-header field"),
             };
-            if slot.is_some() {
+            if taken {
                 return Err("a pseudo-header field twice");
             }
-            *slot = Some(Bytes::copy_from_slice(value));
+            let r = Some(self.keep(value));
+            match pseudo {
+                b"method" => self.pseudo.method = r,
+                b"scheme" => self.pseudo.scheme = r,
+                b"authority" => self.pseudo.authority = r,
+                b"path" => self.pseudo.path = r,
+                _ => self.pseudo.protocol = r,
+            }
             return Ok(());
         }
         self.regular = true;
@@ -90,17 +108,12 @@ impl Collect {
             return Err("an uppercase field name");
         }
         let name = HeaderName::from_bytes(name).map_err(|_| "an invalid field name")?;
+        let r = self.keep(value);
         if name == COOKIE {
-            // RFC 9113 §8.2.3: crumbs joined with "; " for an HTTP/1.1 origin.
-            let c = self.cookies.get_or_insert_with(BytesMut::new);
-            if !c.is_empty() {
-                c.extend_from_slice(b"; ");
-            }
-            c.extend_from_slice(value);
-            return Ok(());
+            self.cookies.push(r);
+        } else {
+            self.fields.push((name, r));
         }
-        let value = HeaderValue::from_bytes(value).map_err(|_| "an invalid field value")?;
-        self.headers.append(name, value);
         Ok(())
     }
 }
@@ -115,9 +128,11 @@ pub fn request(
     connect_protocol: bool,
 ) -> Result<Head, HeadError> {
     let mut c = Collect {
+        // Decoded fields are larger than their block (Huffman, indexed entries).
+        buf: BytesMut::with_capacity((block.len() * 4).max(512)),
         pseudo: Pseudo::default(),
-        headers: HeaderMap::new(),
-        cookies: None,
+        fields: Vec::new(),
+        cookies: Vec::new(),
         regular: false,
         error: None,
     };
@@ -129,26 +144,43 @@ pub fn request(
     if let Some(why) = c.error {
         return Err(HeadError::Malformed(why));
     }
-    let Collect {
-        pseudo: p,
-        mut headers,
-        cookies,
-        ..
-    } = c;
-    if let Some(cookies) = cookies {
-        let v = HeaderValue::from_maybe_shared(cookies.freeze())
-            .map_err(|_| HeadError::Malformed("an invalid cookie"))?;
-        headers.insert(COOKIE, v);
+    // RFC 9113 §8.2.3: cookie crumbs joined with "; " for an HTTP/1.1 origin.
+    let mut cookie = None;
+    if !c.cookies.is_empty() {
+        let start = c.buf.len();
+        for (i, r) in c.cookies.iter().enumerate() {
+            if i > 0 {
+                c.buf.extend_from_slice(b"; ");
+            }
+            c.buf.extend_from_within(r.clone());
+        }
+        cookie = Some(start..c.buf.len());
     }
+    let buf = c.buf.freeze();
     let malformed = HeadError::Malformed;
+    let value = |r: &Range<usize>| {
+        HeaderValue::from_maybe_shared(buf.slice(r.clone()))
+            .map_err(|_| malformed("an invalid field value"))
+    };
+    let mut headers = HeaderMap::new();
+    for (name, r) in c.fields {
+        headers.append(name, value(&r)?);
+    }
+    if let Some(r) = &cookie {
+        headers.insert(COOKIE, value(r)?);
+    }
+    let p = c.pseudo;
     let method = p.method.ok_or(malformed("no :method"))?;
-    let method = Method::from_bytes(&method).map_err(|_| malformed("an invalid :method"))?;
+    let method = Method::from_bytes(&buf[method]).map_err(|_| malformed("an invalid :method"))?;
     let websocket = match &p.protocol {
         Some(_) if !connect_protocol || method != Method::CONNECT => {
             return Err(malformed(":protocol outside an extended CONNECT"))
         }
-        Some(proto) => proto.eq_ignore_ascii_case(b"websocket"),
+        Some(proto) => buf[proto.clone()].eq_ignore_ascii_case(b"websocket"),
         None => false,
+    };
+    let authority = |r: Range<usize>| {
+        Authority::from_maybe_shared(buf.slice(r)).map_err(|_| malformed("an invalid :authority"))
     };
     let mut parts = http::uri::Parts::default();
     if method == Method::CONNECT && p.protocol.is_none() {
@@ -157,25 +189,27 @@ pub fn request(
             return Err(malformed("CONNECT with :scheme or :path"));
         }
         let a = p.authority.ok_or(malformed("CONNECT without :authority"))?;
-        parts.authority =
-            Some(Authority::from_maybe_shared(a).map_err(|_| malformed("an invalid :authority"))?);
+        parts.authority = Some(authority(a)?);
     } else {
         let scheme = p.scheme.ok_or(malformed("no :scheme"))?;
         let path = p.path.ok_or(malformed("no :path"))?;
         if path.is_empty() {
             return Err(malformed("an empty :path"));
         }
-        parts.scheme =
-            Some(Scheme::try_from(&scheme[..]).map_err(|_| malformed("an invalid :scheme"))?);
-        parts.path_and_query =
-            Some(PathAndQuery::from_maybe_shared(path).map_err(|_| malformed("an invalid :path"))?);
+        parts.scheme = Some(match &buf[scheme] {
+            b"https" => Scheme::HTTPS,
+            b"http" => Scheme::HTTP,
+            other => Scheme::try_from(other).map_err(|_| malformed("an invalid :scheme"))?,
+        });
+        parts.path_and_query = Some(
+            PathAndQuery::from_maybe_shared(buf.slice(path))
+                .map_err(|_| malformed("an invalid :path"))?,
+        );
+        // RFC 9113 §8.3.1 lets a server refuse a `host` that differs from `:authority` (a
+        // SHOULD); rampart routes by `:authority` (recv), as an absolute-form target wins
+        // over `Host` in HTTP/1.1, and the origin gets the routed host.
         if let Some(a) = p.authority {
-            // RFC 9113 §8.3.1 lets a server refuse a `host` that differs from `:authority`
-            // (a SHOULD); rampart routes by `:authority` (recv), as an absolute-form target
-            // wins over `Host` in HTTP/1.1, and the origin gets the routed host.
-            parts.authority = Some(
-                Authority::from_maybe_shared(a).map_err(|_| malformed("an invalid :authority"))?,
-            );
+            parts.authority = Some(authority(a)?);
         }
     }
     if parts.authority.is_none() && parts.scheme.is_some() {

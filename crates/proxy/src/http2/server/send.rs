@@ -82,22 +82,42 @@ where
     fn send_interim(&mut self, i: usize, list: Vec<(StatusCode, HeaderMap)>) {
         let id = self.streams[i].id;
         for (status, headers) in list {
-            let mut block = Vec::new();
-            self.table_update(&mut block);
-            write::interim_block(&mut block, status, &headers);
-            let before = self.out.buf().len();
-            let max = self.peer.max_frame as usize;
-            frame::headers(self.out.buf(), id, &block, false, max);
-            self.out.added(before);
+            self.headers_frame(id, false, |block| {
+                write::interim_block(block, status, &headers);
+            });
         }
     }
 
-    /// A dynamic table size update of 0 starts the first block after the client lowered its
-    /// table (RFC 7541 §4.2): this encoder never uses the table.
-    fn table_update(&mut self, block: &mut Vec<u8>) {
-        if std::mem::take(&mut self.peer.table_update) {
-            hpack::encode_table_size_update(0, block);
+    /// A HEADERS frame (and CONTINUATIONs when the block is larger than the client's frame
+    /// size) whose block `encode` writes straight into the outbox.
+    pub(super) fn headers_frame(
+        &mut self,
+        id: u32,
+        end_stream: bool,
+        encode: impl FnOnce(&mut Vec<u8>),
+    ) {
+        let update = std::mem::take(&mut self.peer.table_update);
+        let max = self.peer.max_frame as usize;
+        let buf = self.out.buf();
+        let before = buf.len();
+        buf.extend_from_slice(&[0; frame::HEAD_LEN]);
+        if update {
+            // RFC 7541 §4.2: the first block after the client lowered its table; this
+            // encoder never uses the table.
+            hpack::encode_table_size_update(0, buf);
         }
+        encode(buf);
+        let len = buf.len() - before - frame::HEAD_LEN;
+        if len <= max {
+            let flags = flag::END_HEADERS | if end_stream { flag::END_STREAM } else { 0 };
+            let head = frame::head_bytes(len, frame::kind::HEADERS, flags, id);
+            buf[before..before + frame::HEAD_LEN].copy_from_slice(&head);
+        } else {
+            let block = buf.split_off(before + frame::HEAD_LEN);
+            buf.truncate(before);
+            frame::headers(buf, id, &block, end_stream, max);
+        }
+        self.out.added(before);
     }
 
     /// The pipeline's answer: its HEADERS now, its body from [`Conn::send_body`].
@@ -117,33 +137,23 @@ where
             || res.status() == StatusCode::NO_CONTENT
             || res.status() == StatusCode::NOT_MODIFIED;
         let end_stream = empty && tunnel.is_none();
-        let mut block = Vec::with_capacity(128);
-        self.table_update(&mut block);
         let length = if tunnel.is_some() || head_request {
             None
         } else {
             body_len
         };
-        match res.body().stored_head() {
+        let stored = res.body().stored_head();
+        let (status, headers) = (res.status(), res.headers());
+        self.headers_frame(id, end_stream, |block| match stored {
             Some(stored) => {
                 let h2 = stored
                     .wire
                     .h2
                     .get_or_init(|| write::stored_block(&stored.wire.block));
-                write::response_block(
-                    &mut block,
-                    res.status(),
-                    Some((stored, h2)),
-                    res.headers(),
-                    length,
-                );
+                write::response_block(block, status, Some((stored, h2)), headers, length);
             }
-            None => write::response_block(&mut block, res.status(), None, res.headers(), length),
-        }
-        let before = self.out.buf().len();
-        let max = self.peer.max_frame as usize;
-        frame::headers(self.out.buf(), id, &block, end_stream, max);
-        self.out.added(before);
+            None => write::response_block(block, status, None, headers, length),
+        });
         let s = &mut self.streams[i];
         if let Some(tunnel) = tunnel {
             let (theirs, ours) = tokio::io::duplex(64 * 1024);
@@ -195,13 +205,7 @@ where
                         s.pending_end = last;
                     }
                     Poll::Ready(Next::Trailers(t)) => {
-                        let mut block = Vec::new();
-                        self.table_update(&mut block);
-                        write::fields_block(&mut block, &t);
-                        let before = self.out.buf().len();
-                        let max = self.peer.max_frame as usize;
-                        frame::headers(self.out.buf(), id, &block, true, max);
-                        self.out.added(before);
+                        self.headers_frame(id, true, |block| write::fields_block(block, &t));
                         self.finish_body(i);
                         return;
                     }

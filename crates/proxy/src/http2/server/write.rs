@@ -7,11 +7,13 @@
 //! ([`stored_block`]) and copied as they are, with only `age`, `x-arc2-cache-age` and the
 //! fields added per response encoded each time.
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::ops::Range;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING, UPGRADE};
@@ -180,7 +182,8 @@ pub fn response_block(
         let mut digits = [0u8; 20];
         let age = crate::http1::numbers::itoa(s.age, &mut digits);
         hpack::encode_field(b"age", age, out);
-        hpack::encode_field(b"x-arc2-cache-age", age, out);
+        out.extend_from_slice(arc2_age_name());
+        hpack::encode_value(age, out);
     }
     let mut has_length = false;
     for (name, value) in headers {
@@ -208,10 +211,43 @@ pub fn response_block(
         );
     }
     if !has_date {
-        let mut d = Vec::with_capacity(29);
-        crate::http1::server::write::date(&mut d);
-        hpack::encode_field(b"date", &d, out);
+        date_field(out);
     }
+}
+
+thread_local! {
+    /// `date` of the current second as an HPACK field (its Huffman coding costs more than the
+    /// rest of a hit's header block).
+    static DATE_FIELD: RefCell<(u64, Vec<u8>)> = const { RefCell::new((0, Vec::new())) };
+}
+
+fn date_field(out: &mut Vec<u8>) {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    DATE_FIELD.with(|d| {
+        let mut d = d.borrow_mut();
+        if d.0 != secs || d.1.is_empty() {
+            let mut text = Vec::with_capacity(29);
+            crate::http1::server::write::date(&mut text);
+            d.1.clear();
+            hpack::encode_field(b"date", &text, &mut d.1);
+            d.0 = secs;
+        }
+        out.extend_from_slice(&d.1);
+    });
+}
+
+/// `x-arc2-cache-age` as the start of a literal without indexing, encoded once.
+fn arc2_age_name() -> &'static [u8] {
+    static NAME: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| {
+        let mut v = Vec::new();
+        hpack::encode_field(b"x-arc2-cache-age", b"", &mut v);
+        // Without the empty value's length byte.
+        v.pop();
+        v
+    })
 }
 
 /// An interim (1xx) response's block: its status and fields.
