@@ -40,8 +40,8 @@ pub struct ConnInfo {
     /// `local`'s port pre-rendered for `X-Forwarded-Port`.
     pub local_port_header: HeaderValue,
     /// Where interim (1xx) answers from the origin go: the HTTP/1.1 connection writes them
-    /// ahead of the final response. `None` on HTTP/2 and HTTP/3 (hyper's server and h3 cannot
-    /// send them) and for HTTP/1.0 clients.
+    /// ahead of the final response. `None` on HTTP/2 and HTTP/3, where each stream has its own
+    /// (`Txn::interim`), and for HTTP/1.0 clients.
     pub interim: Option<Arc<Interim>>,
 }
 

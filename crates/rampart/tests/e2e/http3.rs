@@ -19,7 +19,7 @@ use support::*;
 const SIGHUP: i32 = 1;
 
 /// A rule for `domain` to the origin on `port`, with extra rule lines.
-fn rule(domain: &str, port: u16, extra: &str) -> String {
+pub(crate) fn rule(domain: &str, port: u16, extra: &str) -> String {
     format!(
         "\n[[proxy_rules]]\ndomain = \"{domain}\"\nmax_age_seconds = 60\nforward_ipv4 = \"127.0.0.1\"\n\
          forward_port_http = {port}\nrule_type = \"Whitelist\"\nenable_logging = true\nignore_query_string = false\n\
@@ -28,7 +28,7 @@ fn rule(domain: &str, port: u16, extra: &str) -> String {
     )
 }
 
-const GLOBAL: &str = "listening_address = \"127.0.0.1\"\nlistening_port_http = 0\nlistening_port_https = 0\n\
+pub(crate) const GLOBAL: &str = "listening_address = \"127.0.0.1\"\nlistening_port_http = 0\nlistening_port_https = 0\n\
                       workers = 2\nlogging_level = \"info\"\nadd_logging = true\nadd_sql_injection_protection = true\n";
 
 /// The UDP port an `Alt-Svc: h3=":PORT"; ma=N` value names.

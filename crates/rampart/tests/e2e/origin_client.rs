@@ -899,3 +899,35 @@ async fn early_hints_reach_http2_clients_before_the_answer_and_are_never_stored(
     assert!(!again.contains("style.css"), "{again}");
     assert_eq!(origin.requests(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn early_hints_reach_http3_clients_before_the_answer() {
+    // RFC 9114 §4.1: an interim answer is a HEADERS frame of its own before the final one.
+    let origin = RawOrigin::start(|_| {
+        let hints =
+            b"HTTP/1.1 103 Early Hints\r\nLink: </app.js>; rel=preload; as=script\r\n\r\n".to_vec();
+        Act::Trickle(
+            vec![hints, ok("page", "Cache-Control: no-store\r\n")],
+            Duration::from_millis(200),
+        )
+    })
+    .await;
+    let ca = crate::support::tls::TestCa::new("test CA");
+    let (c, k) = ca.leaf(&["a.test"]).write("h3-hints");
+    let proxy = Proxy::start(&format!(
+        "{}http3 = true\n{}",
+        crate::http3::GLOBAL,
+        crate::http3::rule("a.test", origin.port, &crate::support::tls::files(&c, &k))
+    ));
+    let udp = proxy.h3.expect("an HTTP/3 socket");
+    let mut h3 = crate::support::h3::connect(udp, "a.test", ca.roots())
+        .await
+        .unwrap();
+    let got = h3.get("a.test", "/page").await;
+    assert_eq!(got.status, 200);
+    assert_eq!(got.text(), "page");
+    assert_eq!(h3.interim.len(), 1, "{:?}", h3.interim);
+    let (status, fields) = &h3.interim[0];
+    assert_eq!(*status, 103);
+    assert_eq!(fields["link"], "</app.js>; rel=preload; as=script");
+}

@@ -40,6 +40,7 @@ use tracing::Instrument as _;
 
 use crate::body::h3::H3Body;
 use crate::body::{ClientBody, ProxyBody};
+use crate::interim::Interim;
 use crate::pipeline::conn_info::{ConnInfo, Scheme};
 use crate::telemetry::metrics::ConnStats;
 use crate::transport::in_force::{ConnSettings, Slot};
@@ -348,6 +349,9 @@ async fn serve_request(
     };
     let (mut send, recv) = stream.split();
     let head = req.method() == Method::HEAD;
+    // Where the origin's interim answers (103 Early Hints) for this request go: each is sent
+    // as a HEADERS frame of its own ahead of the final one (RFC 9114 §4.1).
+    let interim = Arc::new(Interim::default());
     let res = if let Some(why) = crate::transport::malformed::malformed(&req) {
         tracing::debug!(why, "malformed HTTP/3 request");
         crate::telemetry::metrics::get().malformed(400);
@@ -363,9 +367,35 @@ async fn serve_request(
         };
         let req: Request<ClientBody> = req.map(|()| body);
         let pipeline = slot.load().pipeline.clone();
-        pipeline.handle(&info, req).await
+        let handled = pipeline.handle_stream(&info, req, interim.clone());
+        tokio::pin!(handled);
+        loop {
+            tokio::select! {
+                biased;
+                res = &mut handled => break res,
+                list = std::future::poll_fn(|cx| interim.poll_take(cx)) => {
+                    send_interim(&mut send, list).await;
+                }
+            }
+        }
     };
+    // Interim answers read in the same breath as the final one still go first.
+    send_interim(&mut send, interim.take()).await;
     respond(&mut send, res, head, send_timeout).await;
+}
+
+/// Interim (1xx) answers from the origin, each a HEADERS frame (never stored).
+async fn send_interim(send: &mut SendHalf, list: Vec<(StatusCode, http::HeaderMap)>) {
+    for (status, mut headers) in list {
+        crate::headers::strip_hop_by_hop(&mut headers);
+        let mut res = Response::new(());
+        *res.status_mut() = status;
+        *res.headers_mut() = headers;
+        if let Err(e) = send.send_response(res).await {
+            tracing::debug!(error = %e, "HTTP/3 interim answer not sent");
+            return;
+        }
+    }
 }
 
 type SendHalf = RequestStream<h3_quinn::SendStream<Bytes>, Bytes>;

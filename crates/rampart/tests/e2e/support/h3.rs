@@ -20,6 +20,8 @@ pub struct H3 {
     send: h3::client::SendRequest<h3_quinn::OpenStreams, Bytes>,
     /// Resolves when the connection ends (the server closed it, or it failed).
     closed: tokio::task::JoinHandle<String>,
+    /// The interim (1xx) answers that came before the last final answer.
+    pub interim: Vec<(http::StatusCode, http::HeaderMap)>,
 }
 
 impl Drop for H3 {
@@ -79,6 +81,7 @@ pub async fn connect(addr: SocketAddr, sni: &str, roots: RootCertStore) -> Resul
         conn,
         send,
         closed,
+        interim: Vec::new(),
     })
 }
 
@@ -118,7 +121,14 @@ impl H3 {
         if sent {
             let _ = stream.finish().await;
         }
-        let res = stream.recv_response().await.map_err(|e| e.to_string())?;
+        // Interim answers are HEADERS frames of their own before the final one (RFC 9114 §4.1).
+        self.interim.clear();
+        let mut res = stream.recv_response().await.map_err(|e| e.to_string())?;
+        while res.status().is_informational() {
+            self.interim
+                .push((res.status(), std::mem::take(res.headers_mut())));
+            res = stream.recv_response().await.map_err(|e| e.to_string())?;
+        }
         let mut body = BytesMut::new();
         while let Some(mut chunk) = stream.recv_data().await.map_err(|e| e.to_string())? {
             body.extend_from_slice(&chunk.copy_to_bytes(chunk.remaining()));
