@@ -7,7 +7,6 @@
 #![no_main]
 
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! What makes an HTTP/2 or HTTP/3 request head malformed (RFC 9113 §8.2–§8.3, RFC 9114
-//! §4.2–§4.3) beyond what the `h2` and `h3` crates refuse themselves. Such a request is answered
-//! 400 by its transport and never reaches the pipeline.
+//! §4.2–§4.3) beyond what the HTTP/2 server (`http2/server/head.rs`) and the `h3` crate refuse
+//! themselves. Such a request is answered 400 by its transport and never reaches the pipeline.
 //!
 //! - a `:path` that does not start with `/` (`?k1`, or `*` for anything but `OPTIONS`): the
 //!   origin would get a target the rules never saw (they see `/`);
@@ -10,7 +10,8 @@
 //!   such whitespace as it parses, HTTP/2 and HTTP/3 carry it as part of the value);
 //! - connection-specific fields (`Connection`, `Keep-Alive`, `Proxy-Connection`,
 //!   `Transfer-Encoding`, `Upgrade`; `TE` other than `trailers`: RFC 9113 §8.2.2, RFC 9114
-//!   §4.2). The `h2` crate resets such streams itself; HTTP/3 relies on this check.
+//!   §4.2). rampart's HTTP/2 server resets such streams itself
+//!   (`http2/server/head.rs`); HTTP/3 relies on this check.
 //!
 //! One walk over the fields, no allocation: it runs for every request, hits included.
 

@@ -16,23 +16,11 @@ use support::tls::{self, TestCa};
 use support::*;
 
 fn go_bin(env: &str, name: &str) -> PathBuf {
-    if let Some(p) = std::env::var_os(env) {
-        return PathBuf::from(p);
-    }
-    let gopath = Command::new("go")
-        .args(["env", "GOPATH"])
-        .output()
-        .ok()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-        .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| format!("{}/go", std::env::var("HOME").unwrap_or_default()));
-    let p = PathBuf::from(gopath).join("bin").join(name);
-    assert!(
-        p.exists(),
-        "{name} is not installed ({}); `bash .ci/run` installs it, or: go install github.com/letsencrypt/pebble/v2/cmd/{name}@v2.10.1",
-        p.display()
-    );
-    p
+    support::go_bin(
+        env,
+        name,
+        &format!("go install github.com/letsencrypt/pebble/v2/cmd/{name}@v2.10.1"),
+    )
 }
 
 /// Where a Pebble listens and the certificate of its own HTTPS front: kept across a restart.

@@ -21,6 +21,7 @@ mod compression;
 mod connections;
 mod dashboard;
 mod docs_check;
+mod h2spec;
 mod hardening;
 mod http3;
 mod http3_browser;

@@ -217,6 +217,11 @@ where
         self.io
     }
 
+    #[cfg(test)]
+    pub(super) fn io_mut(&mut self) -> &mut I {
+        &mut self.io
+    }
+
     /// Data has waited on the client (its windows, or its socket) for `limit`.
     pub fn stalled(&self, limit: Duration) -> bool {
         self.stalled_since.is_some_and(|t| t.elapsed() >= limit)

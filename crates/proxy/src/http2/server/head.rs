@@ -3,14 +3,18 @@
 //! names lowercase, values without NUL, CR or LF, `cookie` fields joined for an HTTP/1.1
 //! origin (§8.2.3), `content-length` read once for the DATA it must match.
 //!
-//! Whatever else makes a head malformed and is common to HTTP/2 and HTTP/3 (a `:path` not
-//! starting with `/`, connection-specific fields, a second `host`) is `transport/malformed.rs`,
-//! which the connection runs on every head it makes here.
+//! Connection-specific fields (and `TE` other than `trailers`) reset the stream here, as
+//! RFC 9113 §8.2.2 asks. Whatever else makes a head malformed and is common to HTTP/2 and
+//! HTTP/3 (a `:path` not starting with `/`, a second `host`, whitespace around a value) is
+//! `transport/malformed.rs`, which the connection runs on every head it makes here: those are
+//! answered 400 (§8.1.1 allows a response before the stream closes).
 
 use std::ops::Range;
 
 use bytes::BytesMut;
-use http::header::{HeaderName, HeaderValue, CONTENT_LENGTH, COOKIE};
+use http::header::{
+    HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH, COOKIE, TE, TRANSFER_ENCODING, UPGRADE,
+};
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{HeaderMap, Method, Request, Uri, Version};
 
@@ -108,6 +112,18 @@ impl Collect {
             return Err("an uppercase field name");
         }
         let name = HeaderName::from_bytes(name).map_err(|_| "an invalid field name")?;
+        // RFC 9113 §8.2.2: connection-specific fields, and TE other than `trailers`.
+        if name == CONNECTION
+            || name == TRANSFER_ENCODING
+            || name == UPGRADE
+            || name.as_str() == "keep-alive"
+            || name.as_str() == "proxy-connection"
+        {
+            return Err("a connection-specific field");
+        }
+        if name == TE && !value.eq_ignore_ascii_case(b"trailers") {
+            return Err("TE other than trailers");
+        }
         let r = self.keep(value);
         if name == COOKIE {
             self.cookies.push(r);

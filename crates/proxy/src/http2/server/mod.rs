@@ -22,6 +22,9 @@ mod send;
 pub mod stream;
 pub mod write;
 
+#[cfg(test)]
+mod tests;
+
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;

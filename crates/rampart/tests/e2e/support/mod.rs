@@ -817,3 +817,25 @@ pub fn png_chunk(kind: &[u8], data: &[u8]) -> Vec<u8> {
     c.extend_from_slice(&crc.sum().to_be_bytes());
     c
 }
+
+/// A tool `go install` put in `$GOPATH/bin` (or the path in the environment variable `env`):
+/// `.ci/run` installs them; `install` says how to by hand.
+pub fn go_bin(env: &str, name: &str, install: &str) -> std::path::PathBuf {
+    if let Some(p) = std::env::var_os(env) {
+        return std::path::PathBuf::from(p);
+    }
+    let gopath = std::process::Command::new("go")
+        .args(["env", "GOPATH"])
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| format!("{}/go", std::env::var("HOME").unwrap_or_default()));
+    let p = std::path::PathBuf::from(gopath).join("bin").join(name);
+    assert!(
+        p.exists(),
+        "{name} is not installed ({}); `bash .ci/run` installs it, or: {install}",
+        p.display()
+    );
+    p
+}
