@@ -490,11 +490,9 @@ pub struct WireFields {
     pub block: Bytes,
     /// The block holds a `Date` field.
     pub has_date: bool,
-    /// The same fields as an HPACK block that uses no dynamic table (valid on every HTTP/2
-    /// connection), made by the proxy's HTTP/2 writer on the object's first HTTP/2 hit. Its
-    /// memory is charged with the object: an HPACK block is never longer than the wire block
-    /// (one prefix byte and a length where the wire block has `: ` and CRLF), and
-    /// [`fields`] charges the wire block's length once more for it.
+    /// The same fields as an HPACK block without dynamic table (valid on any HTTP/2 connection),
+    /// made by the HTTP/2 writer on the first HTTP/2 hit. [`fields`] charges the wire block's
+    /// length once more for it (an HPACK block is about as long, Huffman coding aside).
     pub h2: std::sync::OnceLock<Bytes>,
 }
 

@@ -183,19 +183,98 @@ fn unpad(h: &Head, p: &[u8]) -> Result<(usize, usize), FrameError> {
     Ok((1, p.len() - pad))
 }
 
+/// A HEADERS frame's parts: the block without padding and priority fields.
+fn headers_frame<'a>(h: &Head, payload: &'a [u8]) -> Result<Frame<'a>, FrameError> {
+    let (mut start, end) = unpad(h, payload)?;
+    let mut depends_on = None;
+    if h.has(flag::PRIORITY) {
+        let p = payload
+            .get(start..start + 5)
+            .filter(|_| start + 5 <= end)
+            .ok_or(conn(Reason::FRAME_SIZE_ERROR, "HEADERS priority cut short"))?;
+        depends_on = Some(u32::from_be_bytes([p[0], p[1], p[2], p[3]]) & MAX_WINDOW);
+        start += 5;
+    }
+    Ok(Frame::Headers {
+        stream: h.stream,
+        block: payload.get(start..end).unwrap_or_default(),
+        end_stream: h.has(flag::END_STREAM),
+        end_headers: h.has(flag::END_HEADERS),
+        depends_on,
+    })
+}
+
+/// The frames of the connection itself (and PUSH_PROMISE, which no client may send).
+fn control_frame<'a>(h: &Head, payload: &'a [u8]) -> Result<Frame<'a>, FrameError> {
+    let stream = h.stream;
+    let on_conn = |name: &'static str| {
+        if stream != 0 {
+            Err(conn(Reason::PROTOCOL_ERROR, name))
+        } else {
+            Ok(())
+        }
+    };
+    Ok(match h.kind {
+        kind::SETTINGS => {
+            on_conn("SETTINGS on a stream")?;
+            let ack = h.has(flag::ACK);
+            if ack && !payload.is_empty() {
+                return Err(conn(
+                    Reason::FRAME_SIZE_ERROR,
+                    "SETTINGS ACK with a payload",
+                ));
+            }
+            if !payload.len().is_multiple_of(6) {
+                return Err(conn(Reason::FRAME_SIZE_ERROR, "SETTINGS length"));
+            }
+            Frame::Settings {
+                ack,
+                pairs: payload,
+            }
+        }
+        // RFC 9113 §8.4: a client cannot push.
+        kind::PUSH_PROMISE => {
+            return Err(conn(Reason::PROTOCOL_ERROR, "PUSH_PROMISE from a client"))
+        }
+        kind::PING => {
+            on_conn("PING on a stream")?;
+            let data: [u8; 8] = payload
+                .try_into()
+                .map_err(|_| conn(Reason::FRAME_SIZE_ERROR, "PING length"))?;
+            Frame::Ping {
+                ack: h.has(flag::ACK),
+                data,
+            }
+        }
+        kind::GOAWAY => {
+            on_conn("GOAWAY on a stream")?;
+            let p = payload
+                .get(..8)
+                .ok_or(conn(Reason::FRAME_SIZE_ERROR, "GOAWAY length"))?;
+            Frame::GoAway {
+                last: u32::from_be_bytes([p[0], p[1], p[2], p[3]]) & MAX_WINDOW,
+                reason: Reason(u32::from_be_bytes([p[4], p[5], p[6], p[7]])),
+            }
+        }
+        kind::WINDOW_UPDATE => {
+            let p: [u8; 4] = payload
+                .try_into()
+                .map_err(|_| conn(Reason::FRAME_SIZE_ERROR, "WINDOW_UPDATE length"))?;
+            Frame::WindowUpdate {
+                stream,
+                increment: u32::from_be_bytes(p) & MAX_WINDOW,
+            }
+        }
+        _ => Frame::Unknown,
+    })
+}
+
 impl<'a> Frame<'a> {
     /// Checks `payload` as the payload of a frame with header `h`.
     pub fn parse(h: &Head, payload: &'a [u8]) -> Result<Frame<'a>, FrameError> {
         let stream = h.stream;
         let on_stream = |name: &'static str| {
             if stream == 0 {
-                Err(conn(Reason::PROTOCOL_ERROR, name))
-            } else {
-                Ok(())
-            }
-        };
-        let on_conn = |name: &'static str| {
-            if stream != 0 {
                 Err(conn(Reason::PROTOCOL_ERROR, name))
             } else {
                 Ok(())
@@ -214,23 +293,7 @@ impl<'a> Frame<'a> {
             }
             kind::HEADERS => {
                 on_stream("HEADERS on stream 0")?;
-                let (mut start, end) = unpad(h, payload)?;
-                let mut depends_on = None;
-                if h.has(flag::PRIORITY) {
-                    let p = payload
-                        .get(start..start + 5)
-                        .filter(|_| start + 5 <= end)
-                        .ok_or(conn(Reason::FRAME_SIZE_ERROR, "HEADERS priority cut short"))?;
-                    depends_on = Some(u32::from_be_bytes([p[0], p[1], p[2], p[3]]) & MAX_WINDOW);
-                    start += 5;
-                }
-                Frame::Headers {
-                    stream,
-                    block: payload.get(start..end).unwrap_or_default(),
-                    end_stream: h.has(flag::END_STREAM),
-                    end_headers: h.has(flag::END_HEADERS),
-                    depends_on,
-                }
+                headers_frame(h, payload)?
             }
             kind::PRIORITY => {
                 on_stream("PRIORITY on stream 0")?;
@@ -252,56 +315,11 @@ impl<'a> Frame<'a> {
                     reason: Reason(u32::from_be_bytes(p)),
                 }
             }
-            kind::SETTINGS => {
-                on_conn("SETTINGS on a stream")?;
-                let ack = h.has(flag::ACK);
-                if ack && !payload.is_empty() {
-                    return Err(conn(
-                        Reason::FRAME_SIZE_ERROR,
-                        "SETTINGS ACK with a payload",
-                    ));
-                }
-                if !payload.len().is_multiple_of(6) {
-                    return Err(conn(Reason::FRAME_SIZE_ERROR, "SETTINGS length"));
-                }
-                Frame::Settings {
-                    ack,
-                    pairs: payload,
-                }
-            }
-            // RFC 9113 §8.4: a client cannot push.
-            kind::PUSH_PROMISE => {
-                return Err(conn(Reason::PROTOCOL_ERROR, "PUSH_PROMISE from a client"))
-            }
-            kind::PING => {
-                on_conn("PING on a stream")?;
-                let data: [u8; 8] = payload
-                    .try_into()
-                    .map_err(|_| conn(Reason::FRAME_SIZE_ERROR, "PING length"))?;
-                Frame::Ping {
-                    ack: h.has(flag::ACK),
-                    data,
-                }
-            }
-            kind::GOAWAY => {
-                on_conn("GOAWAY on a stream")?;
-                let p = payload
-                    .get(..8)
-                    .ok_or(conn(Reason::FRAME_SIZE_ERROR, "GOAWAY length"))?;
-                Frame::GoAway {
-                    last: u32::from_be_bytes([p[0], p[1], p[2], p[3]]) & MAX_WINDOW,
-                    reason: Reason(u32::from_be_bytes([p[4], p[5], p[6], p[7]])),
-                }
-            }
-            kind::WINDOW_UPDATE => {
-                let p: [u8; 4] = payload
-                    .try_into()
-                    .map_err(|_| conn(Reason::FRAME_SIZE_ERROR, "WINDOW_UPDATE length"))?;
-                Frame::WindowUpdate {
-                    stream,
-                    increment: u32::from_be_bytes(p) & MAX_WINDOW,
-                }
-            }
+            kind::SETTINGS
+            | kind::PUSH_PROMISE
+            | kind::PING
+            | kind::GOAWAY
+            | kind::WINDOW_UPDATE => control_frame(h, payload)?,
             kind::CONTINUATION => {
                 on_stream("CONTINUATION on stream 0")?;
                 Frame::Continuation {

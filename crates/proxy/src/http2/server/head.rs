@@ -186,7 +186,7 @@ pub fn request(
         headers.insert(COOKIE, value(r)?);
     }
     let p = c.pseudo;
-    let method = p.method.ok_or(malformed("no :method"))?;
+    let method = p.method.clone().ok_or(malformed("no :method"))?;
     let method = Method::from_bytes(&buf[method]).map_err(|_| malformed("an invalid :method"))?;
     let websocket = match &p.protocol {
         Some(_) if !connect_protocol || method != Method::CONNECT => {
@@ -195,11 +195,33 @@ pub fn request(
         Some(proto) => buf[proto.clone()].eq_ignore_ascii_case(b"websocket"),
         None => false,
     };
+    let uri = target(&buf, p, &method)?;
+    let length = content_length(&headers)?;
+    let mut req = Request::new(());
+    *req.method_mut() = method;
+    *req.uri_mut() = uri;
+    *req.version_mut() = Version::HTTP_2;
+    *req.headers_mut() = headers;
+    if websocket {
+        req.extensions_mut()
+            .insert(hyper::ext::Protocol::from_static("websocket"));
+    }
+    Ok(Head {
+        req,
+        length,
+        websocket,
+    })
+}
+
+/// The request target from the pseudo-header fields: `:authority` alone for CONNECT (RFC 9113
+/// §8.5), else `:scheme`, `:path` and `:authority` when there is one.
+fn target(buf: &bytes::Bytes, p: Pseudo, method: &Method) -> Result<Uri, HeadError> {
+    let malformed = HeadError::Malformed;
     let authority = |r: Range<usize>| {
         Authority::from_maybe_shared(buf.slice(r)).map_err(|_| malformed("an invalid :authority"))
     };
     let mut parts = http::uri::Parts::default();
-    if method == Method::CONNECT && p.protocol.is_none() {
+    if *method == Method::CONNECT && p.protocol.is_none() {
         // RFC 9113 §8.5: only `:authority`.
         if p.scheme.is_some() || p.path.is_some() {
             return Err(malformed("CONNECT with :scheme or :path"));
@@ -232,22 +254,7 @@ pub fn request(
         // A URI with a scheme needs an authority: the target alone, as HTTP/1.1 has it.
         parts.scheme = None;
     }
-    let uri = Uri::from_parts(parts).map_err(|_| malformed("an invalid request target"))?;
-    let length = content_length(&headers)?;
-    let mut req = Request::new(());
-    *req.method_mut() = method;
-    *req.uri_mut() = uri;
-    *req.version_mut() = Version::HTTP_2;
-    *req.headers_mut() = headers;
-    if websocket {
-        req.extensions_mut()
-            .insert(hyper::ext::Protocol::from_static("websocket"));
-    }
-    Ok(Head {
-        req,
-        length,
-        websocket,
-    })
+    Uri::from_parts(parts).map_err(|_| malformed("an invalid request target"))
 }
 
 /// The `content-length` fields: all the same number, or malformed.

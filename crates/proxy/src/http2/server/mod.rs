@@ -18,6 +18,7 @@
 
 mod conn;
 pub mod head;
+mod recv;
 mod send;
 pub mod stream;
 pub mod write;
