@@ -640,10 +640,14 @@ mod tests {
                 "{v:?} is outside the buffer"
             );
         }
-        // The charge is the map and that buffer.
+        // The charge is the map, that buffer, and the HTTP/2 block made on the first HTTP/2
+        // hit (`WireFields::h2`), charged as long as the wire block.
         assert_eq!(
             f.charge,
-            map_charge(&f.headers) + alloc_size(end - start) + SHARED_BYTES
+            map_charge(&f.headers)
+                + alloc_size(end - start)
+                + alloc_size(f.wire.block.len())
+                + SHARED_BYTES
         );
     }
 }

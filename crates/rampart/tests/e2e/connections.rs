@@ -305,7 +305,7 @@ async fn h2c_prior_knowledge() {
     assert_eq!(seen.version, http::Version::HTTP_11);
 }
 
-/// The streams of one HTTP/2 connection run in its task (`transport/h2_streams.rs`): twenty
+/// The streams of one HTTP/2 connection run in its task (`http2/server/conn.rs`): twenty
 /// slow requests on one connection are all at the origin at once and all answered, and a
 /// graceful stop still finishes the ones in flight before the process exits.
 #[tokio::test]

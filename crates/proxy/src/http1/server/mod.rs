@@ -6,7 +6,7 @@
 //! Here an idle keep-alive connection holds no buffer at all: reads go into one scratch buffer
 //! per worker thread and only the bytes of a request are kept (the head once, as the `Bytes`
 //! its fields are slices of). That is what lets 10,000 idle connections cost a few MiB instead
-//! of hundreds. HTTP/2 (prior knowledge, or ALPN on TLS) still goes to hyper's h2 server.
+//! of hundreds. HTTP/2 (prior knowledge, or ALPN on TLS) is rampart's own too (`http2::server`).
 
 mod feed;
 pub mod head;
