@@ -12,10 +12,10 @@
 #[path = "traces.rs"]
 mod traces;
 
+use rampart_head::Fields;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use http::HeaderMap;
 use rampart_cache::key::{CacheKey, SlotKeyRef};
 use rampart_cache::store::MemoryStore;
 use traces::{arg, object, pool, url, HOST};
@@ -28,7 +28,7 @@ fn measure(
     run: Duration,
     keys: impl Fn(usize) -> Vec<String> + Sync,
 ) -> f64 {
-    let request = HeaderMap::new();
+    let request = Fields::new();
     let per_thread: Vec<f64> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {

@@ -21,13 +21,14 @@
 //!   of the cache's capacity (in objects) of one-off inserts, 8 times, then replaced by a new
 //!   key: every hot key is new when it first appears. K is 1, 5, 10, 20, 35 and 50.
 
+use rampart_head::Fields;
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use http::{HeaderMap, StatusCode};
+use http::{StatusCode};
 use rampart_cache::cache_control::ResponseDirectives;
 use rampart_cache::key::{CacheKey, SlotKeyRef};
 use rampart_cache::store::{MemoryStore, Object};
@@ -261,7 +262,7 @@ pub fn url(k: u32) -> String {
 
 /// The object stored for key `k`, built like the proxy's (its body a slice of `pool`).
 pub fn object(k: u32, pool: &Bytes, now: SystemTime) -> Object {
-    let mut headers = HeaderMap::new();
+    let mut headers = Fields::new();
     headers.insert(
         http::header::CONTENT_TYPE,
         http::HeaderValue::from_static("application/octet-stream"),
@@ -360,7 +361,7 @@ pub fn replay(t: &Trace, budget: u64, pool: &Bytes) -> (Ratios, Ratios) {
     let store = MemoryStore::new(budget, 1 << 20);
     let mut lru = Lru::new(budget);
     let now = SystemTime::now();
-    let request = HeaderMap::new();
+    let request = Fields::new();
     let (mut ours, mut theirs) = (Counts::default(), Counts::default());
     for (i, &k) in t.requests.iter().enumerate() {
         let hot = t.hot.get(i).copied().unwrap_or(false);

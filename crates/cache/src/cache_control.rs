@@ -17,7 +17,8 @@
 //!   `max-age=60 junk` is an invalid freshness directive (stale).
 //! - Every `delta-seconds` value is clamped to [`DELTA_SECONDS_MAX`] (2^31, RFC 9111 §1.2.2).
 
-use http::header::{HeaderMap, HeaderName, CACHE_CONTROL, PRAGMA};
+use rampart_head::Fields;
+use http::header::{HeaderName, CACHE_CONTROL, PRAGMA};
 
 /// The value a too-large `delta-seconds` is treated as (RFC 9111 §1.2.2: 2^31).
 pub(crate) const DELTA_SECONDS_MAX: u64 = 2_147_483_648;
@@ -73,7 +74,7 @@ pub struct ResponseDirectives {
 
 impl ResponseDirectives {
     /// Parses every `Cache-Control` line of `headers`, ignoring any targeted field.
-    pub fn parse_cache_control(headers: &HeaderMap) -> Self {
+    pub fn parse_cache_control(headers: &Fields) -> Self {
         let mut d = Self::default();
         for line in headers.get_all(CACHE_CONTROL) {
             for dir in Directives::new(line.as_bytes()) {
@@ -184,7 +185,7 @@ pub struct RequestDirectives {
 impl RequestDirectives {
     /// Parses every `Cache-Control` line of `headers`; if there is none at all (not even an empty
     /// one), honours a bare `no-cache` element of `Pragma` (§5.4).
-    pub fn parse(headers: &HeaderMap) -> Self {
+    pub fn parse(headers: &Fields) -> Self {
         let mut d = Self::default();
         let mut has_cache_control = false;
         for line in headers.get_all(CACHE_CONTROL) {
@@ -494,8 +495,8 @@ mod tests {
         crate::testutil::arbitrary_lines(seed, count, b"abcgzipmx-=,;\" \t\\0123456789*.\x80\xff")
     }
 
-    fn map(name: http::HeaderName, lines: &[&[u8]]) -> HeaderMap {
-        let mut h = HeaderMap::new();
+    fn map(name: http::HeaderName, lines: &[&[u8]]) -> Fields {
+        let mut h = Fields::new();
         for l in lines {
             h.append(name.clone(), HeaderValue::from_bytes(l).unwrap());
         }
@@ -707,7 +708,7 @@ mod tests {
     #[test]
     fn response_no_header_or_empty() {
         assert_eq!(
-            ResponseDirectives::parse(&HeaderMap::new()),
+            ResponseDirectives::parse(&Fields::new()),
             ResponseDirectives::default()
         );
         assert_eq!(resp(&[""]), ResponseDirectives::default());
@@ -1048,7 +1049,7 @@ mod tests {
     #[test]
     fn arbitrary_bytes_do_not_panic() {
         for (i, line) in arbitrary_lines(1, 20_000).into_iter().enumerate() {
-            let mut h = HeaderMap::new();
+            let mut h = Fields::new();
             h.append(CACHE_CONTROL, line.clone());
             h.append(PRAGMA, line);
             let r = ResponseDirectives::parse(&h);

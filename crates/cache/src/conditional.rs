@@ -22,6 +22,7 @@
 //! - A [`RangeAnswer::Partial`] always satisfies `start <= end < len`.
 //! - Entity-tags are compared as bytes, exactly as received (no case folding, no decoding).
 
+use rampart_head::Fields;
 use std::cmp::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -29,7 +30,7 @@ use http::header::{
     CACHE_CONTROL, CONNECTION, CONTENT_LOCATION, DATE, ETAG, EXPIRES, IF_MATCH, IF_MODIFIED_SINCE,
     IF_NONE_MATCH, IF_RANGE, IF_UNMODIFIED_SINCE, LAST_MODIFIED, RANGE, VARY,
 };
-use http::{HeaderMap, HeaderName, HeaderValue};
+use http::{HeaderName, HeaderValue};
 
 use crate::cache_control::{is_ows, trim_ows};
 use crate::freshness::http_date;
@@ -80,7 +81,7 @@ const NOT_FRESHENED: [&str; 11] = [
 /// validators with a client's.
 ///
 /// A field counts as present as soon as it has a line, even an empty or malformed one.
-pub fn client_has_conditionals(req: &HeaderMap) -> bool {
+pub fn client_has_conditionals(req: &Fields) -> bool {
     // One walk over the (few) names present: cheaper than five hashed look-ups, and these are
     // all standard names, which compare as small integers.
     req.keys().any(|k| PRECONDITIONS.contains(k))
@@ -108,7 +109,7 @@ pub fn client_has_conditionals(req: &HeaderMap) -> bool {
 ///   moment it was sent, so that is always a sound bound.
 /// - `stored_date` is truncated to whole seconds, the resolution of HTTP-dates: a client whose
 ///   `If-Modified-Since` echoes a `Date` formatted from that instant must get its 304.
-pub fn not_modified(req: &HeaderMap, stored: &HeaderMap, stored_date: SystemTime) -> bool {
+pub fn not_modified(req: &Fields, stored: &Fields, stored_date: SystemTime) -> bool {
     if req.contains_key(IF_NONE_MATCH) {
         return if_none_match_matches(req, stored);
     }
@@ -132,7 +133,7 @@ pub fn not_modified(req: &HeaderMap, stored: &HeaderMap, stored_date: SystemTime
 ///   date. It is ignored when it is not exactly one line with a valid HTTP-date, and when the
 ///   stored response has no (consistent, valid) `Last-Modified` (§13.1.4: "MUST ignore … if the
 ///   resource does not have a modification date available").
-pub fn precondition_failed(req: &HeaderMap, stored: &HeaderMap) -> bool {
+pub fn precondition_failed(req: &Fields, stored: &Fields) -> bool {
     if req.contains_key(IF_MATCH) {
         return !tag_list_matches(req, &IF_MATCH, stored, |a, b| a.strong_eq(b));
     }
@@ -151,7 +152,7 @@ pub fn precondition_failed(req: &HeaderMap, stored: &HeaderMap) -> bool {
 /// The values are returned without surrounding whitespace. An `ETag` whose first line is not
 /// exactly one entity-tag (e.g. unquoted) is dropped too: it could not be sent as a valid
 /// `If-None-Match`.
-pub fn validators(stored: &HeaderMap) -> (Option<HeaderValue>, Option<HeaderValue>) {
+pub fn validators(stored: &Fields) -> (Option<HeaderValue>, Option<HeaderValue>) {
     let etag = stored.get(ETAG).and_then(|line| {
         let bytes = trim_ows(line.as_bytes());
         single_entity_tag(bytes)?;
@@ -175,7 +176,7 @@ pub fn validators(stored: &HeaderMap) -> (Option<HeaderValue>, Option<HeaderValu
 /// (comma-separated, case-insensitive, whitespace-tolerant); a member that is not a valid field
 /// name is ignored. Choosing which stored response the 304 applies to (matching validators) is
 /// the caller's business.
-pub fn freshen(stored: &HeaderMap, not_modified: &HeaderMap) -> HeaderMap {
+pub fn freshen(stored: &Fields, not_modified: &Fields) -> Fields {
     let connection_named: Vec<HeaderName> = not_modified
         .get_all(CONNECTION)
         .iter()
@@ -201,8 +202,8 @@ pub fn freshen(stored: &HeaderMap, not_modified: &HeaderMap) -> HeaderMap {
 ///
 /// Every line of each field is copied, in order. Adding `Age` (and refreshing `Date`, if
 /// wanted) is the caller's business.
-pub fn not_modified_headers(stored: &HeaderMap) -> HeaderMap {
-    let mut headers = HeaderMap::new();
+pub fn not_modified_headers(stored: &Fields) -> Fields {
+    let mut headers = Fields::new();
     for name in &NOT_MODIFIED_FIELDS {
         for line in stored.get_all(name) {
             headers.append(name.clone(), line.clone());
@@ -244,7 +245,7 @@ pub enum RangeAnswer {
 /// - If-Range must have exactly one line. A date matches only if, besides equalling the stored
 ///   `Last-Modified`, it is a strong validator for a cache (§13.1.5 step 1, §8.8.2.2): the stored
 ///   response has a valid `Date` at least 60 seconds after that `Last-Modified`.
-pub fn range(req: &HeaderMap, stored: &HeaderMap, len: u64) -> RangeAnswer {
+pub fn range(req: &Fields, stored: &Fields, len: u64) -> RangeAnswer {
     let mut lines = req.get_all(RANGE).iter();
     let (Some(line), None) = (lines.next(), lines.next()) else {
         return RangeAnswer::Full;
@@ -310,7 +311,7 @@ fn single_entity_tag(bytes: &[u8]) -> Option<EntityTag<'_>> {
 }
 
 /// The stored response's entity-tag: every `ETag` line must hold the same single entity-tag.
-fn stored_etag(stored: &HeaderMap) -> Option<EntityTag<'_>> {
+fn stored_etag(stored: &Fields) -> Option<EntityTag<'_>> {
     let mut result = None;
     for line in stored.get_all(ETAG) {
         let tag = single_entity_tag(line.as_bytes())?;
@@ -384,7 +385,7 @@ impl<'a> Iterator for TagList<'a> {
 
 /// Whether `If-None-Match` matches the stored representation (weak comparison), i.e. its
 /// condition is false and a GET/HEAD gets 304.
-fn if_none_match_matches(req: &HeaderMap, stored: &HeaderMap) -> bool {
+fn if_none_match_matches(req: &Fields, stored: &Fields) -> bool {
     tag_list_matches(req, &IF_NONE_MATCH, stored, |a, b| a.weak_eq(b))
 }
 
@@ -392,9 +393,9 @@ fn if_none_match_matches(req: &HeaderMap, stored: &HeaderMap) -> bool {
 /// representation: `*` as the sole element matches any; otherwise some element must equal the
 /// stored `ETag` by `eq` (a stored response without a valid `ETag` matches no tag).
 fn tag_list_matches(
-    req: &HeaderMap,
+    req: &Fields,
     name: &HeaderName,
-    stored: &HeaderMap,
+    stored: &Fields,
     eq: fn(&EntityTag<'_>, &EntityTag<'_>) -> bool,
 ) -> bool {
     let elements: Vec<ListElement<'_>> = req
@@ -416,7 +417,7 @@ fn tag_list_matches(
 // --- dates -------------------------------------------------------------------------------------
 
 /// A date field that must have exactly one line, holding a valid HTTP-date.
-fn single_line_date(headers: &HeaderMap, name: &HeaderName) -> Option<SystemTime> {
+fn single_line_date(headers: &Fields, name: &HeaderName) -> Option<SystemTime> {
     let mut lines = headers.get_all(name).iter();
     match (lines.next(), lines.next()) {
         (Some(line), None) => http_date(line),
@@ -426,7 +427,7 @@ fn single_line_date(headers: &HeaderMap, name: &HeaderName) -> Option<SystemTime
 
 /// A date field that may (wrongly) be repeated: valid only when every line parses to the same
 /// instant.
-fn consistent_date(headers: &HeaderMap, name: &HeaderName) -> Option<SystemTime> {
+fn consistent_date(headers: &Fields, name: &HeaderName) -> Option<SystemTime> {
     let mut result = None;
     for line in headers.get_all(name) {
         let date = http_date(line)?;
@@ -541,7 +542,7 @@ fn parse_single_byte_range(value: &[u8]) -> Option<ByteRange<'_>> {
 
 /// Whether `If-Range` lets the range apply: absent, or exactly one line that matches the stored
 /// representation.
-fn if_range_holds(req: &HeaderMap, stored: &HeaderMap) -> bool {
+fn if_range_holds(req: &Fields, stored: &Fields) -> bool {
     let mut lines = req.get_all(IF_RANGE).iter();
     let line = match (lines.next(), lines.next()) {
         (None, _) => return true,
@@ -594,8 +595,8 @@ mod tests {
     }
 
     /// A header map from (name, raw value) pairs; repeated names become several lines.
-    fn map(pairs: &[(&str, &[u8])]) -> HeaderMap {
-        let mut h = HeaderMap::new();
+    fn map(pairs: &[(&str, &[u8])]) -> Fields {
+        let mut h = Fields::new();
         for (name, value) in pairs {
             h.append(
                 HeaderName::from_bytes(name.as_bytes()).unwrap(),
@@ -605,7 +606,7 @@ mod tests {
         h
     }
 
-    fn lines<'a>(h: &'a HeaderMap, name: &str) -> Vec<&'a [u8]> {
+    fn lines<'a>(h: &'a Fields, name: &str) -> Vec<&'a [u8]> {
         h.get_all(name).iter().map(HeaderValue::as_bytes).collect()
     }
 
@@ -646,7 +647,7 @@ mod tests {
 
     #[test]
     fn no_conditionals() {
-        assert!(!client_has_conditionals(&HeaderMap::new()));
+        assert!(!client_has_conditionals(&Fields::new()));
         let req = map(&[
             ("range", b"bytes=0-1"),
             ("cache-control", b"no-cache"),
@@ -689,11 +690,11 @@ mod tests {
         ));
         assert!(precondition_failed(
             &map(&[("if-match", b"\"v1\"")]),
-            &HeaderMap::new()
+            &Fields::new()
         ));
         assert!(!precondition_failed(
             &map(&[("if-match", b"*")]),
-            &HeaderMap::new()
+            &Fields::new()
         ));
     }
 
@@ -1187,10 +1188,10 @@ mod tests {
     #[test]
     fn freshen_with_empty_sides() {
         let stored = map(&[("etag", b"\"v1\""), ("accept-ranges", b"bytes")]);
-        assert_eq!(freshen(&stored, &HeaderMap::new()), stored);
+        assert_eq!(freshen(&stored, &Fields::new()), stored);
         let update = map(&[("expires", b"0"), ("content-length", b"5")]);
         assert_eq!(
-            freshen(&HeaderMap::new(), &update),
+            freshen(&Fields::new(), &update),
             map(&[("expires", b"0")])
         );
         let h = freshen(&stored, &map(&[("accept-ranges", b"none")]));
@@ -1236,7 +1237,7 @@ mod tests {
 
     #[test]
     fn not_modified_headers_only_what_exists() {
-        assert!(not_modified_headers(&HeaderMap::new()).is_empty());
+        assert!(not_modified_headers(&Fields::new()).is_empty());
         let h = not_modified_headers(&map(&[("etag", b"\xff"), ("server", b"x")]));
         assert_eq!(h, map(&[("etag", b"\xff")]));
     }
@@ -1248,18 +1249,18 @@ mod tests {
     }
 
     fn ranged(value: &[u8], len: u64) -> RangeAnswer {
-        range(&map(&[("range", value)]), &HeaderMap::new(), len)
+        range(&map(&[("range", value)]), &Fields::new(), len)
     }
 
     #[test]
     fn range_absent() {
         assert_eq!(
-            range(&HeaderMap::new(), &HeaderMap::new(), 100),
+            range(&Fields::new(), &Fields::new(), 100),
             RangeAnswer::Full
         );
         // If-Range without Range is ignored.
         let req = map(&[("if-range", b"\"v1\"")]);
-        assert_eq!(range(&req, &HeaderMap::new(), 100), RangeAnswer::Full);
+        assert_eq!(range(&req, &Fields::new(), 100), RangeAnswer::Full);
     }
 
     #[test]
@@ -1395,14 +1396,14 @@ mod tests {
             assert_eq!(ranged(value, 100), RangeAnswer::Full, "{value:?}");
         }
         let req = map(&[("range", b"bytes=0-1"), ("range", b"bytes=0-1")]);
-        assert_eq!(range(&req, &HeaderMap::new(), 100), RangeAnswer::Full);
+        assert_eq!(range(&req, &Fields::new(), 100), RangeAnswer::Full);
         let req = map(&[("range", b"bytes=0-1"), ("range", b"")]);
-        assert_eq!(range(&req, &HeaderMap::new(), 100), RangeAnswer::Full);
+        assert_eq!(range(&req, &Fields::new(), 100), RangeAnswer::Full);
     }
 
     // --- range: If-Range -----------------------------------------------------------------------
 
-    fn if_ranged(if_range: &[u8], stored: &HeaderMap) -> RangeAnswer {
+    fn if_ranged(if_range: &[u8], stored: &Fields) -> RangeAnswer {
         let req = map(&[("range", b"bytes=0-9"), ("if-range", if_range)]);
         range(&req, stored, 100)
     }
@@ -1532,7 +1533,7 @@ mod tests {
                 ETAG,
                 CONNECTION,
             ];
-            let mut req = HeaderMap::new();
+            let mut req = Fields::new();
             for (i, value) in values.iter().enumerate() {
                 let name = names.get((seed as usize + i) % names.len()).unwrap();
                 req.append(name.clone(), value.clone());

@@ -1,8 +1,8 @@
 //! Content codings rampart produces and the `Accept-Encoding` negotiation (RFC 9110 §12.5.3);
 //! whether a client takes WebP (`Accept`).
 
+use rampart_head::Fields;
 use http::header::{HeaderValue, ACCEPT};
-use http::HeaderMap;
 
 /// A content coding rampart can produce.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -107,7 +107,7 @@ pub fn negotiate<'a>(
 
 /// Whether the request's `Accept` names `image/webp` (with a q-value above 0). Only an explicit
 /// mention counts: `*/*` and `image/*` come from clients that may not decode WebP.
-pub fn accepts_webp(req: &HeaderMap) -> bool {
+pub fn accepts_webp(req: &Fields) -> bool {
     req.get_all(ACCEPT).iter().any(|v| {
         v.to_str().is_ok_and(|s| {
             s.split(',').any(|range| {

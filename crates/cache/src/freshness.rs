@@ -14,9 +14,10 @@
 //! - A date field given on several lines counts as valid only when every line parses to the same
 //!   instant; otherwise it is invalid (an invalid `Date` falls back to the response time).
 
+use rampart_head::Fields;
 use std::time::{Duration, SystemTime};
 
-use http::header::{HeaderMap, HeaderName, HeaderValue, AGE, DATE, EXPIRES, LAST_MODIFIED};
+use http::header::{HeaderName, HeaderValue, AGE, DATE, EXPIRES, LAST_MODIFIED};
 use http::StatusCode;
 
 use crate::cache_control::{parse_delta_seconds, trim_ows, ResponseDirectives};
@@ -50,7 +51,7 @@ pub(crate) const HEURISTICALLY_CACHEABLE: [u16; 12] =
 /// then only their `s-maxage` / `max-age` are explicit.
 pub fn lifetime(
     status: StatusCode,
-    headers: &HeaderMap,
+    headers: &Fields,
     dirs: &ResponseDirectives,
     response_time: SystemTime,
 ) -> Lifetime {
@@ -93,7 +94,7 @@ pub fn lifetime(
 /// An `Age` line that holds a comma-separated list (lines combined by an intermediary) counts as
 /// its elements in order; `age_value` is at most 2^31 seconds.
 pub fn initial_age(
-    headers: &HeaderMap,
+    headers: &Fields,
     request_time: SystemTime,
     response_time: SystemTime,
 ) -> Duration {
@@ -133,7 +134,7 @@ enum DateField {
 }
 
 /// Reads a singleton date field that may (wrongly) appear on several lines.
-fn date_field(headers: &HeaderMap, name: &HeaderName) -> DateField {
+fn date_field(headers: &Fields, name: &HeaderName) -> DateField {
     let mut result = DateField::Absent;
     for line in headers.get_all(name) {
         match (http_date(line), result) {
@@ -173,8 +174,8 @@ mod tests {
         HeaderValue::from_str(&httpdate::fmt_http_date(at(secs))).unwrap()
     }
 
-    fn headers(pairs: &[(HeaderName, HeaderValue)]) -> HeaderMap {
-        let mut h = HeaderMap::new();
+    fn headers(pairs: &[(HeaderName, HeaderValue)]) -> Fields {
+        let mut h = Fields::new();
         for (n, v) in pairs {
             h.append(n.clone(), v.clone());
         }
@@ -185,7 +186,7 @@ mod tests {
         HeaderValue::from_str(s).unwrap()
     }
 
-    fn life(status: u16, h: &HeaderMap, response_time: SystemTime) -> Lifetime {
+    fn life(status: u16, h: &Fields, response_time: SystemTime) -> Lifetime {
         let dirs = ResponseDirectives::parse(h);
         lifetime(
             StatusCode::from_u16(status).unwrap(),
@@ -528,7 +529,7 @@ mod tests {
             (LAST_MODIFIED, date(T0 - 200)),
         ]);
         assert_eq!(life(200, &h, at(T0)), Lifetime::Unknown);
-        assert_eq!(life(200, &HeaderMap::new(), at(T0)), Lifetime::Unknown);
+        assert_eq!(life(200, &Fields::new(), at(T0)), Lifetime::Unknown);
     }
 
     #[test]
@@ -575,7 +576,7 @@ mod tests {
 
     #[test]
     fn initial_age_without_headers_is_the_delay() {
-        let h = HeaderMap::new();
+        let h = Fields::new();
         assert_eq!(initial_age(&h, at(T0), at(T0 + 2)), Duration::from_secs(2));
         assert_eq!(initial_age(&h, at(T0), at(T0)), Duration::ZERO);
     }
@@ -650,7 +651,7 @@ mod tests {
     fn arbitrary_bytes_do_not_panic() {
         let lines = arbitrary_lines(2, 8_000);
         for pair in lines.chunks(2) {
-            let mut h = HeaderMap::new();
+            let mut h = Fields::new();
             for (name, line) in [
                 DATE,
                 EXPIRES,

@@ -1,14 +1,15 @@
 //! Stored objects and what they cost: [`Object`] (a stored response, with the encoded and WebP
 //! copies made of it), the charges that weigh it in the store ([`alloc_size`], [`body_charge`],
-//! [`Fields::charge`]) and the owned copies it is built from ([`owned_body`], [`fields`]). See
+//! [`StoredFields::charge`]) and the owned copies it is built from ([`owned_body`], [`fields`]). See
 //! `store.rs` for why the charges matter.
 
+use rampart_head::Fields;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use http::{HeaderName, HeaderValue, StatusCode};
 
 use crate::cache_control::ResponseDirectives;
 use crate::encoding::{accepts_webp, negotiate, Coding};
@@ -32,11 +33,8 @@ pub fn alloc_size(n: usize) -> u64 {
 
 /// What a shared `Bytes` adds once cloned: its reference-counted header.
 const SHARED_BYTES: u64 = 32;
-/// `http`'s header map internals: a bucket (hash, links, name, value), an index slot, an extra
-/// value (a repeated field's second and later lines).
-const MAP_BUCKET: usize = 104;
-const MAP_INDEX: usize = 4;
-const MAP_EXTRA: usize = 72;
+/// One field line of a [`Fields`]: its name and its value, side by side in the vector.
+const FIELD_LINE: usize = std::mem::size_of::<(HeaderName, HeaderValue)>();
 
 /// The charge of a body of `len` owned bytes.
 pub fn body_charge(len: usize) -> u64 {
@@ -90,22 +88,15 @@ fn is_standard(name: &http::header::HeaderName) -> bool {
     STANDARD.contains(name)
 }
 
-/// The charge of a header map built by [`fields`], but for its value buffer: its index, its
-/// entries (exactly one per field name), its repeated lines and its custom field names.
-fn map_charge(h: &HeaderMap) -> u64 {
-    // `capacity()` is three quarters of the index's length (a power of two).
-    let indices = h.capacity() * 4 / 3;
-    let entries = h.keys_len();
-    let extra = h.len() - h.keys_len();
+/// The charge of the fields built by [`fields`], but for their value buffer: the vector of lines
+/// (exactly its length) and the custom field names.
+fn map_charge(h: &Fields) -> u64 {
     let names: u64 = h
-        .keys()
-        .filter(|n| !is_standard(n))
-        .map(|n| alloc_size(n.as_str().len()) + SHARED_BYTES)
+        .iter()
+        .filter(|(n, _)| !is_standard(n))
+        .map(|(n, _)| alloc_size(n.as_str().len()) + SHARED_BYTES)
         .sum();
-    alloc_size(indices * MAP_INDEX)
-        + alloc_size(entries * MAP_BUCKET)
-        + alloc_size(extra * MAP_EXTRA)
-        + names
+    alloc_size(h.capacity() * FIELD_LINE) + names
 }
 
 /// Where a stored body's memory is charged, for as long as the body is alive: to the store's
@@ -227,7 +218,7 @@ pub struct Object {
     /// The header block a fresh, full hit sends: the stored fields (hop-by-hop removed, no
     /// `Age`) plus the proxy's fixed cache labels, built once at store time (with [`fields`])
     /// so a hit clones one map. Other answers replace the labels.
-    pub headers: HeaderMap,
+    pub headers: Fields,
     pub body: Bytes,
     /// When the request that produced it was sent and its response received (RFC 9111 §4.2.3).
     pub request_time: SystemTime,
@@ -242,7 +233,7 @@ pub struct Object {
     pub invalidated: AtomicBool,
     /// A background refresh (stale-while-revalidate) is running: start only one.
     pub refreshing: AtomicBool,
-    /// What the header block holds ([`Fields::charge`]), computed once for the weight.
+    /// What the header block holds ([`StoredFields::charge`]), computed once for the weight.
     pub headers_charge: u64,
     /// The header block as HTTP/1.1 sends it on a fresh, full hit: the start of the buffer the
     /// map's values are slices of (see [`fields`]).
@@ -446,7 +437,7 @@ impl Object {
 
     /// The copy to send a client whose `Accept-Encoding` is `accept`: an encoded one it
     /// accepts, or this one.
-    pub fn for_client<'a>(self: &'a Arc<Self>, req: &HeaderMap) -> &'a Arc<Object> {
+    pub fn for_client<'a>(self: &'a Arc<Self>, req: &Fields) -> &'a Arc<Object> {
         if let Some(webp) = &self.webp {
             if accepts_webp(req) {
                 return webp;
@@ -499,8 +490,8 @@ pub struct WireFields {
 /// A stored object's header fields: the map, the same fields as they go on the wire, and what
 /// both hold (the object's `headers_charge`).
 #[derive(Debug)]
-pub struct Fields {
-    pub headers: HeaderMap,
+pub struct StoredFields {
+    pub headers: Fields,
     pub wire: WireFields,
     pub charge: u64,
 }
@@ -518,7 +509,7 @@ fn framed_by_writer(name: &HeaderName) -> bool {
 /// the map is a slice of it. So the map never keeps a connection's read buffer alive, and its
 /// table is exactly its length (a cloned map's entries are not over-allocated as a growing
 /// one's are).
-pub fn fields(h: &HeaderMap, set: &[(&HeaderName, &HeaderValue)]) -> Fields {
+pub fn fields(h: &Fields, set: &[(&HeaderName, &HeaderValue)]) -> StoredFields {
     let mut all = h.clone();
     for (name, value) in set {
         all.insert((*name).clone(), (*value).clone());
@@ -554,7 +545,7 @@ pub fn fields(h: &HeaderMap, set: &[(&HeaderName, &HeaderValue)]) -> Fields {
     }
     let buf_len = buf.len();
     let buf = Bytes::from(buf);
-    let mut out = HeaderMap::with_capacity(all.keys_len());
+    let mut out = Fields::with_capacity(all.len());
     for (i, (name, value)) in all.iter().enumerate() {
         let len = value.len();
         let owned = match HeaderValue::from_maybe_shared(buf.slice(at[i]..at[i] + len)) {
@@ -566,12 +557,12 @@ pub fn fields(h: &HeaderMap, set: &[(&HeaderName, &HeaderValue)]) -> Fields {
             Err(_) => HeaderValue::from_bytes(value.as_bytes())
                 .unwrap_or_else(|_| HeaderValue::from_static("")),
         };
-        out.append(name.clone(), owned);
+        out.push(name.clone(), owned);
     }
-    let headers = out.clone();
+    let headers = out;
     // The HTTP/2 block made on the first HTTP/2 hit is charged now (see `WireFields::h2`).
     let charge = map_charge(&headers) + alloc_size(buf_len) + alloc_size(block_len) + SHARED_BYTES;
-    Fields {
+    StoredFields {
         wire: WireFields {
             block: buf.slice(..block_len),
             has_date: headers.contains_key(http::header::DATE),
@@ -604,7 +595,7 @@ mod tests {
 
     #[test]
     fn the_wire_block_and_the_map_share_one_buffer() {
-        let mut h = HeaderMap::new();
+        let mut h = Fields::new();
         h.insert(CONTENT_TYPE, HeaderValue::from_static("text/html"));
         h.insert(CONTENT_LENGTH, HeaderValue::from_static("5"));
         h.append("x-a", HeaderValue::from_static("1"));
@@ -618,12 +609,12 @@ mod tests {
         let name = HeaderName::from_static("x-label");
         let label = HeaderValue::from_static("Hit");
         let f = fields(&h, &[(&name, &label)]);
-        // The map's order (fields grouped by name), the label in place of the origin's, and
-        // no field the writer frames itself.
+        // The order the fields came in, the label in place of the origin's, and no field the
+        // writer frames itself.
         assert_eq!(
             std::str::from_utf8(&f.wire.block).unwrap(),
-            "content-type: text/html\r\nx-a: 1\r\nx-a: 2\r\n\
-             date: Thu, 26 Nov 2026 15:00:00 GMT\r\nx-label: Hit\r\n"
+            "content-type: text/html\r\nx-a: 1\r\n\
+             date: Thu, 26 Nov 2026 15:00:00 GMT\r\nx-a: 2\r\nx-label: Hit\r\n"
         );
         assert!(f.wire.has_date);
         assert_eq!(f.headers[CONTENT_LENGTH], "5");

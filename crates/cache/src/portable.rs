@@ -13,11 +13,12 @@
 //! tags, which rampart versions that do not know tags read too.
 //! [`decode`] checks everything and answers `None` for anything it did not write.
 
+use rampart_head::Fields;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use http::{HeaderName, HeaderValue, StatusCode};
 
 use crate::cache_control::ResponseDirectives;
 use crate::object::{fields, Object};
@@ -190,7 +191,7 @@ fn decode_inner(
         _ => return None,
     };
     let count = r.u32()? as usize;
-    let mut headers = HeaderMap::with_capacity(count.min(256));
+    let mut headers = Fields::with_capacity(count.min(256));
     for _ in 0..count {
         let len = r.u16()? as usize;
         let name = HeaderName::from_bytes(r.take(len)?).ok()?;
@@ -307,12 +308,12 @@ mod tests {
     use super::*;
 
     fn sample() -> Object {
-        let mut headers = HeaderMap::new();
+        let mut headers = Fields::new();
         headers.insert("content-type", HeaderValue::from_static("text/plain"));
         headers.append("set-cookie", HeaderValue::from_static("a=1"));
         headers.append("set-cookie", HeaderValue::from_static("b=2"));
         headers.insert("x-custom", HeaderValue::from_static("yes"));
-        let mut cc = HeaderMap::new();
+        let mut cc = Fields::new();
         cc.insert(
             "cache-control",
             HeaderValue::from_static("max-age=60, stale-if-error=30, private=\"x-secret\""),

@@ -11,10 +11,11 @@
 //! `Authorization` is shared only when the response allows it (§3.5), and `Vary: *` is never
 //! stored because it can never match.
 
+use rampart_head::Fields;
 use std::time::{Duration, SystemTime};
 
 use http::header::{AUTHORIZATION, SET_COOKIE};
-use http::{HeaderMap, Method, StatusCode};
+use http::{Method, StatusCode};
 
 use crate::cache_control::{RequestDirectives, ResponseDirectives};
 use crate::freshness::{self, Lifetime};
@@ -163,10 +164,10 @@ fn heuristically_cacheable(s: StatusCode) -> bool {
 #[derive(Debug, Clone, Copy)]
 pub struct Exchange<'a> {
     pub method: &'a Method,
-    pub req_headers: &'a HeaderMap,
+    pub req_headers: &'a Fields,
     pub req: &'a RequestDirectives,
     pub status: StatusCode,
-    pub res_headers: &'a HeaderMap,
+    pub res_headers: &'a Fields,
     pub res: &'a ResponseDirectives,
     pub vary: &'a Vary,
     pub response_time: SystemTime,
@@ -282,7 +283,7 @@ pub enum Usable {
 
 pub fn usable(
     obj: &Object,
-    req_headers: &HeaderMap,
+    req_headers: &Fields,
     req: &RequestDirectives,
     now: SystemTime,
 ) -> Usable {
@@ -366,7 +367,7 @@ mod tests {
     }
 
     fn lifetime(status: u16, cache_control: &str, rule: &RulePolicy) -> Result<u64, NotStored> {
-        let mut h = HeaderMap::new();
+        let mut h = Fields::new();
         if !cache_control.is_empty() {
             h.insert(
                 http::header::CACHE_CONTROL,
@@ -377,7 +378,7 @@ mod tests {
         let req = RequestDirectives::default();
         let x = Exchange {
             method: &Method::GET,
-            req_headers: &HeaderMap::new(),
+            req_headers: &Fields::new(),
             req: &req,
             status: StatusCode::from_u16(status).unwrap_or_else(|_| unreachable!()),
             res_headers: &h,
@@ -420,7 +421,7 @@ mod tests {
             stale_if_error: Some(600),
             ..policy(&[])
         };
-        let mut h = HeaderMap::new();
+        let mut h = Fields::new();
         h.insert(
             http::header::CACHE_CONTROL,
             http::HeaderValue::from_static("max-age=60, stale-if-error=5"),

@@ -23,11 +23,11 @@
 //! body.
 
 pub use crate::purge::PurgeScope;
+use rampart_head::Fields;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::HeaderMap;
 
 use crate::index::{Index, Inserted};
 use crate::key::{CacheKey, SlotKey, SlotKeyRef};
@@ -37,7 +37,7 @@ use crate::vary::Vary;
 
 // Objects and their charges live in `object.rs`; their paths under `store` stay.
 pub use crate::object::{
-    alloc_size, body_charge, fields, owned_body, Fields, Object, Residency, WireFields,
+    alloc_size, body_charge, fields, owned_body, Object, Residency, StoredFields, WireFields,
 };
 
 /// What one slot holds.
@@ -249,7 +249,7 @@ impl MemoryStore {
 
     /// The stored response for `key` that matches the request (following a Vary marker).
     /// The primary lookup borrows the request's parts; only a varying resource builds a key.
-    pub fn find(&self, key: &SlotKeyRef<'_>, request: &HeaderMap) -> Option<Arc<Object>> {
+    pub fn find(&self, key: &SlotKeyRef<'_>, request: &Fields) -> Option<Arc<Object>> {
         let o = match self.index.get(key)? {
             Slot::Object(o) => o,
             Slot::Vary(m) => {
@@ -562,7 +562,7 @@ mod tests {
 
     fn object(body_len: usize) -> Arc<Object> {
         let now = SystemTime::now();
-        let mut headers = HeaderMap::new();
+        let mut headers = Fields::new();
         headers.insert("content-type", http::HeaderValue::from_static("text/plain"));
         let f = fields(&headers, &[]);
         Arc::new(Object {
@@ -785,7 +785,7 @@ mod tests {
             };
             store.put(key("h", &format!("/o/{i}")), Slot::Object(Arc::new(o)));
         }
-        let none = HeaderMap::new();
+        let none = Fields::new();
         let find =
             |path: &str| store.find(&SlotKeyRef::new("h", path, false).for_https(false), &none);
         assert!(find("/o/0").is_some());

@@ -16,9 +16,10 @@
 //!   a lifetime (`max-age`, `s-maxage`) that is not a non-negative Integer makes the response
 //!   stale.
 
+use rampart_head::Fields;
 use std::borrow::Cow;
 
-use http::header::{HeaderMap, HeaderName};
+use http::header::{HeaderName};
 
 use crate::cache_control::{split_while, ResponseDirectives, DELTA_SECONDS_MAX};
 
@@ -38,7 +39,7 @@ enum Value<'a> {
 
 /// Parses `CDN-Cache-Control` into directives; `None` when the field is absent, empty or
 /// invalid (then `Cache-Control` and `Expires` apply).
-pub fn parse(headers: &HeaderMap) -> Option<ResponseDirectives> {
+pub fn parse(headers: &Fields) -> Option<ResponseDirectives> {
     let field = field(headers)?;
     let mut seen = Seen::default();
     let mut any = false;
@@ -51,7 +52,7 @@ pub fn parse(headers: &HeaderMap) -> Option<ResponseDirectives> {
 }
 
 /// The field's value: its only line, or its lines joined with commas (RFC 9110 §5.3).
-fn field(headers: &HeaderMap) -> Option<Cow<'_, [u8]>> {
+fn field(headers: &Fields) -> Option<Cow<'_, [u8]>> {
     let mut lines = headers.get_all(&CDN_CACHE_CONTROL).iter();
     let first = lines.next()?;
     let Some(second) = lines.next() else {
@@ -365,7 +366,7 @@ impl ResponseDirectives {
     ///
     /// Never fails: malformed parts are ignored, except that a malformed or conflicting
     /// `max-age` / `s-maxage` sets [`invalid_freshness`](Self::invalid_freshness).
-    pub fn parse(headers: &HeaderMap) -> Self {
+    pub fn parse(headers: &Fields) -> Self {
         parse(headers).unwrap_or_else(|| Self::parse_cache_control(headers))
     }
 }
@@ -377,7 +378,7 @@ mod tests {
     use http::HeaderValue;
 
     fn cdn(lines: &[&str]) -> Option<ResponseDirectives> {
-        let mut h = HeaderMap::new();
+        let mut h = Fields::new();
         for l in lines {
             h.append(&CDN_CACHE_CONTROL, HeaderValue::from_str(l).unwrap());
         }
@@ -479,7 +480,7 @@ mod tests {
     #[test]
     fn arbitrary_bytes_do_not_panic() {
         for line in crate::testutil::arbitrary_lines(9, 20_000, b"max-ge=?01\"\\(); ,:*.prvt") {
-            let mut h = HeaderMap::new();
+            let mut h = Fields::new();
             h.append(&CDN_CACHE_CONTROL, line.clone());
             h.append(&CDN_CACHE_CONTROL, line);
             let _ = parse(&h);

@@ -16,8 +16,10 @@
 //!   value length as a big-endian `u64`, and the value bytes, so no value content can be confused
 //!   with structure.
 
+use rampart_head::Fields;
 use bytes::Bytes;
-use http::header::{GetAll, HeaderMap, HeaderName, HeaderValue, ACCEPT_ENCODING, VARY};
+use http::header::{HeaderName, ACCEPT_ENCODING, VARY};
+use rampart_head::GetAll;
 
 use crate::cache_control::{is_ows, is_tchar, trim_ows};
 
@@ -39,7 +41,7 @@ impl Vary {
     /// Members are comma-separated across lines, compared case-insensitively; empty members are
     /// ignored. A `*` member, or any member that is not a token (e.g. a quoted string or a name
     /// containing spaces or non-ASCII bytes), yields [`Vary::Any`].
-    pub fn parse(headers: &HeaderMap) -> Self {
+    pub fn parse(headers: &Fields) -> Self {
         let mut fields: Vec<HeaderName> = Vec::new();
         for line in headers.get_all(VARY) {
             for member in line.as_bytes().split(|&b| b == b',') {
@@ -69,7 +71,7 @@ impl Vary {
     ///
     /// [`Vary::None`] gives the empty key, which no [`Vary::Fields`] key can equal. An
     /// `Accept-Encoding` that normalises to exactly `identity` is encoded as absent.
-    pub fn variant_key(&self, request: &HeaderMap) -> Option<Bytes> {
+    pub fn variant_key(&self, request: &Fields) -> Option<Bytes> {
         let fields = match self {
             Vary::Any => return None,
             Vary::None => return Some(Bytes::new()),
@@ -109,7 +111,7 @@ impl Vary {
 ///   repeated `q`, trailing garbage) is kept verbatim.
 /// - No lines gives the same (empty) result as one empty line; [`Vary::variant_key`] tells
 ///   absence apart, and maps an `Accept-Encoding` normalised to `identity` to absence.
-pub fn normalise(name: &HeaderName, values: GetAll<'_, HeaderValue>) -> Bytes {
+pub fn normalise(name: &HeaderName, values: GetAll<'_>) -> Bytes {
     if name == ACCEPT_ENCODING {
         return normalise_accept_encoding(values);
     }
@@ -167,7 +169,7 @@ fn collapse_commas(line: &[u8], out: &mut Vec<u8>) {
 }
 
 /// See [`normalise`].
-fn normalise_accept_encoding(values: GetAll<'_, HeaderValue>) -> Bytes {
+fn normalise_accept_encoding(values: GetAll<'_>) -> Bytes {
     let mut members: Vec<Vec<u8>> = Vec::new();
     for line in values {
         for member in split_list(line.as_bytes()) {
@@ -341,15 +343,15 @@ fn trim_start(bytes: &[u8]) -> &[u8] {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use http::header::{ACCEPT, ACCEPT_LANGUAGE, COOKIE, USER_AGENT};
+    use http::header::{HeaderValue, ACCEPT, ACCEPT_LANGUAGE, COOKIE, USER_AGENT};
 
     /// Pseudo-random header lines biased towards this syntax's special bytes.
     fn arbitrary_lines(seed: u64, count: usize) -> Vec<HeaderValue> {
         crate::testutil::arbitrary_lines(seed, count, b"abcgzipmx-=,;\" \t\\0123456789*.\x80\xff")
     }
 
-    fn hm(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut h = HeaderMap::new();
+    fn hm(pairs: &[(&str, &str)]) -> Fields {
+        let mut h = Fields::new();
         for (n, v) in pairs {
             h.append(
                 HeaderName::from_bytes(n.as_bytes()).unwrap(),
@@ -390,7 +392,7 @@ mod tests {
 
     #[test]
     fn parse_absent_and_empty() {
-        assert_eq!(Vary::parse(&HeaderMap::new()), Vary::None);
+        assert_eq!(Vary::parse(&Fields::new()), Vary::None);
         assert_eq!(vary(&[""]), Vary::None);
         assert_eq!(vary(&[" , ,\t", ""]), Vary::None);
     }
@@ -430,10 +432,10 @@ mod tests {
         ] {
             assert_eq!(vary(&[l]), Vary::Any, "{l:?}");
         }
-        let mut h = HeaderMap::new();
+        let mut h = Fields::new();
         h.append(VARY, HeaderValue::from_bytes(b"accept, \xc3\xa9").unwrap());
         assert_eq!(Vary::parse(&h), Vary::Any);
-        let mut h = HeaderMap::new();
+        let mut h = Fields::new();
         h.append(VARY, HeaderValue::from_bytes(b"\xff").unwrap());
         assert_eq!(Vary::parse(&h), Vary::Any);
     }
@@ -601,7 +603,7 @@ mod tests {
     #[test]
     fn key_with_non_ascii_values() {
         let v = fields(&["x-name"]);
-        let mut h = HeaderMap::new();
+        let mut h = Fields::new();
         h.append(
             "x-name",
             HeaderValue::from_bytes(b"caf\xc3\xa9 , \xff").unwrap(),
@@ -685,7 +687,7 @@ mod tests {
 
     #[test]
     fn normalise_accept_encoding_non_ascii() {
-        let mut h = HeaderMap::new();
+        let mut h = Fields::new();
         h.append(
             ACCEPT_ENCODING,
             HeaderValue::from_bytes(b"gzip, \xff\xfe;q=0, br;x=\xc3").unwrap(),
@@ -740,7 +742,7 @@ mod tests {
     fn arbitrary_bytes_do_not_panic() {
         let lines = arbitrary_lines(3, 12_000);
         for pair in lines.chunks(2) {
-            let mut h = HeaderMap::new();
+            let mut h = Fields::new();
             for line in pair {
                 h.append(VARY, line.clone());
                 h.append(ACCEPT_ENCODING, line.clone());

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use http::{HeaderName, HeaderValue, StatusCode};
+use rampart_head::Fields;
 use rampart_cache::cache_control::ResponseDirectives;
 use rampart_cache::key::CacheKey;
 use rampart_cache::store::{alloc_size, fields, owned_body, MemoryStore, Object};
@@ -47,8 +48,8 @@ unsafe impl GlobalAlloc for Counting {
 static GLOBAL: Counting = Counting;
 
 /// A response head as hyper parses it: values are slices of the connection's read buffer.
-fn parsed_head(read_buffer: &Bytes, i: usize, extra_custom: usize) -> HeaderMap {
-    let mut h = HeaderMap::new();
+fn parsed_head(read_buffer: &Bytes, i: usize, extra_custom: usize) -> Fields {
+    let mut h = Fields::new();
     let mut field = |name: &str, value: &str| {
         let at = read_buffer.len() / 2;
         let mut line = read_buffer.slice(at..at + value.len()).to_vec();
@@ -72,7 +73,7 @@ fn parsed_head(read_buffer: &Bytes, i: usize, extra_custom: usize) -> HeaderMap 
     h
 }
 
-fn object(headers: &HeaderMap, body: Bytes) -> Arc<Object> {
+fn object(headers: &Fields, body: Bytes) -> Arc<Object> {
     let label = HeaderValue::from_static("Hit");
     let name = HeaderName::from_static("x-arc2-cache");
     let f = fields(headers, &[(&name, &label)]);

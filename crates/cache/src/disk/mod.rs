@@ -67,6 +67,7 @@ mod state;
 mod warm;
 mod writer;
 
+use rampart_head::Fields;
 use std::collections::{BTreeMap, HashSet};
 use std::io::ErrorKind;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
@@ -75,7 +76,6 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::HeaderMap;
 
 use crate::key::CacheKey;
 use crate::object::{DiskMark, Object, Residency};
@@ -187,7 +187,7 @@ impl DiskStore {
     pub fn lookup(
         &self,
         key: &CacheKey,
-        request: &HeaderMap,
+        request: &Fields,
         body: impl FnOnce(Vec<u8>) -> (Bytes, Option<Arc<Residency>>),
     ) -> Option<DiskHit> {
         let found = self.find(key, request, body);
@@ -203,7 +203,7 @@ impl DiskStore {
     fn find(
         &self,
         key: &CacheKey,
-        request: &HeaderMap,
+        request: &Fields,
         body: impl FnOnce(Vec<u8>) -> (Bytes, Option<Arc<Residency>>),
     ) -> Option<DiskHit> {
         let inner = &*self.inner;

@@ -3,6 +3,7 @@
 //! files, the bans reads apply, the counters, the reads every part makes, the writer's jobs,
 //! and the file helpers.
 
+use rampart_head::Fields;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -14,7 +15,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue};
+use http::{HeaderValue};
 
 use crate::key::CacheKey;
 use crate::object::Object;
@@ -397,7 +398,7 @@ impl Inner {
     /// The marker generation and `Vary` a marker head holds.
     pub(super) fn marker(meta: &[u8]) -> Option<(u64, Vary)> {
         let (gen, text) = meta.split_at_checked(8)?;
-        let mut h = HeaderMap::new();
+        let mut h = Fields::new();
         h.insert(http::header::VARY, HeaderValue::from_bytes(text).ok()?);
         Some((u64::from_be_bytes(gen.try_into().ok()?), Vary::parse(&h)))
     }

@@ -1,3 +1,4 @@
+use rampart_head::Fields;
 use super::state::*;
 use super::*;
 use crate::cache_control::ResponseDirectives;
@@ -43,7 +44,7 @@ impl Drop for Dir {
 
 fn object(body: &[u8], vary: Vary) -> Arc<Object> {
     let now = SystemTime::now();
-    let mut headers = HeaderMap::new();
+    let mut headers = Fields::new();
     headers.insert("content-type", HeaderValue::from_static("text/plain"));
     headers.insert("etag", HeaderValue::from_static("\"v1\""));
     let f = fields(&headers, &[]);
@@ -87,7 +88,7 @@ fn plain(b: Vec<u8>) -> (Bytes, Option<Arc<Residency>>) {
 }
 
 fn get(d: &DiskStore, url: &str) -> Option<Object> {
-    d.lookup(&key(url), &HeaderMap::new(), plain)
+    d.lookup(&key(url), &Fields::new(), plain)
         .map(|f| f.object)
 }
 
@@ -248,7 +249,7 @@ fn purges_reach_the_disk_and_survive_a_restart() {
         let soft = get(d, "/soft").expect("soft-purged stays");
         assert!(!soft.is_fresh(SystemTime::now()), "but stale");
         let other = CacheKey::new("other.com", "/blog/1", false);
-        assert!(d.lookup(&other, &HeaderMap::new(), plain).is_some());
+        assert!(d.lookup(&other, &Fields::new(), plain).is_some());
     };
     check(&d);
     d.close();
@@ -302,14 +303,14 @@ fn the_size_is_never_exceeded() {
 fn variants_are_kept_apart_and_a_new_vary_replaces_them() {
     let dir = Dir::new("vary");
     let d = open(&dir, 64 << 20, 1);
-    let mut h = HeaderMap::new();
+    let mut h = Fields::new();
     h.insert(
         http::header::VARY,
         HeaderValue::from_static("accept-language"),
     );
     let vary = Vary::parse(&h);
     let req = |lang: &'static str| {
-        let mut r = HeaderMap::new();
+        let mut r = Fields::new();
         r.insert("accept-language", HeaderValue::from_static(lang));
         r
     };
@@ -420,7 +421,7 @@ fn large_objects_stream_from_their_own_files_and_ranges_read_only_their_chunks()
     write_large(&d, "/big", &body);
     d.flush();
     let f = d
-        .lookup(&key("/big"), &HeaderMap::new(), plain)
+        .lookup(&key("/big"), &Fields::new(), plain)
         .unwrap_or_else(|| panic!("large hit: {:?}", d.stats()));
     assert!(f.object.body.is_empty(), "the body stays on disk");
     let e = f.object.extent.clone().expect("an extent");
@@ -440,7 +441,7 @@ fn large_objects_stream_from_their_own_files_and_ranges_read_only_their_chunks()
     // After a restart.
     let d = open(&dir, 256 << 20, 1);
     let f = d
-        .lookup(&key("/big"), &HeaderMap::new(), plain)
+        .lookup(&key("/big"), &Fields::new(), plain)
         .expect("after restart");
     let e = f.object.extent.clone().expect("an extent");
     assert_eq!(read_all(&e).expect("reads"), body);
@@ -456,11 +457,11 @@ fn large_objects_stream_from_their_own_files_and_ranges_read_only_their_chunks()
     assert!(e.read(0, 10).is_ok(), "the others");
     // Truncated behind rampart's back: a miss from then on, and removed at the next start.
     f2.set_len(2_000_000).expect("truncate");
-    assert!(d.lookup(&key("/big"), &HeaderMap::new(), plain).is_none());
+    assert!(d.lookup(&key("/big"), &Fields::new(), plain).is_none());
     d.close();
     drop(d);
     let d = open(&dir, 1 << 30, 1);
-    assert!(d.lookup(&key("/big"), &HeaderMap::new(), plain).is_none());
+    assert!(d.lookup(&key("/big"), &Fields::new(), plain).is_none());
     assert!(!path.exists());
     assert_eq!(d.stats().used, 0, "{:?}", d.stats());
 }
@@ -479,7 +480,7 @@ fn a_large_write_given_up_leaves_nothing() {
     drop(w);
     d.flush();
     assert_eq!(d.stats().used, 0);
-    assert!(d.lookup(&key("/cut"), &HeaderMap::new(), plain).is_none());
+    assert!(d.lookup(&key("/cut"), &Fields::new(), plain).is_none());
     let files: Vec<_> = std::fs::read_dir(&dir.0)
         .expect("dir")
         .map(|e| e.expect("e").file_name())
@@ -493,7 +494,7 @@ fn a_large_write_given_up_leaves_nothing() {
     w.finish(key("/short"), None, object(b"", Vary::None));
     d.flush();
     // Finished with 100 bytes: stored (the length is what was pushed).
-    assert!(d.lookup(&key("/short"), &HeaderMap::new(), plain).is_some());
+    assert!(d.lookup(&key("/short"), &Fields::new(), plain).is_some());
 }
 
 #[test]
@@ -504,7 +505,7 @@ fn an_object_too_large_for_a_segment_gets_its_own_file() {
     let body = body_of(9, 700_000);
     d.offer(&key("/m"), None, &object(&body, Vary::None));
     d.flush();
-    let f = d.lookup(&key("/m"), &HeaderMap::new(), plain).expect("hit");
+    let f = d.lookup(&key("/m"), &Fields::new(), plain).expect("hit");
     let e = f.object.extent.expect("from its own file");
     assert_eq!(read_all(&e).expect("reads"), body);
 }
@@ -640,7 +641,7 @@ fn links_named_like_the_tiers_files_are_never_followed() {
     d.purge(&PurgeScope::Exact(key("/gone")), false);
     d.flush();
     assert_eq!(get(&d, "/a").expect("written").body, &b"small body"[..]);
-    assert!(d.lookup(&key("/big"), &HeaderMap::new(), plain).is_some());
+    assert!(d.lookup(&key("/big"), &Fields::new(), plain).is_some());
     d.close();
     drop(d);
     // And again, from what it wrote (the links still there).
@@ -696,7 +697,7 @@ fn links_planted_as_temporary_files_are_not_written_through() {
     );
     d.purge(&PurgeScope::Everything, true);
     d.flush();
-    assert!(d.lookup(&key("/large"), &HeaderMap::new(), plain).is_some());
+    assert!(d.lookup(&key("/large"), &Fields::new(), plain).is_some());
     assert!(d.stats().writes >= 12, "{:?}", d.stats());
     d.close();
     drop(d);
@@ -820,12 +821,12 @@ fn a_corrupt_large_object_is_a_miss_or_cut_once_then_dropped() {
     let path = big(&d).expect("a large file");
     flip(&path, 10);
     assert!(
-        d.lookup(&key("/first"), &HeaderMap::new(), plain).is_none(),
+        d.lookup(&key("/first"), &Fields::new(), plain).is_none(),
         "bad from its first chunk: a miss"
     );
     assert_eq!(d.stats().corrupt, 1);
     assert!(!path.exists(), "dropped");
-    assert!(d.lookup(&key("/first"), &HeaderMap::new(), plain).is_none());
+    assert!(d.lookup(&key("/first"), &Fields::new(), plain).is_none());
 
     // A byte of the third chunk.
     write_large(&d, "/later", &body);
@@ -833,7 +834,7 @@ fn a_corrupt_large_object_is_a_miss_or_cut_once_then_dropped() {
     let path = big(&d).expect("a large file");
     flip(&path, 2 * large::CHUNK + 5);
     let f = d
-        .lookup(&key("/later"), &HeaderMap::new(), plain)
+        .lookup(&key("/later"), &Fields::new(), plain)
         .expect("the first chunk is whole: a hit");
     let e = f.object.extent.clone().expect("an extent");
     assert!(e.read(0, 100).is_ok());
@@ -841,7 +842,7 @@ fn a_corrupt_large_object_is_a_miss_or_cut_once_then_dropped() {
     assert!(e.read(2 * large::CHUNK, 100).is_err(), "the bad chunk");
     assert_eq!(d.stats().corrupt, 2);
     assert!(
-        d.lookup(&key("/later"), &HeaderMap::new(), plain).is_none(),
+        d.lookup(&key("/later"), &Fields::new(), plain).is_none(),
         "dropped once found bad: the next request is a miss"
     );
     assert!(!path.exists());
@@ -849,6 +850,6 @@ fn a_corrupt_large_object_is_a_miss_or_cut_once_then_dropped() {
     d.close();
     drop(d);
     let d = open(&dir, 64 << 20, 1);
-    assert!(d.lookup(&key("/later"), &HeaderMap::new(), plain).is_none());
+    assert!(d.lookup(&key("/later"), &Fields::new(), plain).is_none());
     assert!(d.stats().used <= used, "{:?}", d.stats());
 }
