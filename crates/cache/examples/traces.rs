@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use http::{StatusCode};
+use http::StatusCode;
 use rampart_cache::cache_control::ResponseDirectives;
 use rampart_cache::key::{CacheKey, SlotKeyRef};
 use rampart_cache::store::{MemoryStore, Object};

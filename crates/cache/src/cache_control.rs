@@ -17,8 +17,8 @@
 //!   `max-age=60 junk` is an invalid freshness directive (stale).
 //! - Every `delta-seconds` value is clamped to [`DELTA_SECONDS_MAX`] (2^31, RFC 9111 §1.2.2).
 
-use rampart_head::Fields;
 use http::header::{HeaderName, CACHE_CONTROL, PRAGMA};
+use rampart_head::Fields;
 
 /// The value a too-large `delta-seconds` is treated as (RFC 9111 §1.2.2: 2^31).
 pub(crate) const DELTA_SECONDS_MAX: u64 = 2_147_483_648;

@@ -1190,10 +1190,7 @@ mod tests {
         let stored = map(&[("etag", b"\"v1\""), ("accept-ranges", b"bytes")]);
         assert_eq!(freshen(&stored, &Fields::new()), stored);
         let update = map(&[("expires", b"0"), ("content-length", b"5")]);
-        assert_eq!(
-            freshen(&Fields::new(), &update),
-            map(&[("expires", b"0")])
-        );
+        assert_eq!(freshen(&Fields::new(), &update), map(&[("expires", b"0")]));
         let h = freshen(&stored, &map(&[("accept-ranges", b"none")]));
         assert_eq!(lines(&h, ACCEPT_RANGES.as_str()), [&b"none"[..]]);
     }

@@ -1,8 +1,8 @@
 //! Content codings rampart produces and the `Accept-Encoding` negotiation (RFC 9110 §12.5.3);
 //! whether a client takes WebP (`Accept`).
 
-use rampart_head::Fields;
 use http::header::{HeaderValue, ACCEPT};
+use rampart_head::Fields;
 
 /// A content coding rampart can produce.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

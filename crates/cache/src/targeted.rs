@@ -19,7 +19,7 @@
 use rampart_head::Fields;
 use std::borrow::Cow;
 
-use http::header::{HeaderName};
+use http::header::HeaderName;
 
 use crate::cache_control::{split_while, ResponseDirectives, DELTA_SECONDS_MAX};
 

@@ -16,9 +16,9 @@
 //!   value length as a big-endian `u64`, and the value bytes, so no value content can be confused
 //!   with structure.
 
-use rampart_head::Fields;
 use bytes::Bytes;
 use http::header::{HeaderName, ACCEPT_ENCODING, VARY};
+use rampart_head::Fields;
 use rampart_head::GetAll;
 
 use crate::cache_control::{is_ows, is_tchar, trim_ows};

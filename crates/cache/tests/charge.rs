@@ -12,11 +12,11 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, StatusCode};
-use rampart_head::Fields;
 use rampart_cache::cache_control::ResponseDirectives;
 use rampart_cache::key::CacheKey;
 use rampart_cache::store::{alloc_size, fields, owned_body, MemoryStore, Object};
 use rampart_cache::vary::Vary;
+use rampart_head::Fields;
 
 struct Counting;
 

@@ -130,6 +130,74 @@ impl<T> Request<T> {
     }
 }
 
+impl Request<()> {
+    /// `http`'s builder, giving rampart's request: for tests and the few requests rampart
+    /// makes itself, never on a client's path.
+    pub fn builder() -> Builder {
+        Builder(http::Request::builder())
+    }
+
+    pub fn get<U>(uri: U) -> Builder
+    where
+        Uri: TryFrom<U>,
+        <Uri as TryFrom<U>>::Error: Into<http::Error>,
+    {
+        Builder(http::Request::get(uri))
+    }
+
+    pub fn post<U>(uri: U) -> Builder
+    where
+        Uri: TryFrom<U>,
+        <Uri as TryFrom<U>>::Error: Into<http::Error>,
+    {
+        Builder(http::Request::post(uri))
+    }
+}
+
+/// [`Request::builder`]: `http`'s builder, whose request becomes rampart's.
+#[derive(Debug)]
+pub struct Builder(http::request::Builder);
+
+impl Builder {
+    pub fn method<M>(self, m: M) -> Self
+    where
+        Method: TryFrom<M>,
+        <Method as TryFrom<M>>::Error: Into<http::Error>,
+    {
+        Builder(self.0.method(m))
+    }
+
+    pub fn uri<U>(self, u: U) -> Self
+    where
+        Uri: TryFrom<U>,
+        <Uri as TryFrom<U>>::Error: Into<http::Error>,
+    {
+        Builder(self.0.uri(u))
+    }
+
+    pub fn version(self, v: Version) -> Self {
+        Builder(self.0.version(v))
+    }
+
+    pub fn header<K, V>(self, k: K, v: V) -> Self
+    where
+        http::HeaderName: TryFrom<K>,
+        <http::HeaderName as TryFrom<K>>::Error: Into<http::Error>,
+        http::HeaderValue: TryFrom<V>,
+        <http::HeaderValue as TryFrom<V>>::Error: Into<http::Error>,
+    {
+        Builder(self.0.header(k, v))
+    }
+
+    pub fn extension<E: Clone + Send + Sync + 'static>(self, e: E) -> Self {
+        Builder(self.0.extension(e))
+    }
+
+    pub fn body<T>(self, body: T) -> Result<Request<T>, http::Error> {
+        self.0.body(body).map(Request::from_http)
+    }
+}
+
 impl<T> From<http::Request<T>> for Request<T> {
     fn from(r: http::Request<T>) -> Self {
         Request::from_http(r)

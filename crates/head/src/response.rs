@@ -118,6 +118,45 @@ impl<T> Response<T> {
     }
 }
 
+impl Response<()> {
+    /// `http`'s builder, giving rampart's response.
+    pub fn builder() -> Builder {
+        Builder(http::Response::builder())
+    }
+}
+
+/// [`Response::builder`]: `http`'s builder, whose response becomes rampart's.
+#[derive(Debug)]
+pub struct Builder(http::response::Builder);
+
+impl Builder {
+    pub fn status<S>(self, s: S) -> Self
+    where
+        StatusCode: TryFrom<S>,
+        <StatusCode as TryFrom<S>>::Error: Into<http::Error>,
+    {
+        Builder(self.0.status(s))
+    }
+
+    pub fn version(self, v: Version) -> Self {
+        Builder(self.0.version(v))
+    }
+
+    pub fn header<K, V>(self, k: K, v: V) -> Self
+    where
+        http::HeaderName: TryFrom<K>,
+        <http::HeaderName as TryFrom<K>>::Error: Into<http::Error>,
+        http::HeaderValue: TryFrom<V>,
+        <http::HeaderValue as TryFrom<V>>::Error: Into<http::Error>,
+    {
+        Builder(self.0.header(k, v))
+    }
+
+    pub fn body<T>(self, body: T) -> Result<Response<T>, http::Error> {
+        self.0.body(body).map(Response::from_http)
+    }
+}
+
 impl<T> From<http::Response<T>> for Response<T> {
     fn from(r: http::Response<T>) -> Self {
         Response::from_http(r)

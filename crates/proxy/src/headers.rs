@@ -6,11 +6,11 @@
 //! choose them), `Forwarded` (RFC 7239: replaced, or appended to a trusted proxy's) and `Via`
 //! (appended); towards the client it adds `Via`.
 
+use rampart_head::Fields;
 use std::net::IpAddr;
 
 use http::header::{
-    HeaderMap, HeaderName, HeaderValue, CONNECTION, FORWARDED, TE, TRAILER, TRANSFER_ENCODING,
-    UPGRADE, VIA,
+    HeaderName, HeaderValue, CONNECTION, FORWARDED, TE, TRAILER, TRANSFER_ENCODING, UPGRADE, VIA,
 };
 use http::Version;
 
@@ -22,7 +22,7 @@ static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
 /// The `Content-Length` value, if present and a valid number.
-pub fn content_length(h: &HeaderMap) -> Option<u64> {
+pub fn content_length(h: &Fields) -> Option<u64> {
     parse_content_length(h.get(http::header::CONTENT_LENGTH)?)
 }
 
@@ -41,13 +41,13 @@ pub fn parse_content_length(v: &HeaderValue) -> Option<u64> {
 }
 
 /// A gRPC call (`Content-Type: application/grpc`, `application/grpc+proto`, ...).
-pub fn is_grpc(h: &HeaderMap) -> bool {
+pub fn is_grpc(h: &Fields) -> bool {
     h.get(http::header::CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
 }
 
 /// Whether `TE` names `trailers` (the client takes trailer fields; gRPC requires it).
-pub fn wants_trailers(h: &HeaderMap) -> bool {
+pub fn wants_trailers(h: &Fields) -> bool {
     h.get_all(TE).iter().any(|v| {
         v.as_bytes().split(|&b| b == b',').any(|t| {
             let name = t.split(|&b| b == b';').next().unwrap_or_default();
@@ -84,7 +84,7 @@ pub fn is_hop_by_hop(name: &HeaderName) -> bool {
 }
 
 /// Removes hop-by-hop headers, including those listed in `Connection`.
-pub fn strip_hop_by_hop(h: &mut HeaderMap) {
+pub fn strip_hop_by_hop(h: &mut Fields) {
     // Most messages carry none: one walk over the names present decides, instead of seven
     // hashed look-ups.
     if !h.keys().any(is_hop_by_hop) {
@@ -127,7 +127,7 @@ pub fn via_value(version: Version) -> HeaderValue {
 }
 
 /// Appends a `Via` entry (RFC 9110 §7.6.3).
-pub fn append_via(h: &mut HeaderMap, version: Version) {
+pub fn append_via(h: &mut Fields, version: Version) {
     h.append(VIA, via_value(version));
 }
 
@@ -135,7 +135,7 @@ pub fn append_via(h: &mut HeaderMap, version: Version) {
 /// sent one, with the client's address after it. Several lines form one list (RFC 9110
 /// §5.3): all are kept, in order, in one value. The other forwarding fields replace the
 /// client's (a client must not choose them).
-pub fn forwarded_for(client: &HeaderMap, client_ip: &HeaderValue) -> HeaderValue {
+pub fn forwarded_for(client: &Fields, client_ip: &HeaderValue) -> HeaderValue {
     let mut prev = client.get_all(&X_FORWARDED_FOR).iter().peekable();
     if prev.peek().is_none() {
         return client_ip.clone();
@@ -198,7 +198,7 @@ pub fn forwarded_element(
 /// last element is the one an origin that trusts rampart reads). A client that is not trusted
 /// could otherwise name the host or scheme an origin builds its page for, and have that page
 /// stored for everyone.
-pub fn forwarded(client: &HeaderMap, own: Vec<u8>, extend: bool) -> HeaderValue {
+pub fn forwarded(client: &Fields, own: Vec<u8>, extend: bool) -> HeaderValue {
     if extend {
         let mut prev = client.get_all(FORWARDED).iter().peekable();
         if prev.peek().is_some() {
@@ -234,16 +234,16 @@ mod tests {
             ("trailersx", false),
             ("", false),
         ] {
-            let mut h = HeaderMap::new();
+            let mut h = Fields::new();
             h.insert(TE, HeaderValue::from_str(te).expect("test value"));
             assert_eq!(wants_trailers(&h), wants, "{te:?}");
         }
-        assert!(!wants_trailers(&HeaderMap::new()));
+        assert!(!wants_trailers(&Fields::new()));
     }
 
     #[test]
     fn strips_fixed_and_connection_named() {
-        let mut h = HeaderMap::new();
+        let mut h = Fields::new();
         h.insert(CONNECTION, HeaderValue::from_static("keep-alive, X-Secret"));
         h.insert("x-secret", HeaderValue::from_static("1"));
         h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
@@ -279,7 +279,7 @@ mod tests {
     #[test]
     fn forwarded_for_extends_the_clients_list() {
         let ip = HeaderValue::from_static("127.0.0.1");
-        let mut h = HeaderMap::new();
+        let mut h = Fields::new();
         assert_eq!(forwarded_for(&h, &ip), "127.0.0.1");
         h.insert("x-forwarded-for", HeaderValue::from_static("10.0.0.1"));
         h.append("x-forwarded-for", HeaderValue::from_static("10.0.0.2"));
@@ -297,7 +297,7 @@ mod tests {
         assert_eq!(v4, b"for=192.0.2.7;proto=https;host=shop.example");
         let v6 = element("::1", "http", &HeaderValue::from_static("[::1]"));
         assert_eq!(v6, b"for=\"[::1]\";proto=http;host=\"[::1]\"");
-        let mut h = HeaderMap::new();
+        let mut h = Fields::new();
         assert_eq!(forwarded(&h, v4.clone(), true), &v4[..]);
         h.append(FORWARDED, HeaderValue::from_static("host=evil.com"));
         h.append(FORWARDED, HeaderValue::from_static("for=10.0.0.1"));

@@ -5,11 +5,12 @@
 //! `100 Continue` never passes: rampart answers a client's `Expect: 100-continue` itself
 //! when the pipeline starts reading the body. Interim responses are never stored.
 
+use rampart_head::Fields;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::task::{Context, Poll, Waker};
 
-use http::{HeaderMap, StatusCode};
+use http::StatusCode;
 
 /// Interim responses held at once (an origin sending more before the connection writes them
 /// loses the rest: they are hints).
@@ -17,7 +18,7 @@ const MAX_QUEUED: usize = 8;
 
 #[derive(Debug, Default)]
 struct State {
-    queue: Vec<(StatusCode, HeaderMap)>,
+    queue: Vec<(StatusCode, Fields)>,
     waker: Option<Waker>,
 }
 
@@ -35,7 +36,7 @@ impl Interim {
     }
 
     /// An interim response for the client (dropped past [`MAX_QUEUED`]).
-    pub fn push(&self, status: StatusCode, headers: HeaderMap) {
+    pub fn push(&self, status: StatusCode, headers: Fields) {
         let mut s = self.lock();
         if s.queue.len() < MAX_QUEUED {
             s.queue.push((status, headers));
@@ -47,7 +48,7 @@ impl Interim {
     }
 
     /// The interim responses waiting, once there are some.
-    pub fn poll_take(&self, cx: &mut Context<'_>) -> Poll<Vec<(StatusCode, HeaderMap)>> {
+    pub fn poll_take(&self, cx: &mut Context<'_>) -> Poll<Vec<(StatusCode, Fields)>> {
         let mut s = self.lock();
         if s.queue.is_empty() {
             s.waker = Some(cx.waker().clone());
@@ -58,7 +59,7 @@ impl Interim {
     }
 
     /// The interim responses waiting now (the final response is ready: they go first).
-    pub fn take(&self) -> Vec<(StatusCode, HeaderMap)> {
+    pub fn take(&self) -> Vec<(StatusCode, Fields)> {
         if !self.queued.load(Ordering::Acquire) {
             return Vec::new();
         }

@@ -3,7 +3,7 @@
 //! field) and `Cache-Status` (RFC 9211).
 
 use http::header::{HeaderName, HeaderValue};
-use http::HeaderMap;
+use rampart_head::Fields;
 
 pub static X_ARC2_CACHE: HeaderName = HeaderName::from_static("x-arc2-cache");
 pub static X_ARC2_CACHE_AGE: HeaderName = HeaderName::from_static("x-arc2-cache-age");
@@ -163,7 +163,7 @@ impl CacheOutcome {
     }
 
     /// Writes both labels into `headers` (replacing any from the origin).
-    pub fn write(self, headers: &mut HeaderMap) {
+    pub fn write(self, headers: &mut Fields) {
         headers.insert(X_ARC2_CACHE.clone(), self.label().header());
         headers.insert(
             CACHE_STATUS.clone(),
@@ -199,7 +199,7 @@ mod tests {
         let reval = CacheOutcome::Served(Served::Revalidated);
         assert_eq!(reval.label(), CacheLabel::Expired);
         assert_eq!(CacheOutcome::Blocked.label().as_str(), "Block");
-        let mut h = HeaderMap::new();
+        let mut h = Fields::new();
         CacheOutcome::Collapsed.write(&mut h);
         assert_eq!(h[&X_ARC2_CACHE], "Miss");
         assert_eq!(h[&CACHE_STATUS], "rampart; fwd=miss; collapsed");

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use http::{HeaderValue};
+use http::HeaderValue;
 
 use crate::key::CacheKey;
 use crate::object::Object;

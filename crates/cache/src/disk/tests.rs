@@ -1,4 +1,3 @@
-use rampart_head::Fields;
 use super::state::*;
 use super::*;
 use crate::cache_control::ResponseDirectives;
@@ -6,6 +5,7 @@ use crate::object::fields;
 use crate::vary::Vary;
 use http::HeaderValue;
 use http::StatusCode;
+use rampart_head::Fields;
 use std::os::unix::fs::FileExt as _;
 use std::path::Path;
 use std::path::PathBuf;
@@ -88,8 +88,7 @@ fn plain(b: Vec<u8>) -> (Bytes, Option<Arc<Residency>>) {
 }
 
 fn get(d: &DiskStore, url: &str) -> Option<Object> {
-    d.lookup(&key(url), &Fields::new(), plain)
-        .map(|f| f.object)
+    d.lookup(&key(url), &Fields::new(), plain).map(|f| f.object)
 }
 
 fn open(dir: &Dir, size: u64, min_uses: u32) -> DiskStore {

@@ -10,12 +10,13 @@
 //! health, the most requested hosts and paths (kept only while a dashboard watches) and the
 //! latest refused requests. The stream ends when the server stops.
 
+use rampart_head::Response;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use http::header::{HeaderValue, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE};
-use http::{Response, StatusCode};
+use http::StatusCode;
 use serde_json::{json, Value};
 
 use crate::body::ProxyBody;

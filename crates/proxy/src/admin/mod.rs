@@ -27,10 +27,11 @@ pub mod state;
 pub use state::Api;
 
 use http::header::AUTHORIZATION;
-use http::{HeaderMap, Method, Request, Response, StatusCode};
+use http::{Method, StatusCode};
 use rampart_cache::key::CacheKey;
 use rampart_cache::store::PurgeScope;
 use rampart_config::AdminConfig;
+use rampart_head::{Fields, Request, Response};
 
 use crate::body::local::json_of;
 use crate::body::{ProxyBody, RequestBody};
@@ -132,7 +133,7 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// Whether the request carries the API key.
-pub fn has_key(admin: &AdminConfig, headers: &HeaderMap) -> bool {
+pub fn has_key(admin: &AdminConfig, headers: &Fields) -> bool {
     let Some(key) = admin.api_key.as_deref() else {
         return false;
     };
@@ -140,7 +141,7 @@ pub fn has_key(admin: &AdminConfig, headers: &HeaderMap) -> bool {
 }
 
 /// The request is refused for its key: missing (401), or wrong (401, said so).
-fn key_refusal(headers: &HeaderMap) -> ProxyError {
+fn key_refusal(headers: &Fields) -> ProxyError {
     if offered_keys(headers).next().is_some() {
         ProxyError::ApiWrongKey
     } else {
@@ -149,7 +150,7 @@ fn key_refusal(headers: &HeaderMap) -> ProxyError {
 }
 
 /// The keys a request offers (`Authorization: Bearer`, `X-Api-Key`).
-fn offered_keys(headers: &HeaderMap) -> impl Iterator<Item = &str> {
+fn offered_keys(headers: &Fields) -> impl Iterator<Item = &str> {
     let bearer = headers
         .get(AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -291,7 +292,7 @@ pub struct Purge<'a> {
 pub async fn purge_method(
     api: Api<'_>,
     purge: Purge<'_>,
-    headers: &HeaderMap,
+    headers: &Fields,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let (admin, client) = (api.config, purge.client);
     let (host, pq, ignore_query) = (purge.host, purge.target, purge.ignore_query);
@@ -559,7 +560,7 @@ fn purge_tags(cache: Option<&Cache>, tags: &[&[u8]], soft: bool) -> Purged {
 
 /// The tags a `PURGE` names: `X-Purge-Tag` (rampart), `xkey-purge` (Varnish's xkey) or
 /// `Surrogate-Key` (Fastly's purge API), space- or comma-separated.
-fn purge_tag_fields(headers: &HeaderMap) -> Vec<&[u8]> {
+fn purge_tag_fields(headers: &Fields) -> Vec<&[u8]> {
     ["x-purge-tag", "xkey-purge", "surrogate-key"]
         .into_iter()
         .flat_map(|n| headers.get_all(n).iter().map(|v| v.as_bytes()))
@@ -612,7 +613,7 @@ mod tests {
             purge_allow: vec![],
             metrics_allow: vec![],
         };
-        let mut h = HeaderMap::new();
+        let mut h = Fields::new();
         assert!(!has_key(&admin, &h));
         h.insert(
             AUTHORIZATION,
@@ -620,7 +621,7 @@ mod tests {
                 .unwrap_or(HeaderValue::from_static("x")),
         );
         assert!(has_key(&admin, &h));
-        let mut h = HeaderMap::new();
+        let mut h = Fields::new();
         h.insert("x-api-key", HeaderValue::from_static("wrong"));
         assert!(!has_key(&admin, &h));
     }

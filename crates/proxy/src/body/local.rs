@@ -3,7 +3,8 @@
 
 use bytes::Bytes;
 use http::header::{HeaderValue, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE};
-use http::{Response, StatusCode};
+use http::StatusCode;
+use rampart_head::Response;
 
 use crate::body::ProxyBody;
 

@@ -21,6 +21,7 @@
 //! on cancellation. This module knows nothing of the store: `writer.rs` pumps the body into a
 //! [`Feed`] and into the store.
 
+use rampart_head::Fields;
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -28,7 +29,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::{HeaderMap, StatusCode};
+use http::StatusCode;
 use http_body::{Body, Frame, SizeHint};
 use rampart_cache::key::CacheKey;
 use rampart_cache::vary::Vary;
@@ -38,7 +39,7 @@ use tokio::sync::watch;
 #[derive(Debug)]
 pub struct SharedHead {
     pub status: StatusCode,
-    pub headers: HeaderMap,
+    pub headers: Fields,
     pub vary: Vary,
     /// The leader's variant key (when the response varies).
     pub variant: Option<Bytes>,

@@ -13,9 +13,10 @@ use http::header::{
     HeaderValue, ACCEPT_ENCODING, ACCEPT_RANGES, CACHE_CONTROL, CONTENT_ENCODING, CONTENT_LENGTH,
     CONTENT_RANGE, CONTENT_TYPE, ETAG, VARY,
 };
-use http::{HeaderMap, StatusCode};
+use http::StatusCode;
 use rampart_cache::encoding::{negotiate, Coding};
 use rampart_config::{Compression, MediaRange};
+use rampart_head::Fields;
 use rampart_transform::compress::Levels;
 
 /// The highest Brotli level used while a response streams through a worker.
@@ -79,7 +80,7 @@ impl Compress {
     }
 
     /// The coding to use for a request with these headers (`None` = identity).
-    pub fn negotiate(&self, req: &HeaderMap) -> Option<Coding> {
+    pub fn negotiate(&self, req: &Fields) -> Option<Coding> {
         negotiate(req.get_all(ACCEPT_ENCODING).iter(), &self.codings)
     }
 }
@@ -172,7 +173,7 @@ fn compressed_already(ct: &[u8]) -> bool {
 }
 
 /// `Cache-Control: no-transform` (any case), without a copy.
-fn no_transform(h: &HeaderMap) -> bool {
+fn no_transform(h: &Fields) -> bool {
     const NT: &[u8] = b"no-transform";
     h.get_all(CACHE_CONTROL).iter().any(|v| {
         v.as_bytes()
@@ -184,7 +185,7 @@ fn no_transform(h: &HeaderMap) -> bool {
 /// Whether this response may be compressed: a 200 of a compressible type, not encoded already,
 /// not a range, no `no-transform` (RFC 9110 §7.7), and not shorter than `min_length` when its
 /// length is known; its type is one `c` compresses.
-pub fn compressible(status: StatusCode, h: &HeaderMap, c: &Compress) -> bool {
+pub fn compressible(status: StatusCode, h: &Fields, c: &Compress) -> bool {
     compressible_status_and_fields(status, h)
         && h.get(CONTENT_TYPE)
             .is_some_and(|v| c.compresses_type(v.as_bytes()))
@@ -192,34 +193,26 @@ pub fn compressible(status: StatusCode, h: &HeaderMap, c: &Compress) -> bool {
 }
 
 /// Adds `Accept-Encoding` to `Vary` (unless it is there, or `Vary: *`).
-pub fn vary_on_accept_encoding(h: &mut HeaderMap) {
+pub fn vary_on_accept_encoding(h: &mut Fields) {
     vary_on(h, "Accept-Encoding");
 }
 
 /// Adds `field` to `Vary` (unless it is there, or `Vary: *`).
-pub fn vary_on(h: &mut HeaderMap, field: &'static str) {
-    // One lookup of `Vary` (this runs for every compressible response of a compressing rule).
-    match h.entry(VARY) {
-        http::header::Entry::Vacant(v) => {
-            v.insert(HeaderValue::from_static(field));
-        }
-        http::header::Entry::Occupied(mut o) => {
-            let listed = o.iter().any(|v| {
-                v.to_str().is_ok_and(|s| {
-                    s.split(',')
-                        .any(|t| t.trim() == "*" || t.trim().eq_ignore_ascii_case(field))
-                })
-            });
-            if !listed {
-                o.append(HeaderValue::from_static(field));
-            }
-        }
+pub fn vary_on(h: &mut Fields, field: &'static str) {
+    let listed = h.get_all(VARY).iter().any(|v| {
+        v.to_str().is_ok_and(|s| {
+            s.split(',')
+                .any(|t| t.trim() == "*" || t.trim().eq_ignore_ascii_case(field))
+        })
+    });
+    if !listed {
+        h.push(VARY, HeaderValue::from_static(field));
     }
 }
 
 /// A strong validator names exact bytes; a minified or encoded copy is other bytes of the same
 /// resource: `"v1"` becomes `W/"v1"`.
-pub fn weaken_etag(h: &mut HeaderMap) {
+pub fn weaken_etag(h: &mut Fields) {
     if let Some(etag) = h.get(ETAG) {
         if !etag.as_bytes().starts_with(b"W/") {
             let mut weak = b"W/".to_vec();
@@ -232,7 +225,7 @@ pub fn weaken_etag(h: &mut HeaderMap) {
 }
 
 /// The header fields of the `coding` copy of a response with fields `h`.
-pub fn encoded_headers(h: &mut HeaderMap, coding: Coding, length: Option<usize>) {
+pub fn encoded_headers(h: &mut Fields, coding: Coding, length: Option<usize>) {
     h.insert(CONTENT_ENCODING, coding.header_value());
     match length {
         Some(n) => {
@@ -251,7 +244,7 @@ pub fn encoded_headers(h: &mut HeaderMap, coding: Coding, length: Option<usize>)
 }
 
 /// A full 200, not encoded, without `no-transform`: what compression may touch.
-pub fn compressible_status_and_fields(status: StatusCode, h: &HeaderMap) -> bool {
+pub fn compressible_status_and_fields(status: StatusCode, h: &Fields) -> bool {
     status == StatusCode::OK
         && h.get(CONTENT_ENCODING)
             .is_none_or(|v| v.as_bytes().eq_ignore_ascii_case(b"identity"))

@@ -2,11 +2,12 @@
 //! object's body with the merged fields and a new freshness, stored in its place (and in the
 //! shared tier), its encoded and WebP copies kept with the new fields.
 
+use rampart_head::Fields;
 use std::sync::Arc;
 use std::time::Duration;
 
 use http::header::ETAG;
-use http::{HeaderMap, Method};
+use http::Method;
 use rampart_cache::cache_control::ResponseDirectives;
 use rampart_cache::conditional;
 use rampart_cache::freshness;
@@ -26,8 +27,8 @@ pub fn freshen(
     cache: &Cache,
     missed: &Missed,
     stale: &Object,
-    req_headers: &HeaderMap,
-    not_modified: &HeaderMap,
+    req_headers: &Fields,
+    not_modified: &Fields,
     timing: Timing,
 ) -> Arc<Object> {
     let (request_time, response_time) = (timing.request, timing.response);
@@ -46,7 +47,7 @@ pub fn freshen(
     let directives = storable::with_stale_defaults(directives, &missed.policy);
     let mut headers = hit_headers(&headers);
     let initial_age = freshness::initial_age(not_modified, request_time, response_time);
-    let make = |headers: HeaderMap, body: bytes::Bytes| {
+    let make = |headers: Fields, body: bytes::Bytes| {
         let f = fields(&headers, &[]);
         Object {
             status: stale.status,
@@ -96,7 +97,7 @@ pub fn freshen(
 }
 
 /// The stored fields and directives of `stale` updated by the 304's (RFC 9111 §3.2).
-fn merged(stale: &Object, not_modified: &HeaderMap) -> (HeaderMap, ResponseDirectives) {
+fn merged(stale: &Object, not_modified: &Fields) -> (Fields, ResponseDirectives) {
     let mut merged = conditional::freshen(&stale.headers, not_modified);
     // A stored body rampart rewrote (minified) carries the origin's validator made weak; the
     // origin's 304 names the strong one again, which must not come back for these bytes.
@@ -122,7 +123,7 @@ fn keep(
     cache: &Cache,
     missed: &Missed,
     stale: &Object,
-    req_headers: &HeaderMap,
+    req_headers: &Fields,
     obj: &Arc<Object>,
     lifetime: Duration,
 ) {

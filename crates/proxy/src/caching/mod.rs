@@ -15,10 +15,10 @@ pub mod shared_tier;
 pub mod transform;
 pub mod writer;
 
+use rampart_head::Fields;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use http::HeaderMap;
 use rampart_cache::cache_control::RequestDirectives;
 use rampart_cache::disk::DiskStore;
 use rampart_cache::key::{CacheKey, SlotKeyRef};
@@ -283,7 +283,7 @@ impl Cache {
     pub fn lookup(
         self: &Arc<Self>,
         key: SlotKeyRef<'_>,
-        headers: &HeaderMap,
+        headers: &Fields,
         policy: RulePolicy,
         refresh: bool,
         disk: Option<impl FnOnce() -> Transforms>,
@@ -328,7 +328,7 @@ impl Cache {
     fn from_disk(
         self: &Arc<Self>,
         key: &SlotKeyRef<'_>,
-        headers: &HeaderMap,
+        headers: &Fields,
         transforms: impl FnOnce() -> Transforms,
     ) -> Option<Arc<Object>> {
         let disk = self.disk.as_ref()?;
@@ -357,7 +357,7 @@ impl Cache {
 
     /// A memory hit the disk tier hears of: one more use of an object it has not taken yet,
     /// or the first use of one it wrote.
-    fn used(&self, key: &SlotKeyRef<'_>, headers: &HeaderMap, obj: &Arc<Object>) {
+    fn used(&self, key: &SlotKeyRef<'_>, headers: &Fields, obj: &Arc<Object>) {
         let Some(disk) = &self.disk else {
             return;
         };

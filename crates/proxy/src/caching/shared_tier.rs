@@ -13,10 +13,11 @@
 //! A stale object from the tier is not used as it is, but stands in for a missing local copy
 //! in revalidation and stale-if-error.
 
+use rampart_head::Fields;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use http::{HeaderMap, HeaderName, HeaderValue};
+use http::{HeaderName, HeaderValue};
 use rampart_cache::storable::{self, Usable};
 use rampart_cache::vary::Vary;
 use rampart_redis::cache_tier::{SharedAnswer, LOCK_FOR};
@@ -51,7 +52,7 @@ impl Cache {
     pub async fn lookup_shared(
         self: &Arc<Self>,
         missed: &mut Missed,
-        req_headers: &HeaderMap,
+        req_headers: &Fields,
         transforms: Transforms,
         wait: Duration,
     ) -> FromShared {
@@ -82,7 +83,7 @@ impl Cache {
                 }
                 SharedAnswer::Vary(names) if !vary_asked => {
                     vary_asked = true;
-                    let mut h = HeaderMap::new();
+                    let mut h = Fields::new();
                     let Ok(names) = HeaderValue::from_str(&names) else {
                         return FromShared::Fetch(None);
                     };
@@ -119,7 +120,7 @@ impl Cache {
 fn use_object(
     cache: &Arc<Cache>,
     l: &mut Missed,
-    req_headers: &HeaderMap,
+    req_headers: &Fields,
     transforms: Transforms,
     bytes: &[u8],
 ) -> Option<Arc<Object>> {

@@ -6,10 +6,11 @@
 //!
 //! Which responses are compressed, and the fields of an encoded one, are `coding.rs`'s.
 
+use rampart_head::Fields;
 use std::sync::Arc;
 
 use http::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
-use http::{HeaderMap, StatusCode};
+use http::StatusCode;
 use rampart_cache::encoding::Coding;
 use rampart_cache::store::Object;
 use rampart_transform::compress as codec;
@@ -83,7 +84,7 @@ impl Transforms {
 }
 
 /// The picture format of a response the rule converts to WebP, by its `Content-Type`.
-fn picture(h: &HeaderMap) -> Option<webp::Source> {
+fn picture(h: &Fields) -> Option<webp::Source> {
     let ct = h.get(CONTENT_TYPE)?.as_bytes();
     let ct = ct.split(|&b| b == b';').next()?.trim_ascii();
     if ct.eq_ignore_ascii_case(b"image/png") {
@@ -102,7 +103,7 @@ pub fn gets_webp(
     t: &Transforms,
     lifetime: std::time::Duration,
     status: StatusCode,
-    h: &HeaderMap,
+    h: &Fields,
 ) -> bool {
     t.webp.is_some_and(|min_age| lifetime > min_age)
         && picture(h).is_some()
@@ -117,7 +118,7 @@ enum Lang {
     Js,
 }
 
-fn minifiable(h: &HeaderMap, langs: Languages) -> Option<Lang> {
+fn minifiable(h: &Fields, langs: Languages) -> Option<Lang> {
     let ct = h.get(CONTENT_TYPE)?.as_bytes();
     let ct = ct
         .split(|&b| b == b';')
@@ -334,7 +335,7 @@ fn with_copies(
 }
 
 /// The fields of the WebP copy of a picture with fields `h` (which vary on `Accept`).
-fn webp_headers(h: &HeaderMap, len: usize) -> HeaderMap {
+fn webp_headers(h: &Fields, len: usize) -> Fields {
     let mut w = h.clone();
     w.insert(CONTENT_TYPE, HeaderValue::from_static("image/webp"));
     w.insert(CONTENT_LENGTH, HeaderValue::from(len));
@@ -345,8 +346,8 @@ fn webp_headers(h: &HeaderMap, len: usize) -> HeaderMap {
 /// The WebP copy of `stale` for its refreshed fields `headers`.
 pub fn reheaded_webp(
     stale: &Object,
-    headers: &HeaderMap,
-    make: impl Fn(HeaderMap, bytes::Bytes) -> Object,
+    headers: &Fields,
+    make: impl Fn(Fields, bytes::Bytes) -> Object,
 ) -> Option<Arc<Object>> {
     let w = stale.webp.as_ref()?;
     Some(Arc::new(make(
@@ -359,8 +360,8 @@ pub fn reheaded_webp(
 /// the fields; the bodies are the same).
 pub fn reheaded_copies(
     stale: &Object,
-    headers: &HeaderMap,
-    make: impl Fn(HeaderMap, bytes::Bytes) -> Object,
+    headers: &Fields,
+    make: impl Fn(Fields, bytes::Bytes) -> Object,
 ) -> Box<[(Coding, Arc<Object>)]> {
     stale
         .encoded
@@ -376,7 +377,7 @@ pub fn reheaded_copies(
 /// An object like `obj` with other fields, body and copies (same freshness and timing).
 fn copy_of(
     obj: &Object,
-    headers: HeaderMap,
+    headers: Fields,
     body: bytes::Bytes,
     encoded: Box<[(Coding, Arc<Object>)]>,
 ) -> Object {
@@ -469,7 +470,7 @@ mod tests {
     #[test]
     fn what_is_compressed() {
         let c = &Compress::new(&Compression::default());
-        let mut h = HeaderMap::new();
+        let mut h = Fields::new();
         h.insert(CONTENT_TYPE, HeaderValue::from_static("text/html"));
         assert!(compressible(StatusCode::OK, &h, c));
         assert!(!compressible(StatusCode::PARTIAL_CONTENT, &h, c));
@@ -502,7 +503,7 @@ mod tests {
 
     #[test]
     fn encoded_fields() {
-        let mut h = HeaderMap::new();
+        let mut h = Fields::new();
         h.insert(ETAG, HeaderValue::from_static("\"v1\""));
         h.insert(VARY, HeaderValue::from_static("Cookie"));
         h.insert(CONTENT_LENGTH, HeaderValue::from_static("1000"));

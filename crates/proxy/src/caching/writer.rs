@@ -7,6 +7,7 @@
 //! Imports: `cache` and `coalesce` below it; `body` and the stages above it import this module,
 //! never the other way round.
 
+use rampart_head::Fields;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
@@ -14,7 +15,7 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue, AGE};
-use http::{HeaderMap, Method, StatusCode};
+use http::{Method, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use rampart_cache::cache_control::ResponseDirectives;
 use rampart_cache::disk::large::LargeWrite;
@@ -46,8 +47,8 @@ pub fn prepare(
     cache: &Arc<Cache>,
     missed: &Missed,
     method: &Method,
-    req_headers: &HeaderMap,
-    res: &http::response::Parts,
+    req_headers: &Fields,
+    res: &rampart_head::response::Parts,
     timing: Timing,
     transforms: Transforms,
 ) -> Result<Box<StoreTicket>, NotStored> {
@@ -155,7 +156,7 @@ pub struct StoreTicket {
     variant: Option<bytes::Bytes>,
     status: StatusCode,
     /// The header block of a hit (see [`Object::headers`]), compacted at store time.
-    headers: HeaderMap,
+    headers: Fields,
     request_time: SystemTime,
     response_time: SystemTime,
     initial_age: Duration,
@@ -539,10 +540,7 @@ where
 /// The fields a stored copy keeps: not `Age` (recomputed per answer), not `CDN-Cache-Control`
 /// (rampart is its target; it is not forwarded), and none that a qualified `private="…"` /
 /// `no-cache="…"` withholds from shared reuse.
-pub(super) fn stored_headers(
-    res_headers: &HeaderMap,
-    directives: &ResponseDirectives,
-) -> HeaderMap {
+pub(super) fn stored_headers(res_headers: &Fields, directives: &ResponseDirectives) -> Fields {
     let mut stored = res_headers.clone();
     for name in directives.withheld() {
         stored.remove(name);
@@ -555,7 +553,7 @@ pub(super) fn stored_headers(
 /// The header block of a fresh full hit, minus `Age`/`X-Arc2-Cache-Age`: the stored fields
 /// with the hit labels. The object built from it owns them in one buffer (see
 /// [`rampart_cache::store::fields`]).
-pub(super) fn hit_headers(stored: &HeaderMap) -> HeaderMap {
+pub(super) fn hit_headers(stored: &Fields) -> Fields {
     static HIT: HeaderValue = HeaderValue::from_static("rampart; hit");
     let mut h = stored.clone();
     h.insert(X_ARC2_CACHE.clone(), CacheLabel::Hit.header());

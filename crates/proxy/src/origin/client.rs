@@ -2,10 +2,11 @@
 //! idle pool (`net/idle.rs`), HTTP/2 through hyper (`h2.rs`), each exchange under
 //! `proxy_timeout`. Each worker owns one, so pooled connections never cross threads.
 
+use rampart_head::{Request, Response};
 use std::time::Duration;
 
 use http::uri::{Authority, Scheme};
-use http::{Request, Response};
+
 use rampart_config::{OriginProtocol, UpstreamConfig};
 
 use crate::body::origin::OriginBody;

@@ -6,10 +6,10 @@
 use std::borrow::Cow;
 use std::time::Instant;
 
-use http::request::Parts;
 use http::uri::Authority;
-use http::Response;
 use rampart_config::{OriginProtocol, RoutingMethod};
+use rampart_head::request::Parts;
+use rampart_head::Response;
 
 use crate::body::origin::OriginBody;
 use crate::body::RequestBody;

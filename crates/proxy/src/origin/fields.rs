@@ -9,8 +9,9 @@
 //! instead would cost every pass six insertions (X-Forwarded-*, Host, the request id), a `Via`
 //! append, and a copy of the map first when the response might be stored: ~2,500 instructions.
 
-use http::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, EXPECT, VIA};
-use http::request::Parts;
+use http::header::{HeaderName, HeaderValue, CONNECTION, EXPECT, VIA};
+use rampart_head::request::Parts;
+use rampart_head::Fields;
 
 use crate::body::RequestBody;
 use crate::headers::is_hop_by_hop;
@@ -40,7 +41,7 @@ pub struct OriginFields {
 impl OriginFields {
     /// Room for what fetch sets on every request (Host, five forwarding fields, Via, the
     /// request id) and a little more, made once.
-    pub fn for_client(client: &HeaderMap) -> Self {
+    pub fn for_client(client: &Fields) -> Self {
         let mut named = Vec::new();
         for v in client.get_all(CONNECTION) {
             let Ok(v) = v.to_str() else { continue };
@@ -122,8 +123,8 @@ impl OriginFields {
     }
 
     /// The client's fields with these changes made, as one map (HTTP/2 origins).
-    pub fn apply(&self, client: &HeaderMap) -> HeaderMap {
-        let mut h = HeaderMap::with_capacity(client.len() + self.set.len());
+    pub fn apply(&self, client: &Fields) -> Fields {
+        let mut h = Fields::with_capacity(client.len() + self.set.len());
         let kept = client.iter().filter(|(n, _)| !self.skips(n));
         for (name, value) in self.before().chain(kept).chain(self.after()) {
             h.append(name.clone(), value.clone());
@@ -137,8 +138,8 @@ impl OriginFields {
 mod tests {
     use super::*;
 
-    fn map(fields: &[(&'static str, &'static str)]) -> HeaderMap {
-        let mut h = HeaderMap::new();
+    fn map(fields: &[(&'static str, &'static str)]) -> Fields {
+        let mut h = Fields::new();
         for (n, v) in fields {
             h.append(*n, HeaderValue::from_static(v));
         }

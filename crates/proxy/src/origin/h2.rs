@@ -8,13 +8,14 @@
 //! The request's `Host` becomes `:authority` (RFC 9113 §8.3.1); `TE: trailers` is kept (gRPC
 //! needs it), every other connection-specific field is already gone.
 
+use rampart_head::{Request, Response};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use http::header::HOST;
 use http::uri::{Authority, Scheme};
-use http::{Request, Response, Version};
+use http::Version;
 use hyper::body::Incoming;
 use hyper::client::conn::http2::{self, SendRequest};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -140,7 +141,7 @@ impl H2Pool {
                 .await
                 .map_err(|e| H2Failure::Connect(Box::new(e)))?;
         }
-        let res = match send.try_send_request(req).await {
+        let res = match send.try_send_request(req.into_http()).await {
             Ok(res) => Ok(res),
             // The connection went away (the origin's GOAWAY, an idle close) before the request
             // was taken: it was not sent, so it goes once more on a fresh connection, as the
@@ -160,7 +161,7 @@ impl H2Pool {
         if res.status().as_u16() > 599 {
             return Err(H2Failure::Answer("status code outside 100–599"));
         }
-        Ok(res)
+        Ok(Response::from_http(res))
     }
 
     /// The open connection for `key`, marked as used now.

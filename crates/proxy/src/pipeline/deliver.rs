@@ -2,7 +2,8 @@
 //! body pumped for every coalesced reader when this request leads and the response is stored,
 //! teed into the store when only stored, streamed otherwise; labelled with the outcome.
 
-use http::{Response, Version};
+use http::Version;
+use rampart_head::Response;
 
 use crate::body::origin::OriginBody;
 use crate::body::ProxyBody;
@@ -18,7 +19,7 @@ use crate::pipeline::worker_state::Worker;
 #[derive(Debug)]
 pub struct Delivery {
     /// The response head, made ready for the client ([`downstream`]).
-    pub parts: http::response::Parts,
+    pub parts: rampart_head::response::Parts,
     pub body: OriginBody,
     /// The store keeps the response.
     pub ticket: Option<Box<StoreTicket>>,
@@ -109,7 +110,7 @@ pub fn deliver(w: &Worker, txn: &mut Txn, d: Delivery) -> Response<ProxyBody> {
 pub fn downstream(
     res: Response<OriginBody>,
     version: Version,
-) -> (http::response::Parts, OriginBody) {
+) -> (rampart_head::response::Parts, OriginBody) {
     let (mut parts, body) = res.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     append_via(&mut parts.headers, parts.version);

@@ -3,13 +3,14 @@
 //! a stale entry, the rule's request field rules), then sent to the rule's origins
 //! (`origin/failover.rs`: their order, failover, health marking, the latency average).
 
+use rampart_head::{Fields, Request, Response};
 use std::future::Future;
 use std::time::SystemTime;
 
 use http::header::{HeaderValue, FORWARDED, HOST, IF_MODIFIED_SINCE, IF_NONE_MATCH, TE};
-use http::request::Parts;
-use http::{HeaderMap, Method, Request, Response, Version};
+use http::{Method, Version};
 use rampart_cache::conditional;
+use rampart_head::request::Parts;
 
 use crate::body::origin::OriginBody;
 use crate::body::RequestBody;
@@ -31,7 +32,7 @@ use crate::telemetry::access_log;
 pub struct Fetched {
     pub res: Response<OriginBody>,
     /// The client's request headers (kept only when the response may be stored).
-    pub req_headers: Option<HeaderMap>,
+    pub req_headers: Option<Fields>,
     pub request_time: SystemTime,
     pub downstream_version: Version,
     pub method: Method,
@@ -221,7 +222,7 @@ fn ask_for_websocket(f: &mut OriginFields) {
 /// when the client sent none usable, and rampart's validators when it revalidates.
 /// `trusted`: the client is one of the `trusted_proxies`, whose `Forwarded` list is extended.
 fn for_origin(
-    client: &HeaderMap,
+    client: &Fields,
     conn: &ConnInfo,
     host: &HeaderValue,
     downstream_version: Version,

@@ -3,12 +3,13 @@
 //! head only. Also the rules for serving a stale object (stale-while-revalidate,
 //! stale-if-error and the grace period).
 
+use rampart_head::{Fields, Request, Response};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use http::header::{HeaderValue, AGE, CONTENT_LENGTH, CONTENT_RANGE};
-use http::{HeaderMap, Method, Request, Response, StatusCode};
+use http::{Method, StatusCode};
 use rampart_cache::conditional::{self, RangeAnswer};
 use rampart_cache::store::Object;
 
@@ -18,7 +19,7 @@ use crate::outcome::{CacheLabel, CacheOutcome, Served, X_ARC2_CACHE_AGE};
 use crate::pipeline::txn::Txn;
 
 /// A fresh, full, unconditional hit: answered with the object's prepared header block as is.
-fn plain_hit(obj: &Object, req_headers: &HeaderMap, head: bool, served: Served) -> bool {
+fn plain_hit(obj: &Object, req_headers: &Fields, head: bool, served: Served) -> bool {
     served == Served::Fresh
         && obj.extent.is_none()
         && !head
@@ -34,7 +35,7 @@ fn plain_hit(obj: &Object, req_headers: &HeaderMap, head: bool, served: Served) 
 /// response's own map stays empty.
 pub fn respond_prepared(
     obj: &Arc<Object>,
-    req_headers: &HeaderMap,
+    req_headers: &Fields,
     head: bool,
     served: Served,
 ) -> Response<ProxyBody> {
@@ -51,7 +52,7 @@ pub fn respond_prepared(
 /// `Age`, `X-Arc2-Cache`, `X-Arc2-Cache-Age` and `Cache-Status`.
 pub fn respond(
     obj: &Arc<Object>,
-    req_headers: &HeaderMap,
+    req_headers: &Fields,
     head: bool,
     served: Served,
 ) -> Response<ProxyBody> {
@@ -75,7 +76,7 @@ pub fn respond(
         obj.status.is_success() && conditional::precondition_failed(req_headers, &obj.headers);
     let empty = || ProxyBody::full(bytes::Bytes::new());
     let (status, mut headers, body) = if failed {
-        let mut h = HeaderMap::new();
+        let mut h = Fields::new();
         h.insert(CONTENT_LENGTH, HeaderValue::from_static("0"));
         (StatusCode::PRECONDITION_FAILED, h, empty())
     } else if obj.status.is_success()
@@ -121,7 +122,7 @@ pub fn respond(
                 )
             }
             RangeAnswer::Unsatisfiable => {
-                let mut h = HeaderMap::new();
+                let mut h = Fields::new();
                 h.insert(CONTENT_RANGE, content_range(&format!("bytes */{len}")));
                 h.insert(CONTENT_LENGTH, HeaderValue::from_static("0"));
                 (StatusCode::RANGE_NOT_SATISFIABLE, h, empty())
@@ -217,7 +218,7 @@ pub struct Stored {
     /// The fields the answer is made for when they are not the request at hand's: the request
     /// has gone to the origin (what was kept of it), or was widened (the client's own range and
     /// preconditions). `None`: the request's own.
-    pub client: Option<Box<HeaderMap>>,
+    pub client: Option<Box<Fields>>,
 }
 
 impl Stored {
@@ -256,7 +257,7 @@ fn served(txn: &mut Txn, served: Served) {
 /// stored header block as it is ([`respond_prepared`]); HTTP/3 gets a response of its own.
 pub fn answer(
     obj: &Arc<Object>,
-    req_headers: &HeaderMap,
+    req_headers: &Fields,
     version: http::Version,
     head: bool,
     served: Served,
@@ -275,7 +276,7 @@ mod tests {
     use http::header::{ETAG, IF_NONE_MATCH, RANGE};
 
     fn object(body: &'static str, max_age: u64) -> Arc<Object> {
-        let mut headers = HeaderMap::new();
+        let mut headers = Fields::new();
         headers.insert(ETAG, HeaderValue::from_static("\"v1\""));
         headers.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
         let now = SystemTime::now();
@@ -303,8 +304,8 @@ mod tests {
         })
     }
 
-    fn req(pairs: &[(http::header::HeaderName, &'static str)]) -> HeaderMap {
-        let mut h = HeaderMap::new();
+    fn req(pairs: &[(http::header::HeaderName, &'static str)]) -> Fields {
+        let mut h = Fields::new();
         for (n, v) in pairs {
             h.insert(n.clone(), HeaderValue::from_static(v));
         }
@@ -316,7 +317,7 @@ mod tests {
         let obj = object("hello", 60);
         let res = answer(
             &obj,
-            &HeaderMap::new(),
+            &Fields::new(),
             http::Version::HTTP_11,
             false,
             Served::Fresh,
@@ -333,7 +334,7 @@ mod tests {
         // block of its own.
         let res = answer(
             &obj,
-            &HeaderMap::new(),
+            &Fields::new(),
             http::Version::HTTP_2,
             false,
             Served::Fresh,
@@ -341,7 +342,7 @@ mod tests {
         assert!(res.body().stored_head().is_some());
         let res = answer(
             &obj,
-            &HeaderMap::new(),
+            &Fields::new(),
             http::Version::HTTP_3,
             false,
             Served::Fresh,
@@ -369,10 +370,10 @@ mod tests {
         let res = respond(&obj, &req(&[(RANGE, "bytes=50-")]), false, Served::Fresh);
         assert_eq!(res.status(), 416);
         assert_eq!(res.headers()[CONTENT_RANGE], "bytes */11");
-        let res = respond(&obj, &HeaderMap::new(), false, Served::Revalidated);
+        let res = respond(&obj, &Fields::new(), false, Served::Revalidated);
         assert_eq!(res.headers()[&X_ARC2_CACHE], "Expired");
         assert!(res.headers().get(&X_ARC2_CACHE_AGE).is_none());
-        let res = respond(&obj, &HeaderMap::new(), true, Served::StaleIfError);
+        let res = respond(&obj, &Fields::new(), true, Served::StaleIfError);
         assert_eq!(
             res.headers()[&CACHE_STATUS],
             "rampart; hit; detail=stale-if-error"

@@ -4,9 +4,10 @@
 //! later: it goes on to `miss` with the request's [`Miss`] state), or a pass (straight to
 //! `fetch`).
 
+use rampart_head::Request;
 use std::time::{Duration, SystemTime};
 
-use http::{Method, Request};
+use http::Method;
 use rampart_cache::key::SlotKeyRef;
 use rampart_cache::storable::{ByStatus, Heuristic, RulePolicy, Statuses};
 use rampart_config::{CacheHeuristic, CacheStatuses, RuleConfig};

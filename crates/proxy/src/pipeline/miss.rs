@@ -4,10 +4,11 @@
 //! shared), later ones wait for the leader's response head and stream its body, or fetch on
 //! their own when the leader's response cannot be shared.
 
+use rampart_head::{Request, Response};
 use std::time::Duration;
 
 use http::header::{AUTHORIZATION, RANGE};
-use http::{Request, Response};
+
 use rampart_cache::conditional;
 use rampart_cache::vary::Vary;
 

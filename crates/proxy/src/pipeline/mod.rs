@@ -23,10 +23,10 @@ pub mod txn;
 pub mod websocket;
 pub mod worker_state;
 
+use rampart_head::{Request, Response};
 use std::future::Future;
 use std::sync::Arc;
 
-use http::{Request, Response};
 use tracing::Instrument as _;
 
 use crate::body::{ClientBody, ProxyBody, RequestBody};

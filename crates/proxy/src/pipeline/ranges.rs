@@ -15,8 +15,9 @@ use http::header::{
     AUTHORIZATION, CONTENT_LENGTH, CONTENT_RANGE, IF_MATCH, IF_MODIFIED_SINCE, IF_NONE_MATCH,
     IF_RANGE, IF_UNMODIFIED_SINCE, RANGE,
 };
-use http::{HeaderMap, HeaderValue, Request, StatusCode, Uri, Version};
+use http::{HeaderValue, StatusCode, Uri, Version};
 use rampart_cache::conditional::{self, RangeAnswer};
+use rampart_head::{Fields, Request};
 
 use crate::body::{ProxyBody, RequestBody};
 use crate::caching::coalesce::InflightBody;
@@ -26,7 +27,7 @@ use crate::caching::{Cache, Missed};
 #[derive(Debug)]
 pub struct Widened {
     /// The client's header fields, `Range`, `If-Range` and its preconditions included.
-    pub headers: HeaderMap,
+    pub headers: Fields,
     uri: Uri,
     version: Version,
 }
@@ -84,15 +85,15 @@ impl Widened {
 /// The answer to a widened request whose `If-Match` / `If-Unmodified-Since` fails against
 /// the origin's 2xx head (`headers`, replaced with the 412's): 412 with an empty body.
 pub fn precondition_failed(
-    client: Option<&HeaderMap>,
+    client: Option<&Fields>,
     status: StatusCode,
-    headers: &mut HeaderMap,
+    headers: &mut Fields,
 ) -> Option<(StatusCode, ProxyBody)> {
     let client = client.filter(|_| status.is_success())?;
     if !conditional::precondition_failed(client, headers) {
         return None;
     }
-    let mut h = HeaderMap::new();
+    let mut h = Fields::new();
     h.insert(CONTENT_LENGTH, HeaderValue::from_static("0"));
     *headers = h;
     Some((
@@ -110,9 +111,9 @@ const WIDENED: [http::HeaderName; 3] = [RANGE, IF_MATCH, IF_UNMODIFIED_SINCE];
 /// whole 200 when the range does not apply (If-Range not matching, several ranges, another
 /// unit). Anything else is sent as is (§13.2.1: preconditions apply only to a 2xx answer).
 pub fn cut_range(
-    client: Option<&HeaderMap>,
+    client: Option<&Fields>,
     status: StatusCode,
-    headers: &mut HeaderMap,
+    headers: &mut Fields,
     body: InflightBody,
     length: u64,
 ) -> (StatusCode, ProxyBody) {
@@ -143,7 +144,7 @@ pub fn cut_range(
             )
         }
         RangeAnswer::Unsatisfiable => {
-            let mut h = HeaderMap::new();
+            let mut h = Fields::new();
             h.insert(CONTENT_RANGE, content_range(format!("bytes */{length}")));
             h.insert(CONTENT_LENGTH, HeaderValue::from_static("0"));
             *headers = h;

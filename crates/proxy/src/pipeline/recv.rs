@@ -4,11 +4,12 @@
 //! client, rate, size, SQL injection) before anything else happens; then `PURGE`, the
 //! access-log record, the path rule's block, and the way on: WebSocket or the cache.
 
+use rampart_head::{Request, Response};
 use std::time::Duration;
 
 use http::header::{HeaderValue, EXPECT, HOST};
 use http::uri::PathAndQuery;
-use http::{Request, Response, StatusCode, Uri, Version};
+use http::{StatusCode, Uri, Version};
 use rampart_cache::key::{host_name, is_valid_host};
 
 use crate::admin;

@@ -3,10 +3,11 @@
 //! its preconditions or ranges) runs the stages again in [`Mode::Refresh`]: it revalidates or
 //! fetches, and the response is stored, not sent anywhere. One refresh per object at a time.
 
+use rampart_head::{Request, Response};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use http::{Method, Request, Response};
+use http::Method;
 use http_body_util::BodyExt as _;
 use rampart_cache::store::Object;
 

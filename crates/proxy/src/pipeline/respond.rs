@@ -6,7 +6,7 @@
 //! record is attached to the body (written when the body has been sent).
 
 use http::header::{ALT_SVC, STRICT_TRANSPORT_SECURITY};
-use http::Response;
+use rampart_head::Response;
 use rampart_transform::compress::StreamEncoder;
 
 use crate::body::ProxyBody;
@@ -32,7 +32,7 @@ pub enum Reply {
 /// The rule's compression for a response from the origin and the coding the client's
 /// `Accept-Encoding` picks, kept for [`respond`] in `Txn::compress`: negotiated only where a
 /// request leaves for the origin or joins another client's fetch (a hit picks its stored copy).
-pub fn negotiate<B>(txn: &mut Txn, req: &http::Request<B>) {
+pub fn negotiate<B>(txn: &mut Txn, req: &rampart_head::Request<B>) {
     txn.compress = txn.route().rule.compress.clone().map(|c| {
         // A HEAD's answer has no body to encode (it still says `Vary: Accept-Encoding`).
         let coding = (req.method() != http::Method::HEAD)

@@ -3,12 +3,13 @@
 //! answers made in the test (no socket). Each test drives the stages the way the dispatcher
 //! does and checks the `Step` and the `Txn` they leave.
 
+use rampart_head::{Request, Response};
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use http::header::{CONTENT_LENGTH, ETAG, RANGE};
-use http::{HeaderValue, Method, Request, Response, StatusCode, Version};
+use http::{HeaderValue, Method, StatusCode, Version};
 use http_body_util::BodyExt as _;
 
 use super::*;

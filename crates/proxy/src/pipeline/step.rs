@@ -2,12 +2,11 @@
 //! (`Pipeline::stages`) matches on it and runs that stage, so the order of the stages is
 //! decided by the stages and read in one place (as Varnish's `req_step`). See `LIFECYCLE.md`.
 
-use http::{Request, Response};
-
 use crate::body::{ProxyBody, RequestBody};
 use crate::pipeline::deliver::Delivery;
 use crate::pipeline::hit::Stored;
 use crate::pipeline::websocket;
+use rampart_head::{Request, Response};
 
 /// The next stage of a request.
 ///

@@ -6,9 +6,10 @@
 //! and a widened range whose whole representation cannot be shared is asked again. When fetch
 //! failed, [`fetch_failed`] decides between a stale entry and the error.
 
+use rampart_head::{Fields, Request};
 use std::time::SystemTime;
 
-use http::{HeaderMap, Request, StatusCode, Uri};
+use http::{StatusCode, Uri};
 
 use crate::body::RequestBody;
 use rampart_cache::key::host_name;
@@ -89,7 +90,7 @@ pub fn store(w: &Worker, txn: &mut Txn, mut fetched: Fetched) -> Result<Step, Pr
 /// The request a response answers, as the store needs it.
 struct Asked<'a> {
     method: &'a http::Method,
-    headers: &'a HeaderMap,
+    headers: &'a Fields,
     timing: Timing,
 }
 
@@ -259,7 +260,7 @@ fn from_stale_entry(
 
 /// Takes the tag fields (`cache_tag_headers`) out of an origin's response: the tags, as
 /// objects carry them.
-fn take_tags(h: &mut HeaderMap, names: &[http::HeaderName]) -> Box<[u64]> {
+fn take_tags(h: &mut Fields, names: &[http::HeaderName]) -> Box<[u64]> {
     // One walk over the response's names (a few, compared by kind and length first) is
     // cheaper than a hashed look-up per tag field.
     if names.is_empty() || !h.keys().any(|k| names.contains(k)) {
@@ -281,7 +282,7 @@ fn take_tags(h: &mut HeaderMap, names: &[http::HeaderName]) -> Box<[u64]> {
 
 /// RFC 9111 §4.4: a successful unsafe request invalidates its target and the `Location` and
 /// `Content-Location` URIs on the same host.
-fn invalidate_after_unsafe(cache: &Cache, txn: &Txn, pq: &str, res_headers: &HeaderMap) {
+fn invalidate_after_unsafe(cache: &Cache, txn: &Txn, pq: &str, res_headers: &Fields) {
     let host = txn.host();
     let ignore_query = txn.route().rule.config.ignore_query_string;
     cache.invalidate(host, pq, ignore_query);

@@ -4,7 +4,8 @@
 
 use bytes::Bytes;
 use http::header::{HeaderValue, RETRY_AFTER};
-use http::{Response, StatusCode};
+use http::StatusCode;
+use rampart_head::Response;
 
 use crate::body::local::{json_of, text};
 use crate::body::ProxyBody;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use http::header::HeaderValue;
-use http::Request;
+use rampart_head::Request;
 
 use rampart_cache::encoding::Coding;
 

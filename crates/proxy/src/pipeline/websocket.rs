@@ -12,7 +12,8 @@
 //! (`h2c`, TLS) are hop-by-hop fields the request loses, as every request does.
 
 use http::header::{HeaderName, HeaderValue, CONNECTION, UPGRADE};
-use http::{Method, Request, Response, StatusCode, Version};
+use http::{Method, StatusCode, Version};
+use rampart_head::{Request, Response};
 
 use crate::body::{ProxyBody, RequestBody};
 use crate::error::ProxyError;
@@ -115,8 +116,12 @@ pub fn handshake(
             req.extensions_mut().remove::<hyper::ext::Protocol>();
             let h = req.headers_mut();
             h.insert(SEC_WEBSOCKET_KEY.clone(), new_key());
-            h.entry(SEC_WEBSOCKET_VERSION.clone())
-                .or_insert(HeaderValue::from_static("13"));
+            if !h.contains_key(&SEC_WEBSOCKET_VERSION) {
+                h.push(
+                    SEC_WEBSOCKET_VERSION.clone(),
+                    HeaderValue::from_static("13"),
+                );
+            }
         }
     }
     Ok(Upgrade { kind })

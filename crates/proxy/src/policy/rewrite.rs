@@ -4,15 +4,16 @@
 //! (`[proxy_rules.error_pages]`). A rule without any of them costs a request one emptiness
 //! check each.
 
+use rampart_head::{Fields, Response};
 use std::net::IpAddr;
 
 use bytes::Bytes;
 use http::header::{
-    HeaderMap, HeaderName, HeaderValue, ACCEPT_RANGES, CONTENT_DISPOSITION, CONTENT_ENCODING,
+    HeaderName, HeaderValue, ACCEPT_RANGES, CONTENT_DISPOSITION, CONTENT_ENCODING,
     CONTENT_LANGUAGE, CONTENT_LENGTH, CONTENT_LOCATION, CONTENT_RANGE, CONTENT_TYPE, ETAG,
     LAST_MODIFIED, TRANSFER_ENCODING,
 };
-use http::{Response, StatusCode};
+use http::StatusCode;
 use rampart_config::{
     ErrorPage, HeaderRules, Redirect, Rewrite, RuleConfig, Template, TemplatePart, Variable,
 };
@@ -118,7 +119,7 @@ pub fn to_origin<'r>(
 /// with a status [`keeps_fields`] lists; otherwise only `remove` and the `always` tables apply.
 pub fn to_client<'r>(
     rules: impl Iterator<Item = &'r HeaderRules>,
-    headers: &mut HeaderMap,
+    headers: &mut Fields,
     vars: &Vars<'_>,
     kept: bool,
 ) {
@@ -153,7 +154,7 @@ pub fn keeps_fields(status: StatusCode) -> bool {
 
 /// NGINX's `expires N`: `Expires` at now + `secs` and `Cache-Control: max-age=secs`, replacing
 /// what the origin sent (the stored object keeps the origin's fields).
-pub fn expires(headers: &mut HeaderMap, secs: u64) {
+pub fn expires(headers: &mut Fields, secs: u64) {
     // The configuration keeps `secs` within ten years (NGINX's `expires max`).
     let now = std::time::SystemTime::now();
     if let Some(at) = now.checked_add(std::time::Duration::from_secs(secs)) {

@@ -16,11 +16,12 @@
 //! Every refusal is logged at `info` with the client, host and reason, and carries
 //! `X-Arc2-Cache: Block`. Nothing refused reaches the origin.
 
+use rampart_head::{Fields, Request};
 use std::net::IpAddr;
 use std::sync::Arc;
 
 use http::header::{CONTENT_TYPE, COOKIE, USER_AGENT};
-use http::{HeaderMap, HeaderValue, Request, StatusCode};
+use http::{HeaderValue, StatusCode};
 use rampart_config::{Cidr, Config, RateLimit};
 use rampart_redis::ratelimit::{Gcra, Verdict};
 use rampart_redis::{Feature, Shared};
@@ -123,7 +124,7 @@ impl Screen {
 
     /// The client behind `peer`: when `peer` is a trusted proxy, the right-most address in
     /// `X-Forwarded-For` that is not itself a trusted proxy.
-    pub fn client_ip(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+    pub fn client_ip(&self, peer: IpAddr, headers: &Fields) -> IpAddr {
         if self.trusted.is_empty() || !self.trusted.iter().any(|c| c.contains(peer)) {
             return peer;
         }

@@ -5,12 +5,13 @@
 //! successes in a row bring it back; every change is logged, and `/_rampart/status` shows the
 //! verdicts. Routing (`origin/balance.rs`) skips origins that are down unless all are (fail open).
 
+use rampart_head::Request;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use http::header::{HeaderValue, HOST, USER_AGENT};
-use http::{Request, StatusCode};
+use http::StatusCode;
 use rampart_config::{DomainPattern, HealthCheck};
 use tokio::sync::watch;
 
@@ -178,10 +179,10 @@ async fn probe(
             (key, scheme)
         }
     };
-    let (mut head, ()) = Request::get(path)
-        .body(())
-        .map_err(|_| ProxyError::BadRequest("health_check_path"))?
-        .into_parts();
+    let (mut head, ()) = Request::new(()).into_parts();
+    head.uri = path
+        .parse()
+        .map_err(|_| ProxyError::BadRequest("health_check_path"))?;
     head.headers.insert(HOST, host.clone());
     head.headers.insert(
         USER_AGENT,

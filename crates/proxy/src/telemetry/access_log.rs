@@ -62,7 +62,7 @@ impl AccessRecord {
         client: IpAddr,
         scheme: &'static str,
         host: &HeaderValue,
-        req: &http::Request<B>,
+        req: &rampart_head::Request<B>,
         request_id: HeaderValue,
     ) -> Self {
         let h = req.headers();
@@ -99,7 +99,7 @@ impl AccessRecord {
 /// The request's id: the client's `X-Request-Id` when it is usable (1–200 visible ASCII
 /// characters, no quote or backslash), else a new one, which is put in the request so the
 /// origin gets the same id.
-pub fn request_id(headers: &mut http::HeaderMap) -> HeaderValue {
+pub fn request_id(headers: &mut rampart_head::Fields) -> HeaderValue {
     if let Some(v) = usable_request_id(headers) {
         return v.clone();
     }
@@ -109,7 +109,7 @@ pub fn request_id(headers: &mut http::HeaderMap) -> HeaderValue {
 }
 
 /// The client's `X-Request-Id` when it is usable (see [`request_id`]).
-pub fn usable_request_id(headers: &http::HeaderMap) -> Option<&HeaderValue> {
+pub fn usable_request_id(headers: &rampart_head::Fields) -> Option<&HeaderValue> {
     let v = headers.get(&X_REQUEST_ID)?;
     let b = v.as_bytes();
     let usable = !b.is_empty()
@@ -420,7 +420,7 @@ mod tests {
     }
 
     fn record(sink: Arc<AccessLog>) -> AccessRecord {
-        let req = http::Request::get("/a%20b?q=%22x%22")
+        let req = rampart_head::Request::get("/a%20b?q=%22x%22")
             .header("user-agent", "Mozilla/5.0 (X11)")
             .body(())
             .unwrap_or_default();
@@ -471,14 +471,14 @@ mod tests {
 
     #[test]
     fn request_ids_pass_through_or_are_made() {
-        let mut h = http::HeaderMap::new();
+        let mut h = rampart_head::Fields::new();
         h.insert(&X_REQUEST_ID, HeaderValue::from_static("req-42"));
         assert_eq!(request_id(&mut h), "req-42");
         h.insert(&X_REQUEST_ID, HeaderValue::from_static("has space"));
         let made = request_id(&mut h);
         assert_eq!(made.len(), 32);
         assert_eq!(h.get(&X_REQUEST_ID), Some(&made), "sent on to the origin");
-        let mut h = http::HeaderMap::new();
+        let mut h = rampart_head::Fields::new();
         let (a, b) = (request_id(&mut h), new_request_id());
         assert_ne!(a, b);
         assert!(a.as_bytes().iter().all(u8::is_ascii_hexdigit));

@@ -16,7 +16,8 @@
 //! One walk over the fields, no allocation: it runs for every request, hits included.
 
 use http::header::{CONNECTION, HOST, TE, TRANSFER_ENCODING, UPGRADE};
-use http::{HeaderName, Method, Request};
+use http::{HeaderName, Method};
+use rampart_head::Request;
 
 static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");

@@ -13,14 +13,15 @@
 //! request goes again, once, on a new connection, when it can be sent twice (no body, or
 //! one read in full) and is idempotent or had not been written at all.
 
+use rampart_head::Response;
 use std::future::poll_fn;
 use std::sync::Arc;
 use std::task::Poll;
 
 use bytes::{Bytes, BytesMut};
 use http::header::{CONNECTION, CONTENT_LENGTH, TE, TRANSFER_ENCODING};
-use http::request::Parts;
-use http::{Method, Response, StatusCode};
+use http::{Method, StatusCode};
+use rampart_head::request::Parts;
 use rampart_screen::h1::ResponseFraming;
 
 use crate::body::origin::{settle, Delimit, H1Body, Home, OriginBody};
@@ -324,13 +325,16 @@ mod tests {
 
     #[test]
     fn request_heads() {
-        let mut h = http::HeaderMap::new();
+        let mut h = rampart_head::Fields::new();
         h.insert("host", "client.test".parse().unwrap());
         h.insert("content-length", "99".parse().unwrap());
         h.insert("te", "trailers".parse().unwrap());
         h.insert("accept", "*/*".parse().unwrap());
         h.insert("via", "1.0 other".parse().unwrap());
-        let (mut head, ()) = http::Request::post("/a?b=1").body(()).unwrap().into_parts();
+        let (mut head, ()) = rampart_head::Request::post("/a?b=1")
+            .body(())
+            .unwrap()
+            .into_parts();
         head.headers = h;
         let mut fields = OriginFields::for_client(&head.headers);
         fields.set(http::header::VIA, "1.1 rampart".parse().unwrap());
@@ -343,7 +347,7 @@ mod tests {
             "POST /a?b=1 HTTP/1.1\r\nhost: origin.test\r\naccept: */*\r\nvia: 1.0 other\r\n\
              via: 1.1 rampart\r\ntransfer-encoding: chunked\r\n\r\n"
         );
-        let (head, ()) = http::Request::get("http://x/")
+        let (head, ()) = rampart_head::Request::get("http://x/")
             .body(())
             .unwrap()
             .into_parts();

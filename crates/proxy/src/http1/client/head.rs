@@ -8,7 +8,8 @@
 
 use bytes::{Bytes, BytesMut};
 use http::header::{HeaderName, HeaderValue, CONNECTION};
-use http::{HeaderMap, StatusCode, Version};
+use http::{StatusCode, Version};
+use rampart_head::Fields;
 use rampart_screen::h1::ResponseFraming;
 
 /// Why an origin's response head was refused: the exchange fails (502) and the connection is
@@ -29,7 +30,7 @@ type Span = ((usize, usize), (usize, usize));
 pub struct ResponseHead {
     pub status: StatusCode,
     pub version: Version,
-    pub headers: HeaderMap,
+    pub headers: Fields,
     pub framing: ResponseFraming,
     /// The connection may carry another request once the body has been read: the origin
     /// did not ask to close it, and the body's end is known without the close.
@@ -98,7 +99,7 @@ pub fn parse(
     let head: Bytes = buf.split_to(len).freeze();
     // Room for the fields deliver adds (`Cache-Status`, `X-Arc2-Cache`, `Via`, `Vary`…)
     // without rebuilding the map.
-    let mut headers = HeaderMap::with_capacity(n + 6);
+    let mut headers = Fields::with_capacity(n + 6);
     let mut keep_alive = version == Version::HTTP_11;
     for &mut ((ns, nl), (vs, vl)) in spans {
         let name = HeaderName::from_bytes(&head[ns..ns + nl])

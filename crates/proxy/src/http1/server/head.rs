@@ -7,7 +7,8 @@
 
 use bytes::{Bytes, BytesMut};
 use http::header::{HeaderName, HeaderValue, CONNECTION, EXPECT};
-use http::{HeaderMap, Method, Uri, Version};
+use http::{Method, Uri, Version};
+use rampart_head::Fields;
 use rampart_screen::h1::Framing;
 
 /// Offset and length of a piece of the head.
@@ -32,7 +33,7 @@ pub struct Head {
     pub method: Method,
     pub uri: Uri,
     pub version: Version,
-    pub headers: HeaderMap,
+    pub headers: Fields,
     pub framing: Framing,
     /// The client allows the connection to carry another request after this one.
     pub keep_alive: bool,
@@ -114,7 +115,7 @@ pub fn parse(
     let head: Bytes = buf.split_to(len).freeze();
     let uri = Uri::from_maybe_shared(head.slice(target.0 as usize..(target.0 + target.1) as usize))
         .map_err(|_| HeadError::Bad("invalid request target"))?;
-    let mut headers = HeaderMap::with_capacity(n);
+    let mut headers = Fields::with_capacity(n);
     let mut conn = Persistence {
         keep_alive: version == Version::HTTP_11,
         expects_continue: false,
@@ -141,7 +142,7 @@ struct Persistence {
 /// read on the way.
 #[inline(always)]
 fn fill_fields(
-    headers: &mut HeaderMap,
+    headers: &mut Fields,
     h: &mut Persistence,
     version: Version,
     head: &Bytes,

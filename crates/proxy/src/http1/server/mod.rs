@@ -12,13 +12,14 @@ mod feed;
 pub mod head;
 pub mod write;
 
+use rampart_head::{Request, Response};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::Poll;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use http::{Request, Response};
+
 use rampart_screen::h1::Framing;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
@@ -420,7 +421,7 @@ async fn step<I: AsyncRead + AsyncWrite + Unpin>(
 }
 
 /// The interim answers waiting for this connection, once there are some.
-async fn take_interim(interim: Option<&Interim>) -> Vec<(http::StatusCode, http::HeaderMap)> {
+async fn take_interim(interim: Option<&Interim>) -> Vec<(http::StatusCode, rampart_head::Fields)> {
     match interim {
         Some(i) => std::future::poll_fn(|cx| i.poll_take(cx)).await,
         None => std::future::pending().await,
@@ -431,7 +432,7 @@ async fn take_interim(interim: Option<&Interim>) -> Vec<(http::StatusCode, http:
 /// so they arrive before the final answer is ready.
 async fn write_interim<W: AsyncWrite + Unpin>(
     io: &mut W,
-    answers: Vec<(http::StatusCode, http::HeaderMap)>,
+    answers: Vec<(http::StatusCode, rampart_head::Fields)>,
 ) -> std::io::Result<()> {
     let mut out = Vec::with_capacity(256);
     for (status, mut headers) in answers {

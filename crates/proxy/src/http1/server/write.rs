@@ -3,6 +3,7 @@
 //! write, a larger one beside it (vectored), a streamed one as it comes, chunked when its length
 //! is not known.
 
+use rampart_head::Fields;
 use std::cell::RefCell;
 use std::io::IoSlice;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -10,7 +11,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub use crate::body::StoredHead;
 use bytes::Bytes;
 use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
-use http::{HeaderMap, HeaderName, StatusCode, Version};
+use http::{HeaderName, StatusCode, Version};
 use http_body::Body;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
@@ -45,7 +46,7 @@ pub fn head(
     out: &mut Vec<u8>,
     status: StatusCode,
     stored: Option<StoredHead<'_>>,
-    headers: &HeaderMap,
+    headers: &Fields,
     hint: Option<u64>,
     ex: Exchange,
 ) -> (Framing, bool) {
@@ -138,7 +139,7 @@ pub fn head(
 
 /// The head of an interim (1xx) answer passed on from the origin: its fields (hop-by-hop ones
 /// already gone) without any length, which a 1xx never has.
-pub fn interim(out: &mut Vec<u8>, status: StatusCode, headers: &HeaderMap) {
+pub fn interim(out: &mut Vec<u8>, status: StatusCode, headers: &Fields) {
     out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(status.as_str().as_bytes());
     out.push(b' ');
@@ -150,7 +151,7 @@ pub fn interim(out: &mut Vec<u8>, status: StatusCode, headers: &HeaderMap) {
 
 /// The head of a `101 Switching Protocols`: the response's fields (hop-by-hop ones already
 /// gone) and `Connection: upgrade`.
-pub fn switching(out: &mut Vec<u8>, headers: &HeaderMap) {
+pub fn switching(out: &mut Vec<u8>, headers: &Fields) {
     out.extend_from_slice(b"HTTP/1.1 101 Switching Protocols\r\n");
     fields(
         out,
@@ -161,7 +162,7 @@ pub fn switching(out: &mut Vec<u8>, headers: &HeaderMap) {
 }
 
 /// Each field of `headers` as a `name: value` line, but those named in `skip`.
-fn fields(out: &mut Vec<u8>, headers: &HeaderMap, skip: &[HeaderName]) {
+fn fields(out: &mut Vec<u8>, headers: &Fields, skip: &[HeaderName]) {
     for (name, value) in headers {
         if skip.contains(name) {
             continue;
@@ -338,7 +339,7 @@ mod tests {
         hint: Option<u64>,
         ex: Exchange,
     ) -> (String, Framing, bool) {
-        let mut map = HeaderMap::new();
+        let mut map = Fields::new();
         for (k, v) in h {
             map.append(
                 http::header::HeaderName::from_bytes(k.as_bytes()).unwrap(),
@@ -365,7 +366,7 @@ mod tests {
 
     #[test]
     fn stored_fields_come_first_then_the_age_and_the_body_frames_itself() {
-        let mut stored = HeaderMap::new();
+        let mut stored = Fields::new();
         // A stored length is not trusted over the body's (the block leaves it out).
         stored.insert(CONTENT_LENGTH, HeaderValue::from_static("99"));
         stored.insert(
@@ -376,7 +377,7 @@ mod tests {
         stored.append("x-two", HeaderValue::from_static("a"));
         stored.append("x-two", HeaderValue::from_static("b"));
         let wire = rampart_cache::store::fields(&stored, &[]).wire;
-        let mut own = HeaderMap::new();
+        let mut own = Fields::new();
         own.insert(
             http::header::STRICT_TRANSPORT_SECURITY,
             HeaderValue::from_static("max-age=60"),

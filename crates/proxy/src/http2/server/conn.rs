@@ -12,7 +12,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use http::Request;
+use rampart_head::Request;
 use tokio::io::{AsyncRead, AsyncWrite, DuplexStream};
 use tokio::time::Instant;
 

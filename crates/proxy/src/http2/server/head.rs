@@ -9,6 +9,7 @@
 //! `transport/malformed.rs`, which the connection runs on every head it makes here: those are
 //! answered 400 (§8.1.1 allows a response before the stream closes).
 
+use rampart_head::{Fields, Request};
 use std::ops::Range;
 
 use bytes::BytesMut;
@@ -16,7 +17,7 @@ use http::header::{
     HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH, COOKIE, TE, TRANSFER_ENCODING, UPGRADE,
 };
 use http::uri::{Authority, PathAndQuery, Scheme};
-use http::{HeaderMap, Method, Request, Uri, Version};
+use http::{Method, Uri, Version};
 
 use crate::http2::hpack::{Decoder, HpackError};
 
@@ -178,7 +179,7 @@ pub fn request(
         HeaderValue::from_maybe_shared(buf.slice(r.clone()))
             .map_err(|_| malformed("an invalid field value"))
     };
-    let mut headers = HeaderMap::new();
+    let mut headers = Fields::new();
     for (name, r) in c.fields {
         headers.append(name, value(&r)?);
     }
@@ -258,7 +259,7 @@ fn target(buf: &bytes::Bytes, p: Pseudo, method: &Method) -> Result<Uri, HeadErr
 }
 
 /// The `content-length` fields: all the same number, or malformed.
-fn content_length(h: &HeaderMap) -> Result<Option<u64>, HeadError> {
+fn content_length(h: &Fields) -> Result<Option<u64>, HeadError> {
     let mut length = None;
     for v in h.get_all(CONTENT_LENGTH) {
         let n = crate::headers::parse_content_length(v)

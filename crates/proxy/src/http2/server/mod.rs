@@ -26,11 +26,11 @@ pub mod write;
 #[cfg(test)]
 mod tests;
 
+use rampart_head::{Request, Response};
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use http::{Request, Response};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 

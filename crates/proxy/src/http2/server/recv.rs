@@ -4,10 +4,11 @@
 //! client's SETTINGS, PING, WINDOW_UPDATE, RST_STREAM and GOAWAY, and the frames that do
 //! nothing counted against the flood limits.
 
+use rampart_head::{Fields, Request};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{HeaderMap, Request, StatusCode};
+use http::StatusCode;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::conn::{Conn, ConnError, Partial, Stream, STREAM_WINDOW};
@@ -452,7 +453,7 @@ where
 
     fn on_trailers(&mut self, i: usize, block: &[u8], end_stream: bool) -> Result<(), ConnError> {
         let max_list = self.limits.max_header_list as usize;
-        let mut trailers = HeaderMap::new();
+        let mut trailers = http::HeaderMap::new();
         let mut bad = false;
         let decoded = self.dec.decode(block, max_list, |n, v| {
             let name = http::HeaderName::from_bytes(n);
@@ -542,7 +543,7 @@ where
     /// became one).
     fn refuse(&mut self, id: u32, status: StatusCode, end_stream: bool) {
         let mut block = Vec::new();
-        write::response_block(&mut block, status, None, &HeaderMap::new(), Some(0));
+        write::response_block(&mut block, status, None, &Fields::new(), Some(0));
         let before = self.out.buf().len();
         let max = self.peer.max_frame as usize;
         frame::headers(self.out.buf(), id, &block, true, max);

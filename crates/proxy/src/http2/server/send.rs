@@ -2,11 +2,12 @@
 //! HEADERS (interim ones first), then its body as DATA frames within both flow-control
 //! windows, trailers, and the switch of a WebSocket's stream to its tunnel.
 
+use rampart_head::{Fields, Request, Response};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::{HeaderMap, Request, Response, StatusCode};
+use http::StatusCode;
 use http_body::Body as _;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
@@ -79,7 +80,7 @@ where
         self.send_body(id);
     }
 
-    fn send_interim(&mut self, i: usize, list: Vec<(StatusCode, HeaderMap)>) {
+    fn send_interim(&mut self, i: usize, list: Vec<(StatusCode, Fields)>) {
         let id = self.streams[i].id;
         for (status, headers) in list {
             self.headers_frame(id, false, |block| {
@@ -265,7 +266,7 @@ where
 enum Next {
     /// Data, and whether it is the body's last.
     Data(Bytes, bool),
-    Trailers(HeaderMap),
+    Trailers(http::HeaderMap),
     End,
     Failed,
 }

@@ -86,7 +86,8 @@ impl AsyncWrite for Wire {
     }
 }
 
-type Handler = Box<dyn FnMut(http::Request<ClientBody>, Arc<Interim>) -> StreamFuture + Send>;
+type Handler =
+    Box<dyn FnMut(rampart_head::Request<ClientBody>, Arc<Interim>) -> StreamFuture + Send>;
 
 /// Answers every request with `answer` bytes of `x`, and `got: N`: the length of the request
 /// body it read to its end (`reset` when the body failed).
@@ -94,7 +95,8 @@ fn handler(answer: usize) -> Handler {
     Box::new(move |req, _| {
         Box::pin(async move {
             let got = req.into_body().collect().await.map(|b| b.to_bytes().len());
-            let mut res = http::Response::new(ProxyBody::full(Bytes::from(vec![b'x'; answer])));
+            let mut res =
+                rampart_head::Response::new(ProxyBody::full(Bytes::from(vec![b'x'; answer])));
             let got = got.map_or("reset".to_owned(), |n| n.to_string());
             res.headers_mut()
                 .insert("got", http::HeaderValue::from_str(&got).expect("digits"));

@@ -7,6 +7,7 @@
 //! ([`stored_block`]) and copied as they are, with only `age`, `x-arc2-cache-age` and the
 //! fields added per response encoded each time.
 
+use rampart_head::Fields;
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
@@ -17,7 +18,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING, UPGRADE};
-use http::{HeaderMap, HeaderName, StatusCode};
+use http::{HeaderName, StatusCode};
 use tokio::io::AsyncWrite;
 
 use crate::body::StoredHead;
@@ -171,7 +172,7 @@ pub fn response_block(
     out: &mut Vec<u8>,
     status: StatusCode,
     stored: Option<(StoredHead<'_>, &[u8])>,
-    headers: &HeaderMap,
+    headers: &Fields,
     length: Option<u64>,
 ) {
     hpack::encode_status(status.as_u16(), out);
@@ -251,7 +252,7 @@ fn arc2_age_name() -> &'static [u8] {
 }
 
 /// An interim (1xx) response's block: its status and fields.
-pub fn interim_block(out: &mut Vec<u8>, status: StatusCode, headers: &HeaderMap) {
+pub fn interim_block(out: &mut Vec<u8>, status: StatusCode, headers: &Fields) {
     hpack::encode_status(status.as_u16(), out);
     for (name, value) in headers {
         if !connection_specific(name) {
@@ -261,7 +262,7 @@ pub fn interim_block(out: &mut Vec<u8>, status: StatusCode, headers: &HeaderMap)
 }
 
 /// A trailer block: the fields alone.
-pub fn fields_block(out: &mut Vec<u8>, headers: &HeaderMap) {
+pub fn fields_block(out: &mut Vec<u8>, headers: &http::HeaderMap) {
     for (name, value) in headers {
         if !connection_specific(name) {
             hpack::encode_field(name.as_str().as_bytes(), value.as_bytes(), out);

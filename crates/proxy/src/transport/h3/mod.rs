@@ -24,6 +24,7 @@
 pub mod config;
 pub mod relay;
 
+use rampart_head::{Request, Response};
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -33,7 +34,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use h3::error::Code;
 use h3::server::RequestStream;
-use http::{Method, Request, Response, StatusCode};
+use http::{Method, StatusCode};
 use http_body::Body;
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument as _;
@@ -348,6 +349,8 @@ async fn serve_request(
         }
     };
     let (mut send, recv) = stream.split();
+    // The h3 crate speaks `http`'s types: the head becomes rampart's here, at its edge.
+    let req = Request::from_http(req);
     let head = req.method() == Method::HEAD;
     // Where the origin's interim answers (103 Early Hints) for this request go: each is sent
     // as a HEADERS frame of its own ahead of the final one (RFC 9114 §4.1).
@@ -385,13 +388,13 @@ async fn serve_request(
 }
 
 /// Interim (1xx) answers from the origin, each a HEADERS frame (never stored).
-async fn send_interim(send: &mut SendHalf, list: Vec<(StatusCode, http::HeaderMap)>) {
+async fn send_interim(send: &mut SendHalf, list: Vec<(StatusCode, rampart_head::Fields)>) {
     for (status, mut headers) in list {
         crate::headers::strip_hop_by_hop(&mut headers);
         let mut res = Response::new(());
         *res.status_mut() = status;
         *res.headers_mut() = headers;
-        if let Err(e) = send.send_response(res).await {
+        if let Err(e) = send.send_response(res.into_http()).await {
             tracing::debug!(error = %e, "HTTP/3 interim answer not sent");
             return;
         }
@@ -416,7 +419,10 @@ async fn respond(
     crate::headers::strip_hop_by_hop(&mut parts.headers);
     let bodiless =
         head || parts.status == StatusCode::NO_CONTENT || parts.status == StatusCode::NOT_MODIFIED;
-    if let Err(e) = send.send_response(Response::from_parts(parts, ())).await {
+    if let Err(e) = send
+        .send_response(Response::from_parts(parts, ()).into_http())
+        .await
+    {
         tracing::debug!(error = %e, "HTTP/3 response head not sent");
         return;
     }
