@@ -180,13 +180,10 @@ impl Fields {
         }
     }
 
-    /// Adds a line at the end. Returns whether the name was new.
+    /// Adds a line at the end (after any others of the name).
     #[inline]
-    pub fn append<K: IntoFieldName>(&mut self, name: K, value: HeaderValue) -> bool {
-        let name = name.into_name();
-        let new = !self.contains_key(&name);
-        self.lines.push((name, value));
-        new
+    pub fn append<K: IntoFieldName>(&mut self, name: K, value: HeaderValue) {
+        self.lines.push((name.into_name(), value));
     }
 
     /// Adds a line at the end without asking whether the name is there (a parser's push).
