@@ -108,7 +108,9 @@ enum Slot {
 
 #[derive(Debug, Default)]
 struct Table {
-    slots: HashMap<CacheKey, Slot>,
+    /// foldhash with a seed per process: keys are the clients' URLs, so the seed matters
+    /// (flooding), and SipHash cost ~300 instructions per miss here.
+    slots: HashMap<CacheKey, Slot, foldhash::quality::RandomState>,
     /// How many slots are `Uncacheable`.
     uncacheable: usize,
 }
