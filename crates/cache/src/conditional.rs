@@ -84,7 +84,7 @@ const NOT_FRESHENED: [&str; 11] = [
 pub fn client_has_conditionals(req: &Fields) -> bool {
     // One walk over the (few) names present: cheaper than five hashed look-ups, and these are
     // all standard names, which compare as small integers.
-    req.keys().any(|k| PRECONDITIONS.contains(k))
+    req.iter().any(|(k, _)| PRECONDITIONS.contains(k))
 }
 
 /// For a GET/HEAD answered from a stored 200 response: true when the client should get 304 Not

@@ -263,7 +263,7 @@ fn from_stale_entry(
 fn take_tags(h: &mut Fields, names: &[http::HeaderName]) -> Box<[u64]> {
     // One walk over the response's names (a few, compared by kind and length first) is
     // cheaper than a hashed look-up per tag field.
-    if names.is_empty() || !h.keys().any(|k| names.contains(k)) {
+    if names.is_empty() || !h.iter().any(|(k, _)| names.contains(k)) {
         return Box::default();
     }
     let mut tags = Vec::new();
