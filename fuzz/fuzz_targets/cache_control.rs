@@ -2,14 +2,15 @@
 //! arbitrary bytes, and the fields a qualified `private` / `no-cache` withholds.
 #![no_main]
 
-use http::header::{HeaderMap, HeaderValue, CACHE_CONTROL, PRAGMA};
+use http::header::{HeaderValue, CACHE_CONTROL, PRAGMA};
 use libfuzzer_sys::fuzz_target;
 use rampart_cache::cache_control::{RequestDirectives, ResponseDirectives};
 use rampart_cache::targeted::CDN_CACHE_CONTROL;
+use rampart_head::Fields;
 
 fuzz_target!(|data: &[u8]| {
-    let mut headers = HeaderMap::new();
-    let mut targeted = HeaderMap::new();
+    let mut headers = Fields::new();
+    let mut targeted = Fields::new();
     for part in data.split(|&b| b == b'\n') {
         if let Ok(v) = HeaderValue::from_bytes(part) {
             headers.append(CACHE_CONTROL, v.clone());

@@ -63,10 +63,10 @@ fuzz_target!(|data: &[u8]| {
         keepalive_timeout: Duration::from_secs(5),
         send_timeout: Duration::from_secs(5),
     };
-    let handler = |req: http::Request<rampart_proxy::body::ClientBody>, _| {
+    let handler = |req: rampart_head::Request<rampart_proxy::body::ClientBody>, _| {
         Box::pin(async move {
             let _ = req.into_body().collect().await;
-            let mut res = http::Response::new(ProxyBody::full(Bytes::from_static(b"hello")));
+            let mut res = rampart_head::Response::new(ProxyBody::full(Bytes::from_static(b"hello")));
             res.headers_mut().insert("x-fuzz", http::HeaderValue::from_static("1"));
             res
         }) as StreamFuture

@@ -40,7 +40,7 @@ fuzz_target!(|data: &[u8]| {
                     .collect()
                     .await
                     .map_or(0, |b| b.to_bytes().len());
-                http::Response::new(ProxyBody::full(Bytes::from(n.to_string())))
+                rampart_head::Response::new(ProxyBody::full(Bytes::from(n.to_string())))
             },
             None,
             &mut stop,

@@ -149,16 +149,20 @@ impl BodyFields {
         let mut lengths = 0;
         let mut te: Option<bool> = None; // Some(true) while exactly one `chunked` seen
         let mut hosts = 0;
+        // By length first: most fields are none of the three, and a length compare is all
+        // it takes to know (this runs on every head, both ways).
         for h in headers.iter() {
             let name = h.name;
-            if name.eq_ignore_ascii_case("content-length") {
+            let len = name.len();
+            if len == 14 && name.eq_ignore_ascii_case("content-length") {
                 lengths += 1;
                 let v = h.value.trim_ascii();
                 if v.is_empty() || v.len() > 18 || !v.iter().all(u8::is_ascii_digit) {
                     return Err("invalid Content-Length");
                 }
-                length = std::str::from_utf8(v).ok().and_then(|s| s.parse().ok());
-            } else if name.eq_ignore_ascii_case("transfer-encoding") {
+                // At most 18 digits: below 2^63, no overflow.
+                length = Some(v.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0')));
+            } else if len == 17 && name.eq_ignore_ascii_case("transfer-encoding") {
                 for coding in h.value.split(|&b| b == b',') {
                     let c = coding.trim_ascii();
                     if c.is_empty() {
@@ -172,7 +176,7 @@ impl BodyFields {
                 if te.is_none() {
                     te = Some(false);
                 }
-            } else if name.eq_ignore_ascii_case("host") {
+            } else if len == 4 && name.eq_ignore_ascii_case("host") {
                 hosts += 1;
             }
         }

@@ -236,7 +236,8 @@ fn for_origin(
     // value that is passed on, to HTTP/2 origins (the HTTP/1.1 client never sends TE).
     // Only for HTTP/2 (and later) clients: rampart sends HTTP/1.1 clients no trailers.
     if downstream_version >= Version::HTTP_2 && wants_trailers(client) {
-        f.set(TE, HeaderValue::from_static("trailers"));
+        const TRAILERS: HeaderValue = HeaderValue::from_static("trailers");
+        f.set(TE, TRAILERS);
     }
     // The id the access log has (open_log put it in), the client's, or a new one. A field
     // the client's `Connection` names is not the client's to pass on: neither its id nor its
@@ -251,10 +252,13 @@ fn for_origin(
         forwarded_for(client, &conn.client_ip_header)
     };
     f.set(X_FORWARDED_FOR.clone(), xff);
-    f.set(
-        X_FORWARDED_PROTO.clone(),
-        HeaderValue::from_static(conn.scheme.as_str()),
-    );
+    const HTTP: HeaderValue = HeaderValue::from_static("http");
+    const HTTPS: HeaderValue = HeaderValue::from_static("https");
+    let proto = match conn.scheme {
+        Scheme::Http => HTTP,
+        Scheme::Https => HTTPS,
+    };
+    f.set(X_FORWARDED_PROTO.clone(), proto);
     f.set(X_FORWARDED_HOST.clone(), host.clone());
     f.set(X_FORWARDED_PORT.clone(), conn.local_port_header.clone());
     // RFC 7239 says what the X-Forwarded-* fields say, host and scheme included: the client's

@@ -7,7 +7,7 @@
 //! every field value is a slice of it, not a copy.
 
 use bytes::{Bytes, BytesMut};
-use http::header::{HeaderName, HeaderValue, CONNECTION};
+use http::header::{HeaderValue, CONNECTION};
 use http::{StatusCode, Version};
 use rampart_head::Fields;
 use rampart_screen::h1::ResponseFraming;
@@ -22,8 +22,9 @@ pub enum HeadError {
     TooLarge,
 }
 
-/// A field's name and value as (offset, length) in the head.
-type Span = ((usize, usize), (usize, usize));
+/// A field's name and value as (offset, length) in the head (a head is at most
+/// `ORIGIN_READ_BUFFER` bytes, far below 4 GiB).
+type Span = ((u32, u32), (u32, u32));
 
 /// A complete, accepted response head.
 #[derive(Debug)]
@@ -47,16 +48,20 @@ pub fn parse(
     max_headers: usize,
     head_request: bool,
 ) -> Result<Option<ResponseHead>, HeadError> {
-    let mut stack = [httparse::EMPTY_HEADER; 64];
+    // The field slots are left uninitialised (httparse fills what it uses), as the server's
+    // are: 64 initialised slots and their spans were 4 KiB written for every answer.
+    let mut stack = [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; 64];
     let mut heap = Vec::new();
-    let slots: &mut [httparse::Header<'_>] = if max_headers <= stack.len() {
+    let slots: &mut [std::mem::MaybeUninit<httparse::Header<'_>>] = if max_headers <= stack.len() {
         &mut stack[..max_headers]
     } else {
-        heap.resize(max_headers, httparse::EMPTY_HEADER);
+        heap.resize_with(max_headers, std::mem::MaybeUninit::uninit);
         &mut heap
     };
-    let mut res = httparse::Response::new(slots);
-    let len = match res.parse(buf) {
+    let mut res = httparse::Response::new(&mut []);
+    let len = match httparse::ParserConfig::default()
+        .parse_response_with_uninit_headers(&mut res, buf, slots)
+    {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) if buf.len() > max_head => return Err(HeadError::TooLarge),
         Ok(httparse::Status::Partial) => return Ok(None),
@@ -83,8 +88,9 @@ pub fn parse(
     // Where each field lies, to slice the frozen head afterwards (on the stack for heads of
     // ordinary size).
     let base = buf.as_ptr() as usize;
-    let at = |s: &[u8]| (s.as_ptr() as usize - base, s.len());
-    let mut stack_spans = [((0, 0), (0, 0)); 64];
+    let at = |s: &[u8]| ((s.as_ptr() as usize - base) as u32, s.len() as u32);
+    // Small: zeroed for every head, and most heads have a handful of fields.
+    let mut stack_spans = [((0, 0), (0, 0)); 16];
     let mut heap_spans = Vec::new();
     let n = res.headers.len();
     let spans: &mut [Span] = if n <= stack_spans.len() {
@@ -102,7 +108,8 @@ pub fn parse(
     let mut headers = Fields::with_capacity(n + 6);
     let mut keep_alive = version == Version::HTTP_11;
     for &mut ((ns, nl), (vs, vl)) in spans {
-        let name = HeaderName::from_bytes(&head[ns..ns + nl])
+        let (ns, nl, vs, vl) = (ns as usize, nl as usize, vs as usize, vl as usize);
+        let name = rampart_head::field_name(&head[ns..ns + nl])
             .map_err(|_| HeadError::Bad("invalid field name"))?;
         let value = HeaderValue::from_maybe_shared(head.slice(vs..vs + vl))
             .map_err(|_| HeadError::Bad("invalid field value"))?;
