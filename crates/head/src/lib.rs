@@ -6,19 +6,15 @@
 //!   less than the hashing, index and bucket list of `http::HeaderMap`, and building it is one
 //!   push per line. The API is the subset of `HeaderMap`'s rampart uses, with the same meaning
 //!   (`insert` replaces every line of the name, `get` is the first, `get_all` all in order).
-//! - [`field_name`]: a parsed name as `http`'s `HeaderName`, the common ones found without
-//!   `HeaderName::from_bytes`.
 //! - [`Request`] and [`Response`]: method, target, version, fields, extensions and a body, as in
 //!   the `http` crate, but over [`Fields`]. Libraries that need `http`'s types (hyper for
 //!   HTTP/2 to origins, h3) are given them at their edge ([`Request::into_http`],
 //!   [`Response::from_http`] and their mirrors).
 
 mod fields;
-mod names;
 pub mod request;
 pub mod response;
 
 pub use fields::{FieldKey, Fields, GetAll, IntoFieldName, Iter};
-pub use names::field_name;
 pub use request::Request;
 pub use response::Response;

@@ -7,7 +7,7 @@
 //! every field value is a slice of it, not a copy.
 
 use bytes::{Bytes, BytesMut};
-use http::header::{HeaderValue, CONNECTION};
+use http::header::{HeaderName, HeaderValue, CONNECTION};
 use http::{StatusCode, Version};
 use rampart_head::Fields;
 use rampart_screen::h1::ResponseFraming;
@@ -109,7 +109,7 @@ pub fn parse(
     let mut keep_alive = version == Version::HTTP_11;
     for &mut ((ns, nl), (vs, vl)) in spans {
         let (ns, nl, vs, vl) = (ns as usize, nl as usize, vs as usize, vl as usize);
-        let name = rampart_head::field_name(&head[ns..ns + nl])
+        let name = HeaderName::from_bytes(&head[ns..ns + nl])
             .map_err(|_| HeadError::Bad("invalid field name"))?;
         let value = HeaderValue::from_maybe_shared(head.slice(vs..vs + vl))
             .map_err(|_| HeadError::Bad("invalid field value"))?;

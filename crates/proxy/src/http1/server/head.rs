@@ -6,7 +6,7 @@
 //! every field value are slices of it, not copies.
 
 use bytes::{Bytes, BytesMut};
-use http::header::{HeaderValue, CONNECTION, EXPECT};
+use http::header::{HeaderName, HeaderValue, CONNECTION, EXPECT};
 use http::{Method, Uri, Version};
 use rampart_head::Fields;
 use rampart_screen::h1::Framing;
@@ -150,7 +150,7 @@ fn fill_fields(
 ) -> Result<(), HeadError> {
     for &((ns, nl), (vs, vl)) in ranges {
         let (ns, nl, vs, vl) = (ns as usize, nl as usize, vs as usize, vl as usize);
-        let name = rampart_head::field_name(&head[ns..ns + nl])
+        let name = HeaderName::from_bytes(&head[ns..ns + nl])
             .map_err(|_| HeadError::Bad("invalid field name"))?;
         let value = HeaderValue::from_maybe_shared(head.slice(vs..vs + vl))
             .map_err(|_| HeadError::Bad("invalid field value"))?;

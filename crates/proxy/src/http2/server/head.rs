@@ -112,7 +112,7 @@ impl Collect {
         if name.iter().any(u8::is_ascii_uppercase) {
             return Err("an uppercase field name");
         }
-        let name = rampart_head::field_name(name).map_err(|_| "an invalid field name")?;
+        let name = HeaderName::from_bytes(name).map_err(|_| "an invalid field name")?;
         // RFC 9113 §8.2.2: connection-specific fields, and TE other than `trailers`.
         if name == CONNECTION
             || name == TRANSFER_ENCODING
