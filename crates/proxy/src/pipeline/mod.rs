@@ -52,36 +52,22 @@ impl Pipeline {
     }
 
     /// Handles one request end to end. Never fails: errors become synthetic responses.
+    /// `interim`: where the origin's interim answers go when the request has a place of its own
+    /// for them (an HTTP/2 or HTTP/3 stream); `None` on HTTP/1.1, whose connection takes them.
     ///
     /// Not an `async fn`, so the future is `run`'s alone, without a second copy of the request.
     pub fn handle<'a>(
         self: &'a Arc<Self>,
         conn: &'a Arc<ConnInfo>,
         req: Request<ClientBody>,
+        interim: Option<Arc<crate::interim::Interim>>,
     ) -> impl Future<Output = Response<ProxyBody>> + 'a {
         let limits = self.w.body_limits;
         self.run(
             conn,
             req.map(|b| RequestBody::from_client(b, limits)),
             Mode::Client,
-            None,
-        )
-    }
-
-    /// [`Pipeline::handle`] for a request on an HTTP/2 stream: the origin's interim answers
-    /// go to `interim`, the stream's own.
-    pub fn handle_stream<'a>(
-        self: &'a Arc<Self>,
-        conn: &'a Arc<ConnInfo>,
-        req: Request<ClientBody>,
-        interim: Arc<crate::interim::Interim>,
-    ) -> impl Future<Output = Response<ProxyBody>> + 'a {
-        let limits = self.w.body_limits;
-        self.run(
-            conn,
-            req.map(|b| RequestBody::from_client(b, limits)),
-            Mode::Client,
-            Some(interim),
+            interim,
         )
     }
 
@@ -208,7 +194,7 @@ mod tests {
             (Ipv4Addr::LOCALHOST, 80).into(),
             Scheme::Http,
         ));
-        let handle = p.handle(&conn, Request::new(ClientBody::Empty));
+        let handle = p.handle(&conn, Request::new(ClientBody::Empty), None);
         let mut txn = Txn::new(&conn, Mode::Client);
         let mut req = Request::get("http://a.example/")
             .body(RequestBody::Empty)

@@ -318,7 +318,7 @@ impl Conn {
             move |req| {
                 let (pipeline, info) = (slot.load().pipeline.clone(), info.clone());
                 // Boxed: the connection's own state stays small between requests.
-                Box::pin(async move { pipeline.handle(&info, req).await })
+                Box::pin(async move { pipeline.handle(&info, req, None).await })
             },
             Some(&interim),
             stop,
@@ -335,7 +335,7 @@ impl Conn {
         let (slot, info) = (self.slot, self.info);
         let handler = move |req, interim| {
             let (pipeline, info) = (slot.load().pipeline.clone(), info.clone());
-            Box::pin(async move { pipeline.handle_stream(&info, req, interim).await })
+            Box::pin(async move { pipeline.handle(&info, req, Some(interim)).await })
                 as crate::http2::server::StreamFuture
         };
         crate::http2::server::serve(io, self.h2, handler, stop).await;

@@ -370,7 +370,7 @@ async fn serve_request(
         };
         let req: Request<ClientBody> = req.map(|()| body);
         let pipeline = slot.load().pipeline.clone();
-        let handled = pipeline.handle_stream(&info, req, interim.clone());
+        let handled = pipeline.handle(&info, req, Some(interim.clone()));
         tokio::pin!(handled);
         loop {
             tokio::select! {
