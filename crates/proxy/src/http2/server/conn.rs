@@ -48,6 +48,11 @@ pub(super) const WRITE_HIGH: usize = 128 * 1024;
 /// Polls of the loop before the task yields to the others on its thread.
 const LOOP_BUDGET: u32 = 32;
 
+/// How many ranges of skipped stream ids a connection remembers (`Conn::skipped`): clients
+/// open ids in order, so a range is rare; past this the oldest is forgotten and its ids read
+/// as closed streams.
+pub(super) const SKIPPED_KEPT: usize = 8;
+
 /// Why the connection ended.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnError {
@@ -121,6 +126,10 @@ pub struct Conn<I, H> {
     pub(super) conn_credit: u32,
     pub(super) streams: Vec<Stream>,
     pub(super) last_id: u32,
+    /// Client stream ids jumped over (never opened), as inclusive ranges, the last
+    /// [`SKIPPED_KEPT`]: HEADERS on one of them is an unexpected identifier (RFC 9113 §5.1.1,
+    /// PROTOCOL_ERROR), on any other id at or below `last_id` a closed stream (STREAM_CLOSED).
+    pub(super) skipped: Vec<(u32, u32)>,
     pub(super) partial: Option<Partial>,
     pub(super) woken: Arc<Woken>,
     /// Streams to run on the next turn (new ones, ones whose windows opened).
@@ -165,6 +174,7 @@ where
             conn_credit: 0,
             streams: Vec::new(),
             last_id: 0,
+            skipped: Vec::new(),
             partial: None,
             woken: Arc::new(Woken::default()),
             runnable: Vec::new(),

@@ -400,10 +400,27 @@ where
         if id <= self.last_id {
             // Decoded all the same: the table must stay in step with the client's.
             let _ = self.dec.decode(block, max_list, |_, _| {});
+            if self.skipped.iter().any(|&(lo, hi)| (lo..=hi).contains(&id)) {
+                return Err(ConnError::Protocol(
+                    Reason::PROTOCOL_ERROR,
+                    "HEADERS opening a stream below one already opened",
+                ));
+            }
             return Err(ConnError::Protocol(
                 Reason::STREAM_CLOSED,
                 "HEADERS on a closed stream",
             ));
+        }
+        let next = if self.last_id == 0 {
+            1
+        } else {
+            self.last_id + 2
+        };
+        if id > next {
+            if self.skipped.len() == super::conn::SKIPPED_KEPT {
+                self.skipped.remove(0);
+            }
+            self.skipped.push((next, id - 2));
         }
         self.last_id = id;
         let head = head::request(&mut self.dec, block, max_list, true);

@@ -194,7 +194,6 @@ async fn headers_on_an_even_stream_is_a_protocol_error() {
 /// §5.1.1: a new stream's identifier must be greater than every one opened before; an
 /// unexpected identifier is a connection error PROTOCOL_ERROR.
 #[tokio::test]
-#[ignore = "rampart's own server (HEAD) answers GOAWAY(STREAM_CLOSED), reading the lower id as a closed stream (§5.1); §5.1.1 requires PROTOCOL_ERROR"]
 async fn a_stream_id_lower_than_a_previous_one_is_a_protocol_error() {
     let s = Server::start().await;
     let mut c = s.open().await;
@@ -203,6 +202,21 @@ async fn a_stream_id_lower_than_a_previous_one_is_a_protocol_error() {
     c.get(3, "/three").await;
     c.expect_goaway(PROTOCOL_ERROR).await;
     assert!(!s.origin_saw("/three"));
+}
+
+/// §5.1 (closed): HEADERS again on a stream that was opened and has closed is not a new
+/// stream with an unexpected identifier but a frame on a closed stream: STREAM_CLOSED.
+#[tokio::test]
+async fn headers_again_on_a_finished_stream_is_stream_closed() {
+    let s = Server::start().await;
+    let mut c = s.open().await;
+    c.get(1, "/one").await;
+    assert_eq!(c.response(1).await.status, 200);
+    c.get(3, "/three").await;
+    assert_eq!(c.response(3).await.status, 200);
+    c.get(1, "/one-again").await;
+    c.expect_goaway(STREAM_CLOSED).await;
+    assert!(!s.origin_saw("/one-again"));
 }
 
 /// §5.1 (idle), §6.1, §6.4, §6.9: DATA, RST_STREAM and WINDOW_UPDATE on an idle stream are a
