@@ -97,26 +97,9 @@ impl Fields {
         self.lines.len()
     }
 
-    /// Distinct names.
-    pub fn keys_len(&self) -> usize {
-        self.keys().count()
-    }
-
     #[inline]
     pub fn is_empty(&self) -> bool {
         self.lines.is_empty()
-    }
-
-    pub fn clear(&mut self) {
-        self.lines.clear();
-    }
-
-    pub fn reserve(&mut self, n: usize) {
-        self.lines.reserve(n);
-    }
-
-    pub fn capacity(&self) -> usize {
-        self.lines.capacity()
     }
 
     #[inline]
@@ -124,17 +107,19 @@ impl Fields {
         self.lines.iter().position(|(n, _)| key.is(n))
     }
 
+    /// Lines the vector has room for (what the store charges an object for its fields).
+    pub fn capacity(&self) -> usize {
+        self.lines.capacity()
+    }
+
+    pub fn values(&self) -> impl Iterator<Item = &HeaderValue> {
+        self.lines.iter().map(|(_, v)| v)
+    }
+
     /// The first line's value.
     #[inline]
     pub fn get<K: FieldKey>(&self, key: K) -> Option<&HeaderValue> {
         self.lines.iter().find(|(n, _)| key.is(n)).map(|(_, v)| v)
-    }
-
-    pub fn get_mut<K: FieldKey>(&mut self, key: K) -> Option<&mut HeaderValue> {
-        self.lines
-            .iter_mut()
-            .find(|(n, _)| key.is(n))
-            .map(|(_, v)| v)
     }
 
     /// Every line's value, in order.
@@ -202,21 +187,12 @@ impl Fields {
         Some(first)
     }
 
-    /// Keeps the lines `keep` says yes to.
-    pub fn retain(&mut self, mut keep: impl FnMut(&HeaderName, &HeaderValue) -> bool) {
-        self.lines.retain(|(n, v)| keep(n, v));
-    }
-
     /// Every line, in order.
     #[inline]
     pub fn iter(&self) -> Iter<'_> {
         Iter {
             lines: self.lines.iter(),
         }
-    }
-
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&HeaderName, &mut HeaderValue)> {
-        self.lines.iter_mut().map(|(n, v)| (&*n, v))
     }
 
     /// Each distinct name once, in the order of its first line.
@@ -226,10 +202,6 @@ impl Fields {
             .enumerate()
             .filter(|(i, (n, _))| !self.lines[..*i].iter().any(|(m, _)| m == n))
             .map(|(_, (n, _))| n)
-    }
-
-    pub fn values(&self) -> impl Iterator<Item = &HeaderValue> {
-        self.lines.iter().map(|(_, v)| v)
     }
 
     /// The lines as `http`'s map, for a library that takes one.
@@ -289,20 +261,6 @@ impl<K: FieldKey> std::ops::Index<K> for Fields {
 impl From<http::HeaderMap> for Fields {
     fn from(map: http::HeaderMap) -> Self {
         Fields::from_header_map(map)
-    }
-}
-
-impl FromIterator<(HeaderName, HeaderValue)> for Fields {
-    fn from_iter<I: IntoIterator<Item = (HeaderName, HeaderValue)>>(iter: I) -> Self {
-        Fields {
-            lines: iter.into_iter().collect(),
-        }
-    }
-}
-
-impl Extend<(HeaderName, HeaderValue)> for Fields {
-    fn extend<I: IntoIterator<Item = (HeaderName, HeaderValue)>>(&mut self, iter: I) {
-        self.lines.extend(iter);
     }
 }
 
@@ -397,13 +355,6 @@ impl<'a> Iterator for ValueIter<'a> {
     }
 }
 
-impl DoubleEndedIterator for ValueIter<'_> {
-    fn next_back(&mut self) -> Option<Self::Item> {
-        let name = self.name?;
-        self.rest.rfind(|(n, _)| n == name).map(|(_, v)| v)
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -433,9 +384,8 @@ mod tests {
         assert!(f.get(CACHE_CONTROL).is_none() && !f.contains_key("cache-control"));
         let all: Vec<_> = f.get_all("VARY").iter().collect();
         assert_eq!(all, [&v("a"), &v("b")]);
-        assert_eq!(f.get_all(VARY).iter().next_back().unwrap(), "b");
         assert_eq!(f.get_all("nothing").iter().count(), 0);
-        assert_eq!((f.len(), f.keys_len()), (5, 3));
+        assert_eq!((f.len(), f.keys().count()), (5, 3));
         let keys: Vec<_> = f.keys().map(|k| k.as_str()).collect();
         assert_eq!(keys, ["vary", "etag", "x-two"]);
     }
@@ -464,7 +414,7 @@ mod tests {
         assert_eq!(f.remove("x-two").unwrap(), "1");
         assert_eq!(f.remove("x-two"), None);
         assert_eq!(f.len(), 3);
-        f.retain(|n, _| n != VARY);
+        assert_eq!(f.remove(VARY).unwrap(), "a");
         assert_eq!(f.len(), 1);
     }
 

@@ -109,7 +109,7 @@ enum Slot {
 #[derive(Debug, Default)]
 struct Table {
     /// foldhash with a seed per process: keys are the clients' URLs, so the seed matters
-    /// (flooding), and SipHash cost ~300 instructions per miss here.
+    /// (flooding); SipHash would be a few hundred instructions a miss.
     slots: HashMap<CacheKey, Slot, foldhash::quality::RandomState>,
     /// How many slots are `Uncacheable`.
     uncacheable: usize,

@@ -45,12 +45,7 @@ async fn padded_data_is_accepted() {
     c.send(DATA, PADDED | END_STREAM, 1, &padded(b"abc", 7))
         .await;
     assert_eq!(c.response(1).await.status, 200);
-    let seen = s
-        .origin
-        .seen()
-        .into_iter()
-        .find(|x| x.uri.path() == "/padded")
-        .unwrap();
+    let seen = s.origin_request("/padded");
     assert_eq!(seen.body_len, 3);
 }
 

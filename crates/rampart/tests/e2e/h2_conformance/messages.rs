@@ -64,12 +64,7 @@ async fn trailers_are_accepted() {
     c.headers(1, END_STREAM, &owned(&[("x-checksum", "abc")]))
         .await;
     assert_eq!(c.response(1).await.status, 200);
-    let seen = s
-        .origin
-        .seen()
-        .into_iter()
-        .find(|x| x.uri.path() == "/trailers")
-        .unwrap();
+    let seen = s.origin_request("/trailers");
     assert_eq!(seen.body_len, 4);
 }
 
@@ -190,12 +185,7 @@ async fn cookie_crumbs_are_joined_for_the_http11_origin() {
     )
     .await;
     assert_eq!(c.response(1).await.status, 200);
-    let seen = s
-        .origin
-        .seen()
-        .into_iter()
-        .find(|x| x.uri.path() == "/cookies")
-        .unwrap();
+    let seen = s.origin_request("/cookies");
     let cookies: Vec<_> = seen.headers.get_all("cookie").iter().collect();
     assert_eq!(cookies, ["a=1; b=2"]);
 }

@@ -93,6 +93,15 @@ impl Server {
         self.origin.seen().iter().any(|s| s.uri.path() == path)
     }
 
+    /// The request the origin received for `path` (the test fails when there was none).
+    pub fn origin_request(&self, path: &str) -> Seen {
+        self.origin
+            .seen()
+            .into_iter()
+            .find(|s| s.uri.path() == path)
+            .unwrap_or_else(|| panic!("the origin never received {path}"))
+    }
+
     /// A malformed request sent as `fields` on `stream` (whole, END_STREAM) is refused, never
     /// forwarded; a request on a fresh connection afterwards proves the server still serves,
     /// and that the refused one did not trail behind it to the origin.
