@@ -28,12 +28,14 @@ fuzz_target!(|data: &[u8]| {
             body_idle_timeout: Duration::from_millis(500),
             send_timeout: Duration::from_millis(500),
             close_notify: false,
+            yield_after: None,
             park_after: None,
         };
         let serve = h1::serve(
             server,
             BytesMut::new(),
             limits,
+            false,
             |req| async move {
                 let n = req
                     .into_body()

@@ -133,6 +133,10 @@ struct RunArgs {
     /// Seconds per timed run.
     #[arg(long)]
     seconds: Option<u64>,
+    /// The numbers of users the `vus` and `burst` scenarios run (comma-separated; default:
+    /// 100, 1,000, 5,000, 10,000, 15,000 and the most the open-file limit allows).
+    #[arg(long, value_delimiter = ',')]
+    users: Option<Vec<u32>>,
     /// Report folder (default bench/results/<UTC time>).
     #[arg(long)]
     out: Option<PathBuf>,

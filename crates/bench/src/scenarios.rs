@@ -42,16 +42,21 @@ struct Timing {
     rounds: usize,
 }
 
-/// Every scenario, in the order they run: `--quick` shortens them, `--seconds` and `--rounds`
-/// override their defaults.
-pub fn all(quick: bool, seconds: Option<u64>, rounds: Option<usize>) -> Vec<Scenario> {
+/// Every scenario, in the order they run: `--quick` shortens them, `--seconds`, `--rounds` and
+/// `--users` override their defaults.
+pub fn all(
+    quick: bool,
+    seconds: Option<u64>,
+    rounds: Option<usize>,
+    users_steps: Option<&[u32]>,
+) -> Vec<Scenario> {
     let timing = Timing {
         seconds: seconds.unwrap_or(if quick { 1 } else { 3 }),
         rounds: rounds.unwrap_or(if quick { 1 } else { 3 }),
     };
     let mut all = keep_alive(quick, timing);
     all.extend(connections(quick, timing));
-    all.extend(users(quick, seconds, rounds));
+    all.extend(users(quick, seconds, rounds, users_steps));
     all
 }
 
@@ -235,10 +240,18 @@ fn connections(quick: bool, t: Timing) -> Vec<Scenario> {
 
 /// ARC2's virtual users (`vus`, `burst`): many mostly idle connections, each peer restarted
 /// before each run.
-fn users(quick: bool, seconds: Option<u64>, rounds: Option<usize>) -> Vec<Scenario> {
+fn users(
+    quick: bool,
+    seconds: Option<u64>,
+    rounds: Option<usize>,
+    chosen: Option<&[u32]>,
+) -> Vec<Scenario> {
     // ARC2's steps, as far as this machine's open-file limit allows: a cached hit costs a proxy
     // one file per connection; 1,000 are kept for everything else.
-    let steps = vus_steps(fd_limit());
+    let steps = match chosen {
+        Some(c) => c.to_vec(),
+        None => vus_steps(fd_limit()),
+    };
     let loads = |ramp_seconds: u64| -> Vec<Load> {
         if quick {
             vec![Load::Vus {

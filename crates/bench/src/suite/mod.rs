@@ -142,14 +142,15 @@ fn run_disk(bench: &Bench<'_>) -> anyhow::Result<()> {
 /// The scenarios `--scenarios` names (all by default), less those whose load tool is not
 /// installed (noted in `skipped`).
 fn choose_scenarios(args: &RunArgs, skipped: &mut Vec<String>) -> anyhow::Result<Vec<Scenario>> {
-    let chosen: Vec<Scenario> = scenarios::all(args.quick, args.seconds, args.rounds)
-        .into_iter()
-        .filter(|s| {
-            args.scenarios
-                .as_ref()
-                .is_none_or(|l| l.iter().any(|n| n == s.name))
-        })
-        .collect();
+    let chosen: Vec<Scenario> =
+        scenarios::all(args.quick, args.seconds, args.rounds, args.users.as_deref())
+            .into_iter()
+            .filter(|s| {
+                args.scenarios
+                    .as_ref()
+                    .is_none_or(|l| l.iter().any(|n| n == s.name))
+            })
+            .collect();
     if chosen.is_empty() {
         bail!("no scenario selected; known: {}", scenarios::NAMES);
     }

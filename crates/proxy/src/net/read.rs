@@ -19,18 +19,23 @@ thread_local! {
 /// Reads what is available (at most [`SCRATCH`] bytes) and returns a copy of exactly that.
 /// Empty: end of stream.
 pub async fn read_some<R: AsyncRead + Unpin>(io: &mut R) -> io::Result<BytesMut> {
-    std::future::poll_fn(|cx| {
-        SCRATCH_BUF.with(|s| {
-            let mut s = s.borrow_mut();
-            let mut rb = ReadBuf::new(&mut s[..]);
-            match Pin::new(&mut *io).poll_read(cx, &mut rb) {
-                Poll::Ready(Ok(())) => Poll::Ready(Ok(BytesMut::from(rb.filled()))),
-                Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-                Poll::Pending => Poll::Pending,
-            }
-        })
+    std::future::poll_fn(|cx| poll_read_some(io, cx)).await
+}
+
+/// [`read_some`] as a poll: `Pending` registers `cx` for the socket's next bytes.
+pub fn poll_read_some<R: AsyncRead + Unpin>(
+    io: &mut R,
+    cx: &mut Context<'_>,
+) -> Poll<io::Result<BytesMut>> {
+    SCRATCH_BUF.with(|s| {
+        let mut s = s.borrow_mut();
+        let mut rb = ReadBuf::new(&mut s[..]);
+        match Pin::new(&mut *io).poll_read(cx, &mut rb) {
+            Poll::Ready(Ok(())) => Poll::Ready(Ok(BytesMut::from(rb.filled()))),
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
+        }
     })
-    .await
 }
 
 /// Appends what is available (at most [`SCRATCH`] bytes) to `buf`: `Ready(Ok(0))` is the end

@@ -405,22 +405,55 @@ async fn accept_loop(
         let stream = Counted::new(stream, crate::telemetry::metrics::get().accepted(tls));
         // `logging_level = "debug"`: every line of the connection's requests carries these fields.
         let span = tracing::debug_span!("conn", %peer, scheme = scheme.as_str());
-        let (open, mut stop) = (open.clone(), shutdown.clone());
-        let task = async move {
-            let (per_ip_behind, parked) = boxed!(accepted.serve(stream, &mut stop)).await;
-            let held = crate::transport::park::Held {
-                permit,
-                per_ip: admitted.per_ip,
-                per_ip_behind,
-                open,
-            };
-            match parked {
-                // Idle: the connection leaves this task (transport/park.rs).
-                Some(conn) => crate::transport::park::park(conn, held, stop),
-                None => drop(held),
-            }
-        };
-        tokio::spawn(task.instrument(span));
+        let start = Box::new(Start {
+            accepted,
+            stream,
+            permit,
+            per_ip: admitted.per_ip,
+            open: open.clone(),
+            stop: shutdown.clone(),
+        });
+        tokio::spawn(serve(start).instrument(span));
+    }
+}
+
+/// A connection as its task starts: what [`Accepted::serve`] takes, and what the task holds
+/// for the connection until it closes.
+struct Start {
+    accepted: Accepted,
+    stream: crate::transport::accept::ClientStream,
+    permit: crate::transport::limits::ConnPermit,
+    per_ip: Option<crate::transport::limits::PerIpSlot>,
+    open: mpsc::Sender<()>,
+    stop: watch::Receiver<bool>,
+}
+
+/// A connection's task: its first requests in [`Accepted::serve`] (PROXY header, TLS, the
+/// protocol), then, for a plaintext HTTP/1.1 connection, the next ones each time they come
+/// (`transport/idle.rs`). Its arguments are one allocation so that the task, which lives as
+/// long as the connection, holds a pointer rather than a copy of each.
+async fn serve(start: Box<Start>) {
+    let Start {
+        accepted,
+        stream,
+        permit,
+        per_ip,
+        open,
+        mut stop,
+    } = *start;
+    let (per_ip_behind, parked) = boxed!(accepted.serve(stream, &mut stop)).await;
+    let held = crate::transport::park::Held {
+        permit,
+        per_ip,
+        per_ip_behind,
+        open,
+    };
+    match parked {
+        Some((conn, first)) => {
+            let kept = crate::transport::idle::Kept { conn, held, stop };
+            crate::transport::idle::keep(Box::new(kept), first).await
+        }
+        None => drop(held),
     }
 }
 

@@ -31,15 +31,15 @@ pub(crate) struct Accepted {
 
 impl Accepted {
     /// [PROXY header] → [TLS] → HTTP. Returns the per-address slot taken for the client a
-    /// PROXY header named (held until the connection ends), and the connection itself when it
-    /// went idle and leaves its task to be parked (`transport/park.rs`).
+    /// PROXY header named (held until the connection ends), and a plaintext HTTP/1.1
+    /// connection with its first bytes, for its task to serve (`transport/idle.rs`).
     pub(crate) async fn serve(
         self,
         mut stream: ClientStream,
         stop: &mut watch::Receiver<bool>,
     ) -> (
         Option<crate::transport::limits::PerIpSlot>,
-        Option<Parkable>,
+        Option<(Parkable, BytesMut)>,
     ) {
         let Accepted {
             mut conn,
@@ -77,20 +77,19 @@ impl Accepted {
             }
             first = rest;
         }
-        // Each protocol's state in its own allocation: the task itself stays small, and an
-        // idle HTTP/1.1 connection holds only what h1::serve needs between requests.
+        // Each protocol's state in its own allocation: the task itself stays small.
         let parked = match acceptor {
-            None => {
-                let (peer, local, slot) = (conn.info.peer, conn.info.local, conn.slot.clone());
-                boxed!(conn.serve(stream, first, false, stop))
-                    .await
-                    .map(|idle| Parkable {
-                        idle,
-                        peer,
-                        local,
-                        slot,
-                    })
-            }
+            None => boxed!(conn.serve(stream, first, false, stop))
+                .await
+                .map(|(io, first, h1)| {
+                    let keepalive_until = tokio::time::Instant::now() + h1.limits.keepalive_timeout;
+                    let conn = Parkable {
+                        io,
+                        keepalive_until,
+                        h1,
+                    };
+                    (conn, first)
+                }),
             Some(acceptor) if first.is_empty() => {
                 boxed!(conn.serve_tls(acceptor, shared_alpn, stream, stop)).await;
                 None
@@ -105,46 +104,59 @@ impl Accepted {
     }
 }
 
-/// A plaintext HTTP/1.1 connection that went idle, as its task gives it up: what a new task
-/// needs to serve it again (`transport/park.rs`).
+/// A plaintext HTTP/1.1 connection between requests: its stream, the end of its keep-alive
+/// time, and what serving it again needs (`transport/idle.rs`, `transport/park.rs`).
 pub(crate) struct Parkable {
-    pub(crate) idle: h1::Idle<ClientStream>,
-    /// The client (as a PROXY header named it) and the address it reached.
-    pub(crate) peer: SocketAddr,
-    pub(crate) local: SocketAddr,
-    pub(crate) slot: Arc<Slot>,
+    pub(crate) io: ClientStream,
+    pub(crate) keepalive_until: tokio::time::Instant,
+    pub(crate) h1: H1Conn,
 }
 
-/// Serves a parked connection again once it is readable: HTTP/1.1 on a new task, with the
-/// configuration in force now. Returns it when it goes idle again.
-pub(crate) async fn resume(
-    stream: ClientStream,
-    peer: SocketAddr,
-    local: SocketAddr,
-    slot: Arc<Slot>,
-    stop: &mut watch::Receiver<bool>,
-) -> Option<Parkable> {
-    let current = slot.load_full();
-    let conn = Conn {
-        slot: slot.clone(),
-        info: Arc::new(ConnInfo::new(
-            peer,
-            local,
-            crate::pipeline::conn_info::Scheme::Http,
-        )),
-        h2: current.conn.h2,
-        limits: current.conn.limits,
-        peer,
-    };
-    drop(current);
-    boxed!(conn.serve_h1(stream, BytesMut::new(), stop))
-        .await
-        .map(|idle| Parkable {
-            idle,
-            peer,
-            local,
-            slot,
-        })
+/// What an HTTP/1.1 connection keeps from one request to the next.
+pub(crate) struct H1Conn {
+    /// Where each request finds the configuration in force.
+    pub(crate) slot: Arc<Slot>,
+    /// With the connection's place for the origin's interim answers.
+    pub(crate) info: Arc<ConnInfo>,
+    pub(crate) limits: h1::Limits,
+}
+
+impl H1Conn {
+    fn new(slot: Arc<Slot>, mut info: Arc<ConnInfo>, limits: h1::Limits) -> H1Conn {
+        // Where the origin's interim answers for this connection's requests go.
+        Arc::make_mut(&mut info).interim = Some(Arc::new(Interim::default()));
+        H1Conn { slot, info, limits }
+    }
+
+    /// A parked connection's state when it wakes: the configuration in force now.
+    pub(crate) fn resume(slot: Arc<Slot>, peer: SocketAddr, local: SocketAddr) -> H1Conn {
+        let limits = slot.load().conn.limits;
+        let scheme = crate::pipeline::conn_info::Scheme::Http;
+        let info = Arc::new(ConnInfo::new(peer, local, scheme));
+        H1Conn::new(slot, info, limits)
+    }
+
+    /// rampart's HTTP/1.1 server on `io` (`first`: bytes already read), the pipeline behind
+    /// it; the connection back when it waits for a next request (see [`h1::serve`], and
+    /// `at_once` there).
+    pub(crate) async fn serve<I>(
+        &self,
+        io: I,
+        first: BytesMut,
+        at_once: bool,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Option<h1::Idle<I>>
+    where
+        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send,
+    {
+        let handler = |req| {
+            let (pipeline, info) = (self.slot.load().pipeline.clone(), self.info.clone());
+            // Boxed: the connection's own state stays small between requests.
+            Box::pin(async move { pipeline.handle(&info, req, None).await })
+        };
+        let interim = self.info.interim.as_deref();
+        h1::serve(io, first, self.limits, at_once, handler, interim, stop).await
+    }
 }
 
 /// The HTTP/2 connection preface (prior knowledge h2c).
@@ -215,8 +227,9 @@ impl Conn {
                     let h2_only = alpn == Some(b"h2");
                     let mut conn = self;
                     conn.limits.close_notify = true;
-                    // A TLS session is far larger than a parked connection: it stays in its
-                    // task.
+                    // A TLS session is far larger than a parked connection or an idle one
+                    // in its task: it stays in `h1::serve`.
+                    conn.limits.yield_after = None;
                     conn.limits.park_after = None;
                     conn.serve(tls, BytesMut::new(), h2_only, stop).await;
                 }
@@ -240,13 +253,16 @@ impl Conn {
     /// preface (its method, `PRI `) and then broke it is an HTTP/2 connection
     /// error (RFC 9113 §3.4): it gets GOAWAY(PROTOCOL_ERROR) and is closed, never an HTTP/1.1
     /// answer.
+    ///
+    /// HTTP/1.1 on TLS is served here; a plaintext one (`limits.yield_after`) is given back with
+    /// the bytes read so far, for its task to serve (`transport/idle.rs`).
     async fn serve<I>(
         self,
         mut io: I,
         mut first: BytesMut,
         h2_only: bool,
         stop: &mut watch::Receiver<bool>,
-    ) -> Option<h1::Idle<I>>
+    ) -> Option<(I, BytesMut, H1Conn)>
     where
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
@@ -293,37 +309,12 @@ impl Conn {
                 _ => return None,
             }
         }
-        self.serve_h1(io, first, stop).await
-    }
-
-    /// rampart's HTTP/1.1 server on `io` (`first`: bytes already read), the pipeline behind
-    /// it; the connection back when it went idle (see [`h1::serve`]).
-    async fn serve_h1<I>(
-        self,
-        io: I,
-        first: BytesMut,
-        stop: &mut watch::Receiver<bool>,
-    ) -> Option<h1::Idle<I>>
-    where
-        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-    {
-        let (slot, mut info) = (self.slot, self.info);
-        // Where the origin's interim answers for this connection's requests go.
-        let interim = Arc::new(Interim::default());
-        Arc::make_mut(&mut info).interim = Some(interim.clone());
-        let serving = h1::serve(
-            io,
-            first,
-            self.limits,
-            move |req| {
-                let (pipeline, info) = (slot.load().pipeline.clone(), info.clone());
-                // Boxed: the connection's own state stays small between requests.
-                Box::pin(async move { pipeline.handle(&info, req, None).await })
-            },
-            Some(&interim),
-            stop,
-        );
-        serving.await
+        let h1 = H1Conn::new(self.slot, self.info, self.limits);
+        if h1.limits.yield_after.is_some() {
+            return Some((io, first, h1));
+        }
+        h1.serve(io, first, false, stop).await;
+        None
     }
 
     /// Serves HTTP/2 with rampart's own server (`http2::server`) until the connection ends,

@@ -4,6 +4,7 @@
 
 pub mod accept;
 pub mod h3;
+pub(crate) mod idle;
 pub mod in_force;
 pub mod limits;
 pub mod linger;

@@ -1,15 +1,14 @@
 //! Idle HTTP/1.1 connections parked outside any task.
 //!
-//! A keep-alive connection that waits for its next request in a task of its own holds its futures,
-//! a timer and its tokio registration: 4.8 KB of resident memory each where NGINX spends 0.5
-//! (`rampart-bench idle`, 10,000 connections). After `client_idle_park_seconds` without a request,
-//! a plaintext HTTP/1.1 connection therefore leaves its task. [`park`] keeps its socket and the few
-//! things its task held (its connection slot, per-address slots, the worker's drain count, its byte
-//! counters, its addresses, the end of its keep-alive time) in a table, and puts the socket in an
-//! epoll set of the worker's own, one-shot. When the socket becomes readable (a request, or the
-//! client closing), the connection gets a new task and its tokio registration back
-//! ([`crate::transport::accept::resume`]) and is served like any connection, with the configuration
-//! in force by then.
+//! A keep-alive connection that waits for its next request in its task holds the wait's future,
+//! a timer and its tokio registration (`transport/idle.rs`). After `client_idle_park_seconds`
+//! without a request, a plaintext HTTP/1.1 connection therefore leaves its task. [`park`] keeps
+//! its socket and the few things its task held (its connection slot, per-address slots, the
+//! worker's drain count, its byte counters, its addresses, the end of its keep-alive time) in a
+//! table, and puts the socket in an epoll set of the worker's own, one-shot. When the socket
+//! becomes readable (a request, or the client closing), the connection gets a new task and its
+//! tokio registration back and is served like any connection, with the configuration in force
+//! by then ([`crate::transport::accept::H1Conn::resume`]).
 //!
 //! Parking costs two system calls (tokio's deregistration and the `epoll_ctl` here) and waking
 //! two more, paid once per idle period of a second or more: a busy keep-alive connection never
@@ -24,12 +23,14 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bytes::BytesMut;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use crate::telemetry::metrics::{ConnStats, Counted, PARKED_CONNECTIONS as PARKED};
-use crate::transport::accept::Parkable;
+use crate::transport::accept::{H1Conn, Parkable};
+use crate::transport::idle::{keep, Kept};
 use crate::transport::limits::{ConnPermit, PerIpSlot};
 
 /// What a connection's task held besides the connection: given back when it closes (the
@@ -94,23 +95,23 @@ thread_local! {
 }
 
 /// Parks a connection that went idle, or, when it cannot be parked (no epoll set, a socket
-/// tokio will not give back, the worker stopping), serves it again at once.
+/// tokio will not give back, the worker stopping), keeps it in a task.
 pub(crate) fn park(conn: Parkable, held: Held, stop: watch::Receiver<bool>) {
-    let Parkable {
-        idle,
-        peer,
-        local,
-        slot,
-    } = conn;
-    let (stream, stats) = idle.io.into_parts();
-    if *stop.borrow() {
-        tokio::spawn(serve_again(stream, stats, peer, local, slot, held, stop));
-        return;
-    }
-    let Some(parker) = parker(&stop) else {
-        tokio::spawn(serve_again(stream, stats, peer, local, slot, held, stop));
+    let parker = match *stop.borrow() {
+        true => None,
+        false => parker(&stop),
+    };
+    let Some(parker) = parker else {
+        tokio::spawn(keep(Box::new(Kept { conn, held, stop }), BytesMut::new()));
         return;
     };
+    let Parkable {
+        io,
+        keepalive_until,
+        h1,
+    } = conn;
+    let (peer, local, slot) = (h1.info.peer, h1.info.local, h1.slot);
+    let (stream, stats) = io.into_parts();
     // Out of tokio's epoll set (its registration goes with it), into ours.
     let socket = match stream.into_std() {
         Ok(s) => s,
@@ -125,7 +126,7 @@ pub(crate) fn park(conn: Parkable, held: Held, stop: watch::Receiver<bool>) {
         peer,
         local,
         slot,
-        keepalive_until: idle.keepalive_until,
+        keepalive_until,
         held,
     };
     if let Err(parked) = parker.add(parked) {
@@ -356,31 +357,20 @@ fn wake(p: Parked, stop: watch::Receiver<bool>) {
         peer,
         local,
         slot,
+        keepalive_until,
         held,
-        ..
     } = p;
     match tokio::net::TcpStream::from_std(socket) {
         Ok(s) => {
-            tokio::spawn(serve_again(s, stats, peer, local, slot, held, stop));
+            // Served again, with the configuration in force now, until it closes or parks
+            // again.
+            let conn = Parkable {
+                io: Counted::new(s, stats),
+                keepalive_until,
+                h1: H1Conn::resume(slot, peer, local),
+            };
+            tokio::spawn(keep(Box::new(Kept { conn, held, stop }), BytesMut::new()));
         }
         Err(e) => tracing::debug!(error = %e, "cannot serve a parked connection again; closed"),
-    }
-}
-
-/// Serves a connection again until it closes, or parks it again when it goes idle.
-async fn serve_again(
-    stream: tokio::net::TcpStream,
-    stats: ConnStats,
-    peer: std::net::SocketAddr,
-    local: std::net::SocketAddr,
-    slot: Arc<crate::transport::in_force::Slot>,
-    held: Held,
-    mut stop: watch::Receiver<bool>,
-) {
-    let stream = Counted::new(stream, stats);
-    let again = crate::transport::accept::resume(stream, peer, local, slot, &mut stop).await;
-    match again {
-        Some(conn) => park(conn, held, stop),
-        None => drop(held),
     }
 }

@@ -237,3 +237,105 @@ async fn a_stopping_server_lets_parked_connections_go_and_exits() {
         assert!(matches!(s.read(&mut buf), Ok(0) | Err(_)));
     }
 }
+
+// Between requests a plaintext connection's request state is given back after 50 ms
+// (`transport/idle.rs`); a client whose gaps are longer is served from the small wait at once.
+// These tests space requests past that and check every answer, every framing case and the stop.
+
+/// Longer than the 50 ms after which a connection waits in its task's small state.
+const PACE: Duration = Duration::from_millis(120);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paced_client_gets_every_answer_whole_on_one_connection() {
+    let origin = origin().await;
+    let p = proxy_with(&origin, 60, "");
+    let mut s = connect(&p);
+    for _ in 0..6 {
+        assert_eq!(get(&mut s), "HTTP/1.1 200 OK");
+        tokio::time::sleep(PACE).await;
+    }
+    // After a pause: two requests in one write, both answered, in order.
+    let two =
+        format!("GET /a HTTP/1.1\r\nHost: {HOST}\r\n\r\nGET /b HTTP/1.1\r\nHost: {HOST}\r\n\r\n");
+    s.write_all(two.as_bytes()).unwrap();
+    let mut got = String::new();
+    let mut buf = [0u8; 4096];
+    while got.matches("parked?").count() < 2 {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "closed after {got:?}");
+        got.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    assert_eq!(got.matches("HTTP/1.1 200 OK").count(), 2, "{got}");
+    tokio::time::sleep(PACE).await;
+    // A head split by a pause longer than the pace: the second part completes it.
+    s.write_all(format!("GET /c HTTP/1.1\r\nHost: {HOST}\r\n").as_bytes())
+        .unwrap();
+    tokio::time::sleep(PACE).await;
+    s.write_all(b"\r\n").unwrap();
+    let n = s.read(&mut buf).unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    tokio::time::sleep(PACE).await;
+    // A request with a body after a pause.
+    let post = format!("POST /d HTTP/1.1\r\nHost: {HOST}\r\nContent-Length: 5\r\n\r\nhello");
+    s.write_all(post.as_bytes()).unwrap();
+    let n = s.read(&mut buf).unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    // Nothing was parked (parking is at 5 s by default).
+    assert_eq!(parked(&p).await, 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paced_connection_is_closed_at_its_keepalive_time_and_when_the_client_closes() {
+    let origin = origin().await;
+    // Parking off: the connection waits its whole keep-alive time in its task.
+    let p = proxy_with(&origin, 1, "client_idle_park_seconds = 0");
+    let mut s = connect(&p);
+    assert_eq!(get(&mut s), "HTTP/1.1 200 OK");
+    tokio::time::sleep(PACE).await;
+    assert_eq!(get(&mut s), "HTTP/1.1 200 OK");
+    let asked = Instant::now();
+    let mut buf = [0u8; 64];
+    assert!(matches!(s.read(&mut buf), Ok(0) | Err(_)));
+    let waited = asked.elapsed();
+    assert!(
+        waited > Duration::from_millis(700) && waited < Duration::from_secs(3),
+        "closed after {waited:?}, keep-alive time 1 s"
+    );
+    // Many clients that close between requests: each connection is let go (its slot too:
+    // the open-connections gauge comes back to what it was).
+    let before = metric(&p, "rampart_connections_open ").await;
+    for _ in 0..20 {
+        let mut c = connect(&p);
+        assert_eq!(get(&mut c), "HTTP/1.1 200 OK");
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        drop(c);
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while metric(&p, "rampart_connections_open ").await > before && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(metric(&p, "rampart_connections_open ").await, before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_server_lets_paced_connections_go_and_exits() {
+    let origin = origin().await;
+    let mut p = proxy_with(&origin, 60, "client_idle_park_seconds = 0");
+    let mut conns: Vec<TcpStream> = (0..20).map(|_| connect(&p)).collect();
+    for s in &mut conns {
+        assert_eq!(get(s), "HTTP/1.1 200 OK");
+    }
+    tokio::time::sleep(PACE).await;
+    let asked = Instant::now();
+    p.signal(15);
+    assert_eq!(p.wait_exit(Duration::from_secs(10)), Some(0));
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        asked.elapsed()
+    );
+    for s in &mut conns {
+        let mut buf = [0u8; 64];
+        assert!(matches!(s.read(&mut buf), Ok(0) | Err(_)));
+    }
+}

@@ -55,13 +55,17 @@ pub struct Limits {
     /// the same FIN, and the `shutdown` call cost a system call per connection (one of eight
     /// for a request on a new connection).
     pub close_notify: bool,
-    /// A connection idle this long between requests leaves its task ([`serve`] returns it, see
-    /// `transport/park.rs`); `None`: it waits in its task (TLS, the shared runtime).
+    /// A connection idle this long between requests is given back ([`serve`] returns it): its
+    /// task then waits with a few hundred bytes instead of the state of a request
+    /// (`transport/idle.rs`). `None`: it waits in [`serve`] (TLS).
+    pub yield_after: Option<Duration>,
+    /// A connection given back and idle this long leaves its task for the worker's table of
+    /// parked connections (`transport/park.rs`); `None`: never (the shared runtime).
     pub park_after: Option<Duration>,
 }
 
-/// A connection [`serve`] gives back between requests, to be parked: its stream, and the end of
-/// its keep-alive time.
+/// A connection [`serve`] gives back between requests (`limits.yield_after`): its stream, and
+/// the end of its keep-alive time.
 pub struct Idle<I> {
     pub io: I,
     pub keepalive_until: Instant,
@@ -69,8 +73,11 @@ pub struct Idle<I> {
 
 /// Serves HTTP/1.1 requests on `io` until the client closes, an error or timeout ends the
 /// connection, or `stop` asks for a graceful end. `carry`: bytes already read. With
-/// `limits.park_after`, a connection idle that long between requests is given back instead
-/// (`Some`), its read buffer empty.
+/// `limits.yield_after`, a connection idle that long between requests is given back instead
+/// (`Some`), its read buffer empty: the state of a request (this future's own, several times
+/// what waiting needs) is held only by connections that had one in the last moments. With
+/// `at_once` as well (its client paces its requests), it is given back as soon as it has
+/// answered everything it read.
 ///
 /// Each request goes: read its head ([`read_head`]) → the pipeline (fed the body as it reads
 /// it: [`handle`]) → write the response, and decide what the connection does with a body the
@@ -79,6 +86,7 @@ pub async fn serve<I, H, F>(
     io: I,
     mut carry: BytesMut,
     limits: Limits,
+    at_once: bool,
     mut handler: H,
     interim: Option<&Interim>,
     stop: &mut watch::Receiver<bool>,
@@ -94,6 +102,26 @@ where
     let timer = tokio::time::sleep(limits.keepalive_timeout);
     tokio::pin!(timer);
     loop {
+        if at_once && carry.is_empty() {
+            // One look for a next request already sent; none: the connection goes back to
+            // its task to wait (the look registered this task for the socket's next bytes).
+            let look = std::future::poll_fn(|cx| {
+                Poll::Ready(match crate::net::read::poll_read_some(&mut io, cx) {
+                    Poll::Ready(r) => Some(r),
+                    Poll::Pending => None,
+                })
+            });
+            match look.await {
+                Some(Ok(b)) if !b.is_empty() => carry = b,
+                Some(_) => return None,
+                None => {
+                    return Some(Idle {
+                        keepalive_until: Instant::now() + limits.keepalive_timeout,
+                        io: io.into_inner(),
+                    })
+                }
+            }
+        }
         let head = match read_head(&mut io, &mut carry, &limits, timer.as_mut(), stop).await {
             Recv::Head(h) => h,
             Recv::Refused(e) => {
@@ -101,7 +129,7 @@ where
                 return None;
             }
             Recv::End => return None,
-            Recv::Park(keepalive_until) => {
+            Recv::Idle(keepalive_until) => {
                 return Some(Idle {
                     io: io.into_inner(),
                     keepalive_until,
@@ -184,9 +212,9 @@ enum Recv {
     Refused(HeadError),
     /// The client closed, went quiet, or the server is stopping.
     End,
-    /// Idle for `park_after` with nothing read: the connection leaves its task. Its keep-alive
-    /// time ends at this instant.
-    Park(Instant),
+    /// Idle for `yield_after` with nothing read: the connection goes back to its task. Its
+    /// keep-alive time ends at this instant.
+    Idle(Instant),
 }
 
 /// Bytes of partial request heads above [`FREE_HEAD`] each, held by all connections together:
@@ -243,8 +271,9 @@ async fn read_head<I: AsyncRead + Unpin>(
 ) -> Recv {
     let mut started: Option<Instant> = None;
     let mut closing: Option<Instant> = None;
-    // While idle with parking on: when to park, and when the keep-alive time ends.
-    let mut park: Option<(Instant, Instant)> = None;
+    // While idle with `yield_after`: when to give the connection back, and when the keep-alive
+    // time ends.
+    let mut idle: Option<(Instant, Instant)> = None;
     let mut charge = HeadCharge::default();
     loop {
         if !carry.is_empty() {
@@ -265,13 +294,13 @@ async fn read_head<I: AsyncRead + Unpin>(
             (true, _) if stopping => *closing.get_or_insert_with(|| {
                 (Instant::now() + STOP_GRACE).min(Instant::now() + limits.keepalive_timeout)
             }),
-            (true, _) => match (limits.park_after, park) {
+            (true, _) => match (limits.yield_after, idle) {
                 (None, _) => Instant::now() + limits.keepalive_timeout,
                 (Some(_), Some((at, until))) => at.min(until),
                 (Some(after), None) => {
                     let now = Instant::now();
                     let (at, until) = (now + after, now + limits.keepalive_timeout);
-                    park = Some((at, until));
+                    idle = Some((at, until));
                     at.min(until)
                 }
             },
@@ -305,9 +334,9 @@ async fn read_head<I: AsyncRead + Unpin>(
                 Err(_) => return Recv::End,
             },
             _ = &mut timer => {
-                if let Some((at, until)) = park.filter(|_| carry.is_empty() && !*stop.borrow()) {
+                if let Some((at, until)) = idle.filter(|_| carry.is_empty() && !*stop.borrow()) {
                     if at < until && Instant::now() >= at {
-                        return Recv::Park(until);
+                        return Recv::Idle(until);
                     }
                 }
                 if !carry.is_empty() {

@@ -1,0 +1,124 @@
+//! A plaintext HTTP/1.1 keep-alive connection, served from its task.
+//!
+//! Serving a request takes a few KiB of future state (the HTTP/1.1 server's and the request's).
+//! A connection that held it while it waited for its next request cost that much whether its
+//! client asked every millisecond or once a second: 5.0 KiB per connection at 10,000 users
+//! asking once a second, where NGINX spends 0.5. Here that state is an allocation made when a
+//! request's bytes arrive and freed when the connection waits again. In between, the task holds
+//! [`Kept`] (the socket, the connection's settings, its slots) and the small wait of [`keep`]:
+//! for bytes, for the end of the keep-alive time, for a stop, or for the time to park
+//! (`transport/park.rs`, after `client_idle_park_seconds`).
+//!
+//! When the state is given back depends on the client's pace. One that sends its next request
+//! as soon as it has the answer (a benchmark, a page's assets, an API client's pool) would pay
+//! for the allocation and the wait's timers every time, about 1,000 instructions on a cached
+//! hit of 12,000; so a connection waits in `h1::serve` first, and only after [`YIELD_AFTER`]
+//! without a request comes back here. A connection whose last wait was that long (a client
+//! asking once a second) is "paced": after its next answer it comes back at once, without
+//! waking for a timer first.
+
+use bytes::BytesMut;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::transport::accept::Parkable;
+use crate::transport::park::Held;
+
+/// How long a connection waits for its next request in the state of the last one before it
+/// goes back to the smaller wait of [`keep`].
+pub(crate) const YIELD_AFTER: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// What a connection's task keeps between requests (one allocation).
+pub(crate) struct Kept {
+    /// Dropped first: the socket closes before the slots below are given back.
+    pub(crate) conn: Parkable,
+    pub(crate) held: Held,
+    pub(crate) stop: watch::Receiver<bool>,
+}
+
+/// How a wait between requests ended.
+enum Wait {
+    /// The first bytes of the next request.
+    Read(BytesMut),
+    /// Idle for `park_after`: the connection leaves its task.
+    Park,
+    /// The client closed or went quiet, or the worker stops.
+    End,
+}
+
+/// Serves the connection's requests (`first`: bytes of the next one already read), each time
+/// bytes arrive, until it closes or parks.
+pub(crate) async fn keep(mut k: Box<Kept>, mut first: BytesMut) {
+    // The client paces its requests: its last wait was longer than YIELD_AFTER.
+    let mut paced = false;
+    loop {
+        let Kept { conn, stop, .. } = &mut *k;
+        if first.is_empty() {
+            let now = Instant::now();
+            let park_at = conn.h1.limits.park_after.map(|d| now + d);
+            match wait(&mut conn.io, conn.keepalive_until, park_at, stop).await {
+                Wait::Read(b) => {
+                    first = b;
+                    // Unpaced, `serve` gave the connection back after waiting YIELD_AFTER
+                    // itself; paced, at once, so the wait here is the whole gap.
+                    paced = !paced || now.elapsed() >= YIELD_AFTER;
+                }
+                Wait::Park => {
+                    let Kept { conn, held, stop } = *k;
+                    return crate::transport::park::park(conn, held, stop);
+                }
+                Wait::End => return,
+            }
+        }
+        let read = std::mem::take(&mut first);
+        match boxed!(conn.h1.serve(&mut conn.io, read, paced, stop)).await {
+            Some(idle) => conn.keepalive_until = idle.keepalive_until,
+            None => return,
+        }
+    }
+}
+
+/// Waits for the next request's first bytes until the keep-alive time ends (or `park_at`). A
+/// stop gives a short grace for a request the client may already have sent (it is then
+/// answered with `Connection: close`), as `h1::serve` gives one.
+async fn wait(
+    io: &mut crate::transport::accept::ClientStream,
+    keepalive_until: Instant,
+    park_at: Option<Instant>,
+    stop: &mut watch::Receiver<bool>,
+) -> Wait {
+    let park_at = park_at.filter(|at| *at < keepalive_until);
+    let mut closing: Option<Instant> = None;
+    loop {
+        let stopping = *stop.borrow();
+        let deadline = match (stopping, park_at) {
+            (true, _) => *closing.get_or_insert_with(|| {
+                (Instant::now() + crate::http1::server::STOP_GRACE).min(keepalive_until)
+            }),
+            (false, Some(at)) => at,
+            (false, None) => keepalive_until,
+        };
+        tokio::select! {
+            biased;
+            r = crate::net::read::read_some(io) => {
+                return match r {
+                    Ok(b) if !b.is_empty() => Wait::Read(b),
+                    _ => Wait::End,
+                }
+            }
+            _ = tokio::time::sleep_until(deadline) => {
+                return match park_at {
+                    Some(_) if !stopping => Wait::Park,
+                    _ => Wait::End,
+                }
+            }
+            // A stop starts the grace above; a dropped sender (no one can stop us any more)
+            // ends the connection at once.
+            r = stop.changed(), if !stopping => {
+                if r.is_err() {
+                    return Wait::End;
+                }
+            }
+        }
+    }
+}
