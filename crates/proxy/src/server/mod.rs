@@ -430,31 +430,35 @@ struct Start {
 
 /// A connection's task: its first requests in [`Accepted::serve`] (PROXY header, TLS, the
 /// protocol), then, for a plaintext HTTP/1.1 connection, the next ones each time they come
-/// (`transport/idle.rs`). Its arguments are one allocation so that the task, which lives as
-/// long as the connection, holds a pointer rather than a copy of each.
+/// (`transport/idle.rs`). Its arguments are one allocation, freed once they are taken apart:
+/// the task lives as long as the connection and holds only what [`keep`] needs.
+///
+/// [`keep`]: crate::transport::idle::keep
 async fn serve(start: Box<Start>) {
-    let Start {
-        accepted,
-        stream,
-        permit,
-        per_ip,
-        open,
-        mut stop,
-    } = *start;
-    let (per_ip_behind, parked) = boxed!(accepted.serve(stream, &mut stop)).await;
-    let held = crate::transport::park::Held {
-        permit,
-        per_ip,
-        per_ip_behind,
-        open,
+    // In a block of its own: what it holds is gone before the connection's long wait.
+    let (kept, first) = {
+        let Start {
+            accepted,
+            stream,
+            permit,
+            per_ip,
+            open,
+            mut stop,
+        } = *{ start };
+        let (per_ip_behind, parked) = boxed!(accepted.serve(stream, &mut stop)).await;
+        let held = crate::transport::park::Held {
+            permit,
+            per_ip,
+            per_ip_behind,
+            open,
+        };
+        let Some((conn, first)) = parked else {
+            return;
+        };
+        let kept = crate::transport::idle::Kept { conn, held, stop };
+        (Box::new(kept), first)
     };
-    match parked {
-        Some((conn, first)) => {
-            let kept = crate::transport::idle::Kept { conn, held, stop };
-            crate::transport::idle::keep(Box::new(kept), first).await
-        }
-        None => drop(held),
-    }
+    crate::transport::idle::keep(kept, first).await
 }
 
 /// How a connection the listener accepted is let in under the settings in force.

@@ -56,7 +56,7 @@ pub(crate) async fn keep(mut k: Box<Kept>, mut first: BytesMut) {
         if first.is_empty() {
             let now = Instant::now();
             let park_at = conn.h1.limits.park_after.map(|d| now + d);
-            match wait(&mut conn.io, conn.keepalive_until, park_at, stop).await {
+            match wait(conn, park_at, stop).await {
                 Wait::Read(b) => {
                     first = b;
                     // Unpaced, `serve` gave the connection back after waiting YIELD_AFTER
@@ -82,11 +82,11 @@ pub(crate) async fn keep(mut k: Box<Kept>, mut first: BytesMut) {
 /// stop gives a short grace for a request the client may already have sent (it is then
 /// answered with `Connection: close`), as `h1::serve` gives one.
 async fn wait(
-    io: &mut crate::transport::accept::ClientStream,
-    keepalive_until: Instant,
+    conn: &mut Parkable,
     park_at: Option<Instant>,
     stop: &mut watch::Receiver<bool>,
 ) -> Wait {
+    let (io, keepalive_until) = (&mut conn.io, conn.keepalive_until);
     let park_at = park_at.filter(|at| *at < keepalive_until);
     let mut closing: Option<Instant> = None;
     loop {
