@@ -36,19 +36,33 @@ pub struct InstructionsArgs {
     rule: Option<PathBuf>,
 }
 
+/// How a request kind is sent.
+#[derive(Clone, Copy)]
+enum Client {
+    /// h2load over HTTP/1.1 keep-alive, 16 connections.
+    H1,
+    /// h2load over h2c, 16 connections.
+    H2,
+    /// `ab`, 16 at a time, a new connection for each request (HTTP/1.0 without keep-alive).
+    Close,
+}
+
 /// What is measured: a cached hit over HTTP/1.1 keep-alive, a pass (the origin's `no-store`
-/// template over a pooled connection), a cached hit over h2c.
-const KINDS: [(&str, &str, bool); 3] = [
-    ("hit", "/hello", false),
-    ("pass", "/template", false),
-    ("h2-hit", "/hello", true),
+/// template over a pooled connection), a cached hit over h2c, a cached hit on a new connection.
+const KINDS: [(&str, &str, Client); 4] = [
+    ("hit", "/hello", Client::H1),
+    ("pass", "/template", Client::H1),
+    ("h2-hit", "/hello", Client::H2),
+    ("close", "/hello", Client::Close),
 ];
 
 pub fn run(args: InstructionsArgs) -> anyhow::Result<()> {
     procs::stop_all_on_signal();
-    for tool in ["valgrind", "callgrind_control", "h2load"] {
+    for tool in ["valgrind", "callgrind_control", "h2load", "ab"] {
         if !load::installed(tool) {
-            bail!("{tool} is not installed (apt-get install valgrind nghttp2-client)");
+            bail!(
+                "{tool} is not installed (apt-get install valgrind nghttp2-client apache2-utils)"
+            );
         }
     }
     let work = std::env::temp_dir().join(format!("rampart-instructions-{}", std::process::id()));
@@ -121,14 +135,18 @@ fn measure(
         if !procs::wait_listening(([127, 0, 0, 1], port).into(), Duration::from_secs(120)) {
             bail!("{} did not start under valgrind", build.display());
         }
-        for (n, (kind, path, h2)) in KINDS.iter().enumerate() {
+        for (n, (kind, path, client)) in KINDS.iter().enumerate() {
             let url = format!(
                 "http://127.0.0.1:{}{path}",
-                if *h2 { h2_port } else { port }
+                if matches!(client, Client::H2) {
+                    h2_port
+                } else {
+                    port
+                }
             );
-            h2load(&url, *h2, args.warmup)?;
+            send(&url, *client, args.warmup)?;
             callgrind_control(&["-z"], server.pid())?;
-            h2load(&url, *h2, args.requests)?;
+            send(&url, *client, args.requests)?;
             callgrind_control(&["-d", kind], server.pid())?;
             let dump = PathBuf::from(format!("{}.{}", out.display(), n + 1));
             let total = wait_for_total(&dump)?;
@@ -145,8 +163,13 @@ fn measure(
     result
 }
 
-/// `n` requests by h2load over 16 connections; every one must be answered 2xx.
-fn h2load(url: &str, h2: bool, n: u64) -> anyhow::Result<()> {
+/// `n` requests, 16 at a time; every one must be answered 2xx.
+fn send(url: &str, client: Client, n: u64) -> anyhow::Result<()> {
+    let h2 = match client {
+        Client::H1 => false,
+        Client::H2 => true,
+        Client::Close => return ab(url, n),
+    };
     let mut cmd = Command::new("h2load");
     if !h2 {
         cmd.arg("--h1");
@@ -159,6 +182,29 @@ fn h2load(url: &str, h2: bool, n: u64) -> anyhow::Result<()> {
     let ok = status_2xx(&text);
     if ok != Some(n) {
         bail!("h2load {url}: {ok:?} of {n} requests answered 2xx:\n{text}");
+    }
+    Ok(())
+}
+
+/// `n` requests by `ab`, each on a new connection; every one must be answered 2xx.
+fn ab(url: &str, n: u64) -> anyhow::Result<()> {
+    let out = Command::new("ab")
+        .args(["-q", "-n", &n.to_string(), "-c", "16", url])
+        .output()
+        .context("running ab")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let field = |name: &str| -> Option<u64> {
+        let line = text.lines().find_map(|l| l.trim().strip_prefix(name))?;
+        line.trim().parse().ok()
+    };
+    let complete = field("Complete requests:");
+    let failed = field("Failed requests:");
+    // `ab` prints the line only when some were not 2xx.
+    let non_2xx = field("Non-2xx responses:").unwrap_or(0);
+    if complete != Some(n) || failed != Some(0) || non_2xx != 0 {
+        bail!(
+            "ab {url}: {complete:?} complete, {failed:?} failed, {non_2xx} not 2xx of {n}:\n{text}"
+        );
     }
     Ok(())
 }

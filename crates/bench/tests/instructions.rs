@@ -23,11 +23,11 @@ fn instructions_are_counted_for_every_request_kind() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
-        "rampart-bench instructions failed (valgrind and h2load are required; .ci/run installs \
+        "rampart-bench instructions failed (valgrind, h2load and ab are required; .ci/run installs \
          them):\n{text}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    for kind in ["hit", "pass", "h2-hit"] {
+    for kind in ["hit", "pass", "h2-hit", "close"] {
         let line = text
             .lines()
             .find(|l| l.split_whitespace().nth(1) == Some(kind))

@@ -405,60 +405,36 @@ async fn accept_loop(
         let stream = Counted::new(stream, crate::telemetry::metrics::get().accepted(tls));
         // `logging_level = "debug"`: every line of the connection's requests carries these fields.
         let span = tracing::debug_span!("conn", %peer, scheme = scheme.as_str());
-        let start = Box::new(Start {
-            accepted,
-            stream,
-            permit,
-            per_ip: admitted.per_ip,
-            open: open.clone(),
-            stop: shutdown.clone(),
+        let (open, mut stop) = (open.clone(), shutdown.clone());
+        let per_ip = admitted.per_ip;
+        // The connection's first requests (PROXY header, TLS, the protocol) in one allocation,
+        // freed when they are done: the task, which lives as long as the connection, holds a
+        // pointer to it, then what `keep` needs.
+        let first = Box::pin(async move {
+            let (per_ip_behind, parked) = accepted.serve(stream, &mut stop).await;
+            let held = crate::transport::park::Held {
+                permit,
+                per_ip,
+                per_ip_behind,
+                open,
+            };
+            let conn = parked?;
+            Some(Box::new(crate::transport::idle::Kept { conn, held, stop }))
         });
-        tokio::spawn(serve(start).instrument(span));
+        tokio::spawn(serve(first).instrument(span));
     }
 }
 
-/// A connection as its task starts: what [`Accepted::serve`] takes, and what the task holds
-/// for the connection until it closes.
-struct Start {
-    accepted: Accepted,
-    stream: crate::transport::accept::ClientStream,
-    permit: crate::transport::limits::ConnPermit,
-    per_ip: Option<crate::transport::limits::PerIpSlot>,
-    open: mpsc::Sender<()>,
-    stop: watch::Receiver<bool>,
-}
-
-/// A connection's task: its first requests in [`Accepted::serve`] (PROXY header, TLS, the
-/// protocol), then, for a plaintext HTTP/1.1 connection, the next ones each time they come
-/// (`transport/idle.rs`). Its arguments are one allocation, freed once they are taken apart:
-/// the task lives as long as the connection and holds only what [`keep`] needs.
-///
-/// [`keep`]: crate::transport::idle::keep
-async fn serve(start: Box<Start>) {
-    // In a block of its own: what it holds is gone before the connection's long wait.
-    let (kept, first) = {
-        let Start {
-            accepted,
-            stream,
-            permit,
-            per_ip,
-            open,
-            mut stop,
-        } = *{ start };
-        let (per_ip_behind, parked) = boxed!(accepted.serve(stream, &mut stop)).await;
-        let held = crate::transport::park::Held {
-            permit,
-            per_ip,
-            per_ip_behind,
-            open,
-        };
-        let Some((conn, first)) = parked else {
-            return;
-        };
-        let kept = crate::transport::idle::Kept { conn, held, stop };
-        (Box::new(kept), first)
-    };
-    crate::transport::idle::keep(kept, first).await
+/// A connection's task: its first requests (`first`: [`Accepted::serve`]), then, for a
+/// plaintext HTTP/1.1 connection that went idle, the next ones each time they come
+/// (`transport/idle.rs`).
+async fn serve<F>(first: std::pin::Pin<Box<F>>)
+where
+    F: std::future::Future<Output = Option<Box<crate::transport::idle::Kept>>>,
+{
+    if let Some(kept) = first.await {
+        crate::transport::idle::keep(kept).await
+    }
 }
 
 /// How a connection the listener accepted is let in under the settings in force.

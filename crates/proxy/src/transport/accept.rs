@@ -32,14 +32,15 @@ pub(crate) struct Accepted {
 impl Accepted {
     /// [PROXY header] → [TLS] → HTTP. Returns the per-address slot taken for the client a
     /// PROXY header named (held until the connection ends), and a plaintext HTTP/1.1
-    /// connection with its first bytes, for its task to serve (`transport/idle.rs`).
+    /// connection that went idle after its first requests, for its task to keep
+    /// (`transport/idle.rs`).
     pub(crate) async fn serve(
         self,
         mut stream: ClientStream,
         stop: &mut watch::Receiver<bool>,
     ) -> (
         Option<crate::transport::limits::PerIpSlot>,
-        Option<(Parkable, BytesMut)>,
+        Option<Parkable>,
     ) {
         let Accepted {
             mut conn,
@@ -77,18 +78,16 @@ impl Accepted {
             }
             first = rest;
         }
-        // Each protocol's state in its own allocation: the task itself stays small.
+        // Plaintext: in this future (the task's first allocation, freed when the connection
+        // goes idle); TLS: in an allocation of its own.
         let parked = match acceptor {
-            None => boxed!(conn.serve(stream, first, false, stop))
+            None => conn
+                .serve(stream, first, false, stop)
                 .await
-                .map(|(io, first, h1)| {
-                    let keepalive_until = tokio::time::Instant::now() + h1.limits.keepalive_timeout;
-                    let conn = Parkable {
-                        io,
-                        keepalive_until,
-                        h1,
-                    };
-                    (conn, first)
+                .map(|(idle, h1)| Parkable {
+                    io: idle.io,
+                    keepalive_until: idle.keepalive_until,
+                    h1,
                 }),
             Some(acceptor) if first.is_empty() => {
                 boxed!(conn.serve_tls(acceptor, shared_alpn, stream, stop)).await;
@@ -254,15 +253,15 @@ impl Conn {
     /// error (RFC 9113 §3.4): it gets GOAWAY(PROTOCOL_ERROR) and is closed, never an HTTP/1.1
     /// answer.
     ///
-    /// HTTP/1.1 on TLS is served here; a plaintext one (`limits.yield_after`) is given back with
-    /// the bytes read so far, for its task to serve (`transport/idle.rs`).
+    /// A plaintext HTTP/1.1 connection (`limits.yield_after`) is given back when it goes idle,
+    /// for its task to keep (`transport/idle.rs`).
     async fn serve<I>(
         self,
         mut io: I,
         mut first: BytesMut,
         h2_only: bool,
         stop: &mut watch::Receiver<bool>,
-    ) -> Option<(I, BytesMut, H1Conn)>
+    ) -> Option<(h1::Idle<I>, H1Conn)>
     where
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
@@ -310,11 +309,8 @@ impl Conn {
             }
         }
         let h1 = H1Conn::new(self.slot, self.info, self.limits);
-        if h1.limits.yield_after.is_some() {
-            return Some((io, first, h1));
-        }
-        h1.serve(io, first, false, stop).await;
-        None
+        let idle = h1.serve(io, first, false, stop).await?;
+        Some((idle, h1))
     }
 
     /// Serves HTTP/2 with rampart's own server (`http2::server`) until the connection ends,

@@ -46,32 +46,27 @@ enum Wait {
     End,
 }
 
-/// Serves the connection's requests (`first`: bytes of the next one already read), each time
-/// bytes arrive, until it closes or parks.
-pub(crate) async fn keep(mut k: Box<Kept>, mut first: BytesMut) {
-    // The client paces its requests: its last wait was longer than YIELD_AFTER.
-    let mut paced = false;
+/// Serves the connection's next requests, each time bytes arrive, until it closes or parks.
+pub(crate) async fn keep(mut k: Box<Kept>) {
+    // The client paces its requests: its last wait was longer than YIELD_AFTER. `h1::serve`
+    // gives the connection back after waiting that long itself, so every wait here is.
+    let mut paced = true;
     loop {
         let Kept { conn, stop, .. } = &mut *k;
-        if first.is_empty() {
-            let now = Instant::now();
-            let park_at = conn.h1.limits.park_after.map(|d| now + d);
-            match wait(conn, park_at, stop).await {
-                Wait::Read(b) => {
-                    first = b;
-                    // Unpaced, `serve` gave the connection back after waiting YIELD_AFTER
-                    // itself; paced, at once, so the wait here is the whole gap.
-                    paced = !paced || now.elapsed() >= YIELD_AFTER;
-                }
-                Wait::Park => {
-                    let Kept { conn, held, stop } = *k;
-                    return crate::transport::park::park(conn, held, stop);
-                }
-                Wait::End => return,
+        let now = Instant::now();
+        let park_at = conn.h1.limits.park_after.map(|d| now + d);
+        let first = match wait(conn, park_at, stop).await {
+            Wait::Read(b) => b,
+            Wait::Park => {
+                let Kept { conn, held, stop } = *k;
+                return crate::transport::park::park(conn, held, stop);
             }
-        }
-        let read = std::mem::take(&mut first);
-        match boxed!(conn.h1.serve(&mut conn.io, read, paced, stop)).await {
+            Wait::End => return,
+        };
+        // Unpaced, `serve` waited YIELD_AFTER itself before giving the connection back; paced,
+        // it gave it back at once, so the wait here was the whole gap.
+        paced = !paced || now.elapsed() >= YIELD_AFTER;
+        match boxed!(conn.h1.serve(&mut conn.io, first, paced, stop)).await {
             Some(idle) => conn.keepalive_until = idle.keepalive_until,
             None => return,
         }

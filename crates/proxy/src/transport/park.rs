@@ -23,7 +23,6 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::BytesMut;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -102,7 +101,7 @@ pub(crate) fn park(conn: Parkable, held: Held, stop: watch::Receiver<bool>) {
         false => parker(&stop),
     };
     let Some(parker) = parker else {
-        tokio::spawn(keep(Box::new(Kept { conn, held, stop }), BytesMut::new()));
+        tokio::spawn(keep(Box::new(Kept { conn, held, stop })));
         return;
     };
     let Parkable {
@@ -369,7 +368,7 @@ fn wake(p: Parked, stop: watch::Receiver<bool>) {
                 keepalive_until,
                 h1: H1Conn::resume(slot, peer, local),
             };
-            tokio::spawn(keep(Box::new(Kept { conn, held, stop }), BytesMut::new()));
+            tokio::spawn(keep(Box::new(Kept { conn, held, stop })));
         }
         Err(e) => tracing::debug!(error = %e, "cannot serve a parked connection again; closed"),
     }

@@ -317,9 +317,10 @@ async fn read_head<I: AsyncRead + Unpin>(
             r = read_some(io) => match r {
                 Ok(b) if b.is_empty() => return Recv::End,
                 Ok(b) => {
+                    // An incomplete head starts its timeout at the next turn (`started`):
+                    // a complete one never reads the clock for it.
                     if carry.is_empty() {
                         *carry = b;
-                        started.get_or_insert_with(Instant::now);
                     } else {
                         carry.extend_from_slice(&b);
                     }
