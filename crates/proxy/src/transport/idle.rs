@@ -48,9 +48,10 @@ enum Wait {
 
 /// Serves the connection's next requests, each time bytes arrive, until it closes or parks.
 pub(crate) async fn keep(mut k: Box<Kept>) {
-    // The client paces its requests: its last wait was longer than YIELD_AFTER. `h1::serve`
-    // gives the connection back after waiting that long itself, so every wait here is.
-    let mut paced = true;
+    // The client paces its requests: its last wait was longer than YIELD_AFTER. The last
+    // `serve` gave the connection back at once (paced) or after waiting YIELD_AFTER itself;
+    // the connection comes here first from a `serve` that waited, or from the parked table.
+    let mut paced = false;
     loop {
         let Kept { conn, stop, .. } = &mut *k;
         let now = Instant::now();
@@ -75,7 +76,9 @@ pub(crate) async fn keep(mut k: Box<Kept>) {
 
 /// Waits for the next request's first bytes until the keep-alive time ends (or `park_at`). A
 /// stop gives a short grace for a request the client may already have sent (it is then
-/// answered with `Connection: close`), as `h1::serve` gives one.
+/// answered with `Connection: close`), as `h1::serve` gives one. Empty lines before a request
+/// (RFC 9112 §2.2) are dropped here: they neither start a request nor move the keep-alive
+/// time, the park time or the grace.
 async fn wait(
     conn: &mut Parkable,
     park_at: Option<Instant>,
@@ -95,12 +98,12 @@ async fn wait(
         };
         tokio::select! {
             biased;
-            r = crate::net::read::read_some(io) => {
-                return match r {
-                    Ok(b) if !b.is_empty() => Wait::Read(b),
-                    _ => Wait::End,
-                }
-            }
+            r = crate::net::read::read_some(io) => match r {
+                Ok(b) if b.is_empty() => return Wait::End,
+                Ok(b) if b.iter().all(|&c| c == b'\r' || c == b'\n') => {}
+                Ok(b) => return Wait::Read(b),
+                Err(_) => return Wait::End,
+            },
             _ = tokio::time::sleep_until(deadline) => {
                 return match park_at {
                     Some(_) if !stopping => Wait::Park,

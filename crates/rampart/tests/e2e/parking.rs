@@ -339,3 +339,46 @@ async fn a_stopping_server_lets_paced_connections_go_and_exits() {
         assert!(matches!(s.read(&mut buf), Ok(0) | Err(_)));
     }
 }
+
+/// Empty lines before a request (RFC 9112 §2.2) are allowed, but they are not a request: a
+/// client that sends only them is closed at the keep-alive time counted from its last answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_lines_do_not_keep_a_connection_open() {
+    let origin = origin().await;
+    let p = proxy_with(&origin, 1, "client_idle_park_seconds = 0");
+    let mut s = connect(&p);
+    assert_eq!(get(&mut s), "HTTP/1.1 200 OK");
+    let answered = Instant::now();
+    s.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let closed = loop {
+        if s.write_all(b"\r\n").is_err() {
+            break answered.elapsed();
+        }
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) if answered.elapsed() > Duration::from_secs(4) => {
+                break answered.elapsed()
+            }
+            Ok(0) => break answered.elapsed(),
+            Ok(n) => panic!(
+                "answered empty lines: {:?}",
+                String::from_utf8_lossy(&buf[..n])
+            ),
+            Err(_) => {}
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(
+        closed < Duration::from_millis(2500),
+        "closed {closed:?} after the answer, keep-alive time 1 s"
+    );
+    // Empty lines before a request are skipped: the request is answered.
+    let mut s = connect(&p);
+    assert_eq!(get(&mut s), "HTTP/1.1 200 OK");
+    tokio::time::sleep(PACE).await;
+    s.write_all(b"\r\n").unwrap();
+    tokio::time::sleep(PACE).await;
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    assert_eq!(get(&mut s), "HTTP/1.1 200 OK");
+}
