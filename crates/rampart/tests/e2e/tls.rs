@@ -877,3 +877,55 @@ async fn a_redirect_kept_to_plain_http_does_not_loop_on_https() {
     assert_eq!(got.status, 200, "HTTPS is served, not redirected again");
     assert_eq!(origin.requests(), 1);
 }
+
+/// Empty lines before a request are allowed (RFC 9112 §2.2) but are not a request: over TLS too,
+/// a client that sends only them after an answer is closed at the keep-alive time counted from
+/// that answer (each one used to start the keep-alive time again: two bytes a second held a
+/// TLS session forever).
+#[tokio::test]
+async fn empty_lines_do_not_keep_a_tls_connection_open() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let origin = hello_origin().await;
+    let ca = TestCa::new("test CA");
+    let a = ca.leaf(&["a.test"]);
+    let (ac, ak) = a.write("a");
+    let conf = format!(
+        "{GLOBAL}client_keepalive_timeout_seconds = 1\n{}",
+        rule("a.test", origin.port(), &files(&ac, &ak))
+    );
+    let proxy = Proxy::start(&conf);
+    let https = proxy.https.expect("an HTTPS listener");
+    let client = tls::client_config(ca.roots(), &[b"http/1.1"], &[&rustls::version::TLS13]);
+    let mut s = tls::connect(https, "a.test", &client).await.unwrap();
+    s.write_all(b"GET /x HTTP/1.1\r\nHost: a.test\r\n\r\n")
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains("hello\n") {
+        let n = s.read(&mut buf).await.unwrap();
+        assert!(n > 0, "closed before the answer");
+        got.extend_from_slice(&buf[..n]);
+    }
+    let answered = Instant::now();
+    let closed = loop {
+        if answered.elapsed() > Duration::from_secs(5) {
+            break answered.elapsed();
+        }
+        if s.write_all(b"\r\n").await.is_err() {
+            break answered.elapsed();
+        }
+        match tokio::time::timeout(Duration::from_millis(200), s.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => break answered.elapsed(),
+            Ok(Ok(n)) => panic!(
+                "answered empty lines: {:?}",
+                String::from_utf8_lossy(&buf[..n])
+            ),
+            Err(_) => {}
+        }
+    };
+    assert!(
+        closed < Duration::from_millis(2500),
+        "closed {closed:?} after the answer, keep-alive time 1 s"
+    );
+}

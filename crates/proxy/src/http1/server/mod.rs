@@ -271,8 +271,9 @@ async fn read_head<I: AsyncRead + Unpin>(
 ) -> Recv {
     let mut started: Option<Instant> = None;
     let mut closing: Option<Instant> = None;
-    // While idle with `yield_after`: when to give the connection back, and when the keep-alive
-    // time ends.
+    // While idle: when to give the connection back (`yield_after`; never: the end), and when
+    // the keep-alive time ends, both from the first moment it was idle (empty lines the client
+    // sends do not move them).
     let mut idle: Option<(Instant, Instant)> = None;
     let mut charge = HeadCharge::default();
     loop {
@@ -294,16 +295,14 @@ async fn read_head<I: AsyncRead + Unpin>(
             (true, _) if stopping => *closing.get_or_insert_with(|| {
                 (Instant::now() + STOP_GRACE).min(Instant::now() + limits.keepalive_timeout)
             }),
-            (true, _) => match (limits.yield_after, idle) {
-                (None, _) => Instant::now() + limits.keepalive_timeout,
-                (Some(_), Some((at, until))) => at.min(until),
-                (Some(after), None) => {
+            (true, _) => {
+                let (at, until) = *idle.get_or_insert_with(|| {
                     let now = Instant::now();
-                    let (at, until) = (now + after, now + limits.keepalive_timeout);
-                    idle = Some((at, until));
-                    at.min(until)
-                }
-            },
+                    let until = now + limits.keepalive_timeout;
+                    (limits.yield_after.map_or(until, |after| now + after), until)
+                });
+                at.min(until)
+            }
             (false, Some(t)) => t + limits.header_read_timeout,
             (false, None) => {
                 let t = Instant::now();
