@@ -419,7 +419,7 @@ async fn accept_loop(
                 open,
             };
             let conn = parked?;
-            Some(Box::new(crate::transport::idle::Kept { conn, held, stop }))
+            Some(Box::new(crate::transport::park::Kept { conn, held, stop }))
         });
         tokio::spawn(serve(first).instrument(span));
     }
@@ -430,7 +430,7 @@ async fn accept_loop(
 /// (`transport/idle.rs`).
 async fn serve<F>(first: std::pin::Pin<Box<F>>)
 where
-    F: std::future::Future<Output = Option<Box<crate::transport::idle::Kept>>>,
+    F: std::future::Future<Output = Option<Box<crate::transport::park::Kept>>>,
 {
     if let Some(kept) = first.await {
         crate::transport::idle::keep(kept).await

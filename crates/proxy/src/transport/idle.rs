@@ -12,7 +12,7 @@
 //! When the state is given back depends on the client's pace. One that sends its next request
 //! as soon as it has the answer (a benchmark, a page's assets, an API client's pool) would pay
 //! for the allocation and the wait's timers every time, about 1,000 instructions on a cached
-//! hit of 12,000; so a connection waits in `h1::serve` first, and only after [`YIELD_AFTER`]
+//! hit of 12,000; so a connection waits in `h1::serve` first, and only after `YIELD_AFTER`
 //! without a request comes back here. A connection whose last wait was that long (a client
 //! asking once a second) is "paced": after its next answer it comes back at once, without
 //! waking for a timer first.
@@ -21,19 +21,14 @@ use bytes::BytesMut;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::http1::server::YIELD_AFTER;
 use crate::transport::accept::Parkable;
-use crate::transport::park::Held;
+use crate::transport::park::Kept;
 
-/// How long a connection waits for its next request in the state of the last one before it
-/// goes back to the smaller wait of [`keep`].
-pub(crate) const YIELD_AFTER: std::time::Duration = std::time::Duration::from_millis(50);
-
-/// What a connection's task keeps between requests (one allocation).
-pub(crate) struct Kept {
-    /// Dropped first: the socket closes before the slots below are given back.
-    pub(crate) conn: Parkable,
-    pub(crate) held: Held,
-    pub(crate) stop: watch::Receiver<bool>,
+/// A connection served again in a task of its own: one that could not be parked, or one
+/// the parker woke.
+fn keep_again(k: Box<Kept>) {
+    tokio::spawn(keep(k));
 }
 
 /// How a wait between requests ended.
@@ -58,10 +53,7 @@ pub(crate) async fn keep(mut k: Box<Kept>) {
         let park_at = conn.h1.limits.park_after.map(|d| now + d);
         let first = match wait(conn, park_at, stop).await {
             Wait::Read(b) => b,
-            Wait::Park => {
-                let Kept { conn, held, stop } = *k;
-                return crate::transport::park::park(conn, held, stop);
-            }
+            Wait::Park => return crate::transport::park::park(k, keep_again),
             Wait::End => return,
         };
         // Unpaced, `serve` waited YIELD_AFTER itself before giving the connection back; paced,

@@ -69,7 +69,7 @@ impl ConnSettings {
                 close_notify: false,
                 // A plaintext connection idle between requests waits in a small state of its
                 // task (transport/idle.rs); TLS ones stay in `h1::serve` (transport/accept.rs).
-                yield_after: Some(crate::transport::idle::YIELD_AFTER),
+                yield_after: Some(h1::YIELD_AFTER),
                 // Idle connections leave their tasks (transport/park.rs): each worker thread
                 // has its own epoll set, which a shared runtime's tasks would leave.
                 park_after: d

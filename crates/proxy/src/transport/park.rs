@@ -29,8 +29,16 @@ use tokio::time::Instant;
 
 use crate::telemetry::metrics::{ConnStats, Counted, PARKED_CONNECTIONS as PARKED};
 use crate::transport::accept::{H1Conn, Parkable};
-use crate::transport::idle::{keep, Kept};
 use crate::transport::limits::{ConnPermit, PerIpSlot};
+
+/// What a plaintext HTTP/1.1 connection's task keeps between requests (one allocation):
+/// `transport/idle.rs` waits with it, and parking takes it apart.
+pub(crate) struct Kept {
+    /// Dropped first: the socket closes before the slots below are given back.
+    pub(crate) conn: Parkable,
+    pub(crate) held: Held,
+    pub(crate) stop: watch::Receiver<bool>,
+}
 
 /// What a connection's task held besides the connection: given back when it closes (the
 /// fields are never read: dropping them is their use).
@@ -57,6 +65,8 @@ struct Parked {
 
 /// The worker's parked connections: a table, and the epoll set their sockets wait in.
 struct Parker {
+    /// What serves a woken connection again in a task (`transport/idle.rs`).
+    again: fn(Box<Kept>),
     epoll: AsyncFd<OwnedFd>,
     table: Mutex<Table>,
     /// Sweeps left that give memory back ([`give_back`]): set when a connection parks.
@@ -95,15 +105,17 @@ thread_local! {
 
 /// Parks a connection that went idle, or, when it cannot be parked (no epoll set, a socket
 /// tokio will not give back, the worker stopping), keeps it in a task.
-pub(crate) fn park(conn: Parkable, held: Held, stop: watch::Receiver<bool>) {
-    let parker = match *stop.borrow() {
+/// `again` serves a connection in a task: this one, when it cannot be parked, and every one
+/// the parker wakes.
+pub(crate) fn park(k: Box<Kept>, again: fn(Box<Kept>)) {
+    let parker = match *k.stop.borrow() {
         true => None,
-        false => parker(&stop),
+        false => parker(&k.stop, again),
     };
     let Some(parker) = parker else {
-        tokio::spawn(keep(Box::new(Kept { conn, held, stop })));
-        return;
+        return again(k);
     };
+    let Kept { conn, held, stop } = *k;
     let Parkable {
         io,
         keepalive_until,
@@ -130,19 +142,19 @@ pub(crate) fn park(conn: Parkable, held: Held, stop: watch::Receiver<bool>) {
     };
     if let Err(parked) = parker.add(parked) {
         // The epoll set refused it: back to a task of its own.
-        wake(*parked, stop);
+        wake(*parked, stop, parker.again);
     }
 }
 
 /// The worker's parker, started with its task on first use; `None` when no epoll set can be
 /// made (the connection then stays in a task).
-fn parker(stop: &watch::Receiver<bool>) -> Option<Arc<Parker>> {
+fn parker(stop: &watch::Receiver<bool>, again: fn(Box<Kept>)) -> Option<Arc<Parker>> {
     PARKER.with(|cell| {
         let mut cell = cell.borrow_mut();
         if let Some(p) = cell.as_ref() {
             return Some(p.clone());
         }
-        let p = match Parker::new() {
+        let p = match Parker::new(again) {
             Ok(p) => Arc::new(p),
             Err(e) => {
                 // Out of descriptors, typically: said once, not for every idle connection.
@@ -161,7 +173,7 @@ fn parker(stop: &watch::Receiver<bool>) -> Option<Arc<Parker>> {
 
 impl Parker {
     #[allow(unsafe_code)]
-    fn new() -> std::io::Result<Parker> {
+    fn new(again: fn(Box<Kept>)) -> std::io::Result<Parker> {
         // SAFETY: epoll_create1 with a flag; a non-negative result is a new descriptor we own.
         let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
         if fd < 0 {
@@ -176,6 +188,7 @@ impl Parker {
                 .map_err(std::io::Error::from)?
         };
         Ok(Parker {
+            again,
             epoll,
             table: Mutex::new(Table::default()),
             give_back_sweeps: std::sync::atomic::AtomicU8::new(0),
@@ -287,7 +300,7 @@ impl Parker {
                     }
                     for e in &events[..n] {
                         if let Some(p) = self.take(e.u64 as usize) {
-                            wake(p, stop.clone());
+                            wake(p, stop.clone(), self.again);
                         }
                     }
                 }
@@ -319,7 +332,7 @@ impl Parker {
                         let all = self.table().slots.len();
                         for k in 0..all {
                             if let Some(p) = self.take(k) {
-                                wake(p, stop.clone());
+                                wake(p, stop.clone(), self.again);
                             }
                         }
                         PARKER.with(|cell| cell.borrow_mut().take());
@@ -349,7 +362,7 @@ impl Table {
 }
 
 /// A parked connection becomes a task again.
-fn wake(p: Parked, stop: watch::Receiver<bool>) {
+fn wake(p: Parked, stop: watch::Receiver<bool>, again: fn(Box<Kept>)) {
     let Parked {
         socket,
         stats,
@@ -368,7 +381,7 @@ fn wake(p: Parked, stop: watch::Receiver<bool>) {
                 keepalive_until,
                 h1: H1Conn::resume(slot, peer, local),
             };
-            tokio::spawn(keep(Box::new(Kept { conn, held, stop })));
+            again(Box::new(Kept { conn, held, stop }));
         }
         Err(e) => tracing::debug!(error = %e, "cannot serve a parked connection again; closed"),
     }

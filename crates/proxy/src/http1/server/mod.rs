@@ -200,6 +200,10 @@ async fn switch<I: AsyncRead + AsyncWrite + Unpin>(
     drop(open);
 }
 
+/// How long a plaintext connection waits for its next request in [`serve`] (`Limits::
+/// yield_after`) before it goes back to the smaller wait of its task (`transport/idle.rs`).
+pub const YIELD_AFTER: Duration = Duration::from_millis(50);
+
 /// How long a stopping server still waits for the next request on an idle keep-alive
 /// connection.
 pub(crate) const STOP_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
