@@ -1,10 +1,10 @@
 //! A plaintext HTTP/1.1 keep-alive connection, served from its task.
 //!
 //! Serving a request takes a few KiB of future state (the HTTP/1.1 server's and the request's).
-//! A connection that held it while it waited for its next request cost that much whether its
-//! client asked every millisecond or once a second: 5.0 KiB per connection at 10,000 users
-//! asking once a second, where NGINX spends 0.5. Here that state is an allocation made when a
-//! request's bytes arrive and freed when the connection waits again. In between, the task holds
+//! Held while a connection waits for its next request, it would cost that much for every
+//! connection whose client asks once a second, thousands of them on a busy site. So that state
+//! is an allocation made when a request's bytes arrive and freed when the connection waits
+//! again. In between, the task holds
 //! [`Kept`] (the socket, the connection's settings, its slots) and the small wait of [`keep`]:
 //! for bytes, for the end of the keep-alive time, for a stop, or for the time to park
 //! (`transport/park.rs`, after `client_idle_park_seconds`).

@@ -96,6 +96,22 @@ fn get(s: &mut TcpStream) -> String {
     }
 }
 
+/// SIGTERM: the process exits within 5 s, and every one of `conns` finds its connection closed.
+fn stops_and_lets_go(p: &mut Proxy, conns: &mut [TcpStream]) {
+    let asked = Instant::now();
+    p.signal(15);
+    assert_eq!(p.wait_exit(Duration::from_secs(10)), Some(0));
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        asked.elapsed()
+    );
+    for s in conns {
+        let mut buf = [0u8; 64];
+        assert!(matches!(s.read(&mut buf), Ok(0) | Err(_)));
+    }
+}
+
 fn connect(p: &Proxy) -> TcpStream {
     let s = TcpStream::connect(p.addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -224,18 +240,7 @@ async fn a_stopping_server_lets_parked_connections_go_and_exits() {
     }
     tokio::time::sleep(IDLE).await;
     assert_eq!(parked(&p).await, 20.0);
-    let asked = Instant::now();
-    p.signal(15);
-    assert_eq!(p.wait_exit(Duration::from_secs(10)), Some(0));
-    assert!(
-        asked.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        asked.elapsed()
-    );
-    for s in &mut conns {
-        let mut buf = [0u8; 64];
-        assert!(matches!(s.read(&mut buf), Ok(0) | Err(_)));
-    }
+    stops_and_lets_go(&mut p, &mut conns);
 }
 
 // Between requests a plaintext connection's request state is given back after 50 ms
@@ -326,18 +331,7 @@ async fn a_stopping_server_lets_paced_connections_go_and_exits() {
         assert_eq!(get(s), "HTTP/1.1 200 OK");
     }
     tokio::time::sleep(PACE).await;
-    let asked = Instant::now();
-    p.signal(15);
-    assert_eq!(p.wait_exit(Duration::from_secs(10)), Some(0));
-    assert!(
-        asked.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        asked.elapsed()
-    );
-    for s in &mut conns {
-        let mut buf = [0u8; 64];
-        assert!(matches!(s.read(&mut buf), Ok(0) | Err(_)));
-    }
+    stops_and_lets_go(&mut p, &mut conns);
 }
 
 /// Empty lines before a request (RFC 9112 §2.2) are allowed, but they are not a request: a

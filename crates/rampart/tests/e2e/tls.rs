@@ -880,8 +880,7 @@ async fn a_redirect_kept_to_plain_http_does_not_loop_on_https() {
 
 /// Empty lines before a request are allowed (RFC 9112 §2.2) but are not a request: over TLS too,
 /// a client that sends only them after an answer is closed at the keep-alive time counted from
-/// that answer (each one used to start the keep-alive time again: two bytes a second held a
-/// TLS session forever).
+/// that answer, so two bytes a second cannot hold a TLS session open.
 #[tokio::test]
 async fn empty_lines_do_not_keep_a_tls_connection_open() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
