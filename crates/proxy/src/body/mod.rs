@@ -139,6 +139,17 @@ impl ProxyBody {
         b
     }
 
+    /// The whole body, taken out of it, when it is already in memory (a hit, a synthesised
+    /// answer) and `len` bytes long; `None` (and the body untouched) otherwise.
+    pub fn take_whole(&mut self, len: usize) -> Option<Bytes> {
+        match &mut self.kind {
+            Kind::Full(b) if b.as_ref().map_or(0, Bytes::len) == len => {
+                Some(b.take().unwrap_or_default())
+            }
+            _ => None,
+        }
+    }
+
     /// The stored fields and the age that precede the response's own, for a
     /// [`ProxyBody::hit`].
     pub fn stored_head(&self) -> Option<StoredHead<'_>> {

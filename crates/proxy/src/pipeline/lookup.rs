@@ -91,7 +91,7 @@ pub fn lookup<B>(w: &Worker, txn: &mut Txn, req: &Request<B>) -> Result<Step, Pr
 pub fn slot_key<'a, B>(txn: &'a Txn, req: &'a Request<B>) -> SlotKeyRef<'a> {
     let rule = &txn.route().rule.config;
     let https = txn.scheme() == Scheme::Https && rule.keys_by_scheme();
-    SlotKeyRef::new(txn.host(), target(req), rule.ignore_query_string).for_https(https)
+    SlotKeyRef::of_name(txn.host_name(), target(req), rule.ignore_query_string).for_https(https)
 }
 
 /// How the rule stores responses: its TTL (`max_age_seconds` of the matching path), whether it

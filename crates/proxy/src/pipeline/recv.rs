@@ -10,7 +10,7 @@ use std::time::Duration;
 use http::header::{HeaderValue, EXPECT, HOST};
 use http::uri::PathAndQuery;
 use http::{StatusCode, Uri, Version};
-use rampart_cache::key::{host_name, is_valid_host};
+use rampart_cache::key::valid_host_name;
 
 use crate::admin;
 use crate::body::local::text;
@@ -233,12 +233,12 @@ pub fn route<B>(
     };
     // A host the key would read differently from the origin is refused (see
     // `is_valid_host`); what passes is visible ASCII.
-    if !is_valid_host(host.as_bytes()) {
+    let Some(name_len) = valid_host_name(host.as_bytes()) else {
         return Err(ProxyError::BadRequest("invalid Host"));
-    }
+    };
     let host_str = host.to_str().map_err(|_| ProxyError::BadRequest("host"))?;
     let rule = router
-        .find(host_str)
+        .find_name(&host_str[..name_len])
         .ok_or_else(|| ProxyError::NoRoute(host_str.to_owned()))?
         .clone();
     let mut extras = None;
@@ -263,6 +263,8 @@ pub fn route<B>(
     Ok(Route {
         rule,
         host,
+        // A valid name is at most 255 bytes.
+        name_len: name_len as u8,
         decision,
         path_rule: path_rule.map(|i| i as u32),
         extras,
@@ -355,7 +357,7 @@ pub fn redirect_to_https<B>(
     if txn.scheme() != Scheme::Http || !txn.route().rule.config.redirect_to_https {
         return None;
     }
-    let name = host_name(txn.host());
+    let name = txn.host_name();
     let port = match https_port {
         Some(443) | None => String::new(),
         Some(p) => format!(":{p}"),

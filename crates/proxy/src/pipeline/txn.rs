@@ -41,6 +41,9 @@ pub struct Route {
     /// `rampart_cache::key::is_valid_host`. The origin gets [`crate::headers::origin_host`]
     /// of it: the name the cache key uses.
     pub host: HeaderValue,
+    /// The length of the host's name, `host` without its port (the name routing and the cache
+    /// key use).
+    pub name_len: u8,
     pub decision: PathDecision,
     /// The path rule that decided, by its index in the rule's `path_rules`.
     pub path_rule: Option<u32>,
@@ -204,6 +207,13 @@ impl Txn {
     /// The routed host (recv checked it is visible ASCII).
     pub fn host(&self) -> &str {
         self.route().host.to_str().unwrap_or_default()
+    }
+
+    /// The routed host's name: [`Txn::host`] without its port.
+    pub fn host_name(&self) -> &str {
+        let host = self.host();
+        host.get(..usize::from(self.route().name_len))
+            .unwrap_or(host)
     }
 
     pub fn scheme(&self) -> Scheme {

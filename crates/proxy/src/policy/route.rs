@@ -199,7 +199,12 @@ impl Router {
 
     /// Finds the rule for a raw `Host` header value or `:authority`.
     pub fn find(&self, host: &str) -> Option<&Arc<Rule>> {
-        let host = strip_port(host);
+        self.find_name(host_name(host))
+    }
+
+    /// [`Router::find`] for a host already without its port ([`host_name`] of it).
+    pub fn find_name(&self, name: &str) -> Option<&Arc<Rule>> {
+        let host = unbracket(name);
         let host = host.strip_suffix('.').unwrap_or(host);
         let idx = if host.bytes().any(|b| b.is_ascii_uppercase()) {
             self.find_normalised(&host.to_ascii_lowercase())
@@ -225,7 +230,11 @@ impl Router {
 /// `example.com:8080` → `example.com`; `[::1]:8080` → `::1` (the name a rule's domain is
 /// matched against; see [`host_name`] for the forms).
 pub fn strip_port(host: &str) -> &str {
-    let name = host_name(host);
+    unbracket(host_name(host))
+}
+
+/// `[::1]` → `::1`; any other name as it is.
+fn unbracket(name: &str) -> &str {
     name.strip_prefix('[')
         .and_then(|n| n.strip_suffix(']'))
         .unwrap_or(name)

@@ -49,19 +49,20 @@ pub fn parse(
     head_request: bool,
 ) -> Result<Option<ResponseHead>, HeadError> {
     // The field slots are left uninitialised (httparse fills what it uses), as the server's
-    // are: initialising 64 slots would write 2 KiB for every answer.
+    // are: initialising 64 slots would write 2 KiB for every answer. More fields than the
+    // stack holds: parsed again with slots on the heap, as the server does.
     let mut stack = [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; 64];
     let mut heap = Vec::new();
-    let slots: &mut [std::mem::MaybeUninit<httparse::Header<'_>>] = if max_headers <= stack.len() {
-        &mut stack[..max_headers]
-    } else {
-        heap.resize_with(max_headers, std::mem::MaybeUninit::uninit);
-        &mut heap
-    };
+    let config = httparse::ParserConfig::default();
     let mut res = httparse::Response::new(&mut []);
-    let len = match httparse::ParserConfig::default()
-        .parse_response_with_uninit_headers(&mut res, buf, slots)
-    {
+    let mut parsed =
+        config.parse_response_with_uninit_headers(&mut res, buf, &mut stack[..max_headers.min(64)]);
+    if matches!(parsed, Err(httparse::Error::TooManyHeaders)) && max_headers > 64 {
+        heap.resize_with(max_headers, std::mem::MaybeUninit::uninit);
+        res = httparse::Response::new(&mut []);
+        parsed = config.parse_response_with_uninit_headers(&mut res, buf, &mut heap);
+    }
+    let len = match parsed {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) if buf.len() > max_head => return Err(HeadError::TooLarge),
         Ok(httparse::Status::Partial) => return Ok(None),
@@ -145,6 +146,36 @@ mod tests {
 
     fn one(raw: &[u8], head_request: bool) -> Result<Option<ResponseHead>, HeadError> {
         parse(&mut BytesMut::from(raw), 16 * 1024, 100, head_request)
+    }
+
+    /// An answer with more fields than the parser's stack slots (64) is read whole up to the
+    /// limit, and refused past it.
+    #[test]
+    fn field_counts_around_the_stack_slots() {
+        let head = |n: usize| {
+            let mut raw = b"HTTP/1.1 204 No Content\r\n".to_vec();
+            for i in 0..n {
+                raw.extend_from_slice(format!("X-F{i}: {i}\r\n").as_bytes());
+            }
+            raw.extend_from_slice(b"\r\n");
+            BytesMut::from(&raw[..])
+        };
+        for (n, limit, whole) in [
+            (64, 64, true),
+            (65, 64, false),
+            (65, 100, true),
+            (100, 100, true),
+            (101, 100, false),
+        ] {
+            match parse(&mut head(n), 1 << 20, limit, false) {
+                Ok(Some(h)) => {
+                    assert!(whole, "{n} fields, limit {limit}: read");
+                    assert_eq!(h.headers.len(), n);
+                }
+                Err(HeadError::TooLarge) => assert!(!whole, "{n} fields, limit {limit}: refused"),
+                other => panic!("{n} fields, limit {limit}: {other:?}"),
+            }
+        }
     }
 
     #[test]

@@ -314,7 +314,12 @@ async fn read_head<I: AsyncRead + Unpin>(
                 t + limits.header_read_timeout
             }
         };
-        timer.as_mut().reset(deadline);
+        // Moving a tokio timer costs ~120 instructions, and every request would move it: it
+        // stays where it is unless it must fire sooner (or has fired), and firing early only
+        // means one more turn here.
+        if deadline < timer.deadline() || timer.is_elapsed() {
+            timer.as_mut().reset(deadline);
+        }
         tokio::select! {
             biased;
             r = read_some(io) => match r {
@@ -338,6 +343,13 @@ async fn read_head<I: AsyncRead + Unpin>(
                 Err(_) => return Recv::End,
             },
             _ = &mut timer => {
+                if Instant::now() < deadline {
+                    continue;
+                }
+                if carry.is_empty() && *stop.borrow() && closing.is_none() {
+                    // A stop seen only now (below): the grace starts.
+                    continue;
+                }
                 if let Some((at, until)) = idle.filter(|_| carry.is_empty() && !*stop.borrow()) {
                     if at < until && Instant::now() >= at {
                         return Recv::Idle(until);
@@ -349,8 +361,10 @@ async fn read_head<I: AsyncRead + Unpin>(
                 return Recv::End;
             }
             // A stop starts the grace above; a dropped sender (no one can stop us any more)
-            // ends the connection at once.
-            r = stop.changed(), if carry.is_empty() && !*stop.borrow() => {
+            // ends the connection at once. A connection given back when idle (`yield_after`)
+            // does not wait for it: waiting costs ~250 instructions a request, and within
+            // `yield_after` the timer above or the wait it is given back to sees the stop.
+            r = stop.changed(), if carry.is_empty() && !*stop.borrow() && limits.yield_after.is_none() => {
                 if r.is_err() {
                     return Recv::End;
                 }
@@ -531,7 +545,14 @@ async fn write_response<I: AsyncRead + AsyncWrite + Unpin>(
             })
             .await
         }
-        _ => boxed!(write::send(&mut *io, out, framing, res.body_mut())).await,
+        _ => match whole(&mut out, framing, res.body_mut()) {
+            // Head and body in one buffer: one write, without the boxed sender's state.
+            true => match io.write_all(&out).await {
+                Ok(()) => io.flush().await.map(|()| write::Sent::Complete),
+                Err(e) => Err(e),
+            },
+            false => boxed!(write::send(&mut *io, out, framing, res.body_mut())).await,
+        },
     };
     drop(res);
     match sent {
@@ -552,6 +573,25 @@ async fn write_response<I: AsyncRead + AsyncWrite + Unpin>(
         boxed!(f.skip(io, carry, SKIP_UNREAD, limits.header_read_timeout)).await
     } else {
         keep_alive
+    }
+}
+
+/// Whether the response is all in `out` for one write: no body is sent (HEAD, 304), or a
+/// body already in memory, as long as its length says, fits in the same write
+/// ([`write::COALESCE`]) and is put after its head. False: the body is as it was.
+fn whole(out: &mut Vec<u8>, framing: write::Framing, body: &mut ProxyBody) -> bool {
+    match framing {
+        write::Framing::None => true,
+        write::Framing::Length(n) if n <= write::COALESCE.saturating_sub(out.len()) as u64 => {
+            match body.take_whole(n as usize) {
+                Some(b) => {
+                    out.extend_from_slice(&b);
+                    true
+                }
+                None => false,
+            }
+        }
+        _ => false,
     }
 }
 
