@@ -382,7 +382,12 @@ impl Object {
 
     /// Whether the object is fresh at `now`.
     pub fn is_fresh(&self, now: SystemTime) -> bool {
-        !self.invalidated.load(Ordering::Relaxed) && self.age(now) < self.lifetime
+        self.is_fresh_at_age(self.age(now))
+    }
+
+    /// [`Object::is_fresh`] for an age already read.
+    pub fn is_fresh_at_age(&self, age: Duration) -> bool {
+        !self.invalidated.load(Ordering::Relaxed) && age < self.lifetime
     }
 
     pub fn invalidate(&self) {

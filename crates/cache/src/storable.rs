@@ -297,8 +297,7 @@ pub fn usable(
         return Usable::No;
     }
     let age = obj.age(now);
-    // `Object::is_fresh`, with the age read once.
-    let fresh = !obj.invalidated.load(std::sync::atomic::Ordering::Relaxed) && age < obj.lifetime;
+    let fresh = obj.is_fresh_at_age(age);
     if let Some(max_age) = req.max_age {
         // RFC 8246 §2.1: a fresh `immutable` response is not revalidated because a browser
         // reloads (it sends `max-age=0`); `no-cache` above still asks for that. A stale one is

@@ -140,14 +140,17 @@ impl ProxyBody {
     }
 
     /// The whole body, taken out of it, when it is already in memory (a hit, a synthesised
-    /// answer) and `len` bytes long; `None` (and the body untouched) otherwise.
+    /// answer) and `len` bytes long; `None` (and the body untouched) otherwise. Counted as sent
+    /// (the access log's `bytes`), as a body read through [`Body::poll_frame`] is.
     pub fn take_whole(&mut self, len: usize) -> Option<Bytes> {
-        match &mut self.kind {
+        let whole = match &mut self.kind {
             Kind::Full(b) if b.as_ref().map_or(0, Bytes::len) == len => {
-                Some(b.take().unwrap_or_default())
+                b.take().unwrap_or_default()
             }
-            _ => None,
-        }
+            _ => return None,
+        };
+        self.count(whole.len());
+        Some(whole)
     }
 
     /// The stored fields and the age that precede the response's own, for a

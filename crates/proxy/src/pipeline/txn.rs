@@ -212,8 +212,9 @@ impl Txn {
     /// The routed host's name: [`Txn::host`] without its port.
     pub fn host_name(&self) -> &str {
         let host = self.host();
-        host.get(..usize::from(self.route().name_len))
-            .unwrap_or(host)
+        let name = host.get(..usize::from(self.route().name_len));
+        debug_assert!(name.is_some(), "a name longer than its host");
+        name.unwrap_or(host)
     }
 
     pub fn scheme(&self) -> Scheme {

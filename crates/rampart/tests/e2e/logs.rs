@@ -89,6 +89,8 @@ async fn json_lines_in_a_file_with_the_request_id_the_origin_saw() {
     let seen = origin.last();
     assert_eq!(seen.headers.get("x-request-id").unwrap(), id);
     assert_eq!(second["cache"], "Hit");
+    // A hit's body is written with its head in one write: counted all the same.
+    assert_eq!(second["bytes"], 6);
     assert_eq!(second["upstream"], serde_json::Value::Null);
     assert_eq!(second["user_agent"], serde_json::Value::Null);
     // Nothing on stdout: the lines went to the file.

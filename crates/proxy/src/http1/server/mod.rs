@@ -205,7 +205,8 @@ async fn switch<I: AsyncRead + AsyncWrite + Unpin>(
 pub const YIELD_AFTER: Duration = Duration::from_millis(50);
 
 /// How long a stopping server still waits for the next request on an idle keep-alive
-/// connection.
+/// connection. A plaintext connection waiting in [`serve`] sees the stop only when its timer
+/// fires or it is given back (`YIELD_AFTER` at most), and its grace starts then.
 pub(crate) const STOP_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
 
 // Returned once per request and taken apart at once; boxing the head would allocate per request.
@@ -576,7 +577,7 @@ async fn write_response<I: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
-/// Whether the response is all in `out` for one write: no body is sent (HEAD, 304), or a
+/// Whether the response is all in `out` for one write: no body is sent (HEAD, 1xx, 204, 304), or a
 /// body already in memory, as long as its length says, fits in the same write
 /// ([`write::COALESCE`]) and is put after its head. False: the body is as it was.
 fn whole(out: &mut Vec<u8>, framing: write::Framing, body: &mut ProxyBody) -> bool {
