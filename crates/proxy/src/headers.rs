@@ -190,7 +190,7 @@ pub fn forwarded_element(
     {
         v.extend_from_slice(host);
     } else {
-        // A checked host holds no `"` or `\` (see `is_valid_host`): nothing to escape.
+        // A checked host holds no `"` or `\` (see `valid_host_name`): nothing to escape.
         v.push(b'"');
         v.extend_from_slice(host);
         v.push(b'"');

@@ -232,7 +232,7 @@ pub fn route<B>(
             .ok_or(ProxyError::MissingHost)?,
     };
     // A host the key would read differently from the origin is refused (see
-    // `is_valid_host`); what passes is visible ASCII.
+    // `valid_host_name`); what passes is visible ASCII.
     let Some(name_len) = valid_host_name(host.as_bytes()) else {
         return Err(ProxyError::BadRequest("invalid Host"));
     };

@@ -38,7 +38,7 @@ pub enum Mode {
 pub struct Route {
     pub rule: Arc<Rule>,
     /// The routed host as the client sent it (with its port, if any), checked by
-    /// `rampart_cache::key::is_valid_host`. The origin gets [`crate::headers::origin_host`]
+    /// `rampart_cache::key::valid_host_name`. The origin gets [`crate::headers::origin_host`]
     /// of it: the name the cache key uses.
     pub host: HeaderValue,
     /// The length of the host's name, `host` without its port (the name routing and the cache

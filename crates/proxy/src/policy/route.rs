@@ -13,7 +13,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use rampart_cache::key::host_name;
 use rampart_config::{Config, DomainPattern, RuleConfig, RuleType};
 use rampart_screen::ratelimit::Limiter;
 
@@ -197,12 +196,8 @@ impl Router {
         &self.rules
     }
 
-    /// Finds the rule for a raw `Host` header value or `:authority`.
-    pub fn find(&self, host: &str) -> Option<&Arc<Rule>> {
-        self.find_name(host_name(host))
-    }
-
-    /// [`Router::find`] for a host already without its port ([`host_name`] of it).
+    /// Finds the rule for a host's name: a `Host` header value or `:authority` without its
+    /// port ([`rampart_cache::key::host_name`] of it; recv has it from checking the host).
     pub fn find_name(&self, name: &str) -> Option<&Arc<Rule>> {
         let host = unbracket(name);
         let host = host.strip_suffix('.').unwrap_or(host);
@@ -227,13 +222,7 @@ impl Router {
     }
 }
 
-/// `example.com:8080` → `example.com`; `[::1]:8080` → `::1` (the name a rule's domain is
-/// matched against; see [`host_name`] for the forms).
-pub fn strip_port(host: &str) -> &str {
-    unbracket(host_name(host))
-}
-
-/// `[::1]` → `::1`; any other name as it is.
+/// `[::1]` → `::1`; any other name as it is (the name a rule's domain is matched against).
 fn unbracket(name: &str) -> &str {
     name.strip_prefix('[')
         .and_then(|n| n.strip_suffix(']'))
@@ -309,7 +298,7 @@ forward_port_http = 3
 "#;
 
     fn port(r: &Router, host: &str) -> Option<u16> {
-        r.find(host)
+        r.find_name(rampart_cache::key::host_name(host))
             .map(|rule| rule.config.upstreams[0].authority.port_u16().unwrap_or(0))
     }
 
@@ -327,11 +316,12 @@ forward_port_http = 3
     }
 
     #[test]
-    fn strip_port_forms() {
-        assert_eq!(strip_port("a.b:80"), "a.b");
-        assert_eq!(strip_port("[::1]:80"), "::1");
-        assert_eq!(strip_port("::1"), "::1");
-        assert_eq!(strip_port("a.b"), "a.b");
+    fn names_without_port_or_brackets() {
+        let name = |host| unbracket(rampart_cache::key::host_name(host));
+        assert_eq!(name("a.b:80"), "a.b");
+        assert_eq!(name("[::1]:80"), "::1");
+        assert_eq!(name("::1"), "::1");
+        assert_eq!(name("a.b"), "a.b");
     }
 
     #[test]
@@ -363,7 +353,7 @@ rule_type = "Blacklist"
 strict_path_rules = true
 "#,
         );
-        let x = r.find("x").expect("rule x");
+        let x = r.find_name("x").expect("rule x");
         assert_eq!(
             x.decide("/pub/a"),
             PathDecision::Cacheable {
@@ -378,7 +368,7 @@ strict_path_rules = true
                 max_age_seconds: 600
             }
         );
-        let y = r.find("y").expect("rule y");
+        let y = r.find_name("y").expect("rule y");
         assert_eq!(y.decide("/admin/users"), PathDecision::Block);
         assert_eq!(
             y.decide("/"),

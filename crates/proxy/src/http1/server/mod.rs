@@ -546,14 +546,12 @@ async fn write_response<I: AsyncRead + AsyncWrite + Unpin>(
             })
             .await
         }
-        _ => match whole(&mut out, framing, res.body_mut()) {
-            // Head and body in one buffer: one write, without the boxed sender's state.
-            true => match io.write_all(&out).await {
-                Ok(()) => io.flush().await.map(|()| write::Sent::Complete),
-                Err(e) => Err(e),
-            },
-            false => boxed!(write::send(&mut *io, out, framing, res.body_mut())).await,
+        // Head and body in one buffer: one write, without the boxed sender's state.
+        _ if whole(&mut out, framing, res.body_mut()) => match io.write_all(&out).await {
+            Ok(()) => io.flush().await.map(|()| write::Sent::Complete),
+            Err(e) => Err(e),
         },
+        _ => boxed!(write::send(&mut *io, out, framing, res.body_mut())).await,
     };
     drop(res);
     match sent {
