@@ -45,6 +45,86 @@ pub struct Config {
     /// What several instances share through Redis (`redis_url` / `redis_cluster`); `None`
     /// without either key: every instance keeps its own state.
     pub redis: Option<RedisConfig>,
+    /// OpenTelemetry traces (`tracing_endpoint` and the keys beside it); `None` without an
+    /// endpoint: no spans, and `traceparent` passes through like any other field.
+    pub tracing: Option<TracingConfig>,
+}
+
+/// OpenTelemetry tracing: W3C Trace Context on every request, spans exported over OTLP.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TracingConfig {
+    /// The collector (`tracing_endpoint`): `http://` or `https://`, host and port; for
+    /// HTTP/protobuf a URL without a path gets `/v1/traces`.
+    pub endpoint: String,
+    pub protocol: OtlpProtocol,
+    /// Fields sent with every export (`tracing_headers`: a collector's API key).
+    pub headers: Vec<(String, String)>,
+    /// `service.name` (`tracing_service_name`).
+    pub service_name: String,
+    /// More resource attributes (`tracing_resource`), as written.
+    pub resource: Vec<(String, String)>,
+    pub sampler: Sampler,
+    /// The share of traces a ratio sampler keeps (`tracing_sample_ratio`, 0 to 1).
+    pub ratio: f64,
+    /// Spans waiting for export at most (`tracing_queue_size`); more are dropped and counted.
+    pub queue_size: usize,
+    /// Spans per export at most (`tracing_batch_size`).
+    pub batch_size: usize,
+    /// How often waiting spans are exported (`tracing_export_interval_ms`).
+    pub export_interval: Duration,
+    /// How long one export may take (`tracing_timeout_ms`).
+    pub timeout: Duration,
+    /// Whether a client's `traceparent` is continued (`trust_trace_context`); when not, the
+    /// request starts a trace of its own.
+    pub trust: bool,
+    /// The clients whose trace context is trusted (`trust_trace_context_from`); empty: all.
+    pub trust_from: Vec<Cidr>,
+}
+
+impl TracingConfig {
+    /// Whether the trace context `client` sends is continued.
+    pub fn trusts(&self, client: std::net::IpAddr) -> bool {
+        self.trust
+            && (self.trust_from.is_empty() || {
+                let c = client.to_canonical();
+                self.trust_from.iter().any(|n| n.contains(c))
+            })
+    }
+}
+
+/// How spans are sent to the collector (`tracing_protocol`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OtlpProtocol {
+    /// OTLP/gRPC (`"grpc"`, the collector's port 4317).
+    Grpc,
+    /// OTLP/HTTP with protobuf bodies (`"http/protobuf"`, port 4318).
+    HttpProtobuf,
+}
+
+/// Which requests are traced (`tracing_sampler`, OpenTelemetry's `OTEL_TRACES_SAMPLER` names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sampler {
+    AlwaysOn,
+    AlwaysOff,
+    /// A share of traces, by trace id (`tracing_sample_ratio`).
+    TraceIdRatio,
+    /// A continued trace follows the client's decision; a new one is always sampled.
+    ParentBasedAlwaysOn,
+    /// A continued trace follows the client's decision; a new one is never sampled.
+    ParentBasedAlwaysOff,
+    /// A continued trace follows the client's decision; a new one by ratio.
+    ParentBasedTraceIdRatio,
+}
+
+impl Sampler {
+    pub const NAMES: [(&'static str, Sampler); 6] = [
+        ("always_on", Sampler::AlwaysOn),
+        ("always_off", Sampler::AlwaysOff),
+        ("traceidratio", Sampler::TraceIdRatio),
+        ("parentbased_always_on", Sampler::ParentBasedAlwaysOn),
+        ("parentbased_always_off", Sampler::ParentBasedAlwaysOff),
+        ("parentbased_traceidratio", Sampler::ParentBasedTraceIdRatio),
+    ];
 }
 
 /// The PROXY protocol on client connections (`proxy_protocol`, `proxy_protocol_from`).

@@ -341,6 +341,40 @@ impl<'d> Section<'d> {
         }
     }
 
+    /// A fraction from 0 to 1 (`0.05`, or `0` and `1` written as integers).
+    pub(crate) fn fraction(&mut self, sink: &mut Sink<'_>, key: &'static str) -> Option<At<f64>> {
+        let (item, span) = self.item(key)?;
+        let v = match item.as_value() {
+            Some(Value::Float(f)) => *f.value(),
+            Some(Value::Integer(i)) => *i.value() as f64,
+            _ => {
+                // `"10%"`: the example is the fraction it means.
+                let example = item
+                    .as_str()
+                    .and_then(|t| t.trim().strip_suffix('%')?.trim().parse::<f64>().ok())
+                    .filter(|p| (0.0..=100.0).contains(p))
+                    .map_or("0.1".to_owned(), |p| (p / 100.0).to_string());
+                self.wrong_type(sink, key, item, span, "a number from 0 to 1", &example);
+                return None;
+            }
+        };
+        if !(0.0..=1.0).contains(&v) {
+            sink.push(
+                Severity::Error,
+                &self.key_path(key),
+                span,
+                format!("{v} is out of range"),
+                "use a number from 0 (none) to 1 (all), e.g. 0.1 for a tenth",
+            );
+            return None;
+        }
+        Some(At {
+            value: v,
+            key: self.key_path(key),
+            span,
+        })
+    }
+
     /// An array of strings; non-string elements are reported one by one and skipped.
     pub(crate) fn strings(
         &mut self,

@@ -22,6 +22,7 @@ mod screening;
 mod sockets;
 mod syntax;
 mod tls;
+mod tracing;
 mod transform;
 
 use std::collections::HashMap;
@@ -265,6 +266,7 @@ fn read_config(
     let upstream = sockets::read_upstream(&mut s, sink);
     let tls = tls::read(&mut s, sink);
     let redis = redis::read(&mut s, sink);
+    let tracing = tracing::read(&mut s, sink);
     let strict_default = s.bool(sink, "strict_path_rules").map(|b| b.value);
     let pages = pages::PagesDir::read(&mut s, sink, file);
     let globals = rule::Globals {
@@ -304,6 +306,7 @@ fn read_config(
         screen,
         tls,
         redis,
+        tracing,
     })
 }
 

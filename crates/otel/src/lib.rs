@@ -1,0 +1,304 @@
+//! OpenTelemetry traces for rampart.
+//!
+//! - [`context`]: W3C Trace Context (`traceparent`, `tracestate`) and span identifiers.
+//! - [`Tracer`]: per request, continues the client's trace (when trusted) or starts one,
+//!   decides whether it is sampled, and writes the context the origin gets.
+//! - [`RequestTrace`]: what a request records as it goes through the stages: one server span,
+//!   its stage events, and child spans for the waits and the origin exchange.
+//! - [`export`]: finished spans go through a bounded queue to an exporter thread that sends
+//!   them in batches over OTLP (gRPC or HTTP/protobuf), off the request path; a full queue
+//!   drops and counts.
+//! - [`otlp`]: the OTLP protobuf encoding.
+//!
+//! rampart records spans itself rather than through the `opentelemetry` SDK: docs/operations.md
+//! ("Traces") has the measured reason.
+
+pub mod context;
+pub mod export;
+pub mod otlp;
+pub mod span;
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::header::HeaderValue;
+use http::HeaderMap;
+use rampart_config::{Sampler, TracingConfig};
+
+pub use context::{SpanId, TraceId};
+pub use export::{Exporter, Stats};
+pub use span::{Attr, AttrValue, Event, Kind, Span, Status};
+
+use context::{Incoming, TRACEPARENT, TRACESTATE};
+use span::Clock;
+
+/// Tracing as configured: the sampling and trust decisions, and the exporter.
+#[derive(Debug)]
+pub struct Tracer {
+    config: TracingConfig,
+    /// A trace is sampled by ratio when the top 63 bits of the low half of its id are below
+    /// this (OpenTelemetry's `TraceIdRatioBased` reading).
+    threshold: u64,
+    exporter: Arc<Exporter>,
+}
+
+impl Tracer {
+    /// A tracer exporting through a new exporter thread.
+    pub fn start(config: &TracingConfig) -> std::io::Result<Tracer> {
+        let exporter = Arc::new(Exporter::start(config)?);
+        Ok(Tracer::with_exporter(config, exporter))
+    }
+
+    pub fn with_exporter(config: &TracingConfig, exporter: Arc<Exporter>) -> Tracer {
+        let threshold = (config.ratio.clamp(0.0, 1.0) * (1u64 << 63) as f64) as u64;
+        Tracer {
+            config: config.clone(),
+            threshold,
+            exporter,
+        }
+    }
+
+    pub fn config(&self) -> &TracingConfig {
+        &self.config
+    }
+
+    pub fn exporter(&self) -> &Arc<Exporter> {
+        &self.exporter
+    }
+
+    /// The trace of a request that came from `peer` and started at `start`: the client's
+    /// context when it parses and `peer` is trusted, else a new trace. The request's
+    /// `traceparent` is replaced by rampart's (and `tracestate` dropped with a context that
+    /// is not continued), so the origin sees rampart's span as its parent.
+    pub fn begin(&self, fields: &mut HeaderMap, peer: IpAddr, start: Instant) -> RequestTrace {
+        let has_context = fields.contains_key(&TRACEPARENT) || fields.contains_key(&TRACESTATE);
+        let incoming = if has_context && self.config.trusts(peer) {
+            Incoming::read(fields)
+        } else {
+            Incoming::default()
+        };
+        let trace_id = incoming.parent.map_or_else(TraceId::random, |p| p.trace_id);
+        let sampled = self.sampled(incoming.parent.as_ref().map(|p| p.sampled), trace_id);
+        let span_id = SpanId::random();
+        // The origin exchange's span is the origin's parent when the request is recorded;
+        // otherwise the server span (which no one records) is.
+        let origin_span = if sampled { SpanId::random() } else { span_id };
+        if has_context {
+            fields.remove(&TRACESTATE);
+        }
+        if let Some(state) = &incoming.state {
+            fields.insert(TRACESTATE.clone(), state.clone());
+        }
+        fields.insert(
+            TRACEPARENT.clone(),
+            context::traceparent(trace_id, origin_span, sampled),
+        );
+        let recording = sampled.then(|| {
+            Box::new(Recording {
+                clock: Clock::since(start),
+                server: Span {
+                    trace_id,
+                    span_id,
+                    parent: incoming.parent.map(|p| p.span_id),
+                    trace_state: incoming
+                        .state
+                        .as_ref()
+                        .and_then(|s| s.to_str().ok())
+                        .map(Into::into),
+                    name: "".into(),
+                    kind: Kind::Server,
+                    start: 0,
+                    end: 0,
+                    attrs: Vec::with_capacity(16),
+                    events: Vec::with_capacity(4),
+                    status: Status::Unset,
+                },
+                children: Vec::new(),
+                origin_span,
+                exporter: self.exporter.clone(),
+            })
+        });
+        let mut t = RequestTrace {
+            trace_id,
+            span_id,
+            recording,
+        };
+        if let Some(r) = t.recording.as_mut() {
+            r.server.start = r.clock.nanos(start);
+        }
+        t
+    }
+
+    /// The head sampling decision: the parent's when the sampler follows it, else by the
+    /// sampler's own rule.
+    fn sampled(&self, parent: Option<bool>, trace_id: TraceId) -> bool {
+        let ratio = || {
+            let mut low = [0u8; 8];
+            low.copy_from_slice(&trace_id.0[8..]);
+            (u64::from_be_bytes(low) >> 1) < self.threshold
+        };
+        match (self.config.sampler, parent) {
+            (Sampler::AlwaysOn, _) => true,
+            (Sampler::AlwaysOff, _) => false,
+            (Sampler::TraceIdRatio, _) => ratio(),
+            (
+                Sampler::ParentBasedAlwaysOn
+                | Sampler::ParentBasedAlwaysOff
+                | Sampler::ParentBasedTraceIdRatio,
+                Some(p),
+            ) => p,
+            (Sampler::ParentBasedAlwaysOn, None) => true,
+            (Sampler::ParentBasedAlwaysOff, None) => false,
+            (Sampler::ParentBasedTraceIdRatio, None) => ratio(),
+        }
+    }
+}
+
+/// A request's part in a trace. Unsampled, it is only the ids (for the access log); sampled,
+/// it records the spans, which are queued for export when [`RequestTrace::end`] is called.
+#[derive(Debug)]
+pub struct RequestTrace {
+    pub trace_id: TraceId,
+    /// The server span's id (the access log's `span_id`).
+    pub span_id: SpanId,
+    recording: Option<Box<Recording>>,
+}
+
+#[derive(Debug)]
+struct Recording {
+    clock: Clock,
+    server: Span,
+    children: Vec<Span>,
+    /// The id the origin exchange's span takes (sent in `traceparent`).
+    origin_span: SpanId,
+    exporter: Arc<Exporter>,
+}
+
+/// A child span started with [`RequestTrace::child`], ended with [`RequestTrace::end_child`].
+#[derive(Debug, Clone, Copy)]
+pub struct ChildRef(usize);
+
+impl RequestTrace {
+    /// Whether spans are recorded (the trace is sampled).
+    pub fn recording(&self) -> bool {
+        self.recording.is_some()
+    }
+
+    /// The `traceparent` flag for the access log and tests.
+    pub fn sampled(&self) -> bool {
+        self.recording.is_some()
+    }
+
+    /// Names the server span (`{method} {route}`, as HTTP's semantic conventions say).
+    pub fn name(&mut self, name: String) {
+        if let Some(r) = &mut self.recording {
+            r.server.name = name.into_boxed_str();
+        }
+    }
+
+    /// Adds an attribute to the server span.
+    pub fn attr(&mut self, key: &'static str, value: impl Into<AttrValue>) {
+        if let Some(r) = &mut self.recording {
+            r.server.attrs.push((key, value.into()));
+        }
+    }
+
+    /// Adds an event (a stage's outcome) to the server span, at this moment.
+    pub fn event(&mut self, name: &'static str, attrs: Vec<Attr>) {
+        if let Some(r) = &mut self.recording {
+            let time = r.clock.now();
+            r.server.events.push(Event { time, name, attrs });
+        }
+    }
+
+    /// Marks the server span as failed (a 5xx answer, or a body cut short).
+    pub fn error(&mut self, description: impl Into<Box<str>>) {
+        if let Some(r) = &mut self.recording {
+            r.server.status = Status::Error(description.into());
+        }
+    }
+
+    /// Starts a child span of the server span, now. The origin exchange (`Kind::Client`,
+    /// named "origin") takes the id already sent to the origin in `traceparent`.
+    pub fn child(&mut self, name: &'static str, kind: Kind) -> Option<ChildRef> {
+        let r = self.recording.as_mut()?;
+        let span_id = if kind == Kind::Client && name == ORIGIN_SPAN {
+            r.origin_span
+        } else {
+            SpanId::random()
+        };
+        let start = r.clock.now();
+        r.children.push(Span {
+            trace_id: self.trace_id,
+            span_id,
+            parent: Some(self.span_id),
+            trace_state: r.server.trace_state.clone(),
+            name: name.into(),
+            kind,
+            start,
+            end: 0,
+            attrs: Vec::new(),
+            events: Vec::new(),
+            status: Status::Unset,
+        });
+        Some(ChildRef(r.children.len() - 1))
+    }
+
+    /// A child span started with [`RequestTrace::child`], to add attributes or events to.
+    pub fn child_mut(&mut self, c: Option<ChildRef>) -> Option<&mut Span> {
+        let (r, c) = (self.recording.as_mut()?, c?);
+        r.children.get_mut(c.0)
+    }
+
+    /// Ends a child span now.
+    pub fn end_child(&mut self, c: Option<ChildRef>) {
+        if let (Some(r), Some(c)) = (self.recording.as_mut(), c) {
+            let end = r.clock.now();
+            if let Some(s) = r.children.get_mut(c.0) {
+                s.end = end;
+            }
+        }
+    }
+
+    /// Ends the server span (and any child still open) now, and queues the spans for export.
+    /// Dropping the trace does the same (a request whose client went away is still traced).
+    pub fn end(self) {}
+}
+
+impl Drop for RequestTrace {
+    fn drop(&mut self) {
+        let Some(r) = self.recording.take() else {
+            return;
+        };
+        let Recording {
+            clock,
+            mut server,
+            mut children,
+            exporter,
+            ..
+        } = *r;
+        let end = clock.now();
+        server.end = end;
+        for c in &mut children {
+            if c.end == 0 {
+                c.end = end;
+            }
+        }
+        children.push(server);
+        exporter.submit(children);
+    }
+}
+
+/// The name of the origin exchange's span.
+pub const ORIGIN_SPAN: &str = "origin";
+
+/// The hex text of a trace id and a span id, for the access log.
+pub fn ids_hex(t: &RequestTrace) -> (String, String) {
+    (t.trace_id.to_hex(), t.span_id.to_hex())
+}
+
+/// A `traceparent` value for tests and tools.
+pub fn traceparent(trace: TraceId, span: SpanId, sampled: bool) -> HeaderValue {
+    context::traceparent(trace, span, sampled)
+}
