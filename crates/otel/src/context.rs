@@ -112,23 +112,30 @@ pub struct Incoming {
 }
 
 impl Incoming {
-    /// Reads `traceparent` and `tracestate` from a request's fields. More than one
-    /// `traceparent` field is as malformed as one that does not parse.
-    pub fn read(fields: &HeaderMap) -> Incoming {
-        let mut values = fields.get_all(&TRACEPARENT).iter();
+    /// Reads a request's `traceparent` fields (more than one is as malformed as one that does
+    /// not parse) and `tracestate` fields (a list may be split over several).
+    pub fn read<'a>(
+        traceparent: impl IntoIterator<Item = &'a HeaderValue>,
+        tracestate: impl IntoIterator<Item = &'a HeaderValue>,
+    ) -> Incoming {
+        let mut values = traceparent.into_iter();
         let parent = match (values.next(), values.next()) {
             (Some(v), None) => parse_traceparent(v.as_bytes()),
             _ => None,
         };
-        let state = parent.and_then(|_| tracestate(fields));
+        let state = parent.and_then(|_| joined_tracestate(tracestate));
         Incoming { parent, state }
+    }
+
+    /// [`Incoming::read`] from an `http` field map.
+    pub fn from_map(fields: &HeaderMap) -> Incoming {
+        Incoming::read(fields.get_all(&TRACEPARENT), fields.get_all(&TRACESTATE))
     }
 }
 
-/// The request's `tracestate` fields joined (a list may be split over several fields), when
-/// they are within the limits.
-fn tracestate(fields: &HeaderMap) -> Option<HeaderValue> {
-    let mut values = fields.get_all(&TRACESTATE).iter();
+/// The `tracestate` fields joined, when they are within the limits.
+fn joined_tracestate<'a>(values: impl IntoIterator<Item = &'a HeaderValue>) -> Option<HeaderValue> {
+    let mut values = values.into_iter();
     let first = values.next()?;
     let rest: Vec<&HeaderValue> = values.collect();
     let joined = if rest.is_empty() {
@@ -291,18 +298,18 @@ mod tests {
             &TRACESTATE,
             HeaderValue::from_static("rojo=00f067aa0ba902b7"),
         );
-        let i = Incoming::read(&h);
+        let i = Incoming::from_map(&h);
         assert!(i.parent.is_some());
         assert_eq!(
             i.state.as_ref().map(|s| s.to_str().unwrap_or("")),
             Some("congo=t61rcWkgMzE,rojo=00f067aa0ba902b7")
         );
         h.append(&TRACEPARENT, HeaderValue::from_static(VALID));
-        assert_eq!(Incoming::read(&h), Incoming::default());
+        assert_eq!(Incoming::from_map(&h), Incoming::default());
         let mut h = HeaderMap::new();
         h.append(&TRACEPARENT, HeaderValue::from_static("00-garbage"));
         h.append(&TRACESTATE, HeaderValue::from_static("congo=t61rcWkgMzE"));
-        assert_eq!(Incoming::read(&h), Incoming::default());
+        assert_eq!(Incoming::from_map(&h), Incoming::default());
     }
 
     #[test]
@@ -311,19 +318,19 @@ mod tests {
         h.append(&TRACEPARENT, HeaderValue::from_static(VALID));
         let long = format!("k={}", "v".repeat(MAX_TRACESTATE));
         h.insert(&TRACESTATE, HeaderValue::from_str(&long).expect("ascii"));
-        assert_eq!(Incoming::read(&h).state, None);
+        assert_eq!(Incoming::from_map(&h).state, None);
         let many: Vec<String> = (0..33).map(|i| format!("k{i}=v")).collect();
         h.insert(
             &TRACESTATE,
             HeaderValue::from_str(&many.join(",")).expect("ascii"),
         );
-        assert_eq!(Incoming::read(&h).state, None);
+        assert_eq!(Incoming::from_map(&h).state, None);
         let ok: Vec<String> = (0..32).map(|i| format!("k{i}=v")).collect();
         h.insert(
             &TRACESTATE,
             HeaderValue::from_str(&ok.join(",")).expect("ascii"),
         );
-        assert!(Incoming::read(&h).state.is_some());
+        assert!(Incoming::from_map(&h).state.is_some());
     }
 
     #[test]

@@ -23,14 +23,15 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use http::header::HeaderValue;
-use http::HeaderMap;
 use rampart_config::{Sampler, TracingConfig};
 
 pub use context::{SpanId, TraceId};
 pub use export::{Exporter, Stats};
 pub use span::{Attr, AttrValue, Event, Kind, Span, Status};
 
-use context::{Incoming, TRACEPARENT, TRACESTATE};
+pub use context::{TRACEPARENT, TRACESTATE};
+
+use context::Incoming;
 use span::Clock;
 
 /// Tracing as configured: the sampling and trust decisions, and the exporter.
@@ -67,14 +68,20 @@ impl Tracer {
         &self.exporter
     }
 
-    /// The trace of a request that came from `peer` and started at `start`: the client's
-    /// context when it parses and `peer` is trusted, else a new trace. The request's
-    /// `traceparent` is replaced by rampart's (and `tracestate` dropped with a context that
-    /// is not continued), so the origin sees rampart's span as its parent.
-    pub fn begin(&self, fields: &mut HeaderMap, peer: IpAddr, start: Instant) -> RequestTrace {
-        let has_context = fields.contains_key(&TRACEPARENT) || fields.contains_key(&TRACESTATE);
-        let incoming = if has_context && self.config.trusts(peer) {
-            Incoming::read(fields)
+    /// The trace of a request that came from `peer` and started at `start`, from its
+    /// `traceparent` and `tracestate` fields: the client's trace when its context parses and
+    /// `peer` is trusted, else a new one. The request to the origin carries rampart's context
+    /// instead of the client's ([`RequestTrace::outgoing`]).
+    pub fn begin<'a>(
+        &self,
+        traceparent: impl IntoIterator<Item = &'a HeaderValue>,
+        tracestate: impl IntoIterator<Item = &'a HeaderValue>,
+        peer: IpAddr,
+        start: Instant,
+    ) -> RequestTrace {
+        let mut traceparent = traceparent.into_iter().peekable();
+        let incoming = if traceparent.peek().is_some() && self.config.trusts(peer) {
+            Incoming::read(traceparent, tracestate)
         } else {
             Incoming::default()
         };
@@ -84,19 +91,9 @@ impl Tracer {
         // The origin exchange's span is the origin's parent when the request is recorded;
         // otherwise the server span (which no one records) is.
         let origin_span = if sampled { SpanId::random() } else { span_id };
-        if has_context {
-            fields.remove(&TRACESTATE);
-        }
-        if let Some(state) = &incoming.state {
-            fields.insert(TRACESTATE.clone(), state.clone());
-        }
-        fields.insert(
-            TRACEPARENT.clone(),
-            context::traceparent(trace_id, origin_span, sampled),
-        );
         let recording = sampled.then(|| {
+            let clock = Clock::since(start);
             Box::new(Recording {
-                clock: Clock::since(start),
                 server: Span {
                     trace_id,
                     span_id,
@@ -108,26 +105,25 @@ impl Tracer {
                         .map(Into::into),
                     name: "".into(),
                     kind: Kind::Server,
-                    start: 0,
+                    start: clock.nanos(start),
                     end: 0,
                     attrs: Vec::with_capacity(16),
                     events: Vec::with_capacity(4),
                     status: Status::Unset,
                 },
+                clock,
                 children: Vec::new(),
-                origin_span,
+                sent: 0,
                 exporter: self.exporter.clone(),
             })
         });
-        let mut t = RequestTrace {
+        RequestTrace {
             trace_id,
             span_id,
+            origin_span,
+            state: incoming.state,
             recording,
-        };
-        if let Some(r) = t.recording.as_mut() {
-            r.server.start = r.clock.nanos(start);
         }
-        t
     }
 
     /// The head sampling decision: the parent's when the sampler follows it, else by the
@@ -162,6 +158,11 @@ pub struct RequestTrace {
     pub trace_id: TraceId,
     /// The server span's id (the access log's `span_id`).
     pub span_id: SpanId,
+    /// The parent the origin is told of: the origin exchange's span (sampled), else the
+    /// server span.
+    origin_span: SpanId,
+    /// The client's `tracestate`, carried on with its trace.
+    state: Option<HeaderValue>,
     recording: Option<Box<Recording>>,
 }
 
@@ -170,8 +171,8 @@ struct Recording {
     clock: Clock,
     server: Span,
     children: Vec<Span>,
-    /// The id the origin exchange's span takes (sent in `traceparent`).
-    origin_span: SpanId,
+    /// Body bytes sent (`http.response.body.size`).
+    sent: u64,
     exporter: Arc<Exporter>,
 }
 
@@ -181,13 +182,17 @@ pub struct ChildRef(usize);
 
 impl RequestTrace {
     /// Whether spans are recorded (the trace is sampled).
-    pub fn recording(&self) -> bool {
+    pub fn sampled(&self) -> bool {
         self.recording.is_some()
     }
 
-    /// The `traceparent` flag for the access log and tests.
-    pub fn sampled(&self) -> bool {
-        self.recording.is_some()
+    /// The `traceparent` and `tracestate` the origin gets (no `tracestate`: the client's
+    /// fields of that name are not sent on).
+    pub fn outgoing(&self) -> (HeaderValue, Option<&HeaderValue>) {
+        (
+            context::traceparent(self.trace_id, self.origin_span, self.sampled()),
+            self.state.as_ref(),
+        )
     }
 
     /// Names the server span (`{method} {route}`, as HTTP's semantic conventions say).
@@ -201,6 +206,13 @@ impl RequestTrace {
     pub fn attr(&mut self, key: &'static str, value: impl Into<AttrValue>) {
         if let Some(r) = &mut self.recording {
             r.server.attrs.push((key, value.into()));
+        }
+    }
+
+    /// Counts body bytes sent.
+    pub fn sent(&mut self, n: u64) {
+        if let Some(r) = &mut self.recording {
+            r.sent += n;
         }
     }
 
@@ -224,7 +236,7 @@ impl RequestTrace {
     pub fn child(&mut self, name: &'static str, kind: Kind) -> Option<ChildRef> {
         let r = self.recording.as_mut()?;
         let span_id = if kind == Kind::Client && name == ORIGIN_SPAN {
-            r.origin_span
+            self.origin_span
         } else {
             SpanId::random()
         };
@@ -251,6 +263,16 @@ impl RequestTrace {
         r.children.get_mut(c.0)
     }
 
+    /// Adds an event to a child span, at this moment.
+    pub fn child_event(&mut self, c: Option<ChildRef>, name: &'static str, attrs: Vec<Attr>) {
+        if let (Some(r), Some(c)) = (self.recording.as_mut(), c) {
+            let time = r.clock.now();
+            if let Some(s) = r.children.get_mut(c.0) {
+                s.events.push(Event { time, name, attrs });
+            }
+        }
+    }
+
     /// Ends a child span now.
     pub fn end_child(&mut self, c: Option<ChildRef>) {
         if let (Some(r), Some(c)) = (self.recording.as_mut(), c) {
@@ -275,11 +297,12 @@ impl Drop for RequestTrace {
             clock,
             mut server,
             mut children,
+            sent,
             exporter,
-            ..
         } = *r;
         let end = clock.now();
         server.end = end;
+        server.attr("http.response.body.size", sent);
         for c in &mut children {
             if c.end == 0 {
                 c.end = end;

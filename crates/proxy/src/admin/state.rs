@@ -19,4 +19,6 @@ pub struct Api<'a> {
     pub max_connections: usize,
     /// Redis shared with other instances, when configured.
     pub redis: Option<&'a rampart_redis::Shared>,
+    /// The trace exporter's counters, when tracing is on.
+    pub traces: Option<&'a rampart_otel::Stats>,
 }

@@ -22,6 +22,7 @@ use crate::caching::writer::{StoreTicket, Tee};
 use crate::telemetry::access_log::AccessRecord;
 use rampart_cache::disk::large::Extent;
 use rampart_cache::store::Object;
+use rampart_otel::RequestTrace;
 use rampart_transform::compress::StreamEncoder;
 use std::sync::Arc;
 
@@ -107,6 +108,8 @@ pub struct StoredHead<'a> {
 pub struct ProxyBody {
     kind: Kind,
     log: Option<Box<AccessRecord>>,
+    /// The request's trace: its server span ends when the body does.
+    trace: Option<Box<RequestTrace>>,
     /// A fresh hit on HTTP/1.x or HTTP/2: the stored object, whose header block the writer
     /// sends as the store made it ([`rampart_cache::store::WireFields`]), and its age in seconds,
     /// which the writer sends as `Age` and `X-Arc2-Cache-Age`. The response's own map holds
@@ -126,6 +129,7 @@ impl ProxyBody {
         ProxyBody {
             kind: Kind::Full(if bytes.is_empty() { None } else { Some(bytes) }),
             log: None,
+            trace: None,
             stored: None,
         }
     }
@@ -166,6 +170,7 @@ impl ProxyBody {
         ProxyBody {
             kind: Kind::Stream(body),
             log: None,
+            trace: None,
             stored: None,
         }
     }
@@ -176,6 +181,7 @@ impl ProxyBody {
         ProxyBody {
             kind: Kind::Disk(extent, start, end),
             log: None,
+            trace: None,
             stored: None,
         }
     }
@@ -185,6 +191,7 @@ impl ProxyBody {
         ProxyBody {
             kind: Kind::Channel(rx),
             log: None,
+            trace: None,
             stored: None,
         }
     }
@@ -194,6 +201,7 @@ impl ProxyBody {
         ProxyBody {
             kind: Kind::Inflight(body),
             log: None,
+            trace: None,
             stored: None,
         }
     }
@@ -204,6 +212,7 @@ impl ProxyBody {
             Ok(tee) => ProxyBody {
                 kind: Kind::Tee(Box::new(tee)),
                 log: None,
+                trace: None,
                 stored: None,
             },
             Err(empty) => ProxyBody::stream(empty),
@@ -214,7 +223,9 @@ impl ProxyBody {
     /// it counts the bytes sent.
     pub fn encoded(mut body: ProxyBody, encoder: StreamEncoder) -> Self {
         let log = body.log.take();
+        let trace = body.trace.take();
         ProxyBody {
+            trace,
             kind: Kind::Encoded(Box::new(Encoding {
                 inner: body,
                 encoder: Some(encoder),
@@ -230,9 +241,17 @@ impl ProxyBody {
         self.log = Some(record);
     }
 
+    /// Attaches the request's trace, whose server span ends when the body ends.
+    pub fn set_trace(&mut self, trace: Box<RequestTrace>) {
+        self.trace = Some(trace);
+    }
+
     fn count(&mut self, n: usize) {
         if let Some(log) = &mut self.log {
             log.bytes += n as u64;
+        }
+        if let Some(t) = &mut self.trace {
+            t.sent(n as u64);
         }
     }
 }
@@ -292,9 +311,12 @@ impl Body for ProxyBody {
                 this.count(n);
             }
         }
-        if let Some(Err(_)) = &frame {
+        if let Some(Err(e)) = &frame {
             if let Some(log) = &mut this.log {
                 log.aborted = true;
+            }
+            if let Some(t) = &mut this.trace {
+                t.error(format!("the body ended early: {e}"));
             }
         }
         Poll::Ready(frame)

@@ -19,6 +19,8 @@ use crate::origin::balance::{OriginMember, OriginSet, ERROR_PENALTY};
 use crate::origin::client::OriginClient;
 use crate::origin::fields::{OriginFields, Outgoing};
 use crate::telemetry::access_log::AccessRecord;
+use rampart_otel::span::{Attr, Kind, Status};
+use rampart_otel::{ChildRef, RequestTrace, ORIGIN_SPAN};
 
 /// The client's side of a request to the origins.
 #[derive(Debug)]
@@ -34,6 +36,8 @@ pub struct Attempt<'a> {
     pub http1_only: bool,
     /// The access-log record: the origin chosen and its response-head time.
     pub log: Option<&'a mut AccessRecord>,
+    /// The request's trace when it records spans: the origin exchange is a span of its own.
+    pub trace: Option<&'a mut RequestTrace>,
 }
 
 /// Sends the request to `origins` in order until one answers (then `done` makes what the
@@ -54,6 +58,7 @@ pub async fn send<T>(
     let mut body = Some(body);
     // The last failure, for the client when no origin answers.
     let mut last_err = None;
+    let mut span = Exchange::start(&mut a);
     for member in origins.order() {
         let (shown, sent) = match pool_key(member, a.https, a.proxy_header.as_deref()) {
             Ok((shown, key, scheme)) => {
@@ -88,6 +93,7 @@ pub async fn send<T>(
                 if let Some(l) = a.log.as_deref_mut() {
                     l.upstream_time = Some(took);
                 }
+                span.attempt(&mut a, shown, took, &sent);
                 record(origins, member, tls, took, &sent);
                 (shown, sent)
             }
@@ -96,6 +102,7 @@ pub async fn send<T>(
         match sent {
             Ok(res) => {
                 origins.mark_up(member);
+                span.end(&mut a, None);
                 return Ok(done(res, head));
             }
             Err(e) if e.may_fail_over() => {
@@ -111,10 +118,86 @@ pub async fn send<T>(
                 tracing::warn!(upstream = %shown, error = %Chain(&e), "origin connection failed before the answer; trying the next origin");
                 last_err = Some(e);
             }
-            Err(e) => return Err(e),
+            Err(e) => {
+                span.end(&mut a, Some(&e));
+                return Err(e);
+            }
         }
     }
-    Err(last_err.unwrap_or_else(|| ProxyError::OriginConnect("no upstream".into())))
+    let e = last_err.unwrap_or_else(|| ProxyError::OriginConnect("no upstream".into()));
+    span.end(&mut a, Some(&e));
+    Err(e)
+}
+
+/// The origin exchange's span, when the request records one: an event per origin tried, the
+/// origin that answered, the attempts, the time to the answer's head.
+struct Exchange {
+    span: Option<ChildRef>,
+    attempts: u32,
+}
+
+impl Exchange {
+    fn start(a: &mut Attempt<'_>) -> Exchange {
+        let span = a
+            .trace
+            .as_deref_mut()
+            .and_then(|t| t.child(ORIGIN_SPAN, Kind::Client));
+        Exchange { span, attempts: 0 }
+    }
+
+    fn attempt(
+        &mut self,
+        a: &mut Attempt<'_>,
+        origin: &Authority,
+        took: std::time::Duration,
+        sent: &Result<Response<OriginBody>, ProxyError>,
+    ) {
+        self.attempts += 1;
+        let Some(t) = a.trace.as_deref_mut() else {
+            return;
+        };
+        let mut attrs: Vec<Attr> = vec![
+            ("server.address", origin.host().to_owned().into()),
+            (
+                "rampart.origin.time_to_head_us",
+                (took.as_micros() as u64).into(),
+            ),
+        ];
+        if let Some(p) = origin.port_u16() {
+            attrs.push(("server.port", p.into()));
+        }
+        match sent {
+            Ok(res) => attrs.push(("http.response.status_code", res.status().as_u16().into())),
+            Err(e) => attrs.push(("error.type", Chain(e).to_string().into())),
+        }
+        t.child_event(self.span, "attempt", attrs);
+        let Some(s) = t.child_mut(self.span) else {
+            return;
+        };
+        s.attrs
+            .retain(|(k, _)| !matches!(*k, "server.address" | "server.port"));
+        s.attr("server.address", origin.host().to_owned());
+        if let Some(p) = origin.port_u16() {
+            s.attr("server.port", p);
+        }
+        if let Ok(res) = sent {
+            s.attr("http.response.status_code", res.status().as_u16());
+            s.attr("rampart.origin.time_to_head_us", took.as_micros() as u64);
+        }
+    }
+
+    fn end(&self, a: &mut Attempt<'_>, failed: Option<&ProxyError>) {
+        let Some(t) = a.trace.as_deref_mut() else {
+            return;
+        };
+        if let Some(s) = t.child_mut(self.span) {
+            s.attr("rampart.origin.attempts", u64::from(self.attempts));
+            if let Some(e) = failed {
+                s.status = Status::Error(Chain(e).to_string().into());
+            }
+        }
+        t.end_child(self.span);
+    }
 }
 
 /// `member`'s pool key for this request, with the name shown in logs and the scheme; a rule

@@ -136,7 +136,22 @@ pub fn send<'a>(
 
     let https = txn.scheme() == Scheme::Https;
     let client_request = txn.mode == Mode::Client;
-    let (route, log, conn, interim) = txn.routed();
+    if let Some(t) = &txn.trace {
+        // rampart's span is the origin's parent (the client's context stays behind).
+        let (parent, state) = t.outgoing();
+        fields.replace(rampart_otel::TRACEPARENT.clone(), parent);
+        match state {
+            Some(s) => fields.replace(rampart_otel::TRACESTATE.clone(), s.clone()),
+            None => fields.remove(&rampart_otel::TRACESTATE),
+        }
+    }
+    let crate::pipeline::txn::Routed {
+        route,
+        log,
+        conn,
+        interim,
+        trace,
+    } = txn.routed();
     // A rule that sends PROXY headers: the one for this client.
     let proxy_header = route
         .rule
@@ -152,6 +167,7 @@ pub fn send<'a>(
         interim,
         http1_only,
         log,
+        trace,
     };
     // Returned as it is: wrapped in another `async` block, it would be moved once more per
     // request (~500 instructions of copying a pass).

@@ -28,6 +28,25 @@ use crate::policy::route::PathDecision;
 /// method, path policy, caching off, a HEAD miss). Labels the request (`txn.outcome`);
 /// `only-if-cached` with nothing usable stored ends here (504).
 pub fn lookup<B>(w: &Worker, txn: &mut Txn, req: &Request<B>) -> Result<Step, ProxyError> {
+    let step = find(w, txn, req);
+    if let Some(t) = txn.traced() {
+        let found = match &step {
+            Ok(Step::Hit(s)) => match s.served {
+                Served::Disk => "hit-disk",
+                Served::StaleWhileRevalidate => "stale-while-revalidate",
+                _ => "hit",
+            },
+            Ok(Step::Miss) => "miss",
+            Ok(_) => "pass",
+            Err(_) => "only-if-cached",
+        };
+        t.event("lookup", vec![("rampart.cache.lookup", found.into())]);
+    }
+    step
+}
+
+/// What [`lookup`] finds.
+fn find<B>(w: &Worker, txn: &mut Txn, req: &Request<B>) -> Result<Step, ProxyError> {
     let decision = txn.route().decision;
     let label = match decision {
         PathDecision::Bypass => CacheLabel::Bypass,

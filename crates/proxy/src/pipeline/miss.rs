@@ -24,6 +24,7 @@ use crate::pipeline::ranges::{self, Widened};
 use crate::pipeline::step::Step;
 use crate::pipeline::txn::{Lead, Mode, Txn};
 use crate::pipeline::worker_state::Worker;
+use rampart_otel::Kind;
 
 /// The miss stage: [`Step::Stream`] when another client's fetch streams the answer,
 /// [`Step::Hit`] when an object stored meanwhile answers (by the leader a waiter waited for,
@@ -62,7 +63,21 @@ pub async fn join(
                     let found = &mut miss.found;
                     // Boxed: only with the shared tier, and it would grow every miss's future.
                     let shared = cache.lookup_shared(found, req.headers(), transforms, wait);
-                    match boxed!(shared).await {
+                    let span = child_span(&mut txn.trace, "shared tier", Kind::Client);
+                    let shared = boxed!(shared).await;
+                    if let Some(t) = txn.traced() {
+                        let found = match &shared {
+                            FromShared::Hit(_) => "hit",
+                            FromShared::Fetch(Some(_)) => "miss, fetching for every instance",
+                            FromShared::Fetch(None) => "miss",
+                        };
+                        if let Some(s) = t.child_mut(span) {
+                            s.attr("rampart.cache.lookup", found);
+                            s.attr("db.system.name", "redis");
+                        }
+                        t.end_child(span);
+                    }
+                    match shared {
                         // Stored here now: the local waiters find it when `leader` is dropped.
                         FromShared::Hit(obj) => {
                             return Ok(Step::Hit(for_client(obj, Served::Shared, widened)));
@@ -87,7 +102,19 @@ pub async fn join(
             Role::Waiter(inflight) => {
                 tracing::debug!("miss, waiting for the fetch in flight");
                 let wait = w.origin_client.timeout().unwrap_or(Duration::from_secs(45));
+                let span = child_span(&mut txn.trace, "wait for fetch", Kind::Internal);
                 let waited = wait_for_leader(cache, txn, req, &inflight, wait, &mut widened).await;
+                if let Some(t) = txn.traced() {
+                    let how = match &waited {
+                        Some(Step::Stream(_)) => "streamed from the fetch in flight",
+                        Some(_) => "stored meanwhile",
+                        None => "released: fetching on its own",
+                    };
+                    if let Some(s) = t.child_mut(span) {
+                        s.attr("rampart.wait", how);
+                    }
+                    t.end_child(span);
+                }
                 if let Some(step) = waited {
                     return Ok(step);
                 }
@@ -101,6 +128,15 @@ pub async fn join(
         w.restore(req);
     }
     Ok(Step::Fetch)
+}
+
+/// A child span of the request's server span, when it is recorded.
+fn child_span(
+    trace: &mut Option<Box<rampart_otel::RequestTrace>>,
+    name: &'static str,
+    kind: Kind,
+) -> Option<rampart_otel::ChildRef> {
+    trace.as_deref_mut()?.child(name, kind)
 }
 
 /// A stored object that answers a miss: for the client's own fields when the request was

@@ -69,6 +69,9 @@ pub async fn recv(
         }
     }
     txn.route = Some(route(&w.router, req, txn.scheme())?);
+    if let Some(tracer) = w.tracer.as_deref().filter(|_| txn.mode == Mode::Client) {
+        txn.trace = Some(Box::new(begin_trace(tracer, txn, req)));
+    }
     if txn.route().rule.extras.request_id {
         // The same id for the origin, the access log and the rules that name it.
         let id = crate::telemetry::access_log::request_id(req.headers_mut());
@@ -88,6 +91,10 @@ pub async fn recv(
         open_log(w, txn, req);
         remember_refusal(txn, req, &e);
         return Err(e);
+    }
+    if let Some(t) = txn.trace.as_deref_mut().filter(|t| t.sampled()) {
+        t.attr("client.address", txn.client.to_string());
+        t.event("recv", vec![("rampart.screening", "passed".into())]);
     }
     if admin::is_purge(req.method()) {
         let purge = admin::Purge {
@@ -126,6 +133,48 @@ pub async fn recv(
     Ok(Step::Lookup)
 }
 
+/// The request's trace (the client's continued, or a new one) and, when it is recorded, the
+/// server span's name and request attributes (HTTP's semantic conventions).
+fn begin_trace(
+    tracer: &rampart_otel::Tracer,
+    txn: &Txn,
+    req: &Request<RequestBody>,
+) -> rampart_otel::RequestTrace {
+    let h = req.headers();
+    let mut t = tracer.begin(
+        h.get_all(&rampart_otel::TRACEPARENT),
+        h.get_all(&rampart_otel::TRACESTATE),
+        txn.conn.client_ip,
+        txn.start,
+    );
+    if !t.sampled() {
+        return t;
+    }
+    let rule = txn.domain();
+    t.name(format!("{} {rule}", req.method()));
+    t.attr("http.request.method", req.method().as_str().to_owned());
+    t.attr("http.route", rule.to_owned());
+    t.attr("url.path", req.uri().path().to_owned());
+    t.attr("url.scheme", txn.scheme().as_str());
+    t.attr("server.address", txn.host_name().to_owned());
+    t.attr("server.port", txn.conn.local.port());
+    t.attr("network.peer.address", txn.conn.peer.ip().to_string());
+    let version = match req.version() {
+        Version::HTTP_10 => "1.0",
+        Version::HTTP_2 => "2",
+        Version::HTTP_3 => "3",
+        _ => "1.1",
+    };
+    t.attr("network.protocol.version", version);
+    if let Some(ua) = h
+        .get(http::header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+    {
+        t.attr("user_agent.original", ua.to_owned());
+    }
+    t
+}
+
 /// Starts the access-log record when logging is on for the rule (client requests only),
 /// with the request's id (the client's, or a new one put in the request for the origin).
 #[inline]
@@ -146,11 +195,22 @@ fn open_log(w: &Worker, txn: &mut Txn, req: &mut Request<RequestBody>) {
     }
 }
 
-/// Keeps a screening or path-rule refusal for the dashboard's list.
-fn remember_refusal<B>(txn: &Txn, req: &Request<B>, e: &ProxyError) {
+/// Keeps a screening or path-rule refusal for the dashboard's list (and the trace).
+fn remember_refusal<B>(txn: &mut Txn, req: &Request<B>, e: &ProxyError) {
     let Some(reason) = metrics::BlockReason::of(e) else {
         return;
     };
+    if let Some(t) = txn.trace.as_deref_mut().filter(|t| t.sampled()) {
+        t.attr("client.address", txn.client.to_string());
+        t.event(
+            "refused",
+            vec![
+                ("rampart.screening", "refused".into()),
+                ("rampart.refusal", reason.label().into()),
+                ("rampart.refusal.detail", e.to_string().into()),
+            ],
+        );
+    }
     metrics::get().remember_refusal(metrics::Refusal {
         time: std::time::SystemTime::now(),
         client: txn.client,

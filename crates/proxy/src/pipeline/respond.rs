@@ -53,6 +53,12 @@ pub fn respond(w: &Worker, txn: &mut Txn, res: Result<Reply, ProxyError>) -> Res
     let pages = txn.route.as_ref().map(|r| &r.rule.config.error_pages);
     // From the origin or the cache (rampart's own answers are errors or unlabelled).
     let relayed = res.is_ok() && txn.outcome.is_some();
+    // The error's text, for a recorded trace's span status (5xx).
+    let traced = txn.trace.as_ref().is_some_and(|t| t.sampled());
+    let failure = match (&res, traced) {
+        (Err(e), true) => Some(crate::error::Chain(e).to_string()),
+        _ => None,
+    };
     let mut res = match res {
         Ok(res) => match pages {
             // `origin_errors`: the origin's 5xx gets the page of its status too.
@@ -125,9 +131,41 @@ pub fn respond(w: &Worker, txn: &mut Txn, res: Result<Reply, ProxyError>) -> Res
         if let Some(o) = txn.outcome {
             log.cache = o.label().as_str();
         }
+        if let Some(t) = &txn.trace {
+            log.trace = Some((t.trace_id, t.span_id));
+        }
         res.body_mut().set_log(log);
     }
+    if let Some(mut trace) = txn.trace.take() {
+        if trace.sampled() {
+            deliver_event(&mut trace, txn, res.status(), failure);
+        }
+        // The server span ends with the body (the log line's moment).
+        res.body_mut().set_trace(trace);
+    }
     res
+}
+
+/// The answer's part of the server span: its status, the cache's outcome as `Cache-Status`
+/// says it, and a failure (5xx) as the span's error.
+fn deliver_event(
+    t: &mut rampart_otel::RequestTrace,
+    txn: &Txn,
+    status: http::StatusCode,
+    failure: Option<String>,
+) {
+    t.attr("http.response.status_code", status.as_u16());
+    if let Some(o) = txn.outcome {
+        if let Ok(s) = o.cache_status().to_str() {
+            t.attr("rampart.cache_status", s.to_owned());
+        }
+        t.attr("rampart.cache", o.label().as_str());
+    }
+    if status.is_server_error() {
+        t.attr("error.type", status.as_str().to_owned());
+        t.error(failure.unwrap_or_else(|| status.to_string()));
+    }
+    t.event("deliver", Vec::new());
 }
 
 /// A response from the origin on its way to the client: compressed as it streams when the rule

@@ -44,6 +44,7 @@ pub fn pipeline_of(src: &str) -> Arc<Pipeline> {
             https_port: None,
             control: None,
             alt_svc: Vec::new(),
+            tracer: None,
             access: Arc::new(
                 crate::telemetry::access_log::AccessLog::open(&config.access_log)
                     .unwrap_or_else(|e| panic!("{e}")),

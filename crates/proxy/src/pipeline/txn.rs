@@ -23,6 +23,7 @@ use crate::pipeline::ranges::Widened;
 use crate::policy::route::{PathDecision, Rule};
 use crate::telemetry::access_log::AccessRecord;
 use crate::telemetry::metrics::Protocol;
+use rampart_otel::RequestTrace;
 
 /// Who a request is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,6 +128,20 @@ pub struct Txn {
     /// Where the origin's interim (1xx) answers go when the request came on an HTTP/2
     /// stream (each stream has its own); HTTP/1.1 keeps its connection's in `conn`.
     pub interim: Option<Arc<Interim>>,
+    /// The request's trace, when tracing is on (set by recv once the request is routed).
+    pub trace: Option<Box<RequestTrace>>,
+}
+
+/// What fetch reads and writes of a routed request ([`Txn::routed`]).
+#[derive(Debug)]
+pub struct Routed<'a> {
+    pub route: &'a Route,
+    pub log: Option<&'a mut AccessRecord>,
+    pub conn: &'a ConnInfo,
+    /// Where the origin's interim answers go (an HTTP/2 stream's own place, else the
+    /// connection's).
+    pub interim: Option<&'a Interim>,
+    pub trace: Option<&'a mut RequestTrace>,
 }
 
 /// A GET miss: what lookup found, and this request's part in the fetch of its resource.
@@ -171,7 +186,13 @@ impl Txn {
             protocol: Protocol::Http1,
             compress: None,
             interim: None,
+            trace: None,
         }
+    }
+
+    /// The request's trace when it records spans (tracing is on and the trace is sampled).
+    pub fn traced(&mut self) -> Option<&mut RequestTrace> {
+        self.trace.as_deref_mut().filter(|t| t.sampled())
     }
 
     /// The route recv found. Only called by stages after recv.
@@ -184,21 +205,17 @@ impl Txn {
     }
 
     /// The route with the parts of the request fetch writes to while it reads the route: the
-    /// access-log record, the connection's facts, and where the origin's interim answers go
-    /// (an HTTP/2 stream's own place, else the connection's).
-    pub fn routed(
-        &mut self,
-    ) -> (
-        &Route,
-        Option<&mut AccessRecord>,
-        &ConnInfo,
-        Option<&Interim>,
-    ) {
+    /// access-log record, the connection's facts, where the origin's interim answers go, and
+    /// the trace.
+    pub fn routed(&mut self) -> Routed<'_> {
         match &self.route {
-            Some(r) => {
-                let interim = self.interim.as_deref().or(self.conn.interim.as_deref());
-                (r, self.log.as_deref_mut(), &self.conn, interim)
-            }
+            Some(route) => Routed {
+                route,
+                log: self.log.as_deref_mut(),
+                conn: &self.conn,
+                interim: self.interim.as_deref().or(self.conn.interim.as_deref()),
+                trace: self.trace.as_deref_mut().filter(|t| t.sampled()),
+            },
             // invariant: the dispatcher runs no stage after recv without a route.
             None => unreachable!("stage ran before recv"),
         }

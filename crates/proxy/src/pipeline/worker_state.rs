@@ -51,6 +51,8 @@ pub struct Worker {
     pub shared: Option<rampart_redis::Shared>,
     /// The response fields that tag objects (`cache_tag_headers`).
     pub tag_headers: Arc<[http::HeaderName]>,
+    /// OpenTelemetry traces (`None`: tracing is off).
+    pub tracer: Option<Arc<rampart_otel::Tracer>>,
 }
 
 /// What a worker is made of besides the configuration.
@@ -66,6 +68,7 @@ pub struct Parts {
     pub control: Option<Control>,
     pub access: Arc<AccessLog>,
     pub alt_svc: Vec<(u16, http::HeaderValue)>,
+    pub tracer: Option<Arc<rampart_otel::Tracer>>,
 }
 
 impl Worker {
@@ -79,6 +82,7 @@ impl Worker {
             certs: self.acme.as_deref(),
             max_connections: self.max_connections,
             redis: self.shared.as_ref(),
+            traces: self.tracer.as_deref().map(|t| &**t.exporter().stats()),
         }
     }
 
@@ -94,6 +98,7 @@ impl Worker {
             control,
             access,
             alt_svc,
+            tracer,
         } = parts;
         Worker {
             access,
@@ -119,6 +124,7 @@ impl Worker {
             alt_svc,
             shared,
             tag_headers: config.cache.tag_headers.clone().into(),
+            tracer,
         }
     }
 }

@@ -52,6 +52,9 @@ pub struct Server {
     shared: Option<rampart_redis::Shared>,
 }
 
+/// How long a stopping process waits for its last spans to reach the collector.
+const TRACE_FLUSH_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// A running server: reload it, signal it to stop, then join it.
 #[derive(Debug)]
 pub struct Running {
@@ -86,6 +89,12 @@ impl Running {
                 tracing::error!("a worker thread panicked");
             }
         }
+        // The spans of the last requests go out (a collector that does not answer delays the
+        // exit by at most the grace).
+        self.live
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .flush_traces(TRACE_FLUSH_GRACE);
     }
 
     /// Puts `config` in service for new requests (see `reload.rs`). On an error the old

@@ -21,6 +21,7 @@ use std::thread::JoinHandle;
 use arc_swap::ArcSwap;
 
 use rampart_config::Config;
+use rampart_otel::Tracer;
 use rampart_redis::Shared;
 use rampart_tls::Tls;
 use tokio::sync::{mpsc, watch};
@@ -90,6 +91,9 @@ struct Prepared {
     origin_tls: Option<Arc<rustls::ClientConfig>>,
     /// A new access log (`None`: unchanged).
     access: Option<Arc<AccessLog>>,
+    /// A new tracer (`None`: the tracing settings did not change; `Some(None)`: tracing is
+    /// now off).
+    tracer: Option<Option<Arc<Tracer>>>,
     wanted: Vec<(SocketAddr, Kind)>,
     /// Newly bound addresses.
     fresh: Vec<Bound>,
@@ -120,6 +124,8 @@ pub struct Live {
     control: Control,
     /// Where access-log lines go (reopened on SIGUSR1).
     access: Arc<AccessLog>,
+    /// OpenTelemetry traces and their exporter (`None`: off).
+    tracer: Option<Arc<Tracer>>,
     /// The health-check thread of this configuration, and how to stop it.
     health: Option<(watch::Sender<bool>, JoinHandle<()>)>,
 }
@@ -135,6 +141,8 @@ pub enum ReloadError {
     Tls(#[from] rampart_tls::TlsError),
     #[error(transparent)]
     AccessLog(std::io::Error),
+    #[error("tracing: {0}")]
+    Tracing(std::io::Error),
     #[error(transparent)]
     Listen(std::io::Error),
 }
@@ -146,6 +154,15 @@ pub fn start_shared(config: &Config) -> Result<Option<Shared>, ReloadError> {
         return Ok(None);
     };
     Ok(Some(Shared::start(redis)?))
+}
+
+/// Starts the trace exporter when `config` has a `tracing_endpoint`.
+fn start_tracer(config: &Config) -> Result<Option<Arc<Tracer>>, ReloadError> {
+    let Some(t) = &config.tracing else {
+        return Ok(None);
+    };
+    let tracer = Tracer::start(t).map_err(ReloadError::Tracing)?;
+    Ok(Some(Arc::new(tracer)))
 }
 
 /// Purges made in `cache` go to the other instances through `shared`, and theirs come here.
@@ -210,8 +227,13 @@ impl Live {
             .collect();
         let listening: Vec<Listening> = bound.iter().map(Listening::of).collect();
         let access = Arc::new(AccessLog::open(&config.access_log)?);
+        let tracer = start_tracer(&config).map_err(|e| match e {
+            ReloadError::Tracing(e) => e,
+            other => std::io::Error::other(other.to_string()),
+        })?;
         let mut live = Live {
             access,
+            tracer,
             screen: Arc::new(Screen::new(&config, shared.as_ref())),
             shared,
             per_ip: config.downstream.max_connections_per_ip.map(PerIp::new),
@@ -273,6 +295,13 @@ impl Live {
         }
     }
 
+    /// Sends the spans still queued (shutdown), waiting at most `within`.
+    pub fn flush_traces(&self, within: std::time::Duration) {
+        if let Some(t) = &self.tracer {
+            t.exporter().shutdown(within);
+        }
+    }
+
     /// Stops the health checks (shutdown) and returns their thread to join.
     pub fn stop_health(&mut self) -> Option<JoinHandle<()>> {
         let (stop, thread) = self.health.take()?;
@@ -313,6 +342,9 @@ impl Live {
                 .then(|| AccessLog::open(&config.access_log).map(Arc::new))
                 .transpose()
                 .map_err(ReloadError::AccessLog)?;
+            let tracer = (self.config.tracing != config.tracing)
+                .then(|| start_tracer(config))
+                .transpose()?;
             let wanted = listen::wanted(config, tls.is_some());
             let mut fresh: Vec<Bound> = Vec::new();
             for &(addr, kind) in &wanted {
@@ -332,14 +364,15 @@ impl Live {
                     .map_err(ReloadError::Listen)?;
                 fresh.push(bound);
             }
-            Ok((origin_tls, access, wanted, fresh))
+            Ok((origin_tls, access, tracer, wanted, fresh))
         };
         match rest() {
-            Ok((origin_tls, access, wanted, fresh)) => Ok(Prepared {
+            Ok((origin_tls, access, tracer, wanted, fresh)) => Ok(Prepared {
                 same_tls,
                 tls,
                 origin_tls,
                 access,
+                tracer,
                 wanted,
                 fresh,
                 shared,
@@ -358,6 +391,10 @@ impl Live {
         let config = Arc::new(config);
         if let Some(access) = p.access {
             self.access = access;
+        }
+        // The old exporter sends what it has queued and ends once the workers let it go.
+        if let Some(tracer) = p.tracer {
+            self.tracer = tracer;
         }
         if let Some(origin_tls) = p.origin_tls {
             self.origin_clients = (0..self.groups)
@@ -535,6 +572,7 @@ impl Live {
                 control: Some(self.control.clone()),
                 access: self.access.clone(),
                 alt_svc: self.alt_svc(),
+                tracer: self.tracer.clone(),
             },
         )));
         Current {

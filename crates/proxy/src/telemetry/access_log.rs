@@ -19,6 +19,7 @@ use http::header::{HeaderName, HeaderValue, REFERER, USER_AGENT};
 use http::uri::Authority;
 use http::Method;
 use rampart_config::{AccessLogConfig, LogFormat};
+use rampart_otel::{SpanId, TraceId};
 
 /// The request-id header: passed through when the client sends a usable one, generated
 /// otherwise, and sent to the origin.
@@ -52,6 +53,9 @@ pub struct AccessRecord {
     pub request_id: HeaderValue,
     pub user_agent: Option<HeaderValue>,
     pub referer: Option<HeaderValue>,
+    /// The request's trace and server span, when tracing is on (written as `trace_id` and
+    /// `span_id`, W3C's hex form; sampled or not, so a line leads to the origin's logs too).
+    pub trace: Option<(TraceId, SpanId)>,
 }
 
 impl AccessRecord {
@@ -88,6 +92,7 @@ impl AccessRecord {
             request_id,
             user_agent: h.get(USER_AGENT).cloned(),
             referer: h.get(REFERER).cloned(),
+            trace: None,
         }
     }
 
@@ -311,6 +316,9 @@ fn kv(out: &mut String, r: &AccessRecord) {
     kv_pair(out, "request_id", &header_text(Some(&r.request_id)));
     kv_pair(out, "user_agent", &header_text(r.user_agent.as_ref()));
     kv_pair(out, "referer", &header_text(r.referer.as_ref()));
+    if let Some((t, s)) = r.trace {
+        let _ = write!(out, " trace_id={} span_id={}", t.to_hex(), s.to_hex());
+    }
 }
 
 fn kv_pair(out: &mut String, key: &str, value: &str) {
@@ -373,6 +381,14 @@ fn json(out: &mut String, r: &AccessRecord) {
             Some(v) => json_string_into(out, &String::from_utf8_lossy(v.as_bytes())),
             None => out.push_str("null"),
         }
+    }
+    if let Some((t, s)) = r.trace {
+        let _ = write!(
+            out,
+            ",\"trace_id\":\"{}\",\"span_id\":\"{}\"",
+            t.to_hex(),
+            s.to_hex()
+        );
     }
     out.push('}');
 }

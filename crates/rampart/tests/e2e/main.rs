@@ -47,6 +47,7 @@ mod routing;
 mod screening;
 mod slow_readers;
 mod tls;
+mod tracing;
 mod upgrade;
 mod webp;
 mod websocket;

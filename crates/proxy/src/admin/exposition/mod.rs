@@ -193,8 +193,30 @@ fn gather(m: &Metrics, view: &Api<'_>) -> Families {
     if let Some(r) = view.redis {
         redis(r, &mut f);
     }
+    if let Some(t) = view.traces {
+        traces(t, &mut f);
+    }
     process::process(m, &mut f);
     f
+}
+
+/// The trace exporter: spans sent, dropped (queue full), failed (the collector refused them
+/// or did not answer), and waiting.
+fn traces(s: &rampart_otel::Stats, f: &mut Families) {
+    for (name, help, v) in [
+        ("rampart_trace_spans_exported", "Spans the OpenTelemetry collector accepted.", &s.exported),
+        ("rampart_trace_spans_dropped", "Spans dropped because the export queue was full (a slow or stopped collector).", &s.dropped),
+        ("rampart_trace_spans_failed", "Spans in exports that failed: refused by the collector, unreachable, or no answer within tracing_timeout_ms.", &s.failed),
+        ("rampart_trace_exports", "Exports sent to the collector (batches of spans), whatever their result.", &s.batches),
+    ] {
+        f.add(name, help, None).counter(vec![], v.load(Relaxed));
+    }
+    f.add(
+        "rampart_trace_spans_queued",
+        "Spans waiting for export now.",
+        None,
+    )
+    .gauge(vec![], s.queued.load(Relaxed) as f64);
 }
 
 /// What went through Redis, and the local decisions taken while it did not answer.
@@ -523,6 +545,7 @@ mod tests {
             certs: None,
             max_connections: 100,
             redis: None,
+            traces: None,
         };
         let text = render(&m, &view, false);
         for line in [

@@ -23,6 +23,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::sync::watch;
 
 pub mod h3;
+pub mod jaeger;
 pub mod redis;
 pub mod tls;
 

@@ -1,0 +1,411 @@
+//! OpenTelemetry traces end to end: the real binary exports to a real Jaeger (OTLP over
+//! HTTP/protobuf and gRPC); the test origin checks the `traceparent` rampart sends; the access
+//! log carries the ids; a stopped collector costs dropped spans, not requests.
+#![allow(clippy::unwrap_used)]
+
+use crate::support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::jaeger::{spans, tag, Jaeger};
+use support::*;
+
+const CLIENT_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const CLIENT_SPAN: &str = "00f067aa0ba902b7";
+
+fn tracing_keys(endpoint: &str, protocol: &str) -> String {
+    format!(
+        "tracing_endpoint = {endpoint:?}\ntracing_protocol = {protocol:?}\n\
+         tracing_export_interval_ms = 100\ntracing_service_name = \"rampart-e2e\"\n\
+         tracing_resource = {{ \"deployment.environment.name\" = \"test\" }}\n"
+    )
+}
+
+/// `00-<trace>-<span>-<flags>` split into its parts (panics on anything else).
+fn parts(traceparent: &str) -> (String, String, String) {
+    let p: Vec<&str> = traceparent.split('-').collect();
+    assert_eq!(p.len(), 4, "{traceparent:?}");
+    assert_eq!(p[0], "00", "{traceparent:?}");
+    assert_eq!(
+        (p[1].len(), p[2].len(), p[3].len()),
+        (32, 16, 2),
+        "{traceparent:?}"
+    );
+    (p[1].to_owned(), p[2].to_owned(), p[3].to_owned())
+}
+
+fn seen_traceparent(origin: &OriginHandle) -> String {
+    let seen = origin.last();
+    let all: Vec<_> = seen.headers.get_all("traceparent").iter().collect();
+    assert_eq!(all.len(), 1, "the origin got {all:?}");
+    all[0].to_str().unwrap().to_owned()
+}
+
+fn span_named<'a>(spans: &'a [Value], name: &str) -> &'a Value {
+    spans
+        .iter()
+        .find(|s| s["operationName"] == name)
+        .unwrap_or_else(|| panic!("no span {name:?} in {spans:#?}"))
+}
+
+/// The event (Jaeger's `logs`) of `span` named `name`.
+fn event<'a>(span: &'a Value, name: &str) -> &'a Value {
+    span["logs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|l| tag(l, "event").is_some_and(|v| v == name))
+        .unwrap_or_else(|| panic!("no event {name:?} in {:#?}", span["logs"]))
+}
+
+fn parent_of(span: &Value) -> Option<String> {
+    span["references"]
+        .as_array()?
+        .iter()
+        .find(|r| r["refType"] == "CHILD_OF")
+        .and_then(|r| r["spanID"].as_str())
+        .map(str::to_owned)
+}
+
+fn lines(path: &std::path::Path, n: usize) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let lines: Vec<String> = text.lines().map(str::to_owned).collect();
+        if lines.len() >= n {
+            return lines;
+        }
+        assert!(Instant::now() < deadline, "{text}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_trace_goes_on_through_rampart_to_the_origin() {
+    let jaeger = Jaeger::start();
+    let origin = Origin::new()
+        .route(
+            "*",
+            Reply::text("traced").header("cache-control", "max-age=60"),
+        )
+        .start()
+        .await;
+    let log = scratch("trace-access.json.log");
+    let proxy = Proxy::start(&config_for(
+        "trace.example",
+        &origin,
+        &format!(
+            "{}add_logging = true\naccess_log_format = \"json\"\naccess_log_path = {:?}\n",
+            tracing_keys(&jaeger.otlp_http(), "http/protobuf"),
+            log.display().to_string()
+        ),
+        "",
+    ));
+    let got = fetch(
+        req(&proxy, "trace.example", "/page?x=1")
+            .header("traceparent", format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"))
+            .header("tracestate", "congo=t61rcWkgMzE")
+            .header("user-agent", "trace-test/1.0"),
+    )
+    .await;
+    assert_eq!(got.status, 200);
+
+    // The origin's parent is rampart's span, in the client's trace, sampled; the client's
+    // tracestate goes on with it.
+    let (trace, parent, flags) = parts(&seen_traceparent(&origin));
+    assert_eq!(trace, CLIENT_TRACE);
+    assert_ne!(parent, CLIENT_SPAN);
+    assert_eq!(flags, "01");
+    assert_eq!(
+        origin.last().headers.get("tracestate").unwrap(),
+        "congo=t61rcWkgMzE"
+    );
+
+    let t = jaeger
+        .trace_with_spans(CLIENT_TRACE, 2, Duration::from_secs(15))
+        .unwrap_or_else(|| panic!("no trace in Jaeger:\n{}", jaeger.log_tail()));
+    let all = spans(&t);
+    let server = span_named(&all, "GET trace.example");
+    let server_id = server["spanID"].as_str().unwrap().to_owned();
+    assert_eq!(parent_of(server).as_deref(), Some(CLIENT_SPAN));
+    assert_eq!(tag(server, "span.kind").unwrap(), "server");
+    assert_eq!(tag(server, "http.request.method").unwrap(), "GET");
+    assert_eq!(tag(server, "http.route").unwrap(), "trace.example");
+    assert_eq!(tag(server, "url.path").unwrap(), "/page");
+    assert_eq!(tag(server, "http.response.status_code").unwrap(), 200);
+    assert_eq!(tag(server, "client.address").unwrap(), "127.0.0.1");
+    assert_eq!(tag(server, "network.protocol.version").unwrap(), "1.1");
+    assert_eq!(
+        tag(server, "user_agent.original").unwrap(),
+        "trace-test/1.0"
+    );
+    assert_eq!(tag(server, "http.response.body.size").unwrap(), 6);
+    // The cache's outcome as the client's `Cache-Status` says it.
+    let status = tag(server, "rampart.cache_status").unwrap();
+    assert_eq!(Some(status.as_str().unwrap()), got.header("cache-status"));
+    assert_eq!(status, "rampart; fwd=miss; stored");
+    assert!(
+        tag(server, "otel.status_code").is_none(),
+        "a 200 is no error"
+    );
+    assert_eq!(
+        tag(event(server, "recv"), "rampart.screening").unwrap(),
+        "passed"
+    );
+    assert_eq!(
+        tag(event(server, "lookup"), "rampart.cache.lookup").unwrap(),
+        "miss"
+    );
+    event(server, "deliver");
+    // The origin exchange: the span whose id the origin got as its parent.
+    let exchange = span_named(&all, "origin");
+    assert_eq!(exchange["spanID"].as_str().unwrap(), parent);
+    assert_eq!(parent_of(exchange).as_deref(), Some(server_id.as_str()));
+    assert_eq!(tag(exchange, "span.kind").unwrap(), "client");
+    assert_eq!(tag(exchange, "server.address").unwrap(), "127.0.0.1");
+    assert_eq!(tag(exchange, "rampart.origin.attempts").unwrap(), 1);
+    assert_eq!(tag(exchange, "http.response.status_code").unwrap(), 200);
+    event(exchange, "attempt");
+    let service = &t["processes"][server["processID"].as_str().unwrap()];
+    assert_eq!(service["serviceName"], "rampart-e2e");
+    assert!(
+        tag(service, "deployment.environment.name").is_some_and(|v| v == "test"),
+        "{service:#}"
+    );
+
+    // The access log line names the trace and the server span.
+    let line: Value = serde_json::from_str(&lines(&log, 1)[0]).unwrap();
+    assert_eq!(line["trace_id"], CLIENT_TRACE);
+    assert_eq!(line["span_id"], server_id.as_str());
+
+    // A hit: its own trace (the client started none), no origin exchange.
+    let got = get(&proxy, "trace.example", "/page?x=1").await;
+    assert_eq!(got.header("x-arc2-cache"), Some("Hit"));
+    let line: Value = serde_json::from_str(&lines(&log, 2)[1]).unwrap();
+    let hit_trace = line["trace_id"].as_str().unwrap().to_owned();
+    assert_ne!(hit_trace, CLIENT_TRACE);
+    let t = jaeger
+        .trace_with_spans(&hit_trace, 1, Duration::from_secs(15))
+        .unwrap_or_else(|| panic!("no trace of the hit:\n{}", jaeger.log_tail()));
+    let all = spans(&t);
+    assert_eq!(all.len(), 1, "{all:#?}");
+    assert!(parent_of(&all[0]).is_none(), "a new trace has no parent");
+    assert_eq!(
+        tag(event(&all[0], "lookup"), "rampart.cache.lookup").unwrap(),
+        "hit"
+    );
+    assert_eq!(tag(&all[0], "rampart.cache").unwrap(), "Hit");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_grpc_a_malformed_traceparent_is_replaced_and_refusals_show_their_reason() {
+    let jaeger = Jaeger::start();
+    let origin = Origin::new().route("*", Reply::text("fine")).start().await;
+    let config = config_for(
+        "grpc.example",
+        &origin,
+        &format!(
+            "{}add_logging = true\nadd_sql_injection_protection = true\n",
+            tracing_keys(&jaeger.otlp_grpc(), "grpc")
+        ),
+        "",
+    )
+    .replace(
+        "enable_sql_injection_protection = false",
+        "enable_sql_injection_protection = true",
+    );
+    let proxy = Proxy::start(&config);
+    // Upper-case hex: malformed. The origin gets rampart's own, valid context, and no
+    // tracestate (it belonged to a context that did not parse).
+    let bad = "00-4BF92F3577B34DA6A3CE929D0E0E4736-00F067AA0BA902B7-01";
+    let got = fetch(
+        req(&proxy, "grpc.example", "/x")
+            .header("traceparent", bad)
+            .header("tracestate", "congo=t61rcWkgMzE"),
+    )
+    .await;
+    assert_eq!(got.status, 200);
+    let sent = seen_traceparent(&origin);
+    assert_ne!(sent, bad);
+    let (trace, _, flags) = parts(&sent);
+    assert_ne!(trace, CLIENT_TRACE.to_owned());
+    assert_eq!(flags, "01");
+    assert!(origin.last().headers.get("tracestate").is_none());
+    let t = jaeger
+        .trace_with_spans(&trace, 2, Duration::from_secs(15))
+        .unwrap_or_else(|| panic!("no trace over gRPC:\n{}", jaeger.log_tail()));
+    let server = span_named(&spans(&t), "GET grpc.example").clone();
+    assert!(parent_of(&server).is_none());
+
+    // Two traceparent fields are malformed too.
+    let got = fetch(
+        req(&proxy, "grpc.example", "/y")
+            .header("traceparent", format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"))
+            .header("traceparent", format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-00")),
+    )
+    .await;
+    assert_eq!(got.status, 200);
+    let (trace, _, _) = parts(&seen_traceparent(&origin));
+    assert_ne!(trace, CLIENT_TRACE);
+
+    // A refusal is in its trace with the reason; nothing reaches the origin.
+    let before = origin.requests();
+    let refused_trace = "0af7651916cd43dd8448eb211c80319c";
+    let got = fetch(
+        req(
+            &proxy,
+            "grpc.example",
+            "/search?q=1%27%20OR%20%271%27%3D%271",
+        )
+        .header(
+            "traceparent",
+            format!("00-{refused_trace}-b7ad6b7169203331-01"),
+        ),
+    )
+    .await;
+    assert_eq!(got.status, 403);
+    assert_eq!(origin.requests(), before);
+    let t = jaeger
+        .trace_with_spans(refused_trace, 1, Duration::from_secs(15))
+        .unwrap_or_else(|| panic!("no trace of the refusal:\n{}", jaeger.log_tail()));
+    let server = span_named(&spans(&t), "GET grpc.example").clone();
+    let refused = event(&server, "refused");
+    assert_eq!(tag(refused, "rampart.refusal").unwrap(), "sql_injection");
+    assert_eq!(tag(&server, "http.response.status_code").unwrap(), 403);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_untrusted_client_cannot_continue_its_trace_or_force_sampling() {
+    let jaeger = Jaeger::start();
+    let origin = Origin::new().route("*", Reply::text("edge")).start().await;
+    // An edge: nobody's context is trusted, and a new trace is sampled at 0 %.
+    let proxy = Proxy::start(&config_for(
+        "edge.example",
+        &origin,
+        &format!(
+            "{}trust_trace_context = false\ntracing_sampler = \"parentbased_traceidratio\"\n\
+             tracing_sample_ratio = 0.0\nadd_logging = true\n",
+            tracing_keys(&jaeger.otlp_http(), "http/protobuf")
+        ),
+        "",
+    ));
+    let got = fetch(
+        req(&proxy, "edge.example", "/")
+            .header("traceparent", format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"))
+            .header("tracestate", "congo=t61rcWkgMzE"),
+    )
+    .await;
+    assert_eq!(got.status, 200);
+    let (trace, _, flags) = parts(&seen_traceparent(&origin));
+    assert_ne!(trace, CLIENT_TRACE);
+    assert_eq!(flags, "00", "the client's sampled flag forced nothing");
+    assert!(origin.last().headers.get("tracestate").is_none());
+    assert!(jaeger.trace(CLIENT_TRACE, Duration::from_secs(1)).is_none());
+
+    // Trusted only from listed addresses: 127.0.0.1 is not in 10.0.0.0/8.
+    let listed = Proxy::start(&config_for(
+        "edge.example",
+        &origin,
+        &format!(
+            "{}trust_trace_context_from = [\"10.0.0.0/8\"]\n",
+            tracing_keys(&jaeger.otlp_http(), "http/protobuf")
+        ),
+        "",
+    ));
+    fetch(
+        req(&listed, "edge.example", "/other")
+            .header("traceparent", format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-01")),
+    )
+    .await;
+    let (trace, _, flags) = parts(&seen_traceparent(&origin));
+    assert_ne!(trace, CLIENT_TRACE);
+    // A new trace under parentbased_always_on (the default): sampled.
+    assert_eq!(flags, "01");
+}
+
+/// The exporter's counters from `/_rampart/metrics`.
+async fn trace_counters(proxy: &Proxy) -> (u64, u64, u64) {
+    let text = get(proxy, "anything", "/_rampart/metrics").await.text();
+    let value = |name: &str| -> u64 {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().last())
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no {name} in:\n{text}")) as u64
+    };
+    (
+        value("rampart_trace_spans_exported_total"),
+        value("rampart_trace_spans_dropped_total"),
+        value("rampart_trace_spans_failed_total"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_collector_costs_dropped_spans_not_requests_and_export_resumes() {
+    let mut jaeger = Jaeger::start();
+    let origin = Origin::new().route("*", Reply::text("ok")).start().await;
+    let proxy = Proxy::start(&config_for(
+        "stop.example",
+        &origin,
+        &format!(
+            "{}tracing_queue_size = 64\ntracing_batch_size = 16\ntracing_timeout_ms = 300\n\
+             metrics_allow = [\"127.0.0.0/8\"]\n",
+            tracing_keys(&jaeger.otlp_http(), "http/protobuf")
+        ),
+        "",
+    ));
+    // The collector stops answering (connections are accepted and never served).
+    jaeger.pause();
+    let started = Instant::now();
+    let mut slowest = Duration::ZERO;
+    for i in 0..400 {
+        let t = Instant::now();
+        let got = get(&proxy, "stop.example", &format!("/p{i}")).await;
+        assert_eq!(got.status, 200);
+        slowest = slowest.max(t.elapsed());
+    }
+    let (_, dropped, failed) = trace_counters(&proxy).await;
+    assert!(
+        dropped > 0,
+        "a full queue drops (dropped {dropped}, failed {failed})"
+    );
+    assert!(
+        slowest < Duration::from_secs(1),
+        "a request waited {slowest:?} for the collector (400 took {:?})",
+        started.elapsed()
+    );
+    // Then it goes away altogether, and comes back on the same address.
+    jaeger.resume();
+    jaeger.stop();
+    for i in 0..20 {
+        get(&proxy, "stop.example", &format!("/q{i}")).await;
+    }
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let (_, _, failed_after) = trace_counters(&proxy).await;
+    assert!(
+        failed_after > failed,
+        "exports to a stopped collector fail and are counted"
+    );
+    jaeger.start_again();
+    let back = "5f2c6f8ad2e9d4b1a3c7e8f901234567";
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let found = loop {
+        fetch(
+            req(&proxy, "stop.example", "/again")
+                .header("traceparent", format!("00-{back}-{CLIENT_SPAN}-01")),
+        )
+        .await;
+        if let Some(t) = jaeger.trace(back, Duration::from_secs(1)) {
+            break t;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "export did not resume:\n{}",
+            jaeger.log_tail()
+        );
+    };
+    assert!(!spans(&found).is_empty());
+    let (exported, _, _) = trace_counters(&proxy).await;
+    assert!(exported > 0);
+}
