@@ -325,3 +325,113 @@ pub fn ids_hex(t: &RequestTrace) -> (String, String) {
 pub fn traceparent(trace: TraceId, span: SpanId, sampled: bool) -> HeaderValue {
     context::traceparent(trace, span, sampled)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(extra: &str) -> TracingConfig {
+        let src = format!(
+            "tracing_endpoint = \"http://127.0.0.1:9\"\n{extra}\n[[proxy_rules]]\ndomain = \"a\"\nforward_ipv4 = \"127.0.0.1\"\n"
+        );
+        let v = rampart_config::validate(&src, 1);
+        v.config
+            .and_then(|c| c.tracing)
+            .unwrap_or_else(|| panic!("{:?}", v.diagnostics))
+    }
+
+    fn tracer(extra: &str) -> Tracer {
+        Tracer::start(&config(extra)).expect("exporter thread")
+    }
+
+    const PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    const UNSAMPLED: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00";
+
+    fn begin(t: &Tracer, parent: Option<&'static str>, peer: &str) -> RequestTrace {
+        let tp: Vec<HeaderValue> = parent.into_iter().map(HeaderValue::from_static).collect();
+        let ts = [HeaderValue::from_static("congo=t61rcWkgMzE")];
+        t.begin(&tp, &ts, peer.parse().expect("ip"), Instant::now())
+    }
+
+    #[test]
+    fn a_trusted_parent_is_continued_with_its_sampling_decision() {
+        let t = tracer("");
+        let r = begin(&t, Some(PARENT), "127.0.0.1");
+        assert_eq!(r.trace_id.to_hex(), "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert!(r.sampled());
+        let (tp, ts) = r.outgoing();
+        let sent = context::parse_traceparent(tp.as_bytes()).expect("valid");
+        assert_eq!(sent.trace_id, r.trace_id);
+        assert_ne!(sent.span_id.to_hex(), "00f067aa0ba902b7");
+        assert_ne!(
+            sent.span_id, r.span_id,
+            "the origin's parent is the exchange's span"
+        );
+        assert_eq!(
+            ts.map(|v| v.to_str().unwrap_or("")),
+            Some("congo=t61rcWkgMzE")
+        );
+        // The client's "not sampled" is followed too.
+        let r = begin(&t, Some(UNSAMPLED), "127.0.0.1");
+        assert!(!r.sampled());
+        let (tp, _) = r.outgoing();
+        let sent = context::parse_traceparent(tp.as_bytes()).expect("valid");
+        assert!(!sent.sampled);
+        assert_eq!(sent.span_id, r.span_id);
+    }
+
+    #[test]
+    fn an_untrusted_or_unlisted_client_starts_a_new_trace() {
+        for (extra, peer) in [
+            ("trust_trace_context = false", "127.0.0.1"),
+            ("trust_trace_context_from = [\"10.0.0.0/8\"]", "127.0.0.1"),
+        ] {
+            let t = tracer(extra);
+            let r = begin(&t, Some(UNSAMPLED), peer);
+            assert_ne!(
+                r.trace_id.to_hex(),
+                "4bf92f3577b34da6a3ce929d0e0e4736",
+                "{extra}"
+            );
+            assert!(
+                r.sampled(),
+                "a new trace under parentbased_always_on: {extra}"
+            );
+            assert!(r.outgoing().1.is_none(), "no tracestate: {extra}");
+        }
+        let t = tracer("trust_trace_context_from = [\"10.0.0.0/8\"]");
+        let r = begin(&t, Some(UNSAMPLED), "10.1.1.1");
+        assert_eq!(r.trace_id.to_hex(), "4bf92f3577b34da6a3ce929d0e0e4736");
+    }
+
+    #[test]
+    fn the_ratio_sampler_keeps_about_its_share() {
+        let t = tracer("tracing_sampler = \"traceidratio\"\ntracing_sample_ratio = 0.25");
+        let kept = (0..20_000)
+            .filter(|_| begin(&t, None, "127.0.0.1").sampled())
+            .count();
+        assert!((4_400..5_600).contains(&kept), "{kept} of 20,000 at 25 %");
+        // traceidratio ignores a parent's decision; parentbased_always_off samples no new trace.
+        assert!(!(0..200).all(|_| begin(&t, Some(PARENT), "127.0.0.1").sampled()));
+        let off = tracer("tracing_sampler = \"parentbased_always_off\"");
+        assert!(!begin(&off, None, "127.0.0.1").sampled());
+        assert!(begin(&off, Some(PARENT), "127.0.0.1").sampled());
+    }
+
+    #[test]
+    fn a_full_queue_drops_and_counts() {
+        let t = tracer(
+            "tracing_queue_size = 4\ntracing_batch_size = 4\ntracing_export_interval_ms = 3600000",
+        );
+        for _ in 0..10 {
+            let mut r = begin(&t, None, "127.0.0.1");
+            let c = r.child("origin", Kind::Client);
+            r.end_child(c);
+            r.end();
+        }
+        let s = t.exporter().stats();
+        // Two spans a request: the first two requests fit the queue of four.
+        assert_eq!(s.queued.load(std::sync::atomic::Ordering::Relaxed), 4);
+        assert_eq!(s.dropped.load(std::sync::atomic::Ordering::Relaxed), 16);
+    }
+}

@@ -13,6 +13,7 @@ mod origins;
 mod rules;
 mod screening;
 mod tls;
+mod tracing;
 mod transform;
 
 const ARC2_BENCH: &str = r#"listening_address = "0.0.0.0"

@@ -70,6 +70,20 @@ pub(super) fn read(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Option<TracingCo
         },
         None => Sampler::ParentBasedAlwaysOn,
     };
+    let (queue_size, batch_size) = (
+        queue.as_ref().map_or(DEFAULT_QUEUE, |q| q.value as usize),
+        batch.as_ref().map_or(DEFAULT_BATCH, |b| b.value as usize),
+    );
+    if let Some(b) = batch.as_ref().filter(|_| batch_size > queue_size) {
+        error(
+            sink,
+            b,
+            format!("a batch of {batch_size} spans is larger than the queue ({queue_size})"),
+            format!(
+                "use at most `tracing_batch_size = {queue_size}`, or a larger `tracing_queue_size`"
+            ),
+        );
+    }
     let Some(endpoint) = endpoint else {
         let unused = [
             protocol_at.as_ref().map(|a| (&a.key, &a.span)),
@@ -110,20 +124,6 @@ pub(super) fn read(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Option<TracingCo
         Some(n) => n.value,
         None => "rampart".to_owned(),
     };
-    let (queue_size, batch_size) = (
-        queue.as_ref().map_or(DEFAULT_QUEUE, |q| q.value as usize),
-        batch.as_ref().map_or(DEFAULT_BATCH, |b| b.value as usize),
-    );
-    if let Some(b) = batch.as_ref().filter(|_| batch_size > queue_size) {
-        error(
-            sink,
-            b,
-            format!("a batch of {batch_size} spans is larger than the queue ({queue_size})"),
-            format!(
-                "use at most `tracing_batch_size = {queue_size}`, or a larger `tracing_queue_size`"
-            ),
-        );
-    }
     let ms =
         |v: Option<At<i64>>, d: Duration| v.map_or(d, |v| Duration::from_millis(v.value as u64));
     Some(TracingConfig {
