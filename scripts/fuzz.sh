@@ -9,7 +9,7 @@ if ! cargo +nightly --version >/dev/null 2>&1 || ! cargo fuzz --version >/dev/nu
   echo "fuzz: skipped (needs a nightly toolchain and cargo-fuzz)"
   exit 0
 fi
-targets=(h1_framing request_head response_framing sqli sqli_diff cache_control config certificates transforms proxy_protocol grpc_trailers disk_records h2_connection)
+targets=(h1_framing request_head response_framing sqli sqli_diff cache_control config certificates transforms proxy_protocol grpc_trailers disk_records h2_connection trace_context)
 echo "fuzz: building the targets"
 cargo +nightly fuzz build 2>&1 | grep -E "^(error|warning: unused)" -A5 || true
 log=$(mktemp)

@@ -34,6 +34,9 @@ pub struct InstructionsArgs {
     /// costs (measure once without, once with).
     #[arg(long)]
     rule: Option<PathBuf>,
+    /// A file of TOML added to the global keys of every build measured (e.g. `tracing_*`).
+    #[arg(long)]
+    global: Option<PathBuf>,
 }
 
 /// How a request kind is sent.
@@ -104,6 +107,12 @@ fn measure(
         }
         None => None,
     };
+    let global = match &args.global {
+        Some(p) => {
+            Some(std::fs::read_to_string(p).with_context(|| format!("--global {}", p.display()))?)
+        }
+        None => None,
+    };
     let (port, h2_port, tls_port) = (
         procs::free_port()?,
         procs::free_port()?,
@@ -119,6 +128,7 @@ fn measure(
         tls_port,
         tls,
         rule_extra: rule.as_deref(),
+        global_extra: global.as_deref(),
     };
     let launch = peers::Rampart { baseline: false }.prepare(&setup)?;
     let out = dir.join("callgrind.out");

@@ -151,6 +151,10 @@ struct RunArgs {
     /// `--baseline` naming the same build, what a configured feature costs, in the same rounds.
     #[arg(long)]
     rampart_rule: Option<PathBuf>,
+    /// A file of TOML added to the rampart peer's global keys (not the baseline's), as
+    /// `--rampart-rule` is to its rule: e.g. the `tracing_*` keys.
+    #[arg(long)]
+    rampart_global: Option<PathBuf>,
     /// CPUs for the servers (taskset list).
     #[arg(long, default_value = "0")]
     server_cpus: String,

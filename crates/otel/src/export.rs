@@ -193,7 +193,6 @@ struct Run {
 impl Run {
     async fn run(mut self) {
         let mut batch: Vec<Span> = Vec::new();
-        let mut body = Vec::new();
         let mut last = false;
         loop {
             if !last {
@@ -211,7 +210,7 @@ impl Run {
                             .fetch_sub(spans.len() as u64, Ordering::Relaxed);
                         batch.extend(spans);
                         if batch.len() >= self.batch_size {
-                            self.export(&mut batch, &mut body).await;
+                            self.export(&mut batch).await;
                         }
                     }
                     Err(mpsc::error::TryRecvError::Empty) => break,
@@ -222,7 +221,7 @@ impl Run {
                 }
             }
             if !batch.is_empty() {
-                self.export(&mut batch, &mut body).await;
+                self.export(&mut batch).await;
             }
             if last {
                 return;
@@ -231,11 +230,12 @@ impl Run {
     }
 
     /// Sends `batch` (in pieces of at most `batch_size`) and empties it.
-    async fn export(&mut self, batch: &mut Vec<Span>, body: &mut Vec<u8>) {
+    async fn export(&mut self, batch: &mut Vec<Span>) {
         for chunk in batch.chunks(self.batch_size) {
-            body.clear();
+            // Room for gRPC's message prefix, so the body is sent as it is written.
+            let mut body = vec![0; GRPC_PREFIX];
             let refs: Vec<&Span> = chunk.iter().collect();
-            encode_request(&self.resource, &refs, body);
+            encode_request(&self.resource, &refs, &mut body);
             let n = chunk.len() as u64;
             self.stats.batches.fetch_add(1, Ordering::Relaxed);
             let sent = tokio::time::timeout(self.timeout, self.transport.send(body)).await;
@@ -277,6 +277,9 @@ struct Transport {
     grpc: bool,
     headers: Vec<(HeaderName, HeaderValue)>,
 }
+
+/// gRPC's message prefix: a compression flag and the length.
+const GRPC_PREFIX: usize = 5;
 
 /// The gRPC method of OTLP's trace service.
 const GRPC_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
@@ -336,21 +339,24 @@ impl Transport {
         })
     }
 
-    /// Sends one encoded `ExportTraceServiceRequest`.
-    async fn send(&self, message: &[u8]) -> Result<(), String> {
+    /// Sends one encoded `ExportTraceServiceRequest`, written after [`GRPC_PREFIX`] bytes of
+    /// room.
+    async fn send(&self, mut framed: Vec<u8>) -> Result<(), String> {
+        let len = framed.len() - GRPC_PREFIX;
         let (body, content_type) = if self.grpc {
             // gRPC's length-prefixed message: not compressed, then its length.
-            let mut framed = Vec::with_capacity(message.len() + 5);
-            framed.push(0);
-            framed.extend_from_slice(&(message.len() as u32).to_be_bytes());
-            framed.extend_from_slice(message);
-            (framed, "application/grpc")
+            framed[0] = 0;
+            framed[1..GRPC_PREFIX].copy_from_slice(&(len as u32).to_be_bytes());
+            (Bytes::from(framed), "application/grpc")
         } else {
-            (message.to_vec(), "application/x-protobuf")
+            (
+                Bytes::from(framed).slice(GRPC_PREFIX..),
+                "application/x-protobuf",
+            )
         };
         let mut req = Request::post(self.uri.clone())
             .header(CONTENT_TYPE, content_type)
-            .body(Full::new(Bytes::from(body)))
+            .body(Full::new(body))
             .map_err(|e| e.to_string())?;
         if self.grpc {
             req.headers_mut()

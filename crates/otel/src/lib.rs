@@ -308,8 +308,13 @@ impl Drop for RequestTrace {
                 c.end = end;
             }
         }
-        children.push(server);
-        exporter.submit(children);
+        let spans = if children.is_empty() {
+            vec![server]
+        } else {
+            children.push(server);
+            children
+        };
+        exporter.submit(spans);
     }
 }
 

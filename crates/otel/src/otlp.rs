@@ -4,9 +4,11 @@
 //! per attribute key are built per span. The field numbers are the proto's; the tests decode
 //! what is written here with opentelemetry-proto's own messages.
 
-use prost::encoding::{encode_key, encode_varint, WireType};
+use std::net::IpAddr;
 
-use crate::span::{Attr, AttrValue, Event, Span, Status};
+use prost::encoding::{encode_key, encode_varint, encoded_len_varint, WireType};
+
+use crate::span::{AttrValue, Span, Status};
 
 /// What describes every span of a process (OTLP's `Resource` and `InstrumentationScope`).
 #[derive(Debug, Clone)]
@@ -16,33 +18,45 @@ pub struct Resource {
     pub scope_version: &'static str,
 }
 
-/// `spans` as one `ExportTraceServiceRequest`, appended to `out`.
+/// `spans` as one `ExportTraceServiceRequest`, appended to `out`. Each span is written into
+/// `scratch` first (its length comes before it on the wire); the levels above are written once
+/// the spans' total is known.
 pub fn encode_request(resource: &Resource, spans: &[&Span], out: &mut Vec<u8>) {
+    let mut body = Vec::with_capacity(spans.len() * 512);
+    let mut scratch = Vec::with_capacity(1024);
+    for s in spans {
+        scratch.clear();
+        span(&mut scratch, s);
+        // ScopeSpans.spans = 2
+        header(&mut body, 2, scratch.len());
+        body.extend_from_slice(&scratch);
+    }
+    let resource_len: usize = resource
+        .attrs
+        .iter()
+        .map(|(k, v)| ld(kv_len(k, ld(v.len()))))
+        .sum();
+    let scope_len = ld(resource.scope_name.len()) + ld(resource.scope_version.len());
+    let scope_spans_len = ld(scope_len) + body.len();
+    let resource_spans_len = ld(resource_len) + ld(scope_spans_len);
+    out.reserve(ld(resource_spans_len));
     // ExportTraceServiceRequest.resource_spans = 1
-    nested(out, 1, |out| {
-        // ResourceSpans.resource = 1
-        nested(out, 1, |out| {
-            for (k, v) in &resource.attrs {
-                // Resource.attributes = 1
-                nested(out, 1, |out| {
-                    string(out, 1, k);
-                    nested(out, 2, |out| string(out, 1, v));
-                });
-            }
-        });
-        // ResourceSpans.scope_spans = 2
-        nested(out, 2, |out| {
-            // ScopeSpans.scope = 1: InstrumentationScope { name = 1, version = 2 }
-            nested(out, 1, |out| {
-                string(out, 1, resource.scope_name);
-                string(out, 2, resource.scope_version);
-            });
-            for s in spans {
-                // ScopeSpans.spans = 2
-                nested(out, 2, |out| span(out, s));
-            }
-        });
-    });
+    header(out, 1, resource_spans_len);
+    // ResourceSpans.resource = 1: Resource.attributes = 1
+    header(out, 1, resource_len);
+    for (k, v) in &resource.attrs {
+        header(out, 1, kv_len(k, ld(v.len())));
+        string(out, 1, k);
+        header(out, 2, ld(v.len()));
+        string(out, 1, v);
+    }
+    // ResourceSpans.scope_spans = 2
+    header(out, 2, scope_spans_len);
+    // ScopeSpans.scope = 1: InstrumentationScope { name = 1, version = 2 }
+    header(out, 1, scope_len);
+    string(out, 1, resource.scope_name);
+    string(out, 2, resource.scope_version);
+    out.extend_from_slice(&body);
 }
 
 /// Span flags (field 16): the W3C trace flags in bits 0–7, and whether the parent is remote
@@ -50,6 +64,36 @@ pub fn encode_request(resource: &Resource, spans: &[&Span], out: &mut Vec<u8>) {
 pub const FLAG_SAMPLED: u32 = 0x01;
 pub const FLAG_HAS_IS_REMOTE: u32 = 0x100;
 pub const FLAG_IS_REMOTE: u32 = 0x200;
+
+/// The bytes of a length-delimited field of `len` bytes (every field number here is below
+/// 16: a one-byte key).
+#[inline]
+fn ld(len: usize) -> usize {
+    1 + encoded_len_varint(len as u64) + len
+}
+
+/// A varint: one byte for the small numbers that are most of a span's lengths.
+#[inline]
+fn varint(out: &mut Vec<u8>, v: u64) {
+    if v < 0x80 {
+        out.push(v as u8);
+    } else {
+        encode_varint(v, out);
+    }
+}
+
+/// The key of field `tag` (< 16) with `wire` (prost's `WireType` numbering).
+#[inline]
+fn key(out: &mut Vec<u8>, tag: u32, wire: WireType) {
+    debug_assert!(tag < 16);
+    out.push(((tag << 3) | wire as u32) as u8);
+}
+
+#[inline]
+fn header(out: &mut Vec<u8>, tag: u32, len: usize) {
+    key(out, tag, WireType::LengthDelimited);
+    varint(out, len as u64);
+}
 
 fn span(out: &mut Vec<u8>, s: &Span) {
     bytes(out, 1, &s.trace_id.0);
@@ -61,96 +105,149 @@ fn span(out: &mut Vec<u8>, s: &Span) {
         bytes(out, 4, &p.0);
     }
     string(out, 5, &s.name);
-    encode_key(6, WireType::Varint, out);
-    encode_varint(s.kind as u64, out);
+    key(out, 6, WireType::Varint);
+    varint(out, s.kind as u64);
     fixed64(out, 7, s.start);
     fixed64(out, 8, s.end.max(s.start));
-    for a in &s.attrs {
-        nested(out, 9, |out| key_value(out, a));
+    for (k, v) in &s.attrs {
+        attr(out, 9, k, v);
     }
     for e in &s.events {
-        nested(out, 11, |out| event(out, e));
+        let len = 9
+            + ld(e.name.len())
+            + e.attrs
+                .iter()
+                .map(|(k, v)| ld(kv_len(k, any_len(v))))
+                .sum::<usize>();
+        header(out, 11, len);
+        fixed64(out, 1, e.time);
+        string(out, 2, e.name);
+        for (k, v) in &e.attrs {
+            attr(out, 3, k, v);
+        }
     }
     if let Status::Error(msg) = &s.status {
         // Status { message = 2, code = 3 (STATUS_CODE_ERROR = 2) }
-        nested(out, 15, |out| {
-            string(out, 2, msg);
-            encode_key(3, WireType::Varint, out);
-            encode_varint(2, out);
-        });
+        header(out, 15, ld(msg.len()) + 2);
+        string(out, 2, msg);
+        key(out, 3, WireType::Varint);
+        out.push(2);
     }
     let remote = if s.parent.is_some() {
         FLAG_HAS_IS_REMOTE
     } else {
         0
     };
+    // Field 16: a two-byte key.
     encode_key(16, WireType::ThirtyTwoBit, out);
     out.extend_from_slice(&(FLAG_SAMPLED | remote).to_le_bytes());
 }
 
-fn event(out: &mut Vec<u8>, e: &Event) {
-    fixed64(out, 1, e.time);
-    string(out, 2, e.name);
-    for a in &e.attrs {
-        nested(out, 3, |out| key_value(out, a));
+/// An address as text, without the formatting machinery for the common IPv4 case.
+fn ip_text(ip: &IpAddr, buf: &mut [u8; 46]) -> usize {
+    match ip {
+        IpAddr::V4(v4) => {
+            let mut n = 0;
+            for (i, o) in v4.octets().iter().enumerate() {
+                if i > 0 {
+                    buf[n] = b'.';
+                    n += 1;
+                }
+                if *o >= 100 {
+                    buf[n] = b'0' + o / 100;
+                    n += 1;
+                }
+                if *o >= 10 {
+                    buf[n] = b'0' + (o / 10) % 10;
+                    n += 1;
+                }
+                buf[n] = b'0' + o % 10;
+                n += 1;
+            }
+            n
+        }
+        IpAddr::V6(v6) => {
+            use std::io::Write as _;
+            let mut w = &mut buf[..];
+            let _ = write!(w, "{v6}");
+            46 - w.len()
+        }
     }
 }
 
-/// `KeyValue { key = 1, value = 2: AnyValue { string_value = 1 | bool_value = 2 | int_value = 3 } }`
-fn key_value(out: &mut Vec<u8>, (k, v): &Attr) {
-    string(out, 1, k);
-    nested(out, 2, |out| match v {
-        AttrValue::Str(s) => string(out, 1, s),
-        AttrValue::Static(s) => string(out, 1, s),
-        AttrValue::Bool(b) => {
-            encode_key(2, WireType::Varint, out);
-            encode_varint(u64::from(*b), out);
-        }
-        AttrValue::Int(i) => {
-            encode_key(3, WireType::Varint, out);
-            encode_varint(*i as u64, out);
-        }
-    });
+/// The length of the `AnyValue` of `v`: `string_value = 1 | bool_value = 2 | int_value = 3`.
+fn any_len(v: &AttrValue) -> usize {
+    match v {
+        AttrValue::Str(s) => ld(s.len()),
+        AttrValue::Static(s) => ld(s.len()),
+        AttrValue::Ip(ip) => ld(ip_text(ip, &mut [0; 46])),
+        AttrValue::Bool(_) => 2,
+        AttrValue::Int(i) => 1 + encoded_len_varint(*i as u64),
+    }
 }
 
+/// The length of `KeyValue { key = 1, value = 2 }`.
+#[inline]
+fn kv_len(k: &str, any: usize) -> usize {
+    ld(k.len()) + ld(any)
+}
+
+/// A `KeyValue` as field `tag` of its message.
+fn attr(out: &mut Vec<u8>, tag: u32, k: &str, v: &AttrValue) {
+    let text = |s: &[u8], out: &mut Vec<u8>| {
+        header(out, tag, kv_len(k, ld(s.len())));
+        string(out, 1, k);
+        header(out, 2, ld(s.len()));
+        bytes(out, 1, s);
+    };
+    match v {
+        AttrValue::Str(s) => text(s.as_bytes(), out),
+        AttrValue::Static(s) => text(s.as_bytes(), out),
+        AttrValue::Ip(ip) => {
+            let mut buf = [0; 46];
+            let n = ip_text(ip, &mut buf);
+            text(&buf[..n], out);
+        }
+        AttrValue::Bool(b) => {
+            header(out, tag, kv_len(k, 2));
+            string(out, 1, k);
+            header(out, 2, 2);
+            key(out, 2, WireType::Varint);
+            out.push(u8::from(*b));
+        }
+        AttrValue::Int(i) => {
+            let any = 1 + encoded_len_varint(*i as u64);
+            header(out, tag, kv_len(k, any));
+            string(out, 1, k);
+            header(out, 2, any);
+            key(out, 3, WireType::Varint);
+            varint(out, *i as u64);
+        }
+    }
+}
+
+#[inline]
 fn string(out: &mut Vec<u8>, tag: u32, s: &str) {
     bytes(out, tag, s.as_bytes());
 }
 
+#[inline]
 fn bytes(out: &mut Vec<u8>, tag: u32, b: &[u8]) {
-    encode_key(tag, WireType::LengthDelimited, out);
-    encode_varint(b.len() as u64, out);
+    header(out, tag, b.len());
     out.extend_from_slice(b);
 }
 
+#[inline]
 fn fixed64(out: &mut Vec<u8>, tag: u32, v: u64) {
-    encode_key(tag, WireType::SixtyFourBit, out);
+    key(out, tag, WireType::SixtyFourBit);
     out.extend_from_slice(&v.to_le_bytes());
-}
-
-/// A length-delimited field written by `body` in place: its length is known once it is
-/// written, and is then put in front of it (moving the body by the length's 1–5 bytes).
-fn nested(out: &mut Vec<u8>, tag: u32, body: impl FnOnce(&mut Vec<u8>)) {
-    encode_key(tag, WireType::LengthDelimited, out);
-    let at = out.len();
-    body(out);
-    let len = out.len() - at;
-    let mut small = [0u8; 10];
-    let mut w = &mut small[..];
-    encode_varint(len as u64, &mut w);
-    let n = 10 - w.len();
-    if n == 1 {
-        out.insert(at, small[0]);
-    } else {
-        out.splice(at..at, small[..n].iter().copied());
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::context::{SpanId, TraceId};
-    use crate::span::Kind;
+    use crate::span::{Event, Kind};
     use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
     use opentelemetry_proto::tonic::common::v1::any_value::Value;
     use prost::Message as _;
@@ -171,6 +268,12 @@ mod tests {
                 ("http.response.status_code", 200u16.into()),
                 ("rampart.negative", AttrValue::Int(-5)),
                 ("rampart.flag", true.into()),
+                ("client.address", AttrValue::Ip([203, 0, 113, 9].into())),
+                (
+                    "network.peer.address",
+                    AttrValue::Ip("2001:db8::1".parse().expect("v6")),
+                ),
+                ("server.port", AttrValue::Int(1 << 40)),
             ],
             events: vec![Event {
                 time: 1_700_000_000_000_100_000,
@@ -234,6 +337,15 @@ mod tests {
         );
         assert_eq!(attr("rampart.negative"), Some(Value::IntValue(-5)));
         assert_eq!(attr("rampart.flag"), Some(Value::BoolValue(true)));
+        assert_eq!(
+            attr("client.address"),
+            Some(Value::StringValue("203.0.113.9".into()))
+        );
+        assert_eq!(
+            attr("network.peer.address"),
+            Some(Value::StringValue("2001:db8::1".into()))
+        );
+        assert_eq!(attr("server.port"), Some(Value::IntValue(1 << 40)));
         assert_eq!(s.events.len(), 1);
         assert_eq!(s.events[0].name, "lookup");
         assert_eq!(s.events[0].time_unix_nano, 1_700_000_000_000_100_000);

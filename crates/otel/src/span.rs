@@ -11,6 +11,8 @@ use crate::context::{SpanId, TraceId};
 pub enum AttrValue {
     Str(Box<str>),
     Static(&'static str),
+    /// An address, written as text by the exporter.
+    Ip(std::net::IpAddr),
     Int(i64),
     Bool(bool),
 }
@@ -42,6 +44,12 @@ impl From<u64> for AttrValue {
 impl From<u16> for AttrValue {
     fn from(v: u16) -> Self {
         AttrValue::Int(i64::from(v))
+    }
+}
+
+impl From<std::net::IpAddr> for AttrValue {
+    fn from(ip: std::net::IpAddr) -> Self {
+        AttrValue::Ip(ip)
     }
 }
 

@@ -58,6 +58,9 @@ pub struct Setup<'a> {
     /// TOML added to the rampart peer's rule (not the baseline's): `--rampart-rule`, to
     /// measure what a feature costs when it is configured.
     pub rule_extra: Option<&'a str>,
+    /// TOML added to the rampart peer's global keys (not the baseline's): `--rampart-global`,
+    /// for features configured outside the rule (tracing).
+    pub global_extra: Option<&'a str>,
 }
 
 /// One ECDSA P-256 certificate for `localhost` / 127.0.0.1, shared by every TLS peer.
@@ -195,6 +198,7 @@ mod tests {
             tls_port: 19_603,
             tls: &TLS,
             rule_extra: None,
+            global_extra: None,
         }
     }
 

@@ -76,6 +76,7 @@ cache_memory = "256MiB"
 # gzip copies when stored; the other scenarios' bodies are too short, not compressible, or asked
 # for without Accept-Encoding.
 enable_compression = true
+{global}
 
 [[proxy_rules]]
 domain = "*"
@@ -97,6 +98,11 @@ tls_key_file = "{key}"
                 ""
             } else {
                 setup.rule_extra.unwrap_or("")
+            },
+            global = if self.baseline {
+                ""
+            } else {
+                setup.global_extra.unwrap_or("")
             }
         );
         let config = write_config(&dir, "rampart.toml", &toml)?;

@@ -34,6 +34,7 @@ struct Bench<'a> {
     rampart: PathBuf,
     /// `--rampart-rule`: TOML added to the rampart peer's rule.
     rule_extra: Option<String>,
+    global_extra: Option<String>,
 }
 
 impl<'a> Bench<'a> {
@@ -59,6 +60,13 @@ impl<'a> Bench<'a> {
             ),
             None => None,
         };
+        let global_extra = match &args.rampart_global {
+            Some(p) => Some(
+                std::fs::read_to_string(p)
+                    .map_err(|e| anyhow::anyhow!("--rampart-global {}: {e}", p.display()))?,
+            ),
+            None => None,
+        };
         Ok(Bench {
             args,
             out,
@@ -66,6 +74,7 @@ impl<'a> Bench<'a> {
             me,
             rampart,
             rule_extra,
+            global_extra,
         })
     }
 }

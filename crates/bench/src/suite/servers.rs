@@ -158,6 +158,7 @@ fn start_peer(
         tls_port,
         tls,
         rule_extra: bench.rule_extra.as_deref(),
+        global_extra: bench.global_extra.as_deref(),
     };
     let launch = match p.prepare(&setup) {
         Ok(l) => l,

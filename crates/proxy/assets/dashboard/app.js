@@ -214,6 +214,17 @@ function render(d) {
     ['disk hits', count(c.disk.hits) + ' of ' + count(c.disk.hits + c.disk.misses) + ' memory misses'],
     ['disk errors', count(c.disk.errors)],
   ]));
+  // Spans since start: sent to the collector, dropped (queue full), failed exports, waiting.
+  const t = d.traces;
+  $('traces-panel').hidden = t == null;
+  if (t != null) {
+    fillRows('traces', [
+      ['spans exported', count(t.exported)],
+      ['spans dropped', count(t.dropped)],
+      ['spans failed', count(t.failed)],
+      ['spans queued', count(t.queued)],
+    ]);
+  }
   fillRows('upstreams', d.upstreams.map((u) => [
     u.rule,
     u.origin,

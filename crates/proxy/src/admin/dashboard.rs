@@ -36,6 +36,8 @@ const TICK: Duration = Duration::from_secs(1);
 pub struct Scene {
     pub router: Arc<Router>,
     pub cache: Option<Arc<Cache>>,
+    /// The trace exporter's counters, when tracing is on.
+    pub traces: Option<Arc<rampart_otel::Stats>>,
 }
 
 static SCENE: Mutex<Option<Arc<Scene>>> = Mutex::new(None);
@@ -184,6 +186,15 @@ pub fn snapshot(
             "disk": c.disk().map(crate::admin::figures::disk),
         })
     });
+    let traces = scene.as_ref().and_then(|s| s.traces.as_ref()).map(|t| {
+        use std::sync::atomic::Ordering::Relaxed;
+        json!({
+            "exported": t.exported.load(Relaxed),
+            "dropped": t.dropped.load(Relaxed),
+            "failed": t.failed.load(Relaxed),
+            "queued": t.queued.load(Relaxed),
+        })
+    });
     let upstreams = origin_rows(scene.as_ref(), origins);
     let (hosts, paths) = m.top(10);
     let refusals: Vec<Value> = m
@@ -235,6 +246,7 @@ pub fn snapshot(
         },
         "connections_open": m.connections_open(),
         "cache": cache,
+        "traces": traces,
         "upstreams": upstreams,
         "top_hosts": hosts,
         "top_paths": paths,

@@ -40,7 +40,7 @@ pub struct OriginFields {
 
 impl OriginFields {
     /// Room for what fetch sets on every request (Host, five forwarding fields, Via, the
-    /// request id) and a little more, made once.
+    /// request id, the trace context) and a little more, made once.
     pub fn for_client(client: &Fields) -> Self {
         let mut named = Vec::new();
         for v in client.get_all(CONNECTION) {
@@ -52,7 +52,7 @@ impl OriginFields {
             }
         }
         OriginFields {
-            set: Vec::with_capacity(10),
+            set: Vec::with_capacity(12),
             named,
             added: Vec::new(),
         }

@@ -137,13 +137,7 @@ pub fn send<'a>(
     let https = txn.scheme() == Scheme::Https;
     let client_request = txn.mode == Mode::Client;
     if let Some(t) = &txn.trace {
-        // rampart's span is the origin's parent (the client's context stays behind).
-        let (parent, state) = t.outgoing();
-        fields.replace(rampart_otel::TRACEPARENT.clone(), parent);
-        match state {
-            Some(s) => fields.replace(rampart_otel::TRACESTATE.clone(), s.clone()),
-            None => fields.remove(&rampart_otel::TRACESTATE),
-        }
+        trace_context(t, &head.headers, &mut fields);
     }
     let crate::pipeline::txn::Routed {
         route,
@@ -180,6 +174,27 @@ pub fn send<'a>(
         body,
         done,
     )
+}
+
+/// rampart's span as the origin's parent: its `traceparent` (and the client's `tracestate`
+/// when its trace goes on) in place of the client's. A rule's own `traceparent` wins.
+fn trace_context(
+    t: &rampart_otel::RequestTrace,
+    client: &rampart_head::Fields,
+    fields: &mut OriginFields,
+) {
+    use rampart_otel::{TRACEPARENT, TRACESTATE};
+    let (parent, state) = t.outgoing();
+    if fields.get(&TRACEPARENT).is_none() {
+        fields.set(TRACEPARENT.clone(), parent);
+    }
+    match state {
+        Some(s) if fields.get(&TRACESTATE).is_none() => fields.set(TRACESTATE.clone(), s.clone()),
+        Some(_) => {}
+        // The client's, of a context that does not go on.
+        None if client.contains_key(&TRACESTATE) => fields.remove(&TRACESTATE),
+        None => {}
+    }
 }
 
 /// The rule's request field rules (and its path rule's) on the request for the origin, with

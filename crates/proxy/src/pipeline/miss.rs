@@ -132,11 +132,11 @@ pub async fn join(
 
 /// A child span of the request's server span, when it is recorded.
 fn child_span(
-    trace: &mut Option<Box<rampart_otel::RequestTrace>>,
+    trace: &mut Option<rampart_otel::RequestTrace>,
     name: &'static str,
     kind: Kind,
 ) -> Option<rampart_otel::ChildRef> {
-    trace.as_deref_mut()?.child(name, kind)
+    trace.as_mut()?.child(name, kind)
 }
 
 /// A stored object that answers a miss: for the client's own fields when the request was

@@ -70,7 +70,7 @@ pub async fn recv(
     }
     txn.route = Some(route(&w.router, req, txn.scheme())?);
     if let Some(tracer) = w.tracer.as_deref().filter(|_| txn.mode == Mode::Client) {
-        txn.trace = Some(Box::new(begin_trace(tracer, txn, req)));
+        txn.trace = Some(begin_trace(tracer, txn, req));
     }
     if txn.route().rule.extras.request_id {
         // The same id for the origin, the access log and the rules that name it.
@@ -92,8 +92,8 @@ pub async fn recv(
         remember_refusal(txn, req, &e);
         return Err(e);
     }
-    if let Some(t) = txn.trace.as_deref_mut().filter(|t| t.sampled()) {
-        t.attr("client.address", txn.client.to_string());
+    if let Some(t) = txn.trace.as_mut().filter(|t| t.sampled()) {
+        t.attr("client.address", txn.client);
         t.event("recv", vec![("rampart.screening", "passed".into())]);
     }
     if admin::is_purge(req.method()) {
@@ -152,13 +152,13 @@ fn begin_trace(
     }
     let rule = txn.domain();
     t.name(format!("{} {rule}", req.method()));
-    t.attr("http.request.method", req.method().as_str().to_owned());
+    t.attr("http.request.method", method_name(req.method()));
     t.attr("http.route", rule.to_owned());
     t.attr("url.path", req.uri().path().to_owned());
     t.attr("url.scheme", txn.scheme().as_str());
     t.attr("server.address", txn.host_name().to_owned());
     t.attr("server.port", txn.conn.local.port());
-    t.attr("network.peer.address", txn.conn.peer.ip().to_string());
+    t.attr("network.peer.address", txn.conn.peer.ip());
     let version = match req.version() {
         Version::HTTP_10 => "1.0",
         Version::HTTP_2 => "2",
@@ -173,6 +173,25 @@ fn begin_trace(
         t.attr("user_agent.original", ua.to_owned());
     }
     t
+}
+
+/// A method's name: a constant for the standard ones.
+fn method_name(m: &http::Method) -> rampart_otel::AttrValue {
+    use http::Method;
+    let known = [
+        Method::GET,
+        Method::HEAD,
+        Method::POST,
+        Method::PUT,
+        Method::DELETE,
+        Method::OPTIONS,
+        Method::PATCH,
+    ];
+    const NAMES: [&str; 7] = ["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH"];
+    match known.iter().position(|k| k == m) {
+        Some(i) => NAMES[i].into(),
+        None => m.as_str().to_owned().into(),
+    }
 }
 
 /// Starts the access-log record when logging is on for the rule (client requests only),
@@ -200,8 +219,8 @@ fn remember_refusal<B>(txn: &mut Txn, req: &Request<B>, e: &ProxyError) {
     let Some(reason) = metrics::BlockReason::of(e) else {
         return;
     };
-    if let Some(t) = txn.trace.as_deref_mut().filter(|t| t.sampled()) {
-        t.attr("client.address", txn.client.to_string());
+    if let Some(t) = txn.trace.as_mut().filter(|t| t.sampled()) {
+        t.attr("client.address", txn.client);
         t.event(
             "refused",
             vec![

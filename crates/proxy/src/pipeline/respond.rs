@@ -54,9 +54,10 @@ pub fn respond(w: &Worker, txn: &mut Txn, res: Result<Reply, ProxyError>) -> Res
     // From the origin or the cache (rampart's own answers are errors or unlabelled).
     let relayed = res.is_ok() && txn.outcome.is_some();
     // The error's text, for a recorded trace's span status (5xx).
-    let traced = txn.trace.as_ref().is_some_and(|t| t.sampled());
-    let failure = match (&res, traced) {
-        (Err(e), true) => Some(crate::error::Chain(e).to_string()),
+    let failure = match &res {
+        Err(e) if txn.trace.as_ref().is_some_and(|t| t.sampled()) => {
+            Some(crate::error::Chain(e).to_string())
+        }
         _ => None,
     };
     let mut res = match res {
@@ -126,24 +127,35 @@ pub fn respond(w: &Worker, txn: &mut Txn, res: Result<Reply, ProxyError>) -> Res
             }
         }
     }
+    if txn.trace.is_some() {
+        end_trace(txn, &mut res, failure);
+    }
     if let Some(mut log) = txn.log.take() {
         log.status = res.status().as_u16();
         if let Some(o) = txn.outcome {
             log.cache = o.label().as_str();
         }
-        if let Some(t) = &txn.trace {
-            log.trace = Some((t.trace_id, t.span_id));
-        }
         res.body_mut().set_log(log);
     }
-    if let Some(mut trace) = txn.trace.take() {
-        if trace.sampled() {
-            deliver_event(&mut trace, txn, res.status(), failure);
-        }
-        // The server span ends with the body (the log line's moment).
-        res.body_mut().set_trace(trace);
-    }
     res
+}
+
+/// The trace's part of the respond stage (out of line: with tracing off a request pays one
+/// test): the ids for the access log, the answer's attributes, and the trace handed to the
+/// body, whose end ends the server span (the log line's moment).
+#[inline(never)]
+fn end_trace(txn: &mut Txn, res: &mut Response<ProxyBody>, failure: Option<String>) {
+    let Some(mut trace) = txn.trace.take() else {
+        return;
+    };
+    if let Some(log) = txn.log.as_deref_mut() {
+        log.trace = Some((trace.trace_id, trace.span_id));
+    }
+    // An unsampled trace has nothing to record: it ends here.
+    if trace.sampled() {
+        deliver_event(&mut trace, txn, res.status(), failure);
+        res.body_mut().set_trace(Box::new(trace));
+    }
 }
 
 /// The answer's part of the server span: its status, the cache's outcome as `Cache-Status`

@@ -128,8 +128,9 @@ pub struct Txn {
     /// Where the origin's interim (1xx) answers go when the request came on an HTTP/2
     /// stream (each stream has its own); HTTP/1.1 keeps its connection's in `conn`.
     pub interim: Option<Arc<Interim>>,
-    /// The request's trace, when tracing is on (set by recv once the request is routed).
-    pub trace: Option<Box<RequestTrace>>,
+    /// The request's trace, when tracing is on (set by recv once the request is routed). In
+    /// place: most requests are not sampled and need no more than its ids.
+    pub trace: Option<RequestTrace>,
 }
 
 /// What fetch reads and writes of a routed request ([`Txn::routed`]).
@@ -192,7 +193,7 @@ impl Txn {
 
     /// The request's trace when it records spans (tracing is on and the trace is sampled).
     pub fn traced(&mut self) -> Option<&mut RequestTrace> {
-        self.trace.as_deref_mut().filter(|t| t.sampled())
+        self.trace.as_mut().filter(|t| t.sampled())
     }
 
     /// The route recv found. Only called by stages after recv.
@@ -214,7 +215,7 @@ impl Txn {
                 log: self.log.as_deref_mut(),
                 conn: &self.conn,
                 interim: self.interim.as_deref().or(self.conn.interim.as_deref()),
-                trace: self.trace.as_deref_mut().filter(|t| t.sampled()),
+                trace: self.trace.as_mut().filter(|t| t.sampled()),
             },
             // invariant: the dispatcher runs no stage after recv without a route.
             None => unreachable!("stage ran before recv"),

@@ -519,6 +519,7 @@ impl Live {
         crate::admin::dashboard::publish(crate::admin::dashboard::Scene {
             router: self.router.clone(),
             cache: self.cache.clone(),
+            traces: self.tracer.as_ref().map(|t| t.exporter().stats().clone()),
         });
     }
 

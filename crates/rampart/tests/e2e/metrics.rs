@@ -318,7 +318,7 @@ async fn tls_handshakes_and_certificate_expiry_are_reported() {
 }
 
 /// Reads server-sent events from `body` until `want` accepts one (at most `within`).
-async fn event_until(
+pub(crate) async fn event_until(
     body: &mut hyper::body::Incoming,
     buffered: &mut String,
     within: Duration,
@@ -397,6 +397,7 @@ async fn the_dashboard_streams_live_figures_and_ends_with_the_server() {
     let first = event_until(&mut body, &mut buf, Duration::from_secs(5), |_| true).await;
     assert_eq!(first["requests_per_second"], 0.0);
     assert_eq!(first["upstreams"][0]["up"], true);
+    assert!(first["traces"].is_null(), "no traces panel without tracing");
 
     // Traffic while the dashboard watches: 20 requests to one path, one refused.
     for _ in 0..20 {

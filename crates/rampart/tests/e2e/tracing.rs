@@ -196,6 +196,31 @@ async fn a_clients_trace_goes_on_through_rampart_to_the_origin() {
         "hit"
     );
     assert_eq!(tag(&all[0], "rampart.cache").unwrap(), "Hit");
+
+    // HTTP/2 (h2c) requests go through the same stages: traced the same way (a catch-all rule:
+    // an h2c request is routed by its authority, 127.0.0.1:PORT).
+    let any = Proxy::start(&config_for(
+        "*",
+        &origin,
+        &tracing_keys(&jaeger.otlp_http(), "http/protobuf"),
+        "",
+    ));
+    let h2_trace = "8a3c60f7d188f8fa79d48a391a778fa6";
+    let res = send(
+        &h2_client(),
+        http::Request::get(any.url("/h2"))
+            .header("traceparent", format!("00-{h2_trace}-{CLIENT_SPAN}-01"))
+            .body(empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(res.status, 200);
+    let t = jaeger
+        .trace_with_spans(h2_trace, 2, Duration::from_secs(15))
+        .unwrap_or_else(|| panic!("no trace of the h2 request:\n{}", jaeger.log_tail()));
+    let server = span_named(&spans(&t), "GET *").clone();
+    assert_eq!(tag(&server, "network.protocol.version").unwrap(), "2");
+    assert_eq!(parts(&seen_traceparent(&origin)).0, h2_trace);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -406,6 +431,27 @@ async fn a_stopped_collector_costs_dropped_spans_not_requests_and_export_resumes
         );
     };
     assert!(!spans(&found).is_empty());
-    let (exported, _, _) = trace_counters(&proxy).await;
+    let (exported, dropped, _) = trace_counters(&proxy).await;
     assert!(exported > 0);
+
+    // The dashboard shows the same counters.
+    let res = client()
+        .request(
+            http::Request::get(proxy.url("/_rampart/dashboard/events"))
+                .header("host", "stop.example")
+                .body(empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let mut body = res.into_body();
+    let mut buf = String::new();
+    let event = crate::metrics::event_until(&mut body, &mut buf, Duration::from_secs(5), |v| {
+        v["traces"]["exported"]
+            .as_u64()
+            .is_some_and(|n| n >= exported)
+    })
+    .await;
+    assert_eq!(event["traces"]["dropped"], dropped, "{event}");
 }
