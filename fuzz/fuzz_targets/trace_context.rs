@@ -5,7 +5,7 @@
 
 use http::header::HeaderValue;
 use libfuzzer_sys::fuzz_target;
-use rampart_otel::context::{parse_traceparent, traceparent, Incoming, SpanId};
+use rampart_otel::context::{parse_traceparent, traceparent_with, Incoming, SpanId};
 
 fuzz_target!(|data: &[u8]| {
     let mut parents = Vec::new();
@@ -22,9 +22,9 @@ fuzz_target!(|data: &[u8]| {
     let incoming = Incoming::read(&parents, &states);
     if let Some(p) = incoming.parent {
         assert_eq!(parents.len(), 1);
-        let again = traceparent(p.trace_id, p.span_id, p.sampled);
+        let again = traceparent_with(p.trace_id, p.span_id, p.flags());
         assert_eq!(parse_traceparent(again.as_bytes()), Some(p));
-        let ours = traceparent(p.trace_id, SpanId::random(), p.sampled);
+        let ours = traceparent_with(p.trace_id, SpanId::random(), p.flags());
         assert_eq!(ours.len(), 55);
     } else {
         assert!(incoming.state.is_none());

@@ -100,6 +100,20 @@ pub struct Parent {
     pub span_id: SpanId,
     /// The client's sampling decision (the `sampled` flag).
     pub sampled: bool,
+    /// The trace id is random (Trace Context level 2's `random` flag), carried on.
+    pub random: bool,
+}
+
+/// The `sampled` flag.
+pub const FLAG_SAMPLED: u8 = 0x01;
+/// Trace Context level 2's `random` flag: the trace id's right 7 bytes are random.
+pub const FLAG_RANDOM: u8 = 0x02;
+
+impl Parent {
+    /// The flags rampart carries on (the others are not its to repeat).
+    pub fn flags(&self) -> u8 {
+        (if self.sampled { FLAG_SAMPLED } else { 0 }) | (if self.random { FLAG_RANDOM } else { 0 })
+    }
 }
 
 /// The trace context of a request: what the client sent, when it parses.
@@ -192,7 +206,8 @@ pub fn parse_traceparent(v: &[u8]) -> Option<Parent> {
     Some(Parent {
         trace_id: TraceId(trace),
         span_id: SpanId(span),
-        sampled: flags & 1 == 1,
+        sampled: flags & FLAG_SAMPLED != 0,
+        random: flags & FLAG_RANDOM != 0,
     })
 }
 
@@ -217,16 +232,23 @@ fn hex_into(bytes: &[u8], out: &mut [u8]) {
 }
 
 /// The `traceparent` rampart sends on: version 00, the trace, rampart's span as the parent,
-/// and its sampling decision (the only flag it sets).
+/// and its sampling decision (no other flag).
 pub fn traceparent(trace: TraceId, span: SpanId, sampled: bool) -> HeaderValue {
+    traceparent_with(trace, span, if sampled { FLAG_SAMPLED } else { 0 })
+}
+
+/// [`traceparent`] with `flags` (the `sampled` and `random` flags rampart knows).
+pub fn traceparent_with(trace: TraceId, span: SpanId, flags: u8) -> HeaderValue {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let flags = flags & (FLAG_SAMPLED | FLAG_RANDOM);
     let mut out = [0u8; 55];
     out[..3].copy_from_slice(b"00-");
     hex_into(&trace.0, &mut out[3..35]);
     out[35] = b'-';
     hex_into(&span.0, &mut out[36..52]);
     out[52] = b'-';
-    out[53] = b'0';
-    out[54] = if sampled { b'1' } else { b'0' };
+    out[53] = DIGITS[usize::from(flags >> 4)];
+    out[54] = DIGITS[usize::from(flags & 0xf)];
     // invariant: hex digits and dashes are a valid header value.
     HeaderValue::from_bytes(&out).unwrap_or(HeaderValue::from_static(""))
 }
@@ -246,10 +268,15 @@ mod tests {
         assert_eq!(traceparent(p.trace_id, p.span_id, true), VALID);
         let off = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00";
         assert!(!parse_traceparent(off.as_bytes()).expect("valid").sampled);
-        // Flags other than sampled are read and not carried on.
-        let p = parse_traceparent(b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-03")
+        // Sampled and random are read and carried on; other flags are not rampart's to repeat.
+        let p = parse_traceparent(b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-83")
             .expect("valid");
-        assert!(p.sampled);
+        assert!(p.sampled && p.random);
+        assert_eq!(p.flags(), 3);
+        assert!(traceparent_with(p.trace_id, p.span_id, 0xff)
+            .to_str()
+            .unwrap_or("")
+            .ends_with("-03"));
     }
 
     #[test]

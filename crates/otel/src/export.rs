@@ -23,7 +23,7 @@ use rampart_config::{OtlpProtocol, TracingConfig};
 use tokio::sync::{mpsc, watch, Notify};
 
 use crate::otlp::{encode_request, Resource};
-use crate::span::Span;
+use crate::span::{AttrValue, Span};
 
 /// The exporter's counters (spans), for the metrics and the dashboard.
 #[derive(Debug, Default)]
@@ -55,12 +55,13 @@ pub struct Exporter {
 }
 
 impl Exporter {
-    /// Starts the exporter thread for `config`.
-    pub fn start(config: &TracingConfig) -> std::io::Result<Exporter> {
+    /// Starts the exporter thread for `config`, counting in `stats` (new counters when
+    /// `None`).
+    pub fn start(config: &TracingConfig, stats: Option<Arc<Stats>>) -> std::io::Result<Exporter> {
         let transport = Transport::new(config)?;
         let resource = resource(config);
         let (tx, rx) = mpsc::unbounded_channel();
-        let stats = Arc::new(Stats::default());
+        let stats = stats.unwrap_or_default();
         let wake = Arc::new(Notify::new());
         let (stop, stopped) = watch::channel(false);
         let (done_tx, done_rx) = std::sync::mpsc::channel();
@@ -143,23 +144,30 @@ impl Drop for Exporter {
 /// The resource every span is exported with: `service.name` and the configured attributes,
 /// rampart's version and this process.
 fn resource(config: &TracingConfig) -> Resource {
-    let mut attrs = vec![
-        ("service.name".to_owned(), config.service_name.clone()),
+    let mut attrs: Vec<(String, AttrValue)> = vec![
+        (
+            "service.name".to_owned(),
+            config.service_name.clone().into(),
+        ),
         (
             "service.version".to_owned(),
-            env!("CARGO_PKG_VERSION").to_owned(),
+            env!("CARGO_PKG_VERSION").into(),
         ),
-        ("telemetry.sdk.name".to_owned(), "rampart".to_owned()),
-        ("telemetry.sdk.language".to_owned(), "rust".to_owned()),
-        ("process.pid".to_owned(), std::process::id().to_string()),
+        ("telemetry.sdk.name".to_owned(), "rampart".into()),
+        ("telemetry.sdk.language".to_owned(), "rust".into()),
+        (
+            "process.pid".to_owned(),
+            u64::from(std::process::id()).into(),
+        ),
     ];
     if let Some(host) = host_name() {
-        attrs.push(("host.name".to_owned(), host));
+        attrs.push(("host.name".to_owned(), host.into()));
     }
     for (k, v) in &config.resource {
+        let v = AttrValue::from(v.clone());
         match attrs.iter_mut().find(|(have, _)| have == k) {
-            Some(a) => a.1 = v.clone(),
-            None => attrs.push((k.clone(), v.clone())),
+            Some(a) => a.1 = v,
+            None => attrs.push((k.clone(), v)),
         }
     }
     Resource {

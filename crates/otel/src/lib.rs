@@ -10,8 +10,9 @@
 //!   drops and counts.
 //! - [`otlp`]: the OTLP protobuf encoding.
 //!
-//! rampart records spans itself rather than through the `opentelemetry` SDK: docs/operations.md
-//! ("Traces") has the measured reason.
+//! rampart records spans itself rather than through the `opentelemetry` SDK, and writes OTLP with
+//! prost's primitives rather than through opentelemetry-proto's message structs: the SDK's path
+//! cost about 5× the CPU per request (docs/benchmarks.md, "Traces").
 
 pub mod context;
 pub mod export;
@@ -45,9 +46,10 @@ pub struct Tracer {
 }
 
 impl Tracer {
-    /// A tracer exporting through a new exporter thread.
-    pub fn start(config: &TracingConfig) -> std::io::Result<Tracer> {
-        let exporter = Arc::new(Exporter::start(config)?);
+    /// A tracer exporting through a new exporter thread, counting in `stats` (a reload
+    /// carries the old tracer's on, so the counters do not start again at 0).
+    pub fn start(config: &TracingConfig, stats: Option<Arc<Stats>>) -> std::io::Result<Tracer> {
+        let exporter = Arc::new(Exporter::start(config, stats)?);
         Ok(Tracer::with_exporter(config, exporter))
     }
 
@@ -86,6 +88,8 @@ impl Tracer {
             Incoming::default()
         };
         let trace_id = incoming.parent.map_or_else(TraceId::random, |p| p.trace_id);
+        // rampart's own trace ids are random; a continued trace says what its client said.
+        let random = incoming.parent.is_none_or(|p| p.random);
         let sampled = self.sampled(incoming.parent.as_ref().map(|p| p.sampled), trace_id);
         let span_id = SpanId::random();
         // The origin exchange's span is the origin's parent when the request is recorded;
@@ -98,6 +102,7 @@ impl Tracer {
                     trace_id,
                     span_id,
                     parent: incoming.parent.map(|p| p.span_id),
+                    remote_parent: incoming.parent.is_some(),
                     trace_state: incoming
                         .state
                         .as_ref()
@@ -121,6 +126,8 @@ impl Tracer {
             trace_id,
             span_id,
             origin_span,
+            origin_used: false,
+            random,
             state: incoming.state,
             recording,
         }
@@ -161,6 +168,11 @@ pub struct RequestTrace {
     /// The parent the origin is told of: the origin exchange's span (sampled), else the
     /// server span.
     origin_span: SpanId,
+    /// An origin exchange's span has taken `origin_span`: a second exchange (a refetch) gets
+    /// an id of its own.
+    origin_used: bool,
+    /// The trace id is random (the `random` flag sent on).
+    random: bool,
     /// The client's `tracestate`, carried on with its trace.
     state: Option<HeaderValue>,
     recording: Option<Box<Recording>>,
@@ -186,19 +198,39 @@ impl RequestTrace {
         self.recording.is_some()
     }
 
-    /// The `traceparent` and `tracestate` the origin gets (no `tracestate`: the client's
-    /// fields of that name are not sent on).
-    pub fn outgoing(&self) -> (HeaderValue, Option<&HeaderValue>) {
+    /// The `traceparent` and `tracestate` the next request to the origin gets (`None`: the
+    /// client's `tracestate`, of a context not continued, is not sent on). Each exchange has a
+    /// span id of its own: the first the one made with the trace, later ones new.
+    pub fn outgoing(&mut self) -> (HeaderValue, Option<&HeaderValue>) {
+        if self.origin_used && self.sampled() {
+            self.origin_span = SpanId::random();
+            self.origin_used = false;
+        }
+        let mut flags = if self.sampled() {
+            context::FLAG_SAMPLED
+        } else {
+            0
+        };
+        if self.random {
+            flags |= context::FLAG_RANDOM;
+        }
         (
-            context::traceparent(self.trace_id, self.origin_span, self.sampled()),
+            context::traceparent_with(self.trace_id, self.origin_span, flags),
             self.state.as_ref(),
         )
+    }
+
+    /// Whether the server span has the attribute `key`.
+    pub fn has_attr(&self, key: &str) -> bool {
+        self.recording
+            .as_ref()
+            .is_some_and(|r| r.server.attrs.iter().any(|(k, _)| *k == key))
     }
 
     /// Names the server span (`{method} {route}`, as HTTP's semantic conventions say).
     pub fn name(&mut self, name: String) {
         if let Some(r) = &mut self.recording {
-            r.server.name = name.into_boxed_str();
+            r.server.name = span::bounded(name);
         }
     }
 
@@ -235,7 +267,8 @@ impl RequestTrace {
     /// named "origin") takes the id already sent to the origin in `traceparent`.
     pub fn child(&mut self, name: &'static str, kind: Kind) -> Option<ChildRef> {
         let r = self.recording.as_mut()?;
-        let span_id = if kind == Kind::Client && name == ORIGIN_SPAN {
+        let span_id = if kind == Kind::Client && name == ORIGIN_SPAN && !self.origin_used {
+            self.origin_used = true;
             self.origin_span
         } else {
             SpanId::random()
@@ -245,6 +278,7 @@ impl RequestTrace {
             trace_id: self.trace_id,
             span_id,
             parent: Some(self.span_id),
+            remote_parent: false,
             trace_state: r.server.trace_state.clone(),
             name: name.into(),
             kind,
@@ -346,7 +380,7 @@ mod tests {
     }
 
     fn tracer(extra: &str) -> Tracer {
-        Tracer::start(&config(extra)).expect("exporter thread")
+        Tracer::start(&config(extra), None).expect("exporter thread")
     }
 
     const PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
@@ -361,10 +395,11 @@ mod tests {
     #[test]
     fn a_trusted_parent_is_continued_with_its_sampling_decision() {
         let t = tracer("");
-        let r = begin(&t, Some(PARENT), "127.0.0.1");
+        let mut r = begin(&t, Some(PARENT), "127.0.0.1");
         assert_eq!(r.trace_id.to_hex(), "4bf92f3577b34da6a3ce929d0e0e4736");
         assert!(r.sampled());
         let (tp, ts) = r.outgoing();
+        let ts = ts.cloned();
         let sent = context::parse_traceparent(tp.as_bytes()).expect("valid");
         assert_eq!(sent.trace_id, r.trace_id);
         assert_ne!(sent.span_id.to_hex(), "00f067aa0ba902b7");
@@ -373,11 +408,11 @@ mod tests {
             "the origin's parent is the exchange's span"
         );
         assert_eq!(
-            ts.map(|v| v.to_str().unwrap_or("")),
+            ts.as_ref().map(|v| v.to_str().unwrap_or("")),
             Some("congo=t61rcWkgMzE")
         );
         // The client's "not sampled" is followed too.
-        let r = begin(&t, Some(UNSAMPLED), "127.0.0.1");
+        let mut r = begin(&t, Some(UNSAMPLED), "127.0.0.1");
         assert!(!r.sampled());
         let (tp, _) = r.outgoing();
         let sent = context::parse_traceparent(tp.as_bytes()).expect("valid");
@@ -392,7 +427,7 @@ mod tests {
             ("trust_trace_context_from = [\"10.0.0.0/8\"]", "127.0.0.1"),
         ] {
             let t = tracer(extra);
-            let r = begin(&t, Some(UNSAMPLED), peer);
+            let mut r = begin(&t, Some(UNSAMPLED), peer);
             assert_ne!(
                 r.trace_id.to_hex(),
                 "4bf92f3577b34da6a3ce929d0e0e4736",
@@ -424,19 +459,48 @@ mod tests {
     }
 
     #[test]
+    fn each_origin_exchange_has_a_span_of_its_own() {
+        let t = tracer("");
+        let mut r = begin(&t, Some(PARENT), "127.0.0.1");
+        let first = r.outgoing().0;
+        let c1 = r.child(ORIGIN_SPAN, Kind::Client);
+        r.end_child(c1);
+        // A refetch: a second exchange in the same request.
+        let second = r.outgoing().0;
+        let c2 = r.child(ORIGIN_SPAN, Kind::Client);
+        let id = |v: &HeaderValue| {
+            context::parse_traceparent(v.as_bytes())
+                .expect("valid")
+                .span_id
+        };
+        assert_ne!(id(&first), id(&second));
+        assert_eq!(r.child_mut(c1).map(|s| s.span_id), Some(id(&first)));
+        assert_eq!(r.child_mut(c2).map(|s| s.span_id), Some(id(&second)));
+        // The client's random flag goes on; rampart's own trace ids are random.
+        assert!(first.to_str().unwrap_or("").ends_with("-01"));
+        let mut own = begin(&t, None, "127.0.0.1");
+        assert!(own.outgoing().0.to_str().unwrap_or("").ends_with("-03"));
+    }
+
+    #[test]
     fn a_full_queue_drops_and_counts() {
-        let t = tracer(
-            "tracing_queue_size = 4\ntracing_batch_size = 4\ntracing_export_interval_ms = 3600000",
-        );
-        for _ in 0..10 {
+        let t = tracer("tracing_queue_size = 16\ntracing_export_interval_ms = 3600000");
+        for _ in 0..100 {
             let mut r = begin(&t, None, "127.0.0.1");
             let c = r.child("origin", Kind::Client);
             r.end_child(c);
             r.end();
         }
         let s = t.exporter().stats();
-        // Two spans a request: the first two requests fit the queue of four.
-        assert_eq!(s.queued.load(std::sync::atomic::Ordering::Relaxed), 4);
-        assert_eq!(s.dropped.load(std::sync::atomic::Ordering::Relaxed), 16);
+        let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        // Two spans a request; the queue takes 16 at a time (the exporter may drain it once it
+        // is full, and its exports to a port nobody listens on fail).
+        assert!(load(&s.queued) <= 16);
+        assert!(load(&s.dropped) > 0, "{s:?}");
+        assert_eq!(
+            load(&s.dropped) % 2,
+            0,
+            "a request's spans go or stay together"
+        );
     }
 }

@@ -13,7 +13,7 @@ use crate::span::{AttrValue, Span, Status};
 /// What describes every span of a process (OTLP's `Resource` and `InstrumentationScope`).
 #[derive(Debug, Clone)]
 pub struct Resource {
-    pub attrs: Vec<(String, String)>,
+    pub attrs: Vec<(String, AttrValue)>,
     pub scope_name: &'static str,
     pub scope_version: &'static str,
 }
@@ -34,7 +34,7 @@ pub fn encode_request(resource: &Resource, spans: &[&Span], out: &mut Vec<u8>) {
     let resource_len: usize = resource
         .attrs
         .iter()
-        .map(|(k, v)| ld(kv_len(k, ld(v.len()))))
+        .map(|(k, v)| ld(kv_len(k, any_len(v))))
         .sum();
     let scope_len = ld(resource.scope_name.len()) + ld(resource.scope_version.len());
     let scope_spans_len = ld(scope_len) + body.len();
@@ -45,10 +45,7 @@ pub fn encode_request(resource: &Resource, spans: &[&Span], out: &mut Vec<u8>) {
     // ResourceSpans.resource = 1: Resource.attributes = 1
     header(out, 1, resource_len);
     for (k, v) in &resource.attrs {
-        header(out, 1, kv_len(k, ld(v.len())));
-        string(out, 1, k);
-        header(out, 2, ld(v.len()));
-        string(out, 1, v);
+        attr(out, 1, k, v);
     }
     // ResourceSpans.scope_spans = 2
     header(out, 2, scope_spans_len);
@@ -133,10 +130,10 @@ fn span(out: &mut Vec<u8>, s: &Span) {
         key(out, 3, WireType::Varint);
         out.push(2);
     }
-    let remote = if s.parent.is_some() {
-        FLAG_HAS_IS_REMOTE
-    } else {
-        0
+    let remote = match (s.parent.is_some(), s.remote_parent) {
+        (true, true) => FLAG_HAS_IS_REMOTE | FLAG_IS_REMOTE,
+        (true, false) => FLAG_HAS_IS_REMOTE,
+        (false, _) => 0,
     };
     // Field 16: a two-byte key.
     encode_key(16, WireType::ThirtyTwoBit, out);
@@ -257,6 +254,7 @@ mod tests {
             trace_id: TraceId([7; 16]),
             span_id: SpanId([(n % 200) as u8 + 1; 8]),
             parent: Some(SpanId([9; 8])),
+            remote_parent: true,
             trace_state: Some("congo=t61rcWkgMzE".into()),
             name: "GET www.example.com".into(),
             kind: Kind::Server,
@@ -287,7 +285,10 @@ mod tests {
     #[test]
     fn what_is_written_decodes_as_opentelemetry_protos_messages() {
         let resource = Resource {
-            attrs: vec![("service.name".into(), "rampart".into())],
+            attrs: vec![
+                ("service.name".into(), "rampart".into()),
+                ("process.pid".into(), AttrValue::Int(4242)),
+            ],
             scope_name: "rampart",
             scope_version: "1.0",
         };
@@ -315,7 +316,7 @@ mod tests {
         assert_eq!(s.kind, 2);
         assert_eq!(s.start_time_unix_nano, 1_700_000_000_000_000_000);
         assert_eq!(s.end_time_unix_nano, 1_700_000_000_000_250_000);
-        assert_eq!(s.flags, FLAG_SAMPLED | FLAG_HAS_IS_REMOTE);
+        assert_eq!(s.flags, FLAG_SAMPLED | FLAG_HAS_IS_REMOTE | FLAG_IS_REMOTE);
         let attr = |k: &str| {
             s.attributes
                 .iter()

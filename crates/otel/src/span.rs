@@ -25,8 +25,25 @@ impl From<&'static str> for AttrValue {
 
 impl From<String> for AttrValue {
     fn from(s: String) -> Self {
-        AttrValue::Str(s.into_boxed_str())
+        AttrValue::Str(bounded(s))
     }
+}
+
+/// The longest text value a span keeps (bytes): a path or a user agent a client made long stays
+/// this long, so the queue's spans are bounded in bytes as well as in number (as OpenTelemetry's
+/// attribute value length limit).
+pub const MAX_TEXT: usize = 1024;
+
+/// `s`, cut to [`MAX_TEXT`] bytes at a character boundary.
+pub fn bounded(mut s: String) -> Box<str> {
+    if s.len() > MAX_TEXT {
+        let mut end = MAX_TEXT;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+    }
+    s.into_boxed_str()
 }
 
 impl From<i64> for AttrValue {
@@ -92,6 +109,8 @@ pub struct Span {
     pub trace_id: TraceId,
     pub span_id: SpanId,
     pub parent: Option<SpanId>,
+    /// The parent is another process's (the client's `traceparent`).
+    pub remote_parent: bool,
     /// The `tracestate` of the trace, carried on unchanged.
     pub trace_state: Option<Box<str>>,
     pub name: Box<str>,

@@ -93,7 +93,7 @@ tracing_protocol = "thrift"
 tracing_sampler = "sometimes"
 tracing_sample_ratio = 1.5
 tracing_headers = { "bad name" = "x" }
-tracing_queue_size = 10
+tracing_queue_size = 16
 tracing_batch_size = 20"#,
     );
     assert!(v.config.is_none());
@@ -112,6 +112,10 @@ tracing_batch_size = 20"#,
     let text: Vec<String> = v.errors().map(|d| d.to_string()).collect();
     assert!(text[0].contains("http://127.0.0.1:4318"), "{}", text[0]);
     assert!(text[2].contains("parentbased_traceidratio"), "{}", text[2]);
+    // Without a batch key, a small queue makes the batch as small.
+    let v = with("tracing_endpoint = \"http://c:4318\"\ntracing_queue_size = 100");
+    let t = v.config.and_then(|c| c.tracing).expect("on");
+    assert_eq!((t.queue_size, t.batch_size), (100, 100));
     // A percentage is shown as the fraction it means.
     let v = with("tracing_endpoint = \"http://c:4318\"\ntracing_sample_ratio = \"10%\"");
     let e = v.errors().next().expect("an error").to_string();

@@ -31,7 +31,7 @@ pub(super) fn read(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Option<TracingCo
     let resource = pairs(s, sink, "tracing_resource", false);
     let sampler_at = s.string(sink, "tracing_sampler");
     let ratio = s.fraction(sink, "tracing_sample_ratio");
-    let queue = s.int(sink, "tracing_queue_size", 1, 1_000_000);
+    let queue = s.int(sink, "tracing_queue_size", 16, 1_000_000);
     let batch = s.int(sink, "tracing_batch_size", 1, 100_000);
     let interval = s.int(sink, "tracing_export_interval_ms", 10, 3_600_000);
     let timeout = s.int(sink, "tracing_timeout_ms", 10, 600_000);
@@ -70,20 +70,21 @@ pub(super) fn read(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Option<TracingCo
         },
         None => Sampler::ParentBasedAlwaysOn,
     };
-    let (queue_size, batch_size) = (
-        queue.as_ref().map_or(DEFAULT_QUEUE, |q| q.value as usize),
-        batch.as_ref().map_or(DEFAULT_BATCH, |b| b.value as usize),
-    );
-    if let Some(b) = batch.as_ref().filter(|_| batch_size > queue_size) {
-        error(
-            sink,
-            b,
-            format!("a batch of {batch_size} spans is larger than the queue ({queue_size})"),
-            format!(
-                "use at most `tracing_batch_size = {queue_size}`, or a larger `tracing_queue_size`"
-            ),
-        );
-    }
+    let queue_size = queue.as_ref().map_or(DEFAULT_QUEUE, |q| q.value as usize);
+    // A batch never waits for more spans than the queue holds.
+    let batch_size = match &batch {
+        Some(b) if b.value as usize > queue_size => {
+            error(
+                sink,
+                b,
+                format!("a batch of {} spans is larger than the queue ({queue_size})", b.value),
+                format!("use at most `tracing_batch_size = {queue_size}`, or a larger `tracing_queue_size`"),
+            );
+            queue_size
+        }
+        Some(b) => b.value as usize,
+        None => DEFAULT_BATCH.min(queue_size),
+    };
     let Some(endpoint) = endpoint else {
         let unused = [
             protocol_at.as_ref().map(|a| (&a.key, &a.span)),

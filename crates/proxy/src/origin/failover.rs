@@ -19,6 +19,7 @@ use crate::origin::balance::{OriginMember, OriginSet, ERROR_PENALTY};
 use crate::origin::client::OriginClient;
 use crate::origin::fields::{OriginFields, Outgoing};
 use crate::telemetry::access_log::AccessRecord;
+use crate::telemetry::metrics::OriginErrorKind;
 use rampart_otel::span::{Attr, Kind, Status};
 use rampart_otel::{ChildRef, RequestTrace, ORIGIN_SPAN};
 
@@ -168,7 +169,11 @@ impl Exchange {
         }
         match sent {
             Ok(res) => attrs.push(("http.response.status_code", res.status().as_u16().into())),
-            Err(e) => attrs.push(("error.type", Chain(e).to_string().into())),
+            Err(e) => {
+                let kind = OriginErrorKind::of(e).map_or("other", |k| k.label());
+                attrs.push(("error.type", kind.into()));
+                attrs.push(("rampart.error", Chain(e).to_string().into()));
+            }
         }
         t.child_event(self.span, "attempt", attrs);
         let Some(s) = t.child_mut(self.span) else {
@@ -183,6 +188,11 @@ impl Exchange {
         if let Ok(res) = sent {
             s.attr("http.response.status_code", res.status().as_u16());
             s.attr("rampart.origin.time_to_head_us", took.as_micros() as u64);
+            // HTTP's conventions for a client span: a 4xx or 5xx answer is an error.
+            if res.status().is_client_error() || res.status().is_server_error() {
+                s.attr("error.type", res.status().as_str().to_owned());
+                s.status = Status::Error(format!("the origin answered {}", res.status()).into());
+            }
         }
     }
 

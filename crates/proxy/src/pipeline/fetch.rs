@@ -98,7 +98,6 @@ pub fn send<'a>(
 ) -> impl Future<Output = Result<Fetched, ProxyError>> + 'a {
     let (head, body) = req.into_parts();
     let downstream_version = head.version;
-    let route = txn.route();
     // The client's fields stay as the client sent them (before rampart's own validators):
     // lookup computes Vary variants from them, so storing must too, and a revalidated entry
     // answers the client's own request. fetch's changes go beside them.
@@ -107,7 +106,7 @@ pub fn send<'a>(
     let mut fields = for_origin(
         &head.headers,
         &txn.conn,
-        &route.host,
+        &txn.route().host,
         downstream_version,
         trusted,
         plan.validators.as_ref(),
@@ -115,7 +114,11 @@ pub fn send<'a>(
     if plan.upgrade {
         ask_for_websocket(&mut fields);
     }
+    if let Some(t) = txn.trace.as_mut() {
+        trace_context(t, &head.headers, &mut fields);
+    }
     // The rule's request field rules (and its path rule's), after rampart's own: they win.
+    let route = txn.route();
     if route.rule.extras.request_rules {
         field_rules(route, txn.client, txn.conn.scheme, &head, &mut fields);
     }
@@ -136,9 +139,6 @@ pub fn send<'a>(
 
     let https = txn.scheme() == Scheme::Https;
     let client_request = txn.mode == Mode::Client;
-    if let Some(t) = &txn.trace {
-        trace_context(t, &head.headers, &mut fields);
-    }
     let crate::pipeline::txn::Routed {
         route,
         log,
@@ -177,20 +177,18 @@ pub fn send<'a>(
 }
 
 /// rampart's span as the origin's parent: its `traceparent` (and the client's `tracestate`
-/// when its trace goes on) in place of the client's. A rule's own `traceparent` wins.
+/// when its trace goes on) in place of the client's. Set before the rule's request field
+/// rules, which may still replace, remove or add to them.
 fn trace_context(
-    t: &rampart_otel::RequestTrace,
+    t: &mut rampart_otel::RequestTrace,
     client: &rampart_head::Fields,
     fields: &mut OriginFields,
 ) {
     use rampart_otel::{TRACEPARENT, TRACESTATE};
     let (parent, state) = t.outgoing();
-    if fields.get(&TRACEPARENT).is_none() {
-        fields.set(TRACEPARENT.clone(), parent);
-    }
+    fields.set(TRACEPARENT.clone(), parent);
     match state {
-        Some(s) if fields.get(&TRACESTATE).is_none() => fields.set(TRACESTATE.clone(), s.clone()),
-        Some(_) => {}
+        Some(s) => fields.set(TRACESTATE.clone(), s.clone()),
         // The client's, of a context that does not go on.
         None if client.contains_key(&TRACESTATE) => fields.remove(&TRACESTATE),
         None => {}

@@ -69,7 +69,7 @@ pub async fn recv(
         }
     }
     txn.route = Some(route(&w.router, req, txn.scheme())?);
-    if let Some(tracer) = w.tracer.as_deref().filter(|_| txn.mode == Mode::Client) {
+    if let Some(tracer) = w.tracer.as_deref() {
         txn.trace = Some(begin_trace(tracer, txn, req));
     }
     if txn.route().rule.extras.request_id {
@@ -151,9 +151,26 @@ fn begin_trace(
         return t;
     }
     let rule = txn.domain();
-    t.name(format!("{} {rule}", req.method()));
-    t.attr("http.request.method", method_name(req.method()));
+    // HTTP's conventions: a method outside the standard ones is `_OTHER` (the span is named
+    // `HTTP …`), so a client cannot make a name per request; what it sent is kept beside.
+    match known_method(req.method()) {
+        Some(m) => {
+            t.name(format!("{m} {rule}"));
+            t.attr("http.request.method", m);
+        }
+        None => {
+            t.name(format!("HTTP {rule}"));
+            t.attr("http.request.method", "_OTHER");
+            t.attr(
+                "http.request.method_original",
+                req.method().as_str().to_owned(),
+            );
+        }
+    }
     t.attr("http.route", rule.to_owned());
+    if txn.mode == Mode::Refresh {
+        t.attr("rampart.refresh", true);
+    }
     t.attr("url.path", req.uri().path().to_owned());
     t.attr("url.scheme", txn.scheme().as_str());
     t.attr("server.address", txn.host_name().to_owned());
@@ -175,8 +192,8 @@ fn begin_trace(
     t
 }
 
-/// A method's name: a constant for the standard ones.
-fn method_name(m: &http::Method) -> rampart_otel::AttrValue {
+/// The name of a standard method (RFC 9110 and PATCH), as a constant; `None` for any other.
+fn known_method(m: &http::Method) -> Option<&'static str> {
     use http::Method;
     let known = [
         Method::GET,
@@ -186,12 +203,13 @@ fn method_name(m: &http::Method) -> rampart_otel::AttrValue {
         Method::DELETE,
         Method::OPTIONS,
         Method::PATCH,
+        Method::CONNECT,
+        Method::TRACE,
     ];
-    const NAMES: [&str; 7] = ["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH"];
-    match known.iter().position(|k| k == m) {
-        Some(i) => NAMES[i].into(),
-        None => m.as_str().to_owned().into(),
-    }
+    const NAMES: [&str; 9] = [
+        "GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH", "CONNECT", "TRACE",
+    ];
+    known.iter().position(|k| k == m).map(|i| NAMES[i])
 }
 
 /// Starts the access-log record when logging is on for the rule (client requests only),
@@ -220,11 +238,13 @@ fn remember_refusal<B>(txn: &mut Txn, req: &Request<B>, e: &ProxyError) {
         return;
     };
     if let Some(t) = txn.trace.as_mut().filter(|t| t.sampled()) {
-        t.attr("client.address", txn.client);
+        // A screening refusal comes before the `recv` event; a path rule's after it.
+        if !t.has_attr("client.address") {
+            t.attr("client.address", txn.client);
+        }
         t.event(
             "refused",
             vec![
-                ("rampart.screening", "refused".into()),
                 ("rampart.refusal", reason.label().into()),
                 ("rampart.refusal.detail", e.to_string().into()),
             ],

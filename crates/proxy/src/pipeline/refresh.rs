@@ -2,6 +2,7 @@
 //! background request built from the client's (same host, target and headers, no body, none of
 //! its preconditions or ranges) runs the stages again in [`Mode::Refresh`]: it revalidates or
 //! fetches, and the response is stored, not sent anywhere. One refresh per object at a time.
+//! It is in no client's trace: the client's `traceparent` and `tracestate` stay behind.
 
 use rampart_head::{Request, Response};
 use std::sync::atomic::Ordering;
@@ -42,6 +43,10 @@ pub fn start(
     ] {
         headers.remove(name);
     }
+    // rampart's own request, in no client's trace: with tracing on it starts one of its own
+    // (recv), and the origin gets rampart's context, never the client's.
+    headers.remove(&rampart_otel::TRACEPARENT);
+    headers.remove(&rampart_otel::TRACESTATE);
     *bg.headers_mut() = headers;
     let (p, conn, stale) = (p.clone(), conn.clone(), stale.clone());
     tokio::spawn(async move {

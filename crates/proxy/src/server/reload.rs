@@ -156,12 +156,14 @@ pub fn start_shared(config: &Config) -> Result<Option<Shared>, ReloadError> {
     Ok(Some(Shared::start(redis)?))
 }
 
-/// Starts the trace exporter when `config` has a `tracing_endpoint`.
-fn start_tracer(config: &Config) -> Result<Option<Arc<Tracer>>, ReloadError> {
+/// Starts the trace exporter when `config` has a `tracing_endpoint`, counting on from `old`'s
+/// counters (a reload that changes the tracing keys).
+fn start_tracer(config: &Config, old: Option<&Tracer>) -> Result<Option<Arc<Tracer>>, ReloadError> {
     let Some(t) = &config.tracing else {
         return Ok(None);
     };
-    let tracer = Tracer::start(t).map_err(ReloadError::Tracing)?;
+    let stats = old.map(|o| o.exporter().stats().clone());
+    let tracer = Tracer::start(t, stats).map_err(ReloadError::Tracing)?;
     Ok(Some(Arc::new(tracer)))
 }
 
@@ -227,7 +229,7 @@ impl Live {
             .collect();
         let listening: Vec<Listening> = bound.iter().map(Listening::of).collect();
         let access = Arc::new(AccessLog::open(&config.access_log)?);
-        let tracer = start_tracer(&config).map_err(|e| match e {
+        let tracer = start_tracer(&config, None).map_err(|e| match e {
             ReloadError::Tracing(e) => e,
             other => std::io::Error::other(other.to_string()),
         })?;
@@ -343,7 +345,7 @@ impl Live {
                 .transpose()
                 .map_err(ReloadError::AccessLog)?;
             let tracer = (self.config.tracing != config.tracing)
-                .then(|| start_tracer(config))
+                .then(|| start_tracer(config, self.tracer.as_deref()))
                 .transpose()?;
             let wanted = listen::wanted(config, tls.is_some());
             let mut fresh: Vec<Bound> = Vec::new();

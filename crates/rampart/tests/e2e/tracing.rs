@@ -255,7 +255,7 @@ async fn over_grpc_a_malformed_traceparent_is_replaced_and_refusals_show_their_r
     assert_ne!(sent, bad);
     let (trace, _, flags) = parts(&sent);
     assert_ne!(trace, CLIENT_TRACE.to_owned());
-    assert_eq!(flags, "01");
+    assert_eq!(flags, "03", "sampled, and rampart's own trace id is random");
     assert!(origin.last().headers.get("tracestate").is_none());
     let t = jaeger
         .trace_with_spans(&trace, 2, Duration::from_secs(15))
@@ -324,7 +324,10 @@ async fn an_untrusted_client_cannot_continue_its_trace_or_force_sampling() {
     assert_eq!(got.status, 200);
     let (trace, _, flags) = parts(&seen_traceparent(&origin));
     assert_ne!(trace, CLIENT_TRACE);
-    assert_eq!(flags, "00", "the client's sampled flag forced nothing");
+    assert_eq!(
+        flags, "02",
+        "the client's sampled flag forced nothing (02: random id)"
+    );
     assert!(origin.last().headers.get("tracestate").is_none());
     assert!(jaeger.trace(CLIENT_TRACE, Duration::from_secs(1)).is_none());
 
@@ -346,7 +349,63 @@ async fn an_untrusted_client_cannot_continue_its_trace_or_force_sampling() {
     let (trace, _, flags) = parts(&seen_traceparent(&origin));
     assert_ne!(trace, CLIENT_TRACE);
     // A new trace under parentbased_always_on (the default): sampled.
-    assert_eq!(flags, "01");
+    assert_eq!(flags, "03");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_refresh_is_in_a_trace_of_its_own() {
+    let jaeger = Jaeger::start();
+    let origin = Origin::new()
+        .route(
+            "*",
+            Reply::text("stale soon")
+                .header("cache-control", "max-age=1, stale-while-revalidate=30"),
+        )
+        .start()
+        .await;
+    let proxy = Proxy::start(&config_for(
+        "swr.example",
+        &origin,
+        &tracing_keys(&jaeger.otlp_http(), "http/protobuf"),
+        "",
+    ));
+    assert_eq!(get(&proxy, "swr.example", "/s").await.status, 200);
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    // Answered stale; the refresh that follows is rampart's request, not the client's.
+    let got = fetch(
+        req(&proxy, "swr.example", "/s")
+            .header("traceparent", format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"))
+            .header("tracestate", "congo=t61rcWkgMzE"),
+    )
+    .await;
+    assert_eq!(got.status, 200);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while origin.requests() < 2 {
+        assert!(Instant::now() < deadline, "no refresh reached the origin");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (trace, _, _) = parts(&seen_traceparent(&origin));
+    assert_ne!(
+        trace, CLIENT_TRACE,
+        "the refresh carried the client's trace"
+    );
+    assert!(origin.last().headers.get("tracestate").is_none());
+    let t = jaeger
+        .trace_with_spans(&trace, 2, Duration::from_secs(15))
+        .unwrap_or_else(|| panic!("no trace of the refresh:\n{}", jaeger.log_tail()));
+    let server = span_named(&spans(&t), "GET swr.example").clone();
+    assert_eq!(tag(&server, "rampart.refresh").unwrap(), true);
+    assert!(parent_of(&server).is_none());
+    // The client's request: its own trace, answered stale, no origin exchange.
+    let t = jaeger
+        .trace_with_spans(CLIENT_TRACE, 1, Duration::from_secs(15))
+        .unwrap_or_else(|| panic!("no trace of the stale answer:\n{}", jaeger.log_tail()));
+    let all = spans(&t);
+    assert_eq!(all.len(), 1, "{all:#?}");
+    assert_eq!(
+        tag(event(&all[0], "lookup"), "rampart.cache.lookup").unwrap(),
+        "stale-while-revalidate"
+    );
 }
 
 /// The exporter's counters from `/_rampart/metrics`.
@@ -454,4 +513,119 @@ async fn a_stopped_collector_costs_dropped_spans_not_requests_and_export_resumes
     })
     .await;
     assert_eq!(event["traces"]["dropped"], dropped, "{event}");
+}
+
+/// The screenshots in docs/operations.md: a trace through rampart in the real Jaeger UI, made by
+/// the browser harness (`tests/browser/jaeger.mjs`, headless Chromium). Opt-in: a `go build` of
+/// Jaeger serves no UI and no package registry ships a built one, so this runs when
+/// `JAEGER_UI_DIR` names a built jaeger-ui (its `index.html` and `static/`); with
+/// `RAMPART_SCREENSHOTS` set, the PNGs are written there (`docs/images` for the docs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_trace_shows_in_jaegers_ui() {
+    let Some(ui) = std::env::var_os("JAEGER_UI_DIR").map(std::path::PathBuf::from) else {
+        eprintln!("skipped: set JAEGER_UI_DIR to a built jaeger-ui (index.html and static/)");
+        return;
+    };
+    let browser = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
+    assert!(
+        browser.join("node_modules/playwright-core").is_dir(),
+        "run `npm ci --prefix {}` (.ci/run does)",
+        browser.display()
+    );
+    let jaeger = Jaeger::start_with_ui(ui);
+    let origin = Origin::new()
+        .route("*", Reply::text("<h1>shop</h1>\n"))
+        .start()
+        .await;
+    let proxy = Proxy::start(&config_for(
+        "shop.example",
+        &origin,
+        // The service as the docs show it.
+        &tracing_keys(&jaeger.otlp_http(), "http/protobuf").replace("rampart-e2e", "rampart"),
+        "",
+    ));
+    // The caller: a service whose span is rampart's parent.
+    let (trace, caller) = ("7b7d1e5c3a9f4e2b8c6d0a1f2e3d4c5b", "a1b2c3d4e5f60718");
+    let got = fetch(
+        req(&proxy, "shop.example", "/index.html")
+            .header("traceparent", format!("00-{trace}-{caller}-01"))
+            .header("user-agent", "storefront/2.4"),
+    )
+    .await;
+    assert_eq!(got.status, 200);
+    let t = jaeger
+        .trace_with_spans(trace, 2, Duration::from_secs(15))
+        .unwrap_or_else(|| panic!("no trace:\n{}", jaeger.log_tail()));
+    let server = span_named(&spans(&t), "GET shop.example").clone();
+    let start_us = server["startTime"].as_u64().unwrap();
+    let took_us = server["duration"].as_u64().unwrap();
+    // The caller's span (sent as the caller would, over OTLP/JSON) around rampart's.
+    let caller_span = serde_json::json!({"resourceSpans": [{
+        "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "storefront"}}]},
+        "scopeSpans": [{"scope": {"name": "storefront"}, "spans": [{
+            "traceId": trace, "spanId": caller, "name": "GET /index.html", "kind": 3,
+            "startTimeUnixNano": ((start_us - 2_000) * 1_000).to_string(),
+            "endTimeUnixNano": ((start_us + took_us + 3_000) * 1_000).to_string(),
+            "attributes": [{"key": "server.address", "value": {"stringValue": "shop.example"}}]
+        }]}]
+    }]});
+    let posted = send(
+        &client(),
+        http::Request::post(format!("{}/v1/traces", jaeger.otlp_http()))
+            .header("content-type", "application/json")
+            .body(full(caller_span.to_string()))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(posted.status, 200);
+    jaeger
+        .trace_with_spans(trace, 3, Duration::from_secs(15))
+        .unwrap_or_else(|| panic!("no caller span:\n{}", jaeger.log_tail()));
+    let out = std::env::var_os("RAMPART_SCREENSHOTS")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| scratch("jaeger-shots"));
+    std::fs::create_dir_all(&out).unwrap();
+    for (file, expand) in [
+        ("jaeger-trace.png", None),
+        ("jaeger-trace-detail.png", Some("1")),
+    ] {
+        let mut cmd = std::process::Command::new("node");
+        cmd.current_dir(&browser)
+            .arg("jaeger.mjs")
+            .arg(jaeger.query())
+            .arg(trace)
+            .arg(out.join(file));
+        if let Some(row) = expand {
+            cmd.env("EXPAND", row);
+        }
+        let run = cmd.output().expect("run node");
+        let stdout = String::from_utf8_lossy(&run.stdout);
+        let result = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("RESULT "))
+            .unwrap_or_else(|| {
+                panic!(
+                    "no result: {stdout}\n{}",
+                    String::from_utf8_lossy(&run.stderr)
+                )
+            });
+        let result: Value = serde_json::from_str(result).unwrap();
+        assert!(run.status.success(), "{result:#}");
+        let rows: Vec<&str> = result["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                "storefront GET /index.html",
+                "rampart GET shop.example",
+                "rampart origin"
+            ],
+            "{result:#}"
+        );
+        assert!(out.join(file).is_file());
+    }
 }

@@ -63,12 +63,29 @@ pub struct Jaeger {
     health: u16,
     dir: PathBuf,
     log: PathBuf,
+    /// A built Jaeger UI the query service serves (`None`: its placeholder page).
+    ui: Option<PathBuf>,
     child: Option<Child>,
 }
 
 impl Jaeger {
     /// Starts Jaeger on free loopback ports and waits until it is ready.
     pub fn start() -> Jaeger {
+        Jaeger::start_with(None)
+    }
+
+    /// [`Jaeger::start`] with its UI served from `ui`, a built jaeger-ui (its `index.html` and
+    /// `static/`): a `go build` of Jaeger embeds none.
+    pub fn start_with_ui(ui: PathBuf) -> Jaeger {
+        assert!(
+            ui.join("index.html").is_file(),
+            "{} is not a built Jaeger UI (no index.html)",
+            ui.display()
+        );
+        Jaeger::start_with(Some(ui))
+    }
+
+    fn start_with(ui: Option<PathBuf>) -> Jaeger {
         let bin = go_bin(
             "JAEGER_BIN",
             "jaeger",
@@ -87,6 +104,7 @@ impl Jaeger {
             health: free_port(),
             log: dir.join("jaeger.log"),
             dir,
+            ui,
             child: None,
         };
         std::fs::write(j.dir.join("config.yaml"), j.config()).unwrap();
@@ -123,7 +141,7 @@ extensions:
   jaeger_query:
     storage:
       traces: memstore
-    enable_tracing: false
+    enable_tracing: false{ui}
     http:
       endpoint: 127.0.0.1:{query_http}
     grpc:
@@ -143,6 +161,10 @@ exporters:
   jaeger_storage_exporter:
     trace_storage: memstore
 ",
+            ui = match &self.ui {
+                Some(dir) => format!("\n    ui:\n      assets_path: {}", dir.display()),
+                None => String::new(),
+            },
             query_http = self.query_http,
             query_grpc = self.query_grpc,
             health = self.health,
@@ -233,6 +255,11 @@ exporters:
     /// that path; `application/x-protobuf` or `application/json`, optionally gzip-encoded).
     pub fn otlp_http(&self) -> String {
         format!("http://127.0.0.1:{}", self.otlp_http)
+    }
+
+    /// The query service's address (its HTTP API, and the UI when one is served).
+    pub fn query(&self) -> String {
+        format!("http://127.0.0.1:{}", self.query_http)
     }
 
     /// The last lines Jaeger logged (for failure messages).
