@@ -87,8 +87,9 @@ window() {
   local label=$1 c0 c1
   c0=$(cpu)
   taskset -c "$LOAD_CPU" wrk -t1 -c16 -d"${WINDOW}s" --latency "http://127.0.0.1:$P_PROXY/hello" > "$W/hit.txt" &
+  local hits=$!
   taskset -c "$LOAD_CPU" wrk -t1 -c16 -d"${WINDOW}s" --latency "http://127.0.0.1:$P_PROXY/hello-pass" > "$W/pass.txt"
-  wait
+  wait "$hits"
   c1=$(cpu)
   local n=0 rps p50 p99
   for f in hit pass; do
