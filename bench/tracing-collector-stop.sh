@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A collector that stops answering under load (issue 51's goal): rampart traces every request
+# A collector that stops answering under load: rampart traces every request
 # (`tracing_sampler = "always_on"`) to a real Jaeger while wrk keeps it busy, and Jaeger is
 # stopped (SIGSTOP: connections are accepted, never answered) for STOP seconds, then resumed.
 # Each window of WINDOW seconds prints the requests per second, wrk's latency (p50, p99), the

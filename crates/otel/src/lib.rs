@@ -257,9 +257,9 @@ impl RequestTrace {
     }
 
     /// Marks the server span as failed (a 5xx answer, or a body cut short).
-    pub fn error(&mut self, description: impl Into<Box<str>>) {
+    pub fn error(&mut self, description: impl Into<String>) {
         if let Some(r) = &mut self.recording {
-            r.server.status = Status::Error(description.into());
+            r.server.status = Status::Error(span::bounded(description.into()));
         }
     }
 
@@ -354,16 +354,6 @@ impl Drop for RequestTrace {
 
 /// The name of the origin exchange's span.
 pub const ORIGIN_SPAN: &str = "origin";
-
-/// The hex text of a trace id and a span id, for the access log.
-pub fn ids_hex(t: &RequestTrace) -> (String, String) {
-    (t.trace_id.to_hex(), t.span_id.to_hex())
-}
-
-/// A `traceparent` value for tests and tools.
-pub fn traceparent(trace: TraceId, span: SpanId, sampled: bool) -> HeaderValue {
-    context::traceparent(trace, span, sampled)
-}
 
 #[cfg(test)]
 mod tests {

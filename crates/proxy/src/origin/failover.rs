@@ -203,7 +203,7 @@ impl Exchange {
         if let Some(s) = t.child_mut(self.span) {
             s.attr("rampart.origin.attempts", u64::from(self.attempts));
             if let Some(e) = failed {
-                s.status = Status::Error(Chain(e).to_string().into());
+                s.status = Status::Error(rampart_otel::span::bounded(Chain(e).to_string()));
             }
         }
         t.end_child(self.span);

@@ -101,6 +101,8 @@ try {
     return t.every((x) => /\d{1,2}:\d{2}:\d{2}/.test(x)) ? t : null;
   });
   const topHost = await page.textContent('#hosts tbody tr:first-child td:first-child');
+  // Tracing is off here: no traces panel.
+  const tracesPanel = await page.isVisible('#traces-panel');
   const chartWidth = await page.evaluate(() => document.getElementById('chart').getBoundingClientRect().width);
   const mainWidth = await page.evaluate(() => document.getElementById('board').getBoundingClientRect().width);
   if (process.env.SCREENSHOT) await page.screenshot({ path: process.env.SCREENSHOT, fullPage: true });
@@ -130,7 +132,7 @@ try {
 
   // Let a few more events arrive, then look for console errors.
   await page.waitForTimeout(1500);
-  const result = { loginShown, rps, before, total, topPath, topHost, ticks, chartWidth, mainWidth, hit, upstream, originTime, qualityDrawn, refused, askedForKey, purged, errors };
+  const result = { loginShown, tracesPanel, rps, before, total, topPath, topHost, ticks, chartWidth, mainWidth, hit, upstream, originTime, qualityDrawn, refused, askedForKey, purged, errors };
   console.log('RESULT ' + JSON.stringify(result));
   await browser.close();
   rmSync(profile, { recursive: true, force: true });

@@ -71,6 +71,7 @@ async fn the_dashboard_works_in_a_real_browser() {
     assert_eq!(r["errors"], serde_json::json!([]), "console errors: {r:#}");
     // From a metrics_allow address the page went live by itself: no key asked, no click.
     assert_eq!(r["loginShown"], false, "{r:#}");
+    assert_eq!(r["tracesPanel"], false, "{r:#}");
     // Both charts label their time axis with clock times.
     for t in r["ticks"].as_array().unwrap() {
         assert!(t.as_str().unwrap().contains(':'), "{r:#}");

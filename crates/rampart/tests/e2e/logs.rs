@@ -11,7 +11,7 @@ use support::*;
 const SIGUSR1: i32 = 10;
 
 /// Waits until `path` has `n` lines; returns them.
-fn lines(path: &std::path::Path, n: usize) -> Vec<String> {
+pub(crate) fn lines(path: &std::path::Path, n: usize) -> Vec<String> {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
         let text = std::fs::read_to_string(path).unwrap_or_default();

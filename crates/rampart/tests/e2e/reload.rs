@@ -14,7 +14,7 @@ const SIGHUP: i32 = 1;
 const SIGUSR1: i32 = 10;
 
 /// Writes `toml` to a fresh file and starts `rampart run` on it.
-fn start(toml: &str) -> (Proxy, PathBuf) {
+pub(crate) fn start(toml: &str) -> (Proxy, PathBuf) {
     let path = scratch("reload.toml");
     std::fs::write(&path, toml).unwrap();
     let proxy = Proxy::spawn(&["run", "--config", path.to_str().unwrap()]);
@@ -22,7 +22,7 @@ fn start(toml: &str) -> (Proxy, PathBuf) {
 }
 
 /// Sends SIGHUP and waits for the `n`-th line saying how a reload went.
-fn sighup(proxy: &Proxy, n: usize) -> String {
+pub(crate) fn sighup(proxy: &Proxy, n: usize) -> String {
     proxy.signal(SIGHUP);
     wait_reloads(proxy, n)
 }
@@ -43,7 +43,7 @@ fn wait_reloads(proxy: &Proxy, n: usize) -> String {
     }
 }
 
-fn rewrite(path: &Path, from: &str, to: &str) {
+pub(crate) fn rewrite(path: &Path, from: &str, to: &str) {
     let text = std::fs::read_to_string(path).unwrap();
     assert!(text.contains(from), "{from:?} not in\n{text}");
     std::fs::write(path, text.replace(from, to)).unwrap();

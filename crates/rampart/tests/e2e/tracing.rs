@@ -7,6 +7,7 @@ use crate::support;
 
 use std::time::{Duration, Instant};
 
+use crate::logs::lines;
 use serde_json::Value;
 use support::jaeger::{spans, tag, Jaeger};
 use support::*;
@@ -66,19 +67,6 @@ fn parent_of(span: &Value) -> Option<String> {
         .find(|r| r["refType"] == "CHILD_OF")
         .and_then(|r| r["spanID"].as_str())
         .map(str::to_owned)
-}
-
-fn lines(path: &std::path::Path, n: usize) -> Vec<String> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        let lines: Vec<String> = text.lines().map(str::to_owned).collect();
-        if lines.len() >= n {
-            return lines;
-        }
-        assert!(Instant::now() < deadline, "{text}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -405,6 +393,55 @@ async fn a_background_refresh_is_in_a_trace_of_its_own() {
     assert_eq!(
         tag(event(&all[0], "lookup"), "rampart.cache.lookup").unwrap(),
         "stale-while-revalidate"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_puts_new_tracing_keys_in_service_and_keeps_the_counters() {
+    let jaeger = Jaeger::start();
+    let origin = Origin::new().route("*", Reply::text("ok")).start().await;
+    let (proxy, path) = crate::reload::start(&config_for(
+        "reload.example",
+        &origin,
+        &format!(
+            "{}metrics_allow = [\"127.0.0.0/8\"]\n",
+            tracing_keys(&jaeger.otlp_http(), "http/protobuf")
+        ),
+        "",
+    ));
+    let before = "1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f";
+    fetch(
+        req(&proxy, "reload.example", "/a")
+            .header("traceparent", format!("00-{before}-{CLIENT_SPAN}-01")),
+    )
+    .await;
+    jaeger
+        .trace_with_spans(before, 2, Duration::from_secs(15))
+        .unwrap_or_else(|| panic!("no trace before the reload:\n{}", jaeger.log_tail()));
+    let (exported, _, _) = trace_counters(&proxy).await;
+    assert!(exported >= 2);
+    // A new service name: a new exporter; the old one ends once its last request does.
+    crate::reload::rewrite(&path, "rampart-e2e", "rampart-reloaded");
+    let out = crate::reload::sighup(&proxy, 1);
+    assert!(out.contains("configuration reloaded"), "{out}");
+    let after = "6f5e4d3c2b1a0f9e8d7c6b5a4f3e2d1c";
+    fetch(
+        req(&proxy, "reload.example", "/b")
+            .header("traceparent", format!("00-{after}-{CLIENT_SPAN}-01")),
+    )
+    .await;
+    let t = jaeger
+        .trace_with_spans(after, 2, Duration::from_secs(15))
+        .unwrap_or_else(|| panic!("no trace after the reload:\n{}", jaeger.log_tail()));
+    let server = span_named(&spans(&t), "GET reload.example").clone();
+    assert_eq!(
+        t["processes"][server["processID"].as_str().unwrap()]["serviceName"],
+        "rampart-reloaded"
+    );
+    let (again, _, _) = trace_counters(&proxy).await;
+    assert!(
+        again >= exported + 2,
+        "the counters went on: {exported} then {again}"
     );
 }
 
