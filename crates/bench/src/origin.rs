@@ -12,6 +12,7 @@
 //! | `/blob?size=N` | N bytes (at most 8 MiB; other query parameters make other URLs) | `max-age=3600` |
 //! | `/large?size=N` | N bytes, streamed in 1 MiB pieces (the disk benchmark's large object) | `max-age=3600` |
 //! | `/obj?k=K&size=N` | N bytes of their own for K ([`obj_body`]; the crash check compares them) | `max-age=3600` |
+//! | `POST /v1/traces` | an OTLP/HTTP sink: the body is read and dropped, the answer empty (the tracing benchmarks point `tracing_endpoint` at a second origin on the load CPU, so a collector's decoding does not take the CPU the load needs) | — |
 //! | `/__stats` | request counts per path (`path count` lines) | — |
 //! | `/__total` | requests of every path so far but these two | — |
 //!
@@ -154,6 +155,13 @@ async fn serve(
         let n = c.total.load(Ordering::Relaxed);
         return Ok(Response::new(http_body_util::Either::Left(Full::new(
             Bytes::from(n.to_string()),
+        ))));
+    }
+    if path == "/v1/traces" {
+        use http_body_util::BodyExt as _;
+        let _ = req.into_body().collect().await;
+        return Ok(Response::new(http_body_util::Either::Left(Full::new(
+            Bytes::new(),
         ))));
     }
     if path != "/__stats" {

@@ -1,29 +1,33 @@
-//! The exporter: finished spans wait in a bounded queue; a thread of its own sends them to the
-//! collector in batches over OTLP (gRPC or HTTP/protobuf), every `tracing_export_interval_ms`
-//! or as soon as a batch is full.
+//! The exporter: a thread's finished spans (already OTLP bytes) gather into a batch of its own
+//! (a [`Slot`]); a full batch goes into a bounded queue at once, and every
+//! `tracing_export_interval_ms` the exporter thread takes what has gathered in every slot. The
+//! exporter thread sends them to the collector over OTLP (gRPC or HTTP/protobuf): a batch is
+//! its spans' bytes after a head written once per export.
 //!
-//! Nothing on the request path waits for the collector: a request's spans are counted into the
-//! queue with one atomic addition and pushed on a channel the exporter drains (it never waits
-//! on the channel, so a push wakes no one). When the queue is full (a slow or stopped
-//! collector) the spans are dropped and counted; an export that fails or times out is counted
-//! as failed and not retried, so the queue never grows past its size.
+//! Nothing on the request path waits for the collector, and a request's spans cross to the
+//! exporter thread as bytes in a batch, not as allocations of their own: ending a sampled
+//! request takes its thread's slot's lock (uncontended but once an interval) and copies its
+//! spans in. When the queue is full (a slow or stopped collector) a batch is dropped and its
+//! spans counted; an export that fails or times out is counted as failed and not retried, so
+//! the queue never grows past its size.
 
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE};
 use http::{Request, Uri};
-use http_body_util::{BodyExt as _, Full};
+use http_body_util::BodyExt as _;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use rampart_config::{OtlpProtocol, TracingConfig};
 use tokio::sync::{mpsc, watch, Notify};
 
-use crate::otlp::{encode_request, Resource};
-use crate::span::{AttrValue, Span};
+use crate::clock::WallClock;
+use crate::otlp::{Resource, Value};
 
 /// The exporter's counters (spans), for the metrics and the dashboard.
 #[derive(Debug, Default)]
@@ -41,17 +45,51 @@ pub struct Stats {
     pub batches: AtomicU64,
 }
 
-/// The sending side of the queue, shared by every worker.
+/// The exporter thread and the queue to it.
 #[derive(Debug)]
 pub struct Exporter {
-    tx: mpsc::UnboundedSender<Vec<Span>>,
-    stats: Arc<Stats>,
-    queue_size: u64,
-    batch_size: u64,
-    wake: Arc<Notify>,
+    shared: Arc<Shared>,
     stop: watch::Sender<bool>,
     /// Told when the thread has sent what it had and ended.
     done: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
+}
+
+/// What the threads that end requests share with the exporter thread.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    tx: mpsc::UnboundedSender<Chunk>,
+    stats: Arc<Stats>,
+    queue_size: u64,
+    batch_size: u32,
+    wake: Notify,
+    /// Every thread's slot, for the exporter to take what has gathered each interval.
+    slots: Mutex<Vec<Weak<Slot>>>,
+    /// Batch buffers sent and kept for the next batches: a fresh buffer of a few hundred KiB
+    /// per batch cost page faults on both threads (a third of the exporter's CPU, `perf`).
+    pool: Mutex<Vec<Vec<u8>>>,
+    /// The most buffers kept: as many as can be in the queue, and a few.
+    pool_size: usize,
+    /// Span times as Unix time (refreshed by the exporter thread each interval).
+    pub(crate) wall: WallClock,
+}
+
+/// Encoded spans (`ScopeSpans.spans` entries) and how many.
+#[derive(Debug, Default)]
+struct Chunk {
+    bytes: Vec<u8>,
+    spans: u32,
+}
+
+/// One thread's spans gathering into a batch.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    chunk: Mutex<Chunk>,
+    shared: Arc<Shared>,
+}
+
+thread_local! {
+    /// This thread's slot (of the exporter it last recorded for).
+    static SLOT: RefCell<Option<Arc<Slot>>> = const { RefCell::new(None) };
 }
 
 impl Exporter {
@@ -62,18 +100,26 @@ impl Exporter {
         let resource = resource(config);
         let (tx, rx) = mpsc::unbounded_channel();
         let stats = stats.unwrap_or_default();
-        let wake = Arc::new(Notify::new());
+        let shared = Arc::new(Shared {
+            tx,
+            stats,
+            queue_size: config.queue_size as u64,
+            batch_size: config.batch_size.clamp(1, u32::MAX as usize) as u32,
+            wake: Notify::new(),
+            slots: Mutex::new(Vec::new()),
+            pool: Mutex::new(Vec::new()),
+            pool_size: 4 + config.queue_size.div_ceil(config.batch_size.max(1)),
+            wall: WallClock::new(),
+        });
         let (stop, stopped) = watch::channel(false);
         let (done_tx, done_rx) = std::sync::mpsc::channel();
         let run = Run {
             rx,
+            shared: shared.clone(),
             transport,
             resource,
-            stats: stats.clone(),
-            wake: wake.clone(),
             stopped,
             interval: config.export_interval,
-            batch_size: config.batch_size.max(1),
             timeout: config.timeout,
             warned: None,
         };
@@ -90,38 +136,47 @@ impl Exporter {
                 let _ = done_tx.send(());
             })?;
         Ok(Exporter {
-            tx,
-            stats,
-            queue_size: config.queue_size as u64,
-            batch_size: config.batch_size as u64,
-            wake,
+            shared,
             stop,
             done: Mutex::new(Some(done_rx)),
         })
     }
 
     pub fn stats(&self) -> &Arc<Stats> {
-        &self.stats
+        &self.shared.stats
     }
 
-    /// Queues a request's spans, or drops and counts them when the queue is full.
-    pub fn submit(&self, spans: Vec<Span>) {
-        let n = spans.len() as u64;
-        let before = self.stats.queued.fetch_add(n, Ordering::Relaxed);
-        if before + n > self.queue_size {
-            self.stats.queued.fetch_sub(n, Ordering::Relaxed);
-            self.stats.dropped.fetch_add(n, Ordering::Relaxed);
-            return;
-        }
-        if self.tx.send(spans).is_err() {
-            self.stats.queued.fetch_sub(n, Ordering::Relaxed);
-            self.stats.dropped.fetch_add(n, Ordering::Relaxed);
-            return;
-        }
-        // A full batch goes out now (one wake-up per batch, not per request).
-        if before < self.batch_size && before + n >= self.batch_size {
-            self.wake.notify_one();
-        }
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
+    /// This thread's slot, made (and made known to the exporter thread) on its first use.
+    pub(crate) fn slot(&self) -> Arc<Slot> {
+        let made = || {
+            let slot = Arc::new(Slot {
+                chunk: Mutex::new(Chunk::default()),
+                shared: self.shared.clone(),
+            });
+            let mut slots = self.shared.slots.lock().unwrap_or_else(PoisonError::into_inner);
+            slots.retain(|s| s.strong_count() > 0);
+            slots.push(Arc::downgrade(&slot));
+            slot
+        };
+        SLOT.try_with(|cell| {
+            let mut cell = cell.borrow_mut();
+            match &*cell {
+                Some(s) if Arc::ptr_eq(&s.shared, &self.shared) => s.clone(),
+                // The first, or a new exporter's (a reload): the old slot's spans go to its
+                // exporter when it is dropped.
+                _ => {
+                    let slot = made();
+                    *cell = Some(slot.clone());
+                    slot
+                }
+            }
+        })
+        // A thread's end: a slot for this request alone.
+        .unwrap_or_else(|_| made())
     }
 
     /// Sends what is queued and stops the thread, waiting for it at most `within`.
@@ -136,45 +191,118 @@ impl Exporter {
 
 impl Drop for Exporter {
     fn drop(&mut self) {
-        // The thread sends what it has and ends (the channel is closed with `tx`).
+        // The thread sends what it has and ends.
         let _ = self.stop.send(true);
+    }
+}
+
+impl Shared {
+    /// An empty buffer for a batch: a kept one, or a new one with room for `room` bytes.
+    fn buffer(&self, room: usize) -> Vec<u8> {
+        let kept = self.pool.lock().unwrap_or_else(PoisonError::into_inner).pop();
+        kept.unwrap_or_else(|| Vec::with_capacity(room))
+    }
+
+    /// Keeps a sent batch's buffer for another batch.
+    fn keep(&self, mut buf: Vec<u8>) {
+        buf.clear();
+        let mut pool = self.pool.lock().unwrap_or_else(PoisonError::into_inner);
+        if pool.len() < self.pool_size {
+            pool.push(buf);
+        }
+    }
+
+    /// Queues a batch, or drops and counts it when the queue is full (a batch larger than the
+    /// queue goes when the queue is empty).
+    fn hand_off(&self, chunk: Chunk) {
+        let n = u64::from(chunk.spans);
+        let before = self.stats.queued.fetch_add(n, Ordering::Relaxed);
+        if before > 0 && before + n > self.queue_size {
+            self.stats.queued.fetch_sub(n, Ordering::Relaxed);
+            self.stats.dropped.fetch_add(n, Ordering::Relaxed);
+            return;
+        }
+        if self.tx.send(chunk).is_err() {
+            // The exporter thread has ended.
+            self.stats.queued.fetch_sub(n, Ordering::Relaxed);
+            self.stats.dropped.fetch_add(n, Ordering::Relaxed);
+            return;
+        }
+        self.wake.notify_one();
+    }
+}
+
+impl Slot {
+    /// Adds a request's spans: `write` appends them and says how many. A full batch goes to
+    /// the queue.
+    pub(crate) fn write(&self, write: impl FnOnce(&mut Vec<u8>) -> u32) {
+        let mut chunk = self.chunk.lock().unwrap_or_else(PoisonError::into_inner);
+        chunk.spans += write(&mut chunk.bytes);
+        if chunk.spans < self.shared.batch_size {
+            return;
+        }
+        let room = chunk.bytes.len();
+        let full = std::mem::replace(
+            &mut *chunk,
+            Chunk {
+                bytes: self.shared.buffer(room),
+                spans: 0,
+            },
+        );
+        drop(chunk);
+        self.shared.hand_off(full);
+    }
+
+    /// What has gathered, for the exporter thread.
+    fn take(&self) -> Option<Chunk> {
+        let mut chunk = self.chunk.lock().unwrap_or_else(PoisonError::into_inner);
+        if chunk.spans == 0 {
+            return None;
+        }
+        let room = chunk.bytes.len();
+        Some(std::mem::replace(
+            &mut *chunk,
+            Chunk {
+                bytes: self.shared.buffer(room),
+                spans: 0,
+            },
+        ))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        // A thread that ended, or a slot of an exporter replaced: its spans go on.
+        let chunk = std::mem::take(self.chunk.get_mut().unwrap_or_else(PoisonError::into_inner));
+        if chunk.spans > 0 {
+            self.shared.hand_off(chunk);
+        }
     }
 }
 
 /// The resource every span is exported with: `service.name` and the configured attributes,
 /// rampart's version and this process.
 fn resource(config: &TracingConfig) -> Resource {
-    let mut attrs: Vec<(String, AttrValue)> = vec![
-        (
-            "service.name".to_owned(),
-            config.service_name.clone().into(),
-        ),
-        (
-            "service.version".to_owned(),
-            env!("CARGO_PKG_VERSION").into(),
-        ),
-        ("telemetry.sdk.name".to_owned(), "rampart".into()),
-        ("telemetry.sdk.language".to_owned(), "rust".into()),
-        (
-            "process.pid".to_owned(),
-            u64::from(std::process::id()).into(),
-        ),
+    let pid = i64::from(std::process::id());
+    let host = host_name();
+    let mut attrs: Vec<(&str, Value<'_>)> = vec![
+        ("service.name", config.service_name.as_str().into()),
+        ("service.version", env!("CARGO_PKG_VERSION").into()),
+        ("telemetry.sdk.name", "rampart".into()),
+        ("telemetry.sdk.language", "rust".into()),
+        ("process.pid", pid.into()),
     ];
-    if let Some(host) = host_name() {
-        attrs.push(("host.name".to_owned(), host.into()));
+    if let Some(host) = &host {
+        attrs.push(("host.name", host.as_str().into()));
     }
     for (k, v) in &config.resource {
-        let v = AttrValue::from(v.clone());
+        let v = Value::from(v.as_str());
         match attrs.iter_mut().find(|(have, _)| have == k) {
             Some(a) => a.1 = v,
-            None => attrs.push((k.clone(), v)),
+            None => attrs.push((k.as_str(), v)),
         }
     }
-    Resource {
-        attrs,
-        scope_name: "rampart",
-        scope_version: env!("CARGO_PKG_VERSION"),
-    }
+    Resource::new(&attrs, "rampart", env!("CARGO_PKG_VERSION"))
 }
 
 fn host_name() -> Option<String> {
@@ -185,14 +313,12 @@ fn host_name() -> Option<String> {
 
 /// The exporter thread's state.
 struct Run {
-    rx: mpsc::UnboundedReceiver<Vec<Span>>,
+    rx: mpsc::UnboundedReceiver<Chunk>,
+    shared: Arc<Shared>,
     transport: Transport,
     resource: Resource,
-    stats: Arc<Stats>,
-    wake: Arc<Notify>,
     stopped: watch::Receiver<bool>,
     interval: Duration,
-    batch_size: usize,
     timeout: Duration,
     /// When a failed export was last reported (at most one warning a minute).
     warned: Option<Instant>,
@@ -200,66 +326,86 @@ struct Run {
 
 impl Run {
     async fn run(mut self) {
-        let mut batch: Vec<Span> = Vec::new();
+        let mut pending: Vec<Chunk> = Vec::new();
         let mut last = false;
+        let mut sweep_at = tokio::time::Instant::now() + self.interval;
         loop {
             if !last {
                 tokio::select! {
-                    _ = tokio::time::sleep(self.interval) => {}
-                    _ = self.wake.notified() => {}
+                    _ = tokio::time::sleep_until(sweep_at) => {}
+                    _ = self.shared.wake.notified() => {}
                     _ = self.stopped.changed() => last = true,
                 }
             }
-            loop {
-                match self.rx.try_recv() {
-                    Ok(spans) => {
-                        self.stats
-                            .queued
-                            .fetch_sub(spans.len() as u64, Ordering::Relaxed);
-                        batch.extend(spans);
-                        if batch.len() >= self.batch_size {
-                            self.export(&mut batch).await;
-                        }
-                    }
-                    Err(mpsc::error::TryRecvError::Empty) => break,
-                    Err(mpsc::error::TryRecvError::Disconnected) => {
-                        last = true;
-                        break;
-                    }
-                }
+            // Every interval (and at the end): what every thread has gathered.
+            let now = tokio::time::Instant::now();
+            if last || now >= sweep_at {
+                sweep_at = now + self.interval;
+                self.shared.wall.refresh();
+                let slots = self
+                    .shared
+                    .slots
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .clone();
+                pending.extend(slots.iter().filter_map(|s| s.upgrade()?.take()));
             }
-            if !batch.is_empty() {
-                self.export(&mut batch).await;
+            while let Ok(chunk) = self.rx.try_recv() {
+                self.shared
+                    .stats
+                    .queued
+                    .fetch_sub(u64::from(chunk.spans), Ordering::Relaxed);
+                pending.push(chunk);
             }
+            self.export(&mut pending).await;
             if last {
                 return;
             }
         }
     }
 
-    /// Sends `batch` (in pieces of at most `batch_size`) and empties it.
-    async fn export(&mut self, batch: &mut Vec<Span>) {
-        for chunk in batch.chunks(self.batch_size) {
-            // Room for gRPC's message prefix, so the body is sent as it is written.
-            let mut body = vec![0; GRPC_PREFIX];
-            let refs: Vec<&Span> = chunk.iter().collect();
-            encode_request(&self.resource, &refs, &mut body);
-            let n = chunk.len() as u64;
-            self.stats.batches.fetch_add(1, Ordering::Relaxed);
-            let sent = tokio::time::timeout(self.timeout, self.transport.send(body)).await;
+    /// Sends `pending` (batches of at least `tracing_batch_size` spans, gathered chunks put
+    /// together, the last what is left) and empties it.
+    async fn export(&mut self, pending: &mut Vec<Chunk>) {
+        let batch_size = self.shared.batch_size;
+        let mut chunks = pending.drain(..).peekable();
+        while chunks.peek().is_some() {
+            let mut group = Vec::new();
+            let (mut spans, mut len) = (0u32, 0usize);
+            while spans < batch_size {
+                let Some(c) = chunks.next() else { break };
+                spans += c.spans;
+                len += c.bytes.len();
+                group.push(c);
+            }
+            // The head, then the chunks as they are (each goes back to the pool when the
+            // client is done with it).
+            let mut head = Vec::with_capacity(GRPC_PREFIX + 32 + self.resource.len());
+            head.resize(GRPC_PREFIX, 0);
+            self.resource.request_head(len, &mut head);
+            let mut frames = Vec::with_capacity(group.len() + 1);
+            frames.push(Bytes::from(head));
+            for c in group {
+                frames.push(Bytes::from_owner(Kept {
+                    buf: c.bytes,
+                    shared: self.shared.clone(),
+                }));
+            }
+            let n = u64::from(spans);
+            self.shared.stats.batches.fetch_add(1, Ordering::Relaxed);
+            let sent = tokio::time::timeout(self.timeout, self.transport.send(frames)).await;
             match sent {
                 Ok(Ok(())) => {
-                    self.stats.exported.fetch_add(n, Ordering::Relaxed);
+                    self.shared.stats.exported.fetch_add(n, Ordering::Relaxed);
                 }
                 Ok(Err(e)) => self.failed(n, &e),
                 Err(_) => self.failed(n, &format!("no answer within {:?}", self.timeout)),
             }
         }
-        batch.clear();
     }
 
     fn failed(&mut self, n: u64, why: &str) {
-        self.stats.failed.fetch_add(n, Ordering::Relaxed);
+        self.shared.stats.failed.fetch_add(n, Ordering::Relaxed);
         let now = Instant::now();
         if self
             .warned
@@ -276,7 +422,55 @@ impl Run {
     }
 }
 
-type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
+/// A batch's buffer while the client sends it; back to the pool when it is dropped.
+struct Kept {
+    buf: Vec<u8>,
+    shared: Arc<Shared>,
+}
+
+impl AsRef<[u8]> for Kept {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+impl Drop for Kept {
+    fn drop(&mut self) {
+        self.shared.keep(std::mem::take(&mut self.buf));
+    }
+}
+
+/// A request body of a few frames (the head, then the batch's chunks), its length known.
+struct Frames {
+    frames: std::collections::VecDeque<Bytes>,
+    left: u64,
+}
+
+impl hyper::body::Body for Frames {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        let next = self.frames.pop_front();
+        if let Some(b) = &next {
+            self.left -= b.len() as u64;
+        }
+        std::task::Poll::Ready(next.map(|b| Ok(hyper::body::Frame::data(b))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.frames.is_empty()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        hyper::body::SizeHint::with_exact(self.left)
+    }
+}
+
+type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Frames>;
 
 /// Where and how a batch is sent.
 struct Transport {
@@ -347,24 +541,31 @@ impl Transport {
         })
     }
 
-    /// Sends one encoded `ExportTraceServiceRequest`, written after [`GRPC_PREFIX`] bytes of
-    /// room.
-    async fn send(&self, mut framed: Vec<u8>) -> Result<(), String> {
-        let len = framed.len() - GRPC_PREFIX;
-        let (body, content_type) = if self.grpc {
+    /// Sends one encoded `ExportTraceServiceRequest` in pieces, the first of which starts with
+    /// [`GRPC_PREFIX`] bytes of room.
+    async fn send(&self, mut frames: Vec<Bytes>) -> Result<(), String> {
+        let total: usize = frames.iter().map(Bytes::len).sum();
+        let len = total - GRPC_PREFIX;
+        let head = std::mem::take(&mut frames[0]);
+        let content_type = if self.grpc {
             // gRPC's length-prefixed message: not compressed, then its length.
-            framed[0] = 0;
-            framed[1..GRPC_PREFIX].copy_from_slice(&(len as u32).to_be_bytes());
-            (Bytes::from(framed), "application/grpc")
+            let mut head = Vec::from(head);
+            head[0] = 0;
+            head[1..GRPC_PREFIX].copy_from_slice(&(len as u32).to_be_bytes());
+            frames[0] = Bytes::from(head);
+            "application/grpc"
         } else {
-            (
-                Bytes::from(framed).slice(GRPC_PREFIX..),
-                "application/x-protobuf",
-            )
+            frames[0] = head.slice(GRPC_PREFIX..);
+            "application/x-protobuf"
+        };
+        let left = frames.iter().map(|b| b.len() as u64).sum();
+        let body = Frames {
+            frames: frames.into(),
+            left,
         };
         let mut req = Request::post(self.uri.clone())
             .header(CONTENT_TYPE, content_type)
-            .body(Full::new(body))
+            .body(body)
             .map_err(|e| e.to_string())?;
         if self.grpc {
             req.headers_mut()

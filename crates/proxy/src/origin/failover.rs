@@ -20,8 +20,7 @@ use crate::origin::client::OriginClient;
 use crate::origin::fields::{OriginFields, Outgoing};
 use crate::telemetry::access_log::AccessRecord;
 use crate::telemetry::metrics::OriginErrorKind;
-use rampart_otel::span::{Attr, Kind, Status};
-use rampart_otel::{ChildRef, RequestTrace, ORIGIN_SPAN};
+use rampart_otel::{Attr, ChildRef, Kind, RequestTrace, Value, ORIGIN_SPAN};
 
 /// The client's side of a request to the origins.
 #[derive(Debug)]
@@ -130,26 +129,34 @@ pub async fn send<T>(
     Err(e)
 }
 
-/// The origin exchange's span, when the request records one: an event per origin tried, the
-/// origin that answered, the attempts, the time to the answer's head.
-struct Exchange {
+/// The origin exchange's span, when the request records one: an event per origin tried; the
+/// origin that answered last, its status and time to the answer's head, and the attempts as
+/// the span's attributes when it ends.
+struct Exchange<'o> {
     span: Option<ChildRef>,
     attempts: u32,
+    /// The last origin tried (host and port), and its answer's status and head time when it
+    /// answered.
+    last: Option<(&'o str, Option<u16>, Option<(http::StatusCode, u64)>)>,
 }
 
-impl Exchange {
-    fn start(a: &mut Attempt<'_>) -> Exchange {
+impl<'o> Exchange<'o> {
+    fn start(a: &mut Attempt<'_>) -> Exchange<'o> {
         let span = a
             .trace
             .as_deref_mut()
             .and_then(|t| t.child(ORIGIN_SPAN, Kind::Client));
-        Exchange { span, attempts: 0 }
+        Exchange {
+            span,
+            attempts: 0,
+            last: None,
+        }
     }
 
     fn attempt(
         &mut self,
         a: &mut Attempt<'_>,
-        origin: &Authority,
+        origin: &'o Authority,
         took: std::time::Duration,
         sent: &Result<Response<OriginBody>, ProxyError>,
     ) {
@@ -157,56 +164,65 @@ impl Exchange {
         let Some(t) = a.trace.as_deref_mut() else {
             return;
         };
-        let mut attrs: Vec<Attr> = vec![
-            ("server.address", origin.host().to_owned().into()),
-            (
-                "rampart.origin.time_to_head_us",
-                (took.as_micros() as u64).into(),
-            ),
+        let took = took.as_micros() as u64;
+        let answer = sent.as_ref().ok().map(|res| (res.status(), took));
+        // (Each a search of the authority's text.)
+        let (host, port) = (origin.host(), origin.port_u16());
+        self.last = Some((host, port, answer));
+        let error;
+        let mut attrs: [Attr<'_>; 5] = [
+            ("server.address", host.into()),
+            ("rampart.origin.time_to_head_us", took.into()),
+            ("", Value::Bool(false)),
+            ("", Value::Bool(false)),
+            ("", Value::Bool(false)),
         ];
-        if let Some(p) = origin.port_u16() {
-            attrs.push(("server.port", p.into()));
+        let mut n = 2;
+        if let Some(p) = port {
+            attrs[n] = ("server.port", p.into());
+            n += 1;
         }
         match sent {
-            Ok(res) => attrs.push(("http.response.status_code", res.status().as_u16().into())),
+            Ok(res) => {
+                attrs[n] = ("http.response.status_code", res.status().as_u16().into());
+                n += 1;
+            }
             Err(e) => {
+                error = Chain(e).to_string();
                 let kind = OriginErrorKind::of(e).map_or("other", |k| k.label());
-                attrs.push(("error.type", kind.into()));
-                attrs.push(("rampart.error", Chain(e).to_string().into()));
+                attrs[n] = ("error.type", kind.into());
+                attrs[n + 1] = ("rampart.error", error.as_str().into());
+                n += 2;
             }
         }
-        t.child_event(self.span, "attempt", attrs);
-        let Some(s) = t.child_mut(self.span) else {
-            return;
-        };
-        s.attrs
-            .retain(|(k, _)| !matches!(*k, "server.address" | "server.port"));
-        s.attr("server.address", origin.host().to_owned());
-        if let Some(p) = origin.port_u16() {
-            s.attr("server.port", p);
-        }
-        if let Ok(res) = sent {
-            s.attr("http.response.status_code", res.status().as_u16());
-            s.attr("rampart.origin.time_to_head_us", took.as_micros() as u64);
-            // HTTP's conventions for a client span: a 4xx or 5xx answer is an error.
-            if res.status().is_client_error() || res.status().is_server_error() {
-                s.attr("error.type", res.status().as_str().to_owned());
-                s.status = Status::Error(format!("the origin answered {}", res.status()).into());
-            }
-        }
+        t.child_event(self.span, "attempt", &attrs[..n]);
     }
 
     fn end(&self, a: &mut Attempt<'_>, failed: Option<&ProxyError>) {
         let Some(t) = a.trace.as_deref_mut() else {
             return;
         };
-        if let Some(s) = t.child_mut(self.span) {
-            s.attr("rampart.origin.attempts", u64::from(self.attempts));
-            if let Some(e) = failed {
-                s.status = Status::Error(rampart_otel::span::bounded(Chain(e).to_string()));
+        let span = self.span;
+        if let Some((host, port, answer)) = self.last {
+            t.child_attr(span, "server.address", host);
+            if let Some(p) = port {
+                t.child_attr(span, "server.port", p);
+            }
+            if let Some((status, took)) = answer {
+                t.child_attr(span, "http.response.status_code", status.as_u16());
+                t.child_attr(span, "rampart.origin.time_to_head_us", took);
+                // HTTP's conventions for a client span: a 4xx or 5xx answer is an error.
+                if status.is_client_error() || status.is_server_error() {
+                    t.child_attr(span, "error.type", status.as_str());
+                    t.child_error(span, format!("the origin answered {status}"));
+                }
             }
         }
-        t.end_child(self.span);
+        t.child_attr(span, "rampart.origin.attempts", self.attempts);
+        if let Some(e) = failed {
+            t.child_error(span, Chain(e).to_string());
+        }
+        t.end_child(span);
     }
 }
 

@@ -51,7 +51,7 @@ fn traced<B>(w: &Worker, txn: &mut Txn, req: &Request<B>) -> Result<Step, ProxyE
             Ok(_) => "pass",
             Err(_) => "only-if-cached",
         };
-        t.event("lookup", vec![("rampart.cache.lookup", found.into())]);
+        t.event("lookup", &[("rampart.cache.lookup", found.into())]);
     }
     step
 }

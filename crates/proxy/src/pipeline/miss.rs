@@ -71,10 +71,8 @@ pub async fn join(
                             FromShared::Fetch(Some(_)) => "miss, fetching for every instance",
                             FromShared::Fetch(None) => "miss",
                         };
-                        if let Some(s) = t.child_mut(span) {
-                            s.attr("rampart.cache.lookup", found);
-                            s.attr("db.system.name", "redis");
-                        }
+                        t.child_attr(span, "rampart.cache.lookup", found);
+                        t.child_attr(span, "db.system.name", "redis");
                         t.end_child(span);
                     }
                     match shared {
@@ -110,9 +108,7 @@ pub async fn join(
                         Some(_) => "stored meanwhile",
                         None => "released: fetching on its own",
                     };
-                    if let Some(s) = t.child_mut(span) {
-                        s.attr("rampart.wait", how);
-                    }
+                    t.child_attr(span, "rampart.wait", how);
                     t.end_child(span);
                 }
                 if let Some(step) = waited {

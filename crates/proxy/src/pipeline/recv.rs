@@ -93,8 +93,7 @@ pub async fn recv(
         return Err(e);
     }
     if let Some(t) = txn.trace.as_mut().filter(|t| t.sampled()) {
-        t.attr("client.address", txn.client);
-        t.event("recv", vec![("rampart.screening", "passed".into())]);
+        t.event("recv", &[("rampart.screening", "passed".into())]);
     }
     if admin::is_purge(req.method()) {
         let purge = admin::Purge {
@@ -143,7 +142,7 @@ fn begin_trace(
     let h = req.headers();
     let mut t = tracer.begin(
         h.get_all(&rampart_otel::TRACEPARENT),
-        h.get_all(&rampart_otel::TRACESTATE),
+        || h.get_all(&rampart_otel::TRACESTATE),
         txn.conn.client_ip,
         txn.start,
     );
@@ -155,26 +154,24 @@ fn begin_trace(
     // `HTTP …`), so a client cannot make a name per request; what it sent is kept beside.
     match known_method(req.method()) {
         Some(m) => {
-            t.name(format!("{m} {rule}"));
+            t.name(m, rule);
             t.attr("http.request.method", m);
         }
         None => {
-            t.name(format!("HTTP {rule}"));
+            t.name("HTTP", rule);
             t.attr("http.request.method", "_OTHER");
-            t.attr(
-                "http.request.method_original",
-                req.method().as_str().to_owned(),
-            );
+            t.attr("http.request.method_original", req.method().as_str());
         }
     }
-    t.attr("http.route", rule.to_owned());
+    t.attr("http.route", rule);
     if txn.mode == Mode::Refresh {
         t.attr("rampart.refresh", true);
     }
-    t.attr("url.path", req.uri().path().to_owned());
+    t.attr("url.path", req.uri().path());
     t.attr("url.scheme", txn.scheme().as_str());
-    t.attr("server.address", txn.host_name().to_owned());
+    t.attr("server.address", txn.host_name());
     t.attr("server.port", txn.conn.local.port());
+    t.attr("client.address", txn.client);
     t.attr("network.peer.address", txn.conn.peer.ip());
     let version = match req.version() {
         Version::HTTP_10 => "1.0",
@@ -187,7 +184,7 @@ fn begin_trace(
         .get(http::header::USER_AGENT)
         .and_then(|v| v.to_str().ok())
     {
-        t.attr("user_agent.original", ua.to_owned());
+        t.attr("user_agent.original", ua);
     }
     t
 }
@@ -239,14 +236,12 @@ fn remember_refusal<B>(txn: &mut Txn, req: &Request<B>, e: &ProxyError) {
     };
     if let Some(t) = txn.trace.as_mut().filter(|t| t.sampled()) {
         // A screening refusal comes before the `recv` event; a path rule's after it.
-        if !t.has_attr("client.address") {
-            t.attr("client.address", txn.client);
-        }
+        let detail = e.to_string();
         t.event(
             "refused",
-            vec![
+            &[
                 ("rampart.refusal", reason.label().into()),
-                ("rampart.refusal.detail", e.to_string().into()),
+                ("rampart.refusal.detail", detail.as_str().into()),
             ],
         );
     }

@@ -169,15 +169,15 @@ fn deliver_event(
     t.attr("http.response.status_code", status.as_u16());
     if let Some(o) = txn.outcome {
         if let Ok(s) = o.cache_status().to_str() {
-            t.attr("rampart.cache_status", s.to_owned());
+            t.attr("rampart.cache_status", s);
         }
         t.attr("rampart.cache", o.label().as_str());
     }
     if status.is_server_error() {
-        t.attr("error.type", status.as_str().to_owned());
+        t.attr("error.type", status.as_str());
         t.error(failure.unwrap_or_else(|| status.to_string()));
     }
-    t.event("deliver", Vec::new());
+    t.event("deliver", &[]);
 }
 
 /// A response from the origin on its way to the client: compressed as it streams when the rule
