@@ -32,7 +32,7 @@ use rampart_config::{Sampler, TracingConfig};
 
 pub use context::{SpanId, TraceId};
 pub use export::{Exporter, Stats};
-pub use otlp::{Attr, Kind, Value};
+pub use otlp::{Attr, IpText, Kind, Value};
 
 pub use context::{TRACEPARENT, TRACESTATE};
 
@@ -284,6 +284,15 @@ impl RequestTrace {
         }
     }
 
+    /// Adds attributes to the server span.
+    pub fn attrs(&mut self, attrs: &[Attr<'_>]) {
+        if let Some(r) = &mut self.recording {
+            for (k, v) in attrs {
+                otlp::attr(&mut r.span, SPAN_ATTRIBUTE, k, v);
+            }
+        }
+    }
+
     /// Counts body bytes sent.
     #[inline]
     pub fn sent(&mut self, n: u64) {
@@ -348,6 +357,15 @@ impl RequestTrace {
     pub fn child_attr<'v>(&mut self, c: Option<ChildRef>, key: &str, value: impl Into<Value<'v>>) {
         if let Some((_, s)) = self.child_mut(c) {
             otlp::attr(&mut s.span, SPAN_ATTRIBUTE, key, &value.into());
+        }
+    }
+
+    /// Adds attributes to a child span.
+    pub fn child_attrs(&mut self, c: Option<ChildRef>, attrs: &[Attr<'_>]) {
+        if let Some((_, s)) = self.child_mut(c) {
+            for (k, v) in attrs {
+                otlp::attr(&mut s.span, SPAN_ATTRIBUTE, k, v);
+            }
         }
     }
 

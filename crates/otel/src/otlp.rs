@@ -16,6 +16,10 @@ use std::net::IpAddr;
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Value<'a> {
     Str(&'a str),
+    /// Text as bytes (a header's value, an address written by [`IpText`]): written when it is
+    /// UTF-8, as OTLP's strings must be (ASCII, checked a word at a time, or else checked
+    /// whole), and as an empty string when it is not.
+    Bytes(&'a [u8]),
     /// An address, written as text.
     Ip(IpAddr),
     Int(i64),
@@ -89,6 +93,23 @@ pub fn cut(s: &str) -> &str {
         end -= 1;
     }
     &s[..end]
+}
+
+/// `b` as text to write: cut at [`MAX_TEXT`] bytes (on a character's boundary), nothing when
+/// it is not UTF-8.
+#[inline]
+fn text(b: &[u8]) -> &[u8] {
+    if b.len() <= MAX_TEXT && b.is_ascii() {
+        return b;
+    }
+    let long = b.len() > MAX_TEXT;
+    let b = &b[..b.len().min(MAX_TEXT)];
+    match std::str::from_utf8(b) {
+        Ok(_) => b,
+        // Cut inside a character by the bound: up to that character.
+        Err(e) if long && e.error_len().is_none() => &b[..e.valid_up_to()],
+        Err(_) => b"",
+    }
 }
 
 /// OTLP's span kinds that rampart uses.
@@ -221,6 +242,27 @@ pub(crate) fn error_status(out: &mut Vec<u8>, message: &str) {
     out.extend_from_slice(&[(3 << 3) | VARINT, 2]);
 }
 
+/// An address as text, on the stack (to write one address as two attributes with one
+/// formatting).
+#[derive(Clone, Copy)]
+pub struct IpText {
+    buf: [u8; 46],
+    len: u8,
+}
+
+impl IpText {
+    pub fn new(ip: &IpAddr) -> IpText {
+        let mut buf = [0; 46];
+        let len = ip_text(ip, &mut buf) as u8;
+        IpText { buf, len }
+    }
+
+    /// The address as a value (digits, dots, colons and hex digits: ASCII).
+    pub fn value(&self) -> Value<'_> {
+        Value::Bytes(&self.buf[..usize::from(self.len)])
+    }
+}
+
 /// An address as text, without the formatting machinery for the common IPv4 case.
 fn ip_text(ip: &IpAddr, buf: &mut [u8; 46]) -> usize {
     match ip {
@@ -264,6 +306,7 @@ fn kv_len(k: &str, any: usize) -> usize {
 pub(crate) fn attr_len(k: &str, v: &Value<'_>) -> usize {
     let any = match v {
         Value::Str(s) => ld(cut(s).len()),
+        Value::Bytes(b) => ld(text(b).len()),
         Value::Ip(ip) => ld(ip_text(ip, &mut [0; 46])),
         Value::Int(i) => 1 + varint_len(*i as u64),
         Value::Bool(_) => 2,
@@ -276,6 +319,7 @@ pub(crate) fn attr_len(k: &str, v: &Value<'_>) -> usize {
 pub(crate) fn attr(out: &mut Vec<u8>, tag: u8, k: &str, v: &Value<'_>) {
     match v {
         Value::Str(s) => text_attr(out, tag, k, cut(s).as_bytes()),
+        Value::Bytes(b) => text_attr(out, tag, k, text(b)),
         Value::Ip(ip) => {
             let mut buf = [0; 46];
             let n = ip_text(ip, &mut buf);
@@ -498,6 +542,27 @@ mod tests {
         assert!(s.events[1].attributes.is_empty());
         let status = s.status.as_ref().expect("status");
         assert_eq!((status.code, status.message.as_str()), (2, "origin refused"));
+    }
+
+    #[test]
+    fn text_as_bytes_is_written_only_as_utf8_and_cut() {
+        assert_eq!(text(b"curl/8.5"), b"curl/8.5");
+        assert_eq!(text(&[b'a'; 2000]).len(), MAX_TEXT);
+        // Two-byte characters: 1,024 bytes is 512 of them; 1,023 + 1 would cut one.
+        let two = "é".repeat(600);
+        assert_eq!(text(two.as_bytes()), "é".repeat(512).as_bytes());
+        let odd = format!("a{two}");
+        assert_eq!(text(odd.as_bytes()), format!("a{}", "é".repeat(511)).as_bytes());
+        // obs-text that is not UTF-8 is not written as a string (a collector would refuse it).
+        assert_eq!(text(b"caf\xe9"), b"");
+        let mut out = Vec::new();
+        attr(&mut out, 1, "user_agent.original", &Value::Bytes(b"caf\xe9"));
+        let kv = opentelemetry_proto::tonic::common::v1::KeyValue::decode(&out[2..])
+            .expect("decodes");
+        assert_eq!(
+            kv.value.and_then(|v| v.value),
+            Some(Any::StringValue(String::new()))
+        );
     }
 
     #[test]

@@ -129,9 +129,10 @@ pub async fn send<T>(
     Err(e)
 }
 
-/// The origin exchange's span, when the request records one: an event per origin tried; the
-/// origin that answered last, its status and time to the answer's head, and the attempts as
-/// the span's attributes when it ends.
+/// The origin exchange's span, when the request records one: an `attempt` event per origin
+/// that failed (its error and how long it took to fail); the origin that answered, its status
+/// and time to the answer's head, and the number of attempts as the span's attributes when it
+/// ends.
 struct Exchange<'o> {
     span: Option<ChildRef>,
     attempts: u32,
@@ -169,31 +170,24 @@ impl<'o> Exchange<'o> {
         // (Each a search of the authority's text.)
         let (host, port) = (origin.host(), origin.port_u16());
         self.last = Some((host, port, answer));
-        let error;
+        // An origin that answered is the span's (its attributes, when the exchange ends); one
+        // that failed is an event, with its error.
+        let Err(e) = sent else {
+            return;
+        };
+        let error = Chain(e).to_string();
+        let kind = OriginErrorKind::of(e).map_or("other", |k| k.label());
         let mut attrs: [Attr<'_>; 5] = [
             ("server.address", host.into()),
-            ("rampart.origin.time_to_head_us", took.into()),
-            ("", Value::Bool(false)),
-            ("", Value::Bool(false)),
+            ("rampart.origin.time_to_failure_us", took.into()),
+            ("error.type", kind.into()),
+            ("rampart.error", error.as_str().into()),
             ("", Value::Bool(false)),
         ];
-        let mut n = 2;
+        let mut n = 4;
         if let Some(p) = port {
             attrs[n] = ("server.port", p.into());
             n += 1;
-        }
-        match sent {
-            Ok(res) => {
-                attrs[n] = ("http.response.status_code", res.status().as_u16().into());
-                n += 1;
-            }
-            Err(e) => {
-                error = Chain(e).to_string();
-                let kind = OriginErrorKind::of(e).map_or("other", |k| k.label());
-                attrs[n] = ("error.type", kind.into());
-                attrs[n + 1] = ("rampart.error", error.as_str().into());
-                n += 2;
-            }
         }
         t.child_event(self.span, "attempt", &attrs[..n]);
     }
@@ -203,22 +197,33 @@ impl<'o> Exchange<'o> {
             return;
         };
         let span = self.span;
-        if let Some((host, port, answer)) = self.last {
-            t.child_attr(span, "server.address", host);
+        let mut attrs: [Attr<'_>; 6] = [("", Value::Bool(false)); 6];
+        attrs[0] = ("rampart.origin.attempts", self.attempts.into());
+        let mut n = 1;
+        let mut answered = None;
+        if let Some((host, port, answer)) = &self.last {
+            attrs[n] = ("server.address", (*host).into());
+            n += 1;
             if let Some(p) = port {
-                t.child_attr(span, "server.port", p);
+                attrs[n] = ("server.port", (*p).into());
+                n += 1;
             }
             if let Some((status, took)) = answer {
-                t.child_attr(span, "http.response.status_code", status.as_u16());
-                t.child_attr(span, "rampart.origin.time_to_head_us", took);
+                attrs[n] = ("http.response.status_code", status.as_u16().into());
+                attrs[n + 1] = ("rampart.origin.time_to_head_us", (*took).into());
+                n += 2;
                 // HTTP's conventions for a client span: a 4xx or 5xx answer is an error.
                 if status.is_client_error() || status.is_server_error() {
-                    t.child_attr(span, "error.type", status.as_str());
-                    t.child_error(span, format!("the origin answered {status}"));
+                    attrs[n] = ("error.type", status.as_str().into());
+                    n += 1;
+                    answered = Some(*status);
                 }
             }
         }
-        t.child_attr(span, "rampart.origin.attempts", self.attempts);
+        t.child_attrs(span, &attrs[..n]);
+        if let Some(status) = answered {
+            t.child_error(span, format!("the origin answered {status}"));
+        }
         if let Some(e) = failed {
             t.child_error(span, Chain(e).to_string());
         }

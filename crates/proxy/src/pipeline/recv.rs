@@ -163,28 +163,35 @@ fn begin_trace(
             t.attr("http.request.method_original", req.method().as_str());
         }
     }
-    t.attr("http.route", rule);
     if txn.mode == Mode::Refresh {
         t.attr("rampart.refresh", true);
     }
-    t.attr("url.path", req.uri().path());
-    t.attr("url.scheme", txn.scheme().as_str());
-    t.attr("server.address", txn.host_name());
-    t.attr("server.port", txn.conn.local.port());
-    t.attr("client.address", txn.client);
-    t.attr("network.peer.address", txn.conn.peer.ip());
     let version = match req.version() {
         Version::HTTP_10 => "1.0",
         Version::HTTP_2 => "2",
         Version::HTTP_3 => "3",
         _ => "1.1",
     };
-    t.attr("network.protocol.version", version);
-    if let Some(ua) = h
-        .get(http::header::USER_AGENT)
-        .and_then(|v| v.to_str().ok())
-    {
-        t.attr("user_agent.original", ua);
+    // The client's address and the peer's are one formatting when they are the same (no
+    // trusted proxy in between).
+    let peer = txn.conn.peer.ip();
+    let client = rampart_otel::IpText::new(&txn.client);
+    let peer_text = (peer != txn.client).then(|| rampart_otel::IpText::new(&peer));
+    t.attrs(&[
+        ("http.route", rule.into()),
+        ("url.path", req.uri().path().into()),
+        ("url.scheme", txn.scheme().as_str().into()),
+        ("server.address", txn.host_name().into()),
+        ("server.port", txn.conn.local.port().into()),
+        ("client.address", client.value()),
+        (
+            "network.peer.address",
+            peer_text.as_ref().unwrap_or(&client).value(),
+        ),
+        ("network.protocol.version", version.into()),
+    ]);
+    if let Some(ua) = h.get(http::header::USER_AGENT) {
+        t.attr("user_agent.original", rampart_otel::Value::Bytes(ua.as_bytes()));
     }
     t
 }

@@ -166,12 +166,19 @@ fn deliver_event(
     status: http::StatusCode,
     failure: Option<String>,
 ) {
-    t.attr("http.response.status_code", status.as_u16());
-    if let Some(o) = txn.outcome {
-        if let Ok(s) = o.cache_status().to_str() {
-            t.attr("rampart.cache_status", s);
+    match txn.outcome {
+        Some(o) => {
+            let cache_status = o.cache_status();
+            t.attrs(&[
+                ("http.response.status_code", status.as_u16().into()),
+                (
+                    "rampart.cache_status",
+                    rampart_otel::Value::Bytes(cache_status.as_bytes()),
+                ),
+                ("rampart.cache", o.label().as_str().into()),
+            ]);
         }
-        t.attr("rampart.cache", o.label().as_str());
+        None => t.attr("http.response.status_code", status.as_u16()),
     }
     if status.is_server_error() {
         t.attr("error.type", status.as_str());

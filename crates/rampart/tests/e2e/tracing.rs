@@ -154,7 +154,12 @@ async fn a_clients_trace_goes_on_through_rampart_to_the_origin() {
     assert_eq!(tag(exchange, "server.address").unwrap(), "127.0.0.1");
     assert_eq!(tag(exchange, "rampart.origin.attempts").unwrap(), 1);
     assert_eq!(tag(exchange, "http.response.status_code").unwrap(), 200);
-    event(exchange, "attempt");
+    assert!(tag(exchange, "rampart.origin.time_to_head_us").is_some());
+    // The origin answered at the first attempt: no failed attempt to show.
+    assert!(
+        exchange["logs"].as_array().is_none_or(|l| l.is_empty()),
+        "{exchange:#}"
+    );
     let service = &t["processes"][server["processID"].as_str().unwrap()];
     assert_eq!(service["serviceName"], "rampart-e2e");
     assert!(
@@ -209,6 +214,46 @@ async fn a_clients_trace_goes_on_through_rampart_to_the_origin() {
     let server = span_named(&spans(&t), "GET *").clone();
     assert_eq!(tag(&server, "network.protocol.version").unwrap(), "2");
     assert_eq!(parts(&seen_traceparent(&origin)).0, h2_trace);
+}
+
+/// An origin that cannot be reached is an `attempt` event (its error) in the exchange's span,
+/// and the origin that answered next is the span's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_origin_is_an_attempt_in_the_exchange() {
+    let jaeger = Jaeger::start();
+    let origin = Origin::new().route("*", Reply::text("live")).start().await;
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed_port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let proxy = Proxy::start(&format!(
+        "listen = [\"127.0.0.1:0\"]\nworkers = 1\n{}\n[[proxy_rules]]\ndomain = \"lb.example\"\n\
+         max_age_seconds = 0\nupstreams = [\"127.0.0.1:{closed_port}\", \"127.0.0.1:{}\"]\n",
+        tracing_keys(&jaeger.otlp_http(), "http/protobuf"),
+        origin.port()
+    ));
+    let trace = "1f2e3d4c5b6a79880f1e2d3c4b5a6978";
+    let got = fetch(
+        req(&proxy, "lb.example", "/")
+            .header("traceparent", format!("00-{trace}-{CLIENT_SPAN}-01")),
+    )
+    .await;
+    assert_eq!((got.status.as_u16(), got.text()), (200, "live".to_owned()));
+    let t = jaeger
+        .trace_with_spans(trace, 2, Duration::from_secs(15))
+        .unwrap_or_else(|| panic!("no trace in Jaeger:\n{}", jaeger.log_tail()));
+    let all = spans(&t);
+    let exchange = span_named(&all, "origin");
+    assert_eq!(tag(exchange, "rampart.origin.attempts").unwrap(), 2);
+    assert_eq!(
+        tag(exchange, "server.port").unwrap(),
+        u64::from(origin.port())
+    );
+    assert_eq!(tag(exchange, "http.response.status_code").unwrap(), 200);
+    let failed = event(exchange, "attempt");
+    assert_eq!(tag(failed, "server.port").unwrap(), u64::from(closed_port));
+    assert_eq!(tag(failed, "error.type").unwrap(), "connect");
+    assert!(tag(failed, "rampart.error").is_some(), "{failed:#}");
+    assert!(tag(exchange, "otel.status_code").is_none(), "{exchange:#}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
