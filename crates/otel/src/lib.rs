@@ -165,8 +165,8 @@ impl Tracer {
     }
 }
 
-/// The room a server span's bytes start with: a hit's span with a user agent fits.
-const SPAN_CAPACITY: usize = 768;
+/// The room a server span's bytes start with: a hit's or a pass's span with a user agent fits.
+const SPAN_CAPACITY: usize = 1024;
 /// The room a child span's bytes start with: an origin exchange of one attempt fits.
 const CHILD_CAPACITY: usize = 512;
 
