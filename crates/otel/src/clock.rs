@@ -59,7 +59,8 @@ impl Clock {
     #[inline]
     pub(crate) fn nanos(&self, t: Instant) -> u64 {
         // In u64 (`as_nanos` is a u128 multiplication).
-        let nanos = |d: std::time::Duration| d.as_secs() * 1_000_000_000 + u64::from(d.subsec_nanos());
+        let nanos =
+            |d: std::time::Duration| d.as_secs() * 1_000_000_000 + u64::from(d.subsec_nanos());
         match t.checked_duration_since(self.anchor) {
             Some(d) => self.unix_at_anchor + nanos(d),
             None => self
@@ -93,6 +94,5 @@ mod tests {
         assert!(c.nanos(before) < c.now());
         let (now, then) = (c.now(), c.nanos(before));
         assert!(now - then >= 5_000_000, "{now} {then} {c:?} {before:?}");
-
     }
 }

@@ -157,7 +157,11 @@ impl Exporter {
                 chunk: Mutex::new(Chunk::default()),
                 shared: self.shared.clone(),
             });
-            let mut slots = self.shared.slots.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut slots = self
+                .shared
+                .slots
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
             slots.retain(|s| s.strong_count() > 0);
             slots.push(Arc::downgrade(&slot));
             slot
@@ -199,7 +203,11 @@ impl Drop for Exporter {
 impl Shared {
     /// An empty buffer for a batch: a kept one, or a new one with room for `room` bytes.
     fn buffer(&self, room: usize) -> Vec<u8> {
-        let kept = self.pool.lock().unwrap_or_else(PoisonError::into_inner).pop();
+        let kept = self
+            .pool
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
         kept.unwrap_or_else(|| Vec::with_capacity(room))
     }
 

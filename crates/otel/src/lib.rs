@@ -657,8 +657,14 @@ mod tests {
         let spans = &req.resource_spans[0].scope_spans[0].spans;
         assert_eq!(spans.len(), 3);
         let server = spans.iter().find(|s| s.kind == 2).expect("server span");
-        let origin = spans.iter().find(|s| s.name == "origin").expect("origin span");
-        let wait = spans.iter().find(|s| s.name == "wait for fetch").expect("wait");
+        let origin = spans
+            .iter()
+            .find(|s| s.name == "origin")
+            .expect("origin span");
+        let wait = spans
+            .iter()
+            .find(|s| s.name == "wait for fetch")
+            .expect("wait");
         assert_eq!(server.name, "GET www.example.com");
         assert_eq!(server.parent_span_id, hex("00f067aa0ba902b7"));
         assert_eq!(server.trace_state, "congo=t61rcWkgMzE");
@@ -675,12 +681,18 @@ mod tests {
                 .find(|a| a.key == k)
                 .and_then(|a| a.value.as_ref()?.value.clone())
         };
-        assert_eq!(attr(server, "url.path"), Some(Any::StringValue("/x".into())));
+        assert_eq!(
+            attr(server, "url.path"),
+            Some(Any::StringValue("/x".into()))
+        );
         assert_eq!(
             attr(server, "client.address"),
             Some(Any::StringValue("192.0.2.1".into()))
         );
-        assert_eq!(attr(server, "http.response.body.size"), Some(Any::IntValue(12)));
+        assert_eq!(
+            attr(server, "http.response.body.size"),
+            Some(Any::IntValue(12))
+        );
         assert_eq!(server.events[0].name, "recv");
         let status = server.status.as_ref().expect("status");
         assert_eq!((status.code, status.message.len()), (2, otlp::MAX_TEXT));

@@ -453,8 +453,18 @@ mod tests {
         attr(&mut s, SPAN_ATTRIBUTE, "http.request.method", &"GET".into());
         let long = "/a?b=1".repeat(50);
         attr(&mut s, SPAN_ATTRIBUTE, "url.path", &long.as_str().into());
-        attr(&mut s, SPAN_ATTRIBUTE, "user_agent.original", &"é".repeat(600).as_str().into());
-        attr(&mut s, SPAN_ATTRIBUTE, "http.response.status_code", &200u16.into());
+        attr(
+            &mut s,
+            SPAN_ATTRIBUTE,
+            "user_agent.original",
+            &"é".repeat(600).as_str().into(),
+        );
+        attr(
+            &mut s,
+            SPAN_ATTRIBUTE,
+            "http.response.status_code",
+            &200u16.into(),
+        );
         attr(&mut s, SPAN_ATTRIBUTE, "rampart.negative", &Value::Int(-5));
         attr(&mut s, SPAN_ATTRIBUTE, "rampart.flag", &true.into());
         let v4: IpAddr = [203, 0, 113, 9].into();
@@ -462,7 +472,12 @@ mod tests {
         let v6: IpAddr = "2001:db8::1".parse().expect("v6");
         attr(&mut s, SPAN_ATTRIBUTE, "network.peer.address", &v6.into());
         attr(&mut s, SPAN_ATTRIBUTE, "server.port", &Value::Int(1 << 40));
-        event(&mut s, 1_700_000_000_000_100_000, "lookup", &[("rampart.cache", "hit".into())]);
+        event(
+            &mut s,
+            1_700_000_000_000_100_000,
+            "lookup",
+            &[("rampart.cache", "hit".into())],
+        );
         event(&mut s, 1_700_000_000_000_200_000, "deliver", &[]);
         // The name comes late (any order is a message's).
         bytes(&mut s, SPAN_NAME, b"GET www.example.com");
@@ -500,7 +515,10 @@ mod tests {
         );
         let scope = &rs.scope_spans[0];
         assert_eq!(
-            scope.scope.as_ref().map(|s| (s.name.as_str(), s.version.as_str())),
+            scope
+                .scope
+                .as_ref()
+                .map(|s| (s.name.as_str(), s.version.as_str())),
             Some(("rampart", "1.0"))
         );
         assert_eq!(scope.spans.len(), 300);
@@ -521,8 +539,14 @@ mod tests {
                 .and_then(|a| a.value.as_ref())
                 .and_then(|v| v.value.clone())
         };
-        assert_eq!(attr("http.request.method"), Some(Any::StringValue("GET".into())));
-        assert_eq!(attr("url.path"), Some(Any::StringValue("/a?b=1".repeat(50))));
+        assert_eq!(
+            attr("http.request.method"),
+            Some(Any::StringValue("GET".into()))
+        );
+        assert_eq!(
+            attr("url.path"),
+            Some(Any::StringValue("/a?b=1".repeat(50)))
+        );
         // Cut at 1 KiB, on a character's boundary.
         assert_eq!(
             attr("user_agent.original"),
@@ -546,7 +570,10 @@ mod tests {
         assert_eq!(s.events[0].attributes[0].key, "rampart.cache");
         assert!(s.events[1].attributes.is_empty());
         let status = s.status.as_ref().expect("status");
-        assert_eq!((status.code, status.message.as_str()), (2, "origin refused"));
+        assert_eq!(
+            (status.code, status.message.as_str()),
+            (2, "origin refused")
+        );
     }
 
     #[test]
@@ -557,13 +584,21 @@ mod tests {
         let two = "é".repeat(600);
         assert_eq!(text(two.as_bytes()), "é".repeat(512).as_bytes());
         let odd = format!("a{two}");
-        assert_eq!(text(odd.as_bytes()), format!("a{}", "é".repeat(511)).as_bytes());
+        assert_eq!(
+            text(odd.as_bytes()),
+            format!("a{}", "é".repeat(511)).as_bytes()
+        );
         // obs-text that is not UTF-8 is not written as a string (a collector would refuse it).
         assert_eq!(text(b"caf\xe9"), b"");
         let mut out = Vec::new();
-        attr(&mut out, 1, "user_agent.original", &Value::Bytes(b"caf\xe9"));
-        let kv = opentelemetry_proto::tonic::common::v1::KeyValue::decode(&out[2..])
-            .expect("decodes");
+        attr(
+            &mut out,
+            1,
+            "user_agent.original",
+            &Value::Bytes(b"caf\xe9"),
+        );
+        let kv =
+            opentelemetry_proto::tonic::common::v1::KeyValue::decode(&out[2..]).expect("decodes");
         assert_eq!(
             kv.value.and_then(|v| v.value),
             Some(Any::StringValue(String::new()))
@@ -572,7 +607,16 @@ mod tests {
 
     #[test]
     fn varint_lengths_are_protobufs() {
-        for v in [0u64, 1, 127, 128, 16_383, 16_384, u64::from(u32::MAX), u64::MAX] {
+        for v in [
+            0u64,
+            1,
+            127,
+            128,
+            16_383,
+            16_384,
+            u64::from(u32::MAX),
+            u64::MAX,
+        ] {
             let mut out = Vec::new();
             varint(&mut out, v);
             assert_eq!(out.len(), varint_len(v), "{v}");

@@ -39,6 +39,15 @@ pub struct OriginFields {
 }
 
 impl OriginFields {
+    /// How many fields rampart sets and adds (for the room a head is written in).
+    pub fn len(&self) -> usize {
+        self.set.len() + self.added.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Room for what fetch sets on every request (Host, five forwarding fields, Via, the
     /// request id, the trace context) and a little more, made once.
     pub fn for_client(client: &Fields) -> Self {

@@ -191,7 +191,10 @@ fn begin_trace(
         ("network.protocol.version", version.into()),
     ]);
     if let Some(ua) = h.get(http::header::USER_AGENT) {
-        t.attr("user_agent.original", rampart_otel::Value::Bytes(ua.as_bytes()));
+        t.attr(
+            "user_agent.original",
+            rampart_otel::Value::Bytes(ua.as_bytes()),
+        );
     }
     t
 }

@@ -101,7 +101,9 @@ impl H1Client {
         let method = &head.method;
         let head_request = *method == Method::HEAD;
         let framing = framing_of(&body, carries_length(method));
-        let mut out = Vec::with_capacity(256 + 32 * head.headers.len());
+        // Room for the client's fields and rampart's (a `traceparent`, 70 bytes, took it past
+        // a guess without rampart's: a reallocation, ~300 instructions, callgrind).
+        let mut out = Vec::with_capacity(256 + 32 * head.headers.len() + 40 * fields.len());
         request_head(&mut out, head, fields, framing, !self.pool.keeps());
         let mut upload = Upload::new(Bytes::from(out), body, framing);
         let idempotent = method.is_idempotent();
