@@ -39,7 +39,7 @@ pub struct Stats {
     /// Spans in exports that failed (the collector refused them, was unreachable, or did not
     /// answer in time).
     pub failed: AtomicU64,
-    /// Spans waiting in the queue now.
+    /// Spans waiting in the queue now (the batch being sent among them).
     pub queued: AtomicU64,
     /// Exports sent (batches), whatever their result.
     pub batches: AtomicU64,
@@ -71,6 +71,9 @@ pub(crate) struct Shared {
     pool_size: usize,
     /// Span times as Unix time (refreshed by the exporter thread each interval).
     pub(crate) wall: WallClock,
+    /// The exporter thread has ended: spans still written (a request that outlived a reload
+    /// that stopped or replaced tracing) are dropped and counted, and nothing is kept.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 /// Encoded spans (`ScopeSpans.spans` entries) and how many.
@@ -78,6 +81,8 @@ pub(crate) struct Shared {
 struct Chunk {
     bytes: Vec<u8>,
     spans: u32,
+    /// Counted in `Stats::queued` (handed to the queue, not taken by a sweep) until it is sent.
+    queued: bool,
 }
 
 /// One thread's spans gathering into a batch.
@@ -110,6 +115,7 @@ impl Exporter {
             pool: Mutex::new(Vec::new()),
             pool_size: 4 + config.queue_size.div_ceil(config.batch_size.max(1)),
             wall: WallClock::new(),
+            closed: std::sync::atomic::AtomicBool::new(false),
         });
         let (stop, stopped) = watch::channel(false);
         let (done_tx, done_rx) = std::sync::mpsc::channel();
@@ -222,8 +228,9 @@ impl Shared {
 
     /// Queues a batch, or drops and counts it when the queue is full (a batch larger than the
     /// queue goes when the queue is empty).
-    fn hand_off(&self, chunk: Chunk) {
+    fn hand_off(&self, mut chunk: Chunk) {
         let n = u64::from(chunk.spans);
+        chunk.queued = true;
         let before = self.stats.queued.fetch_add(n, Ordering::Relaxed);
         if before > 0 && before + n > self.queue_size {
             self.stats.queued.fetch_sub(n, Ordering::Relaxed);
@@ -245,7 +252,16 @@ impl Slot {
     /// the queue.
     pub(crate) fn write(&self, write: impl FnOnce(&mut Vec<u8>) -> u32) {
         let mut chunk = self.chunk.lock().unwrap_or_else(PoisonError::into_inner);
-        chunk.spans += write(&mut chunk.bytes);
+        let n = write(&mut chunk.bytes);
+        chunk.spans += n;
+        if self.shared.closed.load(Ordering::Relaxed) {
+            self.shared
+                .stats
+                .dropped
+                .fetch_add(u64::from(chunk.spans), Ordering::Relaxed);
+            *chunk = Chunk::default();
+            return;
+        }
         if chunk.spans < self.shared.batch_size {
             return;
         }
@@ -254,7 +270,7 @@ impl Slot {
             &mut *chunk,
             Chunk {
                 bytes: self.shared.buffer(room),
-                spans: 0,
+                ..Chunk::default()
             },
         );
         drop(chunk);
@@ -272,7 +288,7 @@ impl Slot {
             &mut *chunk,
             Chunk {
                 bytes: self.shared.buffer(room),
-                spans: 0,
+                ..Chunk::default()
             },
         ))
     }
@@ -345,6 +361,10 @@ impl Run {
                     _ = self.stopped.changed() => last = true,
                 }
             }
+            if last {
+                // What is sent from now on is dropped and counted by its sender.
+                self.rx.close();
+            }
             // Every interval (and at the end): what every thread has gathered.
             let now = tokio::time::Instant::now();
             if last || now >= sweep_at {
@@ -359,31 +379,39 @@ impl Run {
                 pending.extend(slots.iter().filter_map(|s| s.upgrade()?.take()));
             }
             while let Ok(chunk) = self.rx.try_recv() {
-                self.shared
-                    .stats
-                    .queued
-                    .fetch_sub(u64::from(chunk.spans), Ordering::Relaxed);
                 pending.push(chunk);
             }
             self.export(&mut pending).await;
             if last {
+                // Slots that threads still hold keep no buffers of this exporter's.
+                self.shared.closed.store(true, Ordering::Relaxed);
+                self.shared
+                    .pool
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .clear();
                 return;
             }
         }
     }
 
-    /// Sends `pending` (batches of at least `tracing_batch_size` spans, gathered chunks put
-    /// together, the last what is left) and empties it.
+    /// Sends `pending` (gathered chunks put together up to `tracing_batch_size` spans; a
+    /// chunk is never split) and empties it. Queued spans stay counted in `queued` until their
+    /// export is over, so the queue's bound counts the batch being sent.
     async fn export(&mut self, pending: &mut Vec<Chunk>) {
         let batch_size = self.shared.batch_size;
         let mut chunks = pending.drain(..).peekable();
         while chunks.peek().is_some() {
             let mut group = Vec::new();
-            let (mut spans, mut len) = (0u32, 0usize);
-            while spans < batch_size {
-                let Some(c) = chunks.next() else { break };
+            let (mut spans, mut len, mut queued) = (0u32, 0usize, 0u64);
+            while let Some(c) =
+                chunks.next_if(|c| group.is_empty() || spans + c.spans <= batch_size)
+            {
                 spans += c.spans;
                 len += c.bytes.len();
+                if c.queued {
+                    queued += u64::from(c.spans);
+                }
                 group.push(c);
             }
             // The head, then the chunks as they are (each goes back to the pool when the
@@ -409,6 +437,10 @@ impl Run {
                 Ok(Err(e)) => self.failed(n, &e),
                 Err(_) => self.failed(n, &format!("no answer within {:?}", self.timeout)),
             }
+            self.shared
+                .stats
+                .queued
+                .fetch_sub(queued, Ordering::Relaxed);
         }
     }
 

@@ -87,12 +87,16 @@ pub async fn recv(
     if let Some(redirect) = redirect_to_https(txn, req, w.https_port) {
         return Ok(Step::Done(Box::new(redirect)));
     }
-    if let Err(e) = screen(w, txn, req).await {
+    let screened = screen(w, txn, req).await;
+    if txn.traced().is_some() {
+        trace_addresses(txn);
+    }
+    if let Err(e) = screened {
         open_log(w, txn, req);
         remember_refusal(txn, req, &e);
         return Err(e);
     }
-    if let Some(t) = txn.trace.as_mut().filter(|t| t.sampled()) {
+    if let Some(t) = txn.traced() {
         t.event("recv", &[("rampart.screening", "passed".into())]);
     }
     if admin::is_purge(req.method()) {
@@ -172,22 +176,12 @@ fn begin_trace(
         Version::HTTP_3 => "3",
         _ => "1.1",
     };
-    // The client's address and the peer's are one formatting when they are the same (no
-    // trusted proxy in between).
-    let peer = txn.conn.peer.ip();
-    let client = rampart_otel::IpText::new(&txn.client);
-    let peer_text = (peer != txn.client).then(|| rampart_otel::IpText::new(&peer));
     t.attrs(&[
         ("http.route", rule.into()),
         ("url.path", req.uri().path().into()),
         ("url.scheme", txn.scheme().as_str().into()),
         ("server.address", txn.host_name().into()),
         ("server.port", txn.conn.local.port().into()),
-        ("client.address", client.value()),
-        (
-            "network.peer.address",
-            peer_text.as_ref().unwrap_or(&client).value(),
-        ),
         ("network.protocol.version", version.into()),
     ]);
     if let Some(ua) = h.get(http::header::USER_AGENT) {
@@ -197,6 +191,25 @@ fn begin_trace(
         );
     }
     t
+}
+
+/// The client's address (known once screening has read `X-Forwarded-For` from a trusted
+/// proxy) and the TCP peer's, in the server span: one formatting when they are the same.
+#[inline(never)]
+fn trace_addresses(txn: &mut Txn) {
+    let (client, peer) = (txn.client, txn.conn.peer.ip());
+    let Some(t) = txn.traced() else {
+        return;
+    };
+    let client_text = rampart_otel::IpText::new(&client);
+    let peer_text = (peer != client).then(|| rampart_otel::IpText::new(&peer));
+    t.attrs(&[
+        ("client.address", client_text.value()),
+        (
+            "network.peer.address",
+            peer_text.as_ref().unwrap_or(&client_text).value(),
+        ),
+    ]);
 }
 
 /// The name of a standard method (RFC 9110 and PATCH), as a constant; `None` for any other.

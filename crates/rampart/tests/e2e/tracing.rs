@@ -217,7 +217,8 @@ async fn a_clients_trace_goes_on_through_rampart_to_the_origin() {
 }
 
 /// An origin that cannot be reached is an `attempt` event (its error) in the exchange's span,
-/// and the origin that answered next is the span's.
+/// and the origin that answered next is the span's. Behind a trusted proxy, the client's
+/// address is the one `X-Forwarded-For` names, the peer's the proxy's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_origin_is_an_attempt_in_the_exchange() {
     let jaeger = Jaeger::start();
@@ -226,7 +227,8 @@ async fn a_failed_origin_is_an_attempt_in_the_exchange() {
     let closed_port = closed.local_addr().unwrap().port();
     drop(closed);
     let proxy = Proxy::start(&format!(
-        "listen = [\"127.0.0.1:0\"]\nworkers = 1\n{}\n[[proxy_rules]]\ndomain = \"lb.example\"\n\
+        "listen = [\"127.0.0.1:0\"]\nworkers = 1\ntrusted_proxies = [\"127.0.0.1\"]\n{}\n\
+         [[proxy_rules]]\ndomain = \"lb.example\"\n\
          max_age_seconds = 0\nupstreams = [\"127.0.0.1:{closed_port}\", \"127.0.0.1:{}\"]\n",
         tracing_keys(&jaeger.otlp_http(), "http/protobuf"),
         origin.port()
@@ -234,7 +236,8 @@ async fn a_failed_origin_is_an_attempt_in_the_exchange() {
     let trace = "1f2e3d4c5b6a79880f1e2d3c4b5a6978";
     let got = fetch(
         req(&proxy, "lb.example", "/")
-            .header("traceparent", format!("00-{trace}-{CLIENT_SPAN}-01")),
+            .header("traceparent", format!("00-{trace}-{CLIENT_SPAN}-01"))
+            .header("x-forwarded-for", "203.0.113.7"),
     )
     .await;
     assert_eq!((got.status.as_u16(), got.text()), (200, "live".to_owned()));
@@ -242,6 +245,9 @@ async fn a_failed_origin_is_an_attempt_in_the_exchange() {
         .trace_with_spans(trace, 2, Duration::from_secs(15))
         .unwrap_or_else(|| panic!("no trace in Jaeger:\n{}", jaeger.log_tail()));
     let all = spans(&t);
+    let server = span_named(&all, "GET lb.example");
+    assert_eq!(tag(server, "client.address").unwrap(), "203.0.113.7");
+    assert_eq!(tag(server, "network.peer.address").unwrap(), "127.0.0.1");
     let exchange = span_named(&all, "origin");
     assert_eq!(tag(exchange, "rampart.origin.attempts").unwrap(), 2);
     assert_eq!(
