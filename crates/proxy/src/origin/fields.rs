@@ -36,16 +36,20 @@ pub struct OriginFields {
     named: Vec<HeaderName>,
     /// Fields a rule's `request_headers` adds, after the client's.
     added: Vec<(HeaderName, HeaderValue)>,
+    /// See [`OriginFields::add_room`].
+    room: usize,
 }
 
 impl OriginFields {
-    /// How many fields rampart sets and adds (for the room a head is written in).
-    pub fn len(&self) -> usize {
-        self.set.len() + self.added.len()
+    /// Bytes to add to the room a head is written in, for fields larger than most (the trace
+    /// context): asked for by whoever sets them, so a request without them keeps its size.
+    pub fn add_room(&mut self, bytes: usize) {
+        self.room += bytes;
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+    /// See [`OriginFields::add_room`].
+    pub fn room(&self) -> usize {
+        self.room
     }
 
     /// Room for what fetch sets on every request (Host, five forwarding fields, Via, the
@@ -64,6 +68,7 @@ impl OriginFields {
             set: Vec::with_capacity(12),
             named,
             added: Vec::new(),
+            room: 0,
         }
     }
 

@@ -186,6 +186,7 @@ fn trace_context(
 ) {
     use rampart_otel::{TRACEPARENT, TRACESTATE};
     let (parent, state) = t.outgoing();
+    fields.add_room(16 + parent.len() + state.map_or(0, |s| 16 + s.len()));
     fields.set(TRACEPARENT.clone(), parent);
     match state {
         Some(s) => fields.set(TRACESTATE.clone(), s.clone()),

@@ -87,17 +87,19 @@ pub async fn recv(
     if let Some(redirect) = redirect_to_https(txn, req, w.https_port) {
         return Ok(Step::Done(Box::new(redirect)));
     }
-    let screened = screen(w, txn, req).await;
-    if txn.traced().is_some() {
-        trace_addresses(txn);
-    }
-    if let Err(e) = screened {
+    if let Err(e) = screen(w, txn, req).await {
+        if txn.trace.is_some() {
+            trace_addresses(txn);
+        }
         open_log(w, txn, req);
         remember_refusal(txn, req, &e);
         return Err(e);
     }
-    if let Some(t) = txn.traced() {
-        t.event("recv", &[("rampart.screening", "passed".into())]);
+    if txn.trace.is_some() {
+        trace_addresses(txn);
+        if let Some(t) = txn.traced() {
+            t.event("recv", &[("rampart.screening", "passed".into())]);
+        }
     }
     if admin::is_purge(req.method()) {
         let purge = admin::Purge {
