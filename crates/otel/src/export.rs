@@ -416,7 +416,7 @@ impl Run {
             }
             // The head, then the chunks as they are (each goes back to the pool when the
             // client is done with it).
-            let mut head = Vec::with_capacity(GRPC_PREFIX + 32 + self.resource.len());
+            let mut head = Vec::with_capacity(GRPC_PREFIX + 32 + self.resource.encoded_len());
             head.resize(GRPC_PREFIX, 0);
             self.resource.request_head(len, &mut head);
             let mut frames = Vec::with_capacity(group.len() + 1);

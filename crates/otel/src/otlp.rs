@@ -415,7 +415,7 @@ impl Resource {
     }
 
     /// The bytes of the resource and scope.
-    pub fn len(&self) -> usize {
+    pub fn encoded_len(&self) -> usize {
         self.resource.len() + self.scope.len()
     }
 

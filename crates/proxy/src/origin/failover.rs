@@ -272,7 +272,7 @@ mod tests {
             "[2001:db8::1]",
             "user@origin.example:81",
         ] {
-            let auth: http::uri::Authority = a.parse().unwrap();
+            let auth: http::uri::Authority = a.parse().expect("an authority");
             assert_eq!(
                 super::host_port(&auth),
                 (auth.host(), auth.port_u16()),
