@@ -219,6 +219,9 @@ impl Shared {
 
     /// Keeps a sent batch's buffer for another batch.
     fn keep(&self, mut buf: Vec<u8>) {
+        if self.closed.load(Ordering::Relaxed) {
+            return;
+        }
         buf.clear();
         let mut pool = self.pool.lock().unwrap_or_else(PoisonError::into_inner);
         if pool.len() < self.pool_size {
@@ -275,6 +278,14 @@ impl Slot {
         );
         drop(chunk);
         self.shared.hand_off(full);
+    }
+
+    /// What has gathered and the buffer, for the exporter thread's last sweep (the slot keeps
+    /// nothing of an exporter that has ended).
+    fn take_all(&self) -> Option<Chunk> {
+        let mut chunk = self.chunk.lock().unwrap_or_else(PoisonError::into_inner);
+        let chunk = std::mem::take(&mut *chunk);
+        (chunk.spans > 0).then_some(chunk)
     }
 
     /// What has gathered, for the exporter thread.
@@ -362,8 +373,9 @@ impl Run {
                 }
             }
             if last {
-                // What is sent from now on is dropped and counted by its sender.
+                // What is sent or written from now on is dropped and counted by its sender.
                 self.rx.close();
+                self.shared.closed.store(true, Ordering::Relaxed);
             }
             // Every interval (and at the end): what every thread has gathered.
             let now = tokio::time::Instant::now();
@@ -376,15 +388,30 @@ impl Run {
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
                     .clone();
-                pending.extend(slots.iter().filter_map(|s| s.upgrade()?.take()));
+                let slots = slots.iter().filter_map(Weak::upgrade);
+                if last {
+                    pending.extend(slots.filter_map(|s| s.take_all()));
+                } else {
+                    pending.extend(slots.filter_map(|s| s.take()));
+                }
             }
             while let Ok(chunk) = self.rx.try_recv() {
                 pending.push(chunk);
             }
+            if last {
+                // A new exporter (a reload) shares the counters: what this one still has to
+                // send must not hold its queue full while this one waits on its collector.
+                for c in &mut pending {
+                    if std::mem::take(&mut c.queued) {
+                        self.shared
+                            .stats
+                            .queued
+                            .fetch_sub(u64::from(c.spans), Ordering::Relaxed);
+                    }
+                }
+            }
             self.export(&mut pending).await;
             if last {
-                // Slots that threads still hold keep no buffers of this exporter's.
-                self.shared.closed.store(true, Ordering::Relaxed);
                 self.shared
                     .pool
                     .lock()

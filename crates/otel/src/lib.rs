@@ -215,6 +215,8 @@ struct Child {
     span_id: SpanId,
     /// Its fields (an OTLP `Span`'s, without its length).
     span: Vec<u8>,
+    /// Attributes written when it ends unless replaced before ([`RequestTrace::child_attrs_at_end`]).
+    deferred: Vec<u8>,
     status: Option<String>,
     ended: bool,
 }
@@ -335,6 +337,7 @@ impl RequestTrace {
         r.children.push(Child {
             span_id,
             span,
+            deferred: Vec::new(),
             status: None,
             ended: false,
         });
@@ -369,6 +372,17 @@ impl RequestTrace {
         }
     }
 
+    /// Attributes for a child span that it gets when it ends, in place of any given before
+    /// (the origin tried last, when none answers).
+    pub fn child_attrs_at_end(&mut self, c: Option<ChildRef>, attrs: &[Attr<'_>]) {
+        if let Some((_, s)) = self.child_mut(c) {
+            s.deferred.clear();
+            for (k, v) in attrs {
+                otlp::attr(&mut s.deferred, SPAN_ATTRIBUTE, k, v);
+            }
+        }
+    }
+
     /// Adds an event to a child span, at this moment.
     pub fn child_event(&mut self, c: Option<ChildRef>, name: &str, attrs: &[Attr<'_>]) {
         if let Some((clock, s)) = self.child_mut(c) {
@@ -399,6 +413,7 @@ impl RequestTrace {
 
 impl Child {
     fn end(&mut self, at: u64) {
+        self.span.extend_from_slice(&self.deferred);
         otlp::fixed64(&mut self.span, SPAN_END, at);
         if let Some(e) = &self.status {
             otlp::error_status(&mut self.span, e);
@@ -630,6 +645,8 @@ mod tests {
         r.child_error(c, "the origin answered 503");
         r.end_child(c);
         let w = r.child("wait for fetch", Kind::Internal);
+        r.child_attrs_at_end(w, &[("server.address", "first.test".into())]);
+        r.child_attrs_at_end(w, &[("server.address", "second.test".into())]);
         r.sent(12);
         r.error("x".repeat(5000));
         r.end();
@@ -675,6 +692,15 @@ mod tests {
         assert!(server.start_time_unix_nano <= origin.start_time_unix_nano);
         assert!(origin.end_time_unix_nano <= server.end_time_unix_nano);
         assert_eq!(wait.end_time_unix_nano, server.end_time_unix_nano);
+        // Attributes for the end: the last given, once.
+        assert_eq!(wait.attributes.len(), 1);
+        assert_eq!(
+            wait.attributes[0]
+                .value
+                .as_ref()
+                .and_then(|v| v.value.clone()),
+            Some(Any::StringValue("second.test".into()))
+        );
         let attr = |s: &opentelemetry_proto::tonic::trace::v1::Span, k: &str| {
             s.attributes
                 .iter()

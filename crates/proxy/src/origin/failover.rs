@@ -131,8 +131,8 @@ pub async fn send<T>(
 
 /// The origin exchange's span, when the request records one: an `attempt` event per origin
 /// that failed (its error and how long it took to fail); the origin that answered, its status
-/// and time to the answer's head as the span's attributes, and the number of attempts when it
-/// ends. (Nothing more is kept in it: it is part of every request's future, traced or not, and
+/// and time to the answer's head as the span's attributes (or, when none did, the address of
+/// the last tried), and the number of attempts when it ends. (Nothing more is kept in it: it is part of every request's future, traced or not, and
 /// a larger future moved a pass's allocations to another size class, ~400 instructions of the
 /// allocator's, callgrind.)
 struct Exchange {
@@ -170,9 +170,11 @@ impl Exchange {
             n += 1;
         }
         let error;
+        let address = n;
         match sent {
             // The origin that answered is the span's.
             Ok(res) => {
+                t.child_attrs_at_end(self.span, &[]);
                 let status = res.status();
                 attrs[n] = ("http.response.status_code", status.as_u16().into());
                 attrs[n + 1] = ("rampart.origin.time_to_head_us", took.into());
@@ -188,8 +190,10 @@ impl Exchange {
                     t.child_error(self.span, format!("the origin answered {status}"));
                 }
             }
-            // One that failed is an event, with its error.
+            // One that failed is an event, with its error; the span names it when no origin
+            // answers after it.
             Err(e) => {
+                t.child_attrs_at_end(self.span, &attrs[..address]);
                 error = Chain(e).to_string();
                 let kind = OriginErrorKind::of(e).map_or("other", |k| k.label());
                 attrs[n] = ("error.type", kind.into());

@@ -85,18 +85,23 @@ pub async fn recv(
         metrics.seen(txn.host(), req.uri().path());
     }
     if let Some(redirect) = redirect_to_https(txn, req, w.https_port) {
+        if txn.trace.is_some() {
+            // Before screening: the client as screening would read it.
+            let client = w.screen.client_ip(txn.conn.client_ip, req.headers());
+            trace_addresses(txn, client);
+        }
         return Ok(Step::Done(Box::new(redirect)));
     }
     if let Err(e) = screen(w, txn, req).await {
         if txn.trace.is_some() {
-            trace_addresses(txn);
+            trace_addresses(txn, txn.client);
         }
         open_log(w, txn, req);
         remember_refusal(txn, req, &e);
         return Err(e);
     }
     if txn.trace.is_some() {
-        trace_addresses(txn);
+        trace_addresses(txn, txn.client);
         if let Some(t) = txn.traced() {
             t.event("recv", &[("rampart.screening", "passed".into())]);
         }
@@ -198,8 +203,8 @@ fn begin_trace(
 /// The client's address (known once screening has read `X-Forwarded-For` from a trusted
 /// proxy) and the TCP peer's, in the server span: one formatting when they are the same.
 #[inline(never)]
-fn trace_addresses(txn: &mut Txn) {
-    let (client, peer) = (txn.client, txn.conn.peer.ip());
+fn trace_addresses(txn: &mut Txn, client: std::net::IpAddr) {
+    let peer = txn.conn.peer.ip();
     let Some(t) = txn.traced() else {
         return;
     };

@@ -229,7 +229,9 @@ async fn a_failed_origin_is_an_attempt_in_the_exchange() {
     let proxy = Proxy::start(&format!(
         "listen = [\"127.0.0.1:0\"]\nworkers = 1\ntrusted_proxies = [\"127.0.0.1\"]\n{}\n\
          [[proxy_rules]]\ndomain = \"lb.example\"\n\
-         max_age_seconds = 0\nupstreams = [\"127.0.0.1:{closed_port}\", \"127.0.0.1:{}\"]\n",
+         max_age_seconds = 0\nupstreams = [\"127.0.0.1:{closed_port}\", \"127.0.0.1:{}\"]\n\
+         [[proxy_rules]]\ndomain = \"down.example\"\nmax_age_seconds = 0\n\
+         upstreams = [\"127.0.0.1:{closed_port}\"]\n",
         tracing_keys(&jaeger.otlp_http(), "http/protobuf"),
         origin.port()
     ));
@@ -260,6 +262,30 @@ async fn a_failed_origin_is_an_attempt_in_the_exchange() {
     assert_eq!(tag(failed, "error.type").unwrap(), "connect");
     assert!(tag(failed, "rampart.error").is_some(), "{failed:#}");
     assert!(tag(exchange, "otel.status_code").is_none(), "{exchange:#}");
+
+    // No origin answers: the span names the one tried last, and is an error.
+    let down = "2f3e4d5c6b7a8998a0b1c2d3e4f50617";
+    let got = fetch(
+        req(&proxy, "down.example", "/")
+            .header("traceparent", format!("00-{down}-{CLIENT_SPAN}-01")),
+    )
+    .await;
+    assert_eq!(got.status.as_u16(), 502);
+    let t = jaeger
+        .trace_with_spans(down, 2, Duration::from_secs(15))
+        .unwrap_or_else(|| panic!("no trace in Jaeger:\n{}", jaeger.log_tail()));
+    let all = spans(&t);
+    let exchange = span_named(&all, "origin");
+    assert_eq!(tag(exchange, "server.address").unwrap(), "127.0.0.1");
+    assert_eq!(
+        tag(exchange, "server.port").unwrap(),
+        u64::from(closed_port)
+    );
+    assert_eq!(tag(exchange, "otel.status_code").unwrap(), "ERROR");
+    assert_eq!(
+        tag(event(exchange, "attempt"), "error.type").unwrap(),
+        "connect"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
