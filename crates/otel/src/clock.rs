@@ -3,8 +3,9 @@
 //! the exporter thread, not per request: [`WallClock`] keeps the Unix time of a fixed instant,
 //! so a step or slew of the system clock reaches the spans within one interval.
 //!
-//! (rustix's `clock_gettime`, which would save the arithmetic on a `Duration`, finds the vDSO
-//! by reading the ELF auxiliary vector itself: under valgrind that crashed the process.)
+//! (rustix's `clock_gettime`, which would save the arithmetic on a `Duration`, is not used: it
+//! finds the vDSO by reading the ELF auxiliary vector itself, which faults under valgrind, where
+//! rampart's instructions are counted.)
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Instant, SystemTime};

@@ -11,6 +11,7 @@
 //!   every export interval, whatever has gathered) go through a bounded queue to an exporter
 //!   thread that sends them over OTLP (gRPC or HTTP/protobuf), off the request path; a full
 //!   queue drops and counts.
+//! - `transport`: an export request over HTTP/protobuf or gRPC.
 //! - [`clock`]: span times from the monotonic clock, as Unix time.
 //!
 //! rampart records spans itself rather than through the `opentelemetry` SDK, and writes OTLP's
@@ -22,6 +23,7 @@ pub mod clock;
 pub mod context;
 pub mod export;
 pub mod otlp;
+mod transport;
 
 use std::net::IpAddr;
 use std::sync::Arc;

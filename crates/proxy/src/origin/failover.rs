@@ -132,9 +132,9 @@ pub async fn send<T>(
 /// The origin exchange's span, when the request records one: an `attempt` event per origin
 /// that failed (its error and how long it took to fail); the origin that answered, its status
 /// and time to the answer's head as the span's attributes (or, when none did, the address of
-/// the last tried), and the number of attempts when it ends. (Nothing more is kept in it: it is part of every request's future, traced or not, and
-/// a larger future moved a pass's allocations to another size class, ~400 instructions of the
-/// allocator's, callgrind.)
+/// the last tried), and the number of attempts when it ends. It holds nothing more: it is part
+/// of every request's future, traced or not, and a larger future puts a pass's allocations in a
+/// larger size class of the allocator (~400 instructions a pass, callgrind).
 struct Exchange {
     span: Option<ChildRef>,
     attempts: u32,

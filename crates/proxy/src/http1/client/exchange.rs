@@ -101,8 +101,9 @@ impl H1Client {
         let method = &head.method;
         let head_request = *method == Method::HEAD;
         let framing = framing_of(&body, carries_length(method));
-        // Room for the client's fields and rampart's (a `traceparent`, 70 bytes, took it past
-        // this guess: a reallocation, ~300 instructions, callgrind; its setter asks for room).
+        // Room for the client's fields and rampart's; a field larger than most (the
+        // `traceparent`, 70 bytes) asks for its room, or the buffer would grow (~300
+        // instructions, callgrind).
         let mut out = Vec::with_capacity(256 + 32 * head.headers.len() + fields.room());
         request_head(&mut out, head, fields, framing, !self.pool.keeps());
         let mut upload = Upload::new(Bytes::from(out), body, framing);
