@@ -32,7 +32,7 @@ use std::time::Instant;
 use http::header::HeaderValue;
 use rampart_config::{Sampler, TracingConfig};
 
-pub use context::{SpanId, TraceId};
+pub use context::{SpanId, TraceId, TraceParent};
 pub use export::{Exporter, Stats};
 pub use otlp::{Attr, IpText, Kind, Value};
 
@@ -250,7 +250,7 @@ impl RequestTrace {
     /// The `traceparent` and `tracestate` the next request to the origin gets (`None`: the
     /// client's `tracestate`, of a context not continued, is not sent on). Each exchange has a
     /// span id of its own: the first the one made with the trace, later ones new.
-    pub fn outgoing(&mut self) -> (HeaderValue, Option<&HeaderValue>) {
+    pub fn outgoing(&mut self) -> (TraceParent, Option<&HeaderValue>) {
         if self.origin_used && self.sampled() {
             self.origin_span = SpanId::random();
             self.origin_used = false;
@@ -264,7 +264,7 @@ impl RequestTrace {
             flags |= context::FLAG_RANDOM;
         }
         (
-            context::traceparent_with(self.trace_id, self.origin_span, flags),
+            TraceParent::new(self.trace_id, self.origin_span, flags),
             self.state.as_ref(),
         )
     }
@@ -324,6 +324,13 @@ impl RequestTrace {
     /// named "origin") takes the id already sent to the origin in `traceparent`.
     pub fn child(&mut self, name: &'static str, kind: Kind) -> Option<ChildRef> {
         self.recording.as_ref()?;
+        self.child_at(name, kind, Instant::now())
+    }
+
+    /// [`RequestTrace::child`] started at `at` (an instant the caller read anyway: a clock
+    /// reading is ~25 ns).
+    pub fn child_at(&mut self, name: &'static str, kind: Kind, at: Instant) -> Option<ChildRef> {
+        self.recording.as_ref()?;
         let span_id = if kind == Kind::Client && name == ORIGIN_SPAN && !self.origin_used {
             self.origin_used = true;
             self.origin_span
@@ -335,7 +342,11 @@ impl RequestTrace {
         let r = self.recording.as_mut()?;
         otlp::bytes(&mut span, SPAN_NAME, name.as_bytes());
         otlp::uint(&mut span, SPAN_KIND, kind as u64);
-        otlp::fixed64(&mut span, SPAN_START, r.clock.now());
+        otlp::fixed64(&mut span, SPAN_START, r.clock.nanos(at));
+        if r.children.capacity() == 0 {
+            // The origin exchange, and room for a wait before it.
+            r.children.reserve_exact(2);
+        }
         r.children.push(Child {
             span_id,
             span,
@@ -404,6 +415,14 @@ impl RequestTrace {
     pub fn end_child(&mut self, c: Option<ChildRef>) {
         if let Some((clock, s)) = self.child_mut(c) {
             let end = clock.now();
+            s.end(end);
+        }
+    }
+
+    /// Ends a child span at `at` (an instant the caller read anyway).
+    pub fn end_child_at(&mut self, c: Option<ChildRef>, at: Instant) {
+        if let Some((clock, s)) = self.child_mut(c) {
+            let end = clock.nanos(at);
             s.end(end);
         }
     }
@@ -578,7 +597,7 @@ mod tests {
         // A refetch: a second exchange in the same request.
         let second = r.outgoing().0;
         let c2 = r.child(ORIGIN_SPAN, Kind::Client);
-        let id = |v: &HeaderValue| {
+        let id = |v: &TraceParent| {
             context::parse_traceparent(v.as_bytes())
                 .expect("valid")
                 .span_id
@@ -587,9 +606,9 @@ mod tests {
         assert_eq!(r.child_span_id(c1), Some(id(&first)));
         assert_eq!(r.child_span_id(c2), Some(id(&second)));
         // The client's random flag goes on; rampart's own trace ids are random.
-        assert!(first.to_str().unwrap_or("").ends_with("-01"));
+        assert!(first.as_bytes().ends_with(b"-01"));
         let mut own = begin(&t, None, "127.0.0.1");
-        assert!(own.outgoing().0.to_str().unwrap_or("").ends_with("-03"));
+        assert!(own.outgoing().0.as_bytes().ends_with(b"-03"));
     }
 
     #[test]

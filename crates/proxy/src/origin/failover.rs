@@ -58,7 +58,7 @@ pub async fn send<T>(
     let mut body = Some(body);
     // The last failure, for the client when no origin answers.
     let mut last_err = None;
-    let mut span = Exchange::start(&mut a);
+    let mut span = Exchange::start();
     for member in origins.order() {
         let (shown, sent) = match pool_key(member, a.https, a.proxy_header.as_deref()) {
             Ok((shown, key, scheme)) => {
@@ -89,20 +89,21 @@ pub async fn send<T>(
                 let sent = client
                     .send(req, &key, scheme, protocol, a.interim, a.http1_only)
                     .await;
-                let took = sent_at.elapsed();
+                let answered = Instant::now();
+                let took = answered.duration_since(sent_at);
                 if let Some(l) = a.log.as_deref_mut() {
                     l.upstream_time = Some(took);
                 }
-                span.attempt(&mut a, shown, took, &sent);
+                span.attempt(&mut a, shown, (sent_at, answered), &sent);
                 record(origins, member, tls, took, &sent);
                 (shown, sent)
             }
             Err(e) => (&member.target.authority, Err(e)),
         };
         match sent {
+            // The exchange's span ended with the answer's head (`Exchange::attempt`).
             Ok(res) => {
                 origins.mark_up(member);
-                span.end(&mut a, None);
                 return Ok(done(res, head));
             }
             Err(e) if e.may_fail_over() => {
@@ -129,10 +130,11 @@ pub async fn send<T>(
     Err(e)
 }
 
-/// The origin exchange's span, when the request records one: an `attempt` event per origin
-/// that failed (its error and how long it took to fail); the origin that answered, its status
-/// and time to the answer's head as the span's attributes (or, when none did, the address of
-/// the last tried), and the number of attempts when it ends. It holds nothing more: it is part
+/// The origin exchange's span, when the request records one, from the first attempt's start to
+/// the answer's head (the instants fetch reads anyway): an `attempt` event per origin that
+/// failed (its error and how long it took to fail); the origin that answered, its status and
+/// time to the answer's head as the span's attributes (or, when none did, the address of the
+/// last tried), and the number of attempts when it ends. It holds nothing more: it is part
 /// of every request's future, traced or not, and a larger future puts a pass's allocations in a
 /// larger size class of the allocator (~400 instructions a pass, callgrind).
 struct Exchange {
@@ -141,28 +143,30 @@ struct Exchange {
 }
 
 impl Exchange {
-    fn start(a: &mut Attempt<'_>) -> Exchange {
-        let span = a
-            .trace
-            .as_deref_mut()
-            .and_then(|t| t.child(ORIGIN_SPAN, Kind::Client));
-        Exchange { span, attempts: 0 }
+    fn start() -> Exchange {
+        Exchange {
+            span: None,
+            attempts: 0,
+        }
     }
 
     fn attempt(
         &mut self,
         a: &mut Attempt<'_>,
         origin: &Authority,
-        took: std::time::Duration,
+        (sent_at, answered): (Instant, Instant),
         sent: &Result<Response<OriginBody>, ProxyError>,
     ) {
         self.attempts += 1;
         let Some(t) = a.trace.as_deref_mut() else {
             return;
         };
-        let took = took.as_micros() as u64;
+        if self.span.is_none() {
+            self.span = t.child_at(ORIGIN_SPAN, Kind::Client, sent_at);
+        }
+        let took = answered.duration_since(sent_at).as_micros() as u64;
         let (host, port) = host_port(origin);
-        let mut attrs: [Attr<'_>; 5] = [("", Value::Bool(false)); 5];
+        let mut attrs: [Attr<'_>; 6] = [("", Value::Bool(false)); 6];
         attrs[0] = ("server.address", host.into());
         let mut n = 1;
         if let Some(p) = port {
@@ -185,10 +189,12 @@ impl Exchange {
                     attrs[n] = ("error.type", status.as_str().into());
                     n += 1;
                 }
-                t.child_attrs(self.span, &attrs[..n]);
+                attrs[n] = ("rampart.origin.attempts", self.attempts.into());
+                t.child_attrs(self.span, &attrs[..n + 1]);
                 if failed {
                     t.child_error(self.span, format!("the origin answered {status}"));
                 }
+                t.end_child_at(self.span, answered);
             }
             // One that failed is an event, with its error; the span names it when no origin
             // answers after it.
@@ -205,10 +211,15 @@ impl Exchange {
         }
     }
 
-    fn end(&self, a: &mut Attempt<'_>, failed: Option<&ProxyError>) {
+    /// Ends the span of an exchange no origin answered.
+    fn end(&mut self, a: &mut Attempt<'_>, failed: Option<&ProxyError>) {
         let Some(t) = a.trace.as_deref_mut() else {
             return;
         };
+        // No origin was tried (none had a usable address).
+        if self.span.is_none() {
+            self.span = t.child(ORIGIN_SPAN, Kind::Client);
+        }
         t.child_attr(self.span, "rampart.origin.attempts", self.attempts);
         if let Some(e) = failed {
             t.child_error(self.span, Chain(e).to_string());
@@ -217,16 +228,24 @@ impl Exchange {
     }
 }
 
-/// An origin's host and port, for its span: `Authority::host` and `port_u16` search the text
-/// with the general string searchers, ~600 instructions for the two (callgrind); an origin's
-/// authority is `host:port` or `[v6]:port` (userinfo goes the general way).
+/// An origin's host and port, for its span, in one pass over its text: `Authority::host` and
+/// `port_u16` search it with the general string searchers, ~600 instructions for the two
+/// (callgrind). An origin's authority is `host:port` or `[v6]:port`; userinfo goes the general
+/// way.
 fn host_port(a: &Authority) -> (&str, Option<u16>) {
     let s = a.as_str();
-    if s.as_bytes().contains(&b'@') {
-        return (a.host(), a.port_u16());
+    let (mut colon, mut bracket) = (None, None);
+    for (i, b) in s.bytes().enumerate() {
+        match b {
+            b'@' => return (a.host(), a.port_u16()),
+            b':' => colon = Some(i),
+            b']' => bracket = Some(i),
+            _ => {}
+        }
     }
-    match s.bytes().rposition(|b| b == b':') {
-        Some(i) if !s[i..].contains(']') => (&s[..i], s[i + 1..].parse().ok()),
+    match colon {
+        // The last colon, after any `]`, starts the port.
+        Some(i) if bracket.is_none_or(|b| b < i) => (&s[..i], s[i + 1..].parse().ok()),
         _ => (s, None),
     }
 }
@@ -275,6 +294,7 @@ mod tests {
             "[::1]:9000",
             "[2001:db8::1]",
             "user@origin.example:81",
+            "user:secret@origin.example:82",
         ] {
             let auth: http::uri::Authority = a.parse().expect("an authority");
             assert_eq!(

@@ -36,6 +36,8 @@ pub struct OriginFields {
     named: Vec<HeaderName>,
     /// Fields a rule's `request_headers` adds, after the client's.
     added: Vec<(HeaderName, HeaderValue)>,
+    /// rampart's `traceparent` (see [`OriginFields::set_traceparent`]).
+    traceparent: Option<rampart_otel::TraceParent>,
     /// See [`OriginFields::add_room`].
     room: usize,
 }
@@ -68,12 +70,16 @@ impl OriginFields {
             set: Vec::with_capacity(12),
             named,
             added: Vec::new(),
+            traceparent: None,
             room: 0,
         }
     }
 
     /// A rule removes `name`: neither the client's fields of that name nor rampart's go.
     pub fn remove(&mut self, name: &HeaderName) {
+        if *name == rampart_otel::TRACEPARENT {
+            self.traceparent = None;
+        }
         self.set.retain(|(n, _)| n != name);
         self.added.retain(|(n, _)| n != name);
         self.named.push(name.clone());
@@ -81,6 +87,9 @@ impl OriginFields {
 
     /// A rule sets `name`: in place of the client's fields and of what rampart would set.
     pub fn replace(&mut self, name: HeaderName, value: HeaderValue) {
+        if name == rampart_otel::TRACEPARENT {
+            self.traceparent = None;
+        }
         self.set.retain(|(n, _)| *n != name);
         self.set.push((name, value));
     }
@@ -90,7 +99,8 @@ impl OriginFields {
         self.added.push((name, value));
     }
 
-    /// The value rampart sends for `name` in place of the client's, if it sets one.
+    /// The value rampart sends for `name` in place of the client's, if it sets one (not
+    /// rampart's `traceparent`, which is [`OriginFields::traceparent`]).
     pub fn get(&self, name: &HeaderName) -> Option<&HeaderValue> {
         self.set.iter().find(|(n, _)| n == name).map(|(_, v)| v)
     }
@@ -100,6 +110,19 @@ impl OriginFields {
     pub fn set(&mut self, name: HeaderName, value: HeaderValue) {
         debug_assert!(self.set.iter().all(|(n, _)| *n != name), "{name} set twice");
         self.set.push((name, value));
+    }
+
+    /// Sets rampart's `traceparent` in place of the client's. It is kept as text beside the
+    /// other fields: the HTTP/1.1 client writes it as it is (a `HeaderValue` made for every
+    /// traced request would cost an allocation and a check of each byte). A rule's
+    /// `request_headers` that set or remove `traceparent` replace it.
+    pub fn set_traceparent(&mut self, tp: rampart_otel::TraceParent) {
+        self.traceparent = Some(tp);
+    }
+
+    /// rampart's `traceparent`, when it sends one.
+    pub fn traceparent(&self) -> Option<&rampart_otel::TraceParent> {
+        self.traceparent.as_ref()
     }
 
     /// Whether the client's field `name` stops here whatever fetch sets: a hop-by-hop field
@@ -114,7 +137,9 @@ impl OriginFields {
     /// or replaced by one fetch sets.
     #[inline]
     pub fn skips(&self, name: &HeaderName) -> bool {
-        self.drops(name) || self.set.iter().any(|(n, _)| n == name && n != VIA)
+        self.drops(name)
+            || self.set.iter().any(|(n, _)| n == name && n != VIA)
+            || (self.traceparent.is_some() && *name == rampart_otel::TRACEPARENT)
     }
 
     /// The fields rampart sets that go before the client's (all but `Via`: `Host` first, as
@@ -138,9 +163,15 @@ impl OriginFields {
 
     /// The client's fields with these changes made, as one map (HTTP/2 origins).
     pub fn apply(&self, client: &Fields) -> Fields {
-        let mut h = Fields::with_capacity(client.len() + self.set.len());
+        let mut h = Fields::with_capacity(client.len() + self.set.len() + 1);
+        for (name, value) in self.before() {
+            h.append(name.clone(), value.clone());
+        }
+        if let Some(tp) = self.traceparent {
+            h.append(rampart_otel::TRACEPARENT.clone(), tp.to_header_value());
+        }
         let kept = client.iter().filter(|(n, _)| !self.skips(n));
-        for (name, value) in self.before().chain(kept).chain(self.after()) {
+        for (name, value) in kept.chain(self.after()) {
             h.append(name.clone(), value.clone());
         }
         h
@@ -196,5 +227,40 @@ mod tests {
             assert!(!out.contains_key(gone), "{gone} passed on");
         }
         assert_eq!(out.keys().count(), 4);
+    }
+
+    #[test]
+    fn rampart_s_traceparent_replaces_the_clients_until_a_rule_says_otherwise() {
+        let client = map(&[("traceparent", "00-client"), ("accept", "a")]);
+        let tp = rampart_otel::TraceParent::new(
+            rampart_otel::TraceId([0xab; 16]),
+            rampart_otel::SpanId([0xcd; 8]),
+            1,
+        );
+        let want = format!("00-{}-{}-01", "ab".repeat(16), "cd".repeat(8));
+        let mut f = OriginFields::for_client(&client);
+        f.set_traceparent(tp);
+        assert!(f.skips(&rampart_otel::TRACEPARENT));
+        let out = f.apply(&client);
+        let all: Vec<_> = out.get_all("traceparent").iter().collect();
+        assert_eq!(all, [want.as_str()]);
+        assert_eq!(out.get("accept").unwrap(), "a");
+        // A rule that sets it has the last word; one that removes it sends none.
+        f.replace(
+            rampart_otel::TRACEPARENT.clone(),
+            HeaderValue::from_static("00-rule"),
+        );
+        assert!(f.traceparent().is_none());
+        let all: Vec<_> = f
+            .apply(&client)
+            .get_all("traceparent")
+            .iter()
+            .cloned()
+            .collect();
+        assert_eq!(all, ["00-rule"]);
+        let mut f = OriginFields::for_client(&client);
+        f.set_traceparent(tp);
+        f.remove(&rampart_otel::TRACEPARENT);
+        assert!(!f.apply(&client).contains_key("traceparent"));
     }
 }

@@ -184,10 +184,10 @@ fn trace_context(
     client: &rampart_head::Fields,
     fields: &mut OriginFields,
 ) {
-    use rampart_otel::{TRACEPARENT, TRACESTATE};
+    use rampart_otel::TRACESTATE;
     let (parent, state) = t.outgoing();
-    fields.add_room(16 + parent.len() + state.map_or(0, |s| 16 + s.len()));
-    fields.set(TRACEPARENT.clone(), parent);
+    fields.add_room(16 + parent.as_bytes().len() + state.map_or(0, |s| 16 + s.len()));
+    fields.set_traceparent(parent);
     match state {
         Some(s) => fields.set(TRACESTATE.clone(), s.clone()),
         // The client's, of a context that does not go on.

@@ -743,3 +743,46 @@ async fn the_trace_shows_in_jaegers_ui() {
         assert!(out.join(file).is_file());
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rules_request_fields_have_the_last_word_on_traceparent() {
+    let origin = Origin::new().route("*", Reply::text("ok")).start().await;
+    // No collector is needed: what is checked is what the origin gets.
+    let keys = tracing_keys("http://127.0.0.1:9", "http/protobuf");
+    let sent = format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-01");
+    for (table, want) in [
+        ("", None),
+        ("remove = [\"traceparent\"]", Some(None)),
+        (
+            "set = { \"traceparent\" = \"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\" }",
+            Some(Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")),
+        ),
+    ] {
+        let rule = if table.is_empty() {
+            String::new()
+        } else {
+            format!("[proxy_rules.request_headers]\n{table}\n")
+        };
+        let proxy = Proxy::start(&config_for("rules.example", &origin, &keys, &rule));
+        let got = fetch(req(&proxy, "rules.example", "/").header("traceparent", &sent)).await;
+        assert_eq!(got.status, 200, "{table}");
+        let seen = origin.last();
+        let all: Vec<_> = seen
+            .headers
+            .get_all("traceparent")
+            .iter()
+            .map(|v| v.to_str().unwrap().to_owned())
+            .collect();
+        match want {
+            // rampart's own, continuing the client's trace with a span of its own.
+            None => {
+                assert_eq!(all.len(), 1, "{all:?}");
+                let (trace, span, _) = parts(&all[0]);
+                assert_eq!(trace, CLIENT_TRACE);
+                assert_ne!(span, CLIENT_SPAN);
+            }
+            Some(None) => assert!(all.is_empty(), "removed, yet sent: {all:?}"),
+            Some(Some(v)) => assert_eq!(all, [v], "{table}"),
+        }
+    }
+}

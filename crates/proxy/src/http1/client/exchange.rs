@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::task::Poll;
 
 use bytes::{Bytes, BytesMut};
-use http::header::{CONNECTION, CONTENT_LENGTH, TE, TRANSFER_ENCODING};
+use http::header::{HeaderName, CONNECTION, CONTENT_LENGTH, TE, TRANSFER_ENCODING};
 use http::{Method, StatusCode};
 use rampart_head::request::Parts;
 use rampart_screen::h1::ResponseFraming;
@@ -219,16 +219,25 @@ fn request_head(
     );
     out.extend_from_slice(b" HTTP/1.1\r\n");
     let mut has_connection = false;
-    let kept = head.headers.iter().filter(|(name, _)| !fields.skips(name));
-    for (name, value) in fields.before().chain(kept).chain(fields.after()) {
+    let mut line = |name: &HeaderName, value: &[u8]| {
         if name == CONTENT_LENGTH || name == TRANSFER_ENCODING || name == TE {
-            continue;
+            return;
         }
         has_connection |= name == CONNECTION;
         out.extend_from_slice(name.as_str().as_bytes());
         out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(value);
         out.extend_from_slice(b"\r\n");
+    };
+    for (name, value) in fields.before() {
+        line(name, value.as_bytes());
+    }
+    if let Some(tp) = fields.traceparent() {
+        line(&rampart_otel::TRACEPARENT, tp.as_bytes());
+    }
+    let kept = head.headers.iter().filter(|(name, _)| !fields.skips(name));
+    for (name, value) in kept.chain(fields.after()) {
+        line(name, value.as_bytes());
     }
     match framing {
         UploadFraming::Length(n) => {
