@@ -81,6 +81,9 @@ pub async fn send<T>(
                 // (The future is made in the await: held in a local first, this future would
                 // keep room for it twice.)
                 let sent_at = Instant::now();
+                // The exchange's span starts with the first attempt, before its `traceparent`
+                // leaves: a request dropped while it waits still ends it.
+                span.begin(&mut a, sent_at);
                 let req = Outgoing {
                     head: &head,
                     fields: &fields,
@@ -150,6 +153,15 @@ impl Exchange {
         }
     }
 
+    /// Starts the span at the first attempt.
+    fn begin(&mut self, a: &mut Attempt<'_>, sent_at: Instant) {
+        if self.span.is_none() {
+            if let Some(t) = a.trace.as_deref_mut() {
+                self.span = t.child_at(ORIGIN_SPAN, Kind::Client, sent_at);
+            }
+        }
+    }
+
     fn attempt(
         &mut self,
         a: &mut Attempt<'_>,
@@ -161,9 +173,6 @@ impl Exchange {
         let Some(t) = a.trace.as_deref_mut() else {
             return;
         };
-        if self.span.is_none() {
-            self.span = t.child_at(ORIGIN_SPAN, Kind::Client, sent_at);
-        }
         let took = answered.duration_since(sent_at).as_micros() as u64;
         let (host, port) = host_port(origin);
         let mut attrs: [Attr<'_>; 6] = [("", Value::Bool(false)); 6];

@@ -143,7 +143,9 @@ impl OriginFields {
     }
 
     /// The fields rampart sets that go before the client's (all but `Via`: `Host` first, as
-    /// RFC 9112 §3.2 asks), in the order they were set.
+    /// RFC 9112 §3.2 asks), in the order they were set. Not rampart's `traceparent`: a writer
+    /// of a request head writes [`OriginFields::traceparent`] after these (`skips` leaves the
+    /// client's out when it is set).
     pub fn before(&self) -> impl Iterator<Item = (&HeaderName, &HeaderValue)> {
         self.set
             .iter()

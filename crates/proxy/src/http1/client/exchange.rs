@@ -198,8 +198,8 @@ fn carries_length(method: &Method) -> bool {
     )
 }
 
-/// Serialises the request head: origin-form target; fetch's fields, then the client's that
-/// fetch leaves in, then `Via` ([`OriginFields`]); never a framing or `TE` field (the framing
+/// Serialises the request head: origin-form target; fetch's fields and rampart's `traceparent`,
+/// then the client's that fetch leaves in, then `Via` and what a rule adds ([`OriginFields`]); never a framing or `TE` field (the framing
 /// is this writer's, and rampart sends HTTP/1.1 clients no trailers); the framing of the body,
 /// and `Connection: close` when the connection will not be kept.
 fn request_head(
@@ -376,5 +376,33 @@ mod tests {
             "GET / HTTP/1.1\r\nconnection: close\r\n\r\n"
         );
         assert!(carries_length(&Method::POST) && !carries_length(&Method::GET));
+    }
+
+    #[test]
+    fn rampart_s_traceparent_is_the_only_one_in_the_head() {
+        let mut h = rampart_head::Fields::new();
+        h.insert("traceparent", "00-client".parse().unwrap());
+        h.insert("accept", "*/*".parse().unwrap());
+        let (mut head, ()) = rampart_head::Request::get("/t")
+            .body(())
+            .unwrap()
+            .into_parts();
+        head.headers = h;
+        let mut fields = OriginFields::for_client(&head.headers);
+        fields.set(http::header::HOST, "origin.test".parse().unwrap());
+        fields.set_traceparent(rampart_otel::TraceParent::new(
+            rampart_otel::TraceId([1; 16]),
+            rampart_otel::SpanId([2; 8]),
+            1,
+        ));
+        let mut out = Vec::new();
+        request_head(&mut out, &head, &fields, UploadFraming::None, false);
+        let want = format!(
+            "GET /t HTTP/1.1\r\nhost: origin.test\r\ntraceparent: 00-{}-{}-01\r\n\
+             accept: */*\r\n\r\n",
+            "01".repeat(16),
+            "02".repeat(8)
+        );
+        assert_eq!(String::from_utf8(out).unwrap(), want);
     }
 }
