@@ -293,6 +293,23 @@ pub(crate) const KEYS: &[(&str, &str, Owner, Fallback)] = &[
     ("", "tracing_timeout_ms", Rampart, Value("10000")),
     ("", "trust_trace_context", Rampart, Value("true")),
     ("", "trust_trace_context_from", Rampart, Value("[]")),
+    // A cache sharded over several instances
+    (
+        "",
+        "cache_peers",
+        Rampart,
+        Unset("no peers: every instance caches on its own"),
+    ),
+    (
+        "",
+        "cache_peer_self",
+        Rampart,
+        Computed("the entry of cache_peers the HTTP listener is"),
+    ),
+    ("", "cache_peer_key", Rampart, Unset("none")),
+    ("", "cache_peer_key_file", Rampart, Unset("none")),
+    ("", "cache_peer_local_ttl_seconds", Rampart, Value("2")),
+    ("", "cache_peer_timeout_ms", Rampart, Value("500")),
     (
         "",
         "azure_table_storage_key",

@@ -48,6 +48,39 @@ pub struct Config {
     /// OpenTelemetry traces (`tracing_endpoint` and the keys beside it); `None` without an
     /// endpoint: no spans, and `traceparent` passes through like any other field.
     pub tracing: Option<TracingConfig>,
+    /// The cache sharded over several instances (`cache_peers` and the keys beside it); `None`
+    /// without `cache_peers`: the instance caches on its own.
+    pub fleet: Option<FleetConfig>,
+}
+
+/// The cache sharded over a fleet: each key has one owner among the members (rendezvous
+/// hashing), which the others ask before the origin.
+#[derive(Clone, PartialEq)]
+pub struct FleetConfig {
+    /// Every member's HTTP listener (`cache_peers`), this instance's among them.
+    pub members: Vec<SocketAddr>,
+    /// This instance (`cache_peer_self`, else the member its HTTP listener is).
+    pub me: SocketAddr,
+    /// What peers sign their requests with (`cache_peer_key` / `cache_peer_key_file`);
+    /// `None`: a peer's request is recognised by its address alone.
+    pub key: Option<Secret>,
+    /// Longest a non-owner keeps what the owner sent (`cache_peer_local_ttl_seconds`; 0: not
+    /// at all).
+    pub local_ttl: Duration,
+    /// Longest wait for a peer's connection and answer's head (`cache_peer_timeout_ms`).
+    pub timeout: Duration,
+}
+
+impl std::fmt::Debug for FleetConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FleetConfig")
+            .field("members", &self.members)
+            .field("me", &self.me)
+            .field("key", &self.key.as_ref().map(|_| "***"))
+            .field("local_ttl", &self.local_ttl)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
 }
 
 /// OpenTelemetry tracing: W3C Trace Context on every request, spans exported over OTLP.

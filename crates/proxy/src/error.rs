@@ -58,6 +58,8 @@ pub enum Screened {
     SqlInjection,
     /// A compressed form or JSON body under SQL-injection screening.
     EncodedBody,
+    /// `X-Rampart-Peer` from an address that is not a peer's, or not signed by one.
+    NotAPeer,
 }
 
 impl Screened {
@@ -70,6 +72,9 @@ impl Screened {
             Screened::SeveralUserAgents => "more than one User-Agent field",
             Screened::SqlInjection => "SQL injection",
             Screened::EncodedBody => "encoded form or JSON body cannot be screened",
+            Screened::NotAPeer => {
+                "X-Rampart-Peer from an address or with a signature that is not a peer's"
+            }
         }
     }
 }

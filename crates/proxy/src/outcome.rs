@@ -90,6 +90,9 @@ pub enum CacheOutcome {
     OriginError(CacheLabel),
     /// Refused by screening or path policy.
     Blocked,
+    /// Answered by the key's owner in the fleet (`origin/fleet.rs`): from its cache (`hit`) or
+    /// from the origin it fetched from.
+    Peer { hit: bool },
 }
 
 impl CacheOutcome {
@@ -110,6 +113,8 @@ impl CacheOutcome {
             CacheOutcome::Served(_) => CacheLabel::Hit,
             CacheOutcome::Fetched { label, .. } | CacheOutcome::OriginError(label) => label,
             CacheOutcome::Collapsed | CacheOutcome::OnlyIfCached => CacheLabel::Miss,
+            CacheOutcome::Peer { hit: true } => CacheLabel::Hit,
+            CacheOutcome::Peer { hit: false } => CacheLabel::Miss,
             CacheOutcome::Blocked => CacheLabel::Block,
         }
     }
@@ -147,6 +152,8 @@ impl CacheOutcome {
             CacheOutcome::OnlyIfCached => v!("rampart; fwd=miss; detail=only-if-cached"),
             CacheOutcome::OriginError(_) => v!("rampart; fwd=miss; detail=origin-error"),
             CacheOutcome::Blocked => v!("rampart; fwd=bypass; detail=blocked"),
+            CacheOutcome::Peer { hit: true } => v!("rampart; hit; detail=peer"),
+            CacheOutcome::Peer { hit: false } => v!("rampart; fwd=miss; detail=peer"),
         }
     }
 

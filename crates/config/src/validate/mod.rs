@@ -12,6 +12,7 @@
 //! together and holds the value readers they share.
 
 mod cache;
+mod fleet;
 mod listeners;
 mod pages;
 mod process;
@@ -267,6 +268,7 @@ fn read_config(
     let tls = tls::read(&mut s, sink);
     let redis = redis::read(&mut s, sink);
     let tracing = tracing::read(&mut s, sink);
+    let fleet = fleet::read(&mut s, sink);
     let strict_default = s.bool(sink, "strict_path_rules").map(|b| b.value);
     let pages = pages::PagesDir::read(&mut s, sink, file);
     let globals = rule::Globals {
@@ -287,6 +289,7 @@ fn read_config(
     let (listen_https, https_pp) = listeners::https(sink, &listeners, has_certs);
     let proxy_protocol = listeners::proxy_protocol(sink, &listeners, https_pp);
     let tls = tls::finish(sink, tls, listen_https, &rules);
+    let fleet = fleet::finish(sink, fleet, &listeners.http);
     Some(Config {
         listen_http: listeners.http,
         workers: process.workers,
@@ -307,6 +310,7 @@ fn read_config(
         tls,
         redis,
         tracing,
+        fleet,
     })
 }
 

@@ -61,8 +61,23 @@ pub struct Cache {
     unwidenable: std::sync::Mutex<std::collections::HashMap<CacheKey, std::time::Instant>>,
     /// Where purges and invalidations go to reach the other instances (`redis_purge`).
     shared: arc_swap::ArcSwapOption<Shared>,
+    /// Where they go to reach the fleet's other members (`cache_peers`).
+    peers: arc_swap::ArcSwapOption<PeerPurge>,
     /// The second tier, on disk (`cache_disk`).
     disk: Option<DiskStore>,
+}
+
+/// Where a purge made here goes to reach the fleet's other members (`cache_peers`: the
+/// origin layer's `fleet::PeerPurges`; never waits).
+pub struct PeerPurge(pub Box<SendPurge>);
+
+/// Sends one purge (its scope, and whether it is soft) on.
+pub type SendPurge = dyn Fn(&PurgeScope, bool) + Send + Sync;
+
+impl std::fmt::Debug for PeerPurge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PeerPurge")
+    }
 }
 
 /// What a purge did: the stored responses it removed (or, soft, marked) in each tier, and the
@@ -117,6 +132,7 @@ impl Cache {
             coalescer: Arc::new(Coalescer::default()),
             unwidenable: Default::default(),
             shared: Default::default(),
+            peers: Default::default(),
             disk: None,
         }
     }
@@ -170,17 +186,27 @@ impl Cache {
         self.shared.store(shared.map(|s| Arc::new(s.clone())));
     }
 
+    /// Sends this cache's purges and invalidations to the fleet's other members from now on.
+    pub fn share_with_peers(&self, peers: Option<PeerPurge>) {
+        self.peers.store(peers.map(Arc::new));
+    }
+
+    /// Another instance's purge, applied here only (in each tier; not sent on).
+    pub fn apply_remote(&self, scope: &PurgeScope, soft: bool) -> usize {
+        if let Some(d) = &self.disk {
+            d.purge(scope, soft);
+        }
+        self.store.purge(scope, soft)
+    }
+
     /// What the purge follower applies: another instance's purge, to this store only. Holds
     /// the cache weakly (the follower must not keep a replaced configuration's cache alive).
     pub fn remote_purges(self: &Arc<Self>) -> rampart_redis::purge::Apply {
         let cache = Arc::downgrade(self);
         Arc::new(move |r: &rampart_redis::purge::Remote| {
-            cache.upgrade().map_or(0, |c| {
-                if let Some(d) = &c.disk {
-                    d.purge(&r.scope, r.soft);
-                }
-                c.store.purge(&r.scope, r.soft)
-            })
+            cache
+                .upgrade()
+                .map_or(0, |c| c.apply_remote(&r.scope, r.soft))
         })
     }
 
@@ -191,6 +217,9 @@ impl Cache {
         let memory = self.store.purge(scope, soft);
         if let Some(shared) = &*self.shared.load() {
             shared.publish_purge(scope, soft);
+        }
+        if let Some(peers) = &*self.peers.load() {
+            (peers.0)(scope, soft);
         }
         let disk = match on_disk {
             None => DiskTally::None,
@@ -383,6 +412,9 @@ impl Cache {
             d.purge(&PurgeScope::Exact(key.clone()), false);
         }
         let removed = self.store.invalidate(&key);
+        if let Some(peers) = &*self.peers.load() {
+            (peers.0)(&PurgeScope::Exact(key.clone()), false);
+        }
         if let Some(shared) = &*self.shared.load() {
             shared.publish_purge(&PurgeScope::Exact(key), false);
         }

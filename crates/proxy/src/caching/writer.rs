@@ -184,6 +184,12 @@ pub struct StoreTicket {
 const RESERVE_STEP: usize = 64 * 1024;
 
 impl StoreTicket {
+    /// Keeps the stored copy fresh for at most `ttl` from now (a copy of what a fleet's owner
+    /// holds: `cache_peer_local_ttl_seconds`), however long the object stays fresh there.
+    pub fn cap_freshness(&mut self, ttl: Duration) {
+        self.lifetime = self.lifetime.min(self.initial_age + ttl);
+    }
+
     pub fn vary(&self) -> &Vary {
         &self.vary
     }

@@ -157,6 +157,40 @@ impl OriginSet {
         }
     }
 
+    /// A fleet's peer as the one origin of a set: HTTP/1.1 to its HTTP listener (counted in
+    /// the origin metrics under its address).
+    pub fn of_peer(addr: std::net::SocketAddr) -> Self {
+        let authority: Authority = match addr.to_string().parse() {
+            Ok(a) => a,
+            // invariant: a socket address renders as a valid authority.
+            Err(_) => Authority::from_static("0.0.0.0:0"),
+        };
+        let target = rampart_config::UpstreamTarget {
+            authority: authority.clone(),
+            tls: None,
+            https_only: false,
+            tls_name: String::new(),
+            weight: 1,
+            protocol: rampart_config::OriginProtocol::Http1,
+        };
+        OriginSet {
+            members: vec![OriginMember {
+                tls_key: None,
+                stats: crate::telemetry::metrics::get().origin(authority.as_str()),
+                tls_stats: None,
+                target,
+                down_until_ms: AtomicU64::new(0),
+                healthy: AtomicBool::new(true),
+                ewma_us: AtomicU64::new(0),
+                picked_ms: AtomicU64::new(1),
+            }],
+            method: RoutingMethod::Priority,
+            schedule: Vec::new(),
+            next: AtomicUsize::new(0),
+            epoch: Instant::now(),
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.members.len()
     }
@@ -299,6 +333,21 @@ impl OriginSet {
             self.now_ms() + DOWN_FOR.as_millis() as u64,
             Ordering::Relaxed,
         );
+    }
+
+    /// Whether any member is up (a fleet's peer: not marked down after a failure).
+    pub fn any_up(&self) -> bool {
+        let now = self.now_ms();
+        self.members.iter().any(|m| {
+            m.down_until_ms.load(Ordering::Relaxed) <= now && m.healthy.load(Ordering::Relaxed)
+        })
+    }
+
+    /// Marks every member down for a while (a fleet's peer that failed or answered garbage).
+    pub fn mark_all_down(&self) {
+        for m in &self.members {
+            self.mark_down(m);
+        }
     }
 
     pub fn mark_up(&self, member: &OriginMember) {

@@ -43,6 +43,27 @@ impl OriginClient {
         }
     }
 
+    /// A client for a fleet's peers: connections leave from `bind` (this instance's address
+    /// among the peers) within `connect_timeout`; an answer's head may take `proxy_timeout`
+    /// (the owner may be fetching from the origin: `origin/fleet.rs` checks it is alive).
+    pub fn for_peers(
+        config: &UpstreamConfig,
+        tls: std::sync::Arc<rustls::ClientConfig>,
+        bind: std::net::IpAddr,
+        connect_timeout: Duration,
+    ) -> Self {
+        let connector =
+            OriginConnector::new(config.nodelay, tls.clone(), connect_timeout).bound_to(bind);
+        let h2 = H2Pool::new(connector.for_h2(&tls), config.keepalive);
+        let pool = IdlePool::new(config.keepalive, config.max_idle_per_origin);
+        OriginClient {
+            h1: H1Client::new(pool, connector),
+            h2,
+            timeout: config.timeout,
+            connect_timeout,
+        }
+    }
+
     /// The `proxy_timeout` in force (`None` = no limit).
     pub fn timeout(&self) -> Option<Duration> {
         self.timeout

@@ -52,6 +52,9 @@ pub struct OriginConnector {
     /// HTTP/2 connections (`origin_protocol = "h2"`): TLS offers only `h2` in ALPN and an
     /// origin that does not choose it is an error, not a connection to misread.
     h2: bool,
+    /// The local address connections leave from (a fleet's peers know each other by address);
+    /// `None`: the system's choice.
+    bind: Option<std::net::IpAddr>,
 }
 
 impl std::fmt::Debug for OriginConnector {
@@ -67,7 +70,14 @@ impl OriginConnector {
             tls: TlsConnector::from(tls),
             connect_timeout,
             h2: false,
+            bind: None,
         }
+    }
+
+    /// The same connector, its connections leaving from `ip` (to IP addresses).
+    pub fn bound_to(mut self, ip: std::net::IpAddr) -> Self {
+        self.bind = Some(ip);
+        self
     }
 
     /// The same connector for HTTP/2: TLS offers `h2` alone in ALPN and requires it.
@@ -79,6 +89,7 @@ impl OriginConnector {
             tls: TlsConnector::from(Arc::new(tls)),
             connect_timeout: self.connect_timeout,
             h2: true,
+            bind: self.bind,
         }
     }
 
@@ -98,7 +109,7 @@ impl OriginConnector {
             None => (None, None),
         };
         let limit = self.connect_timeout;
-        let tcp = match tokio::time::timeout(limit, tcp_connect(address)).await {
+        let tcp = match tokio::time::timeout(limit, tcp_connect(address, self.bind)).await {
             Ok(tcp) => tcp?,
             Err(_) => return Err(OriginConnectTimeout(limit).into()),
         };
@@ -147,9 +158,17 @@ impl OriginConnector {
 
 /// A TCP connection to `address` (`host:port`, `[v6]:port`): an IP address directly, a name
 /// through the resolver, each of its addresses in turn until one accepts.
-async fn tcp_connect(address: &str) -> io::Result<TcpStream> {
+async fn tcp_connect(address: &str, bind: Option<std::net::IpAddr>) -> io::Result<TcpStream> {
     if let Ok(sa) = address.parse::<std::net::SocketAddr>() {
-        return TcpStream::connect(sa).await;
+        let Some(ip) = bind else {
+            return TcpStream::connect(sa).await;
+        };
+        let socket = match sa {
+            std::net::SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+            std::net::SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+        };
+        socket.bind(std::net::SocketAddr::new(ip, 0))?;
+        return socket.connect(sa).await;
     }
     let mut last = None;
     for sa in tokio::net::lookup_host(address).await? {

@@ -9,4 +9,5 @@ pub mod client;
 pub mod connect;
 pub mod failover;
 pub mod fields;
+pub mod fleet;
 pub mod h2;

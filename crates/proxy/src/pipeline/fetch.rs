@@ -57,6 +57,9 @@ pub struct Plan {
     /// Ask the origin to switch to WebSocket (`Connection: upgrade`, `Upgrade: websocket`,
     /// which the hop-by-hop rewrite removed).
     pub upgrade: bool,
+    /// Ask the fleet's member at this index (the key's owner, `origin/fleet.rs`), not the rule's
+    /// origins.
+    pub peer: Option<usize>,
 }
 
 /// The fetch stage: revalidates a stale entry with its validators unless the client sent
@@ -81,8 +84,71 @@ pub fn fetch<'a>(
         validators,
         unsafe_target,
         upgrade: false,
+        peer: None,
     };
     send(w, txn, req, plan)
+}
+
+/// Asks the fleet's member `peer`, the owner of the miss's key, for a copy of `req` (the
+/// request stays here for the origin, should the owner fail): as it would go to the origin,
+/// with `X-Rampart-Peer`. `Err(())`: the owner failed, or refused this instance's signature,
+/// and is marked down for a while.
+pub async fn from_peer(
+    w: &Worker,
+    txn: &mut Txn,
+    req: &Request<RequestBody>,
+    peer: usize,
+) -> Result<Fetched, ()> {
+    let mut copy = Request::new(RequestBody::Empty);
+    *copy.method_mut() = req.method().clone();
+    *copy.uri_mut() = req.uri().clone();
+    *copy.version_mut() = req.version();
+    *copy.headers_mut() = req.headers().clone();
+    let plan = Plan {
+        keep_headers: true,
+        peer: Some(peer),
+        ..Plan::default()
+    };
+    let Some(fleet) = w.fleet.clone() else {
+        return Err(());
+    };
+    // An owner whose answer's head is late may be fetching from a slow origin for the whole
+    // fleet (wait for it), or stalled (go to the origin).
+    let sent = {
+        let sending = send(w, txn, copy, plan);
+        tokio::pin!(sending);
+        match tokio::time::timeout(fleet.timeout, &mut sending).await {
+            Ok(sent) => sent,
+            Err(_) if fleet.alive(peer).await => sending.await,
+            Err(_) => Err(ProxyError::OriginTimeout),
+        }
+    };
+    let failed = match sent {
+        // Refused by the owner's screening, which a peer's request skips: its signature (or
+        // the instances' configurations) did not agree.
+        Ok(f) if f.res.status() == http::StatusCode::FORBIDDEN && label(&f) == Some("Block") => {
+            "it refused this instance's request: are cache_peer_key and cache_peers the same on every instance?".to_owned()
+        }
+        Ok(f) => {
+            let hit = label(&f) == Some("Hit");
+            txn.outcome = Some(crate::outcome::CacheOutcome::Peer { hit });
+            return Ok(f);
+        }
+        Err(e) => crate::error::Chain(&e).to_string(),
+    };
+    if let Some(m) = fleet.member(peer) {
+        tracing::warn!(peer = %m.addr, error = failed, "peer failed; asking the origin, and not this peer for a while");
+        m.origins.mark_all_down();
+    }
+    Err(())
+}
+
+/// What the owner's cache did (its `X-Arc2-Cache`).
+fn label(f: &Fetched) -> Option<&str> {
+    f.res
+        .headers()
+        .get(&crate::outcome::X_ARC2_CACHE)
+        .and_then(|v| v.to_str().ok())
 }
 
 /// Sends `req` to the rule's upstreams, failing over on connect errors when it has no body.
@@ -118,9 +184,24 @@ pub fn send<'a>(
         trace_context(t, &head.headers, &mut fields);
     }
     // The rule's request field rules (and its path rule's), after rampart's own: they win.
+    // Not toward a peer: the owner applies them, once, on its way to the origin.
     let route = txn.route();
-    if route.rule.extras.request_rules {
+    let fleet = plan.peer.and_then(|i| Some((w.fleet.as_deref()?, i)));
+    if route.rule.extras.request_rules && fleet.is_none() {
         field_rules(route, txn.client, txn.conn.scheme, &head, &mut fields);
+    }
+    if let Some((f, _)) = fleet {
+        // Signed over what the owner reads: the method, `Host` as sent, and the target.
+        let host = fields.get(&HOST).map_or(&b""[..], HeaderValue::as_bytes);
+        let target = head.uri.path_and_query().map_or("/", |p| p.as_str());
+        let marker = f.sign(
+            crate::origin::fleet::Purpose::Forward,
+            txn.conn.scheme == Scheme::Https,
+            head.method.as_str(),
+            host,
+            target,
+        );
+        fields.replace(crate::origin::fleet::X_RAMPART_PEER.clone(), marker);
     }
     let keep_headers = plan.keep_headers;
     let revalidating = plan.validators.is_some();
@@ -137,7 +218,8 @@ pub fn send<'a>(
         revalidating,
     };
 
-    let https = txn.scheme() == Scheme::Https;
+    // A peer is asked over HTTP (the client's scheme is in `X-Rampart-Peer`).
+    let https = txn.scheme() == Scheme::Https && fleet.is_none();
     let client_request = txn.mode == Mode::Client;
     let crate::pipeline::txn::Routed {
         route,
@@ -146,12 +228,18 @@ pub fn send<'a>(
         interim,
         trace,
     } = txn.routed();
-    // A rule that sends PROXY headers: the one for this client.
+    // A rule that sends PROXY headers: the one for this client (not to a peer).
     let proxy_header = route
         .rule
         .config
         .send_proxy_protocol
+        .filter(|_| fleet.is_none())
         .map(|v| crate::net::proxy_protocol::encode(v, Some((conn.peer, conn.local))));
+    let (client, origins) = match fleet.and_then(|(f, i)| Some((&f.client, &f.member(i)?.origins)))
+    {
+        Some(peer) => peer,
+        None => (&w.origin_client, &route.rule.origins),
+    };
     // 1xx answers go to the client whose request this is: never from a background refresh
     // (the connection is serving another request by then).
     let interim = interim.filter(|_| client_request);
@@ -165,15 +253,7 @@ pub fn send<'a>(
     };
     // Returned as it is: wrapped in another `async` block, it would be moved once more per
     // request (~500 instructions of copying a pass).
-    failover::send(
-        &w.origin_client,
-        &route.rule.origins,
-        attempt,
-        head,
-        fields,
-        body,
-        done,
-    )
+    failover::send(client, origins, attempt, head, fields, body, done)
 }
 
 /// rampart's span as the origin's parent: its `traceparent` (and the client's `tracestate`

@@ -49,10 +49,23 @@ pub async fn join(
     let shared_answer_fits = !req.headers().contains_key(RANGE)
         && !req.headers().contains_key(AUTHORIZATION)
         && !conditional::client_has_conditionals(req.headers());
-    if !found.forced && (shared_answer_fits || txn.mode == Mode::Refresh) {
+    let coalescable = !found.forced && (shared_answer_fits || txn.mode == Mode::Refresh);
+    if coalescable {
         match cache.coalescer().join(&found.key) {
             Role::Leader(leader) => {
                 tracing::debug!("miss, leading the fetch");
+                // The key's owner in the fleet answers for every instance (never for a peer's
+                // request: that one is answered here, so a request crosses one hop at most).
+                if let Some(peer) = owner(w, txn) {
+                    if let Some(miss) = txn.miss.as_mut() {
+                        miss.lead = Some(Lead {
+                            leader,
+                            widened,
+                            shared_lock: None,
+                        });
+                    }
+                    return Ok(Step::Peer(peer));
+                }
                 let mut shared_lock = None;
                 if txn.mode == Mode::Client && cache.shared_tier().is_some() {
                     let wait = w.origin_client.timeout().unwrap_or(Duration::from_secs(45));
@@ -123,7 +136,24 @@ pub async fn join(
     if let Some(w) = widened {
         w.restore(req);
     }
+    // A miss the coalescer let go (released, or its last answer was not shareable) still asks
+    // the key's owner, which fetches for the whole fleet; requests the coalescer does not take
+    // (a forced refresh, `Authorization`, a range, preconditions) go to the origin.
+    if coalescable {
+        if let Some(peer) = owner(w, txn) {
+            return Ok(Step::Peer(peer));
+        }
+    }
     Ok(Step::Fetch)
+}
+
+/// The member of the fleet that owns the miss's key, when it is another instance.
+fn owner(w: &Worker, txn: &Txn) -> Option<usize> {
+    let fleet = w.fleet.as_deref()?;
+    if txn.from_peer {
+        return None;
+    }
+    fleet.owner(&txn.missed()?.key)
 }
 
 /// A child span of the request's server span, when it is recorded.

@@ -129,6 +129,15 @@ impl Pipeline {
                         Err(e) => store::fetch_failed(w, txn, e)?,
                     }
                 }
+                Step::Peer(peer) => {
+                    respond::negotiate(txn, &req);
+                    // Boxed: only with a fleet, and it would grow every request's future.
+                    match boxed!(fetch::from_peer(w, txn, &req, peer)).await {
+                        Ok(fetched) => store::store(w, txn, fetched)?,
+                        // The owner failed (marked down): the origin, as without a fleet.
+                        Err(()) => Step::Fetch,
+                    }
+                }
                 Step::Refetch(again) => {
                     // Boxed: rare, and it would double the size of every delivery's future.
                     let plan = fetch::Plan::default();

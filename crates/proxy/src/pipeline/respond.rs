@@ -33,6 +33,11 @@ pub enum Reply {
 /// `Accept-Encoding` picks, kept for [`respond`] in `Txn::compress`: negotiated only where a
 /// request leaves for the origin or joins another client's fetch (a hit picks its stored copy).
 pub fn negotiate<B>(txn: &mut Txn, req: &rampart_head::Request<B>) {
+    // A peer's answer goes as stored: the peer compresses for its own client.
+    if txn.from_peer {
+        txn.compress = None;
+        return;
+    }
     txn.compress = txn.route().rule.compress.clone().map(|c| {
         // A HEAD's answer has no body to encode (it still says `Vary: Accept-Encoding`).
         let coding = (req.method() != http::Method::HEAD)
@@ -50,7 +55,10 @@ pub fn respond(w: &Worker, txn: &mut Txn, res: Result<Reply, ProxyError>) -> Res
     });
     // Clients' requests are counted; background refreshes are not.
     let client = txn.mode == Mode::Client;
-    let pages = txn.route.as_ref().map(|r| &r.rule.config.error_pages);
+    // A peer's answer goes as stored or fetched: the peer applies the rule's pages and response
+    // fields for its own client.
+    let own = txn.route.as_ref().filter(|_| !txn.from_peer);
+    let pages = own.map(|r| &r.rule.config.error_pages);
     // From the origin or the cache (rampart's own answers are errors or unlabelled).
     let relayed = res.is_ok() && txn.outcome.is_some();
     // The error's text, for a recorded trace's span status (5xx).
@@ -82,7 +90,7 @@ pub fn respond(w: &Worker, txn: &mut Txn, res: Result<Reply, ProxyError>) -> Res
             }
         }
     };
-    if let Some(route) = &txn.route {
+    if let Some(route) = own {
         if let Some(v) = route.answer_vars() {
             let host = crate::headers::origin_host(&route.host);
             let vars = rewrite::Vars {

@@ -45,6 +45,7 @@ pub fn pipeline_of(src: &str) -> Arc<Pipeline> {
             control: None,
             alt_svc: Vec::new(),
             tracer: None,
+            fleet: None,
             access: Arc::new(
                 crate::telemetry::access_log::AccessLog::open(&config.access_log)
                     .unwrap_or_else(|e| panic!("{e}")),

@@ -70,10 +70,17 @@ pub fn store(w: &Worker, txn: &mut Txn, mut fetched: Fetched) -> Result<Step, Pr
             request: request_time,
             response: response_time,
         };
+        // A copy of what the key's owner in the fleet holds: kept a short while at most.
+        let peer_ttl = matches!(txn.outcome, Some(CacheOutcome::Peer { .. })).then(|| {
+            w.fleet
+                .as_ref()
+                .map_or(std::time::Duration::ZERO, |f| f.local_ttl)
+        });
         let asked = Asked {
             method: &method,
             headers: req_headers,
             timing,
+            peer_ttl,
         };
         if let Some(again) = admit(cache, txn, &mut d, lead, asked, tags) {
             return Ok(Step::Refetch(again));
@@ -92,6 +99,8 @@ struct Asked<'a> {
     method: &'a http::Method,
     headers: &'a Fields,
     timing: Timing,
+    /// The answer is the fleet's owner's: kept this long at most (zero: not kept).
+    peer_ttl: Option<std::time::Duration>,
 }
 
 /// The store's part for a GET miss: whether it keeps the response (`d.ticket`), whether the
@@ -117,7 +126,12 @@ fn admit(
         cache, found, a.method, a.headers, &d.parts, a.timing, transforms,
     );
     d.ticket = match prepared {
+        // Not kept: the owner holds it (this instance's waiters still share the answer).
+        Ok(_) if a.peer_ttl.is_some_and(|t| t.is_zero()) => None,
         Ok(mut t) => {
+            if let Some(ttl) = a.peer_ttl {
+                t.cap_freshness(ttl);
+            }
             t.hold_shared_lock(shared_lock);
             t.set_tags(tags);
             Some(t)

@@ -131,6 +131,11 @@ pub struct Txn {
     /// The request's trace, when tracing is on (set by recv once the request is routed). In
     /// place: most requests are not sampled and need no more than its ids.
     pub trace: Option<RequestTrace>,
+    /// The request comes from a peer of the fleet (`origin/fleet.rs`): screened there, and
+    /// answered here without asking another peer.
+    pub from_peer: bool,
+    /// One of rampart's own requests from a peer (a probe, a purge), answered before routing.
+    pub peer_control: bool,
 }
 
 /// What fetch reads and writes of a routed request ([`Txn::routed`]).
@@ -188,6 +193,8 @@ impl Txn {
             compress: None,
             interim: None,
             trace: None,
+            from_peer: false,
+            peer_control: false,
         }
     }
 

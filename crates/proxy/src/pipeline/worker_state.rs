@@ -53,6 +53,8 @@ pub struct Worker {
     pub tag_headers: Arc<[http::HeaderName]>,
     /// OpenTelemetry traces (`None`: tracing is off).
     pub tracer: Option<Arc<rampart_otel::Tracer>>,
+    /// The fleet the cache is sharded over (`None`: no `cache_peers`).
+    pub fleet: Option<Arc<crate::origin::fleet::Fleet>>,
 }
 
 /// What a worker is made of besides the configuration.
@@ -69,6 +71,7 @@ pub struct Parts {
     pub access: Arc<AccessLog>,
     pub alt_svc: Vec<(u16, http::HeaderValue)>,
     pub tracer: Option<Arc<rampart_otel::Tracer>>,
+    pub fleet: Option<Arc<crate::origin::fleet::Fleet>>,
 }
 
 impl Worker {
@@ -99,6 +102,7 @@ impl Worker {
             access,
             alt_svc,
             tracer,
+            fleet,
         } = parts;
         Worker {
             access,
@@ -125,6 +129,7 @@ impl Worker {
             shared,
             tag_headers: config.cache.tag_headers.clone().into(),
             tracer,
+            fleet,
         }
     }
 }

@@ -223,6 +223,9 @@ impl Live {
         if let (Some(c), Some(s)) = (&cache, &shared) {
             share(c, s);
         }
+        if let Some(c) = &cache {
+            c.share_with_peers(peer_purges(&config, &origin_tls)?);
+        }
         let router = Arc::new(Router::new(&config));
         let origin_clients = (0..groups)
             .map(|_| OriginClient::new(&config.upstream, origin_tls.clone()))
@@ -413,6 +416,16 @@ impl Live {
                 }
             }
         }
+        if let Some(c) = &self.cache {
+            // The old sender's thread ends once it is replaced.
+            match peer_purges(&config, &self.origin_tls) {
+                Ok(p) => c.share_with_peers(p),
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot start sending purges to the peers");
+                    c.share_with_peers(None);
+                }
+            }
+        }
         self.router = Arc::new(Router::reloaded(&config, &self.router));
         self.screen = Arc::new(Screen::reloaded(
             &config,
@@ -576,6 +589,14 @@ impl Live {
                 access: self.access.clone(),
                 alt_svc: self.alt_svc(),
                 tracer: self.tracer.clone(),
+                // Each worker its own: its connections to peers, and its view of their health.
+                fleet: config.fleet.as_ref().map(|f| {
+                    Arc::new(crate::origin::fleet::Fleet::new(
+                        f,
+                        &config.upstream,
+                        self.origin_tls.clone(),
+                    ))
+                }),
             },
         )));
         Current {
@@ -583,4 +604,18 @@ impl Live {
             conn: ConnSettings::new(config, self.tls.as_ref(), self.per_ip.clone()),
         }
     }
+}
+
+/// The thread that sends purges to the fleet's other members (`None`: no `cache_peers`).
+fn peer_purges(
+    config: &Config,
+    origin_tls: &Arc<rustls::ClientConfig>,
+) -> std::io::Result<Option<crate::caching::PeerPurge>> {
+    let Some(f) = &config.fleet else {
+        return Ok(None);
+    };
+    let sender = crate::origin::fleet::PeerPurges::start(f, &config.upstream, origin_tls.clone())?;
+    Ok(Some(crate::caching::PeerPurge(Box::new(
+        move |scope, soft| sender.send(scope, soft),
+    ))))
 }

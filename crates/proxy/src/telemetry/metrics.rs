@@ -526,9 +526,12 @@ mod tests {
 
     #[test]
     fn labels_follow_their_values() {
-        assert_eq!(CacheMetric::LABELS.len(), 12);
+        assert_eq!(CacheMetric::LABELS.len(), 14);
         assert_eq!(CacheMetric::Shared.label(), "shared");
-        assert_eq!(BlockReason::Upgrade.index(), BlockReason::LABELS.len() - 1);
+        assert_eq!(CacheMetric::PeerHit.label(), "peer_hit");
+        assert!(CacheMetric::PeerHit.is_hit() && CacheMetric::PeerMiss.is_lookup());
+        assert!(!CacheMetric::PeerMiss.is_hit());
+        assert_eq!(BlockReason::NotAPeer.index(), BlockReason::LABELS.len() - 1);
         assert_eq!(PpRefusal::Timeout.label(), "timeout");
         assert_eq!(Protocol::of(http::Version::HTTP_3), Protocol::Http3);
     }

@@ -21,6 +21,7 @@ mod compression;
 mod connections;
 mod dashboard;
 mod docs_check;
+mod fleet;
 mod h2_conformance;
 mod h2spec;
 mod hardening;

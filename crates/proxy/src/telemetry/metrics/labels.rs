@@ -51,6 +51,10 @@ label_values! {
         None = "none",
         /// From the Redis tier.
         Shared = "shared",
+        /// From the key's owner in the fleet, out of its cache.
+        PeerHit = "peer_hit",
+        /// From the key's owner in the fleet, which fetched it.
+        PeerMiss = "peer_miss",
     }
 }
 
@@ -75,6 +79,8 @@ impl CacheMetric {
             Some(CacheOutcome::OnlyIfCached) => CacheMetric::Miss,
             Some(CacheOutcome::OriginError(_)) => CacheMetric::Error,
             Some(CacheOutcome::Blocked) => CacheMetric::Blocked,
+            Some(CacheOutcome::Peer { hit: true }) => CacheMetric::PeerHit,
+            Some(CacheOutcome::Peer { hit: false }) => CacheMetric::PeerMiss,
         }
     }
 
@@ -82,7 +88,11 @@ impl CacheMetric {
     pub fn is_hit(self) -> bool {
         matches!(
             self,
-            CacheMetric::Hit | CacheMetric::Stale | CacheMetric::Revalidated | CacheMetric::Shared
+            CacheMetric::Hit
+                | CacheMetric::Stale
+                | CacheMetric::Revalidated
+                | CacheMetric::Shared
+                | CacheMetric::PeerHit
         )
     }
 
@@ -92,7 +102,10 @@ impl CacheMetric {
         self.is_hit()
             || matches!(
                 self,
-                CacheMetric::Miss | CacheMetric::Expired | CacheMetric::Collapsed
+                CacheMetric::Miss
+                    | CacheMetric::Expired
+                    | CacheMetric::Collapsed
+                    | CacheMetric::PeerMiss
             )
     }
 }
@@ -157,6 +170,7 @@ label_values! {
         Busy = "busy",
         EncodedBody = "encoded_body",
         Upgrade = "upgrade",
+        NotAPeer = "not_a_peer",
     }
 }
 
@@ -170,6 +184,7 @@ impl BlockReason {
                 Screened::UserAgent | Screened::SeveralUserAgents => BlockReason::UserAgent,
                 Screened::SqlInjection => BlockReason::SqlInjection,
                 Screened::EncodedBody => BlockReason::EncodedBody,
+                Screened::NotAPeer => BlockReason::NotAPeer,
             },
             ProxyError::RateLimited { .. } => BlockReason::RateLimit,
             ProxyError::BlockedByPathRule => BlockReason::PathRule,

@@ -1,0 +1,608 @@
+//! A cache that grows with the fleet (docs/cluster.md, "Sharding"): every cache key has one
+//! owner among the instances `cache_peers` lists, and a miss anywhere else asks the owner
+//! before the origin, so the fleet holds one copy of each object and fetches it once.
+//!
+//! - **Ownership** is rendezvous (highest random weight) hashing: each member scores the key
+//!   (a 64-bit mix of the key's hash and the member's), the highest score owns it. A member
+//!   that joins or leaves moves only the keys it wins or won: 1/N of them, with no table to
+//!   rebuild and nothing to agree on but the list. N is a handful of instances, so scoring all
+//!   of them on a miss costs less than a look-up in a Maglev or ring table would save.
+//! - **The request to the owner** is the miss's request, as it would go to the origin, sent
+//!   over HTTP/1.1 keep-alive (a client and pool of its own) with `X-Rampart-Peer`: the scheme
+//!   the client used, the time, and an HMAC-SHA256 of those and the request line under
+//!   `cache_peer_key`. The owner answers it from its cache or fetches it once (its coalescer
+//!   takes every instance's requests), and never asks another peer: no loops.
+//! - **A peer's request** is recognised by that field, from a member's address (connections to
+//!   peers leave from this instance's own address) with a valid signature; anything else with
+//!   the field is refused (403). The owner trusts what the peer screened: no rate limits, no
+//!   screening, no rewrites again.
+//! - **Faults**: a peer that does not connect within `cache_peer_timeout_ms`, refuses, or
+//!   answers garbage is marked down for a few seconds; the request goes to the origin. One
+//!   whose answer's head has not come by then may be fetching from a slow origin for the whole
+//!   fleet, or may be stalled: it is asked [`PROBE_PATH`], which it answers at once when it
+//!   runs; the request waits on only if it does.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use aws_lc_rs::hmac;
+use http::header::{HeaderName, HeaderValue};
+use rampart_cache::key::CacheKey;
+use rampart_config::{FleetConfig, UpstreamConfig};
+
+use crate::origin::balance::OriginSet;
+use crate::origin::client::OriginClient;
+use crate::origin::fields::{OriginFields, Outgoing};
+
+/// The field that marks a request from a peer (and what it is signed with).
+pub static X_RAMPART_PEER: HeaderName = HeaderName::from_static("x-rampart-peer");
+
+/// What a peer asks to learn that this instance runs (answered 204 before routing).
+pub const PROBE_PATH: &str = "/.well-known/rampart-peer";
+/// Where a peer sends its purges: `?soft=0|1&scope=HEX` (the scope as
+/// `PurgeScope::encode` writes it), so the signature covers them.
+pub const PURGE_PATH: &str = "/.well-known/rampart-peer/purge";
+
+/// Purges waiting to go to the peers at most; past that they are dropped (and logged).
+const PURGES_WAITING: usize = 10_000;
+/// Longest wait for one peer to take one purge.
+const PURGE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What a peer's request is for, as signed: a client's request it forwards (answered as any
+/// request), or one of rampart's own (a probe, a purge: answered only as such).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    Forward,
+    Control,
+}
+
+impl Purpose {
+    fn as_str(self) -> &'static str {
+        match self {
+            Purpose::Forward => "fwd",
+            Purpose::Control => "ctl",
+        }
+    }
+}
+
+/// How far a signed request's time may be from this instance's clock (instances keep NTP
+/// time; a replay is only useful within it, and replays a cacheable GET).
+const MAX_SKEW_SECS: u64 = 300;
+
+/// A worker's view of the fleet.
+pub struct Fleet {
+    members: Vec<Member>,
+    /// This instance's index in `members`.
+    me: usize,
+    key: Option<hmac::Key>,
+    /// How long this instance keeps what an owner sent (`cache_peer_local_ttl_seconds`).
+    pub local_ttl: Duration,
+    /// `cache_peer_timeout_ms`: the connection, and an answer's head before the owner is
+    /// probed.
+    pub timeout: Duration,
+    /// The clock [`Member::alive_ms`] counts from.
+    epoch: Instant,
+    /// The worker's connections to peers.
+    pub client: OriginClient,
+}
+
+impl std::fmt::Debug for Fleet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fleet")
+            .field("members", &self.members)
+            .field("me", &self.me)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One instance of the fleet.
+#[derive(Debug)]
+pub struct Member {
+    pub addr: SocketAddr,
+    /// Its part of every key's score.
+    seed: u64,
+    /// The instance as the one origin of a set: its connections, health and metrics.
+    pub origins: OriginSet,
+    /// When it last answered a probe (ms since the fleet's epoch; 0: never).
+    alive_ms: AtomicU64,
+}
+
+impl Fleet {
+    pub fn new(
+        c: &FleetConfig,
+        upstream: &UpstreamConfig,
+        tls: Arc<rustls::ClientConfig>,
+    ) -> Fleet {
+        let members: Vec<Member> = c
+            .members
+            .iter()
+            .map(|&addr| Member {
+                addr,
+                seed: member_seed(addr),
+                origins: OriginSet::of_peer(addr),
+                alive_ms: AtomicU64::new(0),
+            })
+            .collect();
+        let me = members.iter().position(|m| m.addr == c.me).unwrap_or(0);
+        Fleet {
+            members,
+            me,
+            key: c
+                .key
+                .as_ref()
+                .map(|k| hmac::Key::new(hmac::HMAC_SHA256, &k.0)),
+            local_ttl: c.local_ttl,
+            timeout: c.timeout,
+            epoch: Instant::now(),
+            client: OriginClient::for_peers(upstream, tls, c.me.ip(), c.timeout),
+        }
+    }
+
+    /// Whether the member at `i` runs: it answered a probe within the last
+    /// `cache_peer_timeout_ms`, or answers one now within it.
+    pub async fn alive(&self, i: usize) -> bool {
+        let Some(m) = self.members.get(i) else {
+            return false;
+        };
+        let now = || self.epoch.elapsed().as_millis() as u64 + 1;
+        let last = m.alive_ms.load(Ordering::Relaxed);
+        if last != 0 && now().saturating_sub(last) < self.timeout.as_millis() as u64 {
+            return true;
+        }
+        let ok = matches!(
+            tokio::time::timeout(self.timeout, self.ask(m, "GET", PROBE_PATH)).await,
+            Ok(Ok(status)) if status == http::StatusCode::NO_CONTENT
+        );
+        if ok {
+            m.alive_ms.store(now(), Ordering::Relaxed);
+        }
+        ok
+    }
+
+    /// The member that owns `key` (its index), when it is another instance and not marked
+    /// down (a down owner's keys go to the origin until it answers again).
+    pub fn owner(&self, key: &CacheKey) -> Option<usize> {
+        let best = owner_of(key_hash(key), self.members.iter().map(|m| m.seed));
+        let m = self.members.get(best)?;
+        (best != self.me && m.origins.any_up()).then_some(best)
+    }
+
+    /// The member at `i` (see [`Fleet::owner`]).
+    pub fn member(&self, i: usize) -> Option<&Member> {
+        self.members.get(i)
+    }
+
+    /// The members, this instance among them.
+    pub fn members(&self) -> &[Member] {
+        &self.members
+    }
+
+    /// Whether `ip` is a member's address.
+    pub fn is_member(&self, ip: IpAddr) -> bool {
+        self.members
+            .iter()
+            .any(|m| m.addr.ip().to_canonical() == ip)
+    }
+
+    /// The `X-Rampart-Peer` value for a request to a peer: what it is for, the scheme, the time
+    /// and the signature of those and the request line.
+    pub fn sign(
+        &self,
+        purpose: Purpose,
+        https: bool,
+        method: &str,
+        host: &[u8],
+        target: &str,
+    ) -> HeaderValue {
+        let secs = unix_secs();
+        let tag = match &self.key {
+            Some(k) => {
+                let m = message(purpose, https, secs, method, host, target);
+                hex(hmac::sign(k, &m).as_ref())
+            }
+            None => "-".to_owned(),
+        };
+        // invariant: words, digits and hex are a valid field value.
+        HeaderValue::from_str(&format!(
+            "{} {} {secs} {tag}",
+            purpose.as_str(),
+            scheme_name(https)
+        ))
+        .unwrap_or(HeaderValue::from_static("-"))
+    }
+
+    /// Checks a request's `X-Rampart-Peer` (`value`), which came from `from`: what it is for
+    /// and the scheme the peer's client used, when it is a member's and (with a key) its
+    /// signature is valid and recent.
+    pub fn verify(
+        &self,
+        value: &HeaderValue,
+        from: IpAddr,
+        method: &str,
+        host: &[u8],
+        target: &str,
+    ) -> Option<(Purpose, bool)> {
+        if !self.is_member(from.to_canonical()) {
+            return None;
+        }
+        let mut parts = value.to_str().ok()?.split(' ');
+        let purpose = match parts.next()? {
+            "fwd" => Purpose::Forward,
+            "ctl" => Purpose::Control,
+            _ => return None,
+        };
+        let https = match parts.next()? {
+            "http" => false,
+            "https" => true,
+            _ => return None,
+        };
+        let secs: u64 = parts.next()?.parse().ok()?;
+        let tag = parts.next()?;
+        if parts.next().is_some() {
+            return None;
+        }
+        let Some(key) = &self.key else {
+            return Some((purpose, https));
+        };
+        if unix_secs().abs_diff(secs) > MAX_SKEW_SECS {
+            return None;
+        }
+        let tag = unhex(tag)?;
+        let m = message(purpose, https, secs, method, host, target);
+        hmac::verify(key, &m, &tag).ok()?;
+        Some((purpose, https))
+    }
+}
+
+/// Sends this instance's purges and invalidations to the other members (a thread of its
+/// own), so a purge made anywhere reaches the owner and every copy. Replaced with the
+/// configuration: the thread ends when the last sender goes.
+#[derive(Debug)]
+pub struct PeerPurges {
+    tx: tokio::sync::mpsc::Sender<(Vec<u8>, bool)>,
+}
+
+impl PeerPurges {
+    pub fn start(
+        c: &FleetConfig,
+        upstream: &UpstreamConfig,
+        tls: Arc<rustls::ClientConfig>,
+    ) -> std::io::Result<PeerPurges> {
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<(Vec<u8>, bool)>(PURGES_WAITING);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let (c, upstream) = (c.clone(), upstream.clone());
+        std::thread::Builder::new()
+            .name("rampart-peer-purge".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let fleet = Arc::new(Fleet::new(&c, &upstream, tls));
+                    while let Some((scope, soft)) = rx.recv().await {
+                        let others = (0..fleet.members.len()).filter(|&i| i != fleet.me);
+                        let sends: Vec<_> = others
+                            .map(|i| {
+                                let (fleet, scope) = (fleet.clone(), scope.clone());
+                                tokio::spawn(async move { fleet.send_purge(i, &scope, soft).await })
+                            })
+                            .collect();
+                        for s in sends {
+                            let _ = s.await;
+                        }
+                    }
+                })
+            })?;
+        Ok(PeerPurges { tx })
+    }
+
+    /// Queues a purge for the peers (never waits).
+    pub fn send(&self, scope: &rampart_cache::store::PurgeScope, soft: bool) {
+        if self.tx.try_send((scope.encode(), soft)).is_err() {
+            tracing::warn!("too many purges waiting for the peers: one is not sent to them");
+        }
+    }
+}
+
+impl Fleet {
+    /// Sends one purge to the member at `i`; a member that fails is logged and marked down
+    /// (the purges made meanwhile do not reach it: `redis_purge` replays them).
+    async fn send_purge(&self, i: usize, scope: &[u8], soft: bool) {
+        let Some(m) = self.members.get(i) else {
+            return;
+        };
+        if !m.origins.any_up() {
+            tracing::warn!(peer = %m.addr, "peer down: a purge does not reach it");
+            return;
+        }
+        let target = format!("{PURGE_PATH}?soft={}&scope={}", u8::from(soft), hex(scope));
+        let ok = matches!(
+            tokio::time::timeout(PURGE_TIMEOUT, self.ask(m, "POST", &target)).await,
+            Ok(Ok(status)) if status == http::StatusCode::NO_CONTENT
+        );
+        if !ok {
+            tracing::warn!(peer = %m.addr, "a purge did not reach the peer; not asking it for a while");
+            m.origins.mark_all_down();
+        }
+    }
+
+    /// One of rampart's own requests to `m` (a probe, a purge), signed: its status.
+    async fn ask(
+        &self,
+        m: &Member,
+        method: &str,
+        target: &str,
+    ) -> Result<http::StatusCode, crate::error::ProxyError> {
+        let (mut head, ()) = rampart_head::Request::get(target)
+            .body(())
+            .unwrap_or_default()
+            .into_parts();
+        head.method = method.parse().unwrap_or(http::Method::GET);
+        let mut fields = OriginFields::default();
+        let host = HeaderValue::from_static("rampart-peer");
+        fields.set(
+            X_RAMPART_PEER.clone(),
+            self.sign(Purpose::Control, false, method, host.as_bytes(), target),
+        );
+        fields.set(http::header::HOST, host);
+        let authority: http::uri::Authority = m
+            .addr
+            .to_string()
+            .parse()
+            .map_err(|_| crate::error::ProxyError::BadRequest("peer address"))?;
+        let res = self
+            .client
+            .send(
+                Outgoing {
+                    head: &head,
+                    fields: &fields,
+                    body: crate::body::RequestBody::Empty,
+                },
+                &authority,
+                http::uri::Scheme::HTTP,
+                rampart_config::OriginProtocol::Http1,
+                None,
+                false,
+            )
+            .await?;
+        Ok(res.status())
+    }
+}
+
+/// A peer's purge (the query of [`PURGE_PATH`]): the scope and whether it is soft.
+pub fn purge_of(query: &str) -> Option<(rampart_cache::store::PurgeScope, bool)> {
+    let (mut soft, mut scope) = (None, None);
+    for pair in query.split('&') {
+        match pair.split_once('=')? {
+            ("soft", "0") => soft = Some(false),
+            ("soft", "1") => soft = Some(true),
+            ("scope", h) => scope = rampart_cache::store::PurgeScope::decode(&unhex(h)?),
+            _ => return None,
+        }
+    }
+    Some((scope?, soft?))
+}
+
+/// The client a peer named last in `X-Forwarded-For` (it appends its own client's address),
+/// taken off the list (the list then reads as the peer's client sent it).
+pub fn take_forwarded_client(h: &mut rampart_head::Fields) -> Option<IpAddr> {
+    let name = &crate::headers::X_FORWARDED_FOR;
+    let lines: Vec<HeaderValue> = h.get_all(name).iter().cloned().collect();
+    let last = lines.last()?.to_str().ok()?;
+    let (rest, ip) = match last.rsplit_once(',') {
+        Some((rest, ip)) => (Some(rest.trim_end()), ip.trim()),
+        None => (None, last.trim()),
+    };
+    let ip = ip.parse::<IpAddr>().ok()?.to_canonical();
+    let rest = rest.filter(|r| !r.is_empty()).map(str::to_owned);
+    h.remove(name);
+    for v in lines.iter().take(lines.len() - 1) {
+        h.append(name.clone(), v.clone());
+    }
+    if let Some(v) = rest.and_then(|r| HeaderValue::from_str(&r).ok()) {
+        h.append(name.clone(), v);
+    }
+    Some(ip)
+}
+
+/// What a peer signs: what the request is for, the scheme, the time and the request line's
+/// parts.
+fn message(
+    purpose: Purpose,
+    https: bool,
+    secs: u64,
+    method: &str,
+    host: &[u8],
+    target: &str,
+) -> Vec<u8> {
+    let mut m = Vec::with_capacity(40 + host.len() + target.len());
+    m.extend_from_slice(b"rampart-peer/1\n");
+    for part in [
+        purpose.as_str().as_bytes(),
+        scheme_name(https).as_bytes(),
+        secs.to_string().as_bytes(),
+        method.as_bytes(),
+        host,
+    ] {
+        m.extend_from_slice(part);
+        m.push(b'\n');
+    }
+    m.extend_from_slice(target.as_bytes());
+    m
+}
+
+/// The client's scheme as the marker writes it.
+fn scheme_name(https: bool) -> &'static str {
+    if https {
+        "https"
+    } else {
+        "http"
+    }
+}
+
+fn unix_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn hex(b: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(b.len() * 2);
+    for &x in b {
+        s.push(char::from(DIGITS[usize::from(x >> 4)]));
+        s.push(char::from(DIGITS[usize::from(x & 0xf)]));
+    }
+    s
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    s.as_bytes()
+        .chunks_exact(2)
+        .map(|p| {
+            let d = |c: u8| (c as char).to_digit(16);
+            Some((d(p[0])? * 16 + d(p[1])?) as u8)
+        })
+        .collect()
+}
+
+/// FNV-1a over `parts`: specified, so every instance (whatever its build) scores a key alike.
+fn fnv1a<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for p in parts {
+        for &b in p {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// SplitMix64's finaliser: every bit of the input moves about half the output's.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// A key's hash, as every instance computes it: its host, URL and side (HTTP or HTTPS).
+pub fn key_hash(key: &CacheKey) -> u64 {
+    let side: &[u8] = if key.is_https() { b"s" } else { b"h" };
+    fnv1a([key.host(), &b"\xff"[..], key.url(), side])
+}
+
+/// A member's part of every score: its address as written.
+fn member_seed(addr: SocketAddr) -> u64 {
+    mix(fnv1a([addr.to_string().as_bytes()]))
+}
+
+/// The index of the member whose score for `key_hash` is highest (the first, on a tie).
+pub fn owner_of(key_hash: u64, seeds: impl Iterator<Item = u64>) -> usize {
+    let mut best = (0, 0u64);
+    for (i, seed) in seeds.enumerate() {
+        let score = mix(key_hash ^ seed);
+        if i == 0 || score > best.1 {
+            best = (i, score);
+        }
+    }
+    best.0
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn seeds(n: usize) -> Vec<u64> {
+        (0..n)
+            .map(|i| member_seed(format!("10.0.0.{}:80", i + 1).parse().unwrap()))
+            .collect()
+    }
+
+    fn keys(n: usize) -> Vec<u64> {
+        (0..n)
+            .map(|i| {
+                key_hash(&CacheKey::new(
+                    "shop.example",
+                    &format!("/p/{i}?v=2"),
+                    false,
+                ))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn keys_spread_evenly_over_the_members() {
+        let keys = keys(100_000);
+        for n in [2, 3, 5, 8] {
+            let s = seeds(n);
+            let mut count = vec![0usize; n];
+            for &k in &keys {
+                count[owner_of(k, s.iter().copied())] += 1;
+            }
+            let fair = keys.len() / n;
+            for c in &count {
+                // Within 3 % of a fair share.
+                assert!(c.abs_diff(fair) * 100 < fair * 3, "{n} members: {count:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_member_joining_or_leaving_moves_only_its_keys() {
+        let keys = keys(100_000);
+        let four = seeds(4);
+        let five = seeds(5);
+        let before: Vec<usize> = keys
+            .iter()
+            .map(|&k| owner_of(k, four.iter().copied()))
+            .collect();
+        let after: Vec<usize> = keys
+            .iter()
+            .map(|&k| owner_of(k, five.iter().copied()))
+            .collect();
+        let moved = before.iter().zip(&after).filter(|(a, b)| a != b).count();
+        // Every moved key went to the new member, and about 1/5 moved.
+        assert!(before.iter().zip(&after).all(|(a, b)| a == b || *b == 4));
+        let share = moved as f64 / keys.len() as f64;
+        assert!((0.18..0.22).contains(&share), "moved {share}");
+        // The member at index 1 leaving: only its keys move.
+        let without: Vec<u64> = four
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != 1)
+            .map(|(_, s)| *s)
+            .collect();
+        let index = [0, 2, 3];
+        for (&k, &was) in keys.iter().zip(&before) {
+            let now = index[owner_of(k, without.iter().copied())];
+            assert!(
+                was == 1 || now == was,
+                "a key of member {was} moved to {now}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_instance_scores_alike() {
+        // The hash is specified (FNV-1a and SplitMix64), not the process's: fixed values.
+        assert_eq!(fnv1a([&b"a"[..]]), 0xaf63_dc4c_8601_ec8c);
+        let k = CacheKey::new("a.example", "/x", false);
+        assert_eq!(
+            key_hash(&k),
+            key_hash(&CacheKey::new("a.example", "/x", false))
+        );
+        assert_ne!(key_hash(&k), key_hash(&k.clone().for_https(true)));
+    }
+
+    #[test]
+    fn hex_round_trips() {
+        let b: Vec<u8> = (0..=255).collect();
+        assert_eq!(unhex(&hex(&b)).unwrap(), b);
+        assert!(unhex("abc").is_none() && unhex("zz").is_none());
+    }
+}

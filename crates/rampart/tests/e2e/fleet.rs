@@ -1,0 +1,429 @@
+//! The cache sharded over a fleet (`cache_peers`): real rampart instances, each on its own
+//! loopback address, ask a key's owner before the origin. Each object is fetched once for
+//! the fleet (also when every instance asks at once); non-owners keep a copy for
+//! `cache_peer_local_ttl_seconds`; an owner that is gone costs no request; a marker from
+//! anyone but a peer is refused; a request crosses one hop at most.
+#![allow(clippy::unwrap_used)]
+
+use crate::support;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use http::Request;
+use support::*;
+
+const KEY: &str = "0123456789abcdef0123456789abcdef";
+const HOST: &str = "shop.example";
+
+/// `n` free addresses on 127.0.0.2, 127.0.0.3, …
+fn addresses(n: usize) -> Vec<SocketAddr> {
+    (0..n)
+        .map(|i| {
+            let ip = format!("127.0.0.{}", i + 2);
+            loop {
+                let port = free_port();
+                if std::net::TcpListener::bind((ip.as_str(), port)).is_ok() {
+                    return format!("{ip}:{port}").parse().unwrap();
+                }
+            }
+        })
+        .collect()
+}
+
+/// One instance's configuration: it listens on `me`, and `peers` are the fleet it knows.
+fn member_config(
+    origin: &OriginHandle,
+    me: SocketAddr,
+    peers: &[SocketAddr],
+    extra: &str,
+) -> String {
+    member_config_with(origin, me, peers, extra, "")
+}
+
+/// [`member_config`] with `rule` added to the rule.
+fn member_config_with(
+    origin: &OriginHandle,
+    me: SocketAddr,
+    peers: &[SocketAddr],
+    extra: &str,
+    rule: &str,
+) -> String {
+    let list: Vec<String> = peers.iter().map(|p| format!("\"{p}\"")).collect();
+    format!(
+        "listening_address = \"{}\"\nlistening_port_http = {}\nworkers = 1\n\
+         logging_level = \"warn\"\nadd_logging = false\n\
+         cache_peers = [{}]\ncache_peer_key = \"{KEY}\"\n{extra}\n\
+         [[proxy_rules]]\ndomain = \"{HOST}\"\nmax_age_seconds = 60\nforward_ipv4 = \"127.0.0.1\"\n\
+         forward_port_http = {}\nrule_type = \"Whitelist\"\nenable_logging = false\n\
+         ignore_query_string = false\nenable_sql_injection_protection = false\n{rule}\n",
+        me.ip(),
+        me.port(),
+        list.join(", "),
+        origin.port()
+    )
+}
+
+fn start_fleet(origin: &OriginHandle, n: usize, extra: &str) -> (Vec<Proxy>, Vec<SocketAddr>) {
+    let addrs = addresses(n);
+    let proxies = addrs
+        .iter()
+        .map(|&a| Proxy::start(&member_config(origin, a, &addrs, extra)))
+        .collect();
+    (proxies, addrs)
+}
+
+async fn get(p: &Proxy, path: &str) -> Got {
+    fetch(req(p, HOST, path)).await
+}
+
+fn cacheable(body: &str) -> Reply {
+    Reply::text(body).header("cache-control", "max-age=60")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_instance_gets_a_key_from_its_owner_and_the_origin_sees_it_once() {
+    let origin = Origin::new().route("*", cacheable("object")).start().await;
+    let (fleet, _) = start_fleet(&origin, 3, "cache_peer_local_ttl_seconds = 0");
+    let mut by_peer = 0;
+    for k in 0..30 {
+        for p in &fleet {
+            let got = get(p, &format!("/k/{k}")).await;
+            assert_eq!(got.status, 200);
+            assert_eq!(got.text(), "object");
+            by_peer += usize::from(
+                got.header("cache-status")
+                    .unwrap_or("")
+                    .contains("detail=peer"),
+            );
+        }
+    }
+    assert_eq!(origin.requests(), 30, "each key fetched once for the fleet");
+    // Each key has one owner: the two others asked it (no local copies here), so two of the
+    // three answers of every key came through a peer.
+    assert_eq!(by_peer, 60);
+    for seen in origin.seen() {
+        assert!(
+            seen.headers.get("x-rampart-peer").is_none(),
+            "the peers' marker reached the origin: {:?}",
+            seen.headers
+        );
+        // The client, as the instance it asked would have named it: not the peer.
+        assert_eq!(
+            seen.headers.get("x-forwarded-for").unwrap(),
+            "127.0.0.1",
+            "{:?}",
+            seen.headers
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_misses_on_every_instance_make_one_origin_request() {
+    raise_fd_limit();
+    let origin = Origin::new()
+        .route(
+            "/hot",
+            cacheable(&"h".repeat(5000)).delay(Duration::from_millis(800)),
+        )
+        .start()
+        .await;
+    let (fleet, _) = start_fleet(&origin, 3, "");
+    let c = client();
+    let mut tasks = Vec::new();
+    for i in 0..300 {
+        let (c, url) = (c.clone(), fleet[i % 3].url("/hot"));
+        tasks.push(tokio::spawn(async move {
+            send(
+                &c,
+                Request::get(url)
+                    .header("host", HOST)
+                    .body(empty())
+                    .unwrap(),
+            )
+            .await
+        }));
+    }
+    for t in tasks {
+        let got = t.await.unwrap();
+        assert_eq!(got.status, 200);
+        assert_eq!(got.body.len(), 5000);
+    }
+    assert_eq!(origin.requests(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_owner_keeps_its_copy_for_the_local_ttl_only() {
+    let origin = Origin::new().route("*", cacheable("object")).start().await;
+    let (fleet, _) = start_fleet(&origin, 2, "cache_peer_local_ttl_seconds = 1");
+    // A key the first instance does not own.
+    let mut path = None;
+    for k in 0..50 {
+        let p = format!("/ttl/{k}");
+        let got = get(&fleet[0], &p).await;
+        if got.header("cache-status") == Some("rampart; fwd=miss; detail=peer") {
+            path = Some(p);
+            break;
+        }
+    }
+    let path = path.expect("the other instance owns some of 50 keys");
+    // (The keys tried before it were this instance's own, fetched from the origin.)
+    let fetched = origin.requests();
+    // Kept here: a local hit.
+    let got = get(&fleet[0], &path).await;
+    assert_eq!(got.header("cache-status"), Some("rampart; hit"));
+    // Past its local lifetime the owner is asked again (its copy is fresh for a minute).
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let got = get(&fleet[0], &path).await;
+    assert_eq!(
+        got.header("cache-status"),
+        Some("rampart; hit; detail=peer")
+    );
+    assert_eq!(origin.requests(), fetched);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_that_is_gone_or_stalled_fails_no_request() {
+    let origin = Origin::new().route("*", cacheable("object")).start().await;
+    let (mut fleet, addrs) = start_fleet(&origin, 3, "cache_peer_timeout_ms = 300");
+    let third = fleet.remove(2);
+    // Stalled: the process takes connections (the kernel does) and never answers.
+    third.signal(libc::SIGSTOP);
+    let started = Instant::now();
+    for k in 0..20 {
+        for p in &fleet {
+            let got = get(p, &format!("/gone/{k}")).await;
+            assert_eq!(got.status, 200, "{:?}", got.headers);
+        }
+    }
+    // The stalled owner cost one timeout per instance, not one per request: it is skipped
+    // once it failed.
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    third.signal(libc::SIGCONT);
+    drop(third);
+    // Gone (its address refuses): still no failed request.
+    for k in 0..20 {
+        for p in &fleet {
+            assert_eq!(get(p, &format!("/dead/{k}")).await.status, 200);
+        }
+    }
+    // Back on its address: asked again once the others' wait is over.
+    let back = Proxy::start(&member_config(&origin, addrs[2], &addrs, ""));
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let before = origin.requests();
+    for k in 0..20 {
+        assert_eq!(get(&back, &format!("/back/{k}")).await.status, 200);
+        for p in &fleet {
+            assert_eq!(get(p, &format!("/back/{k}")).await.status, 200);
+        }
+    }
+    assert_eq!(origin.requests() - before, 20, "each key once again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_marker_from_anyone_but_a_peer_is_refused() {
+    let origin = Origin::new().route("*", cacheable("object")).start().await;
+    let (fleet, addrs) = start_fleet(&origin, 2, "");
+    // From 127.0.0.1, which is no member's address.
+    let got = fetch(req(&fleet[0], HOST, "/x").header("x-rampart-peer", "http 0 -")).await;
+    assert_eq!(got.status, 403);
+    // From a member's address, with a signature that is not the key's.
+    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+    http.set_local_address(Some(addrs[1].ip()));
+    let from_member =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build(http);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    for forged in [
+        format!("http {now} {}", "ab".repeat(32)),
+        format!("https {now} -"),
+        "http".to_owned(),
+        format!("gopher {now} {}", "ab".repeat(32)),
+    ] {
+        let got = send(
+            &from_member,
+            Request::get(fleet[0].url("/x"))
+                .header("host", HOST)
+                .header("x-rampart-peer", forged.as_str())
+                .body(empty())
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(got.status, 403, "{forged}");
+    }
+    assert_eq!(origin.requests(), 0, "nothing refused reached the origin");
+    // A client's request for the peers' own paths is an ordinary request, forwarded to a
+    // key's owner as such: it purges nothing there.
+    for p in &fleet {
+        assert_eq!(get(p, "/kept").await.status, 200);
+    }
+    for p in &fleet {
+        for method in ["GET", "POST"] {
+            fetch(req(p, HOST, "/.well-known/rampart-peer/purge?soft=0&scope=2a").method(method))
+                .await;
+        }
+        fetch(req(p, HOST, "/.well-known/rampart-peer")).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for p in &fleet {
+        let status = get(p, "/kept")
+            .await
+            .header("cache-status")
+            .map(str::to_owned);
+        assert!(
+            status.as_deref().unwrap_or("").contains("hit"),
+            "{status:?}"
+        );
+    }
+    // Without the field, the same client is served as any other.
+    let got = send(
+        &from_member,
+        Request::get(fleet[0].url("/x"))
+            .header("host", HOST)
+            .body(empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(got.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_that_disagree_on_the_members_cross_one_hop_at_most() {
+    let origin = Origin::new().route("*", cacheable("object")).start().await;
+    let addrs = addresses(3);
+    // A knows A and B; B also counts C, which does not run: for some keys A asks B while B
+    // would ask A. A peer's request is answered where it lands.
+    let a = Proxy::start(&member_config(&origin, addrs[0], &addrs[..2], ""));
+    let b = Proxy::start(&member_config(&origin, addrs[1], &addrs, ""));
+    let started = Instant::now();
+    for k in 0..40 {
+        let path = format!("/disagree/{k}");
+        assert_eq!(get(&a, &path).await.status, 200);
+        assert_eq!(get(&b, &path).await.status, 200);
+    }
+    // Each instance fetched a key once at most (A's key that B gives the absent C, or keeps).
+    assert!(origin.requests() <= 80, "{}", origin.requests());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn a_fleet_without_this_instance_is_refused_with_the_fix() {
+    let out = Proxy::try_start(
+        "listening_address = \"127.0.0.1\"\nlistening_port_http = 0\n\
+         cache_peers = [\"10.0.0.2:80\", \"10.0.0.3:80\", \"not an address\"]\n\
+         [[proxy_rules]]\ndomain = \"a.example\"\nforward_ipv4 = \"127.0.0.1\"\n",
+    );
+    assert!(out.contains("is not an IP address and port"), "{out}");
+    assert!(out.contains("cache_peers[2]"), "{out}");
+    let out = Proxy::try_start(
+        "listening_address = \"127.0.0.1\"\nlistening_port_http = 0\n\
+         cache_peers = [\"10.0.0.2:80\", \"10.0.0.3:80\"]\n\
+         [[proxy_rules]]\ndomain = \"a.example\"\nforward_ipv4 = \"127.0.0.1\"\n",
+    );
+    assert!(out.contains("cache_peer_self"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_anywhere_reaches_the_owner_and_every_copy() {
+    let origin = Origin::new().route("*", cacheable("object")).start().await;
+    let (fleet, _) = start_fleet(
+        &origin,
+        3,
+        "cache_peer_local_ttl_seconds = 60\npurge_allow = [\"127.0.0.0/8\"]",
+    );
+    let purge = |p: &Proxy, path: &str| {
+        Request::builder()
+            .method("PURGE")
+            .uri(p.url(path))
+            .header("host", HOST)
+    };
+    let mut owners = Vec::new();
+    for k in 0..10 {
+        let path = format!("/purged/{k}");
+        // Fetched once, then held by its owner (the one that did not say `detail=peer`) and
+        // copied by the two others.
+        let mut owner = None;
+        for (i, p) in fleet.iter().enumerate() {
+            let got = get(p, &path).await;
+            assert_eq!(got.status, 200);
+            if !got
+                .header("cache-status")
+                .unwrap_or("")
+                .contains("detail=peer")
+            {
+                owner = Some(i);
+            }
+        }
+        owners.push(owner.expect("one instance owns the key"));
+        for p in &fleet {
+            assert_eq!(
+                get(p, &path).await.header("cache-status"),
+                Some("rampart; hit"),
+                "{path}: a copy everywhere"
+            );
+        }
+        // Purged on one of them, whichever: gone from all three.
+        let res = fetch(purge(&fleet[k % 3], &path)).await;
+        assert_eq!(res.status, 200);
+    }
+    // The purges travel in the background: give them a moment.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(origin.requests(), 10);
+    for (k, &owner) in owners.iter().enumerate() {
+        let path = format!("/purged/{k}");
+        for (i, p) in fleet.iter().enumerate().filter(|(i, _)| *i != owner) {
+            let got = get(p, &path).await;
+            assert!(
+                got.header("cache-status")
+                    .unwrap_or("")
+                    .contains("detail=peer"),
+                "{path} on instance {i}: a copy outlived the purge ({:?})",
+                got.header("cache-status")
+            );
+        }
+    }
+    // The owners' objects were purged too: each key fetched once again.
+    assert_eq!(origin.requests(), 20);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rules_request_fields_are_applied_once_by_the_owner() {
+    let origin = Origin::new().route("*", cacheable("object")).start().await;
+    let addrs = addresses(2);
+    let rule = "[proxy_rules.request_headers]\nadd = { \"X-Edge\" = \"rampart\" }\n\
+                set = { \"X-Client\" = \"{client_ip}\" }\n";
+    let fleet: Vec<Proxy> = addrs
+        .iter()
+        .map(|&a| {
+            Proxy::start(&member_config_with(
+                &origin,
+                a,
+                &addrs,
+                "cache_peer_local_ttl_seconds = 0",
+                rule,
+            ))
+        })
+        .collect();
+    for k in 0..10 {
+        for p in &fleet {
+            assert_eq!(get(p, &format!("/fields/{k}")).await.status, 200);
+        }
+    }
+    assert_eq!(origin.requests(), 10);
+    for seen in origin.seen() {
+        let edge: Vec<_> = seen.headers.get_all("x-edge").iter().collect();
+        assert_eq!(edge, ["rampart"], "{:?}", seen.headers);
+        assert_eq!(seen.headers.get("x-client").unwrap(), "127.0.0.1");
+    }
+}
