@@ -308,7 +308,7 @@ pub(crate) const KEYS: &[(&str, &str, Owner, Fallback)] = &[
     ),
     ("", "cache_peer_key", Rampart, Unset("none")),
     ("", "cache_peer_key_file", Rampart, Unset("none")),
-    ("", "cache_peer_local_ttl_seconds", Rampart, Value("2")),
+    ("", "cache_peer_local_ttl_seconds", Rampart, Value("0")),
     ("", "cache_peer_timeout_ms", Rampart, Value("500")),
     (
         "",

@@ -232,6 +232,15 @@ function render(d) {
     u.latency_ms == null ? '–' : ms(u.latency_ms),
     fixed(u.requests_per_second, 1),
   ]));
+  // The fleet's members: this instance, and each peer with whether it is asked.
+  const peers = d.peers || [];
+  $('peers-panel').hidden = peers.length === 0;
+  fillRows('peers', peers.map((p) => [
+    p.address + (p.self ? ' (this instance)' : ''),
+    { text: p.up ? 'up' : 'down', className: p.up ? 'up' : 'down' },
+    p.self ? '–' : count(p.answers),
+    p.latency_ms == null ? '–' : ms(p.latency_ms),
+  ]));
   fillRows('hosts', d.top_hosts.map(([k, v]) => [k, count(v)]));
   fillRows('paths', d.top_paths.map(([k, v]) => [k, count(v)]));
   fillRows('recent', d.recent_blocked.map((b) => [

@@ -38,6 +38,8 @@ pub struct Scene {
     pub cache: Option<Arc<Cache>>,
     /// The trace exporter's counters, when tracing is on.
     pub traces: Option<Arc<rampart_otel::Stats>>,
+    /// Each worker's view of the fleet (empty without `cache_peers`).
+    pub fleets: Vec<Arc<crate::origin::fleet::Fleet>>,
 }
 
 static SCENE: Mutex<Option<Arc<Scene>>> = Mutex::new(None);
@@ -196,6 +198,9 @@ pub fn snapshot(
         })
     });
     let upstreams = origin_rows(scene.as_ref(), origins);
+    let peers = scene
+        .as_ref()
+        .map_or_else(Vec::new, |s| peer_rows(&s.fleets));
     let (hosts, paths) = m.top(10);
     let refusals: Vec<Value> = m
         .refusals(20)
@@ -248,10 +253,44 @@ pub fn snapshot(
         "cache": cache,
         "traces": traces,
         "upstreams": upstreams,
+        "peers": peers,
         "top_hosts": hosts,
         "top_paths": paths,
         "recent_blocked": refusals,
     })
+}
+
+/// One row per member of the fleet: this instance or a peer, whether every worker asks it (a
+/// peer that failed is skipped for a few seconds), and what it answered this instance (its
+/// answers' count and mean time to the head, since start).
+pub fn peer_rows(fleets: &[Arc<crate::origin::fleet::Fleet>]) -> Vec<Value> {
+    let Some(first) = fleets.first() else {
+        return Vec::new();
+    };
+    first
+        .members()
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let me = i == first.me();
+            let up = fleets
+                .iter()
+                .all(|f| f.members().get(i).is_some_and(|m| m.origins.any_up()));
+            let (answers, sum_us) = m
+                .origins
+                .members()
+                .first()
+                .map_or((0, 0), |o| o.stats(false).heads());
+            json!({
+                "address": m.addr.to_string(),
+                "self": me,
+                "up": me || up,
+                "answers": if me { 0 } else { answers },
+                "latency_ms": (answers > 0 && !me)
+                    .then(|| (sum_us as f64 / answers as f64).round() / 1e3),
+            })
+        })
+        .collect()
 }
 
 /// One row per origin of every rule: whether it is in rotation, its recent response time (from

@@ -363,7 +363,7 @@ pub fn admin_request<B>(
         return Some(Err(key_refusal(req.headers())));
     }
     Some(match (method, rest) {
-        (&Method::GET, "status") => Ok(status(api.cache, api.router)),
+        (&Method::GET, "status") => Ok(status(api.cache, api.router, api.fleet)),
         (_, "status" | "metrics" | "dashboard/events") => Err(ProxyError::ApiMethod("GET, HEAD")),
         _ => Err(ProxyError::ApiNoSuchEndpoint),
     })
@@ -403,6 +403,9 @@ struct Status<'a> {
     /// The process's resident memory beside the cache's weight, so a mismatch shows.
     process: Option<ProcessMemory>,
     upstreams: Vec<OriginHealth<'a>>,
+    /// The fleet's members (`cache_peers`), as the dashboard lists them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    peers: Vec<serde_json::Value>,
 }
 
 #[derive(serde::Serialize)]
@@ -439,7 +442,11 @@ struct OriginHealth<'a> {
 }
 
 /// `GET /_rampart/status`: the cache's figures, the process's memory, the origins.
-fn status(cache: Option<&Cache>, router: &Router) -> Response<ProxyBody> {
+fn status(
+    cache: Option<&Cache>,
+    router: &Router,
+    fleet: Option<&std::sync::Arc<crate::origin::fleet::Fleet>>,
+) -> Response<ProxyBody> {
     let cache = cache.map(|c| {
         let s = c.store().stats();
         CacheFigures {
@@ -479,6 +486,9 @@ fn status(cache: Option<&Cache>, router: &Router) -> Response<ProxyBody> {
         cache,
         process,
         upstreams,
+        peers: fleet.map_or_else(Vec::new, |f| {
+            crate::admin::dashboard::peer_rows(std::slice::from_ref(f))
+        }),
     };
     json_of(StatusCode::OK, &status)
 }

@@ -21,4 +21,6 @@ pub struct Api<'a> {
     pub redis: Option<&'a rampart_redis::Shared>,
     /// The trace exporter's counters, when tracing is on.
     pub traces: Option<&'a rampart_otel::Stats>,
+    /// The fleet the cache is sharded over, as this worker sees it (`cache_peers`).
+    pub fleet: Option<&'a std::sync::Arc<crate::origin::fleet::Fleet>>,
 }

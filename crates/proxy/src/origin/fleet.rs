@@ -179,6 +179,11 @@ impl Fleet {
         &self.members
     }
 
+    /// This instance's index in [`Fleet::members`].
+    pub fn me(&self) -> usize {
+        self.me
+    }
+
     /// Whether `ip` is a member's address.
     pub fn is_member(&self, ip: IpAddr) -> bool {
         self.members

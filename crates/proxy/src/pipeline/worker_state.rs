@@ -85,6 +85,7 @@ impl Worker {
             certs: self.acme.as_deref(),
             max_connections: self.max_connections,
             redis: self.shared.as_ref(),
+            fleet: self.fleet.as_ref(),
             traces: self.tracer.as_deref().map(|t| &**t.exporter().stats()),
         }
     }

@@ -116,6 +116,9 @@ pub struct Live {
     origin_tls: Arc<rustls::ClientConfig>,
     /// One connection pool per worker.
     origin_clients: Vec<OriginClient>,
+    /// Each worker's view of the fleet (`cache_peers`): its connections to the peers and
+    /// their health as it found it.
+    fleets: Vec<Arc<crate::origin::fleet::Fleet>>,
     per_ip: Option<Arc<PerIp>>,
     limit: Arc<ConnLimit>,
     cache: Option<Arc<Cache>>,
@@ -227,6 +230,7 @@ impl Live {
             c.share_with_peers(peer_purges(&config, &origin_tls)?);
         }
         let router = Arc::new(Router::new(&config));
+        let fleets = fleets_of(&config, groups, &origin_tls);
         let origin_clients = (0..groups)
             .map(|_| OriginClient::new(&config.upstream, origin_tls.clone()))
             .collect();
@@ -251,6 +255,7 @@ impl Live {
             tls,
             origin_tls,
             origin_clients,
+            fleets,
             cache,
             control,
             health: None,
@@ -426,6 +431,7 @@ impl Live {
                 }
             }
         }
+        self.fleets = fleets_of(&config, self.groups, &self.origin_tls);
         self.router = Arc::new(Router::reloaded(&config, &self.router));
         self.screen = Arc::new(Screen::reloaded(
             &config,
@@ -535,6 +541,7 @@ impl Live {
             router: self.router.clone(),
             cache: self.cache.clone(),
             traces: self.tracer.as_ref().map(|t| t.exporter().stats().clone()),
+            fleets: self.fleets.clone(),
         });
     }
 
@@ -589,14 +596,7 @@ impl Live {
                 access: self.access.clone(),
                 alt_svc: self.alt_svc(),
                 tracer: self.tracer.clone(),
-                // Each worker its own: its connections to peers, and its view of their health.
-                fleet: config.fleet.as_ref().map(|f| {
-                    Arc::new(crate::origin::fleet::Fleet::new(
-                        f,
-                        &config.upstream,
-                        self.origin_tls.clone(),
-                    ))
-                }),
+                fleet: self.fleets.get(i).cloned(),
             },
         )));
         Current {
@@ -618,4 +618,25 @@ fn peer_purges(
     Ok(Some(crate::caching::PeerPurge(Box::new(
         move |scope, soft| sender.send(scope, soft),
     ))))
+}
+
+/// Each worker's view of the fleet: its own connections to the peers, and their health as it
+/// finds it (none without `cache_peers`).
+fn fleets_of(
+    config: &Config,
+    groups: usize,
+    origin_tls: &Arc<rustls::ClientConfig>,
+) -> Vec<Arc<crate::origin::fleet::Fleet>> {
+    let Some(f) = &config.fleet else {
+        return Vec::new();
+    };
+    (0..groups)
+        .map(|_| {
+            Arc::new(crate::origin::fleet::Fleet::new(
+                f,
+                &config.upstream,
+                origin_tls.clone(),
+            ))
+        })
+        .collect()
 }

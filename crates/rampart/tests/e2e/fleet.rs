@@ -427,3 +427,28 @@ async fn the_rules_request_fields_are_applied_once_by_the_owner() {
         assert_eq!(seen.headers.get("x-client").unwrap(), "127.0.0.1");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_lists_the_members_and_a_down_peer() {
+    let origin = Origin::new().route("*", cacheable("object")).start().await;
+    let (mut fleet, addrs) = start_fleet(&origin, 2, &format!("api_key = \"{API_KEY}\""));
+    drop(fleet.remove(1));
+    // Some of these keys are the gone member's: asking it fails, and it is marked down.
+    for k in 0..20 {
+        assert_eq!(get(&fleet[0], &format!("/status/{k}")).await.status, 200);
+    }
+    let got = fetch(req(&fleet[0], HOST, "/_rampart/status").header("x-api-key", API_KEY)).await;
+    assert_eq!(got.status, 200);
+    let status: serde_json::Value = serde_json::from_slice(&got.body).unwrap();
+    let peers = status["peers"].as_array().expect("peers listed");
+    assert_eq!(peers.len(), 2, "{status}");
+    let row = |a: SocketAddr| {
+        peers
+            .iter()
+            .find(|p| p["address"] == a.to_string())
+            .unwrap_or_else(|| panic!("{a} not listed: {status}"))
+    };
+    assert_eq!(row(addrs[0])["self"], true);
+    assert_eq!(row(addrs[1])["self"], false);
+    assert_eq!(row(addrs[1])["up"], false, "{status}");
+}

@@ -546,6 +546,7 @@ mod tests {
             max_connections: 100,
             redis: None,
             traces: None,
+            fleet: None,
         };
         let text = render(&m, &view, false);
         for line in [
