@@ -17,8 +17,6 @@ pub const DEFAULT_LOCAL_TTL: Duration = Duration::ZERO;
 /// `cache_peer_timeout_ms` when unset: a peer that has not connected and sent its answer's head
 /// by then is skipped (the request goes to the origin).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(500);
-/// Shortest `cache_peer_key` accepted.
-const MIN_KEY_LEN: usize = 16;
 
 /// The keys as read; [`finish`] names this instance once the listeners are known.
 pub(super) struct Settings {
@@ -190,39 +188,10 @@ fn secret(
     key: Option<At<String>>,
     file: Option<At<String>>,
 ) -> Option<Secret> {
-    let (text, at) = match (key, file) {
-        (Some(k), Some(f)) => {
-            error(
-                sink,
-                &f,
-                "both `cache_peer_key` and `cache_peer_key_file` are set",
-                "keep one of them",
-            );
-            (k.value.clone(), k)
-        }
-        (Some(k), None) => (k.value.clone(), k),
-        (None, Some(f)) => match std::fs::read_to_string(f.value.trim()) {
-            Ok(t) => (t.trim().to_owned(), f),
-            Err(e) => {
-                error(
-                    sink,
-                    &f,
-                    format!("cannot read {:?}: {e}", f.value),
-                    "name a readable file holding the key (e.g. made with `openssl rand -hex 32 > key`)",
-                );
-                return None;
-            }
-        },
-        (None, None) => return None,
-    };
-    if text.chars().count() < MIN_KEY_LEN {
-        error(
-            sink,
-            &at,
-            "the peer key is too short to authenticate peers",
-            "use at least 32 random characters, e.g. from `openssl rand -hex 32`",
-        );
-        return None;
-    }
-    Some(Secret(text.into_bytes()))
+    super::secret(
+        sink,
+        key,
+        file,
+        "the peer key is too short to authenticate peers",
+    )
 }

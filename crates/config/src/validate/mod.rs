@@ -171,6 +171,54 @@ fn error(
     sink.push(Severity::Error, &at.key, at.span.clone(), message, hint);
 }
 
+/// Shortest shared secret accepted (`redis_encryption_key`, `cache_peer_key`).
+const MIN_SECRET_LEN: usize = 16;
+
+/// A shared secret: `key` (a passphrase of at least [`MIN_SECRET_LEN`] characters) or `file` (a
+/// file holding one); `too_short` says what a shorter one would fail to do.
+fn secret(
+    sink: &mut Sink<'_>,
+    key: Option<At<String>>,
+    file: Option<At<String>>,
+    too_short: &str,
+) -> Option<crate::model::Secret> {
+    let (text, at) = match (key, file) {
+        (Some(k), Some(f)) => {
+            error(
+                sink,
+                &f,
+                format!("both `{}` and `{}` are set", k.key, f.key),
+                "keep one of them",
+            );
+            (k.value.clone(), k)
+        }
+        (Some(k), None) => (k.value.clone(), k),
+        (None, Some(f)) => match std::fs::read_to_string(f.value.trim()) {
+            Ok(t) => (t.trim().to_owned(), f),
+            Err(e) => {
+                error(
+                    sink,
+                    &f,
+                    format!("cannot read {:?}: {e}", f.value),
+                    "name a readable file holding the key (e.g. made with `openssl rand -hex 32 > key`)",
+                );
+                return None;
+            }
+        },
+        (None, None) => return None,
+    };
+    if text.chars().count() < MIN_SECRET_LEN {
+        error(
+            sink,
+            &at,
+            too_short,
+            "use at least 32 random characters, e.g. from `openssl rand -hex 32`",
+        );
+        return None;
+    }
+    Some(crate::model::Secret(text.into_bytes()))
+}
+
 /// A byte size: an integer, or a string such as "512MiB", "64M", "1GB" (K/M/G are binary
 /// multiples, KB/MB/GB decimal ones, KiB/MiB/GiB binary).
 fn size(

@@ -21,9 +21,6 @@ const SWITCHES: [&str; 3] = ["redis_rate_limits", "redis_purge", "redis_certific
 /// on the shared connection.
 pub const DEFAULT_CACHE_MAX_OBJECT: u64 = 1 << 20;
 
-/// Shortest `redis_encryption_key` accepted (it is hashed into a 256-bit key).
-const MIN_KEY_LEN: usize = 16;
-
 /// The Redis keys as read, and where the address was given (for checks that need the rules).
 pub(super) struct Settings {
     pub(super) config: Option<RedisConfig>,
@@ -135,41 +132,12 @@ fn encryption_key(
     key: Option<At<String>>,
     file: Option<At<String>>,
 ) -> Option<Secret> {
-    let (text, at) = match (key, file) {
-        (Some(k), Some(f)) => {
-            error(
-                sink,
-                &f,
-                "both `redis_encryption_key` and `redis_encryption_key_file` are set",
-                "keep one of them",
-            );
-            (k.value.clone(), k)
-        }
-        (Some(k), None) => (k.value.clone(), k),
-        (None, Some(f)) => match std::fs::read_to_string(f.value.trim()) {
-            Ok(t) => (t.trim().to_owned(), f),
-            Err(e) => {
-                error(
-                    sink,
-                    &f,
-                    format!("cannot read {:?}: {e}", f.value),
-                    "name a readable file holding the key (e.g. made with `openssl rand -hex 32 > key`)",
-                );
-                return None;
-            }
-        },
-        (None, None) => return None,
-    };
-    if text.chars().count() < MIN_KEY_LEN {
-        error(
-            sink,
-            &at,
-            "the encryption key is too short to protect private keys",
-            "use at least 32 random characters, e.g. from `openssl rand -hex 32`",
-        );
-        return None;
-    }
-    Some(Secret(text.into_bytes()))
+    super::secret(
+        sink,
+        key,
+        file,
+        "the encryption key is too short to protect private keys",
+    )
 }
 
 /// With ACME in use and `redis_certificates` on, the encryption key must be there. Called once

@@ -33,13 +33,22 @@ pub struct OriginClient {
 impl OriginClient {
     pub fn new(config: &UpstreamConfig, tls: std::sync::Arc<rustls::ClientConfig>) -> Self {
         let connector = OriginConnector::new(config.nodelay, tls.clone(), config.connect_timeout);
-        let h2 = H2Pool::new(connector.for_h2(&tls), config.keepalive);
+        OriginClient::with(config, &tls, connector)
+    }
+
+    /// A client over `connector`, with `config`'s pools and `proxy_timeout`.
+    fn with(
+        config: &UpstreamConfig,
+        tls: &rustls::ClientConfig,
+        connector: OriginConnector,
+    ) -> Self {
+        let h2 = H2Pool::new(connector.for_h2(tls), config.keepalive);
         let pool = IdlePool::new(config.keepalive, config.max_idle_per_origin);
         OriginClient {
+            connect_timeout: connector.connect_timeout(),
             h1: H1Client::new(pool, connector),
             h2,
             timeout: config.timeout,
-            connect_timeout: config.connect_timeout,
         }
     }
 
@@ -54,14 +63,7 @@ impl OriginClient {
     ) -> Self {
         let connector =
             OriginConnector::new(config.nodelay, tls.clone(), connect_timeout).bound_to(bind);
-        let h2 = H2Pool::new(connector.for_h2(&tls), config.keepalive);
-        let pool = IdlePool::new(config.keepalive, config.max_idle_per_origin);
-        OriginClient {
-            h1: H1Client::new(pool, connector),
-            h2,
-            timeout: config.timeout,
-            connect_timeout,
-        }
+        OriginClient::with(config, &tls, connector)
     }
 
     /// The `proxy_timeout` in force (`None` = no limit).

@@ -74,6 +74,11 @@ impl OriginConnector {
         }
     }
 
+    /// `proxy_connect_timeout_seconds` (or a fleet's `cache_peer_timeout_ms`).
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
     /// The same connector, its connections leaving from `ip` (to IP addresses).
     pub fn bound_to(mut self, ip: std::net::IpAddr) -> Self {
         self.bind = Some(ip);

@@ -9,6 +9,7 @@
 pub mod conn_info;
 pub mod deliver;
 pub mod fetch;
+mod from_peer;
 pub mod hit;
 pub mod lookup;
 pub mod miss;
