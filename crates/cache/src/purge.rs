@@ -101,3 +101,66 @@ impl PurgeScope {
         }
     }
 }
+
+/// How long a purge is remembered for the fetches that were under way when it was made.
+pub const RECENT_FOR: std::time::Duration = std::time::Duration::from_secs(60);
+/// Purges remembered at most (past that the oldest are forgotten, see [`RecentPurges`]).
+pub const RECENT_MAX: usize = 1024;
+
+/// The purges of the last [`RECENT_FOR`] (at most [`RECENT_MAX`]): a fetch that began before
+/// one of them and ends after it brings the version the purge was made to remove, so its
+/// object is not stored. A fetch that began before a purge since forgotten is not stored
+/// either, whatever it is (it cannot be told apart).
+#[derive(Debug, Default)]
+pub(crate) struct RecentPurges {
+    /// When the latest purge was made (Unix ns; 0: none yet): an object fetched after it is
+    /// stored without a look at the list.
+    latest: std::sync::atomic::AtomicU64,
+    list: std::sync::Mutex<Recent>,
+}
+
+#[derive(Debug, Default)]
+struct Recent {
+    entries: std::collections::VecDeque<(u64, PurgeScope)>,
+    /// When the newest purge dropped off the list was made (Unix ns).
+    forgotten: u64,
+}
+
+fn unix_ns(t: std::time::SystemTime) -> u64 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+impl RecentPurges {
+    /// A purge of `scope` is made now.
+    pub(crate) fn record(&self, scope: &PurgeScope) {
+        let now = unix_ns(std::time::SystemTime::now());
+        let mut l = self.list.lock().unwrap_or_else(|p| p.into_inner());
+        let horizon = now.saturating_sub(RECENT_FOR.as_nanos() as u64);
+        while let Some(&(at, _)) = l.entries.front() {
+            if l.entries.len() < RECENT_MAX && at >= horizon {
+                break;
+            }
+            l.entries.pop_front();
+            l.forgotten = l.forgotten.max(at);
+        }
+        l.entries.push_back((now, scope.clone()));
+        self.latest
+            .fetch_max(now, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether `obj`, to be stored under `key`, was fetched before a purge that takes it.
+    pub(crate) fn outdates(&self, key: &CacheKey, obj: &Object) -> bool {
+        let began = unix_ns(obj.request_time);
+        if began > self.latest.load(std::sync::atomic::Ordering::Acquire) {
+            return false;
+        }
+        let l = self.list.lock().unwrap_or_else(|p| p.into_inner());
+        began <= l.forgotten
+            || l.entries
+                .iter()
+                .rev()
+                .take_while(|(at, _)| *at >= began)
+                .any(|(_, s)| s.matches_object(key, obj))
+    }
+}

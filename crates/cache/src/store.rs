@@ -23,6 +23,7 @@
 //! body.
 
 pub use crate::purge::PurgeScope;
+use crate::purge::RecentPurges;
 use rampart_head::Fields;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -84,6 +85,8 @@ pub struct MemoryStore {
     tags: Arc<TagState>,
     /// Where tag purges go to be reclaimed (the reclaimer thread, started at the first one).
     reclaim: std::sync::Mutex<Option<std::sync::mpsc::Sender<u64>>>,
+    /// The purges and invalidations of the last minute, for the fetches under way meanwhile.
+    recent: RecentPurges,
 }
 
 impl std::fmt::Debug for MemoryStore {
@@ -182,6 +185,7 @@ impl MemoryStore {
             reserved: AtomicU64::new(0),
             tags,
             reclaim: std::sync::Mutex::new(None),
+            recent: RecentPurges::default(),
         }
     }
 
@@ -274,8 +278,21 @@ impl MemoryStore {
         }
     }
 
-    /// Stores `obj` for `key`; `variant` is its variant key when it varies.
+    /// Whether a purge or invalidation that takes `obj` (to be stored under `key`) was made
+    /// after its fetch began: it is the version that purge was made to remove, for no tier to
+    /// keep (see [`crate::purge::RECENT_FOR`]).
+    pub fn outdated(&self, key: &CacheKey, obj: &Object) -> bool {
+        self.recent.outdates(key, obj)
+    }
+
+    /// Stores `obj` for `key`; `variant` is its variant key when it varies. Refused when a
+    /// purge or invalidation that takes it was made after its fetch began: it is the version
+    /// that purge was made to remove.
     pub fn insert(&self, key: CacheKey, variant: Option<&[u8]>, obj: Arc<Object>) -> bool {
+        if self.outdated(&key, &obj) {
+            tracing::debug!("not stored: purged since its fetch began");
+            return false;
+        }
         let primary = SlotKey {
             primary: key,
             variant: None,
@@ -386,6 +403,7 @@ impl MemoryStore {
     /// Invalidates `key` (RFC 9111 §4.4): the object, or every variant of it, on both schemes
     /// (see [`CacheKey::for_https`]). Returns whether anything was stored.
     pub fn invalidate(&self, key: &CacheKey) -> bool {
+        self.recent.record(&PurgeScope::Exact(key.clone()));
         let mut slot = SlotKey {
             primary: key.clone(),
             variant: None,
@@ -401,6 +419,7 @@ impl MemoryStore {
     /// An exact purge is a direct lookup (a CMS purging on every publish must not scan the
     /// index); the wider scopes scan it.
     pub fn purge(&self, scope: &PurgeScope, soft: bool) -> usize {
+        self.recent.record(scope);
         if let PurgeScope::Exact(key) = scope {
             // Both schemes' keys (see `CacheKey::for_https`).
             let mut n = 0;
@@ -607,6 +626,84 @@ mod tests {
             extent: None,
             ..o
         })
+    }
+
+    /// `object(0)`, fetched `ago` before now.
+    fn fetched_ago(ago: Duration) -> Arc<Object> {
+        let o = Arc::into_inner(object(0)).unwrap_or_else(|| unreachable!());
+        let at = SystemTime::now() - ago;
+        Arc::new(Object {
+            request_time: at,
+            response_time: at,
+            ..o
+        })
+    }
+
+    #[test]
+    fn a_fetch_under_way_when_its_purge_is_made_is_not_stored() {
+        let store = MemoryStore::new(1 << 20, 64 << 10);
+        let k = CacheKey::new("h", "/a", false);
+        let other = CacheKey::new("h", "/b", false);
+        // Nothing purged yet: an old fetch is stored.
+        assert!(store.insert(k.clone(), None, fetched_ago(Duration::from_secs(5))));
+        store.purge(&PurgeScope::Exact(k.clone()), false);
+        // Began before the purge: the version it was made to remove (either scheme's key).
+        assert!(!store.insert(k.clone(), None, fetched_ago(Duration::from_millis(50))));
+        assert!(!store.insert(
+            k.clone().for_https(true),
+            None,
+            fetched_ago(Duration::from_millis(50))
+        ));
+        let none = Fields::new();
+        assert!(store
+            .find(&SlotKeyRef::new("h", "/a", false).for_https(false), &none)
+            .is_none());
+        // Another URL, and a fetch begun after the purge, are stored.
+        assert!(store.insert(other.clone(), None, fetched_ago(Duration::from_millis(50))));
+        std::thread::sleep(Duration::from_millis(1));
+        assert!(store.insert(k.clone(), None, object(0)));
+        // An invalidation (RFC 9111 §4.4) counts as a purge of its URL; soft purges and
+        // wider scopes too.
+        store.invalidate(&other);
+        assert!(!store.insert(other.clone(), None, fetched_ago(Duration::from_millis(1))));
+        store.purge(
+            &PurgeScope::Prefix {
+                host: b"h".to_vec(),
+                prefix: b"/p/".to_vec(),
+            },
+            true,
+        );
+        let p = CacheKey::new("h", "/p/1", false);
+        assert!(!store.insert(p, None, fetched_ago(Duration::from_millis(1))));
+        // By tag: only objects carrying the tag.
+        store.purge(&PurgeScope::Tag(7), false);
+        let tagged = |t: u64| {
+            let o = Arc::into_inner(fetched_ago(Duration::from_millis(1)))
+                .unwrap_or_else(|| unreachable!());
+            Arc::new(Object {
+                tags: vec![t].into_boxed_slice(),
+                ..o
+            })
+        };
+        assert!(!store.insert(CacheKey::new("x", "/t", false), None, tagged(7)));
+        assert!(store.insert(CacheKey::new("x", "/u", false), None, tagged(8)));
+    }
+
+    #[test]
+    fn a_fetch_older_than_a_forgotten_purge_is_not_stored() {
+        let store = MemoryStore::new(1 << 20, 64 << 10);
+        let before = fetched_ago(Duration::from_millis(20));
+        // More purges than are remembered, none of this URL: the first ones are forgotten,
+        // and a fetch begun before them cannot be told apart from one they took.
+        for i in 0..=crate::purge::RECENT_MAX {
+            store.purge(
+                &PurgeScope::Exact(CacheKey::new("h", &format!("/other/{i}"), false)),
+                false,
+            );
+        }
+        assert!(!store.insert(CacheKey::new("h", "/a", false), None, before));
+        std::thread::sleep(Duration::from_millis(1));
+        assert!(store.insert(CacheKey::new("h", "/a", false), None, object(0)));
     }
 
     #[test]

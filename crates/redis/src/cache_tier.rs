@@ -15,9 +15,14 @@
 //! Redis's clock (`TIME`), so the instances' clocks do not matter for them; an object's age
 //! is computed from the `Date`/response time it carries, as on the instance that fetched it.
 //!
-//! A purge removes the resource's hash for any scope (the sender does it before it tells the
+//! A purge empties the resource's hash for any scope (the sender does it before it tells the
 //! other instances; see `purge.rs`): exact purges by key, tag purges by the tag's set, the
-//! others by `SCAN`ning each master for the scope's pattern.
+//! others by `SCAN`ning each master for the scope's pattern. The hash keeps one field for
+//! [`PURGE_MARK_FOR`], `x`: when it was purged (Redis's clock). A write of an object whose
+//! fetch began before that (an instance fetched the old version and its write arrives after
+//! the purge) is refused, so a purge cannot be undone by a write in flight: the purge took
+//! the fetch lock away, so a writer still holding it took it after the purge; others are
+//! judged by their fetch time against the mark (see [`CLOCK_SLACK`]).
 //!
 //! A tagged object's resource is also a member of each of its tags' sets, `PREFIX t:TAG` (the
 //! tag's hash in hex), which live as long as their longest-lived member.
@@ -70,10 +75,20 @@ return {4}
 ";
 
 /// KEYS[1]: the resource. ARGV: the `Vary` names, the object field, the object, its TTL in
-/// ms, this instance. Objects of another `Vary` go; a lock this instance held, or a pass
-/// marker, is lifted (the object is here now).
+/// ms, this instance, when its fetch began (Unix ms, this instance's clock). Objects of
+/// another `Vary` go; a lock this instance held, or a pass marker, is lifted (the object is
+/// here now). Answers 1, or 0 when the resource was purged since the fetch began: a purge
+/// leaves a mark (`x`, when it was made) and takes the fetch lock away, so a writer holding
+/// the lock took it after the purge; one without it is judged by its fetch time, within
+/// [`CLOCK_SLACK`].
 const STORE: &str = r"
 local key = KEYS[1]
+local x = redis.call('HGET', key, 'x')
+if x then
+  local l = redis.call('HGET', key, 'l')
+  local mine = l and string.sub(l, (string.find(l, ' ', 1, true) or 0) + 1) == ARGV[5]
+  if not mine and tonumber(ARGV[6]) < tonumber(x) + tonumber(ARGV[7]) then return 0 end
+end
 local m = redis.call('HGET', key, 'm')
 if m and m ~= ARGV[1] then redis.call('DEL', key) end
 redis.call('HSET', key, 'm', ARGV[1], ARGV[2], ARGV[3])
@@ -84,7 +99,33 @@ if l then
 end
 local ttl = tonumber(ARGV[4])
 if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl) end
+return 1
 ";
+
+/// KEYS[1]: a resource. ARGV: how long the purge's mark lasts (ms). Empties the resource and
+/// leaves the mark, `x`: when it was purged, by Redis's clock. Answers 1 when it held
+/// anything but a mark.
+const PURGE: &str = r"
+local key = KEYS[1]
+local held = 0
+local n = redis.call('HLEN', key)
+if n > 1 or (n == 1 and redis.call('HEXISTS', key, 'x') == 0) then held = 1 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('DEL', key)
+redis.call('HSET', key, 'x', string.format('%d', now))
+redis.call('PEXPIRE', key, tonumber(ARGV[1]))
+return held
+";
+
+/// How long a purge's mark refuses the writes of objects fetched before it: longer than a
+/// fetch and its write take, short enough that marks do not pile up.
+pub const PURGE_MARK_FOR: Duration = Duration::from_secs(60);
+/// How far an instance's clock may be behind Redis's for a write without the fetch lock to be
+/// judged by its fetch time: such an object fetched up to this long after a purge is not
+/// written either (the tier misses it until the next fetch); one fetched before is never
+/// written after the purge unless the fetching instance's clock runs this far ahead.
+pub const CLOCK_SLACK: Duration = Duration::from_secs(1);
 
 /// KEYS[1]: the resource. ARGV: this instance, the pass marker's length in ms. When this
 /// instance holds the lock, it becomes a pass marker: the others stop waiting.
@@ -110,12 +151,13 @@ local ttl = tonumber(ARGV[2])
 if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
 ";
 
-static SCRIPTS: LazyLock<[redis::Script; 4]> = LazyLock::new(|| {
+static SCRIPTS: LazyLock<[redis::Script; 5]> = LazyLock::new(|| {
     [
         redis::Script::new(LOOKUP),
         redis::Script::new(STORE),
         redis::Script::new(UNLOCK),
         redis::Script::new(TAG),
+        redis::Script::new(PURGE),
     ]
 });
 
@@ -226,7 +268,9 @@ impl Shared {
 
     /// Writes an object (`rampart_cache::portable`) for `key` and lifts this instance's fetch lock,
     /// in the background (the request path never waits for it). `vary` is the comma-separated
-    /// `Vary` names (empty without `Vary`), `variant` the object's variant key.
+    /// `Vary` names (empty without `Vary`), `variant` the object's variant key, `fetched` when
+    /// its fetch began: a purge made since then (see [`CLOCK_SLACK`]) keeps it out.
+    #[allow(clippy::too_many_arguments)]
     pub fn cache_store(
         &self,
         key: &CacheKey,
@@ -235,6 +279,7 @@ impl Shared {
         object: Vec<u8>,
         ttl: Duration,
         tags: &[u64],
+        fetched: std::time::SystemTime,
     ) {
         // Writes in flight hold their object (and Redis's copy of the command) until Redis
         // takes it: bounded together, a write over the budget is skipped (a fallback), so a
@@ -252,6 +297,9 @@ impl Shared {
         let rkey = resource_key(&self.config().key_prefix, key);
         let field = object_field(variant);
         let ttl_ms = ttl.as_millis().max(1) as u64;
+        let fetched_ms = fetched
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
         let tag_keys: Vec<String> = tags
             .iter()
             .map(|t| tag_key(&self.config().key_prefix, *t))
@@ -261,7 +309,7 @@ impl Shared {
             let _held = held;
             let instance = this.instance().to_owned();
             let member = rkey.clone();
-            let r: Result<(), _> = this
+            let r: Result<i64, _> = this
                 .call_with(
                     STORE_TIMEOUT,
                     "shared cache write",
@@ -276,7 +324,11 @@ impl Shared {
                             .arg(rkey)
                             .arg(vary)
                             .arg(field);
-                        cmd.arg(&object[..]).arg(ttl_ms).arg(instance);
+                        cmd.arg(&object[..])
+                            .arg(ttl_ms)
+                            .arg(instance)
+                            .arg(fetched_ms)
+                            .arg(CLOCK_SLACK.as_millis() as u64);
                         drop(object);
                         match cmd.query_async(&mut conn).await {
                             Err(e)
@@ -294,9 +346,14 @@ impl Shared {
                 )
                 .await;
             match r {
-                Ok(()) => STATS
+                Ok(1) => STATS
                     .cache_writes
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                Ok(_) => {
+                    // Its tags are not written either: the purge took them.
+                    tracing::debug!("not written to the shared cache: purged since its fetch");
+                    return;
+                }
                 Err(_) => {
                     STATS.fallback(Feature::Cache);
                     return;
@@ -376,9 +433,11 @@ pub(crate) async fn purge(
                 resource_key(prefix, &k.clone().for_https(false)),
                 resource_key(prefix, &k.clone().for_https(true)),
             ];
+            // Marked even when absent: an instance fetching it without the tier's lock (Redis
+            // did not answer its look-up) must not write it back.
             let mut n = 0;
             for k in keys {
-                n += redis::cmd("UNLINK").arg(k).query_async::<u64>(conn).await?;
+                n += mark_purged(conn, k).await?;
             }
             return Ok(n);
         }
@@ -394,13 +453,14 @@ pub(crate) async fn purge(
             let set = tag_key(prefix, *t);
             let members: Vec<Vec<u8>> = redis::cmd("SMEMBERS").arg(&set).query_async(conn).await?;
             let mut n = 0;
-            for m in members
-                .iter()
-                .chain(std::iter::once(&set.clone().into_bytes()))
-            {
-                n += redis::cmd("UNLINK").arg(m).query_async::<u64>(conn).await?;
+            for m in members {
+                n += mark_purged(conn, m).await?;
             }
-            return Ok(n.saturating_sub(1));
+            redis::cmd("UNLINK")
+                .arg(&set)
+                .query_async::<u64>(conn)
+                .await?;
+            return Ok(n);
         }
     };
     let mut n = 0;
@@ -431,12 +491,18 @@ pub(crate) async fn purge(
                 _ => scan.query_async(&mut *conn).await?,
             };
             if !keys.is_empty() {
+                // The script's text rather than its hash: a pipeline cannot load it on
+                // demand (purges of a whole scope are rare; the bytes do not matter).
                 let mut pipe = redis::pipe();
                 for k in &keys {
-                    pipe.cmd("UNLINK").arg(k).ignore();
+                    pipe.cmd("EVAL")
+                        .arg(PURGE)
+                        .arg(1)
+                        .arg(k)
+                        .arg(PURGE_MARK_FOR.as_millis() as u64);
                 }
-                pipe.query_async::<()>(&mut *conn).await?;
-                n += keys.len() as u64;
+                let held: Vec<u64> = pipe.query_async(&mut *conn).await?;
+                n += held.iter().sum::<u64>();
             }
             cursor = next;
             if cursor == 0 {
@@ -445,6 +511,15 @@ pub(crate) async fn purge(
         }
     }
     Ok(n)
+}
+
+/// Empties a resource and marks it purged ([`PURGE`]); 1 when it held anything.
+async fn mark_purged(conn: &mut Conn, resource: Vec<u8>) -> redis::RedisResult<u64> {
+    SCRIPTS[4]
+        .key(resource)
+        .arg(PURGE_MARK_FOR.as_millis() as u64)
+        .invoke_async(conn)
+        .await
 }
 
 /// `PREFIX c:?:HOST ` followed by `rest` (already a pattern), or every resource.

@@ -129,6 +129,9 @@ fn keep(
 ) {
     if lifetime.is_zero() {
         cache.store().invalidate(&missed.key);
+    } else if cache.store().outdated(&missed.key, obj) {
+        // Purged while it was being revalidated: the purge stands.
+        tracing::debug!("not refreshed: purged since its revalidation began");
     } else {
         let variant = match &obj.vary {
             Vary::None => None,

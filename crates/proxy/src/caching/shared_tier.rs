@@ -197,6 +197,7 @@ pub fn share(
         rampart_cache::portable::encode(obj),
         ttl,
         &obj.tags,
+        obj.request_time,
     );
     if let Some(lock) = lock {
         lock.stored();

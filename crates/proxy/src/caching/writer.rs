@@ -306,6 +306,11 @@ impl StoreTicket {
             self.cache.store().release(r);
         }
         let obj = self.object(body.clone(), residency);
+        if self.cache.store().outdated(&self.key, &obj) {
+            // Purged while it was being fetched: no tier keeps it (the readers still get it).
+            tracing::debug!("not stored: purged since its fetch began");
+            return body;
+        }
         let variant = self.variant.take();
         let obj = Arc::new(obj);
         share(
@@ -342,6 +347,11 @@ impl StoreTicket {
     /// A large object's body is all on its way to disk: its head completes the file there.
     fn finish_large(&mut self, w: LargeWrite) {
         let obj = self.object(Bytes::new(), None);
+        if self.cache.store().outdated(&self.key, &obj) {
+            // Purged while it was being fetched: dropping the write abandons the file.
+            tracing::debug!("not stored on disk: purged since its fetch began");
+            return;
+        }
         w.finish(self.key.clone(), self.variant.take(), Arc::new(obj));
     }
 

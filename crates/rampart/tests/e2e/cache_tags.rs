@@ -234,9 +234,12 @@ async fn a_tag_purge_reaches_every_instance_through_redis() {
     }
     let got = fetch(purge_tag(&a, "r.test", "product-1")).await;
     assert_eq!(got.text(), "{\"purged\":1,\"soft\":false}\n");
-    // Gone from Redis, and from B within a second.
+    // Gone from Redis (its mark stays), and from B within moments (allowing for a loaded
+    // machine).
     assert_eq!(
-        redis.cli(&["EXISTS", "rampart:c:h:r.test /p/1"]).trim(),
+        redis
+            .cli(&["HEXISTS", "rampart:c:h:r.test /p/1", "o"])
+            .trim(),
         "0"
     );
     assert_eq!(redis.cli(&["EXISTS", &set]).trim(), "0");
@@ -248,7 +251,7 @@ async fn a_tag_purge_reaches_every_instance_through_redis() {
             assert_eq!(origin.requests(), before + 1);
             break;
         }
-        assert!(t.elapsed() < Duration::from_secs(1), "not purged on B");
+        assert!(t.elapsed() < Duration::from_secs(3), "not purged on B");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(state(&b, "r.test", "/p/2").await, "Hit");

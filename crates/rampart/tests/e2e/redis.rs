@@ -628,7 +628,7 @@ async fn what_one_instance_stored_is_a_hit_on_another() {
     .await;
     assert_eq!(purged.status, 200);
     let t = Instant::now();
-    while redis.cli(&["EXISTS", &key]).trim() != "0" {
+    while redis.cli(&["HEXISTS", &key, "o"]).trim() != "0" {
         assert!(
             t.elapsed() < Duration::from_secs(1),
             "purge left it in Redis"
@@ -651,7 +651,7 @@ async fn what_one_instance_stored_is_a_hit_on_another() {
     assert_eq!(origin.requests(), asked + 1);
     // A domain purge scans the keys away.
     let t = Instant::now();
-    while redis.cli(&["EXISTS", &key]).trim() != "1" {
+    while redis.cli(&["HEXISTS", &key, "o"]).trim() != "1" {
         assert!(t.elapsed() < Duration::from_secs(2), "not written again");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -665,11 +665,26 @@ async fn what_one_instance_stored_is_a_hit_on_another() {
     )
     .await;
     assert_eq!(domain.status, 200, "{}", domain.text());
+    // What is left of each resource is the purge's mark (see `cache_tier.rs`).
     let t = Instant::now();
-    while !redis.cli(&["KEYS", "rampart:c:*"]).trim().is_empty() {
+    loop {
+        let keys = redis.cli(&["KEYS", "rampart:c:*"]);
+        let keys: Vec<&str> = keys
+            .lines()
+            .map(str::trim)
+            .filter(|k| !k.is_empty())
+            .collect();
+        assert!(!keys.is_empty());
+        let fields: Vec<String> = keys
+            .iter()
+            .map(|k| redis.cli(&["HKEYS", k]).trim().to_owned())
+            .collect();
+        if fields.iter().all(|f| f == "x") {
+            break;
+        }
         assert!(
             t.elapsed() < Duration::from_secs(1),
-            "domain purge left keys in Redis"
+            "domain purge left objects in Redis: {fields:?}"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -772,4 +787,78 @@ fn check_reports_redis_keys_with_their_positions() {
     ] {
         assert!(text.contains(needle), "{needle} in\n{text}");
     }
+}
+
+/// A purge made while an instance is still fetching the old version: neither that instance
+/// nor the shared tier keeps what the fetch brings (it is the version the purge was made to
+/// remove), so no instance serves it after the purge.
+async fn a_purge_during_a_fetch_keeps_that_fetch_out(redis: &str) {
+    let served = Arc::new(AtomicUsize::new(0));
+    let n = served.clone();
+    let origin = Origin::new()
+        .route_fn("/news", move |_| {
+            let v = n.fetch_add(1, Ordering::SeqCst) + 1;
+            Reply::text(&format!("version {v}"))
+                .header("cache-control", "max-age=300")
+                .delay(Duration::from_millis(if v == 1 { 1500 } else { 0 }))
+        })
+        .start()
+        .await;
+    let proxies = instances(2, &origin, redis, "redis_cache = true");
+    let (a, b) = (&proxies[0], &proxies[1]);
+    // B fetches version 1, slowly; A purges the page while B waits for it.
+    let slow = {
+        let url = b.url("/news");
+        tokio::spawn(async move {
+            send(
+                &client(),
+                Request::get(url)
+                    .header("host", HOST)
+                    .body(empty())
+                    .unwrap(),
+            )
+            .await
+            .text()
+        })
+    };
+    let t = Instant::now();
+    while served.load(Ordering::SeqCst) == 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the fetch never began"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let purged = fetch(
+        req(a, HOST, "/news")
+            .method("PURGE")
+            .header("authorization", format!("Bearer {API_KEY}")),
+    )
+    .await;
+    assert_eq!(purged.status, 200, "{}", purged.text());
+    // B's client gets the version it asked for before the purge...
+    assert_eq!(slow.await.unwrap(), "version 1");
+    // ...and a moment later (B's write to the tier has been refused), nobody serves it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for (name, p) in [("B", b), ("A", a), ("B", b)] {
+        let got = get(p, HOST, "/news").await;
+        assert_ne!(got.text(), "version 1", "{name} served the purged version");
+    }
+}
+
+#[tokio::test]
+async fn a_purge_during_a_fetch_keeps_that_fetch_out_through_one_redis() {
+    let redis = Redis::start();
+    a_purge_during_a_fetch_keeps_that_fetch_out(&format!("redis_url = \"{}\"", redis.url())).await;
+}
+
+#[tokio::test]
+async fn a_purge_during_a_fetch_keeps_that_fetch_out_through_a_redis_cluster() {
+    let cluster = Cluster::start();
+    a_purge_during_a_fetch_keeps_that_fetch_out(&format!(
+        "redis_cluster = {}",
+        cluster.toml_list()
+    ))
+    .await;
 }
