@@ -306,6 +306,7 @@ pub(crate) const KEYS: &[(&str, &str, Owner, Fallback)] = &[
         Rampart,
         Computed("the entry of cache_peers the HTTP listener is"),
     ),
+    ("", "cache_peers_from_redis", Rampart, Value("false")),
     ("", "cache_peer_key", Rampart, Unset("none")),
     ("", "cache_peer_key_file", Rampart, Unset("none")),
     ("", "cache_peer_local_ttl_seconds", Rampart, Value("0")),

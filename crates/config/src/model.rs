@@ -61,6 +61,9 @@ pub struct FleetConfig {
     pub members: Vec<SocketAddr>,
     /// This instance (`cache_peer_self`, else the member its HTTP listener is).
     pub me: SocketAddr,
+    /// The members announce themselves through Redis (`cache_peers_from_redis`); `members`
+    /// is then this instance alone, until the others are read.
+    pub discover: bool,
     /// What peers sign their requests with (`cache_peer_key` / `cache_peer_key_file`);
     /// `None`: a peer's request is recognised by its address alone.
     pub key: Option<Secret>,
@@ -76,6 +79,7 @@ impl std::fmt::Debug for FleetConfig {
         f.debug_struct("FleetConfig")
             .field("members", &self.members)
             .field("me", &self.me)
+            .field("discover", &self.discover)
             .field("key", &self.key.as_ref().map(|_| "***"))
             .field("local_ttl", &self.local_ttl)
             .field("timeout", &self.timeout)

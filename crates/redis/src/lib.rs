@@ -18,6 +18,7 @@
 pub mod cache_tier;
 pub mod certs;
 mod conn;
+pub mod members;
 pub mod purge;
 pub mod ratelimit;
 

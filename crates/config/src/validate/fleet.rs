@@ -1,7 +1,8 @@
 //! The cache sharded over a fleet of instances: `cache_peers` (every member's address, this
-//! instance's among them), `cache_peer_self`, `cache_peer_key` / `cache_peer_key_file`,
-//! `cache_peer_local_ttl_seconds` and `cache_peer_timeout_ms`. Without `cache_peers` the other
-//! keys have no effect (a warning says so) and the instance caches on its own.
+//! instance's among them) or `cache_peers_from_redis` (the members announce themselves
+//! through the Redis the instances share), `cache_peer_self`, `cache_peer_key` /
+//! `cache_peer_key_file`, `cache_peer_local_ttl_seconds` and `cache_peer_timeout_ms`. Without
+//! either the other keys have no effect (a warning says so) and the instance caches on its own.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -21,6 +22,8 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(500);
 /// The keys as read; [`finish`] names this instance once the listeners are known.
 pub(super) struct Settings {
     peers: Option<At<Vec<At<String>>>>,
+    /// `cache_peers_from_redis = true`.
+    discover: Option<At<bool>>,
     me: Option<At<String>>,
     key: Option<Secret>,
     local_ttl: Duration,
@@ -29,12 +32,13 @@ pub(super) struct Settings {
 
 pub(super) fn read(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Settings {
     let peers = s.strings(sink, "cache_peers");
+    let discover = s.bool(sink, "cache_peers_from_redis").filter(|d| d.value);
     let me = s.string(sink, "cache_peer_self");
     let key = s.string(sink, "cache_peer_key");
     let key_file = s.string(sink, "cache_peer_key_file");
     let local_ttl = s.int(sink, "cache_peer_local_ttl_seconds", 0, 3600);
     let timeout = s.int(sink, "cache_peer_timeout_ms", 10, 60_000);
-    if peers.is_none() {
+    if peers.is_none() && discover.is_none() {
         let unused = me
             .iter()
             .chain(key.iter())
@@ -47,7 +51,7 @@ pub(super) fn read(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Settings {
                 crate::diag::Severity::Warning,
                 k,
                 span.clone(),
-                "has no effect without `cache_peers`",
+                "has no effect without `cache_peers` or `cache_peers_from_redis`",
                 "list every instance's address in `cache_peers = [\"10.0.0.1:80\", \"10.0.0.2:80\"]`, or remove the key",
             );
         }
@@ -55,6 +59,7 @@ pub(super) fn read(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Settings {
     Settings {
         key: secret(sink, key, key_file),
         peers,
+        discover,
         me,
         local_ttl: local_ttl.map_or(DEFAULT_LOCAL_TTL, |t| Duration::from_secs(t.value as u64)),
         timeout: timeout.map_or(DEFAULT_TIMEOUT, |t| Duration::from_millis(t.value as u64)),
@@ -67,7 +72,11 @@ pub(super) fn finish(
     sink: &mut Sink<'_>,
     read: Settings,
     listen_http: &[SocketAddr],
+    redis: bool,
 ) -> Option<FleetConfig> {
+    if let Some(d) = &read.discover {
+        return discovered(sink, &read, d, listen_http, redis);
+    }
     let peers = read.peers?;
     let mut members: Vec<SocketAddr> = Vec::with_capacity(peers.value.len());
     let mut ok = true;
@@ -175,7 +184,83 @@ pub(super) fn finish(
     Some(FleetConfig {
         members,
         me: me?,
+        discover: false,
         key: read.key,
+        local_ttl: read.local_ttl,
+        timeout: read.timeout,
+    })
+    .filter(|_| ok)
+}
+
+/// `cache_peers_from_redis`: this instance's address (`cache_peer_self`, else the HTTP
+/// listener's when it names one address), and Redis to announce it through.
+fn discovered(
+    sink: &mut Sink<'_>,
+    read: &Settings,
+    d: &At<bool>,
+    listen_http: &[SocketAddr],
+    redis: bool,
+) -> Option<FleetConfig> {
+    let mut ok = true;
+    if let Some(p) = &read.peers {
+        error(
+            sink,
+            p,
+            "`cache_peers` and `cache_peers_from_redis` both name the members",
+            "keep one: remove `cache_peers` to find the members through Redis, or remove `cache_peers_from_redis`",
+        );
+        ok = false;
+    }
+    if !redis {
+        error(
+            sink,
+            d,
+            "the members are found through Redis, and no Redis is set",
+            "set `redis_url = \"redis://10.0.0.9:6379\"` (or `redis_cluster`) on every instance, or list the members in `cache_peers`",
+        );
+        ok = false;
+    }
+    let me = match &read.me {
+        Some(m) => match m.value.trim().parse::<SocketAddr>() {
+            Ok(a) if !a.ip().is_unspecified() && a.port() != 0 => Some(a),
+            _ => {
+                error(
+                    sink,
+                    m,
+                    format!("{:?} is not an address another instance can reach", m.value),
+                    "give the IP address and HTTP port the others reach this instance at, e.g. \"10.0.0.2:80\"",
+                );
+                None
+            }
+        },
+        None => match listen_http {
+            [a] if !a.ip().is_unspecified() && a.port() != 0 => Some(*a),
+            _ => {
+                error(
+                    sink,
+                    d,
+                    "the other instances need this instance's address, and the HTTP listener does not name one",
+                    "set `cache_peer_self` to the address and HTTP port the others reach this instance at, e.g. `cache_peer_self = \"10.0.0.2:80\"`",
+                );
+                None
+            }
+        },
+    };
+    if read.key.is_none() {
+        error(
+            sink,
+            d,
+            "peers' requests would be recognised by their address alone",
+            "set `cache_peer_key_file` (or `cache_peer_key`) to a secret the instances share, e.g. from `openssl rand -hex 32`",
+        );
+        ok = false;
+    }
+    let me = me?;
+    Some(FleetConfig {
+        members: vec![me],
+        me,
+        discover: true,
+        key: read.key.clone(),
         local_ttl: read.local_ttl,
         timeout: read.timeout,
     })

@@ -337,7 +337,7 @@ fn read_config(
     let (listen_https, https_pp) = listeners::https(sink, &listeners, has_certs);
     let proxy_protocol = listeners::proxy_protocol(sink, &listeners, https_pp);
     let tls = tls::finish(sink, tls, listen_https, &rules);
-    let fleet = fleet::finish(sink, fleet, &listeners.http);
+    let fleet = fleet::finish(sink, fleet, &listeners.http, redis.is_some());
     Some(Config {
         listen_http: listeners.http,
         workers: process.workers,

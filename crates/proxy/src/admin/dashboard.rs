@@ -267,15 +267,20 @@ pub fn peer_rows(fleets: &[Arc<crate::origin::fleet::Fleet>]) -> Vec<Value> {
     let Some(first) = fleets.first() else {
         return Vec::new();
     };
-    first
-        .members()
+    let view = first.view();
+    let views: Vec<_> = fleets.iter().map(|f| f.view()).collect();
+    view.members
         .iter()
         .enumerate()
         .map(|(i, m)| {
-            let me = i == first.me();
-            let up = fleets
-                .iter()
-                .all(|f| f.members().get(i).is_some_and(|m| m.origins.any_up()));
+            let me = i == view.me;
+            // Each worker's own view (a member it does not list yet counts as up).
+            let up = views.iter().all(|v| {
+                v.members
+                    .iter()
+                    .find(|o| o.addr == m.addr)
+                    .is_none_or(|o| o.origins.any_up())
+            });
             let (answers, sum_us) = m
                 .origins
                 .members()

@@ -71,11 +71,104 @@ impl Purpose {
 /// time; a replay is only useful within it, and replays a cacheable GET).
 const MAX_SKEW_SECS: u64 = 300;
 
+/// The members discovered through Redis (`cache_peers_from_redis`): the list every worker's
+/// [`Fleet`] follows, replaced as leases come and go.
+#[derive(Debug, Default)]
+pub struct Roster {
+    members: arc_swap::ArcSwap<Vec<SocketAddr>>,
+    /// Counts the replacements (workers compare it with theirs on a miss).
+    generation: AtomicU64,
+}
+
+impl Roster {
+    /// The members now are `members` (this instance is added when missing). Whether they
+    /// changed.
+    pub fn set(&self, mut members: Vec<SocketAddr>, me: SocketAddr) -> bool {
+        if !members.contains(&me) {
+            members.push(me);
+        }
+        members.sort_unstable();
+        members.dedup();
+        if **self.members.load() == members {
+            return false;
+        }
+        self.members.store(Arc::new(members));
+        self.generation.fetch_add(1, Ordering::Release);
+        true
+    }
+
+    /// The members now.
+    pub fn members(&self) -> Arc<Vec<SocketAddr>> {
+        self.members.load_full()
+    }
+}
+
+/// The members announced through Redis (`cache_peers_from_redis`), and this instance's
+/// announcement: renewed until this is dropped.
+#[derive(Debug)]
+pub struct Discovery {
+    pub roster: Arc<Roster>,
+    _announcement: rampart_redis::members::Announcement,
+}
+
+impl Discovery {
+    /// Starts announcing this instance when `c` finds its members through Redis (`shared`),
+    /// keeping `old`'s members until Redis answers.
+    pub fn start(
+        c: Option<&FleetConfig>,
+        shared: Option<&rampart_redis::Shared>,
+        old: Option<Discovery>,
+    ) -> Option<Discovery> {
+        let c = c.filter(|c| c.discover)?;
+        let shared = shared?;
+        let me = c.me;
+        let roster = old.map_or_else(
+            || {
+                let r = Roster::default();
+                r.set(vec![me], me);
+                Arc::new(r)
+            },
+            |o| o.roster.clone(),
+        );
+        let r = roster.clone();
+        let announcement = shared.announce(
+            me.to_string(),
+            Arc::new(move |list: Vec<String>| {
+                // Addresses of this instance's IP version only (connections to peers leave
+                // from its own address); anything else in the set is not a member.
+                let members: Vec<SocketAddr> = list
+                    .iter()
+                    .filter_map(|a| a.parse::<SocketAddr>().ok())
+                    .filter(|a| a.is_ipv4() == me.is_ipv4() && !a.ip().is_unspecified())
+                    .collect();
+                if r.set(members, me) {
+                    tracing::info!(members = ?r.members(), "the fleet's members changed");
+                }
+            }),
+        );
+        Some(Discovery {
+            roster,
+            _announcement: announcement,
+        })
+    }
+}
+
+/// The members as a worker sees them at one moment.
+#[derive(Debug)]
+pub struct View {
+    pub members: Vec<Arc<Member>>,
+    /// This instance's index in `members`.
+    pub me: usize,
+}
+
 /// A worker's view of the fleet.
 pub struct Fleet {
-    members: Vec<Member>,
-    /// This instance's index in `members`.
-    me: usize,
+    view: arc_swap::ArcSwap<View>,
+    /// The discovered members this view follows (`None`: `cache_peers`, fixed).
+    roster: Option<Arc<Roster>>,
+    /// The roster's generation `view` was built from.
+    seen: AtomicU64,
+    me_addr: SocketAddr,
     key: Option<hmac::Key>,
     /// How long this instance keeps what an owner sent (`cache_peer_local_ttl_seconds`).
     pub local_ttl: Duration,
@@ -91,8 +184,7 @@ pub struct Fleet {
 impl std::fmt::Debug for Fleet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Fleet")
-            .field("members", &self.members)
-            .field("me", &self.me)
+            .field("view", &self.view)
             .finish_non_exhaustive()
     }
 }
@@ -109,26 +201,50 @@ pub struct Member {
     alive_ms: AtomicU64,
 }
 
+impl Member {
+    fn new(addr: SocketAddr) -> Member {
+        Member {
+            addr,
+            seed: member_seed(addr),
+            origins: OriginSet::of_peer(addr),
+            alive_ms: AtomicU64::new(0),
+        }
+    }
+}
+
+impl View {
+    /// The view of `addrs`, keeping what `old` knew of the members it had (their connections
+    /// and health).
+    fn of(addrs: &[SocketAddr], me: SocketAddr, old: Option<&View>) -> View {
+        let members: Vec<Arc<Member>> = addrs
+            .iter()
+            .map(|&a| {
+                old.and_then(|o| o.members.iter().find(|m| m.addr == a).cloned())
+                    .unwrap_or_else(|| Arc::new(Member::new(a)))
+            })
+            .collect();
+        let me = members.iter().position(|m| m.addr == me).unwrap_or(0);
+        View { members, me }
+    }
+}
+
 impl Fleet {
+    /// A worker's view of `c`'s members, or of `roster`'s when they are discovered.
     pub fn new(
         c: &FleetConfig,
+        roster: Option<Arc<Roster>>,
         upstream: &UpstreamConfig,
         tls: Arc<rustls::ClientConfig>,
     ) -> Fleet {
-        let members: Vec<Member> = c
-            .members
-            .iter()
-            .map(|&addr| Member {
-                addr,
-                seed: member_seed(addr),
-                origins: OriginSet::of_peer(addr),
-                alive_ms: AtomicU64::new(0),
-            })
-            .collect();
-        let me = members.iter().position(|m| m.addr == c.me).unwrap_or(0);
+        let (addrs, seen) = match &roster {
+            Some(r) => (r.members(), r.generation.load(Ordering::Acquire)),
+            None => (Arc::new(c.members.clone()), 0),
+        };
         Fleet {
-            members,
-            me,
+            view: arc_swap::ArcSwap::from_pointee(View::of(&addrs, c.me, None)),
+            roster,
+            seen: AtomicU64::new(seen),
+            me_addr: c.me,
             key: c
                 .key
                 .as_ref()
@@ -140,12 +256,23 @@ impl Fleet {
         }
     }
 
-    /// Whether the member at `i` runs: it answered a probe within the last
-    /// `cache_peer_timeout_ms`, or answers one now within it.
-    pub async fn alive(&self, i: usize) -> bool {
-        let Some(m) = self.members.get(i) else {
-            return false;
-        };
+    /// The members now (rebuilt first when the discovered ones changed).
+    pub fn view(&self) -> Arc<View> {
+        if let Some(r) = &self.roster {
+            let generation = r.generation.load(Ordering::Acquire);
+            if generation != self.seen.load(Ordering::Relaxed) {
+                let old = self.view.load_full();
+                let new = View::of(&r.members(), self.me_addr, Some(&old));
+                self.view.store(Arc::new(new));
+                self.seen.store(generation, Ordering::Relaxed);
+            }
+        }
+        self.view.load_full()
+    }
+
+    /// Whether `m` runs: it answered a probe within the last `cache_peer_timeout_ms`, or
+    /// answers one now within it.
+    pub async fn alive(&self, m: &Member) -> bool {
         let now = || self.epoch.elapsed().as_millis() as u64 + 1;
         let last = m.alive_ms.load(Ordering::Relaxed);
         if last != 0 && now().saturating_sub(last) < self.timeout.as_millis() as u64 {
@@ -161,32 +288,19 @@ impl Fleet {
         ok
     }
 
-    /// The member that owns `key` (its index), when it is another instance and not marked
-    /// down (a down owner's keys go to the origin until it answers again).
-    pub fn owner(&self, key: &CacheKey) -> Option<usize> {
-        let best = owner_of(key_hash(key), self.members.iter().map(|m| m.seed));
-        let m = self.members.get(best)?;
-        (best != self.me && m.origins.any_up()).then_some(best)
-    }
-
-    /// The member at `i` (see [`Fleet::owner`]).
-    pub fn member(&self, i: usize) -> Option<&Member> {
-        self.members.get(i)
-    }
-
-    /// The members, this instance among them.
-    pub fn members(&self) -> &[Member] {
-        &self.members
-    }
-
-    /// This instance's index in [`Fleet::members`].
-    pub fn me(&self) -> usize {
-        self.me
+    /// The member that owns `key`, when it is another instance and not marked down (a down
+    /// owner's keys go to the origin until it answers again).
+    pub fn owner(&self, key: &CacheKey) -> Option<Arc<Member>> {
+        let view = self.view();
+        let best = owner_of(key_hash(key), view.members.iter().map(|m| m.seed));
+        let m = view.members.get(best)?;
+        (best != view.me && m.origins.any_up()).then(|| m.clone())
     }
 
     /// Whether `ip` is a member's address.
     pub fn is_member(&self, ip: IpAddr) -> bool {
-        self.members
+        self.view()
+            .members
             .iter()
             .any(|m| m.addr.ip().to_canonical() == ip)
     }
@@ -272,6 +386,7 @@ pub struct PeerPurges {
 impl PeerPurges {
     pub fn start(
         c: &FleetConfig,
+        roster: Option<Arc<Roster>>,
         upstream: &UpstreamConfig,
         tls: Arc<rustls::ClientConfig>,
     ) -> std::io::Result<PeerPurges> {
@@ -284,13 +399,17 @@ impl PeerPurges {
             .name("rampart-peer-purge".into())
             .spawn(move || {
                 runtime.block_on(async move {
-                    let fleet = Arc::new(Fleet::new(&c, &upstream, tls));
+                    let fleet = Arc::new(Fleet::new(&c, roster, &upstream, tls));
                     while let Some((scope, soft)) = rx.recv().await {
-                        let others = (0..fleet.members.len()).filter(|&i| i != fleet.me);
+                        let view = fleet.view();
+                        let others = (0..view.members.len()).filter(|&i| i != view.me);
                         let sends: Vec<_> = others
                             .map(|i| {
                                 let (fleet, scope) = (fleet.clone(), scope.clone());
-                                tokio::spawn(async move { fleet.send_purge(i, &scope, soft).await })
+                                let m = view.members[i].clone();
+                                tokio::spawn(
+                                    async move { fleet.send_purge(&m, &scope, soft).await },
+                                )
                             })
                             .collect();
                         for s in sends {
@@ -311,12 +430,9 @@ impl PeerPurges {
 }
 
 impl Fleet {
-    /// Sends one purge to the member at `i`; a member that fails is logged and marked down
-    /// (the purges made meanwhile do not reach it: `redis_purge` replays them).
-    async fn send_purge(&self, i: usize, scope: &[u8], soft: bool) {
-        let Some(m) = self.members.get(i) else {
-            return;
-        };
+    /// Sends one purge to `m`; a member that fails is logged and marked down (the purges
+    /// made meanwhile do not reach it: `redis_purge` replays them).
+    async fn send_purge(&self, m: &Member, scope: &[u8], soft: bool) {
         if !m.origins.any_up() {
             tracing::warn!(peer = %m.addr, "peer down: a purge does not reach it");
             return;

@@ -47,7 +47,7 @@ type Validators = (Option<HeaderValue>, Option<HeaderValue>);
 
 /// What fetch asks of [`send`] beyond sending the request.
 #[derive(Debug, Default)]
-pub struct Plan {
+pub struct Plan<'p> {
     /// Keep the client's request headers: the response may be stored.
     pub keep_headers: bool,
     /// rampart's validators, added to revalidate the stale entry.
@@ -57,9 +57,9 @@ pub struct Plan {
     /// Ask the origin to switch to WebSocket (`Connection: upgrade`, `Upgrade: websocket`,
     /// which the hop-by-hop rewrite removed).
     pub upgrade: bool,
-    /// Ask the fleet's member at this index (the key's owner, `origin/fleet.rs`), not the rule's
+    /// Ask this member of the fleet (the key's owner, `origin/fleet.rs`), not the rule's
     /// origins.
-    pub peer: Option<usize>,
+    pub peer: Option<&'p crate::origin::fleet::Member>,
 }
 
 /// The fetch stage: revalidates a stale entry with its validators unless the client sent
@@ -97,7 +97,7 @@ pub async fn from_peer(
     w: &Worker,
     txn: &mut Txn,
     req: &Request<RequestBody>,
-    peer: usize,
+    peer: std::sync::Arc<crate::origin::fleet::Member>,
 ) -> Result<Fetched, ()> {
     let mut copy = Request::new(RequestBody::Empty);
     *copy.method_mut() = req.method().clone();
@@ -106,7 +106,7 @@ pub async fn from_peer(
     *copy.headers_mut() = req.headers().clone();
     let plan = Plan {
         keep_headers: true,
-        peer: Some(peer),
+        peer: Some(&peer),
         ..Plan::default()
     };
     let Some(fleet) = w.fleet.clone() else {
@@ -119,7 +119,7 @@ pub async fn from_peer(
         tokio::pin!(sending);
         match tokio::time::timeout(fleet.timeout, &mut sending).await {
             Ok(sent) => sent,
-            Err(_) if fleet.alive(peer).await => sending.await,
+            Err(_) if fleet.alive(&peer).await => sending.await,
             Err(_) => Err(ProxyError::OriginTimeout),
         }
     };
@@ -136,10 +136,8 @@ pub async fn from_peer(
         }
         Err(e) => crate::error::Chain(&e).to_string(),
     };
-    if let Some(m) = fleet.member(peer) {
-        tracing::warn!(peer = %m.addr, error = failed, "peer failed; asking the origin, and not this peer for a while");
-        m.origins.mark_all_down();
-    }
+    tracing::warn!(peer = %peer.addr, error = failed, "peer failed; asking the origin, and not this peer for a while");
+    peer.origins.mark_all_down();
     Err(())
 }
 
@@ -160,7 +158,7 @@ pub fn send<'a>(
     w: &'a Worker,
     txn: &'a mut Txn,
     req: Request<RequestBody>,
-    plan: Plan,
+    plan: Plan<'a>,
 ) -> impl Future<Output = Result<Fetched, ProxyError>> + 'a {
     let (head, body) = req.into_parts();
     let downstream_version = head.version;
@@ -186,11 +184,12 @@ pub fn send<'a>(
     // The rule's request field rules (and its path rule's), after rampart's own: they win.
     // Not toward a peer: the owner applies them, once, on its way to the origin.
     let route = txn.route();
-    let fleet = plan.peer.and_then(|i| Some((w.fleet.as_deref()?, i)));
+    let peer = plan.peer;
+    let fleet = peer.and(w.fleet.as_deref());
     if route.rule.extras.request_rules && fleet.is_none() {
         field_rules(route, txn.client, txn.conn.scheme, &head, &mut fields);
     }
-    if let Some((f, _)) = fleet {
+    if let Some(f) = fleet {
         // Signed over what the owner reads: the method, `Host` as sent, and the target.
         let host = fields.get(&HOST).map_or(&b""[..], HeaderValue::as_bytes);
         let target = head.uri.path_and_query().map_or("/", |p| p.as_str());
@@ -235,11 +234,6 @@ pub fn send<'a>(
         .send_proxy_protocol
         .filter(|_| fleet.is_none())
         .map(|v| crate::net::proxy_protocol::encode(v, Some((conn.peer, conn.local))));
-    let (client, origins) = match fleet.and_then(|(f, i)| Some((&f.client, &f.member(i)?.origins)))
-    {
-        Some(peer) => peer,
-        None => (&w.origin_client, &route.rule.origins),
-    };
     // 1xx answers go to the client whose request this is: never from a background refresh
     // (the connection is serving another request by then).
     let interim = interim.filter(|_| client_request);
@@ -253,6 +247,10 @@ pub fn send<'a>(
     };
     // Returned as it is: wrapped in another `async` block, it would be moved once more per
     // request (~500 instructions of copying a pass).
+    let (client, origins) = match (fleet, peer) {
+        (Some(f), Some(m)) => (&f.client, &m.origins),
+        _ => (&w.origin_client, &route.rule.origins),
+    };
     failover::send(client, origins, attempt, head, fields, body, done)
 }
 

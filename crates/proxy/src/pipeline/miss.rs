@@ -148,7 +148,7 @@ pub async fn join(
 }
 
 /// The member of the fleet that owns the miss's key, when it is another instance.
-fn owner(w: &Worker, txn: &Txn) -> Option<usize> {
+fn owner(w: &Worker, txn: &Txn) -> Option<std::sync::Arc<crate::origin::fleet::Member>> {
     let fleet = w.fleet.as_deref()?;
     if txn.from_peer {
         return None;

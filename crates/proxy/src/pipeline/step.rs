@@ -30,9 +30,9 @@ pub enum Step {
     Pass,
     /// After miss: this request fetches, as the leader of the coalesced fetch or on its own.
     Fetch,
-    /// After miss: the leader of this instance's fetch asks the key's owner in the fleet (the
-    /// member at this index, `origin/fleet.rs`) before the origin.
-    Peer(usize),
+    /// After miss: the leader of this instance's fetch asks the key's owner in the fleet
+    /// (`origin/fleet.rs`) before the origin.
+    Peer(std::sync::Arc<crate::origin::fleet::Member>),
     /// After store: a widened range request whose whole representation cannot be shared is
     /// sent again as the client asked (never stored).
     Refetch(Box<Request<RequestBody>>),

@@ -129,7 +129,7 @@ pub fn handshake(
 
 /// What fetch asks of the origin for a handshake: `Connection: upgrade`, `Upgrade:
 /// websocket`, over HTTP/1.1 whatever the origin's protocol.
-pub fn plan() -> Plan {
+pub fn plan() -> Plan<'static> {
     Plan {
         upgrade: true,
         ..Plan::default()

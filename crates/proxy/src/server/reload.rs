@@ -29,6 +29,7 @@ use tokio::sync::{mpsc, watch};
 use crate::admin::commands::Control;
 use crate::caching::Cache;
 use crate::origin::client::OriginClient;
+use crate::origin::fleet::{Discovery, Roster};
 use crate::pipeline::worker_state::{Parts, Worker};
 use crate::pipeline::Pipeline;
 use crate::policy::route::Router;
@@ -119,6 +120,9 @@ pub struct Live {
     /// Each worker's view of the fleet (`cache_peers`): its connections to the peers and
     /// their health as it found it.
     fleets: Vec<Arc<crate::origin::fleet::Fleet>>,
+    /// The members found through Redis (`cache_peers_from_redis`), and this instance's
+    /// announcement.
+    discovery: Option<Discovery>,
     per_ip: Option<Arc<PerIp>>,
     limit: Arc<ConnLimit>,
     cache: Option<Arc<Cache>>,
@@ -226,11 +230,13 @@ impl Live {
         if let (Some(c), Some(s)) = (&cache, &shared) {
             share(c, s);
         }
+        let discovery = Discovery::start(config.fleet.as_ref(), shared.as_ref(), None);
+        let roster = discovery.as_ref().map(|d| &d.roster);
         if let Some(c) = &cache {
-            c.share_with_peers(peer_purges(&config, &origin_tls)?);
+            c.share_with_peers(peer_purges(&config, roster.cloned(), &origin_tls)?);
         }
         let router = Arc::new(Router::new(&config));
-        let fleets = fleets_of(&config, groups, &origin_tls);
+        let fleets = fleets_of(&config, roster, groups, &origin_tls);
         let origin_clients = (0..groups)
             .map(|_| OriginClient::new(&config.upstream, origin_tls.clone()))
             .collect();
@@ -256,6 +262,7 @@ impl Live {
             origin_tls,
             origin_clients,
             fleets,
+            discovery,
             cache,
             control,
             health: None,
@@ -421,9 +428,15 @@ impl Live {
                 }
             }
         }
+        self.discovery = Discovery::start(
+            config.fleet.as_ref(),
+            self.shared.as_ref(),
+            self.discovery.take(),
+        );
+        let roster = self.discovery.as_ref().map(|d| &d.roster);
         if let Some(c) = &self.cache {
             // The old sender's thread ends once it is replaced.
-            match peer_purges(&config, &self.origin_tls) {
+            match peer_purges(&config, roster.cloned(), &self.origin_tls) {
                 Ok(p) => c.share_with_peers(p),
                 Err(e) => {
                     tracing::error!(error = %e, "cannot start sending purges to the peers");
@@ -431,7 +444,7 @@ impl Live {
                 }
             }
         }
-        self.fleets = fleets_of(&config, self.groups, &self.origin_tls);
+        self.fleets = fleets_of(&config, roster, self.groups, &self.origin_tls);
         self.router = Arc::new(Router::reloaded(&config, &self.router));
         self.screen = Arc::new(Screen::reloaded(
             &config,
@@ -609,12 +622,14 @@ impl Live {
 /// The thread that sends purges to the fleet's other members (`None`: no `cache_peers`).
 fn peer_purges(
     config: &Config,
+    roster: Option<Arc<Roster>>,
     origin_tls: &Arc<rustls::ClientConfig>,
 ) -> std::io::Result<Option<crate::caching::PeerPurge>> {
     let Some(f) = &config.fleet else {
         return Ok(None);
     };
-    let sender = crate::origin::fleet::PeerPurges::start(f, &config.upstream, origin_tls.clone())?;
+    let sender =
+        crate::origin::fleet::PeerPurges::start(f, roster, &config.upstream, origin_tls.clone())?;
     Ok(Some(crate::caching::PeerPurge(Box::new(
         move |scope, soft| sender.send(scope, soft),
     ))))
@@ -624,6 +639,7 @@ fn peer_purges(
 /// finds it (none without `cache_peers`).
 fn fleets_of(
     config: &Config,
+    roster: Option<&Arc<Roster>>,
     groups: usize,
     origin_tls: &Arc<rustls::ClientConfig>,
 ) -> Vec<Arc<crate::origin::fleet::Fleet>> {
@@ -634,6 +650,7 @@ fn fleets_of(
         .map(|_| {
             Arc::new(crate::origin::fleet::Fleet::new(
                 f,
+                roster.cloned(),
                 &config.upstream,
                 origin_tls.clone(),
             ))

@@ -452,3 +452,141 @@ async fn the_status_lists_the_members_and_a_down_peer() {
     assert_eq!(row(addrs[1])["self"], false);
     assert_eq!(row(addrs[1])["up"], false, "{status}");
 }
+
+/// One instance that finds the others through `redis` (`cache_peers_from_redis`).
+fn discovering_config(origin: &OriginHandle, me: SocketAddr, redis: &str, extra: &str) -> String {
+    format!(
+        "listening_address = \"{}\"\nlistening_port_http = {}\nworkers = 1\n\
+         logging_level = \"warn\"\nadd_logging = false\napi_key = \"{API_KEY}\"\n\
+         redis_url = \"{redis}\"\ncache_peers_from_redis = true\ncache_peer_key = \"{KEY}\"\n\
+         {extra}\n\
+         [[proxy_rules]]\ndomain = \"{HOST}\"\nmax_age_seconds = 60\nforward_ipv4 = \"127.0.0.1\"\n\
+         forward_port_http = {}\nrule_type = \"Whitelist\"\nenable_logging = false\n\
+         ignore_query_string = false\nenable_sql_injection_protection = false\n",
+        me.ip(),
+        me.port(),
+        origin.port()
+    )
+}
+
+/// The members an instance lists in `/_rampart/status`.
+async fn members_seen(p: &Proxy) -> Vec<String> {
+    let got = fetch(req(p, HOST, "/_rampart/status").header("x-api-key", API_KEY)).await;
+    let status: serde_json::Value = serde_json::from_slice(&got.body).unwrap();
+    let mut list: Vec<String> = status["peers"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|p| p["address"].as_str().unwrap().to_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    list.sort();
+    list
+}
+
+/// Waits until every one of `proxies` lists exactly `want` as the members.
+async fn until_members(proxies: &[&Proxy], want: &[SocketAddr], within: Duration) -> Duration {
+    let mut want: Vec<String> = want.iter().map(ToString::to_string).collect();
+    want.sort();
+    let t = Instant::now();
+    loop {
+        let mut all = true;
+        for p in proxies {
+            all &= members_seen(p).await == want;
+        }
+        if all {
+            return t.elapsed();
+        }
+        assert!(
+            t.elapsed() < within,
+            "members not {want:?} after {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Members found through a real Redis: they find each other within a renewal, share the
+/// keys (each fetched once for the fleet), a member that is killed drops out of every list
+/// within its lease while no request fails, and it joins again when it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_found_through_redis_come_and_go_with_their_leases() {
+    let redis = support::redis::Redis::start();
+    let origin = Origin::new().route("*", cacheable("object")).start().await;
+    let addrs = addresses(3);
+    let mut fleet: Vec<Proxy> = addrs
+        .iter()
+        .map(|&a| Proxy::start(&discovering_config(&origin, a, &redis.url(), "")))
+        .collect();
+    let all: Vec<&Proxy> = fleet.iter().collect();
+    let took = until_members(&all, &addrs, Duration::from_secs(5)).await;
+    eprintln!("three members found each other in {took:?}");
+    for k in 0..20 {
+        for p in &fleet {
+            let got = get(p, &format!("/d/{k}")).await;
+            assert_eq!(got.status, 200);
+        }
+    }
+    assert_eq!(origin.requests(), 20, "each key fetched once for the fleet");
+    // Killed (no goodbye): dropped within the lease, and meanwhile no request fails.
+    let gone = fleet.remove(2);
+    gone.signal(libc::SIGKILL);
+    drop(gone);
+    let rest: Vec<&Proxy> = fleet.iter().collect();
+    let t = Instant::now();
+    let mut k = 0;
+    loop {
+        for p in &fleet {
+            assert_eq!(get(p, &format!("/while/{k}")).await.status, 200);
+        }
+        k += 1;
+        let mut left = true;
+        for p in &rest {
+            left &= members_seen(p).await.len() == 2;
+        }
+        if left {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(8),
+            "the killed member is still listed"
+        );
+    }
+    let took = until_members(&rest, &addrs[..2], Duration::from_secs(1)).await + t.elapsed();
+    eprintln!("a killed member left every list in {took:?}");
+    // The two left own every key between them: each new key fetched once.
+    let before = origin.requests();
+    for k in 0..20 {
+        for p in &fleet {
+            assert_eq!(get(p, &format!("/two/{k}")).await.status, 200);
+        }
+    }
+    assert_eq!(origin.requests() - before, 20);
+    // Back on its address: listed again by everyone.
+    fleet.push(Proxy::start(&discovering_config(
+        &origin,
+        addrs[2],
+        &redis.url(),
+        "",
+    )));
+    let all: Vec<&Proxy> = fleet.iter().collect();
+    until_members(&all, &addrs, Duration::from_secs(5)).await;
+}
+
+#[test]
+fn finding_members_through_redis_needs_redis_and_this_instances_address() {
+    let out = Proxy::try_start(
+        "listening_address = \"0.0.0.0\"\nlistening_port_http = 0\n\
+         cache_peers_from_redis = true\ncache_peer_key = \"0123456789abcdef0123\"\n\
+         [[proxy_rules]]\ndomain = \"a.example\"\nforward_ipv4 = \"127.0.0.1\"\n",
+    );
+    assert!(out.contains("no Redis is set"), "{out}");
+    assert!(out.contains("cache_peer_self"), "{out}");
+    let out = Proxy::try_start(
+        "listening_address = \"127.0.0.1\"\nlistening_port_http = 0\n\
+         redis_url = \"redis://127.0.0.1:1\"\ncache_peers = [\"127.0.0.1:80\"]\n\
+         cache_peers_from_redis = true\ncache_peer_key = \"0123456789abcdef0123\"\n\
+         [[proxy_rules]]\ndomain = \"a.example\"\nforward_ipv4 = \"127.0.0.1\"\n",
+    );
+    assert!(out.contains("both name the members"), "{out}");
+}
