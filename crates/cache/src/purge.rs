@@ -103,26 +103,32 @@ impl PurgeScope {
 }
 
 /// How long a purge is remembered for the fetches that were under way when it was made.
-pub const RECENT_FOR: std::time::Duration = std::time::Duration::from_secs(60);
-/// Purges remembered at most (past that the oldest are forgotten, see [`RecentPurges`]).
-pub const RECENT_MAX: usize = 1024;
+pub const RECENT_FOR: std::time::Duration = std::time::Duration::from_secs(600);
+/// Purges of one URL remembered at most (each a hash and a time; invalidations after unsafe
+/// requests are these, and may come by the thousand a second from a fleet).
+pub const RECENT_EXACT_MAX: usize = 100_000;
+/// Purges of wider scopes (prefix, substring, host, tag, everything) remembered at most.
+pub const RECENT_WIDE_MAX: usize = 1024;
 
-/// The purges of the last [`RECENT_FOR`] (at most [`RECENT_MAX`]): a fetch that began before
-/// one of them and ends after it brings the version the purge was made to remove, so its
-/// object is not stored. A fetch that began before a purge since forgotten is not stored
-/// either, whatever it is (it cannot be told apart).
+/// The purges of the last [`RECENT_FOR`] (at most [`RECENT_EXACT_MAX`] of single URLs and
+/// [`RECENT_WIDE_MAX`] of wider scopes): a fetch that began before one of them and ends after
+/// it brings the version the purge was made to remove, so its object is not stored. A fetch
+/// that began before a purge since forgotten is not stored either (it cannot be told apart).
 #[derive(Debug, Default)]
 pub(crate) struct RecentPurges {
     /// When the latest purge was made (Unix ns; 0: none yet): an object fetched after it is
-    /// stored without a look at the list.
+    /// stored without a look at the lists.
     latest: std::sync::atomic::AtomicU64,
-    list: std::sync::Mutex<Recent>,
+    lists: std::sync::Mutex<Recent>,
 }
 
 #[derive(Debug, Default)]
 struct Recent {
-    entries: std::collections::VecDeque<(u64, PurgeScope)>,
-    /// When the newest purge dropped off the list was made (Unix ns).
+    /// The latest purge of each URL (by [`resource_hash`]), and the same in the order made.
+    exact: std::collections::HashMap<u64, u64>,
+    exact_order: std::collections::VecDeque<(u64, u64)>,
+    wide: std::collections::VecDeque<(u64, PurgeScope)>,
+    /// When the newest purge no longer remembered was made (Unix ns).
     forgotten: u64,
 }
 
@@ -131,33 +137,63 @@ fn unix_ns(t: std::time::SystemTime) -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
+/// A URL's hash, the same for both schemes' keys (a collision only keeps an object out).
+fn resource_hash(key: &CacheKey) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    key.host().hash(&mut h);
+    key.url().hash(&mut h);
+    h.finish()
+}
+
 impl RecentPurges {
     /// A purge of `scope` is made now.
     pub(crate) fn record(&self, scope: &PurgeScope) {
         let now = unix_ns(std::time::SystemTime::now());
-        let mut l = self.list.lock().unwrap_or_else(|p| p.into_inner());
+        let mut l = self.lists.lock().unwrap_or_else(|p| p.into_inner());
         let horizon = now.saturating_sub(RECENT_FOR.as_nanos() as u64);
-        while let Some(&(at, _)) = l.entries.front() {
-            if l.entries.len() < RECENT_MAX && at >= horizon {
+        let l = &mut *l;
+        while let Some(&(at, h)) = l.exact_order.front() {
+            if l.exact_order.len() < RECENT_EXACT_MAX && at >= horizon {
                 break;
             }
-            l.entries.pop_front();
+            l.exact_order.pop_front();
+            if l.exact.get(&h) == Some(&at) {
+                l.exact.remove(&h);
+            }
             l.forgotten = l.forgotten.max(at);
         }
-        l.entries.push_back((now, scope.clone()));
+        while let Some(&(at, _)) = l.wide.front() {
+            if l.wide.len() < RECENT_WIDE_MAX && at >= horizon {
+                break;
+            }
+            l.wide.pop_front();
+            l.forgotten = l.forgotten.max(at);
+        }
+        match scope {
+            PurgeScope::Exact(k) => {
+                let h = resource_hash(k);
+                l.exact.insert(h, now);
+                l.exact_order.push_back((now, h));
+            }
+            wide => l.wide.push_back((now, wide.clone())),
+        }
         self.latest
             .fetch_max(now, std::sync::atomic::Ordering::Release);
     }
 
-    /// Whether `obj`, to be stored under `key`, was fetched before a purge that takes it.
+    /// Whether `obj`, fetched to be stored under `key`, was fetched before a purge that takes it.
     pub(crate) fn outdates(&self, key: &CacheKey, obj: &Object) -> bool {
         let began = unix_ns(obj.request_time);
         if began > self.latest.load(std::sync::atomic::Ordering::Acquire) {
             return false;
         }
-        let l = self.list.lock().unwrap_or_else(|p| p.into_inner());
+        let l = self.lists.lock().unwrap_or_else(|p| p.into_inner());
         began <= l.forgotten
-            || l.entries
+            || l.exact
+                .get(&resource_hash(key))
+                .is_some_and(|&at| at >= began)
+            || l.wide
                 .iter()
                 .rev()
                 .take_while(|(at, _)| *at >= began)

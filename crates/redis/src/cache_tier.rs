@@ -21,8 +21,9 @@
 //! [`PURGE_MARK_FOR`], `x`: when it was purged (Redis's clock). A write of an object whose
 //! fetch began before that (an instance fetched the old version and its write arrives after
 //! the purge) is refused, so a purge cannot be undone by a write in flight: the purge took
-//! the fetch lock away, so a writer still holding it took it after the purge; others are
-//! judged by their fetch time against the mark (see [`CLOCK_SLACK`]).
+//! the fetch lock away, so a lock the writer holds was taken after the purge (and its fetch is
+//! newer when it began after the lock); others are judged by their fetch time against the mark
+//! (see [`CLOCK_SLACK`]).
 //!
 //! A tagged object's resource is also a member of each of its tags' sets, `PREFIX t:TAG` (the
 //! tag's hash in hex), which live as long as their longest-lived member.
@@ -77,20 +78,32 @@ return {4}
 /// KEYS[1]: the resource. ARGV: the `Vary` names, the object field, the object, its TTL in
 /// ms, this instance, when its fetch began (Unix ms, this instance's clock). Objects of
 /// another `Vary` go; a lock this instance held, or a pass marker, is lifted (the object is
-/// here now). Answers 1, or 0 when the resource was purged since the fetch began: a purge
-/// leaves a mark (`x`, when it was made) and takes the fetch lock away, so a writer holding
-/// the lock took it after the purge; one without it is judged by its fetch time, within
-/// [`CLOCK_SLACK`].
+/// here now), and the lock's length (ms). Answers 1, or 0 when the resource was purged since
+/// the fetch began: a purge leaves a mark (`x`, when it was made) and takes the fetch lock
+/// away, so a lock this instance holds was taken after the purge, and a fetch that began after
+/// the lock was taken is newer than the purge; others are judged by their fetch time against
+/// the mark. Both comparisons allow [`CLOCK_SLACK`] (the fetch time is this instance's clock).
 const STORE: &str = r"
 local key = KEYS[1]
 local x = redis.call('HGET', key, 'x')
 if x then
+  local fetched = tonumber(ARGV[6])
+  local slack = tonumber(ARGV[7])
+  local ok = fetched >= tonumber(x) + slack
   local l = redis.call('HGET', key, 'l')
-  local mine = l and string.sub(l, (string.find(l, ' ', 1, true) or 0) + 1) == ARGV[5]
-  if not mine and tonumber(ARGV[6]) < tonumber(x) + tonumber(ARGV[7]) then return 0 end
+  local sp = l and string.find(l, ' ', 1, true)
+  if not ok and sp and string.sub(l, sp + 1) == ARGV[5] then
+    -- This instance's lock, taken after the purge: by this fetch if it began after the lock.
+    local taken = tonumber(string.sub(l, 1, sp - 1)) - tonumber(ARGV[8])
+    ok = fetched >= taken - slack
+  end
+  if not ok then return 0 end
 end
 local m = redis.call('HGET', key, 'm')
-if m and m ~= ARGV[1] then redis.call('DEL', key) end
+if m and m ~= ARGV[1] then
+  redis.call('UNLINK', key)
+  if x then redis.call('HSET', key, 'x', x) end
+end
 redis.call('HSET', key, 'm', ARGV[1], ARGV[2], ARGV[3])
 local l = redis.call('HGET', key, 'l')
 if l then
@@ -112,15 +125,17 @@ local n = redis.call('HLEN', key)
 if n > 1 or (n == 1 and redis.call('HEXISTS', key, 'x') == 0) then held = 1 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('DEL', key)
+redis.call('UNLINK', key)
 redis.call('HSET', key, 'x', string.format('%d', now))
 redis.call('PEXPIRE', key, tonumber(ARGV[1]))
 return held
 ";
 
-/// How long a purge's mark refuses the writes of objects fetched before it: longer than a
-/// fetch and its write take, short enough that marks do not pile up.
-pub const PURGE_MARK_FOR: Duration = Duration::from_secs(60);
+/// How long a purge's mark refuses the writes of objects fetched before it: as long as a fetch
+/// lock lasts (an instance hears of a purge within milliseconds, and then checks its own
+/// writes), and no longer, since the mark keeps the resource's hash, and what a write puts in
+/// it, at least that long.
+pub const PURGE_MARK_FOR: Duration = LOCK_FOR;
 /// How far an instance's clock may be behind Redis's for a write without the fetch lock to be
 /// judged by its fetch time: such an object fetched up to this long after a purge is not
 /// written either (the tier misses it until the next fetch); one fetched before is never
@@ -328,7 +343,8 @@ impl Shared {
                             .arg(ttl_ms)
                             .arg(instance)
                             .arg(fetched_ms)
-                            .arg(CLOCK_SLACK.as_millis() as u64);
+                            .arg(CLOCK_SLACK.as_millis() as u64)
+                            .arg(LOCK_FOR.as_millis() as u64);
                         drop(object);
                         match cmd.query_async(&mut conn).await {
                             Err(e)
@@ -501,7 +517,25 @@ pub(crate) async fn purge(
                         .arg(k)
                         .arg(PURGE_MARK_FOR.as_millis() as u64);
                 }
-                let held: Vec<u64> = pipe.query_async(&mut *conn).await?;
+                // On a Cluster, to the master the page came from (its keys are in its slots;
+                // a pipeline of keys in several slots is refused by the client).
+                let held: Vec<u64> = match (&node, &mut *conn) {
+                    (Some((host, port)), Conn::Cluster(c)) => {
+                        let v = c
+                            .route_pipeline(
+                                pipe,
+                                0,
+                                keys.len(),
+                                redis::cluster_routing::SingleNodeRoutingInfo::ByAddress {
+                                    host: host.clone(),
+                                    port: *port,
+                                },
+                            )
+                            .await?;
+                        redis::from_redis_value(Value::Array(v))?
+                    }
+                    _ => pipe.query_async(&mut *conn).await?,
+                };
                 n += held.iter().sum::<u64>();
             }
             cursor = next;
