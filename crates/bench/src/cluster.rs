@@ -53,6 +53,10 @@ pub struct ClusterArgs {
     /// Where the report goes.
     #[arg(long, default_value = "bench/results/cluster")]
     pub out: PathBuf,
+    /// What to measure: `redis` (what sharing through Redis costs a request), `fleet` (the
+    /// cache sharded over three instances), or `all`.
+    #[arg(long, default_value = "all")]
+    pub part: String,
 }
 
 /// One measured case in one round.
@@ -110,6 +114,41 @@ pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
         bail!("redis-server did not start");
     }
     let redis_url = format!("redis://{redis_addr}");
+    crate::websocket::pin_self(&args.load_cpus);
+    let mut report = String::new();
+    if args.part == "all" || args.part == "redis" {
+        report.push_str(&redis_part(
+            &args,
+            &scratch,
+            origin_addr,
+            &redis_url,
+            redis_port,
+            &redis,
+        )?);
+    }
+    if args.part == "all" || args.part == "fleet" {
+        if !report.is_empty() {
+            report.push('\n');
+        }
+        report.push_str(&crate::fleet::run(&args, &me, &redis_url, &scratch)?);
+    }
+    redis.stop();
+    origin.stop();
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::write(args.out.join("cluster.md"), &report)?;
+    println!("{report}");
+    Ok(())
+}
+
+/// The first part: what sharing through Redis costs a request (see the module's notes).
+fn redis_part(
+    args: &ClusterArgs,
+    scratch: &std::path::Path,
+    origin_addr: SocketAddr,
+    redis_url: &str,
+    redis_port: u16,
+    redis: &Server,
+) -> anyhow::Result<String> {
     let mut instances = Vec::new();
     for (name, redis, limit) in [
         ("plain", false, 1_000_000),
@@ -156,26 +195,19 @@ enable_webp_transformation = false
         let server = Server::rampart(&args.server_cpus, &args.rampart, &toml, &dir, addr)?;
         instances.push(Instance { name, server, addr });
     }
-    crate::websocket::pin_self(&args.load_cpus);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let result = rt.block_on(measure(&args, &instances, redis_port, &redis));
+    let result = rt.block_on(measure(args, &instances, redis_port, redis));
     for i in &mut instances {
         i.server.stop();
     }
-    redis.stop();
-    origin.stop();
-    let _ = std::fs::remove_dir_all(&scratch);
     let samples = result?;
-    let report = report(&args, &samples);
     std::fs::write(
         args.out.join("cluster.json"),
         serde_json::to_string_pretty(&samples)?,
     )?;
-    std::fs::write(args.out.join("cluster.md"), &report)?;
-    println!("{report}");
-    Ok(())
+    Ok(report(args, &samples))
 }
 
 /// A case: its name, the instance, the client's source address, the path of request `i` in
@@ -365,18 +397,18 @@ fn redis_info(port: u16, field: &str) -> Option<u64> {
         .ok()
 }
 
-struct Loaded {
-    requests: usize,
-    errors: usize,
-    expected: usize,
-    seconds: f64,
-    p50_us: f64,
-    p99_us: f64,
+pub(crate) struct Loaded {
+    pub(crate) requests: usize,
+    pub(crate) errors: usize,
+    pub(crate) expected: usize,
+    pub(crate) seconds: f64,
+    pub(crate) p50_us: f64,
+    pub(crate) p99_us: f64,
 }
 
 /// Sends `requests` GETs (`path(i)`) over `connections` keep-alive connections from `from`;
 /// counts the answers whose `Cache-Status` is `expect` (a 429 when `expect` is empty).
-async fn load(
+pub(crate) async fn load(
     addr: SocketAddr,
     from: [u8; 4],
     connections: usize,

@@ -12,6 +12,7 @@
 mod cluster;
 mod codecs;
 mod disk;
+mod fleet;
 mod floor;
 mod h3;
 mod http1;

@@ -316,20 +316,24 @@ impl Fleet {
         target: &str,
     ) -> HeaderValue {
         let secs = unix_secs();
-        let tag = match &self.key {
+        let mut digits = [0u8; 20];
+        let mut v = Vec::with_capacity(96);
+        v.extend_from_slice(purpose.as_str().as_bytes());
+        v.push(b' ');
+        v.extend_from_slice(scheme_name(https).as_bytes());
+        v.push(b' ');
+        v.extend_from_slice(decimal(secs, &mut digits));
+        v.push(b' ');
+        match &self.key {
             Some(k) => {
                 let m = message(purpose, https, secs, method, host, target);
-                hex(hmac::sign(k, &m).as_ref())
+                hex_into(hmac::sign(k, &m).as_ref(), &mut v);
             }
-            None => "-".to_owned(),
-        };
+            None => v.push(b'-'),
+        }
         // invariant: words, digits and hex are a valid field value.
-        HeaderValue::from_str(&format!(
-            "{} {} {secs} {tag}",
-            purpose.as_str(),
-            scheme_name(https)
-        ))
-        .unwrap_or(HeaderValue::from_static("-"))
+        HeaderValue::from_maybe_shared(bytes::Bytes::from(v))
+            .unwrap_or(HeaderValue::from_static("-"))
     }
 
     /// Checks a request's `X-Rampart-Peer` (`value`), which came from `from`: what it is for
@@ -346,18 +350,18 @@ impl Fleet {
         if !self.is_member(from.to_canonical()) {
             return None;
         }
-        let mut parts = value.to_str().ok()?.split(' ');
+        let mut parts = value.as_bytes().split(|&b| b == b' ');
         let purpose = match parts.next()? {
-            "fwd" => Purpose::Forward,
-            "ctl" => Purpose::Control,
+            b"fwd" => Purpose::Forward,
+            b"ctl" => Purpose::Control,
             _ => return None,
         };
         let https = match parts.next()? {
-            "http" => false,
-            "https" => true,
+            b"http" => false,
+            b"https" => true,
             _ => return None,
         };
-        let secs: u64 = parts.next()?.parse().ok()?;
+        let secs = parse_decimal(parts.next()?)?;
         let tag = parts.next()?;
         if parts.next().is_some() {
             return None;
@@ -537,12 +541,13 @@ fn message(
     host: &[u8],
     target: &str,
 ) -> Vec<u8> {
-    let mut m = Vec::with_capacity(40 + host.len() + target.len());
+    let mut m = Vec::with_capacity(48 + host.len() + target.len());
+    let mut digits = [0u8; 20];
     m.extend_from_slice(b"rampart-peer/1\n");
     for part in [
         purpose.as_str().as_bytes(),
         scheme_name(https).as_bytes(),
-        secs.to_string().as_bytes(),
+        decimal(secs, &mut digits),
         method.as_bytes(),
         host,
     ] {
@@ -569,26 +574,57 @@ fn unix_secs() -> u64 {
 }
 
 fn hex(b: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(b.len() * 2);
-    for &x in b {
-        s.push(char::from(DIGITS[usize::from(x >> 4)]));
-        s.push(char::from(DIGITS[usize::from(x & 0xf)]));
-    }
-    s
+    let mut v = Vec::with_capacity(b.len() * 2);
+    hex_into(b, &mut v);
+    String::from_utf8(v).unwrap_or_default()
 }
 
-fn unhex(s: &str) -> Option<Vec<u8>> {
+/// `b` in lower-case hex, appended to `out`.
+fn hex_into(b: &[u8], out: &mut Vec<u8>) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for &x in b {
+        out.push(DIGITS[usize::from(x >> 4)]);
+        out.push(DIGITS[usize::from(x & 0xf)]);
+    }
+}
+
+fn unhex(s: impl AsRef<[u8]>) -> Option<Vec<u8>> {
+    let s = s.as_ref();
     if !s.len().is_multiple_of(2) {
         return None;
     }
-    s.as_bytes()
-        .chunks_exact(2)
-        .map(|p| {
-            let d = |c: u8| (c as char).to_digit(16);
-            Some((d(p[0])? * 16 + d(p[1])?) as u8)
-        })
+    let nibble = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    };
+    s.chunks_exact(2)
+        .map(|p| Some(nibble(p[0])? << 4 | nibble(p[1])?))
         .collect()
+}
+
+/// `n` in decimal, written at the end of `buf`.
+fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[at..];
+        }
+    }
+}
+
+/// Decimal digits (at most 19, no sign) as a number.
+fn parse_decimal(d: &[u8]) -> Option<u64> {
+    if d.is_empty() || d.len() > 19 {
+        return None;
+    }
+    d.iter().try_fold(0u64, |n, &c| {
+        c.is_ascii_digit().then(|| n * 10 + u64::from(c - b'0'))
+    })
 }
 
 /// FNV-1a over `parts`: specified, so every instance (whatever its build) scores a key alike.
@@ -725,5 +761,18 @@ mod tests {
         let b: Vec<u8> = (0..=255).collect();
         assert_eq!(unhex(&hex(&b)).unwrap(), b);
         assert!(unhex("abc").is_none() && unhex("zz").is_none());
+    }
+
+    #[test]
+    fn decimals_round_trip() {
+        let mut buf = [0u8; 20];
+        for n in [0, 7, 10, 1_764_450_000, u64::MAX / 10] {
+            assert_eq!(decimal(n, &mut buf), n.to_string().as_bytes());
+            assert_eq!(parse_decimal(n.to_string().as_bytes()), Some(n));
+        }
+        assert_eq!(parse_decimal(b""), None);
+        assert_eq!(parse_decimal(b"12a"), None);
+        assert_eq!(parse_decimal(b"+1"), None);
+        assert_eq!(parse_decimal(b"99999999999999999999"), None);
     }
 }

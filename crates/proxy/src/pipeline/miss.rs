@@ -50,6 +50,8 @@ pub async fn join(
         && !req.headers().contains_key(AUTHORIZATION)
         && !conditional::client_has_conditionals(req.headers());
     let coalescable = !found.forced && (shared_answer_fits || txn.mode == Mode::Refresh);
+    // The key's last answer here was not shareable: the owner would not keep it either.
+    let mut passes = false;
     if coalescable {
         match cache.coalescer().join(&found.key) {
             Role::Leader(leader) => {
@@ -106,7 +108,8 @@ pub async fn join(
                 return Ok(Step::Fetch);
             }
             Role::Alone => {
-                tracing::debug!("miss, its last answer was not shareable: fetching at once")
+                tracing::debug!("miss, its last answer was not shareable: fetching at once");
+                passes = true;
             }
             // Somebody is already fetching it: nothing to refresh.
             Role::Waiter(_) if txn.mode == Mode::Refresh => return Err(ProxyError::NotCached),
@@ -136,10 +139,11 @@ pub async fn join(
     if let Some(w) = widened {
         w.restore(req);
     }
-    // A miss the coalescer let go (released, or its last answer was not shareable) still asks
-    // the key's owner, which fetches for the whole fleet; requests the coalescer does not take
-    // (a forced refresh, `Authorization`, a range, preconditions) go to the origin.
-    if coalescable {
+    // A miss the coalescer let go (released) still asks the key's owner, which fetches for
+    // the whole fleet; one whose last answer was not shareable, and requests the coalescer does
+    // not take (a forced refresh, `Authorization`, a range, preconditions), go to the origin:
+    // a page that is never stored costs no second hop.
+    if coalescable && !passes {
         if let Some(peer) = owner(w, txn) {
             return Ok(Step::Peer(peer));
         }

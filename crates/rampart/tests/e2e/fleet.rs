@@ -590,3 +590,60 @@ fn finding_members_through_redis_needs_redis_and_this_instances_address() {
     );
     assert!(out.contains("both name the members"), "{out}");
 }
+
+/// The answers an instance had from the peer at `addr` (its status's `peers` row).
+async fn answers_from(p: &Proxy, addr: SocketAddr) -> u64 {
+    let got = fetch(req(p, HOST, "/_rampart/status").header("x-api-key", API_KEY)).await;
+    let status: serde_json::Value = serde_json::from_slice(&got.body).unwrap();
+    status["peers"]
+        .as_array()
+        .and_then(|a| a.iter().find(|r| r["address"] == addr.to_string()))
+        .and_then(|r| r["answers"].as_u64())
+        .unwrap_or_else(|| panic!("{addr} not listed: {status}"))
+}
+
+/// A page the owner does not store (`no-store`) is asked of the owner once; after that the
+/// instance fetches it from the origin itself, with no second hop, as long as it remembers it
+/// does not store (hit-for-miss).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_that_is_never_stored_costs_no_second_hop() {
+    let origin = Origin::new()
+        .route(
+            "*",
+            Reply::text("fresh").header("cache-control", "no-store"),
+        )
+        .start()
+        .await;
+    let (fleet, addrs) = start_fleet(&origin, 2, &format!("api_key = \"{API_KEY}\""));
+    let a = &fleet[0];
+    let mut theirs = Vec::new();
+    for k in 0..20 {
+        let path = format!("/nostore/{k}");
+        let got = get(a, &path).await;
+        assert_eq!(got.status, 200);
+        if got
+            .header("cache-status")
+            .unwrap_or("")
+            .contains("detail=peer")
+        {
+            theirs.push(path);
+        }
+    }
+    assert!(!theirs.is_empty(), "no key of the other member's among 20");
+    let asked = answers_from(a, addrs[1]).await;
+    assert_eq!(asked, theirs.len() as u64);
+    let before = origin.requests();
+    for _ in 0..3 {
+        for path in &theirs {
+            let got = get(a, path).await;
+            assert_eq!(got.status, 200);
+            assert_eq!(got.text(), "fresh");
+        }
+    }
+    assert_eq!(origin.requests() - before, 3 * theirs.len());
+    assert_eq!(
+        answers_from(a, addrs[1]).await,
+        asked,
+        "asked the owner again"
+    );
+}
