@@ -315,6 +315,7 @@ fn median(v: impl Iterator<Item = f64>) -> f64 {
     crate::stats::median_of(v)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn report(
     args: &ClusterArgs,
     found: f64,

@@ -759,7 +759,7 @@ mod tests {
     #[test]
     fn hex_round_trips() {
         let b: Vec<u8> = (0..=255).collect();
-        assert_eq!(unhex(&hex(&b)).unwrap(), b);
+        assert_eq!(unhex(hex(&b)).unwrap(), b);
         assert!(unhex("abc").is_none() && unhex("zz").is_none());
     }
 
