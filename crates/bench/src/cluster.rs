@@ -114,6 +114,11 @@ pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
         bail!("redis-server did not start");
     }
     let redis_url = format!("redis://{redis_addr}");
+    if !["all", "redis", "fleet"].contains(&args.part.as_str()) {
+        redis.stop();
+        origin.stop();
+        bail!("--part {:?}: all, redis or fleet", args.part);
+    }
     crate::websocket::pin_self(&args.load_cpus);
     let mut report = String::new();
     if args.part == "all" || args.part == "redis" {

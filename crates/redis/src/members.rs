@@ -50,11 +50,14 @@ impl Drop for Announcement {
 impl Shared {
     /// Announces `me` (an address as `ip:port`) to the other instances under the lease, and
     /// calls `members` with every member's address (this one's included) after each renewal
-    /// that Redis answered, on the Redis thread.
+    /// that Redis answered, on the Redis thread. Its second argument is set for a lease after
+    /// Redis failed to answer: the others' leases may have run out meanwhile (the first
+    /// renewal drops them) although they run, and renew within a lease, so a member missing
+    /// from the list then is not dropped.
     pub fn announce(
         &self,
         me: String,
-        members: Arc<dyn Fn(Vec<String>) + Send + Sync>,
+        members: Arc<dyn Fn(Vec<Vec<u8>>, bool) + Send + Sync>,
     ) -> Announcement {
         let (stop, mut stopped) = tokio::sync::watch::channel(false);
         let key = self.key("peers");
@@ -63,6 +66,7 @@ impl Shared {
             let mut tick = tokio::time::interval(RENEW_EVERY);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             let mut failing = false;
+            let mut answered_again: Option<tokio::time::Instant> = None;
             loop {
                 tokio::select! {
                     _ = tick.tick() => {}
@@ -72,7 +76,7 @@ impl Shared {
                     return;
                 }
                 let (key, me) = (key.clone(), me.clone());
-                let answer: Result<Vec<String>, _> = this
+                let answer: Result<Vec<Vec<u8>>, _> = this
                     .call_with(RENEW_TIMEOUT, "cache peers", move |mut conn| async move {
                         SCRIPT
                             .key(key)
@@ -87,8 +91,14 @@ impl Shared {
                         if failing {
                             tracing::info!("Redis answers: the fleet's members are read again");
                             failing = false;
+                            answered_again = Some(tokio::time::Instant::now());
                         }
-                        members(list);
+                        if *stopped.borrow() {
+                            return;
+                        }
+                        let grow_only =
+                            answered_again.is_some_and(|t| t.elapsed() < LEASE + RENEW_EVERY);
+                        members(list, grow_only);
                     }
                     Err(e) if !failing => {
                         failing = true;

@@ -52,7 +52,7 @@ pub(super) fn read(s: &mut Section<'_>, sink: &mut Sink<'_>) -> Settings {
                 k,
                 span.clone(),
                 "has no effect without `cache_peers` or `cache_peers_from_redis`",
-                "list every instance's address in `cache_peers = [\"10.0.0.1:80\", \"10.0.0.2:80\"]`, or remove the key",
+                "list every instance's address in `cache_peers = [\"10.0.0.1:80\", \"10.0.0.2:80\"]` (or set `cache_peers_from_redis = true`), or remove the key",
             );
         }
     }

@@ -81,9 +81,12 @@ pub struct Roster {
 }
 
 impl Roster {
-    /// The members now are `members` (this instance is added when missing). Whether they
-    /// changed.
-    pub fn set(&self, mut members: Vec<SocketAddr>, me: SocketAddr) -> bool {
+    /// The members now are `members` (this instance is added when missing); with `grow_only`,
+    /// those listed now are added and none is dropped. Whether they changed.
+    pub fn set(&self, mut members: Vec<SocketAddr>, me: SocketAddr, grow_only: bool) -> bool {
+        if grow_only {
+            members.extend(self.members.load().iter().copied());
+        }
         if !members.contains(&me) {
             members.push(me);
         }
@@ -108,6 +111,8 @@ impl Roster {
 #[derive(Debug)]
 pub struct Discovery {
     pub roster: Arc<Roster>,
+    /// The address this instance announces.
+    me: SocketAddr,
     _announcement: rampart_redis::members::Announcement,
 }
 
@@ -122,36 +127,44 @@ impl Discovery {
         let c = c.filter(|c| c.discover)?;
         let shared = shared?;
         let me = c.me;
-        let roster = old.map_or_else(
-            || {
+        // The members read so far, unless this instance's address changed.
+        let roster = match old.filter(|o| o.me == me) {
+            Some(o) => o.roster.clone(),
+            None => {
                 let r = Roster::default();
-                r.set(vec![me], me);
+                r.set(vec![me], me, false);
                 Arc::new(r)
-            },
-            |o| o.roster.clone(),
-        );
+            }
+        };
         let r = roster.clone();
         let announcement = shared.announce(
             me.to_string(),
-            Arc::new(move |list: Vec<String>| {
+            Arc::new(move |list: Vec<Vec<u8>>, grow_only: bool| {
                 // Addresses of this instance's IP version only (connections to peers leave
                 // from its own address); anything else in the set is not a member.
                 let members: Vec<SocketAddr> = list
                     .iter()
-                    .filter_map(|a| a.parse::<SocketAddr>().ok())
-                    .filter(|a| a.is_ipv4() == me.is_ipv4() && !a.ip().is_unspecified())
+                    .filter_map(|a| std::str::from_utf8(a).ok()?.parse::<SocketAddr>().ok())
+                    .filter(|a| {
+                        a.is_ipv4() == me.is_ipv4() && !a.ip().is_unspecified() && a.port() != 0
+                    })
+                    .take(MAX_MEMBERS)
                     .collect();
-                if r.set(members, me) {
+                if r.set(members, me, grow_only) {
                     tracing::info!(members = ?r.members(), "the fleet's members changed");
                 }
             }),
         );
         Some(Discovery {
             roster,
+            me,
             _announcement: announcement,
         })
     }
 }
+
+/// Members taken from Redis at most (an instance scores every member on a miss).
+const MAX_MEMBERS: usize = 256;
 
 /// The members as a worker sees them at one moment.
 #[derive(Debug)]
@@ -168,8 +181,13 @@ pub struct Fleet {
     roster: Option<Arc<Roster>>,
     /// The roster's generation `view` was built from.
     seen: AtomicU64,
+    /// Held while `view` is rebuilt (one rebuild at a time, never an older one last).
+    rebuild: std::sync::Mutex<()>,
     me_addr: SocketAddr,
     key: Option<hmac::Key>,
+    /// Signatures made and checked this second (see [`Memo`]).
+    signed: std::sync::Mutex<Memo>,
+    checked: std::sync::Mutex<Memo>,
     /// How long this instance keeps what an owner sent (`cache_peer_local_ttl_seconds`).
     pub local_ttl: Duration,
     /// `cache_peer_timeout_ms`: the connection, and an answer's head before the owner is
@@ -236,19 +254,23 @@ impl Fleet {
         upstream: &UpstreamConfig,
         tls: Arc<rustls::ClientConfig>,
     ) -> Fleet {
-        let (addrs, seen) = match &roster {
-            Some(r) => (r.members(), r.generation.load(Ordering::Acquire)),
-            None => (Arc::new(c.members.clone()), 0),
+        // The generation first: the members read after it are at least as new.
+        let (seen, addrs) = match &roster {
+            Some(r) => (r.generation.load(Ordering::Acquire), r.members()),
+            None => (0, Arc::new(c.members.clone())),
         };
         Fleet {
             view: arc_swap::ArcSwap::from_pointee(View::of(&addrs, c.me, None)),
             roster,
             seen: AtomicU64::new(seen),
+            rebuild: std::sync::Mutex::new(()),
             me_addr: c.me,
             key: c
                 .key
                 .as_ref()
                 .map(|k| hmac::Key::new(hmac::HMAC_SHA256, &k.0)),
+            signed: std::sync::Mutex::default(),
+            checked: std::sync::Mutex::default(),
             local_ttl: c.local_ttl,
             timeout: c.timeout,
             epoch: Instant::now(),
@@ -259,12 +281,16 @@ impl Fleet {
     /// The members now (rebuilt first when the discovered ones changed).
     pub fn view(&self) -> Arc<View> {
         if let Some(r) = &self.roster {
-            let generation = r.generation.load(Ordering::Acquire);
-            if generation != self.seen.load(Ordering::Relaxed) {
-                let old = self.view.load_full();
-                let new = View::of(&r.members(), self.me_addr, Some(&old));
-                self.view.store(Arc::new(new));
-                self.seen.store(generation, Ordering::Relaxed);
+            if r.generation.load(Ordering::Acquire) != self.seen.load(Ordering::Acquire) {
+                let _one = self.rebuild.lock().unwrap_or_else(|p| p.into_inner());
+                // The generation before the members: a change in between is seen next time.
+                let generation = r.generation.load(Ordering::Acquire);
+                if generation != self.seen.load(Ordering::Acquire) {
+                    let old = self.view.load_full();
+                    let new = View::of(&r.members(), self.me_addr, Some(&old));
+                    self.view.store(Arc::new(new));
+                    self.seen.store(generation, Ordering::Release);
+                }
             }
         }
         self.view.load_full()
@@ -327,7 +353,9 @@ impl Fleet {
         match &self.key {
             Some(k) => {
                 let m = message(purpose, https, secs, method, host, target);
-                hex_into(hmac::sign(k, &m).as_ref(), &mut v);
+                let mut memo = self.signed.lock().unwrap_or_else(|p| p.into_inner());
+                let tag = memo.get_or_make(secs, m, |m| hmac::sign(k, m).as_ref().to_vec());
+                hex_into(&tag, &mut v);
             }
             None => v.push(b'-'),
         }
@@ -374,8 +402,64 @@ impl Fleet {
         }
         let tag = unhex(tag)?;
         let m = message(purpose, https, secs, method, host, target);
-        hmac::verify(key, &m, &tag).ok()?;
+        let now = unix_secs();
+        let mut memo = self.checked.lock().unwrap_or_else(|p| p.into_inner());
+        // Compared in constant time, as `hmac::verify` does.
+        let known = memo
+            .get(now, &m)
+            .is_some_and(|t| aws_lc_rs::constant_time::verify_slices_are_equal(t, &tag).is_ok());
+        if !known {
+            hmac::verify(key, &m, &tag).ok()?;
+            memo.put(now, m, tag);
+        }
         Some((purpose, https))
+    }
+}
+
+/// Signatures made or checked within the current second (the marker's time is in seconds, so
+/// a hot key's requests within a second are signed alike): each made or checked once, then
+/// looked up. Each entry holds the whole message it is for (the time in it), so a look-up
+/// matches only the very same request line and time; the memo empties when this instance's
+/// second changes, and at [`MEMO_MAX`] entries.
+#[derive(Debug, Default)]
+struct Memo {
+    /// The second (this instance's clock) the entries were made in.
+    secs: u64,
+    tags: std::collections::HashMap<Vec<u8>, Vec<u8>>,
+}
+
+/// Signatures a [`Memo`] holds at most.
+const MEMO_MAX: usize = 4096;
+
+impl Memo {
+    /// The tag of `message`, remembered within second `now`.
+    fn get(&mut self, now: u64, message: &[u8]) -> Option<&[u8]> {
+        if now != self.secs {
+            return None;
+        }
+        self.tags.get(message).map(Vec::as_slice)
+    }
+
+    fn put(&mut self, now: u64, message: Vec<u8>, tag: Vec<u8>) {
+        if now != self.secs || self.tags.len() >= MEMO_MAX {
+            self.tags.clear();
+            self.secs = now;
+        }
+        self.tags.insert(message, tag);
+    }
+
+    fn get_or_make(
+        &mut self,
+        secs: u64,
+        message: Vec<u8>,
+        make: impl FnOnce(&[u8]) -> Vec<u8>,
+    ) -> Vec<u8> {
+        if let Some(t) = self.get(secs, &message) {
+            return t.to_vec();
+        }
+        let tag = make(&message);
+        self.put(secs, message, tag.clone());
+        tag
     }
 }
 
@@ -510,8 +594,9 @@ pub fn purge_of(query: &str) -> Option<(rampart_cache::store::PurgeScope, bool)>
 }
 
 /// The client a peer named last in `X-Forwarded-For` (it appends its own client's address),
-/// taken off the list (the list then reads as the peer's client sent it).
-pub fn take_forwarded_client(h: &mut rampart_head::Fields) -> Option<IpAddr> {
+/// taken off the list (the list then reads as the peer's client sent it), and the address
+/// as a field value.
+pub fn take_forwarded_client(h: &mut rampart_head::Fields) -> Option<(IpAddr, HeaderValue)> {
     let name = &crate::headers::X_FORWARDED_FOR;
     let lines: Vec<HeaderValue> = h.get_all(name).iter().cloned().collect();
     let last = lines.last()?.to_str().ok()?;
@@ -519,7 +604,15 @@ pub fn take_forwarded_client(h: &mut rampart_head::Fields) -> Option<IpAddr> {
         Some((rest, ip)) => (Some(rest.trim_end()), ip.trim()),
         None => (None, last.trim()),
     };
-    let ip = ip.parse::<IpAddr>().ok()?.to_canonical();
+    let parsed = ip.parse::<IpAddr>().ok()?;
+    let text = ip;
+    let ip = parsed.to_canonical();
+    // As written, when that is how it reads (formatting an address costs more than the rest).
+    let value = if ip == parsed {
+        HeaderValue::from_str(text).ok()?
+    } else {
+        HeaderValue::from_str(&ip.to_string()).ok()?
+    };
     let rest = rest.filter(|r| !r.is_empty()).map(str::to_owned);
     h.remove(name);
     for v in lines.iter().take(lines.len() - 1) {
@@ -528,7 +621,7 @@ pub fn take_forwarded_client(h: &mut rampart_head::Fields) -> Option<IpAddr> {
     if let Some(v) = rest.and_then(|r| HeaderValue::from_str(&r).ok()) {
         h.append(name.clone(), v);
     }
-    Some(ip)
+    Some((ip, value))
 }
 
 /// What a peer signs: what the request is for, the scheme, the time and the request line's

@@ -96,11 +96,9 @@ fn from_peer(
     // origin), and the scheme it used.
     let mut conn = (*txn.conn).clone();
     conn.scheme = if https { Scheme::Https } else { Scheme::Http };
-    if let Some(client) = crate::origin::fleet::take_forwarded_client(req.headers_mut()) {
+    if let Some((client, text)) = crate::origin::fleet::take_forwarded_client(req.headers_mut()) {
         conn.client_ip = client;
-        if let Ok(v) = HeaderValue::from_str(&client.to_string()) {
-            conn.client_ip_header = v;
-        }
+        conn.client_ip_header = text;
     }
     txn.conn = std::sync::Arc::new(conn);
     Ok(())

@@ -143,9 +143,12 @@ pub async fn join(
     // the whole fleet; one whose last answer was not shareable, and requests the coalescer does
     // not take (a forced refresh, `Authorization`, a range, preconditions), go to the origin:
     // a page that is never stored costs no second hop.
-    if coalescable && !passes {
+    if coalescable {
         if let Some(peer) = owner(w, txn) {
-            return Ok(Step::Peer(peer));
+            if !passes {
+                return Ok(Step::Peer(peer));
+            }
+            txn.not_owner = true;
         }
     }
     Ok(Step::Fetch)

@@ -71,11 +71,12 @@ pub fn store(w: &Worker, txn: &mut Txn, mut fetched: Fetched) -> Result<Step, Pr
             response: response_time,
         };
         // A copy of what the key's owner in the fleet holds: kept a short while at most.
-        let peer_ttl = matches!(txn.outcome, Some(CacheOutcome::Peer { .. })).then(|| {
-            w.fleet
-                .as_ref()
-                .map_or(std::time::Duration::ZERO, |f| f.local_ttl)
-        });
+        let peer_ttl = (txn.not_owner || matches!(txn.outcome, Some(CacheOutcome::Peer { .. })))
+            .then(|| {
+                w.fleet
+                    .as_ref()
+                    .map_or(std::time::Duration::ZERO, |f| f.local_ttl)
+            });
         let asked = Asked {
             method: &method,
             headers: req_headers,
@@ -127,7 +128,13 @@ fn admit(
     );
     d.ticket = match prepared {
         // Not kept: the owner holds it (this instance's waiters still share the answer).
-        Ok(_) if a.peer_ttl.is_some_and(|t| t.is_zero()) => None,
+        Ok(_) if a.peer_ttl.is_some_and(|t| t.is_zero()) => {
+            if txn.not_owner {
+                // Shareable after all: the owner is asked for it again.
+                cache.coalescer().forget_uncacheable(&found.key);
+            }
+            None
+        }
         Ok(mut t) => {
             if let Some(ttl) = a.peer_ttl {
                 t.cap_freshness(ttl);
@@ -138,7 +145,9 @@ fn admit(
         }
         Err(why) => {
             tracing::debug!(reason = why.as_str(), "response not stored");
-            lasting = !matches!(why, NotStored::NoRoom | NotStored::Method);
+            // A client's own `no-store` says nothing of the next clients' answers.
+            let clients_own = why == NotStored::NoStore && found.directives.no_store;
+            lasting = !(clients_own || matches!(why, NotStored::NoRoom | NotStored::Method));
             None
         }
     };

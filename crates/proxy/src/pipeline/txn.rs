@@ -134,6 +134,9 @@ pub struct Txn {
     /// The request comes from a peer of the fleet (`origin/fleet.rs`): screened there, and
     /// answered here without asking another peer.
     pub from_peer: bool,
+    /// Another member of the fleet owns the key, and this instance fetched it itself (its
+    /// last answer was not shareable): what it gets is kept as a peer's copy is.
+    pub not_owner: bool,
     /// One of rampart's own requests from a peer (a probe, a purge), answered before routing.
     pub peer_control: bool,
 }
@@ -194,6 +197,7 @@ impl Txn {
             interim: None,
             trace: None,
             from_peer: false,
+            not_owner: false,
             peer_control: false,
         }
     }

@@ -259,6 +259,40 @@ async fn the_marker_from_anyone_but_a_peer_is_refused() {
         assert_eq!(got.status, 403, "{forged}");
     }
     assert_eq!(origin.requests(), 0, "nothing refused reached the origin");
+    // Signed with the key: taken. The same request line and time with one byte of the
+    // signature changed, after the right one was checked (and remembered): refused.
+    let sign = |target: &str| {
+        let m = format!("rampart-peer/1\nfwd\nhttp\n{now}\nGET\n{HOST}\n{target}");
+        let key = aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, KEY.as_bytes());
+        let tag: String = aws_lc_rs::hmac::sign(&key, m.as_bytes())
+            .as_ref()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        format!("fwd http {now} {tag}")
+    };
+    let marker = sign("/signed");
+    let ask = |marker: String| {
+        send(
+            &from_member,
+            Request::get(fleet[0].url("/signed"))
+                .header("host", HOST)
+                .header("x-forwarded-for", "192.0.2.7")
+                .header("x-rampart-peer", marker)
+                .body(empty())
+                .unwrap(),
+        )
+    };
+    assert_eq!(ask(marker.clone()).await.status, 200);
+    assert_eq!(ask(marker.clone()).await.status, 200);
+    let last = marker.len() - 1;
+    let flipped = if &marker[last..] == "0" { "1" } else { "0" };
+    let forged = format!("{}{flipped}", &marker[..last]);
+    assert_eq!(ask(forged).await.status, 403);
+    // Right for another target only: refused.
+    assert_eq!(ask(sign("/other")).await.status, 403);
+    let fetched = origin.requests();
+    assert!(fetched <= 1, "{fetched}");
     // A client's request for the peers' own paths is an ordinary request, forwarded to a
     // key's owner as such: it purges nothing there.
     for p in &fleet {
@@ -646,4 +680,40 @@ async fn a_page_that_is_never_stored_costs_no_second_hop() {
         asked,
         "asked the owner again"
     );
+}
+
+/// A client's own `Cache-Control: no-store` does not make a key pass: the next requests
+/// still go to its owner, which holds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_no_store_does_not_turn_the_owner_away() {
+    let origin = Origin::new().route("*", cacheable("object")).start().await;
+    let (fleet, addrs) = start_fleet(&origin, 2, &format!("api_key = \"{API_KEY}\""));
+    let a = &fleet[0];
+    // A key the other member owns, stored there.
+    let mut theirs = None;
+    for k in 0..20 {
+        let path = format!("/owned/{k}");
+        if get(a, &path)
+            .await
+            .header("cache-status")
+            .unwrap_or("")
+            .contains("detail=peer")
+        {
+            theirs = Some(path);
+            break;
+        }
+    }
+    let path = theirs.expect("a key of the other member's among 20");
+    let got = fetch(req(a, HOST, &path).header("cache-control", "no-store")).await;
+    assert_eq!(got.status, 200);
+    let (asked, fetched) = (answers_from(a, addrs[1]).await, origin.requests());
+    for _ in 0..3 {
+        let got = get(a, &path).await;
+        assert_eq!(
+            got.header("cache-status"),
+            Some("rampart; hit; detail=peer")
+        );
+    }
+    assert_eq!(answers_from(a, addrs[1]).await, asked + 3);
+    assert_eq!(origin.requests(), fetched);
 }
