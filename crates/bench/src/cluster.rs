@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use serde::Serialize;
-use tokio::net::TcpSocket;
 
+use crate::closed_loop::load;
 use crate::procs::{self, Server};
 
 #[derive(clap::Args, Debug)]
@@ -135,7 +135,15 @@ pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
         if !report.is_empty() {
             report.push('\n');
         }
-        report.push_str(&crate::fleet::run(&args, &me, &redis_url, &scratch)?);
+        let fleet = crate::fleet::Settings {
+            rampart: args.rampart.clone(),
+            server_cpus: args.server_cpus.clone(),
+            load_cpus: args.load_cpus.clone(),
+            requests: args.requests,
+            connections: args.connections,
+            rounds: args.rounds,
+        };
+        report.push_str(&crate::fleet::run(&fleet, &me, &redis_url, &scratch)?);
     }
     redis.stop();
     origin.stop();
@@ -400,114 +408,6 @@ fn redis_info(port: u16, field: &str) -> Option<u64> {
         .next()?
         .parse()
         .ok()
-}
-
-pub(crate) struct Loaded {
-    pub(crate) requests: usize,
-    pub(crate) errors: usize,
-    pub(crate) expected: usize,
-    pub(crate) seconds: f64,
-    pub(crate) p50_us: f64,
-    pub(crate) p99_us: f64,
-}
-
-/// Sends `requests` GETs (`path(i)`) over `connections` keep-alive connections from `from`;
-/// counts the answers whose `Cache-Status` is `expect` (a 429 when `expect` is empty).
-pub(crate) async fn load(
-    addr: SocketAddr,
-    from: [u8; 4],
-    connections: usize,
-    requests: usize,
-    path: impl Fn(usize) -> String + Clone + 'static,
-    expect: &'static str,
-) -> anyhow::Result<Loaded> {
-    let next = std::rc::Rc::new(std::cell::Cell::new(0usize));
-    let started = Instant::now();
-    let local = tokio::task::LocalSet::new();
-    let mut handles = Vec::new();
-    for _ in 0..connections.max(1) {
-        let (next, path) = (next.clone(), path.clone());
-        handles.push(local.spawn_local(async move {
-            let mut latencies = Vec::new();
-            let (mut errors, mut expected) = (0usize, 0usize);
-            let mut stream = None;
-            let mut buf = Vec::with_capacity(4096);
-            loop {
-                let i = next.get();
-                if i >= requests {
-                    break;
-                }
-                next.set(i + 1);
-                if stream.is_none() {
-                    let socket = TcpSocket::new_v4()?;
-                    socket.bind(SocketAddr::from((from, 0)))?;
-                    stream = Some(socket.connect(addr).await?);
-                }
-                let Some(s) = stream.as_mut() else { continue };
-                let req = format!("GET {} HTTP/1.1\r\nHost: bench.test\r\n\r\n", path(i));
-                let t = Instant::now();
-                match crate::vus::exchange(s, req.as_bytes(), &mut buf).await {
-                    Ok(x) => {
-                        latencies.push(t.elapsed().as_micros() as u32);
-                        let head = String::from_utf8_lossy(&buf[..x.head_end]).to_ascii_lowercase();
-                        let status = head
-                            .lines()
-                            .find_map(|l| l.strip_prefix("cache-status: "))
-                            .unwrap_or("");
-                        if (expect.is_empty() && x.status == 429)
-                            || (!expect.is_empty() && status == expect)
-                        {
-                            expected += 1;
-                        }
-                        if x.status >= 400 && !expect.is_empty() {
-                            errors += 1;
-                        }
-                        if x.close {
-                            stream = None;
-                        }
-                    }
-                    Err(_) => {
-                        errors += 1;
-                        stream = None;
-                    }
-                }
-            }
-            anyhow::Ok((latencies, errors, expected))
-        }));
-    }
-    let joined = local
-        .run_until(async {
-            let mut all = Vec::new();
-            for h in handles {
-                all.push(h.await);
-            }
-            all
-        })
-        .await;
-    let seconds = started.elapsed().as_secs_f64();
-    let (mut latencies, mut errors, mut expected) = (Vec::new(), 0, 0);
-    for j in joined {
-        let (l, e, x) = j??;
-        latencies.extend(l);
-        errors += e;
-        expected += x;
-    }
-    latencies.sort_unstable();
-    let pct = |p: f64| -> f64 {
-        if latencies.is_empty() {
-            return 0.0;
-        }
-        let i = ((p / 100.0) * latencies.len() as f64).ceil() as usize;
-        f64::from(latencies[i.clamp(1, latencies.len()) - 1])
-    };
-    Ok(Loaded {
-        requests: latencies.len(),
-        errors,
-        expected,
-        seconds,
-        p50_us: pct(50.0),
-        p99_us: pct(99.0),
-    })
 }
 
 /// The table: medians over rounds per (case, instance).

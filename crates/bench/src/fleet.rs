@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 
-use crate::cluster::{load, ClusterArgs};
+use crate::closed_loop::load;
 use crate::procs::{self, Server};
 
 const KEY: &str = "rampart-bench-fleet-key-0123456789";
@@ -23,18 +23,23 @@ const API_KEY: &str = "rampart-bench-fleet-api-key";
 /// Keys stored before the measured runs (each at its owner).
 const KEYS: usize = 3000;
 
+/// What the fleet part is run with (the `cluster` command's arguments).
+pub struct Settings {
+    pub rampart: std::path::PathBuf,
+    pub server_cpus: String,
+    pub load_cpus: String,
+    pub requests: usize,
+    pub connections: usize,
+    pub rounds: usize,
+}
+
 struct Member {
     server: Server,
     addr: SocketAddr,
 }
 
 /// Runs the fleet measures and returns the report's section.
-pub fn run(
-    args: &ClusterArgs,
-    me: &Path,
-    redis_url: &str,
-    scratch: &Path,
-) -> anyhow::Result<String> {
+pub fn run(args: &Settings, me: &Path, redis_url: &str, scratch: &Path) -> anyhow::Result<String> {
     let (mut origin, origin_addr) =
         Server::origin(&args.server_cpus, me, &scratch.join("fleet-origin.log"))?;
     let mut members = Vec::new();
@@ -172,7 +177,7 @@ struct Run {
 }
 
 async fn measure(
-    args: &ClusterArgs,
+    args: &Settings,
     members: &mut [Member],
     origin: SocketAddr,
 ) -> anyhow::Result<String> {
@@ -326,7 +331,7 @@ fn median(v: impl Iterator<Item = f64>) -> f64 {
 
 #[allow(clippy::too_many_arguments)]
 fn report(
-    args: &ClusterArgs,
+    args: &Settings,
     found: f64,
     owned_share: f64,
     local: &[Run],

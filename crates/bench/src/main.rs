@@ -9,6 +9,7 @@
 //! default command) is in `suite/`, its scenarios in `scenarios.rs`, and each other subcommand
 //! in its own module.
 
+mod closed_loop;
 mod cluster;
 mod codecs;
 mod disk;
