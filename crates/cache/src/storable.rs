@@ -115,6 +115,8 @@ pub enum NotStored {
     Status,
     SetCookie,
     NoStore,
+    /// The client's own request said `no-store` (the response itself was storable so far).
+    RequestNoStore,
     Private,
     NoCache,
     Authorization,
@@ -135,6 +137,7 @@ impl NotStored {
             NotStored::Status => "status",
             NotStored::SetCookie => "set-cookie",
             NotStored::NoStore => "no-store",
+            NotStored::RequestNoStore => "request-no-store",
             NotStored::Private => "private",
             NotStored::NoCache => "no-cache",
             NotStored::Authorization => "authorization",
@@ -203,7 +206,7 @@ pub fn storable(x: &Exchange<'_>, rule: &RulePolicy) -> Result<Duration, NotStor
         return Err(NotStored::Status);
     }
     let default_ttl = listed.unwrap_or(rule.default_ttl);
-    if res.no_store || req.no_store {
+    if res.no_store {
         return Err(NotStored::NoStore);
     }
     if res.private {
@@ -231,6 +234,11 @@ pub fn storable(x: &Exchange<'_>, rule: &RulePolicy) -> Result<Duration, NotStor
         if !(rule.store_set_cookie && explicit) {
             return Err(NotStored::SetCookie);
         }
+    }
+    // Last: what the response says of itself comes first (a client's own `no-store` does
+    // not speak for the next clients).
+    if req.no_store {
+        return Err(NotStored::RequestNoStore);
     }
     let lifetime = if rule.override_origin {
         // Under RFC 9111's statuses, the rule's TTL replaces only what the origin could have

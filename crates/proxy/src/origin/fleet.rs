@@ -87,11 +87,13 @@ impl Roster {
         if grow_only {
             members.extend(self.members.load().iter().copied());
         }
-        if !members.contains(&me) {
-            members.push(me);
-        }
         members.sort_unstable();
         members.dedup();
+        // At most MAX_MEMBERS, this instance among them.
+        members.retain(|&m| m != me);
+        members.truncate(MAX_MEMBERS - 1);
+        members.push(me);
+        members.sort_unstable();
         if **self.members.load() == members {
             return false;
         }
@@ -148,7 +150,6 @@ impl Discovery {
                     .filter(|a| {
                         a.is_ipv4() == me.is_ipv4() && !a.ip().is_unspecified() && a.port() != 0
                     })
-                    .take(MAX_MEMBERS)
                     .collect();
                 if r.set(members, me, grow_only) {
                     tracing::info!(members = ?r.members(), "the fleet's members changed");
@@ -430,6 +431,8 @@ struct Memo {
 
 /// Signatures a [`Memo`] holds at most.
 const MEMO_MAX: usize = 4096;
+/// The longest message a [`Memo`] keeps (bytes).
+const MEMO_MESSAGE_MAX: usize = 512;
 
 impl Memo {
     /// The tag of `message`, remembered within second `now`.
@@ -441,6 +444,11 @@ impl Memo {
     }
 
     fn put(&mut self, now: u64, message: Vec<u8>, tag: Vec<u8>) {
+        // Hot keys' request lines are short; long ones are signed every time (the memo holds
+        // MEMO_MAX × MEMO_MESSAGE_MAX bytes at most).
+        if message.len() > MEMO_MESSAGE_MAX {
+            return;
+        }
         if now != self.secs || self.tags.len() >= MEMO_MAX {
             self.tags.clear();
             self.secs = now;
@@ -854,6 +862,31 @@ mod tests {
         let b: Vec<u8> = (0..=255).collect();
         assert_eq!(unhex(hex(&b)).unwrap(), b);
         assert!(unhex("abc").is_none() && unhex("zz").is_none());
+    }
+
+    #[test]
+    fn the_roster_keeps_this_instance_and_at_most_max_members() {
+        let me: SocketAddr = "10.9.0.1:80".parse().unwrap();
+        let many: Vec<SocketAddr> = (0..600u32)
+            .map(|i| SocketAddr::from(([10, 1, (i / 250) as u8, (i % 250) as u8], 80)))
+            .collect();
+        let r = Roster::default();
+        assert!(r.set(many.clone(), me, false));
+        let m = r.members();
+        assert_eq!(m.len(), MAX_MEMBERS);
+        assert!(m.contains(&me));
+        // The same members whatever order Redis lists them in.
+        let mut reversed = many;
+        reversed.reverse();
+        assert!(!r.set(reversed, me, false));
+        // Growing only: a member missing from the list read is kept.
+        let other: SocketAddr = "10.9.0.2:80".parse().unwrap();
+        let r = Roster::default();
+        r.set(vec![me, other], me, false);
+        assert!(!r.set(vec![me], me, true));
+        assert_eq!(r.members().len(), 2);
+        assert!(r.set(vec![me], me, false));
+        assert_eq!(*r.members(), vec![me]);
     }
 
     #[test]

@@ -146,8 +146,10 @@ fn admit(
         Err(why) => {
             tracing::debug!(reason = why.as_str(), "response not stored");
             // A client's own `no-store` says nothing of the next clients' answers.
-            let clients_own = why == NotStored::NoStore && found.directives.no_store;
-            lasting = !(clients_own || matches!(why, NotStored::NoRoom | NotStored::Method));
+            lasting = !matches!(
+                why,
+                NotStored::NoRoom | NotStored::Method | NotStored::RequestNoStore
+            );
             None
         }
     };
