@@ -1,4 +1,4 @@
-//! `rampart-bench cluster`, its second part: the cache sharded over a fleet (issue 52). Three
+//! `rampart-bench cluster`, its second part: the cache sharded over a fleet. Three
 //! rampart instances on 127.0.0.2–4 (one worker each, pinned with Redis and the origin to the
 //! server CPUs) find each other through the bench's Redis (`cache_peers_from_redis`) and shard
 //! the cache; the client is pinned to the load CPUs.

@@ -90,7 +90,7 @@ pub enum CacheOutcome {
     OriginError(CacheLabel),
     /// Refused by screening or path policy.
     Blocked,
-    /// Answered by the key's owner in the fleet (`origin/fleet.rs`): from its cache (`hit`) or
+    /// Answered by the key's owner in the fleet (`origin/fleet/`): from its cache (`hit`) or
     /// from the origin it fetched from.
     Peer { hit: bool },
 }

@@ -54,7 +54,7 @@ impl OriginClient {
 
     /// A client for a fleet's peers: connections leave from `bind` (this instance's address
     /// among the peers) within `connect_timeout`; an answer's head may take `proxy_timeout`
-    /// (the owner may be fetching from the origin: `origin/fleet.rs` checks it is alive).
+    /// (the owner may be fetching from the origin: `origin/fleet/` checks it is alive).
     pub fn for_peers(
         config: &UpstreamConfig,
         tls: std::sync::Arc<rustls::ClientConfig>,

@@ -57,7 +57,7 @@ pub struct Plan<'p> {
     /// Ask the origin to switch to WebSocket (`Connection: upgrade`, `Upgrade: websocket`,
     /// which the hop-by-hop rewrite removed).
     pub upgrade: bool,
-    /// Ask this member of the fleet (the key's owner, `origin/fleet.rs`), not the rule's
+    /// Ask this member of the fleet (the key's owner, `origin/fleet/`), not the rule's
     /// origins.
     pub peer: Option<&'p crate::origin::fleet::Member>,
 }

@@ -1,4 +1,4 @@
-//! recv's part for a fleet's peers (`origin/fleet.rs`): a request that carries
+//! recv's part for a fleet's peers (`origin/fleet/`): a request that carries
 //! `X-Rampart-Peer` is refused, answered (rampart's own: a probe, a purge), or marked as a
 //! peer's and let through with the client and scheme the peer had.
 

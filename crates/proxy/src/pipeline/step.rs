@@ -31,7 +31,7 @@ pub enum Step {
     /// After miss: this request fetches, as the leader of the coalesced fetch or on its own.
     Fetch,
     /// After miss: the leader of this instance's fetch asks the key's owner in the fleet
-    /// (`origin/fleet.rs`) before the origin.
+    /// (`origin/fleet/`) before the origin.
     Peer(std::sync::Arc<crate::origin::fleet::Member>),
     /// After store: a widened range request whose whole representation cannot be shared is
     /// sent again as the client asked (never stored).

@@ -131,7 +131,7 @@ pub struct Txn {
     /// The request's trace, when tracing is on (set by recv once the request is routed). In
     /// place: most requests are not sampled and need no more than its ids.
     pub trace: Option<RequestTrace>,
-    /// The request comes from a peer of the fleet (`origin/fleet.rs`): screened there, and
+    /// The request comes from a peer of the fleet (`origin/fleet/`): screened there, and
     /// answered here without asking another peer.
     pub from_peer: bool,
     /// Another member of the fleet owns the key, and this instance fetched it itself (its

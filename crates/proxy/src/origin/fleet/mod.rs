@@ -25,7 +25,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use aws_lc_rs::hmac;
 use http::header::{HeaderName, HeaderValue};
@@ -35,6 +35,13 @@ use rampart_config::{FleetConfig, UpstreamConfig};
 use crate::origin::balance::OriginSet;
 use crate::origin::client::OriginClient;
 use crate::origin::fields::{OriginFields, Outgoing};
+
+mod marker;
+mod roster;
+
+pub use marker::Purpose;
+use marker::{hex, unhex, Memo};
+pub use roster::{Discovery, Roster};
 
 /// The field that marks a request from a peer (and what it is signed with).
 pub static X_RAMPART_PEER: HeaderName = HeaderName::from_static("x-rampart-peer");
@@ -49,123 +56,6 @@ pub const PURGE_PATH: &str = "/.well-known/rampart-peer/purge";
 const PURGES_WAITING: usize = 10_000;
 /// Longest wait for one peer to take one purge.
 const PURGE_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// What a peer's request is for, as signed: a client's request it forwards (answered as any
-/// request), or one of rampart's own (a probe, a purge: answered only as such).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Purpose {
-    Forward,
-    Control,
-}
-
-impl Purpose {
-    fn as_str(self) -> &'static str {
-        match self {
-            Purpose::Forward => "fwd",
-            Purpose::Control => "ctl",
-        }
-    }
-}
-
-/// How far a signed request's time may be from this instance's clock (instances keep NTP
-/// time; a replay is only useful within it, and replays a cacheable GET).
-const MAX_SKEW_SECS: u64 = 300;
-
-/// The members discovered through Redis (`cache_peers_from_redis`): the list every worker's
-/// [`Fleet`] follows, replaced as leases come and go.
-#[derive(Debug, Default)]
-pub struct Roster {
-    members: arc_swap::ArcSwap<Vec<SocketAddr>>,
-    /// Counts the replacements (workers compare it with theirs on a miss).
-    generation: AtomicU64,
-}
-
-impl Roster {
-    /// The members now are `members` (this instance is added when missing); with `grow_only`,
-    /// those listed now are added and none is dropped. Whether they changed.
-    pub fn set(&self, mut members: Vec<SocketAddr>, me: SocketAddr, grow_only: bool) -> bool {
-        if grow_only {
-            members.extend(self.members.load().iter().copied());
-        }
-        members.sort_unstable();
-        members.dedup();
-        // At most MAX_MEMBERS, this instance among them.
-        members.retain(|&m| m != me);
-        members.truncate(MAX_MEMBERS - 1);
-        members.push(me);
-        members.sort_unstable();
-        if **self.members.load() == members {
-            return false;
-        }
-        self.members.store(Arc::new(members));
-        self.generation.fetch_add(1, Ordering::Release);
-        true
-    }
-
-    /// The members now.
-    pub fn members(&self) -> Arc<Vec<SocketAddr>> {
-        self.members.load_full()
-    }
-}
-
-/// The members announced through Redis (`cache_peers_from_redis`), and this instance's
-/// announcement: renewed until this is dropped.
-#[derive(Debug)]
-pub struct Discovery {
-    pub roster: Arc<Roster>,
-    /// The address this instance announces.
-    me: SocketAddr,
-    _announcement: rampart_redis::members::Announcement,
-}
-
-impl Discovery {
-    /// Starts announcing this instance when `c` finds its members through Redis (`shared`),
-    /// keeping `old`'s members until Redis answers.
-    pub fn start(
-        c: Option<&FleetConfig>,
-        shared: Option<&rampart_redis::Shared>,
-        old: Option<Discovery>,
-    ) -> Option<Discovery> {
-        let c = c.filter(|c| c.discover)?;
-        let shared = shared?;
-        let me = c.me;
-        // The members read so far, unless this instance's address changed.
-        let roster = match old.filter(|o| o.me == me) {
-            Some(o) => o.roster.clone(),
-            None => {
-                let r = Roster::default();
-                r.set(vec![me], me, false);
-                Arc::new(r)
-            }
-        };
-        let r = roster.clone();
-        let announcement = shared.announce(
-            me.to_string(),
-            Arc::new(move |list: Vec<Vec<u8>>, grow_only: bool| {
-                // Addresses of this instance's IP version only (connections to peers leave
-                // from its own address); anything else in the set is not a member.
-                let members: Vec<SocketAddr> = list
-                    .iter()
-                    .filter_map(|a| std::str::from_utf8(a).ok()?.parse::<SocketAddr>().ok())
-                    .filter(|a| {
-                        a.is_ipv4() == me.is_ipv4() && !a.ip().is_unspecified() && a.port() != 0
-                    })
-                    .collect();
-                if r.set(members, me, grow_only) {
-                    tracing::info!(members = ?r.members(), "the fleet's members changed");
-                }
-            }),
-        );
-        Some(Discovery {
-            roster,
-            me,
-            _announcement: announcement,
-        })
-    }
-}
-
-/// Members taken from Redis at most (an instance scores every member on a miss).
-const MAX_MEMBERS: usize = 256;
 
 /// The members as a worker sees them at one moment.
 #[derive(Debug)]
@@ -257,7 +147,7 @@ impl Fleet {
     ) -> Fleet {
         // The generation first: the members read after it are at least as new.
         let (seen, addrs) = match &roster {
-            Some(r) => (r.generation.load(Ordering::Acquire), r.members()),
+            Some(r) => (r.generation(), r.members()),
             None => (0, Arc::new(c.members.clone())),
         };
         Fleet {
@@ -282,10 +172,10 @@ impl Fleet {
     /// The members now (rebuilt first when the discovered ones changed).
     pub fn view(&self) -> Arc<View> {
         if let Some(r) = &self.roster {
-            if r.generation.load(Ordering::Acquire) != self.seen.load(Ordering::Acquire) {
+            if r.generation() != self.seen.load(Ordering::Acquire) {
                 let _one = self.rebuild.lock().unwrap_or_else(|p| p.into_inner());
                 // The generation before the members: a change in between is seen next time.
-                let generation = r.generation.load(Ordering::Acquire);
+                let generation = r.generation();
                 if generation != self.seen.load(Ordering::Acquire) {
                     let old = self.view.load_full();
                     let new = View::of(&r.members(), self.me_addr, Some(&old));
@@ -330,144 +220,6 @@ impl Fleet {
             .members
             .iter()
             .any(|m| m.addr.ip().to_canonical() == ip)
-    }
-
-    /// The `X-Rampart-Peer` value for a request to a peer: what it is for, the scheme, the time
-    /// and the signature of those and the request line.
-    pub fn sign(
-        &self,
-        purpose: Purpose,
-        https: bool,
-        method: &str,
-        host: &[u8],
-        target: &str,
-    ) -> HeaderValue {
-        let secs = unix_secs();
-        let mut digits = [0u8; 20];
-        let mut v = Vec::with_capacity(96);
-        v.extend_from_slice(purpose.as_str().as_bytes());
-        v.push(b' ');
-        v.extend_from_slice(scheme_name(https).as_bytes());
-        v.push(b' ');
-        v.extend_from_slice(decimal(secs, &mut digits));
-        v.push(b' ');
-        match &self.key {
-            Some(k) => {
-                let m = message(purpose, https, secs, method, host, target);
-                let mut memo = self.signed.lock().unwrap_or_else(|p| p.into_inner());
-                let tag = memo.get_or_make(secs, m, |m| hmac::sign(k, m).as_ref().to_vec());
-                hex_into(&tag, &mut v);
-            }
-            None => v.push(b'-'),
-        }
-        // invariant: words, digits and hex are a valid field value.
-        HeaderValue::from_maybe_shared(bytes::Bytes::from(v))
-            .unwrap_or(HeaderValue::from_static("-"))
-    }
-
-    /// Checks a request's `X-Rampart-Peer` (`value`), which came from `from`: what it is for
-    /// and the scheme the peer's client used, when it is a member's and (with a key) its
-    /// signature is valid and recent.
-    pub fn verify(
-        &self,
-        value: &HeaderValue,
-        from: IpAddr,
-        method: &str,
-        host: &[u8],
-        target: &str,
-    ) -> Option<(Purpose, bool)> {
-        if !self.is_member(from.to_canonical()) {
-            return None;
-        }
-        let mut parts = value.as_bytes().split(|&b| b == b' ');
-        let purpose = match parts.next()? {
-            b"fwd" => Purpose::Forward,
-            b"ctl" => Purpose::Control,
-            _ => return None,
-        };
-        let https = match parts.next()? {
-            b"http" => false,
-            b"https" => true,
-            _ => return None,
-        };
-        let secs = parse_decimal(parts.next()?)?;
-        let tag = parts.next()?;
-        if parts.next().is_some() {
-            return None;
-        }
-        let Some(key) = &self.key else {
-            return Some((purpose, https));
-        };
-        if unix_secs().abs_diff(secs) > MAX_SKEW_SECS {
-            return None;
-        }
-        let tag = unhex(tag)?;
-        let m = message(purpose, https, secs, method, host, target);
-        let now = unix_secs();
-        let mut memo = self.checked.lock().unwrap_or_else(|p| p.into_inner());
-        // Compared in constant time, as `hmac::verify` does.
-        let known = memo
-            .get(now, &m)
-            .is_some_and(|t| aws_lc_rs::constant_time::verify_slices_are_equal(t, &tag).is_ok());
-        if !known {
-            hmac::verify(key, &m, &tag).ok()?;
-            memo.put(now, m, tag);
-        }
-        Some((purpose, https))
-    }
-}
-
-/// Signatures made or checked within the current second (the marker's time is in seconds, so
-/// a hot key's requests within a second are signed alike): each made or checked once, then
-/// looked up. Each entry holds the whole message it is for (the time in it), so a look-up
-/// matches only the very same request line and time; the memo empties when this instance's
-/// second changes, and at [`MEMO_MAX`] entries.
-#[derive(Debug, Default)]
-struct Memo {
-    /// The second (this instance's clock) the entries were made in.
-    secs: u64,
-    tags: std::collections::HashMap<Vec<u8>, Vec<u8>>,
-}
-
-/// Signatures a [`Memo`] holds at most.
-const MEMO_MAX: usize = 4096;
-/// The longest message a [`Memo`] keeps (bytes).
-const MEMO_MESSAGE_MAX: usize = 512;
-
-impl Memo {
-    /// The tag of `message`, remembered within second `now`.
-    fn get(&mut self, now: u64, message: &[u8]) -> Option<&[u8]> {
-        if now != self.secs {
-            return None;
-        }
-        self.tags.get(message).map(Vec::as_slice)
-    }
-
-    fn put(&mut self, now: u64, message: Vec<u8>, tag: Vec<u8>) {
-        // Hot keys' request lines are short; long ones are signed every time (the memo holds
-        // MEMO_MAX × MEMO_MESSAGE_MAX bytes at most).
-        if message.len() > MEMO_MESSAGE_MAX {
-            return;
-        }
-        if now != self.secs || self.tags.len() >= MEMO_MAX {
-            self.tags.clear();
-            self.secs = now;
-        }
-        self.tags.insert(message, tag);
-    }
-
-    fn get_or_make(
-        &mut self,
-        secs: u64,
-        message: Vec<u8>,
-        make: impl FnOnce(&[u8]) -> Vec<u8>,
-    ) -> Vec<u8> {
-        if let Some(t) = self.get(secs, &message) {
-            return t.to_vec();
-        }
-        let tag = make(&message);
-        self.put(secs, message, tag.clone());
-        tag
     }
 }
 
@@ -632,102 +384,6 @@ pub fn take_forwarded_client(h: &mut rampart_head::Fields) -> Option<(IpAddr, He
     Some((ip, value))
 }
 
-/// What a peer signs: what the request is for, the scheme, the time and the request line's
-/// parts.
-fn message(
-    purpose: Purpose,
-    https: bool,
-    secs: u64,
-    method: &str,
-    host: &[u8],
-    target: &str,
-) -> Vec<u8> {
-    let mut m = Vec::with_capacity(48 + host.len() + target.len());
-    let mut digits = [0u8; 20];
-    m.extend_from_slice(b"rampart-peer/1\n");
-    for part in [
-        purpose.as_str().as_bytes(),
-        scheme_name(https).as_bytes(),
-        decimal(secs, &mut digits),
-        method.as_bytes(),
-        host,
-    ] {
-        m.extend_from_slice(part);
-        m.push(b'\n');
-    }
-    m.extend_from_slice(target.as_bytes());
-    m
-}
-
-/// The client's scheme as the marker writes it.
-fn scheme_name(https: bool) -> &'static str {
-    if https {
-        "https"
-    } else {
-        "http"
-    }
-}
-
-fn unix_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
-fn hex(b: &[u8]) -> String {
-    let mut v = Vec::with_capacity(b.len() * 2);
-    hex_into(b, &mut v);
-    String::from_utf8(v).unwrap_or_default()
-}
-
-/// `b` in lower-case hex, appended to `out`.
-fn hex_into(b: &[u8], out: &mut Vec<u8>) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for &x in b {
-        out.push(DIGITS[usize::from(x >> 4)]);
-        out.push(DIGITS[usize::from(x & 0xf)]);
-    }
-}
-
-fn unhex(s: impl AsRef<[u8]>) -> Option<Vec<u8>> {
-    let s = s.as_ref();
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    let nibble = |c: u8| match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        b'A'..=b'F' => Some(c - b'A' + 10),
-        _ => None,
-    };
-    s.chunks_exact(2)
-        .map(|p| Some(nibble(p[0])? << 4 | nibble(p[1])?))
-        .collect()
-}
-
-/// `n` in decimal, written at the end of `buf`.
-fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
-    let mut at = buf.len();
-    loop {
-        at -= 1;
-        buf[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return &buf[at..];
-        }
-    }
-}
-
-/// Decimal digits (at most 19, no sign) as a number.
-fn parse_decimal(d: &[u8]) -> Option<u64> {
-    if d.is_empty() || d.len() > 19 {
-        return None;
-    }
-    d.iter().try_fold(0u64, |n, &c| {
-        c.is_ascii_digit().then(|| n * 10 + u64::from(c - b'0'))
-    })
-}
-
 /// FNV-1a over `parts`: specified, so every instance (whatever its build) scores a key alike.
 fn fnv1a<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -858,13 +514,6 @@ mod tests {
     }
 
     #[test]
-    fn hex_round_trips() {
-        let b: Vec<u8> = (0..=255).collect();
-        assert_eq!(unhex(hex(&b)).unwrap(), b);
-        assert!(unhex("abc").is_none() && unhex("zz").is_none());
-    }
-
-    #[test]
     fn the_roster_keeps_this_instance_and_at_most_max_members() {
         let me: SocketAddr = "10.9.0.1:80".parse().unwrap();
         let many: Vec<SocketAddr> = (0..600u32)
@@ -873,7 +522,7 @@ mod tests {
         let r = Roster::default();
         assert!(r.set(many.clone(), me, false));
         let m = r.members();
-        assert_eq!(m.len(), MAX_MEMBERS);
+        assert_eq!(m.len(), roster::MAX_MEMBERS);
         assert!(m.contains(&me));
         // The same members whatever order Redis lists them in.
         let mut reversed = many;
@@ -887,18 +536,5 @@ mod tests {
         assert_eq!(r.members().len(), 2);
         assert!(r.set(vec![me], me, false));
         assert_eq!(*r.members(), vec![me]);
-    }
-
-    #[test]
-    fn decimals_round_trip() {
-        let mut buf = [0u8; 20];
-        for n in [0, 7, 10, 1_764_450_000, u64::MAX / 10] {
-            assert_eq!(decimal(n, &mut buf), n.to_string().as_bytes());
-            assert_eq!(parse_decimal(n.to_string().as_bytes()), Some(n));
-        }
-        assert_eq!(parse_decimal(b""), None);
-        assert_eq!(parse_decimal(b"12a"), None);
-        assert_eq!(parse_decimal(b"+1"), None);
-        assert_eq!(parse_decimal(b"99999999999999999999"), None);
     }
 }
