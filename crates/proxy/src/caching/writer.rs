@@ -131,6 +131,38 @@ pub fn prepare(
     }
 }
 
+/// Whether the response could be stored, as [`prepare`] decides it, without preparing to:
+/// for an answer this instance does not keep (the fleet's owner of its key holds it), which
+/// its coalesced waiters share when it could be.
+pub fn shareable(
+    missed: &Missed,
+    method: &Method,
+    req_headers: &Fields,
+    res: &rampart_head::response::Parts,
+    response_time: SystemTime,
+) -> Result<(), NotStored> {
+    let directives = ResponseDirectives::parse(&res.headers);
+    let vary = Vary::parse(&res.headers);
+    let exchange = storable::Exchange {
+        method,
+        req_headers,
+        req: &missed.directives,
+        status: res.status,
+        res_headers: &res.headers,
+        res: &directives,
+        vary: &vary,
+        response_time,
+    };
+    storable::storable(&exchange, &missed.policy)?;
+    match &vary {
+        Vary::None => Ok(()),
+        v => v
+            .variant_key(req_headers)
+            .map(drop)
+            .ok_or(NotStored::VaryAny),
+    }
+}
+
 /// A large object's write to the disk tier, when there is one, the rule lets its responses go
 /// there and the tier takes it (see `DiskStore::begin_large`).
 fn large_write(

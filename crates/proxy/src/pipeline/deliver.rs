@@ -105,15 +105,19 @@ pub fn deliver(w: &Worker, txn: &mut Txn, d: Delivery) -> Response<ProxyBody> {
     Response::from_parts(parts, body)
 }
 
-/// An origin response's head made ready for the client: hop-by-hop fields out, `Via` in, the
-/// client's HTTP version.
+/// An origin response's head made ready for the client: hop-by-hop fields out, `Via` in
+/// (`via`; not on a fleet's owner's answer, which has rampart's already: the fleet is one
+/// cache), the client's HTTP version.
 pub fn downstream(
     res: Response<OriginBody>,
     version: Version,
+    via: bool,
 ) -> (rampart_head::response::Parts, OriginBody) {
     let (mut parts, body) = res.into_parts();
     strip_hop_by_hop(&mut parts.headers);
-    append_via(&mut parts.headers, parts.version);
+    if via {
+        append_via(&mut parts.headers, parts.version);
+    }
     parts.version = version;
     (parts, body)
 }

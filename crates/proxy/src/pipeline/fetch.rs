@@ -90,8 +90,8 @@ pub fn fetch<'a>(
 }
 
 /// Asks the fleet's member `peer`, the owner of the miss's key, for a copy of `req` (the
-/// request stays here for the origin, should the owner fail): as it would go to the origin,
-/// with `X-Rampart-Peer`. `Err(())`: the owner failed, or refused this instance's signature,
+/// request stays here for the origin, should the owner fail): with the client's fields and
+/// `X-Rampart-Peer` ([`for_peer`]). `Err(())`: the owner failed, or refused this instance's signature,
 /// and is marked down for a while.
 pub async fn from_peer(
     w: &Worker,
@@ -165,16 +165,24 @@ pub fn send<'a>(
     // The client's fields stay as the client sent them (before rampart's own validators):
     // lookup computes Vary variants from them, so storing must too, and a revalidated entry
     // answers the client's own request. fetch's changes go beside them.
-    // Looked up only for a client that sent a `Forwarded` list to extend.
-    let trusted = head.headers.contains_key(FORWARDED) && w.screen.trusts(txn.conn.client_ip);
-    let mut fields = for_origin(
-        &head.headers,
-        &txn.conn,
-        &txn.route().host,
-        downstream_version,
-        trusted,
-        plan.validators.as_ref(),
-    );
+    let peer = plan.peer;
+    let fleet = peer.and(w.fleet.as_deref());
+    let mut fields = match fleet {
+        Some(_) => for_peer(&head.headers, &txn.route().host),
+        None => {
+            // Looked up only for a client that sent a `Forwarded` list to extend.
+            let trusted =
+                head.headers.contains_key(FORWARDED) && w.screen.trusts(txn.conn.client_ip);
+            for_origin(
+                &head.headers,
+                &txn.conn,
+                &txn.route().host,
+                downstream_version,
+                trusted,
+                plan.validators.as_ref(),
+            )
+        }
+    };
     if plan.upgrade {
         ask_for_websocket(&mut fields);
     }
@@ -184,8 +192,6 @@ pub fn send<'a>(
     // The rule's request field rules (and its path rule's), after rampart's own: they win.
     // Not toward a peer: the owner applies them, once, on its way to the origin.
     let route = txn.route();
-    let peer = plan.peer;
-    let fleet = peer.and(w.fleet.as_deref());
     if route.rule.extras.request_rules && fleet.is_none() {
         field_rules(route, txn.client, txn.conn.scheme, &head, &mut fields);
     }
@@ -193,13 +199,13 @@ pub fn send<'a>(
         // Signed over what the owner reads: the method, `Host` as sent, and the target.
         let host = fields.get(&HOST).map_or(&b""[..], HeaderValue::as_bytes);
         let target = head.uri.path_and_query().map_or("/", |p| p.as_str());
-        let marker = f.sign(
-            crate::origin::fleet::Purpose::Forward,
-            txn.conn.scheme == Scheme::Https,
-            head.method.as_str(),
-            host,
-            target,
-        );
+        let marked = crate::origin::fleet::Marked {
+            purpose: crate::origin::fleet::Purpose::Forward,
+            https: txn.conn.scheme == Scheme::Https,
+            client: txn.conn.client_ip_header.as_bytes(),
+            port: txn.conn.local_port_header.as_bytes(),
+        };
+        let marker = f.sign(&marked, head.method.as_str(), host, target);
         fields.replace(crate::origin::fleet::X_RAMPART_PEER.clone(), marker);
     }
     let keep_headers = plan.keep_headers;
@@ -322,6 +328,20 @@ fn ask_for_websocket(f: &mut OriginFields) {
         HeaderValue::from_static("upgrade"),
     );
     f.set(http::header::UPGRADE, HeaderValue::from_static("websocket"));
+}
+
+/// The request for the fleet's owner of its key: the client's fields (less the hop-by-hop
+/// ones), `Host` and the request id as for the origin. No forwarding fields and no `Via`: the
+/// owner writes them toward the origin from what `X-Rampart-Peer` says (the client, its port
+/// and scheme), as this instance would have, and reads fewer fields on a hit.
+fn for_peer(client: &Fields, host: &HeaderValue) -> OriginFields {
+    let mut f = OriginFields::for_client(client);
+    f.set(HOST, crate::headers::origin_host(host));
+    let id = &access_log::X_REQUEST_ID;
+    if f.drops(id) || access_log::usable_request_id(client).is_none() {
+        f.set(id.clone(), access_log::new_request_id());
+    }
+    f
 }
 
 /// fetch's changes to the client's fields for the origin ([`OriginFields`]: the hop-by-hop

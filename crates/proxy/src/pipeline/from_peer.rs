@@ -9,6 +9,7 @@ use rampart_head::{Request, Response};
 use crate::body::local::text;
 use crate::body::{ProxyBody, RequestBody};
 use crate::error::ProxyError;
+use crate::origin::fleet::{Marked, Purpose};
 use crate::pipeline::conn_info::Scheme;
 use crate::pipeline::step::Step;
 use crate::pipeline::txn::Txn;
@@ -56,8 +57,8 @@ fn peer_answer(w: &Worker, req: &Request<RequestBody>) -> Response<ProxyBody> {
 }
 
 /// A request from a peer of the fleet (`X-Rampart-Peer`, taken out here): recognised by its
-/// address and signature, and marked (its scheme is the one the peer's client used); anything
-/// else that carries the field is refused.
+/// address and signature, and marked (its client, the port it came to and its scheme are the
+/// ones the marker names); anything else that carries the field is refused.
 #[inline(never)]
 fn from_peer(
     fleet: &crate::origin::fleet::Fleet,
@@ -75,31 +76,61 @@ fn from_peer(
         .get(HOST)
         .map_or(&b""[..], HeaderValue::as_bytes);
     let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
-    let verified = fleet.verify(
-        &value,
-        txn.conn.peer.ip(),
-        req.method().as_str(),
-        host,
-        target,
-    );
-    let Some((purpose, https)) = verified else {
+    let verified = fleet
+        .verify(
+            &value,
+            txn.conn.peer.ip(),
+            req.method().as_str(),
+            host,
+            target,
+        )
+        .and_then(|m| match m.purpose {
+            Purpose::Control => Some(None),
+            Purpose::Forward => forwarded_client(&m).map(Some),
+        });
+    let Some(client) = verified else {
         tracing::warn!(peer = %txn.conn.peer, "X-Rampart-Peer from a non-peer or with a bad signature: refused");
         return Err(ProxyError::Blocked(crate::error::Screened::NotAPeer));
     };
-    if purpose == crate::origin::fleet::Purpose::Control {
+    let Some(client) = client else {
         txn.peer_control = true;
         return Ok(());
-    }
+    };
     txn.from_peer = true;
-    // The request as the peer had it from its client: that client (the peer named it last in
-    // `X-Forwarded-For`, which goes on without it, as the peer would have sent it to the
-    // origin), and the scheme it used.
+    // The request as the peer had it from its client: that client, the port it came to and
+    // the scheme it used (the forwarding fields toward the origin are written from them).
     let mut conn = (*txn.conn).clone();
-    conn.scheme = if https { Scheme::Https } else { Scheme::Http };
-    if let Some((client, text)) = crate::origin::fleet::take_forwarded_client(req.headers_mut()) {
-        conn.client_ip = client;
-        conn.client_ip_header = text;
-    }
+    conn.scheme = client.scheme;
+    conn.client_ip = client.ip;
+    conn.client_ip_header = client.ip_text;
+    conn.local_port_header = client.port;
     txn.conn = std::sync::Arc::new(conn);
     Ok(())
+}
+
+/// The client a forwarded request's marker names.
+struct Client {
+    ip: std::net::IpAddr,
+    ip_text: HeaderValue,
+    port: HeaderValue,
+    scheme: Scheme,
+}
+
+/// The client a forwarded request's marker names: an address as written in a field, and a
+/// port's digits (anything else: refused).
+fn forwarded_client(m: &Marked<'_>) -> Option<Client> {
+    let ip = std::str::from_utf8(m.client)
+        .ok()?
+        .parse::<std::net::IpAddr>()
+        .ok()?;
+    let port_ok = !m.port.is_empty() && m.port.len() <= 5 && m.port.iter().all(u8::is_ascii_digit);
+    if !port_ok {
+        return None;
+    }
+    Some(Client {
+        ip: ip.to_canonical(),
+        ip_text: HeaderValue::from_bytes(m.client).ok()?,
+        port: HeaderValue::from_bytes(m.port).ok()?,
+        scheme: if m.https { Scheme::Https } else { Scheme::Http },
+    })
 }

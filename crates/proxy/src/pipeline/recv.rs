@@ -517,13 +517,12 @@ pub async fn screen(
     txn: &mut Txn,
     req: &mut Request<RequestBody>,
 ) -> Result<(), ProxyError> {
+    // A peer's request has its client's fields and address (`from_peer`): the same client.
+    txn.client = w.screen.client_ip(txn.conn.client_ip, req.headers());
     if txn.from_peer {
-        // Screened by the peer, which named its client last in `X-Forwarded-For`.
-        // (`from_peer` took the client from `X-Forwarded-For`.)
-        txn.client = txn.conn.client_ip;
+        // Screened by the peer.
         return Ok(());
     }
-    txn.client = w.screen.client_ip(txn.conn.client_ip, req.headers());
     if txn.mode != Mode::Client {
         return Ok(());
     }

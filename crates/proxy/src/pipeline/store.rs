@@ -54,7 +54,8 @@ pub fn store(w: &Worker, txn: &mut Txn, mut fetched: Fetched) -> Result<Step, Pr
         method,
         ..
     } = fetched;
-    let (parts, body) = deliver::downstream(res, downstream_version);
+    let from_owner = matches!(txn.outcome, Some(CacheOutcome::Peer { .. }));
+    let (parts, body) = deliver::downstream(res, downstream_version, !from_owner);
     let length = content_length(&parts.headers);
     let mut d = Delivery {
         parts,
@@ -71,12 +72,11 @@ pub fn store(w: &Worker, txn: &mut Txn, mut fetched: Fetched) -> Result<Step, Pr
             response: response_time,
         };
         // A copy of what the key's owner in the fleet holds: kept a short while at most.
-        let peer_ttl = (txn.not_owner || matches!(txn.outcome, Some(CacheOutcome::Peer { .. })))
-            .then(|| {
-                w.fleet
-                    .as_ref()
-                    .map_or(std::time::Duration::ZERO, |f| f.local_ttl)
-            });
+        let peer_ttl = (txn.not_owner || from_owner).then(|| {
+            w.fleet
+                .as_ref()
+                .map_or(std::time::Duration::ZERO, |f| f.local_ttl)
+        });
         let asked = Asked {
             method: &method,
             headers: req_headers,
@@ -120,22 +120,28 @@ fn admit(
         Some(l) => (Some(l.leader), l.widened, l.shared_lock),
         None => (None, None, None),
     };
-    let transforms = txn.route().rule.transforms();
     let found = &miss.found;
     let mut lasting = false;
-    let prepared = writer::prepare(
-        cache, found, a.method, a.headers, &d.parts, a.timing, transforms,
-    );
+    // Not kept: the owner holds it. Only whether this instance's waiters share it is decided
+    // (a ticket's copy of the head and its room in the store would go unused).
+    let prepared = if a.peer_ttl.is_some_and(|t| t.is_zero()) {
+        writer::shareable(found, a.method, a.headers, &d.parts, a.timing.response).map(|()| None)
+    } else {
+        let transforms = txn.route().rule.transforms();
+        writer::prepare(
+            cache, found, a.method, a.headers, &d.parts, a.timing, transforms,
+        )
+        .map(Some)
+    };
     d.ticket = match prepared {
-        // Not kept: the owner holds it (this instance's waiters still share the answer).
-        Ok(_) if a.peer_ttl.is_some_and(|t| t.is_zero()) => {
+        Ok(None) => {
             if txn.not_owner {
                 // Shareable after all: the owner is asked for it again.
                 cache.coalescer().forget_uncacheable(&found.key);
             }
             None
         }
-        Ok(mut t) => {
+        Ok(Some(mut t)) => {
             if let Some(ttl) = a.peer_ttl {
                 t.cap_freshness(ttl);
             }

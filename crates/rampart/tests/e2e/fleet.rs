@@ -84,13 +84,27 @@ fn cacheable(body: &str) -> Reply {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_instance_gets_a_key_from_its_owner_and_the_origin_sees_it_once() {
     let origin = Origin::new().route("*", cacheable("object")).start().await;
-    let (fleet, _) = start_fleet(&origin, 3, "cache_peer_local_ttl_seconds = 0");
+    let (fleet, addrs) = start_fleet(&origin, 3, "cache_peer_local_ttl_seconds = 0");
     let mut by_peer = 0;
     for k in 0..30 {
         for p in &fleet {
-            let got = get(p, &format!("/k/{k}")).await;
+            // A client behind a proxy rampart does not trust, which sent forwarding fields.
+            let got = fetch(
+                req(p, HOST, &format!("/k/{k}"))
+                    .header("x-forwarded-for", "192.0.2.1")
+                    .header("forwarded", "for=192.0.2.1")
+                    .header("x-forwarded-port", "1"),
+            )
+            .await;
             assert_eq!(got.status, 200);
             assert_eq!(got.text(), "object");
+            // One `Via` of rampart's, through the owner too: the fleet is one cache.
+            assert_eq!(
+                got.headers.get_all("via").iter().count(),
+                1,
+                "{:?}",
+                got.headers
+            );
             by_peer += usize::from(
                 got.header("cache-status")
                     .unwrap_or("")
@@ -108,12 +122,69 @@ async fn every_instance_gets_a_key_from_its_owner_and_the_origin_sees_it_once() 
             "the peers' marker reached the origin: {:?}",
             seen.headers
         );
-        // The client, as the instance it asked would have named it: not the peer.
+        // The forwarding fields the instance the client asked first would have sent (the
+        // owner writes them from the marker): the client, not the peer; the port the client
+        // came to; one element of rampart's own.
+        let h = |name: &str| {
+            let v: Vec<&str> = seen
+                .headers
+                .get_all(name)
+                .iter()
+                .map(|v| v.to_str().unwrap())
+                .collect();
+            v.join(", ")
+        };
         assert_eq!(
-            seen.headers.get("x-forwarded-for").unwrap(),
-            "127.0.0.1",
+            h("x-forwarded-for"),
+            "192.0.2.1, 127.0.0.1",
             "{:?}",
             seen.headers
+        );
+        assert_eq!(h("x-forwarded-port"), addrs[0].port().to_string());
+        assert_eq!(h("x-forwarded-proto"), "http");
+        assert_eq!(h("x-forwarded-host"), HOST);
+        assert_eq!(
+            h("forwarded"),
+            format!("for=127.0.0.1;proto=http;host={HOST}")
+        );
+        assert_eq!(h("via").matches("rampart").count(), 1, "{:?}", seen.headers);
+        assert_eq!(h("x-request-id").len(), 32, "{:?}", seen.headers);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trusted_proxys_forwarded_list_is_extended_once_through_the_owner() {
+    let origin = Origin::new().route("*", cacheable("object")).start().await;
+    let (fleet, _) = start_fleet(&origin, 2, "trusted_proxies = [\"127.0.0.1\"]");
+    let mut by_peer = 0;
+    for k in 0..12 {
+        let got = fetch(
+            req(&fleet[0], HOST, &format!("/t/{k}"))
+                .header("x-forwarded-for", "192.0.2.1")
+                .header("forwarded", "for=192.0.2.1"),
+        )
+        .await;
+        assert_eq!(got.status, 200);
+        by_peer += usize::from(got.header("cache-status").unwrap_or("").contains("peer"));
+    }
+    assert!(by_peer > 0, "no key of the other member was asked");
+    assert_eq!(origin.requests(), 12);
+    for seen in origin.seen() {
+        let forwarded: Vec<&str> = seen
+            .headers
+            .get_all("forwarded")
+            .iter()
+            .map(|v| v.to_str().unwrap())
+            .collect();
+        assert_eq!(
+            forwarded.join(", "),
+            format!("for=192.0.2.1, for=127.0.0.1;proto=http;host={HOST}"),
+            "{:?}",
+            seen.headers
+        );
+        assert_eq!(
+            seen.headers.get("x-forwarded-for").unwrap(),
+            "192.0.2.1, 127.0.0.1"
         );
     }
 }
@@ -262,14 +333,14 @@ async fn the_marker_from_anyone_but_a_peer_is_refused() {
     // Signed with the key: taken. The same request line and time with one byte of the
     // signature changed, after the right one was checked (and remembered): refused.
     let sign = |target: &str| {
-        let m = format!("rampart-peer/1\nfwd\nhttp\n{now}\nGET\n{HOST}\n{target}");
+        let m = format!("rampart-peer/2\nfwd\nhttp\n{now}\n192.0.2.7\n80\nGET\n{HOST}\n{target}");
         let key = aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, KEY.as_bytes());
         let tag: String = aws_lc_rs::hmac::sign(&key, m.as_bytes())
             .as_ref()
             .iter()
             .map(|b| format!("{b:02x}"))
             .collect();
-        format!("fwd http {now} {tag}")
+        format!("fwd http {now} 192.0.2.7 80 {tag}")
     };
     let marker = sign("/signed");
     let ask = |marker: String| {
@@ -277,7 +348,6 @@ async fn the_marker_from_anyone_but_a_peer_is_refused() {
             &from_member,
             Request::get(fleet[0].url("/signed"))
                 .header("host", HOST)
-                .header("x-forwarded-for", "192.0.2.7")
                 .header("x-rampart-peer", marker)
                 .body(empty())
                 .unwrap(),
@@ -291,8 +361,20 @@ async fn the_marker_from_anyone_but_a_peer_is_refused() {
     assert_eq!(ask(forged).await.status, 403);
     // Right for another target only: refused.
     assert_eq!(ask(sign("/other")).await.status, 403);
+    // The client and port it names are signed: others are refused.
+    assert_eq!(
+        ask(marker.replace("192.0.2.7", "192.0.2.8")).await.status,
+        403
+    );
+    assert_eq!(ask(marker.replace(" 80 ", " 81 ")).await.status, 403);
     let fetched = origin.requests();
     assert!(fetched <= 1, "{fetched}");
+    // The origin saw the client and port the marker named.
+    for seen in origin.seen() {
+        let h = |n: &str| seen.headers.get(n).map(|v| v.to_str().unwrap().to_owned());
+        assert_eq!(h("x-forwarded-for").as_deref(), Some("192.0.2.7"));
+        assert_eq!(h("x-forwarded-port").as_deref(), Some("80"));
+    }
     // A client's request for the peers' own paths is an ordinary request, forwarded to a
     // key's owner as such: it purges nothing there.
     for p in &fleet {

@@ -1,7 +1,11 @@
 //! The marker of a peer's request, `X-Rampart-Peer`: what the request is for, the scheme the
-//! client used, the time, and an HMAC-SHA256 of those and the request line under
-//! `cache_peer_key`; signed by the asking instance and checked by the owner, with the
-//! signatures of the current second remembered on both sides.
+//! client used, the time, the client's address and the port it came to, and an HMAC-SHA256 of
+//! those and the request line under `cache_peer_key`; signed by the asking instance and checked
+//! by the owner, with the signatures of the current second remembered on both sides.
+//!
+//! The value reads `PURPOSE SCHEME SECS CLIENT PORT TAG`: `fwd http 1796002258 192.0.2.7 443
+//! 5d58…` (64 hex digits; `-` for the client and port of rampart's own requests, and for the tag
+//! without a key).
 
 use std::net::IpAddr;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -28,55 +32,86 @@ impl Purpose {
     }
 }
 
+/// What a marker says, signed: the purpose, the scheme the client used, and (a forwarded
+/// request's) client address as the asking instance writes it in `X-Forwarded-For` and the
+/// port the client came to (`X-Forwarded-Port`). The owner adds the forwarding fields itself
+/// from these on its way to the origin, as the peer would have: a peer sends none of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Marked<'a> {
+    pub purpose: Purpose,
+    pub https: bool,
+    pub client: &'a [u8],
+    pub port: &'a [u8],
+}
+
+impl Marked<'static> {
+    /// rampart's own request (a probe, a purge): no client.
+    pub fn control() -> Marked<'static> {
+        Marked {
+            purpose: Purpose::Control,
+            https: false,
+            client: b"-",
+            port: b"-",
+        }
+    }
+}
+
 /// How far a signed request's time may be from this instance's clock (instances keep NTP
 /// time; a replay is only useful within it, and replays a cacheable GET).
 const MAX_SKEW_SECS: u64 = 300;
 
+/// A signature in lower-case hex, as the marker carries it (compared as such: no decoding).
+type Tag = [u8; 64];
+
 impl Fleet {
-    /// The `X-Rampart-Peer` value for a request to a peer: what it is for, the scheme, the time
-    /// and the signature of those and the request line.
-    pub fn sign(
-        &self,
-        purpose: Purpose,
-        https: bool,
-        method: &str,
-        host: &[u8],
-        target: &str,
-    ) -> HeaderValue {
+    /// The `X-Rampart-Peer` value for a request to a peer: `m`, the time, and the signature of
+    /// those and the request line.
+    pub fn sign(&self, m: &Marked<'_>, method: &str, host: &[u8], target: &str) -> HeaderValue {
         let secs = unix_secs();
         let mut digits = [0u8; 20];
-        let mut v = Vec::with_capacity(96);
-        v.extend_from_slice(purpose.as_str().as_bytes());
-        v.push(b' ');
-        v.extend_from_slice(scheme_name(https).as_bytes());
-        v.push(b' ');
-        v.extend_from_slice(decimal(secs, &mut digits));
-        v.push(b' ');
+        let secs_text = decimal(secs, &mut digits);
+        let mut v = Vec::with_capacity(96 + m.client.len());
+        for part in [
+            m.purpose.as_str().as_bytes(),
+            scheme_name(m.https).as_bytes(),
+            secs_text,
+            m.client,
+            m.port,
+        ] {
+            v.extend_from_slice(part);
+            v.push(b' ');
+        }
         match &self.key {
             Some(k) => {
-                let m = message(purpose, https, secs, method, host, target);
+                let message = message(m, secs_text, method, host, target);
                 let mut memo = self.signed.lock().unwrap_or_else(|p| p.into_inner());
-                let tag = memo.get_or_make(secs, m, |m| hmac::sign(k, m).as_ref().to_vec());
-                hex_into(&tag, &mut v);
+                match memo.get(secs, &message) {
+                    Some(tag) => v.extend_from_slice(tag),
+                    None => {
+                        let tag = tag_of(k, &message);
+                        v.extend_from_slice(&tag);
+                        memo.put(secs, message, tag);
+                    }
+                }
             }
             None => v.push(b'-'),
         }
-        // invariant: words, digits and hex are a valid field value.
+        // invariant: words, digits, an address as written in a field, and hex are a valid
+        // field value.
         HeaderValue::from_maybe_shared(bytes::Bytes::from(v))
             .unwrap_or(HeaderValue::from_static("-"))
     }
 
-    /// Checks a request's `X-Rampart-Peer` (`value`), which came from `from`: what it is for
-    /// and the scheme the peer's client used, when it is a member's and (with a key) its
-    /// signature is valid and recent.
-    pub fn verify(
+    /// Checks a request's `X-Rampart-Peer` (`value`), which came from `from`: what it says,
+    /// when it is a member's and (with a key) its signature is valid and recent.
+    pub fn verify<'v>(
         &self,
-        value: &HeaderValue,
+        value: &'v HeaderValue,
         from: IpAddr,
         method: &str,
         host: &[u8],
         target: &str,
-    ) -> Option<(Purpose, bool)> {
+    ) -> Option<Marked<'v>> {
         if !self.is_member(from.to_canonical()) {
             return None;
         }
@@ -91,31 +126,50 @@ impl Fleet {
             b"https" => true,
             _ => return None,
         };
-        let secs = parse_decimal(parts.next()?)?;
+        let secs_text = parts.next()?;
+        let secs = parse_decimal(secs_text)?;
+        let marked = Marked {
+            purpose,
+            https,
+            client: parts.next()?,
+            port: parts.next()?,
+        };
         let tag = parts.next()?;
         if parts.next().is_some() {
             return None;
         }
         let Some(key) = &self.key else {
-            return Some((purpose, https));
+            return Some(marked);
         };
-        if unix_secs().abs_diff(secs) > MAX_SKEW_SECS {
+        let now = unix_secs();
+        if now.abs_diff(secs) > MAX_SKEW_SECS || tag.len() != 64 {
             return None;
         }
-        let tag = unhex(tag)?;
-        let m = message(purpose, https, secs, method, host, target);
-        let now = unix_secs();
+        let m = message(&marked, secs_text, method, host, target);
         let mut memo = self.checked.lock().unwrap_or_else(|p| p.into_inner());
-        // Compared in constant time, as `hmac::verify` does.
-        let known = memo
-            .get(now, &m)
-            .is_some_and(|t| aws_lc_rs::constant_time::verify_slices_are_equal(t, &tag).is_ok());
-        if !known {
-            hmac::verify(key, &m, &tag).ok()?;
-            memo.put(now, m, tag);
+        // Compared in constant time, as `hmac::verify` does (the hex of the tags: a tag has
+        // one lower-case spelling).
+        let same = |t: &[u8]| aws_lc_rs::constant_time::verify_slices_are_equal(t, tag).is_ok();
+        if !memo.get(now, &m).is_some_and(|t| same(t)) {
+            let expected = tag_of(key, &m);
+            if !same(&expected) {
+                return None;
+            }
+            memo.put(now, m, expected);
         }
-        Some((purpose, https))
+        Some(marked)
     }
+}
+
+/// The HMAC-SHA256 of `message` under `key`, in lower-case hex.
+fn tag_of(key: &hmac::Key, message: &[u8]) -> Tag {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = [0u8; 64];
+    for (i, &x) in hmac::sign(key, message).as_ref().iter().enumerate() {
+        out[2 * i] = DIGITS[usize::from(x >> 4)];
+        out[2 * i + 1] = DIGITS[usize::from(x & 0xf)];
+    }
+    out
 }
 
 /// Signatures made or checked within the current second (the marker's time is in seconds, so
@@ -127,7 +181,7 @@ impl Fleet {
 pub(super) struct Memo {
     /// The second (this instance's clock) the entries were made in.
     secs: u64,
-    tags: std::collections::HashMap<Vec<u8>, Vec<u8>>,
+    tags: std::collections::HashMap<Vec<u8>, Tag, foldhash::quality::RandomState>,
 }
 
 /// Signatures a [`Memo`] holds at most.
@@ -137,14 +191,14 @@ const MEMO_MESSAGE_MAX: usize = 512;
 
 impl Memo {
     /// The tag of `message`, remembered within second `now`.
-    fn get(&mut self, now: u64, message: &[u8]) -> Option<&[u8]> {
+    fn get(&self, now: u64, message: &[u8]) -> Option<&Tag> {
         if now != self.secs {
             return None;
         }
-        self.tags.get(message).map(Vec::as_slice)
+        self.tags.get(message)
     }
 
-    fn put(&mut self, now: u64, message: Vec<u8>, tag: Vec<u8>) {
+    fn put(&mut self, now: u64, message: Vec<u8>, tag: Tag) {
         // Hot keys' request lines are short; long ones are signed every time (the memo holds
         // MEMO_MAX × MEMO_MESSAGE_MAX bytes at most).
         if message.len() > MEMO_MESSAGE_MAX {
@@ -156,47 +210,26 @@ impl Memo {
         }
         self.tags.insert(message, tag);
     }
-
-    fn get_or_make(
-        &mut self,
-        secs: u64,
-        message: Vec<u8>,
-        make: impl FnOnce(&[u8]) -> Vec<u8>,
-    ) -> Vec<u8> {
-        if let Some(t) = self.get(secs, &message) {
-            return t.to_vec();
-        }
-        let tag = make(&message);
-        self.put(secs, message, tag.clone());
-        tag
-    }
 }
 
-/// What a peer signs: what the request is for, the scheme, the time and the request line's
-/// parts.
-fn message(
-    purpose: Purpose,
-    https: bool,
-    secs: u64,
-    method: &str,
-    host: &[u8],
-    target: &str,
-) -> Vec<u8> {
-    let mut m = Vec::with_capacity(48 + host.len() + target.len());
-    let mut digits = [0u8; 20];
-    m.extend_from_slice(b"rampart-peer/1\n");
+/// What a peer signs: the marker's words before the tag, then the request line's parts.
+fn message(m: &Marked<'_>, secs: &[u8], method: &str, host: &[u8], target: &str) -> Vec<u8> {
+    let mut v = Vec::with_capacity(64 + m.client.len() + host.len() + target.len());
+    v.extend_from_slice(b"rampart-peer/2\n");
     for part in [
-        purpose.as_str().as_bytes(),
-        scheme_name(https).as_bytes(),
-        decimal(secs, &mut digits),
+        m.purpose.as_str().as_bytes(),
+        scheme_name(m.https).as_bytes(),
+        secs,
+        m.client,
+        m.port,
         method.as_bytes(),
         host,
     ] {
-        m.extend_from_slice(part);
-        m.push(b'\n');
+        v.extend_from_slice(part);
+        v.push(b'\n');
     }
-    m.extend_from_slice(target.as_bytes());
-    m
+    v.extend_from_slice(target.as_bytes());
+    v
 }
 
 /// The client's scheme as the marker writes it.

@@ -7,11 +7,14 @@
 //!   that joins or leaves moves only the keys it wins or won: 1/N of them, with no table to
 //!   rebuild and nothing to agree on but the list. N is a handful of instances, so scoring all
 //!   of them on a miss costs less than a look-up in a Maglev or ring table would save.
-//! - **The request to the owner** is the miss's request, as it would go to the origin, sent
-//!   over HTTP/1.1 keep-alive (a client and pool of its own) with `X-Rampart-Peer`: the scheme
-//!   the client used, the time, and an HMAC-SHA256 of those and the request line under
-//!   `cache_peer_key`. The owner answers it from its cache or fetches it once (its coalescer
-//!   takes every instance's requests), and never asks another peer: no loops.
+//! - **The request to the owner** is the miss's request with the client's fields (less the
+//!   hop-by-hop ones), `Host` and the request id as they would go to the origin, sent over
+//!   HTTP/1.1 keep-alive (a client and pool of its own) with `X-Rampart-Peer`: the scheme the
+//!   client used, the time, the client's address and port, and an HMAC-SHA256 of those and the
+//!   request line under `cache_peer_key` (`marker.rs`). It carries no forwarding fields: the
+//!   owner writes them from the marker toward the origin, as the peer would have. The owner
+//!   answers it from its cache or fetches it once (its coalescer takes every instance's
+//!   requests), and never asks another peer: no loops.
 //! - **A peer's request** is recognised by that field, from a member's address (connections to
 //!   peers leave from this instance's own address) with a valid signature; anything else with
 //!   the field is refused (403). The owner trusts what the peer screened: no rate limits, no
@@ -39,8 +42,8 @@ use crate::origin::fields::{OriginFields, Outgoing};
 mod marker;
 mod roster;
 
-pub use marker::Purpose;
 use marker::{hex, unhex, Memo};
+pub use marker::{Marked, Purpose};
 pub use roster::{Discovery, Roster};
 
 /// The field that marks a request from a peer (and what it is signed with).
@@ -312,7 +315,7 @@ impl Fleet {
         let host = HeaderValue::from_static("rampart-peer");
         fields.set(
             X_RAMPART_PEER.clone(),
-            self.sign(Purpose::Control, false, method, host.as_bytes(), target),
+            self.sign(&Marked::control(), method, host.as_bytes(), target),
         );
         fields.set(http::header::HOST, host);
         let authority: http::uri::Authority = m
@@ -351,37 +354,6 @@ pub fn purge_of(query: &str) -> Option<(rampart_cache::store::PurgeScope, bool)>
         }
     }
     Some((scope?, soft?))
-}
-
-/// The client a peer named last in `X-Forwarded-For` (it appends its own client's address),
-/// taken off the list (the list then reads as the peer's client sent it), and the address
-/// as a field value.
-pub fn take_forwarded_client(h: &mut rampart_head::Fields) -> Option<(IpAddr, HeaderValue)> {
-    let name = &crate::headers::X_FORWARDED_FOR;
-    let lines: Vec<HeaderValue> = h.get_all(name).iter().cloned().collect();
-    let last = lines.last()?.to_str().ok()?;
-    let (rest, ip) = match last.rsplit_once(',') {
-        Some((rest, ip)) => (Some(rest.trim_end()), ip.trim()),
-        None => (None, last.trim()),
-    };
-    let parsed = ip.parse::<IpAddr>().ok()?;
-    let text = ip;
-    let ip = parsed.to_canonical();
-    // As written, when that is how it reads (formatting an address costs more than the rest).
-    let value = if ip == parsed {
-        HeaderValue::from_str(text).ok()?
-    } else {
-        HeaderValue::from_str(&ip.to_string()).ok()?
-    };
-    let rest = rest.filter(|r| !r.is_empty()).map(str::to_owned);
-    h.remove(name);
-    for v in lines.iter().take(lines.len() - 1) {
-        h.append(name.clone(), v.clone());
-    }
-    if let Some(v) = rest.and_then(|r| HeaderValue::from_str(&r).ok()) {
-        h.append(name.clone(), v);
-    }
-    Some((ip, value))
 }
 
 /// FNV-1a over `parts`: specified, so every instance (whatever its build) scores a key alike.
