@@ -7,18 +7,45 @@ use std::time::Instant;
 use tokio::net::TcpSocket;
 
 pub(crate) struct Loaded {
+    /// Answers read (whatever their status).
     pub(crate) requests: usize,
+    /// Answers with a status of 400 or more, and exchanges that broke.
     pub(crate) errors: usize,
+    /// Exchanges that broke (no answer).
+    pub(crate) broken: usize,
     pub(crate) expected: usize,
     pub(crate) seconds: f64,
     pub(crate) p50_us: f64,
     pub(crate) p99_us: f64,
 }
 
-/// Sends `requests` GETs (`path(i)`) over `connections` keep-alive connections from `from`;
-/// counts the answers whose `Cache-Status` is `expect` (a 429 when `expect` is empty).
+/// Sends `requests` GETs (`path(i)`, `Host: bench.test`) over `connections` keep-alive
+/// connections from `from`; counts the answers whose `Cache-Status` is `expect` (a 429 when
+/// `expect` is empty).
 pub(crate) async fn load(
     addr: SocketAddr,
+    from: [u8; 4],
+    connections: usize,
+    requests: usize,
+    path: impl Fn(usize) -> String + Clone + 'static,
+    expect: &'static str,
+) -> anyhow::Result<Loaded> {
+    load_host(
+        addr,
+        "bench.test",
+        from,
+        connections,
+        requests,
+        path,
+        expect,
+    )
+    .await
+}
+
+/// [`load`] with `Host: host`.
+pub(crate) async fn load_host(
+    addr: SocketAddr,
+    host: &'static str,
     from: [u8; 4],
     connections: usize,
     requests: usize,
@@ -33,7 +60,7 @@ pub(crate) async fn load(
         let (next, path) = (next.clone(), path.clone());
         handles.push(local.spawn_local(async move {
             let mut latencies = Vec::new();
-            let (mut errors, mut expected) = (0usize, 0usize);
+            let (mut errors, mut expected, mut broken) = (0usize, 0usize, 0usize);
             let mut stream = None;
             let mut buf = Vec::with_capacity(4096);
             loop {
@@ -48,7 +75,7 @@ pub(crate) async fn load(
                     stream = Some(socket.connect(addr).await?);
                 }
                 let Some(s) = stream.as_mut() else { continue };
-                let req = format!("GET {} HTTP/1.1\r\nHost: bench.test\r\n\r\n", path(i));
+                let req = format!("GET {} HTTP/1.1\r\nHost: {host}\r\n\r\n", path(i));
                 let t = Instant::now();
                 match crate::vus::exchange(s, req.as_bytes(), &mut buf).await {
                     Ok(x) => {
@@ -72,11 +99,12 @@ pub(crate) async fn load(
                     }
                     Err(_) => {
                         errors += 1;
+                        broken += 1;
                         stream = None;
                     }
                 }
             }
-            anyhow::Ok((latencies, errors, expected))
+            anyhow::Ok((latencies, errors, expected, broken))
         }));
     }
     let joined = local
@@ -89,12 +117,13 @@ pub(crate) async fn load(
         })
         .await;
     let seconds = started.elapsed().as_secs_f64();
-    let (mut latencies, mut errors, mut expected) = (Vec::new(), 0, 0);
+    let (mut latencies, mut errors, mut expected, mut broken) = (Vec::new(), 0, 0, 0);
     for j in joined {
-        let (l, e, x) = j??;
+        let (l, e, x, b) = j??;
         latencies.extend(l);
         errors += e;
         expected += x;
+        broken += b;
     }
     latencies.sort_unstable();
     let pct = |p: f64| -> f64 {
@@ -107,6 +136,7 @@ pub(crate) async fn load(
     Ok(Loaded {
         requests: latencies.len(),
         errors,
+        broken,
         expected,
         seconds,
         p50_us: pct(50.0),

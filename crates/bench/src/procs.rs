@@ -105,11 +105,25 @@ impl Server {
     /// Starts this tool's built-in origin (`me origin`) on a free loopback port pinned to
     /// `cpus`, and waits until it listens.
     pub fn origin(cpus: &str, me: &Path, log: &Path) -> io::Result<(Server, std::net::SocketAddr)> {
+        Server::built_in("origin", cpus, me, log)
+    }
+
+    /// Starts this tool's fixed-response floor server (`me floor`), as [`Server::origin`].
+    pub fn floor(cpus: &str, me: &Path, log: &Path) -> io::Result<(Server, std::net::SocketAddr)> {
+        Server::built_in("floor", cpus, me, log)
+    }
+
+    fn built_in(
+        command: &str,
+        cpus: &str,
+        me: &Path,
+        log: &Path,
+    ) -> io::Result<(Server, std::net::SocketAddr)> {
         let addr = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()?));
-        let args = ["origin".into(), "--listen".into(), addr.to_string()];
+        let args = [command.into(), "--listen".into(), addr.to_string()];
         let server = Server::start(cpus, &me.to_string_lossy(), &args, &[], log)?;
         if !wait_listening(addr, Duration::from_secs(10)) {
-            return Err(io::Error::other("the origin did not start"));
+            return Err(io::Error::other(format!("the {command} did not start")));
         }
         Ok((server, addr))
     }
