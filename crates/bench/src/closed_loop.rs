@@ -33,7 +33,7 @@ pub(crate) async fn load(
     load_host(
         addr,
         "bench.test",
-        from,
+        &[from],
         connections,
         requests,
         path,
@@ -42,11 +42,11 @@ pub(crate) async fn load(
     .await
 }
 
-/// [`load`] with `Host: host`.
+/// [`load`] with `Host: host`, connection `c` from `from[c % from.len()]` (several clients).
 pub(crate) async fn load_host(
     addr: SocketAddr,
     host: &'static str,
-    from: [u8; 4],
+    from: &[[u8; 4]],
     connections: usize,
     requests: usize,
     path: impl Fn(usize) -> String + Clone + 'static,
@@ -56,8 +56,12 @@ pub(crate) async fn load_host(
     let started = Instant::now();
     let local = tokio::task::LocalSet::new();
     let mut handles = Vec::new();
-    for _ in 0..connections.max(1) {
+    for c in 0..connections.max(1) {
         let (next, path) = (next.clone(), path.clone());
+        let from = from
+            .get(c % from.len().max(1))
+            .copied()
+            .unwrap_or([127, 0, 0, 1]);
         handles.push(local.spawn_local(async move {
             let mut latencies = Vec::new();
             let (mut errors, mut expected, mut broken) = (0usize, 0usize, 0usize);

@@ -133,13 +133,16 @@ pub fn prepare(
 
 /// Whether the response could be stored, as [`prepare`] decides it, without preparing to:
 /// for an answer this instance does not keep (the fleet's owner of its key holds it), which
-/// its coalesced waiters share when it could be.
+/// its coalesced waiters share when it could be. Larger than memory takes and more than the
+/// disk tier would (or no disk tier for the rule): [`NotStored::TooLarge`], as `prepare` says
+/// (the key is then fetched from the origin, not through the owner, for a while).
 pub fn shareable(
+    cache: &Cache,
     missed: &Missed,
     method: &Method,
     req_headers: &Fields,
     res: &rampart_head::response::Parts,
-    response_time: SystemTime,
+    (response_time, off_disk): (SystemTime, bool),
 ) -> Result<(), NotStored> {
     let directives = ResponseDirectives::parse(&res.headers);
     let vary = Vary::parse(&res.headers);
@@ -154,6 +157,16 @@ pub fn shareable(
         response_time,
     };
     storable::storable(&exchange, &missed.policy)?;
+    let length = crate::headers::content_length(&res.headers);
+    if length.is_some_and(|n| n > cache.store().max_object() as u64) {
+        let disk_takes = match cache.disk() {
+            Some(d) if !off_disk => length.is_some_and(|n| n <= d.max_body()),
+            _ => false,
+        };
+        if !disk_takes {
+            return Err(NotStored::TooLarge);
+        }
+    }
     match &vary {
         Vary::None => Ok(()),
         v => v

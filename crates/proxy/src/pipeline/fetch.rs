@@ -40,6 +40,8 @@ pub struct Fetched {
     pub unsafe_target: Option<String>,
     /// The request revalidated the stale entry with its validators (a 304 refreshes it).
     pub revalidating: bool,
+    /// The answer is the fleet's owner's of the key, not the origin's.
+    pub from_owner: bool,
 }
 
 /// Validators rampart adds when it revalidates a stale entry: `ETag`, `Last-Modified`.
@@ -210,6 +212,7 @@ pub fn send<'a>(
     }
     let keep_headers = plan.keep_headers;
     let revalidating = plan.validators.is_some();
+    let from_owner = fleet.is_some();
     // WebSocket handshakes are HTTP/1.1 whatever the origin's protocol.
     let http1_only = plan.upgrade;
     let request_time = SystemTime::now();
@@ -221,6 +224,7 @@ pub fn send<'a>(
         method: head.method,
         unsafe_target: plan.unsafe_target,
         revalidating,
+        from_owner,
     };
 
     // A peer is asked over HTTP (the client's scheme is in `X-Rampart-Peer`).

@@ -43,6 +43,18 @@ pub async fn join(
         Mode::Client => Widened::new(req, cache, found),
         Mode::Refresh => None,
     };
+    // Unless the key's owner in the fleet is asked and this instance keeps no copy of what it
+    // sends: the request goes to the owner as the client sent it, and the owner widens it and
+    // answers the range from what it holds (a whole answer here would be the origin's to cut).
+    let mut as_sent_to_owner = None;
+    if widened.is_some() && w.fleet.as_ref().is_some_and(|f| f.local_ttl.is_zero()) {
+        if let Some(peer) = owner(w, txn) {
+            if let Some(wide) = widened.take() {
+                wide.restore(req);
+            }
+            as_sent_to_owner = Some(peer);
+        }
+    }
     // A client-forced refresh (no-cache) fetches for itself; so do requests for a range
     // or with preconditions that were not widened, which a shared full 200 would not answer.
     // An authorised request must not get a response fetched for somebody else.
@@ -150,6 +162,9 @@ pub async fn join(
             }
             txn.not_owner = true;
         }
+    }
+    if let Some(peer) = as_sent_to_owner {
+        return Ok(Step::Peer(peer));
     }
     Ok(Step::Fetch)
 }

@@ -119,6 +119,7 @@ fn fetched(
         method: req.method().clone(),
         unsafe_target: (!req.method().is_safe()).then(|| target_of(req)),
         revalidating,
+        from_owner: false,
     }
 }
 

@@ -54,8 +54,16 @@ pub fn store(w: &Worker, txn: &mut Txn, mut fetched: Fetched) -> Result<Step, Pr
         method,
         ..
     } = fetched;
-    let from_owner = matches!(txn.outcome, Some(CacheOutcome::Peer { .. }));
-    let (parts, body) = deliver::downstream(res, downstream_version, !from_owner);
+    let from_owner = fetched.from_owner;
+    if !from_owner && matches!(txn.outcome, Some(CacheOutcome::Peer { .. })) {
+        // The origin's answer after the owner's (a widened range asked again as the client
+        // sent it): labelled as any miss the store does not keep.
+        txn.outcome = Some(CacheOutcome::fetched(CacheLabel::Miss, true).not_stored());
+    }
+    // The owner's answer has rampart's `Via` already (the fleet is one cache), unless the
+    // owner made it itself (an error).
+    let via = !from_owner || !res.headers().contains_key(http::header::VIA);
+    let (parts, body) = deliver::downstream(res, downstream_version, via);
     let length = content_length(&parts.headers);
     let mut d = Delivery {
         parts,
@@ -125,7 +133,9 @@ fn admit(
     // Not kept: the owner holds it. Only whether this instance's waiters share it is decided
     // (a ticket's copy of the head and its room in the store would go unused).
     let prepared = if a.peer_ttl.is_some_and(|t| t.is_zero()) {
-        writer::shareable(found, a.method, a.headers, &d.parts, a.timing.response).map(|()| None)
+        let off_disk = !txn.route().rule.config.cache_disk;
+        let at = (a.timing.response, off_disk);
+        writer::shareable(cache, found, a.method, a.headers, &d.parts, at).map(|()| None)
     } else {
         let transforms = txn.route().rule.transforms();
         writer::prepare(

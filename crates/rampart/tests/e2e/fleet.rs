@@ -799,3 +799,84 @@ async fn a_clients_no_store_does_not_turn_the_owner_away() {
     assert_eq!(answers_from(a, addrs[1]).await, asked + 3);
     assert_eq!(origin.requests(), fetched);
 }
+
+/// A range miss on a key another member owns goes to the owner as the client sent it: the
+/// owner fetches the whole object once, keeps it and cuts the range (the origin never sees a
+/// range, and never a second request for a key); the answer has one `Via`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_range_is_cut_by_the_owner_from_the_object_it_holds() {
+    let origin = Origin::new()
+        .route("*", cacheable("0123456789abcdef"))
+        .start()
+        .await;
+    let (fleet, addrs) = start_fleet(&origin, 2, &format!("api_key = \"{API_KEY}\""));
+    for k in 0..12 {
+        for p in [&fleet[0], &fleet[1], &fleet[0]] {
+            let got = fetch(req(p, HOST, &format!("/r/{k}")).header("range", "bytes=2-5")).await;
+            assert_eq!(got.status, 206, "{:?}", got.headers);
+            assert_eq!(got.text(), "2345");
+            assert_eq!(got.header("content-range"), Some("bytes 2-5/16"));
+            assert_eq!(
+                got.headers.get_all("via").iter().count(),
+                1,
+                "{:?}",
+                got.headers
+            );
+        }
+    }
+    assert!(
+        answers_from(&fleet[0], addrs[1]).await > 0,
+        "no range went to the other member"
+    );
+    assert_eq!(origin.requests(), 12, "each key fetched once, whole");
+    for seen in origin.seen() {
+        assert!(seen.headers.get("range").is_none(), "{:?}", seen.headers);
+    }
+}
+
+/// An object larger than any instance keeps is asked of its owner once: the asking instance
+/// then fetches it from the origin itself (the body does not cross two hops each time).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_too_large_to_keep_costs_no_second_hop() {
+    let origin = Origin::new()
+        .route("*", cacheable(&"b".repeat(8192)))
+        .start()
+        .await;
+    let (fleet, addrs) = start_fleet(
+        &origin,
+        2,
+        &format!("api_key = \"{API_KEY}\"\ncache_max_object = \"4KiB\""),
+    );
+    let a = &fleet[0];
+    let mut theirs = Vec::new();
+    for k in 0..12 {
+        let path = format!("/big/{k}");
+        let got = get(a, &path).await;
+        assert_eq!(got.body.len(), 8192);
+        if got
+            .header("cache-status")
+            .unwrap_or("")
+            .contains("detail=peer")
+        {
+            theirs.push(path);
+        }
+    }
+    assert!(!theirs.is_empty(), "no key of the other member's among 12");
+    let asked = answers_from(a, addrs[1]).await;
+    for _ in 0..2 {
+        for path in &theirs {
+            let got = get(a, path).await;
+            assert_eq!(got.body.len(), 8192);
+            assert!(
+                !got.header("cache-status").unwrap_or("").contains("peer"),
+                "{:?}",
+                got.headers
+            );
+        }
+    }
+    assert_eq!(
+        answers_from(a, addrs[1]).await,
+        asked,
+        "asked the owner again"
+    );
+}

@@ -172,11 +172,12 @@ fn tag_of(key: &hmac::Key, message: &[u8]) -> Tag {
     out
 }
 
-/// Signatures made or checked within the current second (the marker's time is in seconds, so
-/// a hot key's requests within a second are signed alike): each made or checked once, then
-/// looked up. Each entry holds the whole message it is for (the time in it), so a look-up
-/// matches only the very same request line and time; the memo empties when this instance's
-/// second changes, and at [`MEMO_MAX`] entries.
+/// Signatures made or checked within the current second, each made or checked once, then
+/// looked up. Each entry holds the whole message it is for (the client, the time, the request
+/// line), so a look-up matches only the same client's request for the same key within the
+/// second (a client asking again, a page's repeated requests); any other is signed and checked
+/// anew, an HMAC-SHA256 of about 100 bytes (~0.2 µs on each side with SHA instructions). The
+/// memo empties when this instance's second changes, and at [`MEMO_MAX`] entries.
 #[derive(Debug, Default)]
 pub(super) struct Memo {
     /// The second (this instance's clock) the entries were made in.
