@@ -451,7 +451,7 @@ fn report(
     let cold_failed: usize = cold.iter().map(|(_, f)| f).sum();
     let mut out = format!(
         "## fleet: the cache sharded over three instances\n\n\
-Three instances (1 worker each) on 127.0.0.2–4 find each other through Redis (`cache_peers_from_redis`; all three listed each other after {found:.1} s); rampart, Redis and the origin on CPU {}, the client on CPU {}. {KEYS} keys were stored first, each at its owner (instance A owns {:.1} % of them). {} requests per case and round over {} keep-alive connections to A, each from a client address of its own (127.0.1.1–8: the peers' signatures are rarely remembered ones), {} interleaved rounds, medians; CPU from /proc (schedstat).\n\n\
+Three instances (1 worker each) on 127.0.0.2–4 find each other through Redis (`cache_peers_from_redis`; all three listed each other after {found:.1} s); rampart, Redis and the origin on CPU {}, the client on CPU {}. {KEYS} keys were stored first, each at its owner (instance A owns {:.1} % of them). {} requests per case and round over {} keep-alive connections to A, from eight client addresses in turn (127.0.1.1–8: the peers' signatures are rarely remembered ones), {} interleaved rounds, medians; CPU from /proc (schedstat).\n\n\
 | case (asked of A) | p50 µs | p99 µs | A's CPU µs/req | the fleet's CPU µs/req | the far end's CPU µs/req | the fleet's context switches/req | as expected |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
         args.server_cpus,
         args.load_cpus,

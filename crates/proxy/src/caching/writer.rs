@@ -132,8 +132,8 @@ pub fn prepare(
 }
 
 /// Whether the response could be stored, as [`prepare`] decides it, without preparing to:
-/// for an answer this instance does not keep (the fleet's owner of its key holds it), which
-/// its coalesced waiters share when it could be. Larger than memory takes and more than the
+/// for an answer this instance does not keep (the fleet's owner of its key holds it), whose
+/// key is fetched here for a while when it could not be. Larger than memory takes and more than the
 /// disk tier would (or no disk tier for the rule): [`NotStored::TooLarge`], as `prepare` says
 /// (the key is then fetched from the origin, not through the owner, for a while).
 pub fn shareable(

@@ -132,7 +132,19 @@ pub async fn from_peer(
             "it refused this instance's request: are cache_peer_key and cache_peers the same on every instance?".to_owned()
         }
         Ok(f) => {
-            let hit = label(&f) == Some("Hit");
+            let label = label(&f);
+            // A range (or precondition) the owner was sent as the client sent it, and could
+            // not keep whole: this URL's next ones go to the origin from here for a while, as
+            // a widened miss whose whole answer could not be stored does, not through the owner
+            // each time.
+            if matches!(label, Some("Dynamic" | "Bypass"))
+                && crate::pipeline::ranges::would_widen(req.headers())
+            {
+                if let (Some(cache), Some(m)) = (&w.cache, txn.missed()) {
+                    cache.refuse_widening(&m.key);
+                }
+            }
+            let hit = label == Some("Hit");
             txn.outcome = Some(crate::outcome::CacheOutcome::Peer { hit });
             return Ok(f);
         }

@@ -105,6 +105,12 @@ pub fn precondition_failed(
 /// The fields that make a miss widened: what a whole-object fill must not carry.
 const WIDENED: [http::HeaderName; 3] = [RANGE, IF_MATCH, IF_UNMODIFIED_SINCE];
 
+/// Whether a request with `h` would be widened (a range or `If-Match` /
+/// `If-Unmodified-Since`), the URL's refusal aside.
+pub fn would_widen(h: &Fields) -> bool {
+    WIDENED.iter().any(|n| h.contains_key(n))
+}
+
 /// The answer to a widened request from a whole response streaming in `body`: 412 when the
 /// client's `If-Match` / `If-Unmodified-Since` fails against a 2xx (RFC 9110 §13.2.2, before
 /// the range); for a 200, 206 with the range, 416 when it is outside the representation, or the

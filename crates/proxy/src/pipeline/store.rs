@@ -130,8 +130,10 @@ fn admit(
     };
     let found = &miss.found;
     let mut lasting = false;
-    // Not kept: the owner holds it. Only whether this instance's waiters share it is decided
-    // (a ticket's copy of the head and its room in the store would go unused).
+    // Not kept: the owner holds it. Only whether it could be kept is decided: when not, for a
+    // reason that lasts, the key's next misses here go to the origin themselves for a while
+    // (a ticket's copy of the head and its room in the store would go unused). Its waiters
+    // are released either way (nothing is published without a ticket) and ask the owner.
     let prepared = if a.peer_ttl.is_some_and(|t| t.is_zero()) {
         let off_disk = !txn.route().rule.config.cache_disk;
         let at = (a.timing.response, off_disk);

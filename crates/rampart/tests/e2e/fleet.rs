@@ -835,7 +835,8 @@ async fn a_range_is_cut_by_the_owner_from_the_object_it_holds() {
 }
 
 /// An object larger than any instance keeps is asked of its owner once: the asking instance
-/// then fetches it from the origin itself (the body does not cross two hops each time).
+/// then fetches it from the origin itself (the body does not cross two hops each time), and
+/// its ranges too after the first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_object_too_large_to_keep_costs_no_second_hop() {
     let origin = Origin::new()
@@ -878,5 +879,20 @@ async fn an_object_too_large_to_keep_costs_no_second_hop() {
         answers_from(a, addrs[1]).await,
         asked,
         "asked the owner again"
+    );
+    // Ranges of them: each asked of the owner once (it cannot keep the whole either), then
+    // sent to the origin from here. (This origin answers a range with the whole object,
+    // which goes on as it is: nothing here holds the whole to cut it from.)
+    for _ in 0..3 {
+        for path in &theirs {
+            let got = fetch(req(a, HOST, path).header("range", "bytes=0-3")).await;
+            assert_eq!(got.status, 200, "{:?}", got.headers);
+            assert_eq!(got.body.len(), 8192);
+        }
+    }
+    assert_eq!(
+        answers_from(a, addrs[1]).await,
+        asked + theirs.len() as u64,
+        "ranges asked of the owner more than once each"
     );
 }
