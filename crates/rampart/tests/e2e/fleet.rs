@@ -708,6 +708,26 @@ fn finding_members_through_redis_needs_redis_and_this_instances_address() {
 }
 
 /// The answers an instance had from the peer at `addr` (its status's `peers` row).
+/// Asks `p` for `PREFIX/0` … `PREFIX/n-1` once each (each answer checked by `check`): the
+/// paths a peer answered (at least one).
+async fn asked_of_a_peer(p: &Proxy, prefix: &str, n: usize, check: impl Fn(&Got)) -> Vec<String> {
+    let mut theirs = Vec::new();
+    for k in 0..n {
+        let path = format!("{prefix}/{k}");
+        let got = get(p, &path).await;
+        check(&got);
+        if got
+            .header("cache-status")
+            .unwrap_or("")
+            .contains("detail=peer")
+        {
+            theirs.push(path);
+        }
+    }
+    assert!(!theirs.is_empty(), "no key of another member's among {n}");
+    theirs
+}
+
 async fn answers_from(p: &Proxy, addr: SocketAddr) -> u64 {
     let got = fetch(req(p, HOST, "/_rampart/status").header("x-api-key", API_KEY)).await;
     let status: serde_json::Value = serde_json::from_slice(&got.body).unwrap();
@@ -732,20 +752,10 @@ async fn a_page_that_is_never_stored_costs_no_second_hop() {
         .await;
     let (fleet, addrs) = start_fleet(&origin, 2, &format!("api_key = \"{API_KEY}\""));
     let a = &fleet[0];
-    let mut theirs = Vec::new();
-    for k in 0..20 {
-        let path = format!("/nostore/{k}");
-        let got = get(a, &path).await;
+    let theirs = asked_of_a_peer(a, "/nostore", 20, |got| {
         assert_eq!(got.status, 200);
-        if got
-            .header("cache-status")
-            .unwrap_or("")
-            .contains("detail=peer")
-        {
-            theirs.push(path);
-        }
-    }
-    assert!(!theirs.is_empty(), "no key of the other member's among 20");
+    })
+    .await;
     let asked = answers_from(a, addrs[1]).await;
     assert_eq!(asked, theirs.len() as u64);
     let before = origin.requests();
@@ -849,20 +859,10 @@ async fn an_object_too_large_to_keep_costs_no_second_hop() {
         &format!("api_key = \"{API_KEY}\"\ncache_max_object = \"4KiB\""),
     );
     let a = &fleet[0];
-    let mut theirs = Vec::new();
-    for k in 0..12 {
-        let path = format!("/big/{k}");
-        let got = get(a, &path).await;
+    let theirs = asked_of_a_peer(a, "/big", 12, |got| {
         assert_eq!(got.body.len(), 8192);
-        if got
-            .header("cache-status")
-            .unwrap_or("")
-            .contains("detail=peer")
-        {
-            theirs.push(path);
-        }
-    }
-    assert!(!theirs.is_empty(), "no key of the other member's among 12");
+    })
+    .await;
     let asked = answers_from(a, addrs[1]).await;
     for _ in 0..2 {
         for path in &theirs {

@@ -14,6 +14,7 @@ use aws_lc_rs::hmac;
 use http::header::HeaderValue;
 
 use super::Fleet;
+use crate::http1::numbers::itoa;
 
 /// What a peer's request is for, as signed: a client's request it forwards (answered as any
 /// request), or one of rampart's own (a probe, a purge: answered only as such).
@@ -69,7 +70,7 @@ impl Fleet {
     pub fn sign(&self, m: &Marked<'_>, method: &str, host: &[u8], target: &str) -> HeaderValue {
         let secs = unix_secs();
         let mut digits = [0u8; 20];
-        let secs_text = decimal(secs, &mut digits);
+        let secs_text = itoa(secs, &mut digits);
         let mut v = Vec::with_capacity(96 + m.client.len());
         for part in [
             m.purpose.as_str().as_bytes(),
@@ -163,12 +164,8 @@ impl Fleet {
 
 /// The HMAC-SHA256 of `message` under `key`, in lower-case hex.
 fn tag_of(key: &hmac::Key, message: &[u8]) -> Tag {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = [0u8; 64];
-    for (i, &x) in hmac::sign(key, message).as_ref().iter().enumerate() {
-        out[2 * i] = DIGITS[usize::from(x >> 4)];
-        out[2 * i + 1] = DIGITS[usize::from(x & 0xf)];
-    }
+    hex_to(hmac::sign(key, message).as_ref(), &mut out);
     out
 }
 
@@ -249,17 +246,17 @@ pub(super) fn unix_secs() -> u64 {
 }
 
 pub(super) fn hex(b: &[u8]) -> String {
-    let mut v = Vec::with_capacity(b.len() * 2);
-    hex_into(b, &mut v);
+    let mut v = vec![0; b.len() * 2];
+    hex_to(b, &mut v);
     String::from_utf8(v).unwrap_or_default()
 }
 
-/// `b` in lower-case hex, appended to `out`.
-fn hex_into(b: &[u8], out: &mut Vec<u8>) {
+/// `b` in lower-case hex, into `out` (twice `b`'s length; the rest is left as it is).
+fn hex_to(b: &[u8], out: &mut [u8]) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for &x in b {
-        out.push(DIGITS[usize::from(x >> 4)]);
-        out.push(DIGITS[usize::from(x & 0xf)]);
+    for (pair, &x) in out.chunks_exact_mut(2).zip(b) {
+        pair[0] = DIGITS[usize::from(x >> 4)];
+        pair[1] = DIGITS[usize::from(x & 0xf)];
     }
 }
 
@@ -277,19 +274,6 @@ pub(super) fn unhex(s: impl AsRef<[u8]>) -> Option<Vec<u8>> {
     s.chunks_exact(2)
         .map(|p| Some(nibble(p[0])? << 4 | nibble(p[1])?))
         .collect()
-}
-
-/// `n` in decimal, written at the end of `buf`.
-fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
-    let mut at = buf.len();
-    loop {
-        at -= 1;
-        buf[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return &buf[at..];
-        }
-    }
 }
 
 /// Decimal digits (at most 19, no sign) as a number.
@@ -318,7 +302,7 @@ mod tests {
     fn decimals_round_trip() {
         let mut buf = [0u8; 20];
         for n in [0, 7, 10, 1_764_450_000, u64::MAX / 10] {
-            assert_eq!(decimal(n, &mut buf), n.to_string().as_bytes());
+            assert_eq!(itoa(n, &mut buf), n.to_string().as_bytes());
             assert_eq!(parse_decimal(n.to_string().as_bytes()), Some(n));
         }
         assert_eq!(parse_decimal(b""), None);
